@@ -1,0 +1,29 @@
+/*
+ * src/numeric/convert_impl.h: the array conversion kernels behind ampc_convert,
+ * one table per instruction-set path. Tests compare the paths directly.
+ */
+#ifndef AMPC_CONVERT_IMPL_H
+#define AMPC_CONVERT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ampc_convert_kernels {
+  const char *isa;
+  void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n);
+  void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
+  void (*f32_to_bf16)(uint16_t *dst, const float *src, size_t n);
+  void (*bf16_to_f32)(float *dst, const uint16_t *src, size_t n);
+} ampc_convert_kernels;
+
+extern const ampc_convert_kernels ampc_convert_portable;
+/* Defined in convert_avx2.c; call only when ampc_cpu_has_avx2_f16c() is true. */
+extern const ampc_convert_kernels ampc_convert_avx2;
+
+/* True when the CPU supports AVX2, FMA and F16C (cached after the first call). */
+int ampc_cpu_has_avx2_f16c(void);
+
+/* The table ampc_convert uses (AVX2 when available unless AMPC_ISA=portable). */
+const ampc_convert_kernels *ampc_convert_active(void);
+
+#endif

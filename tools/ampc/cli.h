@@ -1,0 +1,34 @@
+/*
+ * tools/ampc/cli.h: shared helpers for the ampc subcommands. The command-line
+ * layer is the only one that prints for users and decides exit codes:
+ * 0 success, 1 runtime error (message names the file or value), 2 bad usage.
+ */
+#ifndef AMPC_CLI_H
+#define AMPC_CLI_H
+
+#include "internal.h"
+
+enum { AMPC_EXIT_OK = 0, AMPC_EXIT_ERROR = 1, AMPC_EXIT_USAGE = 2 };
+
+typedef struct ampc_command {
+  const char *name;
+  const char *summary;
+  const char *usage;                 /* full help text printed by `ampc <name> --help` */
+  int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} ampc_command;
+
+extern const ampc_command ampc_cmd_formats;
+extern const ampc_command ampc_cmd_convert;
+
+/* Print "ampc <cmd>: <message>" and a hint to stderr; returns AMPC_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
+/* Print "ampc <cmd>: <message>" to stderr; returns AMPC_EXIT_ERROR. */
+int cli_runtime_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
+/* True for "-h" and "--help". */
+int cli_is_help(const char *arg);
+/* Print a cJSON object on one line to stdout and free it; AMPC_EXIT_ERROR if
+ * it could not be built. */
+struct cJSON;
+int cli_print_json(const char *cmd, struct cJSON *obj);
+
+#endif

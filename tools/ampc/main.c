@@ -1,0 +1,58 @@
+/*
+ * tools/ampc/main.c: the `ampc` command-line entry point and command table.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ampc/ampc.h"
+
+static const ampc_command *const k_commands[] = {
+    &ampc_cmd_formats,
+    &ampc_cmd_convert,
+};
+enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };
+
+static void print_usage(FILE *f) {
+  fprintf(f,
+          "ampc %s: mixed-precision training of multimodal networks\n"
+          "\n"
+          "Usage: ampc <command> [options]\n"
+          "       ampc <command> --help\n"
+          "       ampc --version\n"
+          "\n"
+          "Commands:\n",
+          AMPC_VERSION_STRING);
+  for (int i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-10s %s\n", k_commands[i]->name, k_commands[i]->summary);
+  fprintf(f, "\nExit status: 0 success, 1 runtime error, 2 bad usage.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return AMPC_EXIT_USAGE;
+  }
+  if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+    print_usage(stdout);
+    return AMPC_EXIT_OK;
+  }
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+    printf("ampc %s\n", AMPC_VERSION_STRING);
+    return AMPC_EXIT_OK;
+  }
+  for (int i = 0; i < N_COMMANDS; i++) {
+    const ampc_command *c = k_commands[i];
+    if (strcmp(argv[1], c->name) == 0) {
+      for (int j = 2; j < argc && strcmp(argv[j], "--") != 0; j++) {
+        if (cli_is_help(argv[j])) {
+          fputs(c->usage, stdout);
+          return AMPC_EXIT_OK;
+        }
+      }
+      return c->run(argc - 1, argv + 1);
+    }
+  }
+  return cli_usage_error(NULL, "unknown command '%s'", argv[1]);
+}
