@@ -164,12 +164,26 @@ static void test_convert(void **state) {
                        "convert --to f16 -0x10",
                        "convert --to f16 --saturate 1",
                        "convert --to",
-                       "convert --to f16 --bogus 1"};
+                       "convert --to f16 --bogus 1",
+                       "convert --to f16 -x 1",
+                       "convert --to f16 --to bf16 1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     run(&R, bad[i]);
     if (R.code != 2)
       fail_msg("'ampc %s' exited %d, expected 2", bad[i], R.code);
     assert_int_equal(R.out[0], '\0'); /* nothing printed to stdout */
+  }
+}
+
+static void test_write_errors(void **state) {
+  (void)state;
+  const char *cmds[] = {
+      "formats >/dev/full",   "formats --json >/dev/full",     "--help >/dev/full",
+      "--version >/dev/full", "convert --to f16 1 >/dev/full", "convert --help >/dev/full"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    run(&R, cmds[i]);
+    if (R.code != 1)
+      fail_msg("'ampc %s' exited %d, expected 1", cmds[i], R.code);
   }
 }
 
@@ -183,6 +197,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_top_level),
       cmocka_unit_test(test_formats),
       cmocka_unit_test(test_convert),
+      cmocka_unit_test(test_write_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

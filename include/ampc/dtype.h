@@ -104,7 +104,7 @@ float ampc_e5m2_to_f32(ampc_f8_e5m2 v);
 /* ---- array conversions ---------------------------------------------------- */
 
 enum {
-  AMPC_CONVERT_SATURATE = 1u /* FP8 targets: saturate to +-max finite */
+  AMPC_CONVERT_SATURATE = 1u /* FP8 targets: saturate to +-max finite; no effect on others */
 };
 
 /* Convert n elements: dst[i] = round(src[i]) from src_dt to dst_dt.

@@ -102,8 +102,10 @@ ampc_status ampc_format_info_get(ampc_dtype dt, ampc_format_info *out) {
       [AMPC_BF16] = {"bf16", 16, 8, 7, 127, 1},  [AMPC_F8_E4M3] = {"e4m3", 8, 4, 3, 7, 0},
       [AMPC_F8_E5M2] = {"e5m2", 8, 5, 2, 15, 1},
   };
-  if ((unsigned)dt >= AMPC_DTYPE_COUNT || !out)
+  if ((unsigned)dt >= AMPC_DTYPE_COUNT)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_format_info_get: invalid dtype %d", (int)dt);
+  if (!out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_format_info_get: out is NULL");
   memset(out, 0, sizeof *out);
   out->dtype = dt;
   out->name = layout[dt].name;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ampc/dtype.h"
 #include "numeric/numeric.h"
@@ -22,17 +23,19 @@ static const char k_usage[] =
     "Usage: ampc convert --to f16|bf16|e4m3|e5m2|f32 [--saturate] [--json] VALUE...\n"
     "\n"
     "Round each VALUE to the target format and show the stored bits, the value,\n"
-    "its class and the relative error. VALUE is a decimal number (65519.99, 1e-8,\n"
-    "nan, -inf, 0x1.8p3), rounded to FP32 first, or an FP32 bit pattern written\n"
-    "as 0x followed by 1 to 8 hex digits (0x33000001). Negative decimals are\n"
-    "values, not options (ampc convert --to f16 -65520).\n"
+    "its class and the relative error. VALUE is a number (65519.99, 1e-8, nan,\n"
+    "-inf, or a C hex float with a '.' or 'p' such as 0x1.8p3), rounded to FP32\n"
+    "first, or an FP32 bit pattern written as 0x followed by 1 to 8 hex digits\n"
+    "(0x33000001). Negative numbers are values, not options\n"
+    "(ampc convert --to f16 -65520). Format names are case-insensitive; aliases:\n"
+    "fp16/half/binary16, bfloat16, fp32/float32, f8_e4m3, f8_e5m2.\n"
     "\n"
     "Options:\n"
     "  --to FMT     target format: f16 (binary16), bf16, e4m3, e5m2, or f32\n"
     "  --saturate   e4m3/e5m2 only: out-of-range values become +-max finite\n"
     "               (CUDA __NV_SATFINITE) instead of NaN/inf (__NV_NOSAT)\n"
-    "  --json       one JSON object per value: input, input_bits, to,\n"
-    "               output_bits, value, class, rel_error\n"
+    "  --json       one JSON object per value: input, input_bits, input_value,\n"
+    "               to, saturate, output_bits, value, class, rel_error\n"
     "  --           treat every later argument as a VALUE\n"
     "  -h, --help   show this help\n"
     "\n"
@@ -75,6 +78,9 @@ static int parse_value(const char *s, uint32_t *bits, const char **why) {
     return -1;
   }
   *bits = ampc_f32_bits(f);
+  if (errno == ERANGE)
+    fprintf(stderr, "ampc convert: note: %s is outside the FP32 range; read as %.9g\n", s,
+            (double)f);
   return 0;
 }
 
@@ -110,7 +116,7 @@ static double rel_error(double in, double out) {
 
 static void fmt_num(char *b, size_t n, double v) {
   if (isnan(v))
-    snprintf(b, n, "nan");
+    snprintf(b, n, signbit(v) ? "-nan" : "nan");
   else if (isinf(v))
     snprintf(b, n, v > 0 ? "inf" : "-inf");
   else
@@ -129,26 +135,40 @@ static int run(int argc, char **argv) {
   const char *to = NULL;
   int sat = 0, json = 0, nvals = 0, opts_done = 0;
   const char **vals = calloc((size_t)argc, sizeof *vals);
-  if (!vals)
+  uint32_t *in_bits_all = calloc((size_t)argc, sizeof *in_bits_all);
+  if (!vals || !in_bits_all) {
+    free(vals);
+    free(in_bits_all);
     return cli_runtime_error("convert", "out of memory");
+  }
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!opts_done && strcmp(a, "--") == 0) {
       opts_done = 1;
-    } else if (!opts_done && strncmp(a, "--to=", 5) == 0) {
-      to = a + 5;
-    } else if (!opts_done && strcmp(a, "--to") == 0) {
-      if (i + 1 >= argc) {
+    } else if (!opts_done && (strcmp(a, "--to") == 0 || strncmp(a, "--to=", 5) == 0)) {
+      if (to) {
         free(vals);
-        return cli_usage_error("convert", "--to needs a format (f16, bf16, e4m3, e5m2)");
+        free(in_bits_all);
+        return cli_usage_error("convert", "--to given twice ('%s' and '%s')", to, a);
       }
-      to = argv[++i];
+      if (a[4] == '=') {
+        to = a + 5;
+      } else if (i + 1 >= argc) {
+        free(vals);
+        free(in_bits_all);
+        return cli_usage_error("convert", "--to needs a format (f16, bf16, e4m3, e5m2 or f32)");
+      } else {
+        to = argv[++i];
+      }
     } else if (!opts_done && strcmp(a, "--saturate") == 0) {
       sat = 1;
     } else if (!opts_done && strcmp(a, "--json") == 0) {
       json = 1;
-    } else if (!opts_done && a[0] == '-' && a[1] == '-') {
+    } else if (!opts_done && a[0] == '-' &&
+               (a[1] == '-' || (isalpha((unsigned char)a[1]) && strncasecmp(a + 1, "inf", 3) != 0 &&
+                                strncasecmp(a + 1, "nan", 3) != 0))) {
       free(vals);
+      free(in_bits_all);
       return cli_usage_error("convert", "unknown option '%s'", a);
     } else {
       vals[nvals++] = a;
@@ -157,7 +177,7 @@ static int run(int argc, char **argv) {
   int rc = AMPC_EXIT_OK;
   ampc_dtype dt = AMPC_F32;
   if (!to) {
-    rc = cli_usage_error("convert", "missing --to FORMAT (f16, bf16, e4m3, e5m2)");
+    rc = cli_usage_error("convert", "missing --to FORMAT (f16, bf16, e4m3, e5m2 or f32)");
   } else if (ampc_dtype_parse(to, &dt) != AMPC_OK) {
     rc = cli_usage_error("convert", "--to: %s", ampc_last_error());
   } else if (sat && dt != AMPC_F8_E4M3 && dt != AMPC_F8_E5M2) {
@@ -167,15 +187,12 @@ static int run(int argc, char **argv) {
   }
   /* validate every value before printing anything */
   for (int i = 0; rc == AMPC_EXIT_OK && i < nvals; i++) {
-    uint32_t bits;
     const char *why;
-    if (parse_value(vals[i], &bits, &why) != 0)
+    if (parse_value(vals[i], &in_bits_all[i], &why) != 0)
       rc = cli_usage_error("convert", "bad VALUE '%s': %s", vals[i], why);
   }
   for (int i = 0; rc == AMPC_EXIT_OK && i < nvals; i++) {
-    uint32_t in_bits;
-    const char *why;
-    parse_value(vals[i], &in_bits, &why);
+    const uint32_t in_bits = in_bits_all[i];
     const double in = (double)ampc_bits_f32(in_bits);
     double out;
     const uint32_t out_bits = round_to(dt, in_bits, sat, &out);
@@ -214,12 +231,13 @@ static int run(int argc, char **argv) {
     }
   }
   free(vals);
+  free(in_bits_all);
   return rc;
 }
 
 const ampc_command ampc_cmd_convert = {
     .name = "convert",
-    .summary = "round values to f16, bf16, e4m3 or e5m2 and show bits and error",
+    .summary = "round values to f16, bf16, e4m3, e5m2 (or f32); show bits and error",
     .usage = k_usage,
     .run = run,
 };

@@ -30,11 +30,11 @@ static const char k_usage[] =
     "  --json     print one JSON object keyed by format name\n"
     "  -h, --help show this help\n";
 
-/* "2^k" for an exact power of two, else %.8g. */
+/* "2^k" for an exact power of two below 1 or above 2^4, else %.8g. */
 static void fmt_value(char *buf, size_t n, double v) {
   int e;
   double m = frexp(v, &e);
-  if (v > 0 && m == 0.5 && (e - 1 > 4 || e - 1 < -4))
+  if (v > 0 && m == 0.5 && (e - 1 > 4 || e - 1 < 0))
     snprintf(buf, n, "2^%d", e - 1);
   else
     snprintf(buf, n, "%.8g", v);

@@ -29,6 +29,15 @@ static void print_usage(FILE *f) {
   fprintf(f, "\nExit status: 0 success, 1 runtime error, 2 bad usage.\n");
 }
 
+/* A command that printed its result but could not write it has failed. */
+static int finish(int rc) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "ampc: cannot write to stdout\n");
+    return rc == AMPC_EXIT_OK ? AMPC_EXIT_ERROR : rc;
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     print_usage(stderr);
@@ -36,11 +45,11 @@ int main(int argc, char **argv) {
   }
   if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
     print_usage(stdout);
-    return AMPC_EXIT_OK;
+    return finish(AMPC_EXIT_OK);
   }
   if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
     printf("ampc %s\n", AMPC_VERSION_STRING);
-    return AMPC_EXIT_OK;
+    return finish(AMPC_EXIT_OK);
   }
   for (int i = 0; i < N_COMMANDS; i++) {
     const ampc_command *c = k_commands[i];
@@ -48,10 +57,11 @@ int main(int argc, char **argv) {
       for (int j = 2; j < argc && strcmp(argv[j], "--") != 0; j++) {
         if (cli_is_help(argv[j])) {
           fputs(c->usage, stdout);
-          return AMPC_EXIT_OK;
+          return finish(AMPC_EXIT_OK);
         }
       }
-      return c->run(argc - 1, argv + 1);
+      int rc = c->run(argc - 1, argv + 1);
+      return finish(rc);
     }
   }
   return cli_usage_error(NULL, "unknown command '%s'", argv[1]);
