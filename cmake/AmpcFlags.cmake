@@ -24,5 +24,5 @@ unset(AMPC_NOT_FINITE_MATH_ONLY CACHE)
 function(ampc_set_warnings target)
   target_compile_options(${target} PRIVATE
     -Wall -Wextra -Wpedantic -Wshadow -Wdouble-promotion
-    -Wstrict-prototypes -Wmissing-prototypes -fno-fast-math)
+    -Wstrict-prototypes -Wmissing-prototypes -fno-fast-math -ffp-contract=off)
 endfunction()

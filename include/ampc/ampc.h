@@ -6,6 +6,7 @@
 #define AMPC_AMPC_H
 
 #include "ampc/dtype.h"
+#include "ampc/gemm.h"
 #include "ampc/status.h"
 #include "ampc/version.h"
 

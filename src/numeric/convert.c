@@ -55,18 +55,19 @@ int ampc_cpu_has_avx2_f16c(void) {
   return v;
 }
 
-const ampc_convert_kernels *ampc_convert_active(void) {
-  static _Atomic(const ampc_convert_kernels *) active = NULL;
-  const ampc_convert_kernels *k = atomic_load_explicit(&active, memory_order_acquire);
-  if (!k) {
+int ampc_use_avx2(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
     const char *force = getenv("AMPC_ISA");
-    if (ampc_cpu_has_avx2_f16c() && !(force && strcmp(force, "portable") == 0))
-      k = &ampc_convert_avx2;
-    else
-      k = &ampc_convert_portable;
-    atomic_store_explicit(&active, k, memory_order_release);
+    v = ampc_cpu_has_avx2_f16c() && !(force && strcmp(force, "portable") == 0);
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
   }
-  return k;
+  return v;
+}
+
+const ampc_convert_kernels *ampc_convert_active(void) {
+  return ampc_use_avx2() ? &ampc_convert_avx2 : &ampc_convert_portable;
 }
 
 const char *ampc_convert_isa(void) { return ampc_convert_active()->isa; }

@@ -23,6 +23,10 @@ extern const ampc_convert_kernels ampc_convert_avx2;
 /* True when the CPU supports AVX2, FMA and F16C (cached after the first call). */
 int ampc_cpu_has_avx2_f16c(void);
 
+/* True when ampc's kernels take their AVX2 paths: the CPU has AVX2+FMA+F16C
+ * and the environment does not say AMPC_ISA=portable (read once). */
+int ampc_use_avx2(void);
+
 /* The table ampc_convert uses (AVX2 when available unless AMPC_ISA=portable). */
 const ampc_convert_kernels *ampc_convert_active(void);
 

@@ -1,0 +1,127 @@
+/*
+ * ampc/gemm.h: general matrix multiply with 16-bit operands and FP32
+ * accumulation, the Tensor Core contract on the CPU.
+ *
+ *   C = alpha * op(A) * op(B) + beta * C          (row-major, op in {N, T})
+ *
+ * Shapes (all row-major, leading dimensions in elements):
+ *   op(A) is M x K:  AMPC_OP_N: A is stored M x K, lda >= max(1, K)
+ *                    AMPC_OP_T: A is stored K x M, lda >= max(1, M)
+ *   op(B) is K x N:  AMPC_OP_N: B is stored K x N, ldb >= max(1, N)
+ *                    AMPC_OP_T: B is stored N x K, ldb >= max(1, K)
+ *   C is M x N, ldc >= max(1, N).
+ * Leading dimensions larger than the width address sub-matrices (e.g. one
+ * attention head inside a [tokens, heads*dim] activation).
+ *
+ * Dtypes: A and B each F32, F16 or BF16 (they may differ); C F32, F16 or BF16.
+ * Every operand is widened to FP32 exactly (in the packing step: BLIS's idea),
+ * so the products are those of the exact 16-bit values.
+ *
+ * Accumulation (acc):
+ *   AMPC_ACC_F32  Products summed in FP32 (FMA; the order of the sum is not
+ *                 specified), then alpha * sum + beta * C formed in FP32 and
+ *                 rounded once (RNE) to C's dtype. Error bound, for any order:
+ *                 |err| <= K * 2^-24 * sum_p |a_ip * b_pj| (+ the final rounding).
+ *                 F32 x F32 -> F32 runs on OpenBLAS cblas_sgemm; every other
+ *                 combination on ampc's own blocked kernel (AVX2+FMA with F16C
+ *                 packing, or a portable scalar loop on other CPUs).
+ *   AMPC_ACC_F16  The ablation: what a GEMM with an FP16 compute type does.
+ *                 The running sum s is a binary16 value, s_0 = +0, and for
+ *                 p = 0 .. K-1 in order,  s_{p+1} = fp16(a_ip * b_pj + s_p),
+ *                 one round-to-nearest-even of the exact value (a fused
+ *                 multiply-add into binary16, as HFMA). The result is
+ *                 alpha * s_K + beta * C in FP32, rounded once to C's dtype.
+ *                 a*b + s is formed with one double FMA and then rounded to
+ *                 binary16; for F16 operands this is exactly the single
+ *                 rounding stated (a*b has at most 22 significant bits and any
+ *                 non-zero s is >= 2^-24, so a tie is never created by the
+ *                 double step); for F32/BF16 operands it is that single
+ *                 rounding except in contrived ties. Slow: scalar code, for
+ *                 demonstrating accumulation error only.
+ *
+ * Special cases (BLAS conventions): beta == 0 means C is not read (NaN or
+ * garbage in C does not propagate); alpha == 0 or K == 0 means A and B are not
+ * read and C = beta * C; M == 0 or N == 0 is a no-op. NaN and inf in A or B
+ * propagate as IEEE arithmetic says.
+ *
+ * Threads: the work is split over OpenMP threads (omp_get_max_threads(), or
+ * ampc_set_num_threads()). A call is not reentrant with itself on the same C.
+ *
+ * Errors (nothing is written to C): AMPC_ERR_INVALID_ARG for a negative
+ * dimension, a leading dimension below the minimum, a NULL pointer that would
+ * be read or written, an unknown op or acc, overlapping batched C matrices;
+ * AMPC_ERR_UNSUPPORTED for FP8 operands; AMPC_ERR_NOMEM when workspace cannot
+ * be allocated.
+ *
+ * Method: K. Goto and R. van de Geijn, "Anatomy of High-Performance Matrix
+ * Multiplication", ACM TOMS 34(3), 2008; F. Van Zee and R. van de Geijn, "BLIS:
+ * A Framework for Rapidly Instantiating BLAS Functionality", ACM TOMS 41(3),
+ * 2015 (packed panels, a register-blocked micro-kernel, MC/KC/NC cache blocks).
+ */
+#ifndef AMPC_GEMM_H
+#define AMPC_GEMM_H
+
+#include <stdint.h>
+
+#include "ampc/dtype.h"
+#include "ampc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ampc_op { AMPC_OP_N = 0, AMPC_OP_T = 1 } ampc_op;
+typedef enum ampc_acc { AMPC_ACC_F32 = 0, AMPC_ACC_F16 = 1 } ampc_acc;
+
+/* One GEMM (see the top of this file). */
+ampc_status ampc_gemm(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const void *a, ampc_dtype a_dt, int64_t lda, const void *b, ampc_dtype b_dt,
+                      int64_t ldb, float beta, void *c, ampc_dtype c_dt, int64_t ldc, ampc_acc acc);
+
+/* `batch` independent GEMMs of the same shape; matrix i uses a + i*stride_a,
+ * b + i*stride_b, c + i*stride_c (strides in elements). stride_a or stride_b
+ * may be 0 (the same A or B for every product); the C matrices must not
+ * overlap: stride_c >= (M-1)*ldc + N when batch > 1. As cublasGemmStridedBatchedEx. */
+ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
+                                      float alpha, const void *a, ampc_dtype a_dt, int64_t lda,
+                                      int64_t stride_a, const void *b, ampc_dtype b_dt, int64_t ldb,
+                                      int64_t stride_b, float beta, void *c, ampc_dtype c_dt,
+                                      int64_t ldc, int64_t stride_c, int64_t batch, ampc_acc acc);
+
+/* Reference for tests and for sampled accumulation-error telemetry: every
+ * product and sum in double (exact products of the stored values; the sum
+ * rounded to 53 bits, error <= K * 2^-53 * sum |a b|). For one GEMM, writes
+ * out[i*n + j] = alpha * sum_p a_ip b_pj + beta * c_ij  (c read only if
+ * beta != 0) and, if abs_out is not NULL, abs_out[i*n + j] = sum_p |a_ip b_pj|.
+ * Same argument rules and errors as ampc_gemm. O(M N K), single-threaded. */
+ampc_status ampc_gemm_reference(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
+                                double alpha, const void *a, ampc_dtype a_dt, int64_t lda,
+                                const void *b, ampc_dtype b_dt, int64_t ldb, double beta,
+                                const void *c, ampc_dtype c_dt, int64_t ldc, double *out,
+                                double *abs_out);
+
+/* Cache blocking of the 16-bit kernel: the micro-kernel computes MR x NR = 6 x 16
+ * tiles; a task packs an MC x KC block of A (L2) and KC x NR micro-panels of B
+ * (L1) and owns an MC x NC block of C (FP32 partial sums, L2). mc must be a
+ * positive multiple of 6, nc of 16, kc >= 1. */
+typedef struct ampc_gemm_config {
+  int mc, kc, nc;
+} ampc_gemm_config;
+
+ampc_gemm_config ampc_gemm_get_config(void);
+/* Errors: AMPC_ERR_INVALID_ARG when a field breaks the rules above. */
+ampc_status ampc_gemm_set_config(const ampc_gemm_config *cfg);
+
+/* Number of threads ampc's kernels (and OpenBLAS) use; n <= 0 restores the
+ * default (OMP_NUM_THREADS or the number of cores). */
+void ampc_set_num_threads(int n);
+int ampc_get_num_threads(void);
+
+/* Which 16-bit GEMM path runs: "avx2+fma+f16c" or "portable" (no AVX2/F16C,
+ * or AMPC_ISA=portable in the environment). */
+const char *ampc_gemm_isa(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

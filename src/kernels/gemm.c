@@ -1,0 +1,317 @@
+/*
+ * src/kernels/gemm.c: the public GEMM entry points: argument validation, the
+ * choice of path (OpenBLAS SGEMM, the AVX2 blocked kernel, the portable loop,
+ * the FP16-accumulation ablation), thread and blocking settings, and the
+ * double-precision reference. Semantics: include/ampc/gemm.h.
+ */
+#include "internal.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm_impl.h"
+#include "numeric/convert_impl.h"
+#include "numeric/numeric.h"
+
+/* OpenBLAS's thread control (declared in its cblas.h on Debian; repeated here
+ * so the build does not depend on which cblas.h is found first). */
+void openblas_set_num_threads(int num_threads);
+
+static ampc_gemm_config g_cfg = {.mc = 72, .kc = 256, .nc = 512};
+static atomic_int g_threads = 0; /* 0: OpenMP's default */
+
+ampc_gemm_config ampc_gemm_get_config(void) { return g_cfg; }
+
+ampc_status ampc_gemm_set_config(const ampc_gemm_config *cfg) {
+  if (!cfg || cfg->mc <= 0 || cfg->mc % AMPC_GEMM_MR || cfg->nc <= 0 || cfg->nc % AMPC_GEMM_NR ||
+      cfg->kc <= 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "gemm config: mc must be a positive multiple of %d, nc of %d, kc >= 1 "
+                     "(got mc=%d kc=%d nc=%d)",
+                     AMPC_GEMM_MR, AMPC_GEMM_NR, cfg ? cfg->mc : 0, cfg ? cfg->kc : 0,
+                     cfg ? cfg->nc : 0);
+  g_cfg = *cfg;
+  return AMPC_OK;
+}
+
+void ampc_set_num_threads(int n) {
+  atomic_store(&g_threads, n > 0 ? n : 0);
+  openblas_set_num_threads(n > 0 ? n : omp_get_num_procs());
+}
+
+int ampc_get_num_threads(void) {
+  int n = atomic_load(&g_threads);
+  return n > 0 ? n : omp_get_max_threads();
+}
+
+const char *ampc_gemm_isa(void) { return ampc_cpu_has_avx2_f16c() ? "avx2+fma+f16c" : "portable"; }
+
+/* ---- validation ---------------------------------------------------------- */
+
+static int operand_dtype_ok(ampc_dtype dt) {
+  return dt == AMPC_F32 || dt == AMPC_F16 || dt == AMPC_BF16;
+}
+
+static ampc_status validate(const char *fn, ampc_op opa, ampc_op opb, int64_t m, int64_t n,
+                            int64_t k, const void *a, ampc_dtype adt, int64_t lda, const void *b,
+                            ampc_dtype bdt, int64_t ldb, int c_needed, const void *c,
+                            ampc_dtype cdt, int64_t ldc, int ab_needed) {
+  if ((opa != AMPC_OP_N && opa != AMPC_OP_T) || (opb != AMPC_OP_N && opb != AMPC_OP_T))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: op must be AMPC_OP_N or AMPC_OP_T", fn);
+  if (m < 0 || n < 0 || k < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: negative dimension (m=%lld n=%lld k=%lld)", fn,
+                     (long long)m, (long long)n, (long long)k);
+  const ampc_dtype dts[3] = {adt, bdt, cdt};
+  const char *names[3] = {"A", "B", "C"};
+  for (int i = 0; i < 3; i++) {
+    if ((unsigned)dts[i] >= AMPC_DTYPE_COUNT)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: invalid dtype %d for %s", fn, (int)dts[i],
+                       names[i]);
+    if (!operand_dtype_ok(dts[i]))
+      return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: %s has dtype %s; GEMM takes f32, f16, bf16", fn,
+                       names[i], ampc_dtype_name(dts[i]));
+  }
+  const int64_t min_lda = opa == AMPC_OP_N ? k : m;
+  const int64_t min_ldb = opb == AMPC_OP_N ? n : k;
+  if (lda < (min_lda > 1 ? min_lda : 1))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: lda=%lld < %lld (A is %s)", fn, (long long)lda,
+                     (long long)(min_lda > 1 ? min_lda : 1), opa == AMPC_OP_N ? "M x K" : "K x M");
+  if (ldb < (min_ldb > 1 ? min_ldb : 1))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: ldb=%lld < %lld (B is %s)", fn, (long long)ldb,
+                     (long long)(min_ldb > 1 ? min_ldb : 1), opb == AMPC_OP_N ? "K x N" : "N x K");
+  if (ldc < (n > 1 ? n : 1))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: ldc=%lld < %lld (C is M x N)", fn, (long long)ldc,
+                     (long long)(n > 1 ? n : 1));
+  if (m == 0 || n == 0)
+    return AMPC_OK;
+  if (ab_needed && (!a || !b))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: A or B is NULL", fn);
+  if (c_needed && !c)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: C is NULL", fn);
+  return AMPC_OK;
+}
+
+static void to_general(ampc_gemm_args *g, ampc_op opa, ampc_op opb, int64_t lda, int64_t ldb) {
+  g->rs_a = opa == AMPC_OP_N ? lda : 1;
+  g->cs_a = opa == AMPC_OP_N ? 1 : lda;
+  g->rs_b = opb == AMPC_OP_N ? ldb : 1;
+  g->cs_b = opb == AMPC_OP_N ? 1 : ldb;
+}
+
+/* ---- paths --------------------------------------------------------------- */
+
+static size_t esz(ampc_dtype dt) { return ampc_dtype_size(dt); }
+#define AT(p, dt, off) ((const void *)((const char *)(p) + (size_t)(off)*esz(dt)))
+#define ATW(p, dt, off) ((void *)((char *)(p) + (size_t)(off)*esz(dt)))
+
+/* C = beta * C (alpha == 0 or K == 0): A and B are not read. */
+static void scale_c(const ampc_gemm_args *g) {
+  for (int64_t t = 0; t < g->batch; t++) {
+    void *c = ATW(g->c, g->cdt, t * g->stride_c);
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t j = 0; j < g->n; j++)
+        ampc_gemm_epilogue1(c, g->cdt, i * g->ldc + j, 0.0f, g->beta, 0.0f);
+  }
+}
+
+/* Portable FP32-accumulation path: one FP32 dot product per element. */
+static void gemm_portable(const ampc_gemm_args *g, int nthreads) {
+  const int64_t total = g->batch * g->m;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (int64_t r = 0; r < total; r++) {
+    const int64_t t = r / g->m, i = r % g->m;
+    const void *a = AT(g->a, g->adt, t * g->stride_a);
+    const void *b = AT(g->b, g->bdt, t * g->stride_b);
+    void *c = ATW(g->c, g->cdt, t * g->stride_c);
+    for (int64_t j = 0; j < g->n; j++) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < g->k; p++)
+        acc = fmaf(ampc_gemm_load(a, g->adt, i * g->rs_a + p * g->cs_a),
+                   ampc_gemm_load(b, g->bdt, p * g->rs_b + j * g->cs_b), acc);
+      ampc_gemm_epilogue1(c, g->cdt, i * g->ldc + j, g->alpha, g->beta, acc);
+    }
+  }
+}
+
+/* binary16 rounding of a double (RNE, subnormals kept, overflow to inf), as a
+ * double: scale so the binary16 ulp becomes 1, round to an integer with the
+ * 1.5*2^52 trick (exact RNE in the default rounding mode), scale back. */
+static inline double round_f16_f64(double x) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  const uint64_t ax = u & ~(UINT64_C(1) << 63);
+  if (ax >= UINT64_C(0x7FF0000000000000)) /* inf or NaN */
+    return x;
+  int e = (int)(ax >> 52) - 1023; /* |x| in [2^e, 2^(e+1)) */
+  if (e < -14)
+    e = -14;
+  if (e > 16)
+    return x > 0 ? (double)INFINITY : -(double)INFINITY;
+  uint64_t up = (uint64_t)(1023 + 10 - e) << 52, down = (uint64_t)(1023 - 10 + e) << 52;
+  double s_up, s_down;
+  memcpy(&s_up, &up, 8);
+  memcpy(&s_down, &down, 8);
+  const double q = x * s_up; /* |q| < 2^11: exact */
+  const double r = (q + 0x1.8p52) - 0x1.8p52;
+  const double v = r == 0.0 ? copysign(0.0, x) : r * s_down;
+  if (fabs(v) > 65504.0)
+    return x > 0 ? (double)INFINITY : -(double)INFINITY;
+  return v;
+}
+
+/* The FP16-accumulation ablation: s <- fp16(a*b + s) after every product.
+ * op(A) and op(B)^T are widened to double once per matrix of the batch. */
+static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
+  enum { JB = 8 };
+  const int64_t m = g->m, n = g->n, k = g->k;
+  const size_t bytes = (size_t)(m + n) * (size_t)k * sizeof(double);
+  double *ad = malloc(bytes);
+  if (!ad)
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
+  double *bt = ad + m * k;
+  for (int64_t t = 0; t < g->batch; t++) {
+    const void *a = AT(g->a, g->adt, t * g->stride_a);
+    const void *b = AT(g->b, g->bdt, t * g->stride_b);
+    void *c = ATW(g->c, g->cdt, t * g->stride_c);
+#pragma omp parallel num_threads(nthreads)
+    {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t p = 0; p < k; p++)
+          ad[i * k + p] = (double)ampc_gemm_load(a, g->adt, i * g->rs_a + p * g->cs_a);
+#pragma omp for schedule(static)
+      for (int64_t j = 0; j < n; j++)
+        for (int64_t p = 0; p < k; p++)
+          bt[j * k + p] = (double)ampc_gemm_load(b, g->bdt, p * g->rs_b + j * g->cs_b);
+#pragma omp for schedule(dynamic, 4)
+      for (int64_t i = 0; i < m; i++) {
+        const double *ar = ad + i * k;
+        for (int64_t j0 = 0; j0 < n; j0 += JB) {
+          const int jb = (int)(n - j0 < JB ? n - j0 : JB);
+          double s[JB] = {0};
+          for (int64_t p = 0; p < k; p++)
+            for (int jj = 0; jj < jb; jj++) /* JB independent chains */
+              s[jj] = round_f16_f64(fma(ar[p], bt[(j0 + jj) * k + p], s[jj]));
+          for (int jj = 0; jj < jb; jj++)
+            ampc_gemm_epilogue1(c, g->cdt, i * g->ldc + j0 + jj, g->alpha, g->beta, (float)s[jj]);
+        }
+      }
+    }
+  }
+  free(ad);
+  return AMPC_OK;
+}
+
+static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
+  if (g->m == 0 || g->n == 0 || g->batch == 0)
+    return AMPC_OK;
+  if (g->alpha == 0.0f || g->k == 0) {
+    scale_c(g);
+    return AMPC_OK;
+  }
+  const int nthreads = ampc_get_num_threads();
+  if (acc == AMPC_ACC_F16)
+    return gemm_acc16(g, nthreads);
+  if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32) {
+    const int ta = g->cs_a != 1, tb = g->cs_b != 1;
+    const int lda = (int)(ta ? g->cs_a : g->rs_a), ldb = (int)(tb ? g->cs_b : g->rs_b);
+    if (g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX && g->ldc <= INT32_MAX &&
+        (ta ? g->cs_a : g->rs_a) <= INT32_MAX && (tb ? g->cs_b : g->rs_b) <= INT32_MAX) {
+      for (int64_t t = 0; t < g->batch; t++)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)g->m, (int)g->n, (int)g->k, g->alpha,
+                    (const float *)g->a + t * g->stride_a, lda,
+                    (const float *)g->b + t * g->stride_b, ldb, g->beta,
+                    (float *)g->c + t * g->stride_c, (int)g->ldc);
+      return AMPC_OK;
+    }
+  }
+  if (ampc_use_avx2())
+    return ampc_gemm_blocked_avx2(g, &g_cfg, nthreads);
+  gemm_portable(g, nthreads);
+  return AMPC_OK;
+}
+
+ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
+                                      float alpha, const void *a, ampc_dtype a_dt, int64_t lda,
+                                      int64_t stride_a, const void *b, ampc_dtype b_dt, int64_t ldb,
+                                      int64_t stride_b, float beta, void *c, ampc_dtype c_dt,
+                                      int64_t ldc, int64_t stride_c, int64_t batch, ampc_acc acc) {
+  const char *fn = "ampc_gemm";
+  if (acc != AMPC_ACC_F32 && acc != AMPC_ACC_F16)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: acc must be AMPC_ACC_F32 or AMPC_ACC_F16", fn);
+  if (batch < 0 || stride_a < 0 || stride_b < 0 || stride_c < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: negative batch or stride", fn);
+  const int ab_needed = alpha != 0.0f && k > 0;
+  ampc_status st =
+      validate(fn, opa, opb, m, n, k, a, a_dt, lda, b, b_dt, ldb, 1, c, c_dt, ldc, ab_needed);
+  if (st != AMPC_OK)
+    return st;
+  if (batch > 1 && m > 0 && n > 0 && stride_c < (m - 1) * ldc + n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s: stride_c=%lld lets batched C matrices overlap (need >= %lld)", fn,
+                     (long long)stride_c, (long long)((m - 1) * ldc + n));
+  ampc_gemm_args g = {.m = m,
+                      .n = n,
+                      .k = k,
+                      .batch = batch,
+                      .alpha = alpha,
+                      .beta = beta,
+                      .a = a,
+                      .adt = a_dt,
+                      .stride_a = stride_a,
+                      .b = b,
+                      .bdt = b_dt,
+                      .stride_b = stride_b,
+                      .c = c,
+                      .cdt = c_dt,
+                      .ldc = ldc,
+                      .stride_c = stride_c};
+  to_general(&g, opa, opb, lda, ldb);
+  return run(&g, acc);
+}
+
+ampc_status ampc_gemm(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const void *a, ampc_dtype a_dt, int64_t lda, const void *b, ampc_dtype b_dt,
+                      int64_t ldb, float beta, void *c, ampc_dtype c_dt, int64_t ldc,
+                      ampc_acc acc) {
+  return ampc_gemm_strided_batched(opa, opb, m, n, k, alpha, a, a_dt, lda, 0, b, b_dt, ldb, 0, beta,
+                                   c, c_dt, ldc, 0, 1, acc);
+}
+
+ampc_status ampc_gemm_reference(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
+                                double alpha, const void *a, ampc_dtype a_dt, int64_t lda,
+                                const void *b, ampc_dtype b_dt, int64_t ldb, double beta,
+                                const void *c, ampc_dtype c_dt, int64_t ldc, double *out,
+                                double *abs_out) {
+  ampc_status st = validate("ampc_gemm_reference", opa, opb, m, n, k, a, a_dt, lda, b, b_dt, ldb,
+                            beta != 0.0, c, c_dt, ldc, k > 0);
+  if (st != AMPC_OK)
+    return st;
+  if (m > 0 && n > 0 && !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_gemm_reference: out is NULL");
+  ampc_gemm_args g = {0};
+  to_general(&g, opa, opb, lda, ldb);
+  for (int64_t i = 0; i < m; i++) {
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0.0, sa = 0.0;
+      for (int64_t p = 0; p < k; p++) {
+        double prod = (double)ampc_gemm_load(a, a_dt, i * g.rs_a + p * g.cs_a) *
+                      (double)ampc_gemm_load(b, b_dt, p * g.rs_b + j * g.cs_b);
+        s += prod;
+        sa += fabs(prod);
+      }
+      double v = alpha * s;
+      if (beta != 0.0)
+        v += beta * (double)ampc_gemm_load(c, c_dt, i * ldc + j);
+      out[i * n + j] = v;
+      if (abs_out)
+        abs_out[i * n + j] = sa;
+    }
+  }
+  return AMPC_OK;
+}

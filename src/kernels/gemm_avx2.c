@@ -1,0 +1,277 @@
+/*
+ * src/kernels/gemm_avx2.c: the blocked GEMM for F16/BF16/F32 operands with FP32
+ * accumulation, AVX2 + FMA + F16C. Compiled with -mavx2 -mfma -mf16c and only
+ * called after the run-time CPU check.
+ *
+ * Structure (Goto & van de Geijn 2008; BLIS): the C matrix is cut into tasks of
+ * MC x NC (per batch matrix), spread over OpenMP threads. A task owns an FP32
+ * block Cs of partial sums. For each KC slice of K it packs its MC x KC block
+ * of op(A) into MR-row micro-panels (L2), then for each NR-column micro-panel of
+ * op(B) packs KC x NR values (L1) and runs the 6 x 16 micro-kernel down the
+ * A block. Packing widens F16 (VCVTPH2PS) and BF16 (shift) to FP32 exactly, so
+ * the micro-kernel is a plain FP32 FMA kernel reading half the bytes from the
+ * caller's matrices. After the last slice the epilogue forms alpha*Cs + beta*C
+ * in FP32 and rounds once into C's dtype. Edge tiles are packed with zero
+ * padding, computed at full size into the padded Cs, and never stored beyond
+ * M x N; no load reads outside the caller's matrices.
+ */
+#include "internal.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm_impl.h"
+
+enum { MR = AMPC_GEMM_MR, NR = AMPC_GEMM_NR, SLACK = 16 };
+
+static inline size_t esz(ampc_dtype dt) { return ampc_dtype_size(dt); }
+static inline const void *at(const void *p, ampc_dtype dt, int64_t off) {
+  return (const char *)p + off * (int64_t)esz(dt);
+}
+
+/* 8 consecutive elements of dtype dt at p, widened to FP32. */
+static inline __m256 load8(const void *p, ampc_dtype dt) {
+  switch (dt) {
+  case AMPC_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  case AMPC_BF16:
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+  default: return _mm256_loadu_ps((const float *)p);
+  }
+}
+
+/* In-register 8 x 8 transpose: r[i] holds row i on entry, column i on exit. */
+static inline void transpose8(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/*
+ * Pack one micro-panel: dst[p*R + r] = src[r*stride_r + p*stride_p] widened to
+ * FP32 for r < rv, and 0 for rv <= r < R; p < kc. `ravail` is how many lanes
+ * r exist in the source from this panel on (so lanes rv..ravail-1 may be read
+ * but are not used). May write up to 8 floats past dst + kc*R (SLACK).
+ */
+static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype dt, int rv,
+                       int64_t ravail, int64_t kc, int64_t stride_r, int64_t stride_p) {
+  int64_t p = 0;
+  if (stride_p == 1) {
+    /* rows contiguous along p: load 8 p's per lane, transpose 8 x 8 */
+    for (; p + 8 <= kc; p += 8) {
+      for (int g = 0; g < R; g += 8) {
+        __m256 v[8];
+        for (int rr = 0; rr < 8; rr++) {
+          const int r = g + rr;
+          v[rr] = r < rv ? load8(at(src, dt, r * stride_r + p), dt) : _mm256_setzero_ps();
+        }
+        transpose8(v);
+        for (int pp = 0; pp < 8; pp++) /* R = 6: lanes 6, 7 spill into the next p, rewritten */
+          _mm256_storeu_ps(dst + (p + pp) * R + g, v[pp]);
+      }
+    }
+  } else if (stride_r == 1 && rv == R && (R % 8 == 0 || ravail >= 8)) {
+    /* lanes contiguous: R values per p straight from memory */
+    for (; p < kc; p++) {
+      const void *s = at(src, dt, p * stride_p);
+      for (int g = 0; g < R; g += 8)
+        _mm256_storeu_ps(dst + p * R + g, load8(at(s, dt, g), dt));
+    }
+  }
+  for (; p < kc; p++) { /* remaining p: scalar */
+    for (int r = 0; r < R; r++)
+      dst[p * R + r] = r < rv ? ampc_gemm_load(src, dt, r * stride_r + p * stride_p) : 0.0f;
+  }
+}
+
+/* C tile (6 x 16, FP32, row stride ldc) = (or +=) A panel * B panel over kc. */
+static inline void kernel_6x16(int64_t kc, const float *restrict a, const float *restrict b,
+                               float *restrict c, int64_t ldc, int accumulate) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < kc; p++) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    __m256 av;
+    av = _mm256_broadcast_ss(a + 0);
+    c00 = _mm256_fmadd_ps(av, b0, c00);
+    c01 = _mm256_fmadd_ps(av, b1, c01);
+    av = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(av, b0, c10);
+    c11 = _mm256_fmadd_ps(av, b1, c11);
+    av = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(av, b0, c20);
+    c21 = _mm256_fmadd_ps(av, b1, c21);
+    av = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(av, b0, c30);
+    c31 = _mm256_fmadd_ps(av, b1, c31);
+    av = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(av, b0, c40);
+    c41 = _mm256_fmadd_ps(av, b1, c41);
+    av = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(av, b0, c50);
+    c51 = _mm256_fmadd_ps(av, b1, c51);
+    a += MR;
+    b += NR;
+  }
+  __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+  for (int r = 0; r < 6; r++) {
+    float *cr = c + r * ldc;
+    if (accumulate) {
+      acc[2 * r] = _mm256_add_ps(acc[2 * r], _mm256_load_ps(cr));
+      acc[2 * r + 1] = _mm256_add_ps(acc[2 * r + 1], _mm256_load_ps(cr + 8));
+    }
+    _mm256_store_ps(cr, acc[2 * r]);
+    _mm256_store_ps(cr + 8, acc[2 * r + 1]);
+  }
+}
+
+/* 8 FP32 lanes rounded to bfloat16 (RNE; NaN quieted), in the low halves. */
+static inline __m128i bf16_round8(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb);
+  __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)),
+                                     _mm256_set1_epi32(0x7F800000));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(x, _mm256_set1_epi32(0x00400000)), isnan);
+  r = _mm256_srli_epi32(r, 16);
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* C[i][j] = alpha*Cs + beta*C for an mcur x ncur block; one rounding to C's dtype. */
+static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, int64_t mcur,
+                     int64_t ncur, const float *cs, int64_t ldcs) {
+  const __m256 va = _mm256_set1_ps(g->alpha), vb = _mm256_set1_ps(g->beta);
+  const int use_beta = g->beta != 0.0f;
+  const ampc_dtype dt = g->cdt;
+  for (int64_t i = 0; i < mcur; i++) {
+    const float *srow = cs + i * ldcs;
+    const int64_t base = (ic + i) * g->ldc + jc;
+    int64_t j = 0;
+    for (; j + 8 <= ncur; j += 8) {
+      __m256 v = _mm256_mul_ps(va, _mm256_load_ps(srow + j));
+      void *cp = (char *)c + (base + j) * (int64_t)esz(dt);
+      if (use_beta)
+        v = _mm256_add_ps(v, _mm256_mul_ps(vb, load8(cp, dt)));
+      switch (dt) {
+      case AMPC_F16: _mm_storeu_si128((__m128i *)cp, _mm256_cvtps_ph(v, 0)); break;
+      case AMPC_BF16: _mm_storeu_si128((__m128i *)cp, bf16_round8(v)); break;
+      default: _mm256_storeu_ps((float *)cp, v); break;
+      }
+    }
+    for (; j < ncur; j++)
+      ampc_gemm_epilogue1(c, dt, base + j, g->alpha, g->beta, srow[j]);
+  }
+}
+
+typedef struct {
+  int64_t mc, kc, nc, ldcs, tm, tn;
+  size_t ap_floats, bp_floats, cs_floats;
+} plan;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+/* Block sizes for this problem: the configured ones, shrunk to the matrix,
+ * and MC (then NC) split further so the task count divides evenly among the
+ * threads when there are few tasks. */
+static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads) {
+  plan P;
+  P.kc = g->k < cfg->kc ? g->k : cfg->kc;
+  P.mc = round_up(g->m, MR) < cfg->mc ? round_up(g->m, MR) : cfg->mc;
+  P.nc = round_up(g->n, NR) < cfg->nc ? round_up(g->n, NR) : cfg->nc;
+  P.tm = ceil_div(g->m, P.mc);
+  P.tn = ceil_div(g->n, P.nc);
+  if (nthreads > 1 && (g->batch * P.tm * P.tn) % nthreads != 0 &&
+      g->batch * P.tm * P.tn < 8 * nthreads) {
+    int done = 0;
+    for (int64_t tm = P.tm + 1; !done && tm <= ceil_div(g->m, MR); tm++) {
+      int64_t mc = round_up(ceil_div(g->m, tm), MR), tm2 = ceil_div(g->m, mc);
+      if ((g->batch * tm2 * P.tn) % nthreads == 0)
+        P.mc = mc, P.tm = tm2, done = 1;
+    }
+    for (int64_t tn = P.tn + 1; !done && tn <= ceil_div(g->n, NR); tn++) {
+      int64_t nc = round_up(ceil_div(g->n, tn), NR), tn2 = ceil_div(g->n, nc);
+      if ((g->batch * P.tm * tn2) % nthreads == 0)
+        P.nc = nc, P.tn = tn2, done = 1;
+    }
+  }
+  P.ldcs = P.nc + 16; /* avoid power-of-two row strides in the C block */
+  P.ap_floats = (size_t)(P.mc * P.kc + SLACK);
+  P.bp_floats = (size_t)(P.kc * NR + SLACK);
+  P.cs_floats = (size_t)(P.mc * P.ldcs);
+  return P;
+}
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static void run_task(const ampc_gemm_args *g, const plan *P, int64_t task, float *ap, float *bp,
+                     float *cs) {
+  const int64_t per = P->tm * P->tn;
+  const int64_t t = task / per, ti = (task % per) / P->tn, tj = task % P->tn;
+  const void *a = at(g->a, g->adt, t * g->stride_a);
+  const void *b = at(g->b, g->bdt, t * g->stride_b);
+  void *c = (char *)g->c + t * g->stride_c * (int64_t)esz(g->cdt);
+  const int64_t ic = ti * P->mc, jc = tj * P->nc;
+  const int64_t mcur = g->m - ic < P->mc ? g->m - ic : P->mc;
+  const int64_t ncur = g->n - jc < P->nc ? g->n - jc : P->nc;
+  for (int64_t pc = 0; pc < g->k; pc += P->kc) {
+    const int64_t kcur = g->k - pc < P->kc ? g->k - pc : P->kc;
+    for (int64_t ir = 0; ir < mcur; ir += MR) {
+      const int rv = (int)(mcur - ir < MR ? mcur - ir : MR);
+      pack_panel(ap + ir * kcur, MR, at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt, rv,
+                 g->m - ic - ir, kcur, g->rs_a, g->cs_a);
+    }
+    for (int64_t jr = 0; jr < ncur; jr += NR) {
+      const int rv = (int)(ncur - jr < NR ? ncur - jr : NR);
+      pack_panel(bp, NR, at(b, g->bdt, pc * g->rs_b + (jc + jr) * g->cs_b), g->bdt, rv,
+                 g->n - jc - jr, kcur, g->cs_b, g->rs_b);
+      for (int64_t ir = 0; ir < mcur; ir += MR)
+        kernel_6x16(kcur, ap + ir * kcur, bp, cs + ir * P->ldcs + jr, P->ldcs, pc > 0);
+    }
+  }
+  epilogue(g, c, ic, jc, mcur, ncur, cs, P->ldcs);
+}
+
+ampc_status ampc_gemm_blocked_avx2(const ampc_gemm_args *g, const ampc_gemm_config *cfg,
+                                   int nthreads) {
+  const plan P = make_plan(g, cfg, nthreads);
+  const int64_t ntasks = g->batch * P.tm * P.tn;
+  if (nthreads > ntasks)
+    nthreads = (int)ntasks;
+  const size_t per_thread = round16(P.ap_floats) + round16(P.bp_floats) + round16(P.cs_floats);
+  const size_t bytes = (size_t)nthreads * per_thread * sizeof(float);
+  float *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  if (!ws)
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm: cannot allocate %zu bytes of workspace", bytes);
+#pragma omp parallel num_threads(nthreads)
+  {
+    float *ap = ws + (size_t)omp_get_thread_num() * per_thread;
+    float *bp = ap + round16(P.ap_floats);
+    float *cs = bp + round16(P.bp_floats);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntasks; task++)
+      run_task(g, &P, task, ap, bp, cs);
+  }
+  free(ws);
+  return AMPC_OK;
+}

@@ -1,0 +1,464 @@
+/*
+ * tests/test_gemm.c: ampc_gemm against the double-precision reference.
+ *
+ * Bound (FP32 accumulation), derived from the error analysis of a sum of K
+ * products in any order (Higham, "Accuracy and Stability of Numerical
+ * Algorithms", 2nd ed., section 3.1) plus the epilogue's roundings:
+ *   |fp32_result - exact| <= (K + 3) * 2^-24 * (|alpha| sum_p |a b| + |beta| |c|)
+ * and the final rounding to C's dtype adds at most u_out * |fp32_result| plus
+ * half the smallest subnormal of the output (u_out = 2^-24, 2^-11, 2^-8 for
+ * f32, f16, bf16). The reference's own error, K * 2^-53 * sum |a b|, is added.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/ampc.h"
+#include "numeric/numeric.h"
+
+static uint64_t g_rng = 0x243F6A8885A308D3u;
+static double urand(void) { /* [0, 1) */
+  g_rng ^= g_rng >> 12;
+  g_rng ^= g_rng << 25;
+  g_rng ^= g_rng >> 27;
+  return (double)((g_rng * 0x2545F4914F6CDD1Du) >> 11) * 0x1p-53;
+}
+
+static void put(void *p, ampc_dtype dt, int64_t i, float v) {
+  switch (dt) {
+  case AMPC_F16: ((ampc_f16 *)p)[i] = ampc_f32_to_f16(v); break;
+  case AMPC_BF16: ((ampc_bf16 *)p)[i] = ampc_f32_to_bf16(v); break;
+  default: ((float *)p)[i] = v; break;
+  }
+}
+static double get(const void *p, ampc_dtype dt, int64_t i) {
+  switch (dt) {
+  case AMPC_F16: return (double)ampc_f16_to_f32(((const ampc_f16 *)p)[i]);
+  case AMPC_BF16: return (double)ampc_bf16_to_f32(((const ampc_bf16 *)p)[i]);
+  default: return (double)((const float *)p)[i];
+  }
+}
+
+/* rows x cols matrix with leading dimension ld, random in [-1, 1) (padding
+ * holds NaN so that a read outside the matrix shows up) */
+static void *rand_matrix(ampc_dtype dt, int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t total = rows > 0 ? (rows - 1) * ld + cols : 0;
+  void *p = malloc((size_t)(total + 1) * ampc_dtype_size(dt));
+  assert_non_null(p);
+  for (int64_t i = 0; i <= total; i++)
+    put(p, dt, i, NAN);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      put(p, dt, r * ld + c, (float)(2.0 * urand() - 1.0));
+  return p;
+}
+
+static double unit_roundoff(ampc_dtype dt) {
+  return dt == AMPC_F16 ? 0x1p-11 : dt == AMPC_BF16 ? 0x1p-8 : 0x1p-24;
+}
+static double half_min_sub(ampc_dtype dt) {
+  return dt == AMPC_F16 ? 0x1p-25 : dt == AMPC_BF16 ? 0x1p-134 : 0x1p-150;
+}
+
+typedef struct {
+  ampc_op opa, opb;
+  int64_t m, n, k, pad;
+  ampc_dtype adt, bdt, cdt;
+  float alpha, beta;
+  int64_t batch;
+} gcase;
+
+static int64_t g_checked;
+
+/* Run one (batched) case and check every element against the reference. */
+static void check_case(const gcase *t) {
+  const int64_t ar = t->opa == AMPC_OP_N ? t->m : t->k, ac = t->opa == AMPC_OP_N ? t->k : t->m;
+  const int64_t br = t->opb == AMPC_OP_N ? t->k : t->n, bc = t->opb == AMPC_OP_N ? t->n : t->k;
+  const int64_t lda = ac + t->pad, ldb = bc + t->pad, ldc = t->n + t->pad;
+  const int64_t batch = t->batch > 0 ? t->batch : 1;
+  /* batch matrices laid out one after another with gaps */
+  void *a = rand_matrix(t->adt, batch * ar, ac, lda); /* rows cover the strides */
+  void *b = rand_matrix(t->bdt, batch * br, bc, ldb);
+  void *c = rand_matrix(t->cdt, batch * t->m, t->n, ldc);
+  const int64_t stra = ar * lda, strb = br * ldb, strc = t->m * ldc;
+  if (t->beta == 0.0f) /* garbage that must not propagate */
+    for (int64_t i = 0; i < (batch * t->m - 1) * ldc + t->n; i++)
+      put(c, t->cdt, i, NAN);
+  const size_t mn = (size_t)(t->m * t->n);
+  double *ref = malloc((mn + 1) * sizeof *ref * (size_t)batch);
+  double *abs_ = malloc((mn + 1) * sizeof *abs_ * (size_t)batch);
+  assert_non_null(ref);
+  assert_non_null(abs_);
+  const size_t cbytes = (size_t)((batch * t->m - 1) * ldc + t->n + 1) * ampc_dtype_size(t->cdt);
+  void *c0 = malloc(cbytes);
+  assert_non_null(c0);
+  memcpy(c0, c, cbytes);
+  for (int64_t q = 0; q < batch; q++) {
+    const size_t es_a = ampc_dtype_size(t->adt), es_b = ampc_dtype_size(t->bdt),
+                 es_c = ampc_dtype_size(t->cdt);
+    assert_int_equal(ampc_gemm_reference(t->opa, t->opb, t->m, t->n, t->k, (double)t->alpha,
+                                         (char *)a + (size_t)(q * stra) * es_a, t->adt, lda,
+                                         (char *)b + (size_t)(q * strb) * es_b, t->bdt, ldb,
+                                         (double)t->beta, (char *)c0 + (size_t)(q * strc) * es_c,
+                                         t->cdt, ldc, ref + q * (int64_t)mn,
+                                         abs_ + q * (int64_t)mn),
+                     AMPC_OK);
+  }
+  ampc_status st;
+  if (t->batch > 0)
+    st = ampc_gemm_strided_batched(t->opa, t->opb, t->m, t->n, t->k, t->alpha, a, t->adt, lda, stra,
+                                   b, t->bdt, ldb, strb, t->beta, c, t->cdt, ldc, strc, batch,
+                                   AMPC_ACC_F32);
+  else
+    st = ampc_gemm(t->opa, t->opb, t->m, t->n, t->k, t->alpha, a, t->adt, lda, b, t->bdt, ldb,
+                   t->beta, c, t->cdt, ldc, AMPC_ACC_F32);
+  assert_int_equal(st, AMPC_OK);
+  const double u = unit_roundoff(t->cdt);
+  for (int64_t q = 0; q < batch; q++) {
+    for (int64_t i = 0; i < t->m; i++) {
+      for (int64_t j = 0; j < t->n; j++) {
+        const int64_t ci = q * strc + i * ldc + j;
+        const double got = get(c, t->cdt, ci), r = ref[q * (int64_t)mn + i * t->n + j];
+        const double cold = t->beta != 0.0f ? fabs(get(c0, t->cdt, ci)) : 0.0;
+        const double s = abs_[q * (int64_t)mn + i * t->n + j];
+        const double e32 = (double)(t->k + 3) * 0x1p-24 *
+                               (fabs((double)t->alpha) * s + fabs((double)t->beta) * cold) +
+                           (double)t->k * 0x1p-52 * s;
+        const double bound = e32 + u * (fabs(r) + e32) + half_min_sub(t->cdt);
+        if (!(fabs(got - r) <= bound))
+          fail_msg("op=%d%d m=%lld n=%lld k=%lld dt=%s,%s->%s alpha=%g beta=%g batch=%lld "
+                   "[%lld][%lld][%lld]: got %.9g ref %.9g |err| %.3g > bound %.3g",
+                   t->opa, t->opb, (long long)t->m, (long long)t->n, (long long)t->k,
+                   ampc_dtype_name(t->adt), ampc_dtype_name(t->bdt), ampc_dtype_name(t->cdt),
+                   (double)t->alpha, (double)t->beta, (long long)t->batch, (long long)q,
+                   (long long)i, (long long)j, got, r, fabs(got - r), bound);
+      }
+    }
+  }
+  /* nothing outside the C matrices changed (padding, gaps) */
+  for (int64_t q = 0; q < batch; q++)
+    for (int64_t i = 0; i < t->m; i++)
+      for (int64_t j = t->n; j < (i + 1 < t->m || q + 1 < batch ? ldc : t->n); j++) {
+        const int64_t ci = q * strc + i * ldc + j;
+        if (memcmp((char *)c + ci * (int64_t)ampc_dtype_size(t->cdt),
+                   (char *)c0 + ci * (int64_t)ampc_dtype_size(t->cdt),
+                   ampc_dtype_size(t->cdt)) != 0)
+          fail_msg("element outside C changed at offset %lld", (long long)ci);
+      }
+  g_checked += batch * t->m * t->n;
+  free(a);
+  free(b);
+  free(c);
+  free(c0);
+  free(ref);
+  free(abs_);
+}
+
+static const ampc_dtype k_dts[3] = {AMPC_F32, AMPC_F16, AMPC_BF16};
+
+static void test_all_combinations_small(void **state) {
+  (void)state;
+  const int64_t sizes[][3] = {{1, 1, 1},  {5, 17, 3},   {7, 33, 67}, {67, 45, 31}, {13, 1, 64},
+                              {1, 67, 9}, {64, 64, 64}, {6, 16, 8},  {23, 29, 41}};
+  const float ab[][2] = {{1.0f, 0.0f}, {0.75f, -1.25f}};
+  g_checked = 0;
+  for (int opa = 0; opa < 2; opa++)
+    for (int opb = 0; opb < 2; opb++)
+      for (int x = 0; x < 3; x++)
+        for (int y = 0; y < 3; y++)
+          for (int z = 0; z < 3; z++)
+            for (int s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
+              for (int q = 0; q < 2; q++) {
+                gcase t = {(ampc_op)opa, (ampc_op)opb, sizes[s][0],
+                           sizes[s][1],  sizes[s][2],  (s % 3 == 0) ? 0 : 3,
+                           k_dts[x],     k_dts[y],     k_dts[z],
+                           ab[q][0],     ab[q][1],     0};
+                check_case(&t);
+              }
+  print_message("small combinations: %lld elements checked\n", (long long)g_checked);
+}
+
+static void test_larger(void **state) {
+  (void)state;
+  const int64_t sizes[][3] = {{300, 257, 299}, {129, 200, 4096}, {97, 300, 513}};
+  const ampc_dtype combos[][3] = {{AMPC_F16, AMPC_F16, AMPC_F32},
+                                  {AMPC_BF16, AMPC_BF16, AMPC_BF16},
+                                  {AMPC_F32, AMPC_F16, AMPC_F16},
+                                  {AMPC_F32, AMPC_F32, AMPC_F32}};
+  for (int opa = 0; opa < 2; opa++)
+    for (int opb = 0; opb < 2; opb++)
+      for (int s = 0; s < 3; s++)
+        for (int c = 0; c < 4; c++) {
+          gcase t = {
+              (ampc_op)opa, (ampc_op)opb, sizes[s][0],  sizes[s][1], sizes[s][2],          s,
+              combos[c][0], combos[c][1], combos[c][2], 1.0f,        s == 1 ? 0.5f : 0.0f, 0};
+          check_case(&t);
+        }
+}
+
+static void test_batched(void **state) {
+  (void)state;
+  for (int opa = 0; opa < 2; opa++)
+    for (int opb = 0; opb < 2; opb++)
+      for (int x = 0; x < 3; x++) {
+        gcase t = {(ampc_op)opa,
+                   (ampc_op)opb,
+                   17,
+                   24,
+                   32,
+                   2,
+                   k_dts[x],
+                   AMPC_F16,
+                   k_dts[(x + 1) % 3],
+                   0.125f,
+                   x == 1 ? 1.0f : 0.0f,
+                   5};
+        check_case(&t);
+        gcase u = {(ampc_op)opa, (ampc_op)opb, 64,       64,   16,   0,
+                   AMPC_F16,     AMPC_F16,     AMPC_F32, 1.0f, 0.0f, 3};
+        check_case(&u);
+      }
+}
+
+static void test_broadcast_stride_zero(void **state) {
+  (void)state;
+  /* the same B for every batch matrix (stride_b = 0) */
+  const int64_t m = 9, n = 20, k = 11, batch = 4;
+  void *a = rand_matrix(AMPC_F16, batch * m, k, k);
+  void *b = rand_matrix(AMPC_F16, k, n, n);
+  float *c = calloc((size_t)(batch * m * n), sizeof *c);
+  double *ref = malloc((size_t)(m * n) * sizeof *ref);
+  assert_int_equal(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, m, n, k, 1.0f, a, AMPC_F16, k,
+                                             m * k, b, AMPC_F16, n, 0, 0.0f, c, AMPC_F32, n, m * n,
+                                             batch, AMPC_ACC_F32),
+                   AMPC_OK);
+  for (int64_t q = 0; q < batch; q++) {
+    assert_int_equal(ampc_gemm_reference(AMPC_OP_N, AMPC_OP_N, m, n, k, 1.0,
+                                         (ampc_f16 *)a + q * m * k, AMPC_F16, k, b, AMPC_F16, n,
+                                         0.0, NULL, AMPC_F32, n, ref, NULL),
+                     AMPC_OK);
+    for (int64_t i = 0; i < m * n; i++)
+      assert_true(fabs((double)c[q * m * n + i] - ref[i]) <= (double)(k + 3) * 0x1p-24 * (double)k);
+  }
+  free(a);
+  free(b);
+  free(c);
+  free(ref);
+}
+
+static void test_special_alpha_beta(void **state) {
+  (void)state;
+  /* alpha = 0: A and B (full of NaN) are not read; C = beta * C */
+  ampc_f16 a[4], b[4];
+  for (int i = 0; i < 4; i++)
+    a[i] = b[i] = ampc_f32_to_f16(NAN);
+  float c[4] = {1, 2, 3, 4};
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 0.0f, a, AMPC_F16, 2, b, AMPC_F16, 2,
+                             2.0f, c, AMPC_F32, 2, AMPC_ACC_F32),
+                   AMPC_OK);
+  assert_true(c[0] == 2.0f && c[1] == 4.0f && c[2] == 6.0f && c[3] == 8.0f);
+  /* K = 0 with beta = 0: zeros, even over NaN garbage */
+  for (int i = 0; i < 4; i++)
+    c[i] = NAN;
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 0, 1.0f, NULL, AMPC_F16, 1, NULL, AMPC_F16,
+                             2, 0.0f, c, AMPC_F32, 2, AMPC_ACC_F32),
+                   AMPC_OK);
+  for (int i = 0; i < 4; i++)
+    assert_true(c[i] == 0.0f);
+  /* inf in A propagates */
+  ampc_f16 one = ampc_f32_to_f16(1.0f), a2[2] = {ampc_f32_to_f16(INFINITY), one},
+           b2[2] = {one, one};
+  float c1 = 0;
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 1, 1, 2, 1.0f, a2, AMPC_F16, 2, b2, AMPC_F16, 1,
+                             0.0f, &c1, AMPC_F32, 1, AMPC_ACC_F32),
+                   AMPC_OK);
+  assert_true(isinf(c1) && c1 > 0);
+  /* FP16 output overflows to inf as binary16 rounding says: 256 * 256 = 65536 */
+  ampc_f16 big = ampc_f32_to_f16(256.0f), ch;
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 1, 1, 1, 1.0f, &big, AMPC_F16, 1, &big, AMPC_F16,
+                             1, 0.0f, &ch, AMPC_F16, 1, AMPC_ACC_F32),
+                   AMPC_OK);
+  assert_int_equal(ch.bits, 0x7C00);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  ampc_f16 a[16] = {{0}}, b[16] = {{0}};
+  float c[16];
+  for (int i = 0; i < 16; i++)
+    c[i] = 42.0f;
+  const ampc_acc acc = AMPC_ACC_F32;
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, -1, 2, 2, 1, a, AMPC_F16, 2, b, AMPC_F16, 2, 0,
+                             c, AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "negative"));
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 3, 1, a, AMPC_F16, 2, b, AMPC_F16, 2, 0, c,
+                             AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG); /* lda < K */
+  assert_non_null(strstr(ampc_last_error(), "lda"));
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_T, 2, 3, 2, 1, a, AMPC_F16, 2, b, AMPC_F16, 1, 0, c,
+                             AMPC_F32, 3, acc),
+                   AMPC_ERR_INVALID_ARG); /* ldb < K for B^T */
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 3, 2, 1, a, AMPC_F16, 2, b, AMPC_F16, 3, 0, c,
+                             AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG); /* ldc < N */
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, NULL, AMPC_F16, 2, b, AMPC_F16, 2, 0,
+                             c, AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, a, AMPC_F16, 2, b, AMPC_F16, 2, 0,
+                             NULL, AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, a, AMPC_F8_E4M3, 2, b, AMPC_F16, 2,
+                             0, c, AMPC_F32, 2, acc),
+                   AMPC_ERR_UNSUPPORTED);
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, a, (ampc_dtype)42, 2, b, AMPC_F16, 2,
+                             0, c, AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm((ampc_op)5, AMPC_OP_N, 2, 2, 2, 1, a, AMPC_F16, 2, b, AMPC_F16, 2, 0,
+                             c, AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, a, AMPC_F16, 2, b, AMPC_F16, 2, 0, c,
+                             AMPC_F32, 2, (ampc_acc)7),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, a, AMPC_F16, 2, 4, b,
+                                             AMPC_F16, 2, 4, 0, c, AMPC_F32, 2, 3, 2, acc),
+                   AMPC_ERR_INVALID_ARG); /* C matrices overlap */
+  assert_non_null(strstr(ampc_last_error(), "overlap"));
+  for (int i = 0; i < 16; i++)
+    assert_true(c[i] == 42.0f); /* nothing written on error */
+  /* empty problems are fine */
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 0, 2, 2, 1, NULL, AMPC_F16, 2, NULL, AMPC_F16, 2,
+                             0, NULL, AMPC_F32, 2, acc),
+                   AMPC_OK);
+  ampc_gemm_config bad = {7, 256, 512};
+  assert_int_equal(ampc_gemm_set_config(&bad), AMPC_ERR_INVALID_ARG);
+}
+
+/* sum of n ones as a 1 x n by n x 1 product */
+static float sum_ones(ampc_dtype dt, int64_t n, ampc_acc acc, ampc_dtype cdt) {
+  void *a = malloc((size_t)n * ampc_dtype_size(dt));
+  assert_non_null(a);
+  for (int64_t i = 0; i < n; i++)
+    put(a, dt, i, 1.0f);
+  uint32_t cbuf = 0;
+  assert_int_equal(
+      ampc_gemm(AMPC_OP_N, AMPC_OP_N, 1, 1, n, 1.0f, a, dt, n, a, dt, 1, 0.0f, &cbuf, cdt, 1, acc),
+      AMPC_OK);
+  free(a);
+  return (float)get(&cbuf, cdt, 0);
+}
+
+static void test_accumulation_ablation_exact(void **state) {
+  (void)state;
+  assert_true(sum_ones(AMPC_F16, 4096, AMPC_ACC_F32, AMPC_F32) == 4096.0f);
+  assert_true(sum_ones(AMPC_F16, 4096, AMPC_ACC_F32, AMPC_F16) == 4096.0f);
+  assert_true(sum_ones(AMPC_F16, 4096, AMPC_ACC_F16, AMPC_F32) == 2048.0f);
+  assert_true(sum_ones(AMPC_F16, 8192, AMPC_ACC_F16, AMPC_F32) == 2048.0f);
+  assert_true(sum_ones(AMPC_F16, 2048, AMPC_ACC_F16, AMPC_F32) == 2048.0f);
+  assert_true(sum_ones(AMPC_BF16, 4096, AMPC_ACC_F32, AMPC_F32) == 4096.0f);
+  assert_true(sum_ones(AMPC_BF16, 8192, AMPC_ACC_F32, AMPC_F32) == 8192.0f);
+  assert_true(sum_ones(AMPC_F32, 8192, AMPC_ACC_F16, AMPC_F32) == 2048.0f);
+}
+
+/* binary16 rounding of a double, written with frexp/ldexp (independent of
+ * the library's bit-level version) */
+static double model_round_f16(double x) {
+  if (x == 0.0 || !isfinite(x))
+    return x;
+  int e;
+  frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+  int k = e - 1 < -14 ? -14 : e - 1;
+  double r = nearbyint(ldexp(x, 10 - k));
+  double v = ldexp(r, k - 10);
+  return fabs(v) > 65504.0 ? copysign((double)INFINITY, x) : v;
+}
+
+static void test_acc16_semantics(void **state) {
+  (void)state;
+  /* positive F16 inputs in [1/16, 2): every a*b + s is exact in double, so the
+   * model s = round16(a*b + s) is exact; ampc must match it bit for bit */
+  const int64_t m = 5, n = 7, k = 300;
+  ampc_f16 *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+  float *c = malloc((size_t)(m * n) * sizeof *c);
+  assert_true(a && b && c);
+  for (int64_t i = 0; i < m * k; i++)
+    a[i] = ampc_f32_to_f16((float)(0.0625 + 1.9375 * urand()));
+  for (int64_t i = 0; i < k * n; i++)
+    b[i] = ampc_f32_to_f16((float)(0.0625 + 1.9375 * urand()));
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, n, k, 1.0f, a, AMPC_F16, k, b, AMPC_F16, n,
+                             0.0f, c, AMPC_F32, n, AMPC_ACC_F16),
+                   AMPC_OK);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; p++)
+        s = model_round_f16(
+            (double)ampc_f16_to_f32(a[i * k + p]) * (double)ampc_f16_to_f32(b[p * n + j]) + s);
+      assert_true((double)c[i * n + j] == s);
+    }
+  free(a);
+  free(b);
+  free(c);
+}
+
+static void test_acc16_error_grows_with_k(void **state) {
+  (void)state;
+  const int64_t ks[3] = {64, 1024, 16384}, m = 4, n = 4;
+  double err16[3], err32[3], bound32[3];
+  for (int q = 0; q < 3; q++) {
+    const int64_t k = ks[q];
+    ampc_f16 *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+    float c16[16], c32[16];
+    double ref[16], abs_[16];
+    for (int64_t i = 0; i < m * k; i++)
+      a[i] = ampc_f32_to_f16((float)urand());
+    for (int64_t i = 0; i < k * n; i++)
+      b[i] = ampc_f32_to_f16((float)urand());
+    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, n, k, 1.0f, a, AMPC_F16, k, b, AMPC_F16, n,
+                               0.0f, c16, AMPC_F32, n, AMPC_ACC_F16),
+                     AMPC_OK);
+    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, n, k, 1.0f, a, AMPC_F16, k, b, AMPC_F16, n,
+                               0.0f, c32, AMPC_F32, n, AMPC_ACC_F32),
+                     AMPC_OK);
+    assert_int_equal(ampc_gemm_reference(AMPC_OP_N, AMPC_OP_N, m, n, k, 1.0, a, AMPC_F16, k, b,
+                                         AMPC_F16, n, 0.0, NULL, AMPC_F32, n, ref, abs_),
+                     AMPC_OK);
+    err16[q] = err32[q] = bound32[q] = 0;
+    for (int i = 0; i < 16; i++) {
+      err16[q] = fmax(err16[q], fabs((double)c16[i] - ref[i]) / ref[i]);
+      err32[q] = fmax(err32[q], fabs((double)c32[i] - ref[i]) / ref[i]);
+      bound32[q] = fmax(bound32[q], (double)(k + 3) * 0x1p-24 * abs_[i] / ref[i]);
+    }
+    print_message("K=%5lld  max rel err: fp16 accumulation %.3e, fp32 accumulation %.3e "
+                  "(bound %.3e)\n",
+                  (long long)k, err16[q], err32[q], bound32[q]);
+    assert_true(err32[q] <= bound32[q]);
+    free(a);
+    free(b);
+  }
+  assert_true(err16[0] < err16[1] && err16[1] < err16[2]);
+  assert_true(err16[2] > 0.5); /* at K = 16384 most of the sum is swallowed */
+  assert_true(err32[2] < 1e-4);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_all_combinations_small),
+      cmocka_unit_test(test_larger),
+      cmocka_unit_test(test_batched),
+      cmocka_unit_test(test_broadcast_stride_zero),
+      cmocka_unit_test(test_special_alpha_beta),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_accumulation_ablation_exact),
+      cmocka_unit_test(test_acc16_semantics),
+      cmocka_unit_test(test_acc16_error_grows_with_k),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
