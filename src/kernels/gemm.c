@@ -21,7 +21,7 @@
  * so the build does not depend on which cblas.h is found first). */
 void openblas_set_num_threads(int num_threads);
 
-static ampc_gemm_config g_cfg = {.mc = 72, .kc = 256, .nc = 512};
+static ampc_gemm_config g_cfg = {.mc = 144, .kc = 256, .nc = 512};
 static atomic_int g_threads = 0; /* 0: OpenMP's default */
 
 ampc_gemm_config ampc_gemm_get_config(void) { return g_cfg; }
@@ -157,7 +157,7 @@ static inline double round_f16_f64(double x) {
   memcpy(&s_down, &down, 8);
   const double q = x * s_up; /* |q| < 2^11: exact */
   const double r = (q + 0x1.8p52) - 0x1.8p52;
-  const double v = r == 0.0 ? copysign(0.0, x) : r * s_down;
+  const double v = copysign(r * s_down, x);
   if (fabs(v) > 65504.0)
     return x > 0 ? (double)INFINITY : -(double)INFINITY;
   return v;
@@ -215,7 +215,7 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
   }
   const int nthreads = ampc_get_num_threads();
   if (acc == AMPC_ACC_F16)
-    return gemm_acc16(g, nthreads);
+    return ampc_use_avx2() ? ampc_gemm_acc16_avx2(g, nthreads) : gemm_acc16(g, nthreads);
   if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32) {
     const int ta = g->cs_a != 1, tb = g->cs_b != 1;
     const int lda = (int)(ta ? g->cs_a : g->rs_a), ldb = (int)(tb ? g->cs_b : g->rs_b);

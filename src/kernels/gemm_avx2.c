@@ -18,6 +18,7 @@
 #include "internal.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@
 
 enum { MR = AMPC_GEMM_MR, NR = AMPC_GEMM_NR, SLACK = 16 };
 
-static inline size_t esz(ampc_dtype dt) { return ampc_dtype_size(dt); }
+static inline size_t esz(ampc_dtype dt) { return dt == AMPC_F32 ? 4 : 2; }
 static inline const void *at(const void *p, ampc_dtype dt, int64_t off) {
   return (const char *)p + off * (int64_t)esz(dt);
 }
@@ -68,8 +69,9 @@ static inline void transpose8(__m256 r[8]) {
  * r exist in the source from this panel on (so lanes rv..ravail-1 may be read
  * but are not used). May write up to 8 floats past dst + kc*R (SLACK).
  */
-static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype dt, int rv,
-                       int64_t ravail, int64_t kc, int64_t stride_r, int64_t stride_p) {
+static inline __attribute__((always_inline)) void
+pack_panel_dt(float *restrict dst, const int R, const void *src, const ampc_dtype dt, int rv,
+              int64_t ravail, int64_t kc, int64_t stride_r, int64_t stride_p) {
   int64_t p = 0;
   if (stride_p == 1) {
     /* rows contiguous along p: load 8 p's per lane, transpose 8 x 8 */
@@ -97,6 +99,24 @@ static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype d
     for (int r = 0; r < R; r++)
       dst[p * R + r] = r < rv ? ampc_gemm_load(src, dt, r * stride_r + p * stride_p) : 0.0f;
   }
+}
+
+/* One copy of the packing loops per (R, dtype), so that neither is tested
+ * inside them. */
+static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype dt, int rv,
+                       int64_t ravail, int64_t kc, int64_t stride_r, int64_t stride_p) {
+#define AMPC_PACK_CASE(RR, DT)                                                                     \
+  if (R == RR && dt == DT) {                                                                       \
+    pack_panel_dt(dst, RR, src, DT, rv, ravail, kc, stride_r, stride_p);                           \
+    return;                                                                                        \
+  }
+  AMPC_PACK_CASE(MR, AMPC_F16)
+  AMPC_PACK_CASE(MR, AMPC_BF16)
+  AMPC_PACK_CASE(MR, AMPC_F32)
+  AMPC_PACK_CASE(NR, AMPC_F16)
+  AMPC_PACK_CASE(NR, AMPC_BF16)
+  AMPC_PACK_CASE(NR, AMPC_F32)
+#undef AMPC_PACK_CASE
 }
 
 /* C tile (6 x 16, FP32, row stride ldc) = (or +=) A panel * B panel over kc. */
@@ -273,5 +293,90 @@ ampc_status ampc_gemm_blocked_avx2(const ampc_gemm_args *g, const ampc_gemm_conf
       run_task(g, &P, task, ap, bp, cs);
   }
   free(ws);
+  return AMPC_OK;
+}
+
+/* ---- the FP16-accumulation ablation, 4 x 8 chains at a time ---------------- */
+
+/* binary16 rounding of 4 doubles (RNE, subnormals kept, overflow to inf, inf
+ * and NaN unchanged): the vector form of round_f16_f64 in gemm.c, same steps. */
+static inline __m256d round_f16_pd(__m256d x) {
+  const __m256i xb = _mm256_castpd_si256(x);
+  const __m256i sign = _mm256_and_si256(xb, _mm256_set1_epi64x((long long)0x8000000000000000ull));
+  const __m256i ax = _mm256_andnot_si256(_mm256_set1_epi64x((long long)0x8000000000000000ull), xb);
+  __m256i e = _mm256_sub_epi64(_mm256_srli_epi64(ax, 52), _mm256_set1_epi64x(1023));
+  const __m256i lo = _mm256_set1_epi64x(-14), hi = _mm256_set1_epi64x(17);
+  e = _mm256_blendv_epi8(e, lo, _mm256_cmpgt_epi64(lo, e));
+  e = _mm256_blendv_epi8(e, hi, _mm256_cmpgt_epi64(e, hi));
+  const __m256d up = _mm256_castsi256_pd(
+      _mm256_slli_epi64(_mm256_sub_epi64(_mm256_set1_epi64x(1023 + 10), e), 52));
+  const __m256d down = _mm256_castsi256_pd(
+      _mm256_slli_epi64(_mm256_add_epi64(_mm256_set1_epi64x(1023 - 10), e), 52));
+  const __m256d magic = _mm256_set1_pd(0x1.8p52);
+  const __m256d q = _mm256_mul_pd(x, up);
+  const __m256d r = _mm256_sub_pd(_mm256_add_pd(q, magic), magic);
+  __m256d v = _mm256_or_pd(_mm256_mul_pd(r, down), _mm256_castsi256_pd(sign));
+  const __m256d absv = _mm256_andnot_pd(
+      _mm256_castsi256_pd(_mm256_set1_epi64x((long long)0x8000000000000000ull)), v);
+  const __m256d over = _mm256_cmp_pd(absv, _mm256_set1_pd(65504.0), _CMP_GT_OQ);
+  const __m256d inf = _mm256_or_pd(_mm256_set1_pd((double)INFINITY), _mm256_castsi256_pd(sign));
+  v = _mm256_blendv_pd(v, inf, over);
+  const __m256i special = _mm256_cmpgt_epi64(ax, _mm256_set1_epi64x(0x7FEFFFFFFFFFFFFFll));
+  return _mm256_blendv_pd(v, x, _mm256_castsi256_pd(special));
+}
+
+ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
+  enum { RB = 4, CB = 8 };
+  const int64_t m = g->m, n = g->n, k = g->k;
+  const int64_t m4 = round_up(m, RB), n8 = round_up(n, CB);
+  const size_t bytes = (size_t)(m4 + n8) * (size_t)k * sizeof(double);
+  double *ad = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  if (!ad)
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
+  double *bd = ad + m4 * k; /* K x n8, row p contiguous over j */
+  const int64_t nblk = (m4 / RB) * (n8 / CB);
+  for (int64_t t = 0; t < g->batch; t++) {
+    const void *a = at(g->a, g->adt, t * g->stride_a);
+    const void *b = at(g->b, g->bdt, t * g->stride_b);
+    void *c = (char *)g->c + t * g->stride_c * (int64_t)esz(g->cdt);
+#pragma omp parallel num_threads(nthreads)
+    {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < m4; i++)
+        for (int64_t p = 0; p < k; p++)
+          ad[i * k + p] =
+              i < m ? (double)ampc_gemm_load(a, g->adt, i * g->rs_a + p * g->cs_a) : 0.0;
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < k; p++)
+        for (int64_t j = 0; j < n8; j++)
+          bd[p * n8 + j] =
+              j < n ? (double)ampc_gemm_load(b, g->bdt, p * g->rs_b + j * g->cs_b) : 0.0;
+#pragma omp for schedule(dynamic, 4)
+      for (int64_t blk = 0; blk < nblk; blk++) {
+        const int64_t i0 = (blk / (n8 / CB)) * RB, j0 = (blk % (n8 / CB)) * CB;
+        __m256d s[RB][2];
+        for (int r = 0; r < RB; r++)
+          s[r][0] = s[r][1] = _mm256_setzero_pd();
+        for (int64_t p = 0; p < k; p++) {
+          const __m256d b0 = _mm256_load_pd(bd + p * n8 + j0);
+          const __m256d b1 = _mm256_load_pd(bd + p * n8 + j0 + 4);
+          for (int r = 0; r < RB; r++) {
+            const __m256d av = _mm256_broadcast_sd(ad + (i0 + r) * k + p);
+            s[r][0] = round_f16_pd(_mm256_fmadd_pd(av, b0, s[r][0]));
+            s[r][1] = round_f16_pd(_mm256_fmadd_pd(av, b1, s[r][1]));
+          }
+        }
+        for (int r = 0; r < RB && i0 + r < m; r++) {
+          double out[CB];
+          _mm256_storeu_pd(out, s[r][0]);
+          _mm256_storeu_pd(out + 4, s[r][1]);
+          for (int jj = 0; jj < CB && j0 + jj < n; jj++)
+            ampc_gemm_epilogue1(c, g->cdt, (i0 + r) * g->ldc + j0 + jj, g->alpha, g->beta,
+                                (float)out[jj]);
+        }
+      }
+    }
+  }
+  free(ad);
   return AMPC_OK;
 }

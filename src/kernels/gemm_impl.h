@@ -62,4 +62,8 @@ static inline void ampc_gemm_epilogue1(void *c, ampc_dtype dt, int64_t i, float 
 ampc_status ampc_gemm_blocked_avx2(const ampc_gemm_args *g, const ampc_gemm_config *cfg,
                                    int nthreads);
 
+/* The FP16-accumulation ablation, AVX2 (bit-identical to the scalar path in
+ * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
+ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads);
+
 #endif

@@ -11,6 +11,7 @@
 static const ampc_command *const k_commands[] = {
     &ampc_cmd_formats,
     &ampc_cmd_convert,
+    &ampc_cmd_bench,
 };
 enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };
 

@@ -1,0 +1,217 @@
+/*
+ * tools/ampc/cmd_bench.c: `ampc bench gemm [--json] [--threads N] [--reps R] [--quick]`
+ *
+ * GFLOP/s of OpenBLAS SGEMM and of ampc's GEMM modes on square sizes and on the
+ * training shapes of the default model, interleaved within each repetition so
+ * every mode sees the same machine state; the median over repetitions is
+ * reported. A benchmark, never a test: timings are not asserted anywhere.
+ */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ampc/ampc.h"
+
+static const char k_usage[] =
+    "Usage: ampc bench gemm [--json] [--threads N] [--reps R] [--quick]\n"
+    "\n"
+    "Measure GEMM throughput (GFLOP/s = 2*M*N*K / seconds, median of R\n"
+    "repetitions, all modes interleaved in each repetition, one warm-up):\n"
+    "  sgemm      OpenBLAS cblas_sgemm, f32 x f32 -> f32\n"
+    "  f16        ampc, f16 x f16 -> f32, FP32 accumulation\n"
+    "  bf16       ampc, bf16 x bf16 -> f32, FP32 accumulation\n"
+    "  f16-out    ampc, f16 x f16 -> f16, FP32 accumulation\n"
+    "  f16-acc16  ampc, f16 x f16 -> f32, FP16 accumulation (the ablation)\n"
+    "on square 256..2048 and the training shapes of mm-tiny (M = 8192 tokens;\n"
+    "forward NN products and the transposed weight-gradient products, TN).\n"
+    "\n"
+    "Options:\n"
+    "  --threads N  only N threads (default: 1 and all cores)\n"
+    "  --reps R     repetitions, >= 1 (default 5)\n"
+    "  --quick      only the small shapes (a smoke run)\n"
+    "  --json       print {\"results\":[{\"m\":..,\"n\":..,\"k\":..,\"op\":\"NN\",\n"
+    "               \"dtype\":\"f16\",\"acc\":\"f32\",\"out\":\"f32\",\"threads\":..,\n"
+    "               \"gflops\":..,\"ratio_vs_sgemm\":..}, ...]}\n";
+
+typedef struct {
+  int64_t m, n, k;
+  ampc_op opa, opb;
+  int quick;
+} shape;
+
+static const shape k_shapes[] = {
+    {256, 256, 256, AMPC_OP_N, AMPC_OP_N, 1},    {512, 512, 512, AMPC_OP_N, AMPC_OP_N, 1},
+    {1024, 1024, 1024, AMPC_OP_N, AMPC_OP_N, 0}, {2048, 2048, 2048, AMPC_OP_N, AMPC_OP_N, 0},
+    {8192, 384, 128, AMPC_OP_N, AMPC_OP_N, 0},   {8192, 512, 128, AMPC_OP_N, AMPC_OP_N, 0},
+    {8192, 128, 512, AMPC_OP_N, AMPC_OP_N, 0},   {384, 128, 8192, AMPC_OP_T, AMPC_OP_N, 0},
+    {512, 128, 8192, AMPC_OP_T, AMPC_OP_N, 0},   {128, 512, 8192, AMPC_OP_T, AMPC_OP_N, 0},
+};
+
+typedef struct {
+  const char *name;
+  ampc_dtype in, out;
+  ampc_acc acc;
+} mode;
+
+static const mode k_modes[] = {
+    {"sgemm", AMPC_F32, AMPC_F32, AMPC_ACC_F32},     {"f16", AMPC_F16, AMPC_F32, AMPC_ACC_F32},
+    {"bf16", AMPC_BF16, AMPC_F32, AMPC_ACC_F32},     {"f16-out", AMPC_F16, AMPC_F16, AMPC_ACC_F32},
+    {"f16-acc16", AMPC_F16, AMPC_F32, AMPC_ACC_F16},
+};
+enum { NMODES = sizeof k_modes / sizeof k_modes[0], MAXREPS = 101 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void *filled(ampc_dtype dt, int64_t count) {
+  float *tmp = malloc((size_t)count * sizeof *tmp);
+  void *p = malloc((size_t)count * ampc_dtype_size(dt));
+  if (!tmp || !p) {
+    free(tmp);
+    free(p);
+    return NULL;
+  }
+  for (int64_t i = 0; i < count; i++)
+    tmp[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+  ampc_convert(p, dt, tmp, AMPC_F32, (size_t)count);
+  free(tmp);
+  return p;
+}
+
+static int run_gemm(int argc, char **argv) {
+  int json = 0, quick = 0, reps = 5, only_threads = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+    } else if (strcmp(argv[i], "--threads") == 0 || strcmp(argv[i], "--reps") == 0) {
+      if (i + 1 >= argc)
+        return cli_usage_error("bench", "%s needs a number", argv[i]);
+      char *end;
+      long v = strtol(argv[i + 1], &end, 10);
+      if (*end || end == argv[i + 1] || v < 1 || v > (argv[i][2] == 't' ? 1024 : MAXREPS))
+        return cli_usage_error("bench", "bad value '%s' for %s", argv[i + 1], argv[i]);
+      if (argv[i][2] == 't')
+        only_threads = (int)v;
+      else
+        reps = (int)v;
+      i++;
+    } else {
+      return cli_usage_error("bench", "unexpected argument '%s'", argv[i]);
+    }
+  }
+  int threads[2] = {1, omp_get_num_procs()}, nthr = threads[1] > 1 ? 2 : 1;
+  if (only_threads)
+    threads[0] = only_threads, nthr = 1;
+
+  cJSON *root = json ? cJSON_CreateObject() : NULL;
+  cJSON *results = json ? cJSON_AddArrayToObject(root, "results") : NULL;
+  if (!json)
+    printf(
+        "# ampc bench gemm: GFLOP/s, median of %d reps; gemm isa %s\n"
+        "| M | N | K | op | threads | sgemm | f16 | bf16 | f16-out | f16-acc16 | "
+        "f16/sgemm | bf16/sgemm |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        reps, ampc_gemm_isa());
+  for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
+    const shape *sh = &k_shapes[s];
+    if (quick && !sh->quick)
+      continue;
+    const int64_t an = sh->m * sh->k, bn = sh->k * sh->n, cn = sh->m * sh->n;
+    void *a[3] = {filled(AMPC_F32, an), filled(AMPC_F16, an), filled(AMPC_BF16, an)};
+    void *b[3] = {filled(AMPC_F32, bn), filled(AMPC_F16, bn), filled(AMPC_BF16, bn)};
+    void *c = malloc((size_t)cn * sizeof(float));
+    if (!a[0] || !a[1] || !a[2] || !b[0] || !b[1] || !b[2] || !c) {
+      for (int i = 0; i < 3; i++)
+        free(a[i]), free(b[i]);
+      free(c);
+      cJSON_Delete(root);
+      return cli_runtime_error("bench", "out of memory for %lld x %lld x %lld", (long long)sh->m,
+                               (long long)sh->n, (long long)sh->k);
+    }
+    const int64_t lda = sh->opa == AMPC_OP_N ? sh->k : sh->m;
+    const int64_t ldb = sh->opb == AMPC_OP_N ? sh->n : sh->k;
+    for (int ti = 0; ti < nthr; ti++) {
+      ampc_set_num_threads(threads[ti]);
+      static double t[NMODES][MAXREPS];
+      for (int r = -1; r < reps; r++) {
+        for (int md = 0; md < NMODES; md++) {
+          const mode *mo = &k_modes[md];
+          const int di = mo->in == AMPC_F32 ? 0 : mo->in == AMPC_F16 ? 1 : 2;
+          double t0 = now_s();
+          ampc_status st = ampc_gemm(sh->opa, sh->opb, sh->m, sh->n, sh->k, 1.0f, a[di], mo->in,
+                                     lda, b[di], mo->in, ldb, 0.0f, c, mo->out, sh->n, mo->acc);
+          double dt = now_s() - t0;
+          if (st != AMPC_OK) {
+            cJSON_Delete(root);
+            return cli_runtime_error("bench", "%s", ampc_last_error());
+          }
+          if (r >= 0)
+            t[md][r] = dt;
+        }
+      }
+      double gf[NMODES];
+      for (int md = 0; md < NMODES; md++) {
+        qsort(t[md], (size_t)reps, sizeof(double), cmp_d);
+        gf[md] = 2.0 * (double)sh->m * (double)sh->n * (double)sh->k / t[md][reps / 2] / 1e9;
+      }
+      const char op[3] = {sh->opa == AMPC_OP_N ? 'N' : 'T', sh->opb == AMPC_OP_N ? 'N' : 'T', 0};
+      if (json) {
+        for (int md = 0; md < NMODES; md++) {
+          cJSON *o = cJSON_CreateObject();
+          cJSON_AddNumberToObject(o, "m", (double)sh->m);
+          cJSON_AddNumberToObject(o, "n", (double)sh->n);
+          cJSON_AddNumberToObject(o, "k", (double)sh->k);
+          cJSON_AddStringToObject(o, "op", op);
+          cJSON_AddStringToObject(o, "mode", k_modes[md].name);
+          cJSON_AddStringToObject(o, "dtype", ampc_dtype_name(k_modes[md].in));
+          cJSON_AddStringToObject(o, "acc", k_modes[md].acc == AMPC_ACC_F32 ? "f32" : "f16");
+          cJSON_AddStringToObject(o, "out", ampc_dtype_name(k_modes[md].out));
+          cJSON_AddNumberToObject(o, "threads", threads[ti]);
+          cJSON_AddNumberToObject(o, "gflops", gf[md]);
+          cJSON_AddNumberToObject(o, "ratio_vs_sgemm", gf[md] / gf[0]);
+          cJSON_AddItemToArray(results, o);
+        }
+      } else {
+        printf(
+            "| %lld | %lld | %lld | %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n",
+            (long long)sh->m, (long long)sh->n, (long long)sh->k, op, threads[ti], gf[0], gf[1],
+            gf[2], gf[3], gf[4], gf[1] / gf[0], gf[2] / gf[0]);
+        fflush(stdout);
+      }
+    }
+    for (int i = 0; i < 3; i++)
+      free(a[i]), free(b[i]);
+    free(c);
+  }
+  ampc_set_num_threads(0);
+  return json ? cli_print_json("bench", root) : AMPC_EXIT_OK;
+}
+
+static int run(int argc, char **argv) {
+  if (argc < 2)
+    return cli_usage_error("bench", "missing benchmark name (gemm)");
+  if (strcmp(argv[1], "gemm") == 0)
+    return run_gemm(argc - 1, argv + 1);
+  return cli_usage_error("bench", "unknown benchmark '%s' (expected gemm)", argv[1]);
+}
+
+const ampc_command ampc_cmd_bench = {
+    .name = "bench",
+    .summary = "benchmarks: `bench gemm` (GEMM GFLOP/s against OpenBLAS SGEMM)",
+    .usage = k_usage,
+    .run = run,
+};
