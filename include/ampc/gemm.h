@@ -101,9 +101,10 @@ ampc_status ampc_gemm_reference(ampc_op opa, ampc_op opb, int64_t m, int64_t n, 
                                 double *abs_out);
 
 /* Cache blocking of the 16-bit kernel: the micro-kernel computes MR x NR = 6 x 16
- * tiles; a task packs an MC x KC block of A (L2) and KC x NR micro-panels of B
- * (L1) and owns an MC x NC block of C (FP32 partial sums, L2). mc must be a
- * positive multiple of 6, nc of 16, kc >= 1. */
+ * tiles; a thread's task owns up to 4*MC x NC of C (FP32 partial sums), packs a
+ * KC x NC panel of B per K slice and an MC x KC block of A (L2) per MC rows.
+ * Defaults mc = 144, kc = 256, nc = 512 (tuned on Zen 3). mc must be a positive
+ * multiple of 6, nc of 16, kc >= 1. */
 typedef struct ampc_gemm_config {
   int mc, kc, nc;
 } ampc_gemm_config;

@@ -3,17 +3,20 @@
  * accumulation, AVX2 + FMA + F16C. Compiled with -mavx2 -mfma -mf16c and only
  * called after the run-time CPU check.
  *
- * Structure (Goto & van de Geijn 2008; BLIS): the C matrix is cut into tasks of
- * MC x NC (per batch matrix), spread over OpenMP threads. A task owns an FP32
- * block Cs of partial sums. For each KC slice of K it packs its MC x KC block
- * of op(A) into MR-row micro-panels (L2), then for each NR-column micro-panel of
- * op(B) packs KC x NR values (L1) and runs the 6 x 16 micro-kernel down the
- * A block. Packing widens F16 (VCVTPH2PS) and BF16 (shift) to FP32 exactly, so
- * the micro-kernel is a plain FP32 FMA kernel reading half the bytes from the
- * caller's matrices. After the last slice the epilogue forms alpha*Cs + beta*C
- * in FP32 and rounds once into C's dtype. Edge tiles are packed with zero
- * padding, computed at full size into the padded Cs, and never stored beyond
- * M x N; no load reads outside the caller's matrices.
+ * Structure (Goto & van de Geijn 2008; BLIS): C is cut into tasks of up to
+ * MT x NC (MT = TASK_BLOCKS * MC rows, per batch matrix), spread over OpenMP
+ * threads; a task owns an FP32 block Cs of partial sums (L2/L3). For each KC
+ * slice of K the task packs its KC x NC panel of op(B) once, as NR-column
+ * micro-panels, reading each row of B once; then for each MC block of its rows
+ * packs MC x KC of op(A) into MR-row micro-panels (L2) and runs the 6 x 16
+ * micro-kernel over every (B micro-panel, A micro-panel) pair, the B
+ * micro-panel staying in L1 down the A block. Packing widens F16 (VCVTPH2PS)
+ * and BF16 (shift) to FP32 exactly, so the micro-kernel is a plain FP32 FMA
+ * kernel that reads half the bytes from the caller's matrices. After the last
+ * slice the epilogue forms alpha*Cs + beta*C in FP32 and rounds once into C's
+ * dtype. Edge tiles are packed with zero padding, computed at full size into
+ * the padded Cs, and never stored beyond M x N; no load reads outside the
+ * caller's matrices (prefetches may point past them; they never fault).
  */
 #include "internal.h"
 
@@ -25,7 +28,9 @@
 
 #include "kernels/gemm_impl.h"
 
-enum { MR = AMPC_GEMM_MR, NR = AMPC_GEMM_NR, SLACK = 16 };
+/* TASK_BLOCKS: a task covers up to this many MC blocks of rows, so that the B
+ * panel it packs is reused over TASK_BLOCKS * MC rows. */
+enum { MR = AMPC_GEMM_MR, NR = AMPC_GEMM_NR, SLACK = 16, TASK_BLOCKS = 4 };
 
 static inline size_t esz(ampc_dtype dt) { return dt == AMPC_F32 ? 4 : 2; }
 static inline const void *at(const void *p, ampc_dtype dt, int64_t off) {
@@ -119,6 +124,50 @@ static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype d
 #undef AMPC_PACK_CASE
 }
 
+/* Pack the B panel op(B)[0:kc, 0:ncols] as ceil(ncols / NR) micro-panels at
+ * dst + s*kc*NR. When B's rows are contiguous along j, each row p is read once
+ * across all full micro-panels (whole cache lines, one page per row), with a
+ * software prefetch a few rows ahead: rows are a leading dimension apart,
+ * often a page or more, which the hardware prefetcher does not follow (a
+ * prefetch past the end of the matrix is harmless: it never faults). A partial
+ * last micro-panel, and B stored transposed, go through pack_panel. */
+static inline __attribute__((always_inline)) void pack_b_rows_dt(float *restrict dst, int nsub,
+                                                                 const void *src,
+                                                                 const ampc_dtype dt, int64_t kc,
+                                                                 int64_t stride_p) {
+  const int64_t row_bytes = (int64_t)nsub * NR * (int64_t)esz(dt);
+  for (int64_t p = 0; p < kc; p++) {
+    const void *row = at(src, dt, p * stride_p);
+    const char *ahead = (const char *)at(src, dt, (p + 8) * stride_p);
+    for (int64_t off = 0; off < row_bytes; off += 64)
+      _mm_prefetch(ahead + off, _MM_HINT_T0);
+    for (int s = 0; s < nsub; s++) {
+      float *d = dst + (int64_t)s * kc * NR + p * NR;
+      _mm256_store_ps(d, load8(at(row, dt, s * NR), dt));
+      _mm256_store_ps(d + 8, load8(at(row, dt, s * NR + 8), dt));
+    }
+  }
+}
+
+static void pack_b(float *restrict dst, int64_t ncols, const void *src, ampc_dtype dt,
+                   int64_t navail, int64_t kc, int64_t stride_r, int64_t stride_p) {
+  int64_t j = 0;
+  if (stride_r == 1 && ncols >= NR) {
+    const int nfull = (int)(ncols / NR);
+    switch (dt) {
+    case AMPC_F16: pack_b_rows_dt(dst, nfull, src, AMPC_F16, kc, stride_p); break;
+    case AMPC_BF16: pack_b_rows_dt(dst, nfull, src, AMPC_BF16, kc, stride_p); break;
+    default: pack_b_rows_dt(dst, nfull, src, AMPC_F32, kc, stride_p); break;
+    }
+    j = (int64_t)nfull * NR;
+  }
+  for (; j < ncols; j += NR) {
+    const int rv = (int)(ncols - j < NR ? ncols - j : NR);
+    pack_panel(dst + j * kc, NR, at(src, dt, j * stride_r), dt, rv, navail - j, kc, stride_r,
+               stride_p);
+  }
+}
+
 /* C tile (6 x 16, FP32, row stride ldc) = (or +=) A panel * B panel over kc. */
 static inline void kernel_6x16(int64_t kc, const float *restrict a, const float *restrict b,
                                float *restrict c, int64_t ldc, int accumulate) {
@@ -204,30 +253,32 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
 }
 
 typedef struct {
-  int64_t mc, kc, nc, ldcs, tm, tn;
+  int64_t mt, mc, kc, nc, ldcs, tm, tn; /* task rows, A block rows, ..., task grid */
   size_t ap_floats, bp_floats, cs_floats;
 } plan;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Block sizes for this problem: the configured ones, shrunk to the matrix,
- * and MC (then NC) split further so the task count divides evenly among the
- * threads when there are few tasks. */
+/* Block sizes for this problem: the configured ones, shrunk to the matrix; the
+ * task height MT (then width NC) split further so that the task count divides
+ * evenly among the threads when there are few tasks. */
 static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads) {
   plan P;
-  P.kc = g->k < cfg->kc ? g->k : cfg->kc;
-  P.mc = round_up(g->m, MR) < cfg->mc ? round_up(g->m, MR) : cfg->mc;
-  P.nc = round_up(g->n, NR) < cfg->nc ? round_up(g->n, NR) : cfg->nc;
-  P.tm = ceil_div(g->m, P.mc);
+  P.kc = min64(g->k, cfg->kc);
+  P.mc = min64(round_up(g->m, MR), cfg->mc);
+  P.mt = min64(round_up(g->m, MR), (int64_t)cfg->mc * TASK_BLOCKS);
+  P.nc = min64(round_up(g->n, NR), cfg->nc);
+  P.tm = ceil_div(g->m, P.mt);
   P.tn = ceil_div(g->n, P.nc);
   if (nthreads > 1 && (g->batch * P.tm * P.tn) % nthreads != 0 &&
-      g->batch * P.tm * P.tn < 8 * nthreads) {
+      g->batch * P.tm * P.tn < 16 * nthreads) {
     int done = 0;
     for (int64_t tm = P.tm + 1; !done && tm <= ceil_div(g->m, MR); tm++) {
-      int64_t mc = round_up(ceil_div(g->m, tm), MR), tm2 = ceil_div(g->m, mc);
+      int64_t mt = round_up(ceil_div(g->m, tm), MR), tm2 = ceil_div(g->m, mt);
       if ((g->batch * tm2 * P.tn) % nthreads == 0)
-        P.mc = mc, P.tm = tm2, done = 1;
+        P.mt = mt, P.tm = tm2, done = 1;
     }
     for (int64_t tn = P.tn + 1; !done && tn <= ceil_div(g->n, NR); tn++) {
       int64_t nc = round_up(ceil_div(g->n, tn), NR), tn2 = ceil_div(g->n, nc);
@@ -235,10 +286,11 @@ static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int 
         P.nc = nc, P.tn = tn2, done = 1;
     }
   }
+  P.mc = min64(P.mc, P.mt);
   P.ldcs = P.nc + 16; /* avoid power-of-two row strides in the C block */
   P.ap_floats = (size_t)(P.mc * P.kc + SLACK);
-  P.bp_floats = (size_t)(P.kc * NR + SLACK);
-  P.cs_floats = (size_t)(P.mc * P.ldcs);
+  P.bp_floats = (size_t)(P.kc * P.nc + SLACK);
+  P.cs_floats = (size_t)(P.mt * P.ldcs);
   return P;
 }
 
@@ -251,25 +303,27 @@ static void run_task(const ampc_gemm_args *g, const plan *P, int64_t task, float
   const void *a = at(g->a, g->adt, t * g->stride_a);
   const void *b = at(g->b, g->bdt, t * g->stride_b);
   void *c = (char *)g->c + t * g->stride_c * (int64_t)esz(g->cdt);
-  const int64_t ic = ti * P->mc, jc = tj * P->nc;
-  const int64_t mcur = g->m - ic < P->mc ? g->m - ic : P->mc;
-  const int64_t ncur = g->n - jc < P->nc ? g->n - jc : P->nc;
+  const int64_t it = ti * P->mt, jc = tj * P->nc;
+  const int64_t mtcur = min64(g->m - it, P->mt), ncur = min64(g->n - jc, P->nc);
   for (int64_t pc = 0; pc < g->k; pc += P->kc) {
-    const int64_t kcur = g->k - pc < P->kc ? g->k - pc : P->kc;
-    for (int64_t ir = 0; ir < mcur; ir += MR) {
-      const int rv = (int)(mcur - ir < MR ? mcur - ir : MR);
-      pack_panel(ap + ir * kcur, MR, at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt, rv,
-                 g->m - ic - ir, kcur, g->rs_a, g->cs_a);
-    }
-    for (int64_t jr = 0; jr < ncur; jr += NR) {
-      const int rv = (int)(ncur - jr < NR ? ncur - jr : NR);
-      pack_panel(bp, NR, at(b, g->bdt, pc * g->rs_b + (jc + jr) * g->cs_b), g->bdt, rv,
-                 g->n - jc - jr, kcur, g->cs_b, g->rs_b);
-      for (int64_t ir = 0; ir < mcur; ir += MR)
-        kernel_6x16(kcur, ap + ir * kcur, bp, cs + ir * P->ldcs + jr, P->ldcs, pc > 0);
+    const int64_t kcur = min64(g->k - pc, P->kc);
+    pack_b(bp, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), g->bdt, g->n - jc, kcur, g->cs_b,
+           g->rs_b);
+    for (int64_t ic = it; ic < it + mtcur; ic += P->mc) {
+      const int64_t mcur = min64(it + mtcur - ic, P->mc);
+      for (int64_t ir = 0; ir < mcur; ir += MR) {
+        const int rv = (int)min64(mcur - ir, MR);
+        pack_panel(ap + ir * kcur, MR, at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt,
+                   rv, g->m - ic - ir, kcur, g->rs_a, g->cs_a);
+      }
+      float *cblk = cs + (ic - it) * P->ldcs;
+      for (int64_t jr = 0; jr < ncur; jr += NR)
+        for (int64_t ir = 0; ir < mcur; ir += MR)
+          kernel_6x16(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs,
+                      pc > 0);
     }
   }
-  epilogue(g, c, ic, jc, mcur, ncur, cs, P->ldcs);
+  epilogue(g, c, it, jc, mtcur, ncur, cs, P->ldcs);
 }
 
 ampc_status ampc_gemm_blocked_avx2(const ampc_gemm_args *g, const ampc_gemm_config *cfg,
