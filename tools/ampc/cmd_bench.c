@@ -21,7 +21,8 @@ static const char k_usage[] =
     "Usage: ampc bench gemm [--json] [--threads N] [--reps R] [--quick]\n"
     "\n"
     "Measure GEMM throughput (GFLOP/s = 2*M*N*K / seconds, median of R\n"
-    "repetitions, all modes interleaved in each repetition, one warm-up):\n"
+    "repetitions, all modes interleaved in each repetition, one warm-up; a\n"
+    "repetition repeats a fast GEMM until it lasts >= 20 ms):\n"
     "  sgemm      OpenBLAS cblas_sgemm, f32 x f32 -> f32\n"
     "  f16        ampc, f16 x f16 -> f32, FP32 accumulation\n"
     "  bf16       ampc, bf16 x bf16 -> f32, FP32 accumulation\n"
@@ -147,19 +148,26 @@ static int run_gemm(int argc, char **argv) {
     for (int ti = 0; ti < nthr; ti++) {
       ampc_set_num_threads(threads[ti]);
       static double t[NMODES][MAXREPS];
+      int inner[NMODES];
+      for (int md = 0; md < NMODES; md++)
+        inner[md] = 1;
       for (int r = -1; r < reps; r++) {
         for (int md = 0; md < NMODES; md++) {
           const mode *mo = &k_modes[md];
           const int di = mo->in == AMPC_F32 ? 0 : mo->in == AMPC_F16 ? 1 : 2;
           double t0 = now_s();
-          ampc_status st = ampc_gemm(sh->opa, sh->opb, sh->m, sh->n, sh->k, 1.0f, a[di], mo->in,
-                                     lda, b[di], mo->in, ldb, 0.0f, c, mo->out, sh->n, mo->acc);
-          double dt = now_s() - t0;
-          if (st != AMPC_OK) {
-            cJSON_Delete(root);
-            return cli_runtime_error("bench", "%s", ampc_last_error());
+          for (int it = 0; it < inner[md]; it++) {
+            ampc_status st = ampc_gemm(sh->opa, sh->opb, sh->m, sh->n, sh->k, 1.0f, a[di], mo->in,
+                                       lda, b[di], mo->in, ldb, 0.0f, c, mo->out, sh->n, mo->acc);
+            if (st != AMPC_OK) {
+              cJSON_Delete(root);
+              return cli_runtime_error("bench", "%s", ampc_last_error());
+            }
           }
-          if (r >= 0)
+          double dt = (now_s() - t0) / inner[md];
+          if (r < 0) /* warm-up: size each sample to >= 20 ms */
+            inner[md] = dt >= 0.02 ? 1 : (int)(0.02 / dt) + 1;
+          else
             t[md][r] = dt;
         }
       }
