@@ -333,6 +333,12 @@ static void test_errors(void **state) {
   assert_non_null(strstr(ampc_last_error(), "overlap"));
   for (int i = 0; i < 16; i++)
     assert_true(c[i] == 42.0f); /* nothing written on error */
+  /* sizes whose element offsets overflow int64 are refused before any access */
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, INT64_C(1) << 40, INT64_C(1) << 40,
+                             INT64_C(1) << 40, 1, a, AMPC_F16, INT64_C(1) << 40, b, AMPC_F16,
+                             INT64_C(1) << 40, 0, c, AMPC_F32, INT64_C(1) << 40, acc),
+                   AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "too large"));
   /* empty problems are fine */
   assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 0, 2, 2, 1, NULL, AMPC_F16, 2, NULL, AMPC_F16, 2,
                              0, NULL, AMPC_F32, 2, acc),

@@ -88,6 +88,19 @@ static ampc_status validate(const char *fn, ampc_op opa, ampc_op opb, int64_t m,
                      (long long)(n > 1 ? n : 1));
   if (m == 0 || n == 0)
     return AMPC_OK;
+  /* every element offset (rows - 1) * ld + cols, in bytes, must fit in int64 */
+  const int64_t ext[3][3] = {{opa == AMPC_OP_N ? m : k, lda, opa == AMPC_OP_N ? k : m},
+                             {opb == AMPC_OP_N ? k : n, ldb, opb == AMPC_OP_N ? n : k},
+                             {m, ldc, n}};
+  for (int i = 0; i < 3; i++) {
+    int64_t off;
+    if (ext[i][0] > 0 && (__builtin_mul_overflow(ext[i][0] - 1, ext[i][1], &off) ||
+                          __builtin_add_overflow(off, ext[i][2], &off) ||
+                          __builtin_mul_overflow(off, (int64_t)8, &off)))
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "%s: %s is too large to address (%lld x %lld, ld %lld)", fn, names[i],
+                       (long long)ext[i][0], (long long)ext[i][2], (long long)ext[i][1]);
+  }
   if (ab_needed && (!a || !b))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: A or B is NULL", fn);
   if (c_needed && !c)
@@ -168,7 +181,9 @@ static inline double round_f16_f64(double x) {
 static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
   enum { JB = 8 };
   const int64_t m = g->m, n = g->n, k = g->k;
-  const size_t bytes = (size_t)(m + n) * (size_t)k * sizeof(double);
+  size_t bytes;
+  if (__builtin_mul_overflow((size_t)(m + n), (size_t)k * sizeof(double), &bytes))
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
   double *ad = malloc(bytes);
   if (!ad)
     return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
@@ -251,6 +266,14 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
       validate(fn, opa, opb, m, n, k, a, a_dt, lda, b, b_dt, ldb, 1, c, c_dt, ldc, ab_needed);
   if (st != AMPC_OK)
     return st;
+  int64_t last;
+  if (batch > 1 && (__builtin_mul_overflow(batch - 1, stride_a, &last) ||
+                    __builtin_mul_overflow(batch - 1, stride_b, &last) ||
+                    __builtin_mul_overflow(batch - 1, stride_c, &last) ||
+                    __builtin_mul_overflow(last, (int64_t)8, &last)))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s: batch %lld with these strides is too large to address", fn,
+                     (long long)batch);
   if (batch > 1 && m > 0 && n > 0 && stride_c < (m - 1) * ldc + n)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "%s: stride_c=%lld lets batched C matrices overlap (need >= %lld)", fn,

@@ -383,7 +383,9 @@ ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
   enum { RB = 4, CB = 8 };
   const int64_t m = g->m, n = g->n, k = g->k;
   const int64_t m4 = round_up(m, RB), n8 = round_up(n, CB);
-  const size_t bytes = (size_t)(m4 + n8) * (size_t)k * sizeof(double);
+  size_t bytes;
+  if (__builtin_mul_overflow((size_t)(m4 + n8), (size_t)k * sizeof(double), &bytes))
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
   double *ad = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
   if (!ad)
     return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
