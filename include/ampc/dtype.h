@@ -127,6 +127,30 @@ ampc_status ampc_convert_ex(void *dst, ampc_dtype dst_dt, const void *src, ampc_
  * portable path (for testing and comparison). */
 const char *ampc_convert_isa(void);
 
+/* ---- rounding into storage, with telemetry (DESIGN.md section 3) ---------- */
+
+/* What rounding FP32 values into a storage dtype did, counted exactly. */
+typedef struct ampc_round_stats {
+  uint64_t count;     /* values stored */
+  uint64_t underflow; /* non-zero in FP32, zero after rounding (flushed) */
+  uint64_t subnormal; /* non-zero and subnormal after rounding */
+  uint64_t overflow;  /* finite in FP32, inf after rounding (NaN for E4M3) */
+  uint64_t inf;       /* inf after rounding, overflowed or already inf */
+  uint64_t nan;       /* NaN after rounding (NaN already in FP32, or E4M3 overflow) */
+  float max_abs;      /* largest |x| among the finite FP32 inputs (0 if none) */
+} ampc_round_stats;
+
+/* Add the counts of `from` to `into` (max_abs: the larger). */
+void ampc_round_stats_merge(ampc_round_stats *into, const ampc_round_stats *from);
+
+/* dst[i] = round(src[i]) into dt, exactly as ampc_convert from F32 (non-
+ * saturating), and, when stats is not NULL, add what the rounding did to
+ * *stats (the counts accumulate across calls; zero the struct to start). The
+ * counting is vectorised for F16 and BF16 (AVX2). Errors: AMPC_ERR_INVALID_ARG
+ * for an invalid dtype or a NULL buffer with n > 0. */
+ampc_status ampc_store_f32(void *dst, ampc_dtype dt, const float *src, size_t n,
+                           ampc_round_stats *stats);
+
 /* ---- classification and format facts -------------------------------------- */
 
 typedef enum ampc_fpclass {

@@ -153,3 +153,61 @@ const ampc_convert_kernels ampc_convert_avx2 = {
     .f32_to_bf16 = a_f32_to_bf16,
     .bf16_to_f32 = a_bf16_to_f32,
 };
+
+/* ---- rounding with statistics (ampc_store_f32) ---------------------------- */
+
+static inline uint64_t popcnt8(__m256i mask) {
+  return (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(mask)));
+}
+
+void ampc_store_stats_avx2(void *dst, ampc_dtype dt, const float *src, size_t n,
+                           ampc_round_stats *s) {
+  const int bf = dt == AMPC_BF16;
+  /* stored exponent-all-ones and smallest-normal patterns, in 32-bit lanes */
+  const __m256i out_inf = _mm256_set1_epi32(bf ? 0x7F80 : 0x7C00);
+  const __m256i out_minnorm = _mm256_set1_epi32(bf ? 0x0080 : 0x0400);
+  const __m256i out_abs = _mm256_set1_epi32(0x7FFF);
+  const __m256i in_abs = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i in_inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i vmax = zero;
+  uint64_t under = 0, sub = 0, over = 0, inf = 0, nan = 0;
+  uint16_t *d = dst;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
+    __m128i h;
+    if (bf) {
+      __m256i r = bf16_round8(x);
+      h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    } else {
+      h = _mm256_cvtps_ph(_mm256_castsi256_ps(x), 0);
+    }
+    _mm_storeu_si128((__m128i *)(d + i), h);
+    const __m256i ax = _mm256_and_si256(x, in_abs);
+    const __m256i ao = _mm256_and_si256(_mm256_cvtepu16_epi32(h), out_abs);
+    const __m256i finite_in = _mm256_cmpgt_epi32(in_inf, ax);
+    const __m256i out_zero = _mm256_cmpeq_epi32(ao, zero);
+    const __m256i out_isinf = _mm256_cmpeq_epi32(ao, out_inf);
+    const __m256i out_isnan = _mm256_cmpgt_epi32(ao, out_inf);
+    under += popcnt8(
+        _mm256_andnot_si256(_mm256_cmpeq_epi32(ax, zero), _mm256_and_si256(finite_in, out_zero)));
+    sub += popcnt8(_mm256_andnot_si256(out_zero, _mm256_cmpgt_epi32(out_minnorm, ao)));
+    over += popcnt8(_mm256_and_si256(finite_in, _mm256_or_si256(out_isinf, out_isnan)));
+    inf += popcnt8(out_isinf);
+    nan += popcnt8(out_isnan);
+    /* |x| of finite lanes compared as integers (monotonic for positive floats) */
+    vmax = _mm256_max_epi32(vmax, _mm256_and_si256(ax, finite_in));
+  }
+  uint32_t lanes[8];
+  _mm256_storeu_si256((__m256i *)lanes, vmax);
+  uint32_t m = 0;
+  for (int j = 0; j < 8; j++)
+    m = lanes[j] > m ? lanes[j] : m;
+  ampc_round_stats tail = {0};
+  tail.max_abs = ampc_bits_f32(m);
+  tail.underflow = under, tail.subnormal = sub, tail.overflow = over, tail.inf = inf;
+  tail.nan = nan, tail.count = i;
+  ampc_store_stats_portable(d + i, dt, src + i, n - i, &tail);
+  ampc_round_stats_merge(s, &tail);
+}

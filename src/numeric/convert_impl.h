@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ampc/dtype.h"
+
 typedef struct ampc_convert_kernels {
   const char *isa;
   void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n);
@@ -29,5 +31,12 @@ int ampc_use_avx2(void);
 
 /* The table ampc_convert uses (AVX2 when available unless AMPC_ISA=portable). */
 const ampc_convert_kernels *ampc_convert_active(void);
+
+/* ampc_store_f32 with statistics: the portable loop (any dtype) and the AVX2
+ * one (F16 and BF16 only; bit-identical stores and counts). */
+void ampc_store_stats_portable(void *dst, ampc_dtype dt, const float *src, size_t n,
+                               ampc_round_stats *s);
+void ampc_store_stats_avx2(void *dst, ampc_dtype dt, const float *src, size_t n,
+                           ampc_round_stats *s);
 
 #endif
