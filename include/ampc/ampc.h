@@ -5,6 +5,7 @@
 #ifndef AMPC_AMPC_H
 #define AMPC_AMPC_H
 
+#include "ampc/amp.h"
 #include "ampc/dtype.h"
 #include "ampc/gemm.h"
 #include "ampc/status.h"
