@@ -288,6 +288,44 @@ static void test_special_alpha_beta(void **state) {
   assert_int_equal(ch.bits, 0x7C00);
 }
 
+/* Degenerate leading dimensions (lda or ldb = 1 with a transposed operand: a
+ * row stored as a column, an outer product) on every dtype path, including
+ * the OpenBLAS one, against the reference. */
+static void test_unit_leading_dims(void **state) {
+  (void)state;
+  for (int x = 0; x < 3; x++) {
+    const ampc_dtype dt = k_dts[x];
+    /* op(A) = A^T with A stored K x 1 (lda = 1): a single row */
+    void *a = rand_matrix(dt, 4, 1, 1), *b = rand_matrix(dt, 4, 3, 3);
+    float c[3] = {-7, -7, -7};
+    double ref[3];
+    assert_int_equal(ampc_gemm(AMPC_OP_T, AMPC_OP_N, 1, 3, 4, 1.0f, a, dt, 1, b, dt, 3, 0.0f, c,
+                               AMPC_F32, 3, AMPC_ACC_F32),
+                     AMPC_OK);
+    assert_int_equal(ampc_gemm_reference(AMPC_OP_T, AMPC_OP_N, 1, 3, 4, 1.0, a, dt, 1, b, dt, 3,
+                                         0.0, NULL, AMPC_F32, 3, ref, NULL),
+                     AMPC_OK);
+    for (int j = 0; j < 3; j++)
+      assert_true(fabs((double)c[j] - ref[j]) <= 7 * 0x1p-24 * 4 + 1e-30);
+    free(a);
+    free(b);
+    /* outer product: K = 1, op(B) = B^T with B stored N x 1 (ldb = 1) */
+    void *u = rand_matrix(dt, 3, 1, 1), *v = rand_matrix(dt, 4, 1, 1);
+    float o[12];
+    double oref[12];
+    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_T, 3, 4, 1, 1.0f, u, dt, 1, v, dt, 1, 0.0f, o,
+                               AMPC_F32, 4, AMPC_ACC_F32),
+                     AMPC_OK);
+    assert_int_equal(ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, 3, 4, 1, 1.0, u, dt, 1, v, dt, 1,
+                                         0.0, NULL, AMPC_F32, 4, oref, NULL),
+                     AMPC_OK);
+    for (int j = 0; j < 12; j++) /* one product: exact for 16-bit operands, 1 rounding for f32 */
+      assert_true(fabs((double)o[j] - oref[j]) <= (dt == AMPC_F32 ? 0x1p-24 * fabs(oref[j]) : 0.0));
+    free(u);
+    free(v);
+  }
+}
+
 static void test_errors(void **state) {
   (void)state;
   ampc_f16 a[16] = {{0}}, b[16] = {{0}};
@@ -339,6 +377,19 @@ static void test_errors(void **state) {
                              INT64_C(1) << 40, 0, c, AMPC_F32, INT64_C(1) << 40, acc),
                    AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "too large"));
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, a, AMPC_F16, INT64_MAX, b, AMPC_F16,
+                             2, 0, c, AMPC_F32, 2, acc),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1, a, AMPC_F16, 2, 0, b,
+                                             AMPC_F16, 2, 0, 0, c, AMPC_F32, 2, INT64_MAX / 2, 3,
+                                             acc),
+                   AMPC_ERR_INVALID_ARG);
+  /* the reference follows the same NULL rule: alpha = 0 reads neither A nor B */
+  double r4[4];
+  assert_int_equal(ampc_gemm_reference(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 0.0, NULL, AMPC_F16, 2, NULL,
+                                       AMPC_F16, 2, 0.0, NULL, AMPC_F32, 2, r4, NULL),
+                   AMPC_OK);
+  assert_true(r4[0] == 0.0 && r4[3] == 0.0);
   /* empty problems are fine */
   assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 0, 2, 2, 1, NULL, AMPC_F16, 2, NULL, AMPC_F16, 2,
                              0, NULL, AMPC_F32, 2, acc),
@@ -461,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_batched),
       cmocka_unit_test(test_broadcast_stride_zero),
       cmocka_unit_test(test_special_alpha_beta),
+      cmocka_unit_test(test_unit_leading_dims),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_accumulation_ablation_exact),
       cmocka_unit_test(test_acc16_semantics),

@@ -37,7 +37,8 @@
  *                 non-zero s is >= 2^-24, so a tie is never created by the
  *                 double step); for F32/BF16 operands it is that single
  *                 rounding except in contrived ties. Slow: scalar code, for
- *                 demonstrating accumulation error only.
+ *                 demonstrating accumulation error only. Workspace:
+ *                 (M + N) * K doubles (op(A) and op(B) widened once).
  *
  * Special cases (BLAS conventions): beta == 0 means C is not read (NaN or
  * garbage in C does not propagate); alpha == 0 or K == 0 means A and B are not

@@ -40,7 +40,7 @@ ampc_status ampc_gemm_set_config(const ampc_gemm_config *cfg) {
 
 void ampc_set_num_threads(int n) {
   atomic_store(&g_threads, n > 0 ? n : 0);
-  openblas_set_num_threads(n > 0 ? n : omp_get_num_procs());
+  openblas_set_num_threads(n > 0 ? n : omp_get_max_threads());
 }
 
 int ampc_get_num_threads(void) {
@@ -48,7 +48,7 @@ int ampc_get_num_threads(void) {
   return n > 0 ? n : omp_get_max_threads();
 }
 
-const char *ampc_gemm_isa(void) { return ampc_cpu_has_avx2_f16c() ? "avx2+fma+f16c" : "portable"; }
+const char *ampc_gemm_isa(void) { return ampc_use_avx2() ? "avx2+fma+f16c" : "portable"; }
 
 /* ---- validation ---------------------------------------------------------- */
 
@@ -102,13 +102,14 @@ static ampc_status validate(const char *fn, ampc_op opa, ampc_op opb, int64_t m,
                        (long long)ext[i][0], (long long)ext[i][2], (long long)ext[i][1]);
   }
   if (ab_needed && (!a || !b))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: A or B is NULL", fn);
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s is NULL", fn, !a ? "A" : "B");
   if (c_needed && !c)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: C is NULL", fn);
   return AMPC_OK;
 }
 
 static void to_general(ampc_gemm_args *g, ampc_op opa, ampc_op opb, int64_t lda, int64_t ldb) {
+  g->opa = opa, g->opb = opb, g->lda = lda, g->ldb = ldb;
   g->rs_a = opa == AMPC_OP_N ? lda : 1;
   g->cs_a = opa == AMPC_OP_N ? 1 : lda;
   g->rs_b = opb == AMPC_OP_N ? ldb : 1;
@@ -231,19 +232,16 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
   const int nthreads = ampc_get_num_threads();
   if (acc == AMPC_ACC_F16)
     return ampc_use_avx2() ? ampc_gemm_acc16_avx2(g, nthreads) : gemm_acc16(g, nthreads);
-  if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32) {
-    const int ta = g->cs_a != 1, tb = g->cs_b != 1;
-    const int lda = (int)(ta ? g->cs_a : g->rs_a), ldb = (int)(tb ? g->cs_b : g->rs_b);
-    if (g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX && g->ldc <= INT32_MAX &&
-        (ta ? g->cs_a : g->rs_a) <= INT32_MAX && (tb ? g->cs_b : g->rs_b) <= INT32_MAX) {
-      for (int64_t t = 0; t < g->batch; t++)
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)g->m, (int)g->n, (int)g->k, g->alpha,
-                    (const float *)g->a + t * g->stride_a, lda,
-                    (const float *)g->b + t * g->stride_b, ldb, g->beta,
-                    (float *)g->c + t * g->stride_c, (int)g->ldc);
-      return AMPC_OK;
-    }
+  if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32 && g->m <= INT32_MAX &&
+      g->n <= INT32_MAX && g->k <= INT32_MAX && g->lda <= INT32_MAX && g->ldb <= INT32_MAX &&
+      g->ldc <= INT32_MAX) {
+    for (int64_t t = 0; t < g->batch; t++)
+      cblas_sgemm(CblasRowMajor, g->opa == AMPC_OP_T ? CblasTrans : CblasNoTrans,
+                  g->opb == AMPC_OP_T ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k,
+                  g->alpha, (const float *)g->a + t * g->stride_a, (int)g->lda,
+                  (const float *)g->b + t * g->stride_b, (int)g->ldb, g->beta,
+                  (float *)g->c + t * g->stride_c, (int)g->ldc);
+    return AMPC_OK;
   }
   if (ampc_use_avx2())
     return ampc_gemm_blocked_avx2(g, &g_cfg, nthreads);
@@ -260,7 +258,11 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
   if (acc != AMPC_ACC_F32 && acc != AMPC_ACC_F16)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: acc must be AMPC_ACC_F32 or AMPC_ACC_F16", fn);
   if (batch < 0 || stride_a < 0 || stride_b < 0 || stride_c < 0)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: negative batch or stride", fn);
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s: negative batch or stride (batch=%lld stride_a=%lld stride_b=%lld "
+                     "stride_c=%lld)",
+                     fn, (long long)batch, (long long)stride_a, (long long)stride_b,
+                     (long long)stride_c);
   const int ab_needed = alpha != 0.0f && k > 0;
   ampc_status st =
       validate(fn, opa, opb, m, n, k, a, a_dt, lda, b, b_dt, ldb, 1, c, c_dt, ldc, ab_needed);
@@ -312,7 +314,7 @@ ampc_status ampc_gemm_reference(ampc_op opa, ampc_op opb, int64_t m, int64_t n, 
                                 const void *c, ampc_dtype c_dt, int64_t ldc, double *out,
                                 double *abs_out) {
   ampc_status st = validate("ampc_gemm_reference", opa, opb, m, n, k, a, a_dt, lda, b, b_dt, ldb,
-                            beta != 0.0, c, c_dt, ldc, k > 0);
+                            beta != 0.0, c, c_dt, ldc, alpha != 0.0 && k > 0);
   if (st != AMPC_OK)
     return st;
   if (m > 0 && n > 0 && !out)
@@ -322,7 +324,7 @@ ampc_status ampc_gemm_reference(ampc_op opa, ampc_op opb, int64_t m, int64_t n, 
   for (int64_t i = 0; i < m; i++) {
     for (int64_t j = 0; j < n; j++) {
       double s = 0.0, sa = 0.0;
-      for (int64_t p = 0; p < k; p++) {
+      for (int64_t p = 0; alpha != 0.0 && p < k; p++) { /* A, B not read when alpha == 0 */
         double prod = (double)ampc_gemm_load(a, a_dt, i * g.rs_a + p * g.cs_a) *
                       (double)ampc_gemm_load(b, b_dt, p * g.rs_b + j * g.cs_b);
         s += prod;

@@ -16,6 +16,8 @@ enum { AMPC_GEMM_MR = 6, AMPC_GEMM_NR = 16 };
  *   op(A)[i][p] = a[i*rs_a + p*cs_a],  op(B)[p][j] = b[p*rs_b + j*cs_b],
  *   C[i][j] = c[i*ldc + j]; matrix t of the batch is offset by t*stride_x. */
 typedef struct ampc_gemm_args {
+  ampc_op opa, opb; /* as passed (the general strides below say the same) */
+  int64_t lda, ldb; /* as passed */
   int64_t m, n, k, batch;
   float alpha, beta;
   const void *a;
@@ -29,23 +31,9 @@ typedef struct ampc_gemm_args {
   int64_t ldc, stride_c;
 } ampc_gemm_args;
 
-/* Element i of a buffer of dtype dt (F32, F16 or BF16), widened to FP32. */
-static inline float ampc_gemm_load(const void *p, ampc_dtype dt, int64_t i) {
-  switch (dt) {
-  case AMPC_F16: return ampc_bits_f32(ampc_f16bits_to_f32bits(((const uint16_t *)p)[i]));
-  case AMPC_BF16: return ampc_bits_f32(ampc_bf16bits_to_f32bits(((const uint16_t *)p)[i]));
-  default: return ((const float *)p)[i];
-  }
-}
-
-/* Round v once (RNE) to dt and store it as element i. */
-static inline void ampc_gemm_store(void *p, ampc_dtype dt, int64_t i, float v) {
-  switch (dt) {
-  case AMPC_F16: ((uint16_t *)p)[i] = ampc_f32bits_to_f16bits(ampc_f32_bits(v)); break;
-  case AMPC_BF16: ((uint16_t *)p)[i] = ampc_f32bits_to_bf16bits(ampc_f32_bits(v)); break;
-  default: ((float *)p)[i] = v; break;
-  }
-}
+/* Element access: the shared scalar helpers of numeric.h. */
+#define ampc_gemm_load ampc_elem_load
+#define ampc_gemm_store ampc_elem_store
 
 /* C[i] = alpha * acc + beta * C[i], formed in FP32 (two products and a sum,
  * no FMA), rounded once to C's dtype; C is not read when beta == 0. */

@@ -151,4 +151,29 @@ static inline uint32_t ampc_e5m2bits_to_f32bits(uint8_t v) {
   return ampc_f16bits_to_f32bits((uint16_t)((uint16_t)v << 8));
 }
 
+/* ---- single elements of F32 / F16 / BF16 / FP8 buffers (scalar paths) ---- */
+
+/* Element i of a buffer of dtype dt, widened to FP32 (exact). */
+static inline float ampc_elem_load(const void *p, ampc_dtype dt, int64_t i) {
+  switch (dt) {
+  case AMPC_F16: return ampc_bits_f32(ampc_f16bits_to_f32bits(((const uint16_t *)p)[i]));
+  case AMPC_BF16: return ampc_bits_f32(ampc_bf16bits_to_f32bits(((const uint16_t *)p)[i]));
+  case AMPC_F8_E4M3: return ampc_bits_f32(ampc_e4m3bits_to_f32bits(((const uint8_t *)p)[i]));
+  case AMPC_F8_E5M2: return ampc_bits_f32(ampc_e5m2bits_to_f32bits(((const uint8_t *)p)[i]));
+  default: return ((const float *)p)[i];
+  }
+}
+
+/* Round v once (RNE, non-saturating) to dt and store it as element i. */
+static inline void ampc_elem_store(void *p, ampc_dtype dt, int64_t i, float v) {
+  const uint32_t x = ampc_f32_bits(v);
+  switch (dt) {
+  case AMPC_F16: ((uint16_t *)p)[i] = ampc_f32bits_to_f16bits(x); break;
+  case AMPC_BF16: ((uint16_t *)p)[i] = ampc_f32bits_to_bf16bits(x); break;
+  case AMPC_F8_E4M3: ((uint8_t *)p)[i] = ampc_f32bits_to_e4m3bits(x, 0); break;
+  case AMPC_F8_E5M2: ((uint8_t *)p)[i] = ampc_f32bits_to_e5m2bits(x, 0); break;
+  default: ((float *)p)[i] = v; break;
+  }
+}
+
 #endif

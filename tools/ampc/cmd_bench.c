@@ -33,7 +33,7 @@ static const char k_usage[] =
     "\n"
     "Options:\n"
     "  --threads N  only N threads (default: 1 and all cores)\n"
-    "  --reps R     repetitions, >= 1 (default 5)\n"
+    "  --reps R     repetitions, 1..101 (default 5)\n"
     "  --quick      only the small shapes (a smoke run)\n"
     "  --json       print {\"results\":[{\"m\":..,\"n\":..,\"k\":..,\"op\":\"NN\",\n"
     "               \"dtype\":\"f16\",\"acc\":\"f32\",\"out\":\"f32\",\"threads\":..,\n"
@@ -120,6 +120,10 @@ static int run_gemm(int argc, char **argv) {
     threads[0] = only_threads, nthr = 1;
 
   cJSON *root = json ? cJSON_CreateObject() : NULL;
+  if (json) {
+    cJSON_AddStringToObject(root, "gemm_isa", ampc_gemm_isa());
+    cJSON_AddNumberToObject(root, "reps", reps);
+  }
   cJSON *results = json ? cJSON_AddArrayToObject(root, "results") : NULL;
   if (!json)
     printf(
