@@ -8,6 +8,7 @@
 #include "ampc/amp.h"
 #include "ampc/dtype.h"
 #include "ampc/gemm.h"
+#include "ampc/nn.h"
 #include "ampc/status.h"
 #include "ampc/version.h"
 

@@ -1,0 +1,124 @@
+/*
+ * ampc/nn.h: layers as forward/backward pairs on raw buffers (DESIGN.md 1, 2, 5).
+ *
+ * Conventions for every function here:
+ *  - Tensors are row-major buffers with an explicit dtype (F32, F16 or BF16);
+ *    shapes are given per argument as [rows, cols].
+ *  - A kernel reads its inputs, widens them to FP32 in registers, computes in
+ *    FP32 (reductions that decide numerical stability, such as the layer-norm
+ *    mean and variance, in double), and rounds each stored result once
+ *    (round-to-nearest-even) to the output's dtype.
+ *  - Backward functions ACCUMULATE parameter gradients (dW += ...), each
+ *    element formed in FP32 and added to the stored gradient with one rounding;
+ *    input gradients (dx) are overwritten unless stated otherwise.
+ *  - `stats` (may be NULL) receives the exact rounding telemetry of the main
+ *    output (ampc_round_stats: underflow, subnormal, overflow, NaN, max |x|).
+ *  - Errors: AMPC_ERR_INVALID_ARG for a NULL buffer, a non-positive size or an
+ *    unsupported dtype (message names the argument); AMPC_ERR_NOMEM. Nothing is
+ *    written on an argument error.
+ */
+#ifndef AMPC_NN_H
+#define AMPC_NN_H
+
+#include <stdint.h>
+
+#include "ampc/dtype.h"
+#include "ampc/gemm.h"
+#include "ampc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- linear: y = x W^T + b (torch.nn.Linear layout: W is [out, in]) ------ */
+
+/* x [m, k] (xdt), w [n, k] (wdt), b [n] (wdt, or NULL), y [m, n] (ydt).
+ * The product runs on ampc_gemm with accumulation `acc`; the bias is added in
+ * FP32 before the single rounding into y. */
+ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                const void *w, ampc_dtype wdt, const void *b, void *y,
+                                ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats);
+/* dy [m, n] (gdt); x [m, k] (xdt); w [n, k] (wdt).
+ * dx [m, k] (gdt) = dy W (overwritten; skipped if dx is NULL);
+ * dw [n, k] (gdt) += dy^T x; db [n] (gdt, or NULL) += column sums of dy. */
+ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
+                                 const void *x, ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                 void *dx, void *dw, void *db, ampc_acc acc);
+
+/* ---- layer norm (Ba, Kiros, Hinton 2016; torch.nn.LayerNorm) --------------- */
+
+/* x [m, d] (xdt), gamma/beta [d] (wdt), y [m, d] (ydt); saves mean [m] and
+ * rstd [m] (FP32) for the backward pass. Mean and variance are two-pass sums
+ * in double, so a constant row gives x - mean = 0 exactly and y = beta (no
+ * NaN even for eps = 1e-12), and a 16-bit input with |x - mean| = 256 does not
+ * overflow (256^2 > 65504 is only ever formed in double). */
+ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
+                                   const void *gamma, const void *beta, ampc_dtype wdt, float eps,
+                                   void *y, ampc_dtype ydt, float *mean, float *rstd,
+                                   ampc_round_stats *stats);
+/* dy [m, d] (gdt) -> dx [m, d] (gdt, overwritten); dgamma, dbeta [d] (gdt) +=. */
+ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                    const void *x, ampc_dtype xdt, const void *gamma,
+                                    ampc_dtype wdt, const float *mean, const float *rstd, void *dx,
+                                    void *dgamma, void *dbeta);
+
+/* ---- GELU, erf form (Hendrycks & Gimpel 2016; torch's default) -------------- */
+
+/* y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), n elements. */
+ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt,
+                              ampc_round_stats *stats);
+/* dx = dy * (Phi(x) + x phi(x)), overwritten. */
+ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const void *x,
+                               ampc_dtype xdt, void *dx);
+
+/* ---- residual add: y = a + b (dtypes may differ; one rounding) ------------- */
+ampc_status ampc_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,
+                             ampc_dtype bdt, void *y, ampc_dtype ydt, ampc_round_stats *stats);
+
+/* ---- softmax over the last axis, with a key-padding mask -------------------- */
+
+/* x [m, n] (xdt) scaled by `scale` (e.g. 1/sqrt(head_dim)), y [m, n] (ydt).
+ * key_mask (uint8, or NULL for none) has shape [m / rows_per_mask, n]: row r
+ * of x uses mask row r / rows_per_mask; 0 = masked (probability exactly 0).
+ * Computed in FP32 with the row maximum (over unmasked entries) subtracted, so
+ * huge logits (70000 in FP32, 60000 in FP16) give the right probabilities; a
+ * row with every key masked gives all zeros (not NaN). */
+ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype xdt, float scale,
+                                 const uint8_t *key_mask, int64_t rows_per_mask, void *y,
+                                 ampc_dtype ydt, ampc_round_stats *stats);
+/* dx = scale * y * (dy - sum(dy * y)) per row, overwritten (y from forward). */
+ampc_status ampc_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dtype gdt,
+                                  const void *y, ampc_dtype ydt, float scale, void *dx);
+
+/* ---- losses, all in FP32; backward seeded with the loss scale S ------------ */
+
+/* Mean cross-entropy of logits [m, c] (xdt) against class ids target [m]
+ * (0 <= t < c), via log-softmax. *loss is the unscaled mean. */
+ampc_status ampc_cross_entropy_forward(int64_t m, int64_t c, const void *logits, ampc_dtype xdt,
+                                       const int32_t *target, float *loss);
+/* dlogits [m, c] (gdt, overwritten) = S * (softmax - onehot) / m. */
+ampc_status ampc_cross_entropy_backward(int64_t m, int64_t c, const void *logits, ampc_dtype xdt,
+                                        const int32_t *target, float loss_scale, void *dlogits,
+                                        ampc_dtype gdt);
+
+/* Mean binary cross-entropy with logits x [m] against targets t [m] in [0, 1]
+ * (FP32), the log(1 + exp(-|x|)) form that never overflows. */
+ampc_status ampc_bce_logits_forward(int64_t m, const void *x, ampc_dtype xdt, const float *t,
+                                    float *loss);
+/* dx [m] (gdt, overwritten) = S * (sigmoid(x) - t) / m. */
+ampc_status ampc_bce_logits_backward(int64_t m, const void *x, ampc_dtype xdt, const float *t,
+                                     float loss_scale, void *dx, ampc_dtype gdt);
+
+/* Symmetric InfoNCE (CLIP, Radford et al. 2021): sim [b, b] (xdt) holds
+ * image_i . text_j of L2-normalised embeddings; logits = exp(log_temp) * sim;
+ * loss = (CE(logits, diag) + CE(logits^T, diag)) / 2, in FP32. */
+ampc_status ampc_infonce_forward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
+                                 float *loss);
+/* dsim [b, b] (gdt, overwritten) and *dlog_temp (+=, FP32), both times S. */
+ampc_status ampc_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
+                                  float loss_scale, void *dsim, ampc_dtype gdt, float *dlog_temp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,71 @@
+/*
+ * src/nn/nn_util.h: argument checks and chunked stores shared by the layers.
+ */
+#ifndef AMPC_NN_UTIL_H
+#define AMPC_NN_UTIL_H
+
+#include "ampc/nn.h"
+#include "internal.h"
+#include "numeric/numeric.h"
+
+enum { AMPC_NN_CHUNK = 256 };
+
+static inline int nn_dtype_ok(ampc_dtype dt) {
+  return dt == AMPC_F32 || dt == AMPC_F16 || dt == AMPC_BF16;
+}
+
+#define NN_CHECK_PTR(fn, p)                                                                        \
+  do {                                                                                             \
+    if (!(p))                                                                                      \
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s is NULL", fn, #p);                            \
+  } while (0)
+#define NN_CHECK_DT(fn, dt)                                                                        \
+  do {                                                                                             \
+    if (!nn_dtype_ok(dt))                                                                          \
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s must be f32, f16 or bf16 (got %d)", fn, #dt,  \
+                       (int)(dt));                                                                 \
+  } while (0)
+#define NN_CHECK_POS(fn, v)                                                                        \
+  do {                                                                                             \
+    if ((v) <= 0)                                                                                  \
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s must be positive (got %lld)", fn, #v,         \
+                       (long long)(v));                                                            \
+  } while (0)
+
+/* Stores FP32 values into a typed buffer through a small FP32 chunk, so each
+ * element is rounded once and counted when stats are asked for. */
+typedef struct {
+  void *dst;
+  ampc_dtype dt;
+  int64_t off; /* next element of dst */
+  int n;
+  float buf[AMPC_NN_CHUNK];
+  ampc_round_stats *stats;
+} nn_writer;
+
+static inline void nn_writer_flush(nn_writer *w) {
+  if (w->n) {
+    ampc_store_f32((char *)w->dst + w->off * (int64_t)ampc_dtype_size(w->dt), w->dt, w->buf,
+                   (size_t)w->n, w->stats);
+    w->off += w->n;
+    w->n = 0;
+  }
+}
+
+static inline void nn_writer_init(nn_writer *w, void *dst, ampc_dtype dt, int64_t off,
+                                  ampc_round_stats *stats) {
+  w->dst = dst, w->dt = dt, w->off = off, w->n = 0, w->stats = stats;
+}
+
+static inline void nn_writer_put(nn_writer *w, float v) {
+  w->buf[w->n++] = v;
+  if (w->n == AMPC_NN_CHUNK)
+    nn_writer_flush(w);
+}
+
+/* g[i] += v, formed in FP32 and rounded once into the gradient's dtype */
+static inline void nn_grad_add(void *g, ampc_dtype dt, int64_t i, float v) {
+  ampc_elem_store(g, dt, i, ampc_elem_load(g, dt, i) + v);
+}
+
+#endif

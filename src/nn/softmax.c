@@ -1,0 +1,73 @@
+/*
+ * src/nn/softmax.c: row softmax with scale and key-padding mask, in FP32.
+ */
+#include "nn/nn_util.h"
+
+#include <math.h>
+
+ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype xdt, float scale,
+                                 const uint8_t *key_mask, int64_t rows_per_mask, void *y,
+                                 ampc_dtype ydt, ampc_round_stats *stats) {
+  const char *fn = "ampc_softmax_forward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, ydt);
+  if (key_mask)
+    NN_CHECK_POS(fn, rows_per_mask);
+  nn_writer w;
+  nn_writer_init(&w, y, ydt, 0, stats);
+  for (int64_t i = 0; i < m; i++) {
+    const uint8_t *mk = key_mask ? key_mask + (i / rows_per_mask) * n : NULL;
+    /* the maximum over unmasked entries; masked ones are skipped, never
+     * replaced by a sentinel that could overflow a 16-bit type */
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++)
+      if (!mk || mk[j]) {
+        const float v = ampc_elem_load(x, xdt, i * n + j) * scale;
+        mx = v > mx ? v : mx;
+      }
+    if (mx == -INFINITY) { /* every key masked (or all -inf): zeros, not NaN */
+      for (int64_t j = 0; j < n; j++)
+        nn_writer_put(&w, 0.0f);
+      continue;
+    }
+    float s = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+      if (!mk || mk[j])
+        s += expf(ampc_elem_load(x, xdt, i * n + j) * scale - mx);
+    const float inv = 1.0f / s;
+    for (int64_t j = 0; j < n; j++) {
+      const float e = (!mk || mk[j]) ? expf(ampc_elem_load(x, xdt, i * n + j) * scale - mx) : 0.0f;
+      nn_writer_put(&w, e * inv);
+    }
+  }
+  nn_writer_flush(&w);
+  return AMPC_OK;
+}
+
+ampc_status ampc_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dtype gdt,
+                                  const void *y, ampc_dtype ydt, float scale, void *dx) {
+  const char *fn = "ampc_softmax_backward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, dy);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_PTR(fn, dx);
+  NN_CHECK_DT(fn, gdt);
+  NN_CHECK_DT(fn, ydt);
+  nn_writer w;
+  nn_writer_init(&w, dx, gdt, 0, NULL);
+  for (int64_t i = 0; i < m; i++) {
+    float dot = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+      dot += ampc_elem_load(dy, gdt, i * n + j) * ampc_elem_load(y, ydt, i * n + j);
+    for (int64_t j = 0; j < n; j++)
+      nn_writer_put(&w, scale * ampc_elem_load(y, ydt, i * n + j) *
+                            (ampc_elem_load(dy, gdt, i * n + j) - dot));
+  }
+  nn_writer_flush(&w);
+  return AMPC_OK;
+}

@@ -1,0 +1,476 @@
+/*
+ * tests/test_nn.c: the layers.
+ *
+ * 1. Gradients against central finite differences, evaluated in double on
+ *    FP32 storage: f(theta) = sum_i g_i * y_i(theta) for a fixed random g, and
+ *    d f / d theta_k ~ (f(theta_k + h) - f(theta_k - h)) / (2h). Tolerance from
+ *    the two error terms of a central difference: truncation h^2/6 |f'''|
+ *    (inputs are O(1), so |f'''| <= C * sum|g|) and the FP32 rounding of the
+ *    forward pass, 2 * (ops * 2^-24 * sum|g y|) / (2h), with ops the longest
+ *    chain of FP32 operations per output (a small multiple of the reduction
+ *    length). h = 2^-7.
+ * 2. Edge cases named in the issue: constant-row layer norm, FP16 layer norm
+ *    with |x - mean| = 256, softmax of huge logits, fully masked rows, the loss
+ *    backward seeded with a power-of-two loss scale being exactly S times the
+ *    unscaled gradient.
+ * 3. 16-bit storage against FP32 storage on the same (exactly representable)
+ *    inputs: the difference is at most the output rounding, u * |y| (u = 2^-11
+ *    for f16, 2^-8 for bf16), plus the FP32 computation error.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/ampc.h"
+
+static uint64_t g_rng = 0x853C49E6748FEA9Bu;
+static float frand(void) { /* [-1, 1) */
+  g_rng ^= g_rng >> 12;
+  g_rng ^= g_rng << 25;
+  g_rng ^= g_rng >> 27;
+  return (float)((double)((g_rng * 0x2545F4914F6CDD1Du) >> 11) * 0x1p-52 - 1.0);
+}
+static void fill(float *p, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    p[i] = frand();
+}
+static double dot(const float *a, const float *b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++)
+    s += (double)a[i] * (double)b[i];
+  return s;
+}
+static double sum_abs_prod(const float *a, const float *b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++)
+    s += fabs((double)a[i] * (double)b[i]);
+  return s;
+}
+
+static const double H = 0x1p-2;
+
+/* f(theta) for the finite-difference harness */
+typedef double (*objective)(void *ctx);
+
+static double central(objective f, void *ctx, float *theta, double h) {
+  const float keep = theta[0];
+  theta[0] = (float)((double)keep + h);
+  const double fp = f(ctx);
+  theta[0] = (float)((double)keep - h);
+  const double fm = f(ctx);
+  theta[0] = keep;
+  return (fp - fm) / (2.0 * h);
+}
+
+/* Compare the analytic gradient `an` of the objective w.r.t. the n floats at
+ * `theta` with central differences D(h) = (f(x+h) - f(x-h)) / 2h extrapolated
+ * twice (Richardson): R1(h) = (4 D(h/2) - D(h)) / 3 is O(h^4), and
+ * R2 = (16 R1(h/2) - R1(h)) / 15 = (64 D(h/4) - 20 D(h/2) + D(h)) / 45 is
+ * O(h^6). Tolerance = rounding + truncation:
+ *  - rounding: if one evaluation of f is off by at most df (FP32 rounding of
+ *    the forward pass; passed in from the layer's op count), D(h) is off by at
+ *    most df / h, so R2 by (64*4 + 20*2 + 1) / 45 * df / h = 6.6 df / h;
+ *  - truncation: estimated from the extrapolation table itself, |R2 - R1(h/2)|
+ *    (the next-order term), counted twice.
+ * h = 1/4, 1/8, 1/16: powers of two, so theta +- h is exact in FP32. */
+static void check_fd(const char *what, objective f, void *ctx, float *theta, const float *an,
+                     int64_t n, double df) {
+  for (int64_t i = 0; i < n; i++) {
+    const double d1 = central(f, ctx, theta + i, H), d2 = central(f, ctx, theta + i, H / 2),
+                 d4 = central(f, ctx, theta + i, H / 4);
+    const double r1b = (4.0 * d4 - d2) / 3.0;
+    const double r2 = (64.0 * d4 - 20.0 * d2 + d1) / 45.0;
+    const double tol = 6.6 * df / H + 2.0 * fabs(r2 - r1b) + 1e-9;
+    if (!(fabs(r2 - (double)an[i]) <= tol))
+      fail_msg("%s: d/dtheta[%lld]: analytic %.9g, finite difference %.9g, |diff| %.3g > %.3g",
+               what, (long long)i, (double)an[i], r2, fabs(r2 - (double)an[i]), tol);
+  }
+}
+
+/* ---- linear ---- */
+typedef struct {
+  int64_t m, k, n;
+  float *x, *w, *b, *y, *g;
+} lin_ctx;
+static double lin_f(void *p) {
+  lin_ctx *c = p;
+  assert_int_equal(ampc_linear_forward(c->m, c->k, c->n, c->x, AMPC_F32, c->w, AMPC_F32, c->b, c->y,
+                                       AMPC_F32, AMPC_ACC_F32, NULL),
+                   AMPC_OK);
+  return dot(c->g, c->y, c->m * c->n);
+}
+
+static void test_linear_grad(void **state) {
+  (void)state;
+  lin_ctx c = {5, 7, 3, NULL, NULL, NULL, NULL, NULL};
+  float x[35], w[21], b[3], y[15], g[15], dx[35], dw[21], db[3];
+  c.x = x, c.w = w, c.b = b, c.y = y, c.g = g;
+  fill(x, 35), fill(w, 21), fill(b, 3), fill(g, 15);
+  for (int i = 0; i < 21; i++)
+    dw[i] = 0.5f; /* accumulates: the result must be 0.5 + gradient */
+  db[0] = db[1] = db[2] = 0.0f;
+  lin_f(&c);
+  assert_int_equal(ampc_linear_backward(5, 7, 3, g, AMPC_F32, x, AMPC_F32, w, AMPC_F32, dx, dw, db,
+                                        AMPC_ACC_F32),
+                   AMPC_OK);
+  for (int i = 0; i < 21; i++)
+    dw[i] -= 0.5f;
+  /* each y is a K = 7 term FP32 dot product plus the bias: (K + 2) roundings */
+  const double df = 9 * 0x1p-24 * (sum_abs_prod(g, y, 15) + 15.0);
+  check_fd("linear dx", lin_f, &c, x, dx, 35, df); /* f is linear in each input */
+  check_fd("linear dw", lin_f, &c, w, dw, 21, df);
+  check_fd("linear db", lin_f, &c, b, db, 3, df);
+}
+
+/* ---- layer norm ---- */
+typedef struct {
+  int64_t m, d;
+  float *x, *gam, *bet, *y, *g, mean[8], rstd[8];
+} ln_ctx;
+static double ln_f(void *p) {
+  ln_ctx *c = p;
+  assert_int_equal(ampc_layernorm_forward(c->m, c->d, c->x, AMPC_F32, c->gam, c->bet, AMPC_F32,
+                                          1e-5f, c->y, AMPC_F32, c->mean, c->rstd, NULL),
+                   AMPC_OK);
+  return dot(c->g, c->y, c->m * c->d);
+}
+
+static void test_layernorm_grad(void **state) {
+  (void)state;
+  enum { M = 4, D = 9 };
+  float x[M * D], gam[D], bet[D], y[M * D], g[M * D], dx[M * D], dg[D] = {0}, dbt[D] = {0};
+  ln_ctx c = {M, D, x, gam, bet, y, g, {0}, {0}};
+  fill(x, M * D), fill(gam, D), fill(bet, D), fill(g, M * D);
+  ln_f(&c);
+  assert_int_equal(ampc_layernorm_backward(M, D, g, AMPC_F32, x, AMPC_F32, gam, AMPC_F32, c.mean,
+                                           c.rstd, dx, dg, dbt),
+                   AMPC_OK);
+  double sg = 0;
+  for (int i = 0; i < M * D; i++)
+    sg += fabs((double)g[i]);
+  /* rstd of a row of U(-1,1) values is ~1.7; the third derivative of the
+   * normalisation scales with rstd^3 */
+  /* y = (x - mean) * rstd * gamma + beta: 4 roundings, plus the FP32 rounding
+   * of the double statistics */
+  const double df = 6 * 0x1p-24 * (sum_abs_prod(g, y, M * D) + sg);
+  check_fd("layernorm dx", ln_f, &c, x, dx, M * D, df);
+  check_fd("layernorm dgamma", ln_f, &c, gam, dg, D, df);
+  check_fd("layernorm dbeta", ln_f, &c, bet, dbt, D, df);
+}
+
+/* ---- GELU ---- */
+typedef struct {
+  float *x, *y, *g;
+  int64_t n;
+} gelu_ctx;
+static double gelu_f(void *p) {
+  gelu_ctx *c = p;
+  assert_int_equal(ampc_gelu_forward(c->n, c->x, AMPC_F32, c->y, AMPC_F32, NULL), AMPC_OK);
+  return dot(c->g, c->y, c->n);
+}
+
+static void test_gelu(void **state) {
+  (void)state;
+  enum { N = 40 };
+  float x[N], y[N], g[N], dx[N];
+  gelu_ctx c = {x, y, g, N};
+  for (int i = 0; i < N; i++)
+    x[i] = 4.0f * frand();
+  fill(g, N);
+  gelu_f(&c);
+  assert_int_equal(ampc_gelu_backward(N, g, AMPC_F32, x, AMPC_F32, dx), AMPC_OK);
+  /* erff is within a few ulps; 0.5 * x * (1 + erf): 4 more roundings */
+  check_fd("gelu dx", gelu_f, &c, x, dx, N, 8 * 0x1p-24 * (sum_abs_prod(g, y, N) + N));
+  /* known values: GELU(0) = 0, GELU(1) = Phi(1) = 0.8413447460685429 */
+  const float v[2] = {0.0f, 1.0f};
+  float o[2];
+  assert_int_equal(ampc_gelu_forward(2, v, AMPC_F32, o, AMPC_F32, NULL), AMPC_OK);
+  assert_true(o[0] == 0.0f);
+  assert_true(fabs((double)o[1] - 0.8413447460685429) <= 4 * 0x1p-24);
+}
+
+/* ---- softmax ---- */
+typedef struct {
+  float *x, *y, *g;
+  const uint8_t *mask;
+  int64_t m, n;
+  float scale;
+} sm_ctx;
+static double sm_f(void *p) {
+  sm_ctx *c = p;
+  assert_int_equal(
+      ampc_softmax_forward(c->m, c->n, c->x, AMPC_F32, c->scale, c->mask, 2, c->y, AMPC_F32, NULL),
+      AMPC_OK);
+  return dot(c->g, c->y, c->m * c->n);
+}
+
+static void test_softmax(void **state) {
+  (void)state;
+  enum { M = 4, N = 6 };
+  float x[M * N], y[M * N], g[M * N], dx[M * N];
+  const uint8_t mask[2 * N] = {1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 0, 1};
+  sm_ctx c = {x, y, g, mask, M, N, 0.5f};
+  fill(x, M * N), fill(g, M * N);
+  sm_f(&c);
+  for (int i = 0; i < M; i++) { /* rows sum to 1; masked entries exactly 0 */
+    double s = 0;
+    for (int j = 0; j < N; j++) {
+      s += (double)y[i * N + j];
+      if (!mask[(i / 2) * N + j])
+        assert_true(y[i * N + j] == 0.0f);
+    }
+    assert_true(fabs(s - 1.0) <= 2 * N * 0x1p-24);
+  }
+  assert_int_equal(ampc_softmax_backward(M, N, g, AMPC_F32, y, AMPC_F32, 0.5f, dx), AMPC_OK);
+  /* per output: N expf (a few ulps each), an N-term sum, a division */
+  check_fd("softmax dx", sm_f, &c, x, dx, M * N, (2 * N + 8) * 0x1p-24 * M);
+}
+
+static void test_softmax_edges(void **state) {
+  (void)state;
+  /* huge logits: FP32 70000, 69999 -> sigmoid(1), sigmoid(-1) */
+  const float big[2] = {70000.0f, 69999.0f};
+  float p[2];
+  assert_int_equal(ampc_softmax_forward(1, 2, big, AMPC_F32, 1.0f, NULL, 1, p, AMPC_F32, NULL),
+                   AMPC_OK);
+  assert_true(fabs((double)p[0] - 0.7310585786300049) <= 4 * 0x1p-24);
+  assert_true(fabs((double)p[1] - 0.2689414213699951) <= 4 * 0x1p-24);
+  /* FP16 storage: 60000 and 59968 (the next smaller binary16) -> 1 and e^-32 */
+  ampc_f16 h[2] = {ampc_f32_to_f16(60000.0f), ampc_f32_to_f16(59968.0f)};
+  ampc_f16 ph[2];
+  ampc_round_stats st = {0};
+  assert_int_equal(ampc_softmax_forward(1, 2, h, AMPC_F16, 1.0f, NULL, 1, ph, AMPC_F16, &st),
+                   AMPC_OK);
+  assert_true(ampc_f16_to_f32(ph[0]) == 1.0f);
+  assert_true(fabs((double)ampc_f16_to_f32(ph[1]) - exp(-32.0)) <= 0x1p-24); /* subnormal */
+  assert_int_equal(st.nan + st.inf, 0);
+  /* a fully masked row gives zeros, not NaN */
+  const uint8_t none[3] = {0, 0, 0};
+  const float x3[3] = {1, 2, 3};
+  float y3[3] = {9, 9, 9};
+  assert_int_equal(ampc_softmax_forward(1, 3, x3, AMPC_F32, 1.0f, none, 1, y3, AMPC_F32, NULL),
+                   AMPC_OK);
+  assert_true(y3[0] == 0.0f && y3[1] == 0.0f && y3[2] == 0.0f);
+}
+
+static void test_layernorm_edges(void **state) {
+  (void)state;
+  const ampc_dtype dts[3] = {AMPC_F32, AMPC_F16, AMPC_BF16};
+  for (int t = 0; t < 3; t++) {
+    const ampc_dtype dt = dts[t];
+    /* constant row, eps = 1e-12: y = beta exactly */
+    float xf[8], gf[8], bf[8];
+    uint32_t x[8], gam[8], bet[8], y[8];
+    for (int j = 0; j < 8; j++)
+      xf[j] = 0.1f, gf[j] = 1.5f, bf[j] = (float)j - 3.25f;
+    ampc_convert(x, dt, xf, AMPC_F32, 8);
+    ampc_convert(gam, dt, gf, AMPC_F32, 8);
+    ampc_convert(bet, dt, bf, AMPC_F32, 8);
+    float mean, rstd;
+    assert_int_equal(
+        ampc_layernorm_forward(1, 8, x, dt, gam, bet, dt, 1e-12f, y, dt, &mean, &rstd, NULL),
+        AMPC_OK);
+    assert_memory_equal(y, bet, 8 * ampc_dtype_size(dt));
+    assert_true(isfinite(rstd));
+  }
+  /* FP16 input with |x - mean| = 256: the variance 65536 exceeds binary16 */
+  const float xf[4] = {-256.0f, 256.0f, -256.0f, 256.0f}, one[4] = {1, 1, 1, 1},
+              zero[4] = {0, 0, 0, 0};
+  ampc_f16 x[4], gam[4], bet[4], y[4];
+  ampc_convert(x, AMPC_F16, xf, AMPC_F32, 4);
+  ampc_convert(gam, AMPC_F16, one, AMPC_F32, 4);
+  ampc_convert(bet, AMPC_F16, zero, AMPC_F32, 4);
+  float mean, rstd;
+  ampc_round_stats st = {0};
+  assert_int_equal(ampc_layernorm_forward(1, 4, x, AMPC_F16, gam, bet, AMPC_F16, 1e-5f, y, AMPC_F16,
+                                          &mean, &rstd, &st),
+                   AMPC_OK);
+  for (int j = 0; j < 4; j++)
+    assert_true(fabs((double)ampc_f16_to_f32(y[j]) - (j % 2 ? 1.0 : -1.0)) <= 0x1p-11);
+  assert_int_equal(st.inf + st.nan, 0);
+}
+
+/* ---- losses ---- */
+typedef struct {
+  float *x;
+  const int32_t *t;
+  int64_t m, c;
+} ce_ctx;
+static double ce_f(void *p) {
+  ce_ctx *c = p;
+  float l;
+  assert_int_equal(ampc_cross_entropy_forward(c->m, c->c, c->x, AMPC_F32, c->t, &l), AMPC_OK);
+  return (double)l;
+}
+
+static void test_losses(void **state) {
+  (void)state;
+  enum { M = 4, C = 5 };
+  float x[M * C], dx[M * C], dx1[M * C];
+  const int32_t t[M] = {0, 3, 4, 1};
+  fill(x, M * C);
+  ce_ctx c = {x, t, M, C};
+  assert_int_equal(ampc_cross_entropy_backward(M, C, x, AMPC_F32, t, 1.0f, dx1, AMPC_F32), AMPC_OK);
+  /* the loss is formed in double from FP32 exps: error ~ C ulps of each term */
+  check_fd("cross-entropy", ce_f, &c, x, dx1, M * C, (2 * C + 4) * 0x1p-24 * 4);
+  /* known value: uniform logits give log(C) */
+  float zero[C] = {0}, l;
+  const int32_t t0 = 2;
+  assert_int_equal(ampc_cross_entropy_forward(1, C, zero, AMPC_F32, &t0, &l), AMPC_OK);
+  assert_true(fabs((double)l - log(5.0)) <= 4 * 0x1p-24 * log(5.0));
+  /* seeded with S = 65536: exactly S times the unscaled gradient */
+  assert_int_equal(ampc_cross_entropy_backward(M, C, x, AMPC_F32, t, 65536.0f, dx, AMPC_F32),
+                   AMPC_OK);
+  for (int i = 0; i < M * C; i++)
+    assert_true(dx[i] == 65536.0f * dx1[i]);
+  /* bad target */
+  const int32_t bad[M] = {0, 5, 0, 0};
+  assert_int_equal(ampc_cross_entropy_forward(M, C, x, AMPC_F32, bad, &l), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "target[1]"));
+
+  /* BCE with logits: known values and extreme logits without overflow */
+  const float bx[4] = {0.0f, 100.0f, -100.0f, 2.0f}, bt[4] = {1.0f, 1.0f, 0.0f, 0.0f};
+  assert_int_equal(ampc_bce_logits_forward(4, bx, AMPC_F32, bt, &l), AMPC_OK);
+  const double want = (log(2.0) + log1p(exp(-100.0)) * 2 + (2.0 + log1p(exp(-2.0)))) / 4.0;
+  assert_true(fabs((double)l - want) <= 8 * 0x1p-24 * want);
+  float bd[4], bd1[4];
+  assert_int_equal(ampc_bce_logits_backward(4, bx, AMPC_F32, bt, 1.0f, bd1, AMPC_F32), AMPC_OK);
+  assert_int_equal(ampc_bce_logits_backward(4, bx, AMPC_F32, bt, 65536.0f, bd, AMPC_F32), AMPC_OK);
+  for (int i = 0; i < 4; i++) {
+    /* exact scaling wherever the unscaled gradient is a normal FP32; for
+     * x = -100 it is subnormal (~1e-44 / 4), rounded to the 2^-149 grid:
+     * the underflow that loss scaling exists to avoid */
+    assert_true(isfinite(bd[i]));
+    if (fabsf(bd1[i]) >= 0x1p-126f)
+      assert_true(bd[i] == 65536.0f * bd1[i]);
+    else
+      assert_true(fabs((double)bd[i] - 65536.0 * (double)bd1[i]) <= 65536.0 * 0x1p-150);
+  }
+  assert_true(fabs((double)bd1[3] - (1.0 / (1.0 + exp(-2.0))) / 4.0) <= 4 * 0x1p-24);
+}
+
+typedef struct {
+  float *sim;
+  float lt;
+  int64_t b;
+} nce_ctx;
+static double nce_f(void *p) {
+  nce_ctx *c = p;
+  float l;
+  assert_int_equal(ampc_infonce_forward(c->b, c->sim, AMPC_F32, c->lt, &l), AMPC_OK);
+  return (double)l;
+}
+
+static void test_infonce(void **state) {
+  (void)state;
+  enum { B = 5 };
+  float sim[B * B], ds[B * B], dlt = 0.0f;
+  fill(sim, B * B);
+  nce_ctx c = {sim, 1.0f, B};
+  assert_int_equal(ampc_infonce_backward(B, sim, AMPC_F32, 1.0f, 1.0f, ds, AMPC_F32, &dlt),
+                   AMPC_OK);
+  check_fd("infonce dsim", nce_f, &c, sim, ds, B * B, (4 * B + 8) * 0x1p-24 * 8);
+  /* d/d log_temp by finite difference on the scalar */
+  float lt = 1.0f, dlt_fd[1] = {dlt};
+  nce_ctx c2 = {sim, 1.0f, B};
+  (void)lt;
+  check_fd("infonce dlog_temp", nce_f, &c2, &c2.lt, dlt_fd, 1, (4 * B + 8) * 0x1p-24 * 8);
+  /* perfectly aligned pairs with a large temperature: loss -> 0 */
+  float eye[B * B] = {0}, l;
+  for (int i = 0; i < B; i++)
+    eye[i * B + i] = 1.0f;
+  assert_int_equal(ampc_infonce_forward(B, eye, AMPC_F32, logf(100.0f), &l), AMPC_OK);
+  assert_true(l >= 0.0f && l < 1e-30f + 5.0f * expf(-100.0f) * 2);
+}
+
+/* ---- 16-bit storage against FP32 on the same inputs ---- */
+static void test_lowp_storage(void **state) {
+  (void)state;
+  enum { M = 6, K = 40, N = 10 };
+  const ampc_dtype dts[2] = {AMPC_F16, AMPC_BF16};
+  for (int t = 0; t < 2; t++) {
+    const ampc_dtype dt = dts[t];
+    const double u = dt == AMPC_F16 ? 0x1p-11 : 0x1p-8;
+    float xf[M * K], wf[N * K], bf[N];
+    fill(xf, M * K), fill(wf, N * K), fill(bf, N);
+    uint16_t x[M * K], w[N * K], b[N], y[M * N];
+    ampc_convert(x, dt, xf, AMPC_F32, M * K); /* then read them back: exact inputs */
+    ampc_convert(xf, AMPC_F32, x, dt, M * K);
+    ampc_convert(w, dt, wf, AMPC_F32, N * K);
+    ampc_convert(wf, AMPC_F32, w, dt, N * K);
+    ampc_convert(b, dt, bf, AMPC_F32, N);
+    ampc_convert(bf, AMPC_F32, b, dt, N);
+    float y32[M * N];
+    assert_int_equal(ampc_linear_forward(M, K, N, xf, AMPC_F32, wf, AMPC_F32, bf, y32, AMPC_F32,
+                                         AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    ampc_round_stats st = {0};
+    assert_int_equal(ampc_linear_forward(M, K, N, x, dt, w, dt, b, y, dt, AMPC_ACC_F32, &st),
+                     AMPC_OK);
+    assert_int_equal(st.count, M * N);
+    for (int i = 0; i < M * N; i++) {
+      float yi;
+      ampc_convert(&yi, AMPC_F32, &y[i], dt, 1);
+      const double bound = u * fabs((double)y32[i]) + 2 * (K + 3) * 0x1p-24 * (K + 1);
+      assert_true(fabs((double)yi - (double)y32[i]) <= bound);
+    }
+    /* GELU and layer norm outputs */
+    uint16_t gy[M * K];
+    float gy32[M * K], mean[M], rstd[M];
+    assert_int_equal(ampc_gelu_forward(M * K, xf, AMPC_F32, gy32, AMPC_F32, NULL), AMPC_OK);
+    assert_int_equal(ampc_gelu_forward(M * K, x, dt, gy, dt, NULL), AMPC_OK);
+    for (int i = 0; i < M * K; i++) {
+      float v;
+      ampc_convert(&v, AMPC_F32, &gy[i], dt, 1);
+      assert_true(fabs((double)v - (double)gy32[i]) <= u * fabs((double)gy32[i]) + 1e-30);
+    }
+    float gam[K], bet[K];
+    for (int j = 0; j < K; j++)
+      gam[j] = 1.0f, bet[j] = 0.0f;
+    assert_int_equal(ampc_layernorm_forward(M, K, xf, AMPC_F32, gam, bet, AMPC_F32, 1e-5f, gy32,
+                                            AMPC_F32, mean, rstd, NULL),
+                     AMPC_OK);
+    assert_int_equal(
+        ampc_layernorm_forward(M, K, x, dt, gam, bet, AMPC_F32, 1e-5f, gy, dt, mean, rstd, NULL),
+        AMPC_OK);
+    for (int i = 0; i < M * K; i++) {
+      float v;
+      ampc_convert(&v, AMPC_F32, &gy[i], dt, 1);
+      assert_true(fabs((double)v - (double)gy32[i]) <= u * fabs((double)gy32[i]) + 1e-30);
+    }
+  }
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  float x[4] = {0}, y[4];
+  assert_int_equal(ampc_gelu_forward(0, x, AMPC_F32, y, AMPC_F32, NULL), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "n must be positive"));
+  assert_int_equal(ampc_gelu_forward(4, NULL, AMPC_F32, y, AMPC_F32, NULL), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gelu_forward(4, x, AMPC_F8_E4M3, y, AMPC_F32, NULL), AMPC_ERR_INVALID_ARG);
+  float mean, rstd;
+  assert_int_equal(ampc_layernorm_forward(1, 4, x, AMPC_F32, x, x, AMPC_F32, -1.0f, y, AMPC_F32,
+                                          &mean, &rstd, NULL),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(
+      ampc_softmax_forward(1, 4, x, AMPC_F32, 1.0f, (const uint8_t *)x, 0, y, AMPC_F32, NULL),
+      AMPC_ERR_INVALID_ARG);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_linear_grad),   cmocka_unit_test(test_layernorm_grad),
+      cmocka_unit_test(test_gelu),          cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_softmax_edges), cmocka_unit_test(test_layernorm_edges),
+      cmocka_unit_test(test_losses),        cmocka_unit_test(test_infonce),
+      cmocka_unit_test(test_lowp_storage),  cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
