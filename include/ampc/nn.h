@@ -90,6 +90,61 @@ ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype
 ampc_status ampc_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dtype gdt,
                                   const void *y, ampc_dtype ydt, float scale, void *dx);
 
+/* ---- token + learned position embedding ------------------------------------ */
+
+/* ids [b, t] (int32, 0 <= id < vocab), tok [vocab, d] (wdt), pos [>= t, d] (wdt)
+ * -> y [b*t, d] (ydt) = tok[id] + pos[position], summed in FP32, one rounding. */
+ampc_status ampc_embedding_forward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                   int64_t vocab, const void *tok, const void *pos, ampc_dtype wdt,
+                                   void *y, ampc_dtype ydt, ampc_round_stats *stats);
+/* dy [b*t, d] (gdt). dtok [vocab, d] (gdt) += for each id, the sum over all its
+ * occurrences, formed in FP32 and added with ONE rounding (so two 40000s of
+ * the same id reach a binary16 gradient as 80000 -> inf, counted in `stats`
+ * as an overflow); dpos [t, d] (gdt, or NULL) += the sum over the batch. */
+ampc_status ampc_embedding_backward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                    int64_t vocab, const void *dy, ampc_dtype gdt, void *dtok,
+                                    void *dpos, ampc_round_stats *stats);
+
+/* ---- patch embedding (ViT, Dosovitskiy et al. 2021) -------------------------- */
+
+/* images [b, hh, ww, c] uint8 (HWC), each value v read as v * px_scale + px_shift;
+ * patches of p x p (stride p; hh, ww multiples of p) unfolded in the order of
+ * torch.nn.Conv2d's weight [d, c, p, p], i.e. (channel, dy, dx), rounded once
+ * to wdt, then y [b * (hh/p) * (ww/p), d] = patches W^T + bias with
+ * w [d, c*p*p] (wdt), bias [d] (wdt, or NULL). Rows are (image, patch row,
+ * patch column). */
+ampc_status ampc_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                     int64_t d, const uint8_t *images, float px_scale,
+                                     float px_shift, const void *w, ampc_dtype wdt,
+                                     const void *bias, void *y, ampc_dtype ydt, ampc_acc acc,
+                                     ampc_round_stats *stats);
+/* dy [b*N, d] (gdt) -> dw [d, c*p*p] (gdt) +=, dbias [d] (gdt, or NULL) +=.
+ * (No gradient flows into the images.) */
+ampc_status ampc_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                      int64_t d, const uint8_t *images, float px_scale,
+                                      float px_shift, ampc_dtype wdt, const void *dy,
+                                      ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc);
+
+/* ---- masked mean pooling and L2 normalisation --------------------------------- */
+
+/* x [b, t, d] (xdt), mask [b, t] (uint8, NULL = all valid) -> y [b, d] (ydt) =
+ * sum of valid rows / their count (zeros if none). Sums in FP32. */
+ampc_status ampc_mean_pool_forward(int64_t b, int64_t t, int64_t d, const void *x, ampc_dtype xdt,
+                                   const uint8_t *mask, void *y, ampc_dtype ydt,
+                                   ampc_round_stats *stats);
+/* dy [b, d] -> dx [b, t, d] (gdt, overwritten) = mask * dy / count. */
+ampc_status ampc_mean_pool_backward(int64_t b, int64_t t, int64_t d, const void *dy, ampc_dtype gdt,
+                                    const uint8_t *mask, void *dx);
+
+/* x [m, d] (xdt) -> y = x / max(||x||_2, eps) (torch.nn.functional.normalize);
+ * the norm in double. */
+ampc_status ampc_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt, float eps,
+                                void *y, ampc_dtype ydt, ampc_round_stats *stats);
+/* dx [m, d] (gdt, overwritten) = (dy - y (y . dy)) / ||x|| (dy / eps where
+ * ||x|| <= eps). */
+ampc_status ampc_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                 const void *x, ampc_dtype xdt, float eps, void *dx);
+
 /* ---- losses, all in FP32; backward seeded with the loss scale S ------------ */
 
 /* Mean cross-entropy of logits [m, c] (xdt) against class ids target [m]
