@@ -448,6 +448,84 @@ static void test_lowp_storage(void **state) {
   }
 }
 
+/* ---- attention ---- */
+enum { AB = 2, ATQ = 3, ATK = 4, AH = 2, ADH = 3, AHD = AH * ADH };
+typedef struct {
+  float q[AB * ATQ * AHD], k[AB * ATK * AHD], v[AB * ATK * AHD], out[AB * ATQ * AHD],
+      g[AB * ATQ * AHD], s[AB * AH * ATQ * ATK], p[AB * AH * ATQ * ATK];
+  const uint8_t *mask;
+} at_ctx;
+static double at_f(void *ctx) {
+  at_ctx *c = ctx;
+  assert_int_equal(ampc_attention_forward(AB, ATQ, ATK, AH, ADH, c->q, AHD, c->k, AHD, c->v, AHD,
+                                          AMPC_F32, c->mask, c->s, AMPC_F32, c->p, AMPC_F32, c->out,
+                                          AHD, AMPC_F32, AMPC_ACC_F32, NULL),
+                   AMPC_OK);
+  return dot(c->g, c->out, AB * ATQ * AHD);
+}
+
+static void test_attention(void **state) {
+  (void)state;
+  static at_ctx c;
+  const uint8_t mask[AB * ATK] = {1, 1, 0, 1, 1, 0, 1, 1};
+  c.mask = mask;
+  fill(c.q, AB * ATQ * AHD), fill(c.k, AB * ATK * AHD), fill(c.v, AB * ATK * AHD);
+  fill(c.g, AB * ATQ * AHD);
+  at_f(&c);
+  float dq[AB * ATQ * AHD], dk[AB * ATK * AHD], dv[AB * ATK * AHD];
+  assert_int_equal(ampc_attention_backward(AB, ATQ, ATK, AH, ADH, c.q, AHD, c.k, AHD, c.v, AHD,
+                                           AMPC_F32, c.p, AMPC_F32, c.g, AHD, AMPC_F32, dq, AHD, dk,
+                                           AHD, dv, AHD, AMPC_ACC_F32),
+                   AMPC_OK);
+  /* masked keys: no probability, no gradient */
+  for (int i = 0; i < AH * ATQ; i++)
+    assert_true(c.p[i * ATK + 2] == 0.0f);
+  for (int j = 0; j < AHD; j++)
+    assert_true(dk[2 * AHD + j] == 0.0f && dv[2 * AHD + j] == 0.0f);
+  /* per output: a dh-term score, a tk-term softmax, a tk-term P v */
+  const double df = (ADH + 2 * ATK + ATK + 12) * 0x1p-24 * (sum_abs_prod(c.g, c.out, 36) + 36);
+  check_fd("attention dq", at_f, &c, c.q, dq, AB * ATQ * AHD, df);
+  check_fd("attention dk", at_f, &c, c.k, dk, AB * ATK * AHD, df);
+  check_fd("attention dv", at_f, &c, c.v, dv, AB * ATK * AHD, df);
+
+  /* the same through one packed [q | k | v] buffer (ld = 3 h dh), self-attention
+   * shape (tq = tk), checks the leading-dimension views */
+  enum { T = 4, LD = 3 * AHD };
+  float qkv[AB * T * LD], o1[AB * T * AHD], o2[AB * T * AHD], s[AB * AH * T * T],
+      p[AB * AH * T * T];
+  float qs[AB * T * AHD], ks[AB * T * AHD], vs[AB * T * AHD];
+  fill(qkv, AB * T * LD);
+  for (int r = 0; r < AB * T; r++)
+    for (int j = 0; j < AHD; j++)
+      qs[r * AHD + j] = qkv[r * LD + j], ks[r * AHD + j] = qkv[r * LD + AHD + j],
+                   vs[r * AHD + j] = qkv[r * LD + 2 * AHD + j];
+  assert_int_equal(ampc_attention_forward(AB, T, T, AH, ADH, qkv, LD, qkv + AHD, LD, qkv + 2 * AHD,
+                                          LD, AMPC_F32, NULL, s, AMPC_F32, p, AMPC_F32, o1, AHD,
+                                          AMPC_F32, AMPC_ACC_F32, NULL),
+                   AMPC_OK);
+  assert_int_equal(ampc_attention_forward(AB, T, T, AH, ADH, qs, AHD, ks, AHD, vs, AHD, AMPC_F32,
+                                          NULL, s, AMPC_F32, p, AMPC_F32, o2, AHD, AMPC_F32,
+                                          AMPC_ACC_F32, NULL),
+                   AMPC_OK);
+  assert_memory_equal(o1, o2, sizeof o1);
+
+  /* FP16 storage with huge logits: q.k = 60000 * ... stays finite */
+  ampc_f16 hq[ADH], hk[2 * ADH], hv[2 * ADH], hs[2], hp[2], ho[ADH];
+  const float qf[ADH] = {240.0f, 0.0f, 0.0f}, kf[2 * ADH] = {250.0f, 0, 0, 249.0f, 0, 0},
+              vf[2 * ADH] = {1, 2, 3, 4, 5, 6};
+  ampc_convert(hq, AMPC_F16, qf, AMPC_F32, ADH);
+  ampc_convert(hk, AMPC_F16, kf, AMPC_F32, 2 * ADH);
+  ampc_convert(hv, AMPC_F16, vf, AMPC_F32, 2 * ADH);
+  ampc_round_stats st = {0};
+  assert_int_equal(ampc_attention_forward(1, 1, 2, 1, ADH, hq, ADH, hk, ADH, hv, ADH, AMPC_F16,
+                                          NULL, hs, AMPC_F32, hp, AMPC_F32, ho, ADH, AMPC_F16,
+                                          AMPC_ACC_F32, &st),
+                   AMPC_OK);
+  assert_int_equal(st.nan + st.inf, 0);
+  /* scores 60000/sqrt(3) and 59760/sqrt(3): p1 / p0 = exp(-240/sqrt(3)) ~ 0 */
+  assert_true(fabs((double)ampc_f16_to_f32(ho[0]) - 1.0) <= 0x1p-11);
+}
+
 static void test_errors(void **state) {
   (void)state;
   float x[4] = {0}, y[4];
@@ -470,7 +548,8 @@ int main(void) {
       cmocka_unit_test(test_gelu),          cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_softmax_edges), cmocka_unit_test(test_layernorm_edges),
       cmocka_unit_test(test_losses),        cmocka_unit_test(test_infonce),
-      cmocka_unit_test(test_lowp_storage),  cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_lowp_storage),  cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,7 +82,9 @@ ampc_status ampc_gemm(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
 /* `batch` independent GEMMs of the same shape; matrix i uses a + i*stride_a,
  * b + i*stride_b, c + i*stride_c (strides in elements). stride_a or stride_b
  * may be 0 (the same A or B for every product); the C matrices must not
- * overlap: stride_c >= (M-1)*ldc + N when batch > 1. As cublasGemmStridedBatchedEx. */
+ * overlap: when batch > 1 either stride_c >= (M-1)*ldc + N (stacked) or
+ * N <= stride_c and (batch-1)*stride_c + N <= ldc (side by side, e.g. the
+ * heads of an attention output). As cublasGemmStridedBatchedEx. */
 ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
                                       float alpha, const void *a, ampc_dtype a_dt, int64_t lda,
                                       int64_t stride_a, const void *b, ampc_dtype b_dt, int64_t ldb,

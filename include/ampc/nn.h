@@ -145,6 +145,33 @@ ampc_status ampc_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_dtype 
 ampc_status ampc_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
                                  const void *x, ampc_dtype xdt, float eps, void *dx);
 
+/* ---- multi-head scaled dot-product attention (Vaswani et al. 2017) --------- */
+
+/* The attention core after the projections, for self- and cross-attention:
+ * q [b, tq, h*dh] (row stride ldq), k and v [b, tk, h*dh] (ldk, ldv), dtype
+ * xdt; views into one packed qkv buffer work (ld = 3*h*dh). Per batch item
+ * and head:  S = (q k^T) / sqrt(dh)  (a strided batched GEMM over the heads,
+ * stored in `scores` [b, h, tq, tk] of dtype sdt),  P = softmax(S) with the
+ * key-padding mask key_mask [b, tk] (uint8, 1 = attend, NULL = none; masked
+ * keys get probability exactly 0, a row with no key gives zeros), stored in
+ * `probs` [b, h, tq, tk] of dtype pdt (kept for the backward pass), and
+ * out [b, tq, h*dh] (row stride ldo, dtype odt) = P v. */
+ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                   const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                   const void *v, int64_t ldv, ampc_dtype xdt,
+                                   const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                   void *probs, ampc_dtype pdt, void *out, int64_t ldo,
+                                   ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats);
+/* dout [b, tq, h*dh] (row stride lddo, gdt) -> dq [b, tq, h*dh] (lddq),
+ * dk, dv [b, tk, h*dh] (lddk, lddv), all gdt, overwritten; probs from the
+ * forward pass. Intermediate dP and dS are FP32 (workspace 2*h*tq*tk floats). */
+ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                    const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                    const void *v, int64_t ldv, ampc_dtype xdt, const void *probs,
+                                    ampc_dtype pdt, const void *dout, int64_t lddo, ampc_dtype gdt,
+                                    void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
+                                    int64_t lddv, ampc_acc acc);
+
 /* ---- losses, all in FP32; backward seeded with the loss scale S ------------ */
 
 /* Mean cross-entropy of logits [m, c] (xdt) against class ids target [m]

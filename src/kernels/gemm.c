@@ -276,10 +276,16 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "%s: batch %lld with these strides is too large to address", fn,
                      (long long)batch);
-  if (batch > 1 && m > 0 && n > 0 && stride_c < (m - 1) * ldc + n)
+  /* the batched C matrices must not share an element: either stacked
+   * (stride_c >= (M-1) ldc + N) or side by side within the rows (column
+   * blocks, e.g. the heads of one attention output: N <= stride_c and
+   * (batch-1) stride_c + N <= ldc) */
+  if (batch > 1 && m > 0 && n > 0 && stride_c < (m - 1) * ldc + n &&
+      !(stride_c >= n && (batch - 1) * stride_c + n <= ldc))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "%s: stride_c=%lld lets batched C matrices overlap (need >= %lld)", fn,
-                     (long long)stride_c, (long long)((m - 1) * ldc + n));
+                     "%s: stride_c=%lld lets batched C matrices overlap (need >= %lld, or side "
+                     "by side within ldc)",
+                     fn, (long long)stride_c, (long long)((m - 1) * ldc + n));
   ampc_gemm_args g = {.m = m,
                       .n = n,
                       .k = k,
