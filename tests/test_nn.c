@@ -526,6 +526,96 @@ static void test_attention(void **state) {
   assert_true(fabs((double)ampc_f16_to_f32(ho[0]) - 1.0) <= 0x1p-11);
 }
 
+/* ---- finite differences for the remaining layers ---- */
+enum { EB = 2, ET = 3, ED = 4, EV = 5 };
+typedef struct {
+  float tok[EV * ED], pos[ET * ED], x[EB * ET * ED], pooled[EB * ED], y[EB * ET * ED],
+      g[EB * ET * ED], n[EB * ED];
+  int32_t ids[EB * ET];
+  uint8_t mask[EB * ET];
+} misc_ctx;
+
+static double emb_f(void *p) { /* embedding -> sum g y */
+  misc_ctx *c = p;
+  assert_int_equal(ampc_embedding_forward(EB, ET, ED, c->ids, EV, c->tok, c->pos, AMPC_F32, c->y,
+                                          AMPC_F32, NULL),
+                   AMPC_OK);
+  return dot(c->g, c->y, EB * ET * ED);
+}
+static double pool_norm_f(void *p) { /* masked mean pool -> L2 normalise -> sum g y */
+  misc_ctx *c = p;
+  assert_int_equal(
+      ampc_mean_pool_forward(EB, ET, ED, c->x, AMPC_F32, c->mask, c->pooled, AMPC_F32, NULL),
+      AMPC_OK);
+  assert_int_equal(ampc_l2norm_forward(EB, ED, c->pooled, AMPC_F32, 1e-12f, c->n, AMPC_F32, NULL),
+                   AMPC_OK);
+  return dot(c->g, c->n, EB * ED);
+}
+static double add_f(void *p) { /* residual add of the first EV*ED of x and tok -> sum g y */
+  misc_ctx *c = p;
+  float out[EV * ED];
+  assert_int_equal(ampc_add_forward(EV * ED, c->x, AMPC_F32, c->tok, AMPC_F32, out, AMPC_F32, NULL),
+                   AMPC_OK);
+  return dot(c->g, out, EV * ED);
+}
+
+static void test_misc_grads(void **state) {
+  (void)state;
+  static misc_ctx c;
+  const int32_t ids[EB * ET] = {1, 4, 1, 1, 0, 2};
+  const uint8_t mask[EB * ET] = {1, 0, 1, 1, 1, 1};
+  memcpy(c.ids, ids, sizeof ids);
+  memcpy(c.mask, mask, sizeof mask);
+  fill(c.tok, EV * ED), fill(c.pos, ET * ED), fill(c.x, EB * ET * ED), fill(c.g, EB * ET * ED);
+  /* embedding: f is linear in tok and pos */
+  float dtok[EV * ED] = {0}, dpos[ET * ED] = {0};
+  emb_f(&c);
+  assert_int_equal(ampc_embedding_backward(EB, ET, ED, c.ids, EV, c.g, AMPC_F32, dtok, dpos, NULL),
+                   AMPC_OK);
+  const double dfe = 4 * 0x1p-24 * (sum_abs_prod(c.g, c.y, EB * ET * ED) + EB * ET * ED);
+  check_fd("embedding dtok", emb_f, &c, c.tok, dtok, EV * ED, dfe);
+  check_fd("embedding dpos", emb_f, &c, c.pos, dpos, ET * ED, dfe);
+  /* pooling then normalisation: backward chained */
+  float dn[EB * ED], dx[EB * ET * ED];
+  pool_norm_f(&c);
+  assert_int_equal(ampc_l2norm_backward(EB, ED, c.g, AMPC_F32, c.pooled, AMPC_F32, 1e-12f, dn),
+                   AMPC_OK);
+  assert_int_equal(ampc_mean_pool_backward(EB, ET, ED, dn, AMPC_F32, c.mask, dx), AMPC_OK);
+  check_fd("pool+normalize dx", pool_norm_f, &c, c.x, dx, EB * ET * ED,
+           16 * 0x1p-24 * (sum_abs_prod(c.g, c.n, EB * ED) + EB * ED));
+  /* residual add: d/dx = g (identity) */
+  check_fd("add dx", add_f, &c, c.x, c.g, EV * ED, 2 * 0x1p-24 * (EB * ET * ED));
+}
+
+/* patch embedding: d/dW of sum g y equals the dW from the backward pass */
+typedef struct {
+  uint8_t img[2 * 4 * 4 * 3];
+  float w[5 * 12], b[5], y[8 * 5], g[8 * 5];
+} pe_ctx;
+static double pe_f(void *p) {
+  pe_ctx *c = p;
+  assert_int_equal(ampc_patch_embed_forward(2, 4, 4, 3, 2, 5, c->img, 1.0f / 255.0f, -0.5f, c->w,
+                                            AMPC_F32, c->b, c->y, AMPC_F32, AMPC_ACC_F32, NULL),
+                   AMPC_OK);
+  return dot(c->g, c->y, 40);
+}
+
+static void test_patch_grad(void **state) {
+  (void)state;
+  static pe_ctx c;
+  for (int i = 0; i < 96; i++)
+    c.img[i] = (uint8_t)((i * 73 + 5) % 256);
+  fill(c.w, 60), fill(c.b, 5), fill(c.g, 40);
+  float dw[60] = {0}, db[5] = {0};
+  pe_f(&c);
+  assert_int_equal(ampc_patch_embed_backward(2, 4, 4, 3, 2, 5, c.img, 1.0f / 255.0f, -0.5f,
+                                             AMPC_F32, c.g, AMPC_F32, dw, db, AMPC_ACC_F32),
+                   AMPC_OK);
+  const double df = 16 * 0x1p-24 * (sum_abs_prod(c.g, c.y, 40) + 40);
+  check_fd("patch_embed dw", pe_f, &c, c.w, dw, 60, df);
+  check_fd("patch_embed db", pe_f, &c, c.b, db, 5, df);
+}
+
 static void test_errors(void **state) {
   (void)state;
   float x[4] = {0}, y[4];
@@ -549,6 +639,7 @@ int main(void) {
       cmocka_unit_test(test_softmax_edges), cmocka_unit_test(test_layernorm_edges),
       cmocka_unit_test(test_losses),        cmocka_unit_test(test_infonce),
       cmocka_unit_test(test_lowp_storage),  cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_misc_grads),    cmocka_unit_test(test_patch_grad),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
