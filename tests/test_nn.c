@@ -616,6 +616,61 @@ static void test_patch_grad(void **state) {
   check_fd("patch_embed db", pe_f, &c, c.b, db, 5, df);
 }
 
+/* ---- the multi-head attention layer ---- */
+enum { MB = 2, MTQ = 3, MTK = 4, MDM = 4, MH = 2 };
+typedef struct {
+  float xq[MB * MTQ * MDM], xkv[MB * MTK * MDM], w[4][MDM * MDM], bias[4][MDM];
+  float q[MB * MTK * MDM], k[MB * MTK * MDM], v[MB * MTK * MDM], o[MB * MTQ * MDM],
+      s[MB * MH * MTQ * MTK], p[MB * MH * MTQ * MTK], y[MB * MTQ * MDM], g[MB * MTQ * MDM];
+  int self;
+  const uint8_t *mask;
+} mha_ctx;
+static double mha_f(void *ctx) {
+  mha_ctx *c = ctx;
+  ampc_mha_cache cache = {c->q, c->k, c->v, c->o, c->s, c->p};
+  const int64_t tk = c->self ? MTQ : MTK;
+  assert_int_equal(ampc_mha_forward(MB, MTQ, tk, MDM, MH, c->xq, c->self ? c->xq : c->xkv, AMPC_F32,
+                                    c->w[0], c->bias[0], c->w[1], c->bias[1], c->w[2], c->bias[2],
+                                    c->w[3], c->bias[3], AMPC_F32, c->mask, &cache, AMPC_F32, c->y,
+                                    AMPC_ACC_F32, NULL),
+                   AMPC_OK);
+  return dot(c->g, c->y, MB * MTQ * MDM);
+}
+
+static void test_mha(void **state) {
+  (void)state;
+  static mha_ctx c;
+  const uint8_t mask[MB * MTK] = {1, 1, 0, 1, 0, 1, 1, 1};
+  for (int self = 0; self < 2; self++) {
+    c.self = self;
+    c.mask = self ? NULL : mask;
+    fill(c.xq, MB * MTQ * MDM), fill(c.xkv, MB * MTK * MDM), fill(c.g, MB * MTQ * MDM);
+    for (int i = 0; i < 4; i++)
+      fill(c.w[i], MDM * MDM), fill(c.bias[i], MDM);
+    mha_f(&c);
+    ampc_mha_cache cache = {c.q, c.k, c.v, c.o, c.s, c.p};
+    float dxq[MB * MTQ * MDM], dxkv[MB * MTK * MDM], dw[4][MDM * MDM], db[4][MDM];
+    memset(dw, 0, sizeof dw);
+    memset(db, 0, sizeof db);
+    const int64_t tk = self ? MTQ : MTK;
+    assert_int_equal(ampc_mha_backward(MB, MTQ, tk, MDM, MH, c.xq, self ? c.xq : c.xkv, AMPC_F32,
+                                       c.w[0], c.w[1], c.w[2], c.w[3], AMPC_F32, &cache, AMPC_F32,
+                                       c.g, AMPC_F32, dxq, self ? NULL : dxkv, dw[0], db[0], dw[1],
+                                       db[1], dw[2], db[2], dw[3], db[3], AMPC_ACC_F32),
+                     AMPC_OK);
+    /* per output: four chained products of length dm or tk, a softmax */
+    const double df = 64 * 0x1p-24 * (sum_abs_prod(c.g, c.y, MB * MTQ * MDM) + MB * MTQ * MDM);
+    check_fd(self ? "self-mha dxq" : "cross-mha dxq", mha_f, &c, c.xq, dxq, MB * MTQ * MDM, df);
+    if (!self)
+      check_fd("cross-mha dxkv", mha_f, &c, c.xkv, dxkv, MB * MTK * MDM, df);
+    const char *wn[4] = {"dwq", "dwk", "dwv", "dwo"};
+    for (int i = 0; i < 4; i++) {
+      check_fd(wn[i], mha_f, &c, c.w[i], dw[i], MDM * MDM, df);
+      check_fd(wn[i], mha_f, &c, c.bias[i], db[i], MDM, df);
+    }
+  }
+}
+
 static void test_errors(void **state) {
   (void)state;
   float x[4] = {0}, y[4];
@@ -640,7 +695,7 @@ int main(void) {
       cmocka_unit_test(test_losses),        cmocka_unit_test(test_infonce),
       cmocka_unit_test(test_lowp_storage),  cmocka_unit_test(test_attention),
       cmocka_unit_test(test_misc_grads),    cmocka_unit_test(test_patch_grad),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_mha),           cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -172,6 +172,43 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
                                     void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
                                     int64_t lddv, ampc_acc acc);
 
+/* ---- the multi-head attention layer: projections + core ------------------- */
+
+/* Buffers the forward pass fills and the backward pass reads, owned by the
+ * caller: q [b*tq, dm], k and v [b*tk, dm], o [b*tq, dm] (the core's output,
+ * before the output projection) in the activation dtype; scores and probs
+ * [b, h, tq, tk] in the probabilities' dtype. */
+typedef struct ampc_mha_cache {
+  void *q, *k, *v, *o, *scores, *probs;
+} ampc_mha_cache;
+
+/* Multi-head attention with separate projections, as
+ * torch.nn.MultiheadAttention(dm, h, batch_first=True) with its in_proj split
+ * into wq, wk, wv: q = xq Wq^T + bq, k = xkv Wk^T + bk, v = xkv Wv^T + bv,
+ * o = attention core (above, key_mask [b, tk] or NULL), y = o Wo^T + bo.
+ * xq [b*tq, dm], xkv [b*tk, dm] (pass xkv = xq, tk = tq for self-attention)
+ * and y [b*tq, dm] in adt; weights [dm, dm] and biases [dm] (or NULL) in wdt;
+ * dm must be a multiple of h. Errors as the layers it is built from. */
+ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                             const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                             const void *bq, const void *wk, const void *bk, const void *wv,
+                             const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
+                             const uint8_t *key_mask, const ampc_mha_cache *cache, ampc_dtype pdt,
+                             void *y, ampc_acc acc, ampc_round_stats *stats);
+
+/* dy [b*tq, dm] (gdt). Input gradients are overwritten: dxq [b*tq, dm] and
+ * dxkv [b*tk, dm] (gdt); for self-attention (xkv == xq) pass dxkv = NULL and
+ * every contribution lands in dxq. Each input gradient is summed in FP32 and
+ * rounded once. Parameter gradients (gdt) accumulate (+=); bias gradients
+ * may be NULL. Workspace: 4 activation-sized gradient buffers. */
+ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                              const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                              const void *wk, const void *wv, const void *wo, ampc_dtype wdt,
+                              const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
+                              ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
+                              void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
+                              ampc_acc acc);
+
 /* ---- losses, all in FP32; backward seeded with the loss scale S ------------ */
 
 /* Mean cross-entropy of logits [m, c] (xdt) against class ids target [m]

@@ -139,3 +139,95 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
   free(dp);
   return st;
 }
+
+/* ---- the layer: projections around the core ------------------------------- */
+
+ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                             const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                             const void *bq, const void *wk, const void *bk, const void *wv,
+                             const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
+                             const uint8_t *key_mask, const ampc_mha_cache *cache, ampc_dtype pdt,
+                             void *y, ampc_acc acc, ampc_round_stats *stats) {
+  const char *fn = "ampc_mha_forward";
+  NN_CHECK_POS(fn, dm);
+  NN_CHECK_POS(fn, h);
+  NN_CHECK_PTR(fn, cache);
+  if (dm % h)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: dm = %lld is not a multiple of h = %lld", fn,
+                     (long long)dm, (long long)h);
+  ampc_status st =
+      ampc_linear_forward(b * tq, dm, dm, xq, adt, wq, wdt, bq, cache->q, adt, acc, NULL);
+  if (st == AMPC_OK)
+    st = ampc_linear_forward(b * tk, dm, dm, xkv, adt, wk, wdt, bk, cache->k, adt, acc, NULL);
+  if (st == AMPC_OK)
+    st = ampc_linear_forward(b * tk, dm, dm, xkv, adt, wv, wdt, bv, cache->v, adt, acc, NULL);
+  if (st == AMPC_OK)
+    st = ampc_attention_forward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
+                                key_mask, cache->scores, pdt, cache->probs, pdt, cache->o, dm, adt,
+                                acc, NULL);
+  if (st == AMPC_OK)
+    st = ampc_linear_forward(b * tq, dm, dm, cache->o, adt, wo, wdt, bo, y, adt, acc, stats);
+  return st;
+}
+
+ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                              const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                              const void *wk, const void *wv, const void *wo, ampc_dtype wdt,
+                              const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
+                              ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
+                              void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
+                              ampc_acc acc) {
+  const char *fn = "ampc_mha_backward";
+  NN_CHECK_POS(fn, b);
+  NN_CHECK_POS(fn, tq);
+  NN_CHECK_POS(fn, tk);
+  NN_CHECK_POS(fn, dm);
+  NN_CHECK_POS(fn, h);
+  NN_CHECK_PTR(fn, cache);
+  NN_CHECK_PTR(fn, dxq);
+  NN_CHECK_DT(fn, gdt);
+  const int self = dxkv == NULL;
+  if (dm % h)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: dm = %lld is not a multiple of h = %lld", fn,
+                     (long long)dm, (long long)h);
+  if (self && tk != tq)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: dxkv is NULL (self-attention) but tk != tq", fn);
+  const int64_t nq = b * tq * dm, nk = b * tk * dm;
+  const size_t gs = ampc_dtype_size(gdt);
+  /* d(o), dq, dk, dv in gdt; FP32 sums for the input gradients */
+  char *ws = malloc((size_t)(2 * nq + 2 * nk) * gs + (size_t)(nq + nk) * sizeof(float));
+  if (!ws)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate workspace", fn);
+  void *dO = ws, *dq = ws + nq * gs, *dk = ws + 2 * nq * gs, *dv = ws + (2 * nq + nk) * gs;
+  float *sq = (float *)(void *)(ws + (2 * nq + 2 * nk) * gs), *sk = sq + nq;
+  /* y = o Wo^T + bo */
+  ampc_status st =
+      ampc_linear_backward(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO, dwo, dbo, acc);
+  if (st == AMPC_OK)
+    st = ampc_attention_backward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm,
+                                 adt, cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc);
+  /* parameter gradients of the three projections (no input gradient here) */
+  if (st == AMPC_OK)
+    st = ampc_linear_backward(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc);
+  if (st == AMPC_OK)
+    st = ampc_linear_backward(b * tk, dm, dm, dk, gdt, xkv, adt, wk, wdt, NULL, dwk, dbk, acc);
+  if (st == AMPC_OK)
+    st = ampc_linear_backward(b * tk, dm, dm, dv, gdt, xkv, adt, wv, wdt, NULL, dwv, dbv, acc);
+  /* input gradients, summed in FP32: dxq = dq Wq (+ dk Wk + dv Wv if self) */
+  float *skv = self ? sq : sk;
+  if (st == AMPC_OK)
+    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, b * tq, dm, dm, 1.0f, dq, gdt, dm, wq, wdt, dm, 0.0f, sq,
+                   AMPC_F32, dm, acc);
+  if (st == AMPC_OK)
+    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, b * tk, dm, dm, 1.0f, dk, gdt, dm, wk, wdt, dm,
+                   self ? 1.0f : 0.0f, skv, AMPC_F32, dm, acc);
+  if (st == AMPC_OK)
+    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, b * tk, dm, dm, 1.0f, dv, gdt, dm, wv, wdt, dm, 1.0f, skv,
+                   AMPC_F32, dm, acc);
+  if (st == AMPC_OK)
+    st = ampc_store_f32(dxq, gdt, sq, (size_t)nq, NULL);
+  if (st == AMPC_OK && !self)
+    st = ampc_store_f32(dxkv, gdt, sk, (size_t)nk, NULL);
+  free(ws);
+  return st;
+}
