@@ -118,8 +118,11 @@ static void cmp(const char *cs, const char *key, cJSON *c, const void *got, ampc
   for (int64_t i = 0; i < n; i++)
     rms += (double)want[i] * (double)want[i];
   rms = sqrt(rms / (double)n);
+  double worst = 0; /* largest |diff| / (u * scale), or / (1e-5 * scale) in f32 */
   for (int64_t i = 0; i < n; i++) {
     const double scale = fabs((double)want[i]) + rms;
+    worst = fmax(worst, fabs((double)g[i] - (double)want[i]) /
+                            ((dt == AMPC_F32 ? 1e-5 : unit(dt)) * scale));
     double tol = dt == AMPC_F32 ? 1e-5 * scale : r * unit(dt) * scale + 1e-5 * scale;
     if (extra)
       tol += extra[i];
@@ -128,6 +131,10 @@ static void cmp(const char *cs, const char *key, cJSON *c, const void *got, ampc
                ampc_dtype_name(dt), (long long)i, (double)g[i], (double)want[i],
                fabs((double)g[i] - (double)want[i]), tol);
   }
+  if (getenv("AMPC_PARITY_REPORT"))
+    printf("  %-15s %-7s %-5s worst |diff| = %.2f %s x scale (allowed %.1f)\n", cs, key,
+           ampc_dtype_name(dt), worst, dt == AMPC_F32 ? "1e-5" : "u",
+           dt == AMPC_F32 ? 1.0 : r + 0.0);
   free(want);
   free(g);
 }
@@ -411,6 +418,59 @@ static void test_attention(void **state) {
   free(km), free(q), free(k), free(v), free(g);
 }
 
+static void test_mha(void **state) {
+  (void)state;
+  cJSON *c = case_("mha");
+  const int64_t b = ival(c, "b"), tq = ival(c, "tq"), tk = ival(c, "tk"), dm = ival(c, "dm"),
+                h = ival(c, "h");
+  uint8_t *km = barr(c, "key_mask");
+  const char *pn[8] = {"wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"};
+  float *pf[8];
+  for (int i = 0; i < 8; i++)
+    pf[i] = farr(c, pn[i], NULL);
+  float *xq = farr(c, "xq", NULL), *xkv = farr(c, "xkv", NULL), *g = farr(c, "g", NULL);
+  for (int t = 0; t < 3; t++) {
+    const ampc_dtype dt = k_dts[t];
+    void *pd[8], *dp[8];
+    for (int i = 0; i < 8; i++) {
+      pd[i] = as_dt(pf[i], i < 4 ? dm * dm : dm, dt);
+      dp[i] = zeros(i < 4 ? dm * dm : dm, dt);
+    }
+    void *xqd = as_dt(xq, b * tq * dm, dt), *xkvd = as_dt(xkv, b * tk * dm, dt),
+         *gd = as_dt(g, b * tq * dm, dt);
+    ampc_mha_cache cache = {zeros(b * tq * dm, dt),     zeros(b * tk * dm, dt),
+                            zeros(b * tk * dm, dt),     zeros(b * tq * dm, dt),
+                            zeros(b * h * tq * tk, dt), zeros(b * h * tq * tk, dt)};
+    void *y = zeros(b * tq * dm, dt), *dxq = zeros(b * tq * dm, dt), *dxkv = zeros(b * tk * dm, dt);
+    assert_int_equal(ampc_mha_forward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[4], pd[1], pd[5],
+                                      pd[2], pd[6], pd[3], pd[7], dt, km, &cache, dt, y,
+                                      AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    assert_int_equal(ampc_mha_backward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[1], pd[2], pd[3],
+                                       dt, &cache, dt, gd, dt, dxq, dxkv, dp[0], dp[4], dp[1],
+                                       dp[5], dp[2], dp[6], dp[3], dp[7], AMPC_ACC_F32),
+                     AMPC_OK);
+    /* in 16 bits every activation on the way is stored rounded: q, k, v
+     * (1 each), scores (amplified by exp: 2 |s|max, |s| < 4 here), probs (1),
+     * o (1), y (1); gradients run the same path back. A first-order count:
+     * 16 roundings forward, 32 for the gradients, relative to the tensor scale */
+    cmp("mha", "y", c, y, dt, 16, NULL);
+    const char *gn[10] = {"dxq", "dxkv", "dwq", "dwk", "dwv", "dwo", "dbq", "dbk", "dbv", "dbo"};
+    void *gp[10] = {dxq, dxkv, dp[0], dp[1], dp[2], dp[3], dp[4], dp[5], dp[6], dp[7]};
+    for (int i = 0; i < 10; i++)
+      if (strcmp(gn[i], "dbk") != 0) /* exactly 0 in math: softmax ignores a shift */
+        cmp("mha", gn[i], c, gp[i], dt, 32, NULL);
+    for (int i = 0; i < 8; i++)
+      free(pd[i]), free(dp[i]);
+    free(xqd), free(xkvd), free(gd), free(y), free(dxq), free(dxkv);
+    free(cache.q), free(cache.k), free(cache.v), free(cache.o), free(cache.scores);
+    free(cache.probs);
+  }
+  for (int i = 0; i < 8; i++)
+    free(pf[i]);
+  free(km), free(xq), free(xkv), free(g);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_parity tests/reference/goldens.json\n");
@@ -443,7 +503,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_gelu),        cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_losses),      cmocka_unit_test(test_embedding),
       cmocka_unit_test(test_patch_embed), cmocka_unit_test(test_pool_normalize),
-      cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_attention),   cmocka_unit_test(test_mha),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   cJSON_Delete(root);

@@ -157,6 +157,28 @@ out.backward(g)
 add("attention", b=bb, tq=tq, tk=tk, h=h, dh=dh, key_mask=[int(v) for v in km.reshape(-1)],
     q=qq, k=kk, v=vv, g=g, out=out, dq=qq.grad, dk=kk.grad, dv=vv.grad)
 
+# torch.nn.MultiheadAttention (batch_first), cross-attention with a key padding mask
+bb, tq, tk, dm, h = 2, 3, 4, 8, 2
+mha = torch.nn.MultiheadAttention(dm, h, batch_first=True)
+with torch.no_grad():
+    mha.in_proj_weight.copy_(rnd(3 * dm, dm, scale=0.4))
+    mha.in_proj_bias.copy_(rnd(3 * dm, scale=0.2))
+    mha.out_proj.weight.copy_(rnd(dm, dm, scale=0.4))
+    mha.out_proj.bias.copy_(rnd(dm, scale=0.2))
+xq, xkv, g = rnd(bb, tq, dm), rnd(bb, tk, dm), rnd(bb, tq, dm)
+xq.requires_grad_(), xkv.requires_grad_()
+pad = torch.tensor([[False, False, True, False], [False, True, False, False]])  # True = ignore
+y, _ = mha(xq, xkv, xkv, key_padding_mask=pad, need_weights=False)
+y.backward(g)
+wq, wk, wv = mha.in_proj_weight.detach().split(dm)
+bq, bk, bv = mha.in_proj_bias.detach().split(dm)
+dwq, dwk, dwv = mha.in_proj_weight.grad.split(dm)
+dbq, dbk, dbv = mha.in_proj_bias.grad.split(dm)
+add("mha", b=bb, tq=tq, tk=tk, dm=dm, h=h, key_mask=[int(not v) for v in pad.reshape(-1)],
+    xq=xq, xkv=xkv, wq=wq, wk=wk, wv=wv, wo=mha.out_proj.weight, bq=bq, bk=bk, bv=bv,
+    bo=mha.out_proj.bias, g=g, y=y, dxq=xq.grad, dxkv=xkv.grad, dwq=dwq, dwk=dwk, dwv=dwv,
+    dwo=mha.out_proj.weight.grad, dbq=dbq, dbk=dbk, dbv=dbv, dbo=mha.out_proj.bias.grad)
+
 here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "goldens.json"), "w") as f:
     json.dump({"generator": "tests/reference/gen_goldens.py", "torch": torch.__version__,
