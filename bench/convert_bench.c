@@ -32,7 +32,7 @@ static int cmp_d(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-enum { OPS = 9, MAXREP = 101 };
+enum { OPS = 11, MAXREP = 101 };
 
 int main(int argc, char **argv) {
   size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 64;
@@ -56,7 +56,8 @@ int main(int argc, char **argv) {
   /* the operations, for every kernel table this CPU can run */
   struct op {
     char name[40];
-    int kind; /* 0 memcpy, 1 f32->f16, 2 f16->f32, 3 f32->bf16, 4 bf16->f32 */
+    int kind; /* 0 memcpy, 1 f32->f16, 2 f16->f32, 3 f32->bf16, 4 bf16->f32,
+               * 5 f32->f16 with telemetry, 6 f32->bf16 with telemetry */
     const ampc_convert_kernels *k;
     double t[MAXREP];
   } ops[OPS];
@@ -70,6 +71,15 @@ int main(int argc, char **argv) {
       snprintf(ops[nops].name, sizeof ops[nops].name, "%s %s", kind_names[kind], ks[ki]->isa);
       nops++;
     }
+  if (ampc_cpu_has_avx2_f16c()) { /* ampc_store_f32 with rounding statistics */
+    ops[nops] = (struct op){.kind = 5};
+    snprintf(ops[nops].name, sizeof ops[nops].name, "f32->f16 +telemetry");
+    nops++;
+    ops[nops] = (struct op){.kind = 6};
+    snprintf(ops[nops].name, sizeof ops[nops].name, "f32->bf16 +telemetry");
+    nops++;
+  }
+  ampc_round_stats rs = {0};
   for (int r = -1; r < reps; r++) { /* r = -1: warm-up, not recorded */
     for (int i = 0; i < nops; i++) {
       const ampc_convert_kernels *k = ops[i].k;
@@ -80,6 +90,8 @@ int main(int argc, char **argv) {
       case 2: k->f16_to_f32(g, h, n); break;
       case 3: k->f32_to_bf16(h, f, n); break;
       case 4: k->bf16_to_f32(g, h, n); break;
+      case 5: ampc_store_f32(h, AMPC_F16, f, n, &rs); break;
+      case 6: ampc_store_f32(h, AMPC_BF16, f, n, &rs); break;
       }
       double dt = now_s() - t0;
       if (r >= 0)
