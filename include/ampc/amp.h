@@ -27,7 +27,10 @@
 
 #include <stdbool.h>
 
+#include <stdint.h>
+
 #include "ampc/dtype.h"
+#include "ampc/gemm.h"
 #include "ampc/status.h"
 
 #ifdef __cplusplus
@@ -92,6 +95,107 @@ typedef struct ampc_op_policy {
 ampc_status ampc_policy_get(ampc_precision p, ampc_op_id op, ampc_op_policy *out);
 /* "linear", "layer_norm", ... (PyTorch function names); "?" if invalid. */
 const char *ampc_op_name(ampc_op_id op);
+
+/* ---- the resolved precision configuration: a preset plus overrides ------- */
+
+/* Loss-scaling mode (values go into logs and checkpoints: append only). */
+typedef enum ampc_loss_scale_mode {
+  AMPC_LOSS_SCALE_NONE = 0,    /* S = 1, no check-and-skip (a plain PyTorch loop) */
+  AMPC_LOSS_SCALE_STATIC = 1,  /* fixed S; a non-finite step is skipped (apex/DeepSpeed) */
+  AMPC_LOSS_SCALE_DYNAMIC = 2, /* GradScaler semantics (below) */
+} ampc_loss_scale_mode;
+
+/* Loss-scaler settings. Defaults (ampc_amp_config_preset) are
+ * torch.cuda.amp.GradScaler's: init 2^16, growth 2, backoff 0.5, growth
+ * interval 2000; plus DeepSpeed's hysteresis (1 = off) and a floor of 1
+ * (DeepSpeed's min_loss_scale; GradScaler has none) and no ceiling. */
+typedef struct ampc_scaler_config {
+  ampc_loss_scale_mode mode;
+  float init_scale;     /* dynamic: first S; static: S. Finite, > 0 */
+  float growth_factor;  /* > 1 */
+  float backoff_factor; /* in (0, 1) */
+  int growth_interval;  /* >= 1 clean steps before S grows */
+  int hysteresis;       /* >= 1; h consecutive overflows before S backs off */
+  float min_scale;      /* floor, > 0 and with 1/min_scale finite in FP32 */
+  float max_scale;      /* ceiling, >= min_scale (FLT_MAX = none) */
+} ampc_scaler_config;
+
+/* Everything the precision presets decide, after overrides. */
+typedef struct ampc_amp_config {
+  ampc_precision precision;
+  ampc_dtype lowp;        /* working weights, activations of GEMM-type ops, gradients */
+  bool master_weights;    /* FP32 master copy (meaningless, and false, when lowp is F32) */
+  ampc_dtype state_dtype; /* optimizer moments: F32, or lowp in the -true presets */
+  ampc_acc accumulate;    /* GEMM accumulation */
+  ampc_scaler_config scaler;
+} ampc_amp_config;
+
+/* The preset's configuration (DESIGN.md section 2 table). Errors:
+ * AMPC_ERR_INVALID_ARG for an invalid preset. */
+ampc_status ampc_amp_config_preset(ampc_precision p, ampc_amp_config *out);
+
+/* Apply one override by its command-line name (without the dashes):
+ *   master-weights  on | off
+ *   loss-scale      none | dynamic | <S>  (a positive finite number: static S)
+ *   accumulate      fp32 | fp16
+ *   init-scale, growth-factor, backoff-factor, growth-interval, hysteresis,
+ *   min-scale, max-scale  (numbers; see ampc_scaler_config for the ranges)
+ * Errors: AMPC_ERR_INVALID_ARG naming the option and the value (the config is
+ * unchanged). Call ampc_amp_config_check after the last override. */
+ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char *value);
+
+/* Check the combination (e.g. min-scale <= init-scale <= max-scale).
+ * Errors: AMPC_ERR_INVALID_ARG with a message naming the values. */
+ampc_status ampc_amp_config_check(const ampc_amp_config *c);
+
+/* "none", "static", "dynamic". */
+const char *ampc_loss_scale_mode_name(ampc_loss_scale_mode m);
+
+/* ---- the loss scaler (src/amp/loss_scaler.c) ------------------------------ */
+
+/* State. Everything here goes into checkpoints. */
+typedef struct ampc_scaler {
+  ampc_scaler_config cfg;
+  float scale;            /* S for the next backward pass (FP32) */
+  int growth_tracker;     /* clean steps since the last growth or overflow */
+  int hysteresis_left;    /* overflows still tolerated before a backoff */
+  int64_t overflow_count; /* steps whose gradients were non-finite */
+  int64_t skip_count;     /* optimizer steps skipped */
+} ampc_scaler;
+
+/* Initialise from cfg (S = init_scale, or 1 for mode none). */
+void ampc_scaler_init(ampc_scaler *s, const ampc_scaler_config *cfg);
+
+/* 1/S formed in double and rounded once to FP32. */
+float ampc_scaler_inv_scale(const ampc_scaler *s);
+
+/* After the non-finite check of a step: returns true when the optimizer step
+ * must be skipped (found_nonfinite with a static or dynamic scaler), and
+ * updates the scale. Dynamic (torch GradScaler's _amp_update_scale plus
+ * DeepSpeed's hysteresis): on overflow, tracker = 0 and, unless hysteresis
+ * still has credit (then credit -= 1), S = max(S * backoff, min_scale); on a
+ * clean step, hysteresis credit is restored, tracker += 1 and when it reaches
+ * growth_interval, S = min(S * growth, max_scale) if S * growth is finite,
+ * and tracker = 0. Mode none never skips (a non-finite gradient reaches the
+ * weights, as in a PyTorch loop without a GradScaler). */
+bool ampc_scaler_update(ampc_scaler *s, bool found_nonfinite);
+
+/* ---- unscale, non-finite check, global norm (src/amp/unscale.c) ----------- */
+
+/* Over n gradient values g (dtype gdt; F32, F16 or BF16), each unscaled as
+ * u = fp32(g) * inv_scale (one FP32 rounding, the product the optimizer
+ * will form again): counts the non-finite u and returns the global L2 norm
+ * sqrt(sum u^2) of the finite ones, summed in double over fixed 4096-element
+ * chunks in a fixed order (the same bits for any thread count). Method:
+ * torch.nn.utils.clip_grad_norm_ after GradScaler.unscale_. Errors:
+ * AMPC_ERR_INVALID_ARG for a bad dtype or NULL. */
+ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                    int64_t *nonfinite, double *norm);
+
+/* The clipping coefficient for global norm `norm` and max_norm (0 = off):
+ * 1 when norm <= max_norm, else max_norm / norm formed in double and rounded
+ * to FP32 (no epsilon, so a norm of 4 clipped to 1 gives exactly 0.25). */
+float ampc_clip_coef(double norm, float max_norm);
 
 #ifdef __cplusplus
 }

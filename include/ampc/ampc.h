@@ -1,14 +1,21 @@
 /*
  * ampc/ampc.h: umbrella header. Include this to get the whole public API.
- * Layers (DESIGN.md section 1): numeric formats (dtype.h), and more to come.
+ * Layers (DESIGN.md section 1): numeric formats (dtype.h), GEMM (gemm.h),
+ * layers (nn.h), precision (amp.h), parameters (params.h), optimizers
+ * (optim.h), checkpoints (io.h), the engine (engine.h), models (model.h).
  */
 #ifndef AMPC_AMPC_H
 #define AMPC_AMPC_H
 
 #include "ampc/amp.h"
 #include "ampc/dtype.h"
+#include "ampc/engine.h"
 #include "ampc/gemm.h"
+#include "ampc/io.h"
+#include "ampc/model.h"
 #include "ampc/nn.h"
+#include "ampc/optim.h"
+#include "ampc/params.h"
 #include "ampc/status.h"
 #include "ampc/version.h"
 

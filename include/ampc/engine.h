@@ -1,0 +1,121 @@
+/*
+ * ampc/engine.h: the mixed-precision training engine (DESIGN.md sections 2, 4).
+ *
+ * A trainer owns the parameter table, the optimizer and the loss scaler. A
+ * model's training step is:
+ *
+ *   ampc_trainer_zero_grad(T);
+ *   for each micro-batch (gradient accumulation):
+ *     forward (weights: ampc_param_w, dtype T->params.wdt), loss in FP32,
+ *     backward seeded with S = ampc_trainer_loss_scale(T) (divide the loss by
+ *     the number of micro-batches), gradients accumulated (+=) into
+ *     ampc_param_grad in the working dtype;
+ *   ampc_trainer_step(T, &info);
+ *
+ * and ampc_trainer_step does, in this order: convert every gradient to FP32
+ * and multiply by 1/S; check ALL of them for inf/NaN; clip by global norm on
+ * the unscaled values (clipping never depends on S); the optimizer step on the
+ * FP32 master weights (or on the 16-bit weights when master weights are off)
+ * and the re-rounding of the working copy, or a skip when the scaler says so
+ * (a skipped step advances neither the optimizer's step count, i.e. Adam's
+ * bias correction, nor the LR schedule); then the scaler update. One scale
+ * serves the whole accumulation window, and an overflow in any micro-batch
+ * makes the accumulated gradient non-finite, so the window is skipped.
+ */
+#ifndef AMPC_ENGINE_H
+#define AMPC_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ampc/amp.h"
+#include "ampc/io.h"
+#include "ampc/optim.h"
+#include "ampc/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ampc_trainer {
+  ampc_amp_config amp;
+  ampc_optim_config opt;
+  ampc_params params;
+  ampc_scaler scaler;
+  ampc_rng rng;                /* seeded at init; models may draw from it */
+  int64_t step;                /* optimizer steps applied */
+  int64_t iteration;           /* steps attempted (applied + skipped) */
+  bool telemetry;              /* fill `swallow` at each applied step (default on) */
+  ampc_swallow_stats *swallow; /* [params.count]: the last applied step */
+} ampc_trainer;
+
+/* What one call to ampc_trainer_step did. */
+typedef struct ampc_step_info {
+  int64_t iteration;  /* 1-based attempt number */
+  int64_t step;       /* optimizer steps applied after this call */
+  float loss_scale;   /* S the backward pass used */
+  float next_scale;   /* S for the next step */
+  float lr;           /* learning rate of the step (of the step that would have been, if skipped) */
+  bool overflow;      /* some unscaled gradient was inf or NaN */
+  bool skipped;       /* the optimizer step was skipped */
+  int growth_tracker; /* after the scaler update */
+  int64_t nonfinite;  /* number of non-finite unscaled gradient values */
+  double grad_norm;   /* global L2 norm of the unscaled gradients (finite ones) */
+  float clip_coef;    /* 1 when not clipped */
+} ampc_step_info;
+
+/* Resolve everything and build the table: params in amp->lowp, FP32 master iff
+ * amp->master_weights, moments in amp->state_dtype, initialised from `seed`.
+ * Errors: AMPC_ERR_INVALID_ARG (bad config, named), AMPC_ERR_NOMEM. */
+ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
+                              const ampc_optim_config *opt, const ampc_param_spec *specs, int n,
+                              uint64_t seed);
+void ampc_trainer_free(ampc_trainer *T);
+
+/* S to seed the backward pass with (1 when loss scaling is off). */
+float ampc_trainer_loss_scale(const ampc_trainer *T);
+void ampc_trainer_zero_grad(ampc_trainer *T);
+/* Unscale, check, clip, update or skip, scaler update (see the top). */
+ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info);
+
+/* The resolved configuration as one JSON object (malloc'd string, caller
+ * frees; NULL on allocation failure): precision, dtypes, safeguards, scaler
+ * and optimizer settings, parameter count and bytes per role. */
+char *ampc_trainer_config_json(const ampc_trainer *T);
+
+/* Configuration lint (DESIGN.md 2): warnings for constants that round to zero
+ * or lose their meaning in the dtype they live in: Adam eps in the optimizer
+ * state dtype, lr * weight_decay below half an ulp of 1.0 in the dtype the
+ * update is applied to, lr rounding to 0 there, a static loss scale that is
+ * not a power of two, loss scaling with a dtype that does not need it. Writes
+ * at most max messages (each < 256 chars, naming the value) into msgs and
+ * returns the number of warnings found. */
+int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, char (*msgs)[256],
+                     int max);
+
+/* ---- checkpoints (src/io/checkpoint.c): safetensors ------------------------- */
+
+/* Save atomically: FP32 master weights (the working weights widened, exactly,
+ * when there is no master) under the parameter names; optimizer moments under
+ * optimizer.exp_avg.<name> / optimizer.exp_avg_sq.<name> (AdamW) or
+ * optimizer.momentum_buffer.<name> (SGD), in the state dtype; metadata
+ * "format" = "pt", "ampc.config" (the JSON above), "ampc.step",
+ * "ampc.iteration", "ampc.scaler" (scale, growth tracker, hysteresis credit,
+ * overflow and skip counts), "ampc.rng", plus the caller's extra entries.
+ * Errors: as ampc_safetensors_write. */
+ampc_status ampc_trainer_save(const ampc_trainer *T, const char *path, const ampc_st_meta *extra,
+                              int nextra);
+
+/* Load a checkpoint into an initialised trainer for the same model: every
+ * parameter must be present with the same shape (dtype F32, F16 or BF16;
+ * converted exactly or rounded once), moments likewise when the optimizer has
+ * them; step, iteration, scaler state and RNG are restored, the working
+ * weights are re-rounded from the loaded master. Saving then loading restores
+ * every bit. Loading never runs a step. On any error T is unchanged.
+ * Errors: AMPC_ERR_IO, AMPC_ERR_FORMAT (message names the file and tensor). */
+ampc_status ampc_trainer_load(ampc_trainer *T, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

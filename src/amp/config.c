@@ -1,0 +1,168 @@
+/*
+ * src/amp/config.c: the presets of DESIGN.md section 2 as resolved
+ * configurations, and the per-safeguard overrides (--master-weights,
+ * --loss-scale, --accumulate, and the scaler's knobs).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/amp.h"
+
+static const ampc_scaler_config k_scaler_default = {
+    .mode = AMPC_LOSS_SCALE_NONE,
+    .init_scale = 65536.0f,
+    .growth_factor = 2.0f,
+    .backoff_factor = 0.5f,
+    .growth_interval = 2000,
+    .hysteresis = 1,
+    .min_scale = 1.0f,
+    .max_scale = FLT_MAX,
+};
+
+ampc_status ampc_amp_config_preset(ampc_precision p, ampc_amp_config *out) {
+  if ((unsigned)p >= AMPC_PRECISION_COUNT || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_amp_config_preset: invalid preset %d", (int)p);
+  ampc_amp_config c = {.precision = p, .scaler = k_scaler_default};
+  c.lowp = ampc_precision_lowp(p);
+  c.master_weights = ampc_precision_is_mixed(p);
+  c.state_dtype = ampc_precision_is_mixed(p) ? AMPC_F32 : c.lowp;
+  c.accumulate = p == AMPC_PRECISION_16_TRUE ? AMPC_ACC_F16 : AMPC_ACC_F32;
+  if (p == AMPC_PRECISION_16_MIXED)
+    c.scaler.mode = AMPC_LOSS_SCALE_DYNAMIC;
+  *out = c;
+  return AMPC_OK;
+}
+
+const char *ampc_loss_scale_mode_name(ampc_loss_scale_mode m) {
+  switch (m) {
+  case AMPC_LOSS_SCALE_NONE: return "none";
+  case AMPC_LOSS_SCALE_STATIC: return "static";
+  case AMPC_LOSS_SCALE_DYNAMIC: return "dynamic";
+  }
+  return "?";
+}
+
+/* A finite float from the whole string, or an error naming the option. */
+static ampc_status parse_float(const char *name, const char *v, float *out) {
+  char *end = NULL;
+  errno = 0;
+  const double d = strtod(v, &end);
+  if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d) || fabs(d) > (double)FLT_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--%s: '%s' is not a finite number", name, v);
+  *out = (float)d;
+  return AMPC_OK;
+}
+
+static ampc_status parse_int(const char *name, const char *v, int lo, int *out) {
+  char *end = NULL;
+  errno = 0;
+  const long x = strtol(v, &end, 10);
+  if (end == v || *end != '\0' || errno == ERANGE || x < lo || x > 1000000000L)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--%s: '%s' is not an integer >= %d", name, v, lo);
+  *out = (int)x;
+  return AMPC_OK;
+}
+
+ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char *value) {
+  if (!c || !name || !value)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_amp_config_set: NULL argument");
+  ampc_amp_config t = *c;
+  ampc_status st = AMPC_OK;
+  float f = 0.0f;
+  if (strcmp(name, "master-weights") == 0) {
+    if (strcmp(value, "on") == 0)
+      t.master_weights = t.lowp != AMPC_F32; /* FP32 weights are their own master */
+    else if (strcmp(value, "off") == 0)
+      t.master_weights = false;
+    else
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--master-weights: expected on or off, got '%s'",
+                       value);
+  } else if (strcmp(name, "loss-scale") == 0) {
+    if (strcmp(value, "none") == 0) {
+      t.scaler.mode = AMPC_LOSS_SCALE_NONE;
+    } else if (strcmp(value, "dynamic") == 0) {
+      t.scaler.mode = AMPC_LOSS_SCALE_DYNAMIC;
+    } else {
+      if (parse_float(name, value, &f) != AMPC_OK || !(f > 0.0f))
+        return ampc_fail(AMPC_ERR_INVALID_ARG,
+                         "--loss-scale: expected none, dynamic or a positive finite number, "
+                         "got '%s'",
+                         value);
+      t.scaler.mode = AMPC_LOSS_SCALE_STATIC;
+      t.scaler.init_scale = f;
+    }
+  } else if (strcmp(name, "accumulate") == 0) {
+    if (strcmp(value, "fp32") == 0)
+      t.accumulate = AMPC_ACC_F32;
+    else if (strcmp(value, "fp16") == 0)
+      t.accumulate = AMPC_ACC_F16;
+    else
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--accumulate: expected fp32 or fp16, got '%s'",
+                       value);
+  } else if (strcmp(name, "init-scale") == 0) {
+    if ((st = parse_float(name, value, &f)) != AMPC_OK)
+      return st;
+    if (!(f > 0.0f))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--init-scale: must be > 0, got '%s'", value);
+    t.scaler.init_scale = f;
+  } else if (strcmp(name, "growth-factor") == 0) {
+    if ((st = parse_float(name, value, &f)) != AMPC_OK)
+      return st;
+    if (!(f > 1.0f))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--growth-factor: must be > 1, got '%s'", value);
+    t.scaler.growth_factor = f;
+  } else if (strcmp(name, "backoff-factor") == 0) {
+    if ((st = parse_float(name, value, &f)) != AMPC_OK)
+      return st;
+    if (!(f > 0.0f && f < 1.0f))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--backoff-factor: must be in (0, 1), got '%s'",
+                       value);
+    t.scaler.backoff_factor = f;
+  } else if (strcmp(name, "growth-interval") == 0) {
+    if ((st = parse_int(name, value, 1, &t.scaler.growth_interval)) != AMPC_OK)
+      return st;
+  } else if (strcmp(name, "hysteresis") == 0) {
+    if ((st = parse_int(name, value, 1, &t.scaler.hysteresis)) != AMPC_OK)
+      return st;
+  } else if (strcmp(name, "min-scale") == 0 || strcmp(name, "max-scale") == 0) {
+    if ((st = parse_float(name, value, &f)) != AMPC_OK)
+      return st;
+    if (!(f > 0.0f))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--%s: must be > 0, got '%s'", name, value);
+    if (name[1] == 'i')
+      t.scaler.min_scale = f;
+    else
+      t.scaler.max_scale = f;
+  } else {
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "unknown precision option --%s", name);
+  }
+  *c = t;
+  return AMPC_OK;
+}
+
+ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
+  if (!c || (unsigned)c->precision >= AMPC_PRECISION_COUNT)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "precision config: invalid preset");
+  const ampc_scaler_config *s = &c->scaler;
+  /* 1/min_scale must be a finite FP32 value, or unscaling divides by 0 */
+  if (!(s->min_scale > 0.0f) || !isfinite(1.0 / (double)s->min_scale) ||
+      1.0 / (double)s->min_scale > (double)FLT_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--min-scale %g: 1/min-scale must be finite in FP32",
+                     (double)s->min_scale);
+  if (!(s->max_scale >= s->min_scale))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--max-scale %g is below --min-scale %g",
+                     (double)s->max_scale, (double)s->min_scale);
+  if (s->mode != AMPC_LOSS_SCALE_NONE &&
+      !(s->init_scale >= s->min_scale && s->init_scale <= s->max_scale))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "loss scale %g is outside [--min-scale %g, --max-scale %g]",
+                     (double)s->init_scale, (double)s->min_scale, (double)s->max_scale);
+  if (c->master_weights && c->lowp == AMPC_F32)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "master weights with FP32 working weights");
+  return AMPC_OK;
+}

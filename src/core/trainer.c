@@ -1,0 +1,220 @@
+/*
+ * src/core/trainer.c: the training engine's step (unscale, non-finite check,
+ * clip, optimizer or skip, scaler update), its resolved-configuration record
+ * and the configuration lint. See include/ampc/engine.h for the contract.
+ */
+#include "internal.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/engine.h"
+#include "numeric/numeric.h"
+
+ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
+                              const ampc_optim_config *opt, const ampc_param_spec *specs, int n,
+                              uint64_t seed) {
+  if (!T || !amp || !opt)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_init: NULL argument");
+  memset(T, 0, sizeof *T);
+  ampc_status st = ampc_amp_config_check(amp);
+  if (st != AMPC_OK)
+    return st;
+  if ((st = ampc_optim_config_check(opt)) != AMPC_OK)
+    return st;
+  T->amp = *amp;
+  T->opt = *opt;
+  ampc_rng_seed(&T->rng, seed);
+  st = ampc_params_create(&T->params, specs, n, amp->lowp, amp->master_weights, amp->state_dtype,
+                          ampc_optim_moments(opt), &T->rng);
+  if (st != AMPC_OK)
+    return st;
+  T->swallow = calloc((size_t)n, sizeof *T->swallow);
+  if (!T->swallow) {
+    ampc_params_free(&T->params);
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_init: out of memory");
+  }
+  ampc_scaler_init(&T->scaler, &amp->scaler);
+  T->telemetry = true;
+  return AMPC_OK;
+}
+
+void ampc_trainer_free(ampc_trainer *T) {
+  if (!T)
+    return;
+  ampc_params_free(&T->params);
+  free(T->swallow);
+  memset(T, 0, sizeof *T);
+}
+
+float ampc_trainer_loss_scale(const ampc_trainer *T) { return T->scaler.scale; }
+
+void ampc_trainer_zero_grad(ampc_trainer *T) { ampc_params_zero_grad(&T->params); }
+
+ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
+  if (!T || !info)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_step: NULL argument");
+  ampc_params *P = &T->params;
+  ampc_step_info r = {.iteration = T->iteration + 1, .loss_scale = T->scaler.scale};
+  const float inv = ampc_scaler_inv_scale(&T->scaler);
+  ampc_status st =
+      ampc_grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite, &r.grad_norm);
+  if (st != AMPC_OK)
+    return st;
+  r.overflow = r.nonfinite > 0;
+  const bool skip = r.overflow && T->amp.scaler.mode != AMPC_LOSS_SCALE_NONE;
+  r.lr = ampc_lr_at(&T->opt, T->step + 1);
+  r.clip_coef = 1.0f;
+  if (!skip) {
+    r.clip_coef = ampc_clip_coef(r.grad_norm, T->opt.clip_norm);
+    st = ampc_optim_step(P, &T->opt, T->step + 1, r.lr, inv, r.clip_coef,
+                         T->telemetry ? T->swallow : NULL);
+    if (st != AMPC_OK)
+      return st;
+    T->step++;
+  }
+  const bool skipped = ampc_scaler_update(&T->scaler, r.overflow);
+  (void)skipped; /* equal to skip by construction */
+  T->iteration++;
+  r.skipped = skip;
+  r.step = T->step;
+  r.next_scale = T->scaler.scale;
+  r.growth_tracker = T->scaler.growth_tracker;
+  *info = r;
+  return AMPC_OK;
+}
+
+/* ---- resolved configuration ------------------------------------------------ */
+
+/* The shortest decimal that reads back as the same FP32 value, as a double,
+ * so the JSON says 1e-08 rather than 9.99999993922529e-09. */
+static double short_float(float f) {
+  char buf[32];
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+    if ((float)strtod(buf, NULL) == f)
+      return strtod(buf, NULL);
+  }
+  return (double)f;
+}
+
+static const char *dt_name(ampc_dtype dt) { return ampc_dtype_name(dt); }
+
+char *ampc_trainer_config_json(const ampc_trainer *T) {
+  const ampc_amp_config *a = &T->amp;
+  const ampc_optim_config *o = &T->opt;
+  const ampc_params *P = &T->params;
+  cJSON *j = cJSON_CreateObject();
+  if (!j)
+    return NULL;
+  cJSON_AddStringToObject(j, "precision", ampc_precision_name(a->precision));
+  cJSON_AddStringToObject(j, "weights_dtype", dt_name(a->lowp));
+  cJSON_AddStringToObject(j, "grads_dtype", dt_name(a->lowp));
+  cJSON_AddStringToObject(j, "master_weights",
+                          a->master_weights ? "on" : (a->lowp == AMPC_F32 ? "n/a (fp32)" : "off"));
+  cJSON_AddStringToObject(j, "optimizer_state_dtype", dt_name(a->state_dtype));
+  cJSON_AddStringToObject(j, "accumulate", a->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32");
+  cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
+  if (ls) {
+    const ampc_scaler_config *s = &a->scaler;
+    cJSON_AddStringToObject(ls, "mode", ampc_loss_scale_mode_name(s->mode));
+    cJSON_AddNumberToObject(ls, "init_scale", short_float(s->init_scale));
+    cJSON_AddNumberToObject(ls, "growth_factor", short_float(s->growth_factor));
+    cJSON_AddNumberToObject(ls, "backoff_factor", short_float(s->backoff_factor));
+    cJSON_AddNumberToObject(ls, "growth_interval", s->growth_interval);
+    cJSON_AddNumberToObject(ls, "hysteresis", s->hysteresis);
+    cJSON_AddNumberToObject(ls, "min_scale", short_float(s->min_scale));
+    cJSON_AddNumberToObject(ls, "max_scale", short_float(s->max_scale));
+  }
+  cJSON *op = cJSON_AddObjectToObject(j, "optimizer");
+  if (op) {
+    cJSON_AddStringToObject(op, "name", o->kind == AMPC_OPTIM_ADAMW ? "adamw" : "sgd");
+    cJSON_AddNumberToObject(op, "lr", short_float(o->lr));
+    cJSON_AddNumberToObject(op, "weight_decay", short_float(o->weight_decay));
+    if (o->kind == AMPC_OPTIM_ADAMW) {
+      cJSON_AddNumberToObject(op, "beta1", short_float(o->beta1));
+      cJSON_AddNumberToObject(op, "beta2", short_float(o->beta2));
+      cJSON_AddNumberToObject(op, "eps", short_float(o->eps));
+    } else {
+      cJSON_AddNumberToObject(op, "momentum", short_float(o->momentum));
+      cJSON_AddNumberToObject(op, "dampening", short_float(o->dampening));
+      cJSON_AddBoolToObject(op, "nesterov", o->nesterov);
+    }
+    cJSON_AddNumberToObject(op, "warmup_steps", (double)o->warmup_steps);
+    cJSON_AddNumberToObject(op, "total_steps", (double)o->total_steps);
+    cJSON_AddNumberToObject(op, "min_lr", short_float(o->min_lr));
+    cJSON_AddNumberToObject(op, "clip_norm", short_float(o->clip_norm));
+  }
+  cJSON_AddNumberToObject(j, "parameters", (double)P->numel);
+  cJSON *b = cJSON_AddObjectToObject(j, "parameter_bytes");
+  if (b) {
+    static const char *const roles[AMPC_ROLE_COUNT] = {"weights", "master", "grads", "exp_avg",
+                                                       "exp_avg_sq"};
+    for (int r = 0; r < AMPC_ROLE_COUNT; r++)
+      cJSON_AddNumberToObject(b, roles[r], (double)P->bytes[r]);
+  }
+  char *s = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  return s;
+}
+
+/* ---- configuration lint ------------------------------------------------------- */
+
+static float round_to(float x, ampc_dtype dt) {
+  uint16_t h = 0;
+  switch (dt) {
+  case AMPC_F16:
+    h = ampc_f32bits_to_f16bits(ampc_f32_bits(x));
+    return ampc_bits_f32(ampc_f16bits_to_f32bits(h));
+  case AMPC_BF16:
+    h = ampc_f32bits_to_bf16bits(ampc_f32_bits(x));
+    return ampc_bits_f32(ampc_bf16bits_to_f32bits(h));
+  default: return x;
+  }
+}
+
+static int mant_bits(ampc_dtype dt) { return dt == AMPC_F16 ? 10 : (dt == AMPC_BF16 ? 7 : 23); }
+
+#define LINT(...)                                                                                  \
+  do {                                                                                             \
+    if (count < max && msgs)                                                                       \
+      snprintf(msgs[count], 256, __VA_ARGS__);                                                     \
+    count++;                                                                                       \
+  } while (0)
+
+int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, char (*msgs)[256],
+                     int max) {
+  int count = 0;
+  const ampc_dtype sdt = amp->state_dtype;
+  const ampc_dtype pdt = amp->master_weights ? AMPC_F32 : amp->lowp;
+  if (opt->kind == AMPC_OPTIM_ADAMW && opt->eps > 0.0f && round_to(opt->eps, sdt) == 0.0f)
+    LINT("AdamW eps = %g rounds to 0 in %s (the optimizer state dtype): once v underflows the "
+         "update divides by zero",
+         (double)opt->eps, ampc_dtype_name(sdt));
+  if (opt->weight_decay > 0.0f) {
+    const double d = (double)opt->lr * (double)opt->weight_decay;
+    const double half_ulp_below_one = ldexp(1.0, -(mant_bits(pdt) + 2));
+    if (d < half_ulp_below_one)
+      LINT("weight decay: lr * weight_decay = %g is below half an ulp of 1.0 in %s (%g): "
+           "w * (1 - lr * wd) rounds back to w, the decay is swallowed",
+           d, ampc_dtype_name(pdt), half_ulp_below_one);
+  }
+  if (round_to(opt->lr, pdt) == 0.0f)
+    LINT("lr = %g rounds to 0 in %s", (double)opt->lr, ampc_dtype_name(pdt));
+  const ampc_scaler_config *s = &amp->scaler;
+  if (s->mode == AMPC_LOSS_SCALE_STATIC) {
+    int e = 0;
+    const float frac = frexpf(s->init_scale, &e); /* S = frac * 2^e, frac in [0.5, 1) */
+    if (frac != 0.5f)
+      LINT("static loss scale %g is not a power of two: scaling and unscaling round every "
+           "gradient (use %g)",
+           (double)s->init_scale, ldexp(1.0, frac < 0.75f ? e - 1 : e));
+  }
+  if (s->mode != AMPC_LOSS_SCALE_NONE && amp->lowp != AMPC_F16)
+    LINT("loss scaling with %s gradients is unnecessary: their exponent range is FP32's",
+         ampc_dtype_name(amp->lowp));
+  return count;
+}

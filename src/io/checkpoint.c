@@ -1,0 +1,245 @@
+/*
+ * src/io/checkpoint.c: trainer checkpoints as safetensors (DESIGN.md 4).
+ *
+ * Tensors: FP32 master weights under the parameter names (a PyTorch user can
+ * load_state_dict them), optimizer moments under PyTorch's state names, in the
+ * state dtype. Metadata (strings, per the safetensors format): the resolved
+ * configuration, the step counters, the scaler state and the RNG state.
+ * Loading validates everything before it changes the trainer.
+ */
+#include "internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/engine.h"
+#include "ampc/version.h"
+#include "numeric/numeric.h"
+
+enum { NAME_CAP = AMPC_PARAM_NAME_MAX + 32 };
+
+static const char *moment_prefix(const ampc_optim_config *o, int which) {
+  if (o->kind == AMPC_OPTIM_ADAMW)
+    return which == 0 ? "optimizer.exp_avg." : "optimizer.exp_avg_sq.";
+  return "optimizer.momentum_buffer.";
+}
+
+ampc_status ampc_trainer_save(const ampc_trainer *T, const char *path, const ampc_st_meta *extra,
+                              int nextra) {
+  if (!T || !path || nextra < 0 || (nextra > 0 && !extra))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_save: bad arguments");
+  const ampc_params *P = &T->params;
+  const int nmom = ampc_optim_moments(&T->opt);
+  const int nt = P->count * (1 + nmom);
+  ampc_st_tensor *t = calloc((size_t)nt, sizeof *t);
+  char(*names)[NAME_CAP] = calloc((size_t)nt, sizeof *names);
+  float *wide = NULL;
+  if (!P->master && P->wdt != AMPC_F32)
+    wide = malloc((size_t)P->total * sizeof *wide);
+  ampc_st_meta *meta = calloc((size_t)nextra + 6, sizeof *meta);
+  char *cfg = ampc_trainer_config_json(T);
+  if (!t || !names || !meta || !cfg || (!P->master && P->wdt != AMPC_F32 && !wide)) {
+    free(t), free(names), free(wide), free(meta), free(cfg);
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory while saving", path);
+  }
+  const float *src = P->master;
+  if (!src && P->wdt == AMPC_F32)
+    src = P->w;
+  if (wide) {
+    for (int64_t e = 0; e < P->total; e++)
+      wide[e] = ampc_elem_load(P->w, P->wdt, e); /* exact widening */
+    src = wide;
+  }
+  int k = 0;
+  for (int i = 0; i < P->count; i++, k++) {
+    const ampc_param *p = &P->p[i];
+    snprintf(names[k], NAME_CAP, "%s", p->name);
+    t[k] = (ampc_st_tensor){.name = names[k],
+                            .dtype = AMPC_F32,
+                            .ndim = p->ndim,
+                            .data = src + p->offset,
+                            .nbytes = (size_t)p->numel * 4};
+    memcpy(t[k].shape, p->shape, sizeof p->shape);
+  }
+  const size_t ssz = ampc_dtype_size(P->sdt);
+  for (int which = 0; which < nmom; which++) {
+    const char *buf = which == 0 ? P->m : P->v;
+    for (int i = 0; i < P->count; i++, k++) {
+      const ampc_param *p = &P->p[i];
+      snprintf(names[k], NAME_CAP, "%s%s", moment_prefix(&T->opt, which), p->name);
+      t[k] = (ampc_st_tensor){.name = names[k],
+                              .dtype = P->sdt,
+                              .ndim = p->ndim,
+                              .data = buf + (size_t)p->offset * ssz,
+                              .nbytes = (size_t)p->numel * ssz};
+      memcpy(t[k].shape, p->shape, sizeof p->shape);
+    }
+  }
+  char step[32], iter[32], scaler[256], rng[80];
+  snprintf(step, sizeof step, "%" PRId64, T->step);
+  snprintf(iter, sizeof iter, "%" PRId64, T->iteration);
+  snprintf(scaler, sizeof scaler,
+           "{\"scale\":%.9g,\"growth_tracker\":%d,\"hysteresis_left\":%d,"
+           "\"overflow_count\":%" PRId64 ",\"skip_count\":%" PRId64 "}",
+           (double)T->scaler.scale, T->scaler.growth_tracker, T->scaler.hysteresis_left,
+           T->scaler.overflow_count, T->scaler.skip_count);
+  snprintf(rng, sizeof rng, "%016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64, T->rng.s[0],
+           T->rng.s[1], T->rng.s[2], T->rng.s[3]);
+  int nm = 0;
+  meta[nm++] = (ampc_st_meta){"format", "pt"};
+  meta[nm++] = (ampc_st_meta){"ampc.version", AMPC_VERSION_STRING};
+  meta[nm++] = (ampc_st_meta){"ampc.config", cfg};
+  meta[nm++] = (ampc_st_meta){"ampc.step", step};
+  meta[nm++] = (ampc_st_meta){"ampc.iteration", iter};
+  meta[nm++] = (ampc_st_meta){"ampc.scaler", scaler};
+  ampc_st_meta rngm = {"ampc.rng", rng};
+  ampc_st_meta *all = realloc(meta, ((size_t)nm + 1 + (size_t)nextra) * sizeof *meta);
+  if (!all) {
+    free(t), free(names), free(wide), free(meta), free(cfg);
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory while saving", path);
+  }
+  meta = all;
+  meta[nm++] = rngm;
+  for (int i = 0; i < nextra; i++)
+    meta[nm++] = extra[i];
+  const ampc_status st = ampc_safetensors_write(path, t, nt, meta, nm);
+  free(t), free(names), free(wide), free(meta), free(cfg);
+  return st;
+}
+
+/* Parse a decimal int64 metadata value. */
+static int parse_i64(const char *s, int64_t *out) {
+  if (!s || !*s)
+    return 0;
+  char *end = NULL;
+  errno = 0;
+  const long long v = strtoll(s, &end, 10);
+  if (*end || errno || v < 0)
+    return 0;
+  *out = v;
+  return 1;
+}
+
+/* Copy a tensor of the checkpoint into dst (dtype dt) with shape checks. */
+static ampc_status load_tensor(const char *path, const ampc_safetensors *f, const char *name,
+                               const ampc_param *p, void *dst, ampc_dtype dt) {
+  const ampc_st_tensor *t = ampc_safetensors_find(f, name);
+  if (!t)
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
+  int same = t->ndim == p->ndim;
+  for (int d = 0; same && d < p->ndim; d++)
+    same = t->shape[d] == p->shape[d];
+  if (!same)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: tensor '%s' has shape of rank %d that differs from "
+                     "the model's (rank %d, first dim %lld)",
+                     path, name, t->ndim, p->ndim, (long long)p->shape[0]);
+  if (t->dtype != AMPC_F32 && t->dtype != AMPC_F16 && t->dtype != AMPC_BF16)
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' has dtype %s (expected F32, F16 or BF16)",
+                     path, name, ampc_dtype_name(t->dtype));
+  for (int64_t e = 0; e < p->numel; e++) {
+    float v;
+    if (t->dtype == AMPC_F32)
+      memcpy(&v, (const char *)t->data + e * 4, 4); /* the file need not be aligned */
+    else
+      v = ampc_elem_load(t->data, t->dtype, e);
+    ampc_elem_store(dst, dt, e, v);
+  }
+  return AMPC_OK;
+}
+
+ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
+  if (!T || !path)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_load: bad arguments");
+  ampc_safetensors *f = NULL;
+  ampc_status st = ampc_safetensors_read(path, &f);
+  if (st != AMPC_OK)
+    return st;
+  ampc_params *P = &T->params;
+  const int nmom = ampc_optim_moments(&T->opt);
+  const size_t ssz = ampc_dtype_size(P->sdt);
+  /* stage everything; commit only when all of it is valid */
+  float *master = calloc((size_t)P->total, sizeof *master);
+  char *mom[2] = {NULL, NULL};
+  for (int w = 0; w < nmom; w++)
+    mom[w] = calloc((size_t)P->total, ssz);
+  int64_t step = 0, iter = 0;
+  ampc_scaler sc = T->scaler;
+  ampc_rng rng = T->rng;
+  cJSON *sj = NULL;
+  if (!master || (nmom >= 1 && !mom[0]) || (nmom >= 2 && !mom[1])) {
+    st = ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory while loading", path);
+    goto done;
+  }
+  for (int i = 0; i < P->count && st == AMPC_OK; i++)
+    st = load_tensor(path, f, P->p[i].name, &P->p[i], master + P->p[i].offset, AMPC_F32);
+  for (int w = 0; w < nmom && st == AMPC_OK; w++) {
+    for (int i = 0; i < P->count && st == AMPC_OK; i++) {
+      char name[NAME_CAP];
+      snprintf(name, sizeof name, "%s%s", moment_prefix(&T->opt, w), P->p[i].name);
+      st = load_tensor(path, f, name, &P->p[i], mom[w] + (size_t)P->p[i].offset * ssz, P->sdt);
+    }
+  }
+  if (st != AMPC_OK)
+    goto done;
+  if (!parse_i64(ampc_safetensors_meta(f, "ampc.step"), &step) ||
+      !parse_i64(ampc_safetensors_meta(f, "ampc.iteration"), &iter) || iter < step) {
+    st = ampc_fail(AMPC_ERR_FORMAT,
+                   "%s: missing or bad ampc.step / ampc.iteration metadata "
+                   "(not an ampc checkpoint?)",
+                   path);
+    goto done;
+  }
+  const char *s = ampc_safetensors_meta(f, "ampc.scaler");
+  sj = s ? cJSON_Parse(s) : NULL;
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(sj, "scale");
+  const cJSON *jt = cJSON_GetObjectItemCaseSensitive(sj, "growth_tracker");
+  const cJSON *jh = cJSON_GetObjectItemCaseSensitive(sj, "hysteresis_left");
+  const cJSON *jo = cJSON_GetObjectItemCaseSensitive(sj, "overflow_count");
+  const cJSON *jk = cJSON_GetObjectItemCaseSensitive(sj, "skip_count");
+  if (!cJSON_IsNumber(js) || !cJSON_IsNumber(jt) || !cJSON_IsNumber(jh) || !cJSON_IsNumber(jo) ||
+      !cJSON_IsNumber(jk) || !(js->valuedouble > 0.0) || jt->valuedouble < 0 ||
+      jh->valuedouble < 0 || jo->valuedouble < 0 || jk->valuedouble < 0) {
+    st = ampc_fail(AMPC_ERR_FORMAT, "%s: missing or bad ampc.scaler metadata", path);
+    goto done;
+  }
+  sc.scale = (float)js->valuedouble; /* written with %.9g: reads back exactly */
+  sc.growth_tracker = (int)jt->valuedouble;
+  sc.hysteresis_left = (int)jh->valuedouble;
+  sc.overflow_count = (int64_t)jo->valuedouble;
+  sc.skip_count = (int64_t)jk->valuedouble;
+  const char *r = ampc_safetensors_meta(f, "ampc.rng");
+  unsigned long long w4[4];
+  if (!r || sscanf(r, "%llx %llx %llx %llx", &w4[0], &w4[1], &w4[2], &w4[3]) != 4) {
+    st = ampc_fail(AMPC_ERR_FORMAT, "%s: missing or bad ampc.rng metadata", path);
+    goto done;
+  }
+  for (int i = 0; i < 4; i++)
+    rng.s[i] = (uint64_t)w4[i];
+  /* commit */
+  if (P->master) {
+    memcpy(P->master, master, (size_t)P->total * sizeof *master);
+    ampc_params_sync_working(P);
+  } else {
+    ampc_store_f32(P->w, P->wdt, master, (size_t)P->total, NULL);
+  }
+  if (nmom >= 1)
+    memcpy(P->m, mom[0], (size_t)P->total * ssz);
+  if (nmom >= 2)
+    memcpy(P->v, mom[1], (size_t)P->total * ssz);
+  T->step = step;
+  T->iteration = iter;
+  T->scaler = sc;
+  T->rng = rng;
+done:
+  cJSON_Delete(sj);
+  free(master);
+  free(mom[0]);
+  free(mom[1]);
+  ampc_safetensors_free(f);
+  return st;
+}

@@ -1,0 +1,130 @@
+/*
+ * src/model/mlp.c: the small MLP classifier the engine's tests train in every
+ * preset. Dtypes come from the autocast policy table (src/amp/policy.c).
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/model.h"
+#include "ampc/nn.h"
+#include "numeric/numeric.h"
+
+ampc_status ampc_mlp_specs(const ampc_mlp_config *c, ampc_param_spec specs[AMPC_MLP_NPARAMS]) {
+  if (!c || !specs || c->in <= 0 || c->hidden <= 0 || c->classes <= 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "mlp: sizes must be positive (and classes >= 2)");
+  const float b_in = (float)(1.0 / sqrt((double)c->in));
+  const float b_h = (float)(1.0 / sqrt((double)c->hidden));
+  const ampc_param_spec s[AMPC_MLP_NPARAMS] = {
+      {"fc1.weight", 2, {c->hidden, c->in}, AMPC_BRANCH_HEADS, AMPC_INIT_UNIFORM, b_in, false},
+      {"fc1.bias", 1, {c->hidden}, AMPC_BRANCH_HEADS, AMPC_INIT_UNIFORM, b_in, false},
+      {"fc2.weight", 2, {c->hidden, c->hidden}, AMPC_BRANCH_HEADS, AMPC_INIT_UNIFORM, b_h, false},
+      {"fc2.bias", 1, {c->hidden}, AMPC_BRANCH_HEADS, AMPC_INIT_UNIFORM, b_h, false},
+      {"head.weight", 2, {c->classes, c->hidden}, AMPC_BRANCH_HEADS, AMPC_INIT_UNIFORM, b_h, false},
+      {"head.bias", 1, {c->classes}, AMPC_BRANCH_HEADS, AMPC_INIT_UNIFORM, b_h, false},
+  };
+  memcpy(specs, s, sizeof s);
+  return AMPC_OK;
+}
+
+void ampc_mlp_free(ampc_mlp *M) {
+  if (!M)
+    return;
+  void *bufs[] = {M->x, M->h1, M->a1, M->h2, M->a2, M->logits, M->d_big, M->d_big2, M->dlogits};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    free(bufs[i]);
+  memset(M, 0, sizeof *M);
+}
+
+ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_trainer *T,
+                            int64_t max_batch) {
+  if (!M || !c || !T || max_batch <= 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_create: bad arguments");
+  memset(M, 0, sizeof *M);
+  const char *names[AMPC_MLP_NPARAMS] = {"fc1.weight", "fc1.bias",    "fc2.weight",
+                                         "fc2.bias",   "head.weight", "head.bias"};
+  for (int i = 0; i < AMPC_MLP_NPARAMS; i++)
+    if (ampc_params_find(&T->params, names[i]) != i)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_create: trainer lacks '%s'", names[i]);
+  ampc_op_policy pol;
+  ampc_status st = ampc_policy_get(T->amp.precision, AMPC_OPID_LINEAR, &pol);
+  if (st != AMPC_OK)
+    return st;
+  M->cfg = *c;
+  M->max_batch = max_batch;
+  M->T = T;
+  M->adt = pol.output;
+  const size_t as = ampc_dtype_size(M->adt), gs = ampc_dtype_size(T->params.wdt);
+  const size_t bh = (size_t)(max_batch * c->hidden), bc = (size_t)(max_batch * c->classes);
+  M->x = malloc((size_t)(max_batch * c->in) * as);
+  M->h1 = malloc(bh * as), M->a1 = malloc(bh * as);
+  M->h2 = malloc(bh * as), M->a2 = malloc(bh * as);
+  M->logits = malloc(bc * as);
+  M->d_big = malloc(bh * gs), M->d_big2 = malloc(bh * gs);
+  M->dlogits = malloc(bc * gs);
+  if (!M->x || !M->h1 || !M->a1 || !M->h2 || !M->a2 || !M->logits || !M->d_big || !M->d_big2 ||
+      !M->dlogits) {
+    ampc_mlp_free(M);
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mlp_create: out of memory");
+  }
+  return AMPC_OK;
+}
+
+#define TRY(call)                                                                                  \
+  do {                                                                                             \
+    ampc_status st_ = (call);                                                                      \
+    if (st_ != AMPC_OK)                                                                            \
+      return st_;                                                                                  \
+  } while (0)
+
+ampc_status ampc_mlp_run(ampc_mlp *M, int64_t b, const float *x, const int32_t *y, float loss_scale,
+                         float grad_div, float *loss, int64_t *correct) {
+  if (!M || !x || !y || !loss || b <= 0 || b > M->max_batch || !(grad_div >= 1.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_run: bad arguments (batch %lld, max %lld)",
+                     (long long)b, (long long)M->max_batch);
+  const ampc_params *P = &M->T->params;
+  const ampc_dtype wdt = P->wdt, adt = M->adt, gdt = P->wdt;
+  const ampc_acc acc = M->T->amp.accumulate;
+  const int64_t in = M->cfg.in, hd = M->cfg.hidden, nc = M->cfg.classes;
+  /* autocast: the FP32 input is cast to the linear layer's input dtype */
+  TRY(ampc_store_f32(M->x, adt, x, (size_t)(b * in), NULL));
+  TRY(ampc_linear_forward(b, in, hd, M->x, adt, ampc_param_w(P, 0), wdt, ampc_param_w(P, 1), M->h1,
+                          adt, acc, NULL));
+  TRY(ampc_gelu_forward(b * hd, M->h1, adt, M->a1, adt, NULL));
+  TRY(ampc_linear_forward(b, hd, hd, M->a1, adt, ampc_param_w(P, 2), wdt, ampc_param_w(P, 3), M->h2,
+                          adt, acc, NULL));
+  TRY(ampc_gelu_forward(b * hd, M->h2, adt, M->a2, adt, NULL));
+  TRY(ampc_linear_forward(b, hd, nc, M->a2, adt, ampc_param_w(P, 4), wdt, ampc_param_w(P, 5),
+                          M->logits, adt, acc, NULL));
+  TRY(ampc_cross_entropy_forward(b, nc, M->logits, adt, y, loss));
+  if (correct) {
+    int64_t hits = 0;
+    for (int64_t r = 0; r < b; r++) {
+      int64_t best = 0;
+      float bv = ampc_elem_load(M->logits, adt, r * nc);
+      for (int64_t c = 1; c < nc; c++) {
+        const float v = ampc_elem_load(M->logits, adt, r * nc + c);
+        if (v > bv)
+          bv = v, best = c;
+      }
+      hits += best == y[r];
+    }
+    *correct = hits;
+  }
+  if (!(loss_scale > 0.0f))
+    return AMPC_OK;
+  /* backward, seeded with S (and the 1/micro-batches factor) in FP32 */
+  TRY(ampc_cross_entropy_backward(b, nc, M->logits, adt, y, loss_scale / grad_div, M->dlogits,
+                                  gdt));
+  TRY(ampc_linear_backward(b, hd, nc, M->dlogits, gdt, M->a2, adt, ampc_param_w(P, 4), wdt,
+                           M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5), acc));
+  TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h2, adt, M->d_big2));
+  TRY(ampc_linear_backward(b, hd, hd, M->d_big2, gdt, M->a1, adt, ampc_param_w(P, 2), wdt, M->d_big,
+                           ampc_param_grad(P, 2), ampc_param_grad(P, 3), acc));
+  TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h1, adt, M->d_big2));
+  TRY(ampc_linear_backward(b, in, hd, M->d_big2, gdt, M->x, adt, ampc_param_w(P, 0), wdt, NULL,
+                           ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc));
+  return AMPC_OK;
+}

@@ -1,0 +1,213 @@
+/*
+ * src/optim/optim.c: AdamW and SGD (with momentum, dampening, Nesterov) on the
+ * parameter table; the warmup + cosine learning-rate schedule.
+ *
+ * The per-element arithmetic follows PyTorch's single-tensor reference
+ * implementations (torch/optim/adamw.py `_single_tensor_adamw`,
+ * torch/optim/sgd.py `_single_tensor_sgd`, 2.x), one elementary tensor op at a
+ * time: each op computes in FP32 and rounds its result to the dtype of the
+ * tensor it writes (rp: the parameter being updated, rs: the optimizer state).
+ * With FP32 master and FP32 state both are exact no-ops.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ampc/optim.h"
+#include "numeric/numeric.h"
+
+ampc_optim_config ampc_optim_adamw_defaults(void) {
+  ampc_optim_config c = {.kind = AMPC_OPTIM_ADAMW,
+                         .lr = 1e-3f,
+                         .weight_decay = 1e-2f,
+                         .beta1 = 0.9f,
+                         .beta2 = 0.999f,
+                         .eps = 1e-8f};
+  return c;
+}
+
+ampc_optim_config ampc_optim_sgd_defaults(void) {
+  ampc_optim_config c = {.kind = AMPC_OPTIM_SGD, .lr = 1e-2f, .momentum = 0.9f};
+  return c;
+}
+
+int ampc_optim_moments(const ampc_optim_config *c) {
+  if (c->kind == AMPC_OPTIM_ADAMW)
+    return 2;
+  return c->momentum != 0.0f ? 1 : 0;
+}
+
+ampc_status ampc_optim_config_check(const ampc_optim_config *c) {
+  if (!c)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "optimizer config is NULL");
+  if (c->kind != AMPC_OPTIM_ADAMW && c->kind != AMPC_OPTIM_SGD)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "unknown optimizer %d", (int)c->kind);
+  if (!(c->lr > 0.0f) || !isfinite(c->lr))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--lr %g: must be a positive finite number",
+                     (double)c->lr);
+  if (!(c->weight_decay >= 0.0f) || !isfinite(c->weight_decay))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--weight-decay %g: must be >= 0",
+                     (double)c->weight_decay);
+  if (c->kind == AMPC_OPTIM_ADAMW &&
+      (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f)))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "AdamW betas (%g, %g): each must be in [0, 1)",
+                     (double)c->beta1, (double)c->beta2);
+  if (c->kind == AMPC_OPTIM_ADAMW && (!(c->eps >= 0.0f) || !isfinite(c->eps)))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "AdamW eps %g: must be >= 0", (double)c->eps);
+  if (c->kind == AMPC_OPTIM_SGD &&
+      (!(c->momentum >= 0.0f && c->momentum < 1.0f) || !(c->dampening >= 0.0f) ||
+       (c->nesterov && (c->momentum == 0.0f || c->dampening != 0.0f))))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "SGD momentum %g / dampening %g: momentum in [0, 1); Nesterov needs "
+                     "momentum > 0 and dampening 0",
+                     (double)c->momentum, (double)c->dampening);
+  if (c->warmup_steps < 0 || c->total_steps < 0 ||
+      (c->total_steps && c->warmup_steps > c->total_steps))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "warmup %lld / total %lld steps: bad schedule",
+                     (long long)c->warmup_steps, (long long)c->total_steps);
+  if (!(c->min_lr >= 0.0f) || !(c->min_lr <= c->lr))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--min-lr %g: must be in [0, lr]", (double)c->min_lr);
+  if (!(c->clip_norm >= 0.0f) || !isfinite(c->clip_norm))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--clip-norm %g: must be >= 0 (0 = off)",
+                     (double)c->clip_norm);
+  return AMPC_OK;
+}
+
+float ampc_lr_at(const ampc_optim_config *c, int64_t t) {
+  const double lr = c->lr, lo = c->min_lr;
+  if (c->warmup_steps > 0 && t <= c->warmup_steps)
+    return (float)(lr * (double)t / (double)c->warmup_steps);
+  if (c->total_steps <= 0 || c->total_steps <= c->warmup_steps)
+    return c->lr;
+  double p = (double)(t - c->warmup_steps) / (double)(c->total_steps - c->warmup_steps);
+  p = p < 0.0 ? 0.0 : (p > 1.0 ? 1.0 : p);
+  return (float)(lo + (lr - lo) * 0.5 * (1.0 + cos(3.14159265358979323846 * p)));
+}
+
+/* x rounded to dt and widened back (identity for F32) */
+static inline float rnd(float x, ampc_dtype dt) {
+  switch (dt) {
+  case AMPC_F16:
+    return ampc_bits_f32(ampc_f16bits_to_f32bits(ampc_f32bits_to_f16bits(ampc_f32_bits(x))));
+  case AMPC_BF16:
+    return ampc_bits_f32(ampc_bf16bits_to_f32bits(ampc_f32bits_to_bf16bits(ampc_f32_bits(x))));
+  default: return x;
+  }
+}
+
+/* stored bits of element i of a 16- or 32-bit buffer */
+static inline uint32_t raw_bits(const void *p, ampc_dtype dt, int64_t i) {
+  if (dt == AMPC_F32)
+    return ampc_f32_bits(((const float *)p)[i]);
+  return ((const uint16_t *)p)[i];
+}
+
+typedef struct {
+  const ampc_optim_config *c;
+  float lr, gm, clip;
+  /* AdamW */
+  float one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, decay_factor;
+  /* SGD */
+  bool first;
+} step_consts;
+
+static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallow_stats *sw) {
+  const ampc_param *p = &P->p[i];
+  const ampc_optim_config *c = k->c;
+  const ampc_dtype wdt = P->wdt, sdt = P->sdt;
+  const bool has_master = P->master != NULL;
+  const ampc_dtype pdt = has_master ? AMPC_F32 : wdt; /* dtype of the updated tensor */
+  const bool decay = p->decay && c->weight_decay != 0.0f;
+  int64_t n_upd = 0, n_sw = 0, n_would = 0;
+  for (int64_t e = p->offset; e < p->offset + p->numel; e++) {
+    float g = ampc_elem_load(P->grad, wdt, e) * k->gm;
+    if (k->clip != 1.0f)
+      g = g * k->clip;
+    const uint32_t w16_before = raw_bits(P->w, wdt, e);
+    const float w16_old = ampc_elem_load(P->w, wdt, e);
+    const float w_old = has_master ? P->master[e] : ampc_elem_load(P->w, wdt, e);
+    float w = w_old;
+    bool nonzero = false;
+    if (c->kind == AMPC_OPTIM_ADAMW) {
+      if (decay) {
+        w = rnd(w * k->decay_factor, pdt); /* param.mul_(1 - lr * wd) */
+        nonzero = nonzero || (w_old != 0.0f);
+      }
+      float m = ampc_elem_load(P->m, sdt, e), v = ampc_elem_load(P->v, sdt, e);
+      m = rnd(m + k->one_m_b1 * (g - m), sdt);       /* exp_avg.lerp_(g, 1 - b1) */
+      v = rnd(v * k->b2, sdt);                       /* exp_avg_sq.mul_(b2) */
+      v = rnd(v + k->one_m_b2 * g * g, sdt);         /* .addcmul_(g, g, 1 - b2) */
+      float denom = rnd(sqrtf(v), sdt);              /* exp_avg_sq.sqrt() */
+      denom = rnd(denom / k->bc2_sqrt, sdt);         /* / bias_correction2_sqrt */
+      denom = rnd(denom + k->eps, sdt);              /* .add_(eps) */
+      const float upd = -k->step_size * (m / denom); /* addcdiv value */
+      w = rnd(w + upd, pdt);                         /* param.addcdiv_(m, denom) */
+      nonzero = nonzero || upd != 0.0f;
+      ampc_elem_store(P->m, sdt, e, m);
+      ampc_elem_store(P->v, sdt, e, v);
+    } else {
+      float d = g;
+      if (decay)
+        d = rnd(d + c->weight_decay * w_old, sdt); /* grad.add(param, alpha=wd) */
+      if (c->momentum != 0.0f) {
+        float buf;
+        if (k->first) {
+          buf = rnd(d, sdt); /* torch.clone(grad) */
+        } else {
+          buf = rnd(ampc_elem_load(P->m, sdt, e) * c->momentum, sdt);
+          buf = rnd(buf + (1.0f - c->dampening) * d, sdt);
+        }
+        ampc_elem_store(P->m, sdt, e, buf);
+        d = c->nesterov ? rnd(d + c->momentum * buf, sdt) : buf;
+      }
+      const float upd = -k->lr * d;
+      w = rnd(w + upd, pdt); /* param.add_(d, alpha=-lr) */
+      nonzero = upd != 0.0f;
+    }
+    if (has_master)
+      P->master[e] = w;
+    ampc_elem_store(P->w, wdt, e, w);
+    if (sw && (nonzero || !isfinite(w))) {
+      n_upd++;
+      if (raw_bits(P->w, wdt, e) == w16_before)
+        n_sw++;
+      if (has_master) {
+        const float direct = rnd(w16_old + (w - w_old), wdt);
+        if (ampc_f32_bits(direct) == ampc_f32_bits(w16_old))
+          n_would++;
+      }
+    }
+  }
+  if (sw) {
+    sw->updated = n_upd;
+    sw->swallowed = n_sw;
+    sw->would_swallow = n_would;
+  }
+}
+
+ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t t, float lr,
+                            float grad_mult, float clip_coef, ampc_swallow_stats *sw) {
+  if (!P || !c || t < 1 || !(lr >= 0.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: bad arguments (t = %lld)",
+                     (long long)t);
+  if ((c->kind == AMPC_OPTIM_ADAMW && (!P->m || !P->v)) ||
+      (c->kind == AMPC_OPTIM_SGD && c->momentum != 0.0f && !P->m))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: the table has no moment buffers");
+  step_consts k = {.c = c, .lr = lr, .gm = grad_mult, .clip = clip_coef, .first = t == 1};
+  if (c->kind == AMPC_OPTIM_ADAMW) {
+    const double bc1 = 1.0 - pow((double)c->beta1, (double)t);
+    const double bc2 = 1.0 - pow((double)c->beta2, (double)t);
+    k.one_m_b1 = (float)(1.0 - (double)c->beta1);
+    k.b2 = c->beta2;
+    k.one_m_b2 = (float)(1.0 - (double)c->beta2);
+    k.step_size = (float)((double)lr / bc1);
+    k.bc2_sqrt = (float)sqrt(bc2);
+    k.eps = c->eps;
+    k.decay_factor = (float)(1.0 - (double)lr * (double)c->weight_decay);
+  }
+#pragma omp parallel for schedule(dynamic, 1) if (P->numel > 65536)
+  for (int i = 0; i < P->count; i++)
+    step_tensor(P, i, &k, sw ? &sw[i] : NULL);
+  return AMPC_OK;
+}
