@@ -20,6 +20,7 @@ typedef struct ampc_command {
 extern const ampc_command ampc_cmd_formats;
 extern const ampc_command ampc_cmd_convert;
 extern const ampc_command ampc_cmd_bench;
+extern const ampc_command ampc_cmd_train;
 
 /* Print "ampc <cmd>: <message>" and a hint to stderr; returns AMPC_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);

@@ -12,6 +12,7 @@ static const ampc_command *const k_commands[] = {
     &ampc_cmd_formats,
     &ampc_cmd_convert,
     &ampc_cmd_bench,
+    &ampc_cmd_train,
 };
 enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };
 
