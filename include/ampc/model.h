@@ -60,6 +60,81 @@ void ampc_mlp_free(ampc_mlp *M);
 ampc_status ampc_mlp_run(ampc_mlp *M, int64_t b, const float *x, const int32_t *y, float loss_scale,
                          float grad_div, float *loss, int64_t *correct);
 
+/* ---- the multimodal image-text model (src/model/mm.c) ---------------------- */
+
+/* Shapes of a named configuration. mm-tiny: 32x32x3 images, patch 4 (64
+ * patches + CLS), width 128, 4 heads, MLP 512, vision depth 4, text depth 3,
+ * fusion depth 1, contrastive dim 64. */
+typedef struct ampc_mm_config {
+  char name[32];
+  int64_t img, patch, channels;      /* image side, patch side, channels */
+  int64_t dim, heads, mlp;           /* transformer width, heads, MLP hidden */
+  int64_t v_depth, t_depth, f_depth; /* blocks: vision, text, fusion */
+  int64_t vocab, seq_len;            /* text (from the dataset) */
+  int64_t embed;                     /* contrastive projection dim */
+  int64_t classes;                   /* group classification head */
+  float w_itc, w_itm, w_cls;         /* composite loss weights */
+} ampc_mm_config;
+
+/* "mm-tiny", "mm-small" or "mm-micro" (a very small one for gradient checks)
+ * with the dataset's vocab, seq_len and classes; weights 1, 1, 1. Errors:
+ * AMPC_ERR_INVALID_ARG naming an unknown model. */
+ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len, int64_t classes,
+                               ampc_mm_config *out);
+
+/* The parameter specs of the model (PyTorch-style names:
+ * vision.patch_embed.weight, vision.blocks.0.attn.in_proj_weight, ...,
+ * heads.logit_scale), with storage for their names. */
+typedef struct ampc_mm_specs {
+  int n;
+  ampc_param_spec *specs;
+  char (*names)[AMPC_PARAM_NAME_MAX];
+} ampc_mm_specs;
+ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out);
+void ampc_mm_specs_free(ampc_mm_specs *s);
+
+typedef struct ampc_mm ampc_mm; /* activations and caches for one trainer */
+
+/* One batch: images [b, img, img, channels] uint8, tokens [b, seq_len]
+ * (AMPC_TOKEN_PAD = 0 is padding), labels [b] (group). */
+typedef struct ampc_mm_batch {
+  int64_t b;
+  const uint8_t *images;
+  const int32_t *tokens;
+  const int32_t *labels;
+} ampc_mm_batch;
+
+typedef struct ampc_mm_losses {
+  float total, itc, itm, cls; /* FP32, unscaled, weighted total */
+  float itm_acc, cls_acc;     /* matching accuracy on positives + hard negatives; group acc */
+} ampc_mm_losses;
+
+/* Buffers for batches of up to max_batch (>= 2); T must hold the specs of c.
+ * Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
+ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer *T,
+                           int64_t max_batch);
+void ampc_mm_free(ampc_mm *M);
+/* Bytes of activations, caches and gradient workspaces allocated. */
+size_t ampc_mm_activation_bytes(const ampc_mm *M);
+
+/* Forward (and, when loss_scale > 0, backward seeded with loss_scale /
+ * grad_div, accumulating into the trainer's gradients) of the composite loss
+ * w_itc * InfoNCE(image, text) + w_itm * BCE(matching on the b positive pairs
+ * and b in-batch hard negatives: for image i the text j != i of highest
+ * contrastive similarity) + w_cls * CE(group of the image). */
+ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float loss_scale,
+                                     float grad_div, ampc_mm_losses *out);
+
+/* The hard negatives chosen by the last forward pass: neg[i] is the text
+ * paired with image i as a negative (b values). */
+void ampc_mm_last_negatives(const ampc_mm *M, int64_t b, int32_t *neg);
+
+/* Embeddings for retrieval: img_emb [b, embed] from images (or NULL), txt_emb
+ * [b, embed] from tokens (or NULL), both L2-normalised, FP32; group
+ * predictions cls [b] (or NULL, needs images). */
+ampc_status ampc_mm_embed(ampc_mm *M, int64_t b, const uint8_t *images, const int32_t *tokens,
+                          float *img_emb, float *txt_emb, int32_t *cls);
+
 /* Synthetic classification data (src/data/synth.c): `classes` Gaussian blobs
  * in R^in with centres drawn N(0, sep^2) and unit noise, from seed. x [n, in]
  * FP32, y [n] in [0, classes). */

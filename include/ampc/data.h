@@ -1,0 +1,137 @@
+/*
+ * ampc/data.h: datasets (DESIGN.md section 1, src/data/).
+ *
+ * The image-text dataset (emoji pairs, docs/DATA.md): every sample is one
+ * emoji image in one artwork style with its caption (CLDR label + keywords)
+ * as word tokens, its CLDR group as class label, its concept id (the same for
+ * both styles of an emoji) and its split:
+ *   AMPC_SPLIT_TRAIN      Google (Noto) images of the training concepts
+ *   AMPC_SPLIT_NEW_STYLE  Twitter (Twemoji) images of the training concepts
+ *   AMPC_SPLIT_ZERO_SHOT  both styles of the held-out concepts (captions never
+ *                         seen in training)
+ * Image-only datasets (Fashion-MNIST) use the same struct with seq_len = 0.
+ */
+#ifndef AMPC_DATA_H
+#define AMPC_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ampc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ampc_split {
+  AMPC_SPLIT_TRAIN = 0,
+  AMPC_SPLIT_NEW_STYLE = 1,
+  AMPC_SPLIT_ZERO_SHOT = 2,
+  AMPC_SPLIT_TEST = 3, /* image-only datasets: the test set */
+} ampc_split;
+
+enum { AMPC_TOKEN_PAD = 0, AMPC_TOKEN_UNK = 1 };
+
+typedef struct ampc_dataset {
+  int32_t n;                       /* samples */
+  int32_t height, width, channels; /* image shape (HWC, uint8) */
+  int32_t seq_len;                 /* tokens per caption, padded with AMPC_TOKEN_PAD (0: no text) */
+  int32_t vocab;                   /* token ids are in [0, vocab) */
+  int32_t n_classes;
+  uint8_t *images;    /* [n, height, width, channels] */
+  int32_t *tokens;    /* [n, seq_len] or NULL */
+  int32_t *label;     /* [n] class in [0, n_classes) */
+  int32_t *concept;   /* [n] concept id (or the sample index) */
+  uint8_t *split;     /* [n] ampc_split */
+  uint8_t *style;     /* [n] 0 = google, 1 = twitter (0 for image-only) */
+  char **words;       /* [vocab] token strings, or NULL */
+  char **class_names; /* [n_classes] or NULL */
+  char **captions;    /* [n] the caption text, or NULL */
+  void *owner_;       /* internal: backing allocation */
+} ampc_dataset;
+
+/* Load a dataset file written by `ampc data emoji` (layout in docs/DATA.md:
+ * magic "AMPCDS01", version, sizes, zlib-compressed sections). Everything is
+ * validated (magic, version, sizes against the file length, token ids < vocab,
+ * labels < n_classes, splits known) before use. Errors: AMPC_ERR_IO (cannot
+ * read), AMPC_ERR_FORMAT (message names the file and the problem),
+ * AMPC_ERR_NOMEM. */
+ampc_status ampc_dataset_load(const char *path, ampc_dataset *out);
+/* The same from memory (`name` is used in messages). */
+ampc_status ampc_dataset_load_mem(const void *data, size_t size, const char *name,
+                                  ampc_dataset *out);
+/* The emoji dataset compiled into the library (the bundled default), or an
+ * error when the build has none. */
+ampc_status ampc_dataset_load_default(ampc_dataset *out);
+void ampc_dataset_free(ampc_dataset *d);
+
+/* Write d as a dataset file (docs/DATA.md) that ampc_dataset_load reads back
+ * identically: every section zlib-compressed at level 9, no timestamps, so the
+ * same dataset gives the same bytes. d is validated as the loader would (token
+ * ids < vocab, labels < n_classes, known splits, string counts); the file is
+ * written to "<path>.tmp" and renamed. Errors: AMPC_ERR_INVALID_ARG (d is not
+ * valid: the message says which field), AMPC_ERR_IO (naming the file),
+ * AMPC_ERR_NOMEM. */
+ampc_status ampc_dataset_save(const ampc_dataset *d, const char *path);
+
+/* ---- preparing the emoji dataset (src/data/emoji_prep.c) ------------------ */
+
+enum {
+  AMPC_EMOJI_SRC_SIZE = 64, /* source PNGs are 64x64 */
+  AMPC_EMOJI_SIZE = 32,     /* dataset images are 32x32x3 */
+  AMPC_EMOJI_SEQ_LEN = 24   /* caption tokens per sample */
+};
+
+/* Decode a 64x64 emoji PNG (any colour type and bit depth: palette, gray,
+ * gray+alpha, RGB, RGBA, tRNS, 16-bit), composite it over white and
+ * downsample it by 2x2 box averaging: out [32, 32, 3] uint8 RGB, HWC. With
+ * each source pixel as 8-bit (r, g, b, a) (16-bit channels scaled to 8 bits
+ * with libpng's png_set_scale_16, i.e. v*255/65535 rounded), every output
+ * channel is computed exactly in integers:
+ *   N = sum over the 2x2 block of (c*a + 255*(255 - a))   (= 255 * composited)
+ *   out = floor((N + 510) / 1020)   (the exact mean, rounded half up)
+ * Errors: AMPC_ERR_IO (cannot open), AMPC_ERR_FORMAT (not a PNG, corrupt or
+ * truncated data, or not 64x64), each message naming the file. */
+ampc_status ampc_emoji_png_load(const char *path, uint8_t *out);
+
+/* What ampc_emoji_prepare did, for the report of `ampc data emoji`. */
+typedef struct ampc_emoji_prep_stats {
+  int32_t datasource_entries;   /* entries of emoji-datasource's emoji.json */
+  int32_t emojibase_entries;    /* top-level entries of emojibase en/data.json */
+  int32_t joined_unified;       /* joined on emoji-datasource `unified` */
+  int32_t joined_non_qualified; /* joined only through `non_qualified` */
+  int32_t skipped_unmatched;    /* no emojibase entry with either hexcode */
+  int32_t skipped_duplicate;    /* emojibase entry already joined to another */
+  int32_t skipped_no_group;     /* emojibase entry without a `group` */
+  int32_t skipped_component;    /* group 2, "component" (skin tones, hair) */
+  int32_t skipped_no_image;     /* google or twitter image missing */
+  int32_t concepts, train_concepts, zero_shot_concepts;
+  int32_t max_caption_words;  /* longest caption before truncation */
+  int32_t truncated_captions; /* captions longer than AMPC_EMOJI_SEQ_LEN */
+} ampc_emoji_prep_stats;
+
+/* Build the emoji dataset from the unpacked npm packages (each directory is a
+ * package root, the "package/" folder of the .tgz):
+ *   google_dir     emoji-datasource-google: emoji.json, img/google/64/<image>
+ *   twitter_dir    emoji-datasource-twitter: emoji.json, img/twitter/64/<image>
+ *   emojibase_dir  emojibase-data: en/data.json
+ * The join, captions, vocabulary, classes, splits and sample order are
+ * documented in docs/DATA.md. out is allocated as by ampc_dataset_load (free
+ * with ampc_dataset_free); stats may be NULL. Errors: AMPC_ERR_IO (a file is
+ * missing), AMPC_ERR_FORMAT (bad JSON or PNG, naming the file),
+ * AMPC_ERR_NOMEM. */
+ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
+                               const char *emojibase_dir, ampc_dataset *out,
+                               ampc_emoji_prep_stats *stats);
+
+/* Fashion-MNIST from the gzipped IDX files in dir (Debian's
+ * dataset-fashion-mnist: /usr/share/datasets/fashion-mnist/): 60000 training
+ * images (split TRAIN) then 10000 test images (split TEST), 28x28x1, 10
+ * classes with their names. Errors: AMPC_ERR_IO naming the missing file,
+ * AMPC_ERR_FORMAT (bad magic, counts or sizes). */
+ampc_status ampc_fashion_mnist_load(const char *dir, ampc_dataset *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
