@@ -14,7 +14,7 @@ die() { echo "FAIL: $*" >&2; fail=1; }
 for p in 32-true 16-mixed bf16-mixed 16-true bf16-true; do
   extra=""
   [ "$p" = 16-true ] && extra="--eps 1e-4 --weight-decay 0"
-  "$ampc" train --precision "$p" $extra --steps 40 --quiet --log "$tmp/$p.jsonl" >/dev/null 2>&1 ||
+  "$ampc" train --model mlp --precision "$p" $extra --steps 40 --quiet --log "$tmp/$p.jsonl" >/dev/null 2>&1 ||
     die "preset $p exited $?"
   head -n 1 "$tmp/$p.jsonl" | grep -q "^{\"event\":\"config\",\"precision\":\"$p\"" ||
     die "$p: first log line is not the config"
@@ -24,10 +24,10 @@ done
 
 # resume: 200 steps straight vs 120 + 80 resumed, with skipped steps in both
 flags="--precision 16-mixed --init-scale 1e30 --max-scale 1e30 --growth-interval 50 --steps 200 --quiet"
-"$ampc" train $flags --log "$tmp/full.jsonl" --save "$tmp/full.st" >/dev/null 2>&1 || die "full run"
-"$ampc" train $flags --stop-at 120 --log "$tmp/part.jsonl" --save "$tmp/part.st" >/dev/null 2>&1 ||
+"$ampc" train --model mlp $flags --log "$tmp/full.jsonl" --save "$tmp/full.st" >/dev/null 2>&1 || die "full run"
+"$ampc" train --model mlp $flags --stop-at 120 --log "$tmp/part.jsonl" --save "$tmp/part.st" >/dev/null 2>&1 ||
   die "interrupted run"
-"$ampc" train $flags --resume "$tmp/part.st" --log "$tmp/part.jsonl" --save "$tmp/res.st" \
+"$ampc" train --model mlp $flags --resume "$tmp/part.st" --log "$tmp/part.jsonl" --save "$tmp/res.st" \
   >/dev/null 2>&1 || die "resumed run"
 strip() { grep '"event":"step"' "$1" | sed 's/"ms":[^,]*,//'; }
 strip "$tmp/full.jsonl" >"$tmp/a"
@@ -37,14 +37,14 @@ grep -q '"skipped":true' "$tmp/a" || die "the resume case has no skipped step"
 cmp -s "$tmp/a" "$tmp/b" || die "resumed log differs from the uninterrupted one"
 cmp -s "$tmp/full.st" "$tmp/res.st" || die "resumed checkpoint differs"
 # same seed and threads: identical logs
-"$ampc" train $flags --log "$tmp/again.jsonl" >/dev/null 2>&1
+"$ampc" train --model mlp $flags --log "$tmp/again.jsonl" >/dev/null 2>&1
 strip "$tmp/again.jsonl" >"$tmp/c"
 cmp -s "$tmp/a" "$tmp/c" || die "same seed, different log"
 
 # bad usage exits 2 with a message naming the flag
 expect() {
   want=$1; shift
-  "$ampc" train --steps 2 --quiet "$@" >/dev/null 2>"$tmp/err"
+  "$ampc" train --model mlp --steps 2 --quiet "$@" >/dev/null 2>"$tmp/err"
   rc=$?
   [ "$rc" = "$want" ] || die "'$*' exited $rc, expected $want"
   [ -s "$tmp/err" ] || die "'$*' printed no message"
@@ -72,9 +72,9 @@ grep -q "bad.st" "$tmp/err" || die "bad checkpoint error does not name the file"
 expect 1 --resume "$tmp/full.st" --hidden 32
 expect 1 --save /nonexistent/dir/x.st
 # lint warnings name the value
-"$ampc" train --precision 16-true --steps 1 --quiet 2>"$tmp/err" >/dev/null
+"$ampc" train --model mlp --precision 16-true --steps 1 --quiet 2>"$tmp/err" >/dev/null
 grep -q "eps = 1e-08" "$tmp/err" || die "no lint warning for eps in fp16"
-"$ampc" train --loss-scale 1000 --steps 1 --quiet 2>"$tmp/err" >/dev/null
+"$ampc" train --model mlp --loss-scale 1000 --steps 1 --quiet 2>"$tmp/err" >/dev/null
 grep -q "not a power of two" "$tmp/err" || die "no lint warning for a static scale of 1000"
 
 [ $fail = 0 ] && echo "check_train: ok"

@@ -2,12 +2,14 @@
  * ampc/ampc.h: umbrella header. Include this to get the whole public API.
  * Layers (DESIGN.md section 1): numeric formats (dtype.h), GEMM (gemm.h),
  * layers (nn.h), precision (amp.h), parameters (params.h), optimizers
- * (optim.h), checkpoints (io.h), the engine (engine.h), models (model.h).
+ * (optim.h), checkpoints (io.h), the engine (engine.h), models (model.h),
+ * datasets (data.h).
  */
 #ifndef AMPC_AMPC_H
 #define AMPC_AMPC_H
 
 #include "ampc/amp.h"
+#include "ampc/data.h"
 #include "ampc/dtype.h"
 #include "ampc/engine.h"
 #include "ampc/gemm.h"

@@ -114,6 +114,9 @@ typedef struct ampc_mm_losses {
 ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer *T,
                            int64_t max_batch);
 void ampc_mm_free(ampc_mm *M);
+/* The configuration and the largest batch the model was created for. */
+const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M);
+int64_t ampc_mm_max_batch(const ampc_mm *M);
 /* Bytes of activations, caches and gradient workspaces allocated. */
 size_t ampc_mm_activation_bytes(const ampc_mm *M);
 
@@ -134,6 +137,27 @@ void ampc_mm_last_negatives(const ampc_mm *M, int64_t b, int32_t *neg);
  * predictions cls [b] (or NULL, needs images). */
 ampc_status ampc_mm_embed(ampc_mm *M, int64_t b, const uint8_t *images, const int32_t *tokens,
                           float *img_emb, float *txt_emb, int32_t *cls);
+
+/* Metrics of the model on one split of an image-text dataset. */
+typedef struct ampc_mm_metrics {
+  int64_t samples, concepts;  /* images in the split; distinct concepts (captions) */
+  double i2t_r1, i2t_r5;      /* image -> text: the image's caption ranked 1st / in top 5 */
+  double t2i_r1, t2i_r5;      /* text -> image: an image of the caption's concept ranked
+                                 1st / in the top 5 */
+  double itm_acc;             /* matching accuracy on positives and hard negatives */
+  double cls_acc;             /* group accuracy of the image classifier */
+  double loss, itc, itm, cls; /* mean losses over the evaluation batches */
+} ampc_mm_metrics;
+
+struct ampc_dataset;
+/* Evaluate on the samples of `split` (src/model/mm_eval.c). Retrieval ranks
+ * every image against one caption per concept (cosine similarity of the
+ * contrastive embeddings; chance R@1 is 1/concepts); losses and accuracies
+ * come from forward passes on batches of one sample per concept. Errors:
+ * AMPC_ERR_INVALID_ARG (empty split, shapes that do not match the model),
+ * AMPC_ERR_NOMEM. */
+ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split,
+                             ampc_mm_metrics *out);
 
 /* Synthetic classification data (src/data/synth.c): `classes` Gaussian blobs
  * in R^in with centres drawn N(0, sep^2) and unit noise, from seed. x [n, in]

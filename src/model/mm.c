@@ -384,6 +384,8 @@ void ampc_mm_free(ampc_mm *M) {
 }
 
 size_t ampc_mm_activation_bytes(const ampc_mm *M) { return M ? M->arena_bytes : 0; }
+const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M) { return &M->c; }
+int64_t ampc_mm_max_batch(const ampc_mm *M) { return M->B; }
 
 static ampc_dtype policy_out(ampc_precision p, ampc_op_id op) {
   ampc_op_policy r;

@@ -19,12 +19,17 @@
 #include <time.h>
 
 #include "ampc/ampc.h"
+#include "train.h"
 
 static const char k_usage[] =
     "Usage: ampc train [options]\n"
     "\n"
-    "Train a model with mixed precision. Model: --model mlp (an MLP classifier\n"
-    "on synthetic Gaussian-blob data: 2 hidden GELU layers, cross-entropy).\n"
+    "Train a model with mixed precision. Models: --model mm-tiny (default), mm-small,\n"
+    "mm-micro: the multimodal image-text model (ViT vision encoder, text encoder,\n"
+    "cross-attention fusion; loss w_itc InfoNCE + w_itm matching BCE + w_cls group\n"
+    "CE) on --data emoji (the bundled emoji image-caption pairs; default) or a\n"
+    "dataset file from `ampc data emoji`; --model mlp: an MLP classifier on\n"
+    "synthetic Gaussian blobs (the engine's smoke test).\n"
     "\n"
     "Precision (presets as PyTorch Lightning's precision=):\n"
     "  --precision P        32-true | 16-mixed | bf16-mixed | 16-true | bf16-true\n"
@@ -49,33 +54,20 @@ static const char k_usage[] =
     "  --batch B (64)  --micro-batches K (1: gradient accumulation)\n"
     "  --seed S (1)  --threads N (all cores)  --eval-every N (100)\n"
     "  --in N (16) --hidden N (64) --classes N (5) --train-size N (4096)\n"
-    "  --test-size N (1024) --separation X (0.8)   model and data sizes\n"
+    "  --test-size N (1024) --separation X (0.8)   mlp model and data sizes\n"
+    "  --data emoji|FILE    image-text data (multimodal models)\n"
+    "  --w-itc W --w-itm W --w-cls W   loss weights (1, 1, 1)\n"
     "  --log FILE       JSON Lines: a config line, one line per step, eval lines,\n"
     "                   a summary line\n"
     "  --log-every N    step lines every N steps (1)\n"
-    "  --save FILE      safetensors checkpoint at the end (and every --save-every N)\n"
+    "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end (and every "
+    "--save-every N)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags)\n"
     "  --json           print the summary as one JSON object on stdout\n"
     "  --quiet          no progress lines\n"
     "\n"
     "Exit status: 0 success, 1 runtime error (unreadable checkpoint, unwritable\n"
     "log), 2 bad usage (unknown flag, bad value).\n";
-
-typedef struct {
-  const char *name, *value;
-} kv;
-
-typedef struct {
-  ampc_amp_config amp;
-  ampc_optim_config opt;
-  ampc_mlp_config mc;
-  int64_t steps, stop_at, batch, micro, eval_every, log_every, save_every, ntrain, ntest;
-  float sep;
-  uint64_t seed;
-  int threads;
-  bool cosine, json, quiet;
-  const char *log, *save, *resume, *model;
-} train_args;
 
 static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
   char *end = NULL;
@@ -180,7 +172,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
   a->mc = (ampc_mlp_config){.in = 16, .hidden = 64, .classes = 5};
   a->steps = 300, a->batch = 64, a->micro = 1, a->eval_every = 100, a->log_every = 1;
   a->ntrain = 4096, a->ntest = 1024, a->sep = 0.8f, a->seed = 1, a->cosine = true;
-  a->model = "mlp";
+  a->model = "mm-tiny";
+  a->data = "emoji";
+  a->w_itc = a->w_itm = a->w_cls = 1.0f;
   int64_t warmup = 0;
   for (int k = 0; k < nrest; k++) {
     const char *n = rest[k].name, *v = rest[k].value;
@@ -248,13 +242,25 @@ static int parse_args(int argc, char **argv, train_args *a) {
       rc = parse_f(flag, v, &a->sep);
     else if (!strcmp(n, "log"))
       a->log = v;
-    else if (!strcmp(n, "save"))
+    else if (!strcmp(n, "save") || !strcmp(n, "checkpoint"))
       a->save = v;
+    else if (!strcmp(n, "data"))
+      a->data = v;
+    else if (!strcmp(n, "w-itc"))
+      rc = parse_f(flag, v, &a->w_itc);
+    else if (!strcmp(n, "w-itm"))
+      rc = parse_f(flag, v, &a->w_itm);
+    else if (!strcmp(n, "w-cls"))
+      rc = parse_f(flag, v, &a->w_cls);
     else if (!strcmp(n, "resume"))
       a->resume = v;
     else if (!strcmp(n, "model")) {
-      if (strcmp(v, "mlp") != 0)
-        rc = cli_usage_error("train", "--model: unknown model '%s' (available: mlp)", v);
+      if (strcmp(v, "mlp") && strcmp(v, "mm-tiny") && strcmp(v, "mm-small") &&
+          strcmp(v, "mm-micro"))
+        rc = cli_usage_error("train",
+                             "--model: unknown model '%s' (available: mm-tiny, mm-small, "
+                             "mm-micro, mlp)",
+                             v);
       a->model = v;
     } else
       rc = cli_usage_error("train", "unknown option --%s", n);
@@ -268,6 +274,16 @@ static int parse_args(int argc, char **argv, train_args *a) {
   if (a->batch % a->micro != 0)
     return cli_usage_error("train", "--batch %lld is not a multiple of --micro-batches %lld",
                            (long long)a->batch, (long long)a->micro);
+  if (!(a->w_itc >= 0.0f && a->w_itm >= 0.0f && a->w_cls >= 0.0f))
+    return cli_usage_error("train", "--w-itc/--w-itm/--w-cls must be >= 0");
+  if (strcmp(a->model, "mlp") != 0) {
+    if (a->batch < 2 || (a->batch / a->micro) < 2)
+      return cli_usage_error("train",
+                             "--batch %lld: the contrastive loss needs at least 2 "
+                             "samples per micro-batch",
+                             (long long)a->batch);
+    return 0; /* the dataset's size is checked once it is loaded */
+  }
   if (a->batch > a->ntrain)
     return cli_usage_error("train", "--batch %lld is larger than the training set (%lld samples)",
                            (long long)a->batch, (long long)a->ntrain);
@@ -276,7 +292,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
   return 0;
 }
 
-static double now_s(void) {
+double train_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -284,13 +300,7 @@ static double now_s(void) {
 
 /* A deterministic permutation of the training set for each epoch, derived
  * from (seed, epoch) only, so a resumed run sees the same batches. */
-typedef struct {
-  int64_t n, epoch;
-  int64_t *perm;
-  uint64_t seed;
-} sampler;
-
-static int64_t sample_index(sampler *s, int64_t j) {
+int64_t train_sample_index(train_sampler *s, int64_t j) {
   const int64_t epoch = j / s->n;
   if (epoch != s->epoch) {
     ampc_rng r;
@@ -308,7 +318,7 @@ static int64_t sample_index(sampler *s, int64_t j) {
 }
 
 /* print a JSON object as one log line (and free it); false on a write error */
-static bool log_line(FILE *f, cJSON *o) {
+bool train_log_line(FILE *f, cJSON *o) {
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   if (!s)
@@ -335,6 +345,50 @@ static void evaluate(ampc_mlp *M, const float *x, const int32_t *y, int64_t n, i
   *acc = (double)hits / (double)n;
 }
 
+cJSON *train_config_line(const ampc_trainer *T, const train_args *A, cJSON *run_o, FILE *say) {
+  char *cfg = ampc_trainer_config_json(T);
+  cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
+  free(cfg);
+  if (!cj || !run_o) {
+    cJSON_Delete(cj);
+    cJSON_Delete(run_o);
+    return NULL;
+  }
+  cJSON_AddNumberToObject(run_o, "steps", (double)A->steps);
+  cJSON_AddNumberToObject(run_o, "batch", (double)A->batch);
+  cJSON_AddNumberToObject(run_o, "micro_batches", (double)A->micro);
+  cJSON_AddNumberToObject(run_o, "seed", (double)A->seed);
+  cJSON_AddNumberToObject(run_o, "threads", (double)ampc_get_num_threads());
+  cJSON_AddStringToObject(run_o, "resumed_from", A->resume ? A->resume : "");
+  cJSON_AddItemToObject(cj, "run", run_o);
+  /* the resolved configuration, printed and logged first */
+  const ampc_amp_config *am = &T->amp;
+  fprintf(say,
+          "ampc train: %s, precision %s: weights %s, master weights %s, optimizer state %s, "
+          "loss scale %s",
+          A->model, ampc_precision_name(am->precision), ampc_dtype_name(am->lowp),
+          am->master_weights ? "on (f32)" : (am->lowp == AMPC_F32 ? "n/a" : "off"),
+          ampc_dtype_name(am->state_dtype), ampc_loss_scale_mode_name(am->scaler.mode));
+  if (am->scaler.mode != AMPC_LOSS_SCALE_NONE)
+    fprintf(say, " (%g)", (double)am->scaler.init_scale);
+  fprintf(say, ", accumulate %s; %lld parameters\n",
+          am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32", (long long)T->params.numel);
+  char warns[16][256];
+  const int nw = ampc_config_lint(am, &T->opt, warns, 16);
+  cJSON *wj = cJSON_AddArrayToObject(cj, "warnings");
+  for (int k = 0; k < nw && k < 16; k++) {
+    fprintf(stderr, "ampc train: warning: %s\n", warns[k]);
+    cJSON_AddItemToArray(wj, cJSON_CreateString(warns[k]));
+  }
+  /* the config line: "event" first, then the resolved settings */
+  cJSON *first = cJSON_CreateObject();
+  cJSON_AddStringToObject(first, "event", "config");
+  for (cJSON *it = cj->child; it; it = it->next)
+    cJSON_AddItemToObject(first, it->string, cJSON_Duplicate(it, 1));
+  cJSON_Delete(cj);
+  return first;
+}
+
 static int run(int argc, char **argv) {
   train_args A;
   int rc = parse_args(argc, argv, &A);
@@ -342,6 +396,8 @@ static int run(int argc, char **argv) {
     return rc;
   if (A.threads > 0)
     ampc_set_num_threads(A.threads);
+  if (strcmp(A.model, "mlp") != 0)
+    return train_run_mm(&A);
   FILE *say = A.json ? stderr : stdout;
   /* data */
   const int64_t in = A.mc.in, ntot = A.ntrain + A.ntest;
@@ -349,7 +405,7 @@ static int run(int argc, char **argv) {
   int32_t *y = malloc((size_t)ntot * sizeof *y);
   float *bx = malloc((size_t)(A.batch * in) * sizeof *bx);
   int32_t *by = malloc((size_t)A.batch * sizeof *by);
-  sampler smp = {.n = A.ntrain, .epoch = -1, .seed = A.seed};
+  train_sampler smp = {.n = A.ntrain, .epoch = -1, .seed = A.seed};
   smp.perm = malloc((size_t)A.ntrain * sizeof *smp.perm);
   if (!x || !y || !bx || !by || !smp.perm) {
     free(x), free(y), free(bx), free(by), free(smp.perm);
@@ -384,61 +440,18 @@ static int run(int argc, char **argv) {
                           (long long)T.iteration, (long long)A.steps);
     goto out;
   }
-  char *cfg = ampc_trainer_config_json(&T);
-  if (!cfg) {
-    ret = cli_runtime_error("train", "out of memory");
-    goto out;
-  }
-  cJSON *cj = cJSON_Parse(cfg);
-  free(cfg);
-  if (!cj) {
-    ret = cli_runtime_error("train", "out of memory");
-    goto out;
-  }
   cJSON *run_o = cJSON_CreateObject();
   cJSON_AddStringToObject(run_o, "model", A.model);
   cJSON_AddNumberToObject(run_o, "in", (double)A.mc.in);
   cJSON_AddNumberToObject(run_o, "hidden", (double)A.mc.hidden);
   cJSON_AddNumberToObject(run_o, "classes", (double)A.mc.classes);
-  cJSON_AddNumberToObject(run_o, "steps", (double)A.steps);
-  cJSON_AddNumberToObject(run_o, "batch", (double)A.batch);
-  cJSON_AddNumberToObject(run_o, "micro_batches", (double)A.micro);
-  cJSON_AddNumberToObject(run_o, "seed", (double)A.seed);
-  cJSON_AddNumberToObject(run_o, "threads", (double)ampc_get_num_threads());
   cJSON_AddNumberToObject(run_o, "train_size", (double)A.ntrain);
   cJSON_AddNumberToObject(run_o, "test_size", (double)A.ntest);
-  cJSON_AddStringToObject(run_o, "resumed_from", A.resume ? A.resume : "");
-  cJSON_AddItemToObject(cj, "run", run_o);
-  /* the resolved configuration, printed and logged first */
-  const ampc_amp_config *am = &T.amp;
-  fprintf(say,
-          "ampc train: %s, precision %s: weights %s, master weights %s, optimizer state %s, "
-          "loss scale %s",
-          A.model, ampc_precision_name(am->precision), ampc_dtype_name(am->lowp),
-          am->master_weights ? "on (f32)" : (am->lowp == AMPC_F32 ? "n/a" : "off"),
-          ampc_dtype_name(am->state_dtype), ampc_loss_scale_mode_name(am->scaler.mode));
-  if (am->scaler.mode != AMPC_LOSS_SCALE_NONE)
-    fprintf(say, " (%g)", (double)am->scaler.init_scale);
-  fprintf(say, ", accumulate %s; %lld parameters\n",
-          am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32", (long long)T.params.numel);
-  char warns[16][256];
-  const int nw = ampc_config_lint(am, &T.opt, warns, 16);
-  cJSON *wj = cJSON_AddArrayToObject(cj, "warnings");
-  for (int k = 0; k < nw && k < 16; k++) {
-    fprintf(stderr, "ampc train: warning: %s\n", warns[k]);
-    cJSON_AddItemToArray(wj, cJSON_CreateString(warns[k]));
+  cJSON *first = train_config_line(&T, &A, run_o, say);
+  if (!first) {
+    ret = cli_runtime_error("train", "out of memory");
+    goto out;
   }
-  /* the config line: "event" first, then the resolved settings */
-  cJSON *first = cJSON_CreateObject();
-  cJSON_AddStringToObject(first, "event", "config");
-  cJSON *it = cj->child;
-  while (it) {
-    cJSON *next = it->next;
-    if (strcmp(it->string, "event") != 0)
-      cJSON_AddItemToObject(first, it->string, cJSON_Duplicate(it, 1));
-    it = next;
-  }
-  cJSON_Delete(cj);
   if (A.log) {
     log = fopen(A.log, A.resume ? "a" : "w");
     if (!log) {
@@ -446,28 +459,28 @@ static int run(int argc, char **argv) {
       ret = cli_runtime_error("train", "cannot open log file %s: %s", A.log, strerror(errno));
       goto out;
     }
-    if (!log_line(log, first)) {
+    if (!train_log_line(log, first)) {
       ret = cli_runtime_error("train", "cannot write log file %s", A.log);
       goto out;
     }
   } else {
     cJSON_Delete(first);
   }
-  const double t_start = now_s();
+  const double t_start = train_now_s();
   const int64_t mb = A.batch / A.micro;
   double last_loss = NAN, ev_loss = NAN, ev_acc = NAN;
   int64_t overflow_steps = 0;
   ampc_swallow_stats sw_sum = {0};
   const int64_t end = A.stop_at > 0 && A.stop_at < A.steps ? A.stop_at : A.steps;
   while (T.iteration < end) {
-    const double t0 = now_s();
+    const double t0 = train_now_s();
     const int64_t it_no = T.iteration; /* 0-based index of this step */
     ampc_trainer_zero_grad(&T);
     double loss = 0;
     const float S = ampc_trainer_loss_scale(&T);
     for (int64_t k = 0; k < A.micro; k++) {
       for (int64_t r = 0; r < mb; r++) {
-        const int64_t src = sample_index(&smp, it_no * A.batch + k * mb + r);
+        const int64_t src = train_sample_index(&smp, it_no * A.batch + k * mb + r);
         memcpy(bx + r * in, x + src * in, (size_t)in * sizeof *bx);
         by[r] = y[src];
       }
@@ -483,7 +496,7 @@ static int run(int argc, char **argv) {
       ret = cli_runtime_error("train", "step %lld: %s", (long long)it_no + 1, ampc_last_error());
       goto out;
     }
-    const double ms = (now_s() - t0) * 1e3;
+    const double ms = (train_now_s() - t0) * 1e3;
     last_loss = loss;
     overflow_steps += info.overflow;
     ampc_swallow_stats sw = {0};
@@ -520,7 +533,7 @@ static int run(int argc, char **argv) {
       if (T.params.master)
         cJSON_AddNumberToObject(h, "would_swallow_fraction",
                                 sw.updated ? (double)sw.would_swallow / (double)sw.updated : 0.0);
-      if (!log_line(log, o)) {
+      if (!train_log_line(log, o)) {
         ret = cli_runtime_error("train", "cannot write log file %s", A.log);
         goto out;
       }
@@ -539,7 +552,7 @@ static int run(int argc, char **argv) {
         cJSON *m = cJSON_AddObjectToObject(o, "metrics");
         cJSON_AddNumberToObject(m, "test_loss", ev_loss);
         cJSON_AddNumberToObject(m, "test_accuracy", ev_acc);
-        if (!log_line(log, o)) {
+        if (!train_log_line(log, o)) {
           ret = cli_runtime_error("train", "cannot write log file %s", A.log);
           goto out;
         }
@@ -574,11 +587,11 @@ static int run(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "test_accuracy", ev_acc);
     cJSON_AddNumberToObject(o, "swallowed_fraction",
                             sw_sum.updated ? (double)sw_sum.swallowed / (double)sw_sum.updated : 0);
-    cJSON_AddNumberToObject(o, "wall_s", now_s() - t_start);
+    cJSON_AddNumberToObject(o, "wall_s", train_now_s() - t_start);
     cJSON_AddStringToObject(o, "checkpoint", A.save ? A.save : "");
     if (log) {
       cJSON *dup = cJSON_Duplicate(o, 1);
-      if (!log_line(log, dup)) {
+      if (!train_log_line(log, dup)) {
         cJSON_Delete(o);
         ret = cli_runtime_error("train", "cannot write log file %s", A.log);
         goto out;

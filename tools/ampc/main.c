@@ -13,6 +13,8 @@ static const ampc_command *const k_commands[] = {
     &ampc_cmd_convert,
     &ampc_cmd_bench,
     &ampc_cmd_train,
+    &ampc_cmd_eval,
+    &ampc_cmd_data,
 };
 enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };
 

@@ -1,0 +1,43 @@
+/*
+ * src/data/data_internal.h: helpers shared by the dataset loader, the emoji
+ * preparation and the Fashion-MNIST reader (not public API).
+ *
+ * Every ampc_dataset owns one allocation (owner_) that holds all its arrays
+ * and strings, so ampc_dataset_free is a single free and a half-built dataset
+ * never leaks.
+ */
+#ifndef AMPC_DATA_INTERNAL_H
+#define AMPC_DATA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ampc/data.h"
+
+/* Sanity limits on a dataset's sizes, checked before anything is allocated. */
+#define AMPC_DS_MAX_N (1 << 24)
+#define AMPC_DS_MAX_SIDE 4096
+#define AMPC_DS_MAX_CHANNELS 4
+#define AMPC_DS_MAX_SEQ_LEN 1024
+#define AMPC_DS_MAX_VOCAB (1 << 24)
+#define AMPC_DS_MAX_CLASSES 65536
+
+/* Check the size fields of d (n, height, width, channels, seq_len, vocab,
+ * n_classes) against the limits above. Returns NULL when they are fine, else a
+ * static description of the first bad field. */
+const char *ampc__dataset_check_sizes(const ampc_dataset *d);
+
+/* Allocate the arrays of d from its size fields (already checked) in one
+ * block: images, tokens (when seq_len > 0), label, concept, split, style, and
+ * the string tables. text_bytes[k] (k = 0 vocabulary words, 1 class names,
+ * 2 captions) is the byte size of a NUL-separated blob for that table, 0 for
+ * none (the pointer array is then NULL too); text[k] receives the blob.
+ * Everything is zeroed. Errors: AMPC_ERR_NOMEM. */
+ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[3], char *text[3]);
+
+/* Point out[0..count) at the count NUL-terminated strings that fill blob
+ * [len bytes] exactly. Returns 0 on success, -1 when the blob holds a
+ * different number of strings or does not end with NUL. */
+int ampc__split_strings(char *blob, size_t len, int32_t count, char **out);
+
+#endif

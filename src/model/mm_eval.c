@@ -1,0 +1,162 @@
+/*
+ * src/model/mm_eval.c: retrieval (R@1, R@5 in both directions), matching and
+ * group accuracy of the multimodal model on one split of a dataset.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/data.h"
+#include "ampc/model.h"
+
+/* rank of the best-ranked relevant item: 1 + number of irrelevant items
+ * scoring strictly higher than the best relevant one (ties favour relevance
+ * no more than chance would: an irrelevant tie counts as higher) */
+static int64_t best_rank(const float *score, int64_t n, const int32_t *item_concept, int32_t want) {
+  float best = -2.0f;
+  for (int64_t j = 0; j < n; j++)
+    if (item_concept[j] == want && score[j] > best)
+      best = score[j];
+  int64_t rank = 1;
+  for (int64_t j = 0; j < n; j++)
+    if (item_concept[j] != want && score[j] >= best)
+      rank++;
+  return rank;
+}
+
+ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split,
+                             ampc_mm_metrics *out) {
+  if (!M || !d || !out || !d->tokens)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "evaluate: bad arguments (a dataset with text needed)");
+  memset(out, 0, sizeof *out);
+  /* the samples of the split, and one (the first) per concept */
+  int64_t n = 0, nc = 0;
+  for (int64_t i = 0; i < d->n; i++)
+    n += d->split[i] == split;
+  if (n < 2)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "evaluate: split %d has %lld samples (need 2)", split,
+                     (long long)n);
+  int64_t *idx = malloc((size_t)n * sizeof *idx), *uniq = malloc((size_t)n * sizeof *uniq);
+  int64_t emb_dim = 0, B = 0;
+  float *ie = NULL, *te = NULL, *score = NULL;
+  int32_t *icon = malloc((size_t)n * sizeof *icon), *tcon = malloc((size_t)n * sizeof *tcon);
+  int32_t *pred = NULL;
+  uint8_t *ibuf = NULL;
+  int32_t *tbuf = NULL, *lbuf = NULL;
+  ampc_status st = AMPC_OK;
+  if (!idx || !uniq || !icon || !tcon) {
+    st = ampc_fail(AMPC_ERR_NOMEM, "evaluate: out of memory");
+    goto done;
+  }
+  for (int64_t i = 0, k = 0; i < d->n; i++)
+    if (d->split[i] == split)
+      idx[k++] = i;
+  for (int64_t k = 0; k < n; k++) {
+    const int32_t cpt = d->concept[idx[k]];
+    icon[k] = cpt;
+    int seen = 0;
+    for (int64_t u = 0; u < nc && !seen; u++)
+      seen = tcon[u] == cpt;
+    if (!seen) {
+      uniq[nc] = idx[k];
+      tcon[nc++] = cpt;
+    }
+  }
+  const ampc_mm_config *c = ampc_mm_get_config(M);
+  const int64_t img_sz = (int64_t)d->height * d->width * d->channels, T = d->seq_len;
+  B = ampc_mm_max_batch(M);
+  emb_dim = c->embed;
+  if (d->height != c->img || d->width != c->img || d->channels != c->channels ||
+      d->seq_len != c->seq_len || d->vocab != c->vocab || d->n_classes != c->classes) {
+    st = ampc_fail(AMPC_ERR_INVALID_ARG, "evaluate: the dataset's shapes do not match model %s",
+                   c->name);
+    goto done;
+  }
+  ie = malloc((size_t)(n * emb_dim) * sizeof *ie);
+  te = malloc((size_t)(nc * emb_dim) * sizeof *te);
+  score = malloc((size_t)(n > nc ? n : nc) * sizeof *score);
+  pred = malloc((size_t)B * sizeof *pred);
+  ibuf = malloc((size_t)(B * img_sz));
+  tbuf = malloc((size_t)(B * T) * sizeof *tbuf);
+  lbuf = malloc((size_t)B * sizeof *lbuf);
+  if (!ie || !te || !score || !pred || !ibuf || !tbuf || !lbuf) {
+    st = ampc_fail(AMPC_ERR_NOMEM, "evaluate: out of memory");
+    goto done;
+  }
+  /* image embeddings and group predictions */
+  int64_t cls_hits = 0;
+  for (int64_t s = 0; s < n && st == AMPC_OK; s += B) {
+    const int64_t b = n - s < B ? n - s : B;
+    for (int64_t k = 0; k < b; k++)
+      memcpy(ibuf + k * img_sz, d->images + idx[s + k] * img_sz, (size_t)img_sz);
+    st = ampc_mm_embed(M, b, ibuf, NULL, ie + s * emb_dim, NULL, pred);
+    for (int64_t k = 0; k < b && st == AMPC_OK; k++)
+      cls_hits += pred[k] == d->label[idx[s + k]];
+  }
+  /* caption embeddings, one per concept */
+  for (int64_t s = 0; s < nc && st == AMPC_OK; s += B) {
+    const int64_t b = nc - s < B ? nc - s : B;
+    for (int64_t k = 0; k < b; k++)
+      memcpy(tbuf + k * T, d->tokens + uniq[s + k] * T, (size_t)T * sizeof *tbuf);
+    st = ampc_mm_embed(M, b, NULL, tbuf, NULL, te + s * emb_dim, NULL);
+  }
+  if (st != AMPC_OK)
+    goto done;
+  int64_t r1 = 0, r5 = 0;
+  for (int64_t k = 0; k < n; k++) { /* image -> text */
+    for (int64_t u = 0; u < nc; u++) {
+      float dot = 0;
+      for (int64_t e = 0; e < emb_dim; e++)
+        dot += ie[k * emb_dim + e] * te[u * emb_dim + e];
+      score[u] = dot;
+    }
+    const int64_t rank = best_rank(score, nc, tcon, icon[k]);
+    r1 += rank <= 1, r5 += rank <= 5;
+  }
+  out->i2t_r1 = (double)r1 / (double)n, out->i2t_r5 = (double)r5 / (double)n;
+  r1 = r5 = 0;
+  for (int64_t u = 0; u < nc; u++) { /* text -> image */
+    for (int64_t k = 0; k < n; k++) {
+      float dot = 0;
+      for (int64_t e = 0; e < emb_dim; e++)
+        dot += ie[k * emb_dim + e] * te[u * emb_dim + e];
+      score[k] = dot;
+    }
+    const int64_t rank = best_rank(score, n, icon, tcon[u]);
+    r1 += rank <= 1, r5 += rank <= 5;
+  }
+  out->t2i_r1 = (double)r1 / (double)nc, out->t2i_r5 = (double)r5 / (double)nc;
+  out->samples = n, out->concepts = nc;
+  out->cls_acc = (double)cls_hits / (double)n;
+  /* losses and matching accuracy on batches of one sample per concept */
+  double wsum = 0;
+  for (int64_t s = 0; s + 2 <= nc && st == AMPC_OK; s += B) {
+    const int64_t b = nc - s < B ? nc - s : B;
+    if (b < 2)
+      break;
+    for (int64_t k = 0; k < b; k++) {
+      const int64_t i = uniq[s + k];
+      memcpy(ibuf + k * img_sz, d->images + i * img_sz, (size_t)img_sz);
+      memcpy(tbuf + k * T, d->tokens + i * T, (size_t)T * sizeof *tbuf);
+      lbuf[k] = d->label[i];
+    }
+    ampc_mm_batch bt = {b, ibuf, tbuf, lbuf};
+    ampc_mm_losses L;
+    st = ampc_mm_forward_backward(M, &bt, 0.0f, 1.0f, &L);
+    if (st != AMPC_OK)
+      break;
+    out->loss += (double)L.total * (double)b, out->itc += (double)L.itc * (double)b;
+    out->itm += (double)L.itm * (double)b, out->cls += (double)L.cls * (double)b;
+    out->itm_acc += (double)L.itm_acc * (double)b;
+    wsum += (double)b;
+  }
+  if (wsum > 0) {
+    out->loss /= wsum, out->itc /= wsum, out->itm /= wsum, out->cls /= wsum;
+    out->itm_acc /= wsum;
+  }
+done:
+  free(idx), free(uniq), free(icon), free(tcon), free(ie), free(te), free(score), free(pred);
+  free(ibuf), free(tbuf), free(lbuf);
+  return st;
+}

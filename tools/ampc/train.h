@@ -1,0 +1,51 @@
+/*
+ * tools/ampc/train.h: what `ampc train`'s model-specific loops share (the
+ * parsed flags, the config log line, the deterministic epoch sampler).
+ */
+#ifndef AMPC_TRAIN_H
+#define AMPC_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ampc/ampc.h"
+
+struct cJSON;
+
+typedef struct train_args {
+  ampc_amp_config amp;
+  ampc_optim_config opt;
+  ampc_mlp_config mc;
+  int64_t steps, stop_at, batch, micro, eval_every, log_every, save_every, ntrain, ntest;
+  float sep;
+  float w_itc, w_itm, w_cls;
+  uint64_t seed;
+  int threads;
+  bool cosine, json, quiet, progress;
+  const char *log, *save, *resume, *model, *data;
+} train_args;
+
+/* The {"event":"config",...} line for trainer T (run_o: run settings to add;
+ * consumed), after printing the resolved configuration to `say` and lint
+ * warnings to stderr. NULL on allocation failure. */
+struct cJSON *train_config_line(const ampc_trainer *T, const train_args *A, struct cJSON *run_o,
+                                FILE *say);
+/* Print a JSON object as one line (and free it); false on a write error. */
+bool train_log_line(FILE *f, struct cJSON *o);
+/* Monotonic seconds. */
+double train_now_s(void);
+
+/* A permutation of [0, n) per epoch, derived from (seed, epoch) only. */
+typedef struct train_sampler {
+  int64_t n, epoch;
+  int64_t *perm;
+  uint64_t seed;
+} train_sampler;
+/* The index of global sample number j (epoch j / n). */
+int64_t train_sample_index(train_sampler *s, int64_t j);
+
+/* The multimodal model's training loop (cmd_train_mm.c). */
+int train_run_mm(const train_args *A);
+
+#endif
