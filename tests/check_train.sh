@@ -41,6 +41,14 @@ cmp -s "$tmp/full.st" "$tmp/res.st" || die "resumed checkpoint differs"
 strip "$tmp/again.jsonl" >"$tmp/c"
 cmp -s "$tmp/a" "$tmp/c" || die "same seed, different log"
 
+# a run resumed with another loss-scale mode uses its own, not the checkpoint's
+"$ampc" train --model mlp --precision 16-mixed --steps 20 --stop-at 10 --quiet --save "$tmp/m.st" \
+  >/dev/null 2>&1 || die "16-mixed run for the mode-change resume"
+"$ampc" train --model mlp --precision 16-mixed --loss-scale none --steps 20 --quiet \
+  --resume "$tmp/m.st" --log "$tmp/none.jsonl" >/dev/null 2>&1 || die "resume with --loss-scale none"
+[ "$(grep -c '"event":"step".*"loss_scale":1,' "$tmp/none.jsonl")" = 10 ] ||
+  die "resumed with --loss-scale none, but S was not 1"
+
 # bad usage exits 2 with a message naming the flag
 expect() {
   want=$1; shift
@@ -70,7 +78,9 @@ printf 'garbage' >"$tmp/bad.st"
 expect 1 --resume "$tmp/bad.st"
 grep -q "bad.st" "$tmp/err" || die "bad checkpoint error does not name the file"
 expect 1 --resume "$tmp/full.st" --hidden 32
-expect 1 --save /nonexistent/dir/x.st
+expect 2 --save /nonexistent/dir/x.st
+expect 2 --save "$tmp"
+expect 2 --log "$tmp/same.st" --save "$tmp/same.st"
 # lint warnings name the value
 "$ampc" train --model mlp --precision 16-true --steps 1 --quiet 2>"$tmp/err" >/dev/null
 grep -q "eps = 1e-08" "$tmp/err" || die "no lint warning for eps in fp16"

@@ -608,12 +608,39 @@ static void test_writer_io_errors(void **state) {
   assert_non_null(strstr(ampc_last_error(), "No such file or directory"));
   assert_int_equal(count_entries(g_dir), 0);
 
-  /* path is a directory: the rename fails, the temporary file goes */
+  /* path is a directory (or any other non-regular file): refused up front */
   char sub[256];
   snprintf(sub, sizeof sub, "%s/sub", g_dir);
   assert_int_equal(mkdir(sub, 0755), 0);
   assert_int_equal(ampc_safetensors_write(sub, &t, 1, NULL, 0), AMPC_ERR_IO);
-  assert_non_null(strstr(ampc_last_error(), "rename"));
+  assert_non_null(strstr(ampc_last_error(), "not a regular file"));
+  assert_int_equal(ampc_safetensors_write("/dev/null", &t, 1, NULL, 0), AMPC_ERR_IO);
+  assert_non_null(strstr(ampc_last_error(), "not a regular file"));
+  /* a symbolic link: the file it points to is replaced, the link stays */
+  char real[300], link[300];
+  snprintf(real, sizeof real, "%s/real.st", g_dir);
+  snprintf(link, sizeof link, "%s/link.st", g_dir);
+  assert_int_equal(ampc_safetensors_write(real, &t, 1, NULL, 0), AMPC_OK);
+  assert_int_equal(symlink("real.st", link), 0);
+  const float v2[4] = {5, 6, 7, 8};
+  const ampc_st_tensor t2 = mk("w", AMPC_F32, 1, s4, v2, sizeof v2);
+  assert_int_equal(ampc_safetensors_write(link, &t2, 1, NULL, 0), AMPC_OK);
+  struct stat lsb;
+  assert_int_equal(lstat(link, &lsb), 0);
+  assert_true(S_ISLNK(lsb.st_mode));
+  ampc_safetensors *rf = NULL;
+  assert_int_equal(ampc_safetensors_read(real, &rf), AMPC_OK);
+  assert_memory_equal(ampc_safetensors_find(rf, "w")->data, v2, sizeof v2);
+  ampc_safetensors_free(rf);
+  assert_int_equal(unlink(link), 0);
+  assert_int_equal(unlink(real), 0);
+  /* a FIFO is refused on reading without blocking */
+  char fifo[300];
+  snprintf(fifo, sizeof fifo, "%s/fifo", g_dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(ampc_safetensors_read(fifo, &rf), AMPC_ERR_IO);
+  assert_non_null(strstr(ampc_last_error(), "not a regular file"));
+  assert_int_equal(unlink(fifo), 0);
   assert_int_equal(count_entries(g_dir), 1);
   assert_int_equal(count_entries(sub), 0);
 

@@ -198,10 +198,14 @@ static void test_lr_schedule(void **state) {
   assert_true(ampc_lr_at(&o, 1) == 0.1f);
   assert_true(ampc_lr_at(&o, 5) == 0.5f);
   assert_true(ampc_lr_at(&o, 10) == 1.0f);
-  assert_true(ampc_lr_at(&o, 60) == 0.55f); /* half way: (1 + 0.1) / 2 */
-  assert_true(ampc_lr_at(&o, 110) == 0.1f);
+  assert_true(ampc_lr_at(&o, 11) == 1.0f);  /* the first cosine step runs at lr */
+  assert_true(ampc_lr_at(&o, 61) == 0.55f); /* half way: (1 + 0.1) / 2 */
+  assert_true(ampc_lr_at(&o, 110) > 0.1f);  /* the last step still moves */
+  assert_true(ampc_lr_at(&o, 110) ==
+              (float)(0.1 + 0.9 * 0.5 * (1 + cos(3.14159265358979323846 * 0.99))));
+  assert_true(ampc_lr_at(&o, 111) == 0.1f);
   assert_true(ampc_lr_at(&o, 500) == 0.1f);
-  assert_true(ampc_lr_at(&o, 35) ==
+  assert_true(ampc_lr_at(&o, 36) ==
               (float)(0.1 + 0.9 * 0.5 * (1 + cos(3.14159265358979323846 * 0.25))));
   o.warmup_steps = 0;
   o.total_steps = 0;

@@ -60,7 +60,7 @@ typedef struct ampc_step_info {
   bool skipped;       /* the optimizer step was skipped */
   int growth_tracker; /* after the scaler update */
   int64_t nonfinite;  /* number of non-finite unscaled gradient values */
-  double grad_norm;   /* global L2 norm of the unscaled gradients (finite ones) */
+  double grad_norm;   /* global L2 norm of the unscaled gradients (inf if any is not finite) */
   float clip_coef;    /* 1 when not clipped */
 } ampc_step_info;
 

@@ -52,9 +52,11 @@ ampc_optim_config ampc_optim_sgd_defaults(void);
 ampc_status ampc_optim_config_check(const ampc_optim_config *c);
 
 /* Learning rate of applied step t (1-based): lr * t / warmup during warmup,
- * then min_lr + (lr - min_lr) (1 + cos(pi * p)) / 2 with p = (t - warmup) /
- * (total - warmup) clamped to [0, 1] (Loshchilov and Hutter, SGDR 2017), or
- * lr when total_steps is 0. Computed in double, rounded to FP32. */
+ * then min_lr + (lr - min_lr) (1 + cos(pi * p)) / 2 with p = (t - warmup - 1)
+ * / (total - warmup) clamped to [0, 1] (Loshchilov and Hutter, SGDR 2017;
+ * the values torch.optim.lr_scheduler.CosineAnnealingLR(T_max = total -
+ * warmup) gives when stepped after each optimizer step), or lr when
+ * total_steps is 0. Computed in double, rounded to FP32. */
 float ampc_lr_at(const ampc_optim_config *c, int64_t t);
 
 /* Per-tensor counts of one optimizer step. */

@@ -65,11 +65,16 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   if (st != AMPC_OK)
     return st;
   r.overflow = r.nonfinite > 0;
+  const double finite_norm = r.grad_norm;
+  if (r.overflow) /* as torch's clip_grad_norm_ reports it */
+    r.grad_norm = (double)INFINITY;
   const bool skip = r.overflow && T->amp.scaler.mode != AMPC_LOSS_SCALE_NONE;
   r.lr = ampc_lr_at(&T->opt, T->step + 1);
   r.clip_coef = 1.0f;
   if (!skip) {
-    r.clip_coef = ampc_clip_coef(r.grad_norm, T->opt.clip_norm);
+    /* (only with loss scaling off can a non-finite step reach here: the
+     * finite values are clipped by their own norm, the others stay non-finite) */
+    r.clip_coef = ampc_clip_coef(finite_norm, T->opt.clip_norm);
     st = ampc_optim_step(P, &T->opt, T->step + 1, r.lr, inv, r.clip_coef,
                          T->telemetry ? T->swallow : NULL);
     if (st != AMPC_OK)

@@ -11,6 +11,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,15 +203,34 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
   const cJSON *jh = cJSON_GetObjectItemCaseSensitive(sj, "hysteresis_left");
   const cJSON *jo = cJSON_GetObjectItemCaseSensitive(sj, "overflow_count");
   const cJSON *jk = cJSON_GetObjectItemCaseSensitive(sj, "skip_count");
+  const double kmax_count = 9007199254740992.0; /* 2^53: exact in a JSON double */
   if (!cJSON_IsNumber(js) || !cJSON_IsNumber(jt) || !cJSON_IsNumber(jh) || !cJSON_IsNumber(jo) ||
-      !cJSON_IsNumber(jk) || !(js->valuedouble > 0.0) || jt->valuedouble < 0 ||
-      jh->valuedouble < 0 || jo->valuedouble < 0 || jk->valuedouble < 0) {
-    st = ampc_fail(AMPC_ERR_FORMAT, "%s: missing or bad ampc.scaler metadata", path);
+      !cJSON_IsNumber(jk) || !(js->valuedouble > 0.0) || !(js->valuedouble <= (double)FLT_MAX) ||
+      (float)js->valuedouble == 0.0f || !(jt->valuedouble >= 0 && jt->valuedouble <= INT_MAX) ||
+      !(jh->valuedouble >= 0 && jh->valuedouble <= INT_MAX) ||
+      !(jo->valuedouble >= 0 && jo->valuedouble <= kmax_count) ||
+      !(jk->valuedouble >= 0 && jk->valuedouble <= kmax_count)) {
+    st = ampc_fail(AMPC_ERR_FORMAT, "%s: missing or out-of-range ampc.scaler metadata", path);
     goto done;
   }
-  sc.scale = (float)js->valuedouble; /* written with %.9g: reads back exactly */
-  sc.growth_tracker = (int)jt->valuedouble;
-  sc.hysteresis_left = (int)jh->valuedouble;
+  /* the dynamic scaler's state carries over only into a dynamic scaler; a run
+   * resumed with another loss-scale mode (none, a static S, another preset)
+   * starts its scaler from its own configuration */
+  const char *cfg = ampc_safetensors_meta(f, "ampc.config");
+  cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
+  const cJSON *mode =
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cj, "loss_scale"), "mode");
+  const bool was_dynamic = cJSON_IsString(mode) && strcmp(mode->valuestring, "dynamic") == 0;
+  cJSON_Delete(cj);
+  if (was_dynamic && T->amp.scaler.mode == AMPC_LOSS_SCALE_DYNAMIC) {
+    sc.scale = (float)js->valuedouble; /* written with %.9g: reads back exactly */
+    if (sc.scale < sc.cfg.min_scale)
+      sc.scale = sc.cfg.min_scale;
+    if (sc.scale > sc.cfg.max_scale)
+      sc.scale = sc.cfg.max_scale;
+    sc.growth_tracker = (int)jt->valuedouble;
+    sc.hysteresis_left = (int)jh->valuedouble;
+  }
   sc.overflow_count = (int64_t)jo->valuedouble;
   sc.skip_count = (int64_t)jk->valuedouble;
   const char *r = ampc_safetensors_meta(f, "ampc.rng");

@@ -22,7 +22,7 @@
  * little-endian (checked at compile time where the compiler says, and at run
  * time always).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* mkstemp, fsync, realpath */
 
 #include "internal.h"
 
@@ -398,6 +398,12 @@ ampc_status ampc_safetensors_write(const char *path, const ampc_st_tensor *t, in
   if (!host_is_little_endian())
     return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: safetensors needs a little-endian host", path);
 
+  /* never replace a device, FIFO or directory; write through a symlink to
+   * its target (as torch.save does) rather than replacing the link */
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return ampc_fail(AMPC_ERR_IO, "%s: exists and is not a regular file; refusing to replace it",
+                     path);
   uint64_t data_bytes = 0;
   ampc_status st = check_tensors(path, t, n, &data_bytes);
   if (st != AMPC_OK)
@@ -449,7 +455,18 @@ ampc_status ampc_safetensors_write(const char *path, const ampc_st_tensor *t, in
   memset(hdr + 8 + jlen, ' ', padded - jlen);
   cJSON_free(json);
 
-  st = write_atomic(path, hdr, 8 + padded, t, n);
+  struct stat lsb;
+  char *target = NULL;
+  if (lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+    target = realpath(path, NULL);
+    if (!target) {
+      free(hdr);
+      return ampc_fail(AMPC_ERR_IO, "%s: cannot resolve the symbolic link: %s", path,
+                       strerror(errno));
+    }
+  }
+  st = write_atomic(target ? target : path, hdr, 8 + padded, t, n);
+  free(target);
   free(hdr);
   return st;
 }
@@ -780,9 +797,15 @@ ampc_status ampc_safetensors_read(const char *path, ampc_safetensors **out) {
   if (!host_is_little_endian())
     return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: safetensors needs a little-endian host", path);
 
-  FILE *fp = fopen(path, "rb");
-  if (!fp)
-    return ampc_fail(AMPC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  /* O_NONBLOCK: opening a FIFO must not block before the regular-file check */
+  const int rfd = open(path, O_RDONLY | O_NONBLOCK);
+  FILE *fp = rfd >= 0 ? fdopen(rfd, "rb") : NULL;
+  if (!fp) {
+    const int e = errno;
+    if (rfd >= 0)
+      close(rfd);
+    return ampc_fail(AMPC_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+  }
   struct stat sb;
   if (fstat(fileno(fp), &sb) != 0) {
     const int e = errno;

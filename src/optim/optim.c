@@ -80,7 +80,9 @@ float ampc_lr_at(const ampc_optim_config *c, int64_t t) {
     return (float)(lr * (double)t / (double)c->warmup_steps);
   if (c->total_steps <= 0 || c->total_steps <= c->warmup_steps)
     return c->lr;
-  double p = (double)(t - c->warmup_steps) / (double)(c->total_steps - c->warmup_steps);
+  /* as torch's CosineAnnealingLR stepped after each optimizer step: the first
+   * step after warmup runs at lr, the last one (t = total) just above min_lr */
+  double p = (double)(t - c->warmup_steps - 1) / (double)(c->total_steps - c->warmup_steps);
   p = p < 0.0 ? 0.0 : (p > 1.0 ? 1.0 : p);
   return (float)(lo + (lr - lo) * 0.5 * (1.0 + cos(3.14159265358979323846 * p)));
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "ampc/ampc.h"
@@ -274,6 +275,24 @@ static int parse_args(int argc, char **argv, train_args *a) {
   if (a->batch % a->micro != 0)
     return cli_usage_error("train", "--batch %lld is not a multiple of --micro-batches %lld",
                            (long long)a->batch, (long long)a->micro);
+  /* output paths: distinct, and checked now rather than after the run */
+  if ((a->log && a->save && !strcmp(a->log, a->save)) ||
+      (a->log && a->resume && !strcmp(a->log, a->resume)))
+    return cli_usage_error("train", "--log must not name the checkpoint file (%s)", a->log);
+  if (a->save) {
+    struct stat sb;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", a->save);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+      slash == dir ? (void)(slash[1] = '\0') : (void)(*slash = '\0');
+    else
+      snprintf(dir, sizeof dir, ".");
+    if (!a->save[0] || (stat(a->save, &sb) == 0 && !S_ISREG(sb.st_mode)))
+      return cli_usage_error("train", "--save %s: not a regular file path", a->save);
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      return cli_usage_error("train", "--save %s: directory %s does not exist", a->save, dir);
+  }
   if (!(a->w_itc >= 0.0f && a->w_itm >= 0.0f && a->w_cls >= 0.0f))
     return cli_usage_error("train", "--w-itc/--w-itm/--w-cls must be >= 0");
   if (strcmp(a->model, "mlp") != 0) {
@@ -421,9 +440,12 @@ static int run(int argc, char **argv) {
   memset(&M, 0, sizeof M);
   FILE *log = NULL;
   int ret = AMPC_EXIT_OK;
-  if (ampc_mlp_specs(&A.mc, specs) != AMPC_OK ||
-      ampc_trainer_init(&T, &A.amp, &A.opt, specs, AMPC_MLP_NPARAMS, A.seed) != AMPC_OK) {
-    ret = cli_usage_error("train", "%s", ampc_last_error());
+  ampc_status ist = ampc_mlp_specs(&A.mc, specs);
+  if (ist == AMPC_OK)
+    ist = ampc_trainer_init(&T, &A.amp, &A.opt, specs, AMPC_MLP_NPARAMS, A.seed);
+  if (ist != AMPC_OK) {
+    ret = ist == AMPC_ERR_NOMEM ? cli_runtime_error("train", "%s", ampc_last_error())
+                                : cli_usage_error("train", "%s", ampc_last_error());
     free(x), free(y), free(bx), free(by), free(smp.perm);
     return ret;
   }

@@ -100,9 +100,12 @@ int train_run_mm(const train_args *A) {
   for (int64_t i = 0, k = 0; i < D.n; i++)
     if (D.split[i] == AMPC_SPLIT_TRAIN)
       train_idx[k++] = i;
-  if (ampc_mm_specs_make(&mc, &sp) != AMPC_OK ||
-      ampc_trainer_init(&T, &A->amp, &A->opt, sp.specs, sp.n, A->seed) != AMPC_OK) {
-    ret = cli_usage_error("train", "%s", ampc_last_error());
+  ampc_status ist = ampc_mm_specs_make(&mc, &sp);
+  if (ist == AMPC_OK)
+    ist = ampc_trainer_init(&T, &A->amp, &A->opt, sp.specs, sp.n, A->seed);
+  if (ist != AMPC_OK) {
+    ret = ist == AMPC_ERR_NOMEM ? cli_runtime_error("train", "%s", ampc_last_error())
+                                : cli_usage_error("train", "%s", ampc_last_error());
     goto out;
   }
   if (ampc_mm_create(&M, &mc, &T, mb) != AMPC_OK) {
