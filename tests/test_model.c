@@ -51,10 +51,9 @@ static float loss_at(ampc_mm *M, const ampc_mm_batch *bt) {
   return L.total;
 }
 
-static void test_gradient_check(void **state) {
-  (void)state;
+static void gradient_check(const char *model) {
   ampc_mm_config c;
-  assert_int_equal(ampc_mm_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
+  assert_int_equal(ampc_mm_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
   c.w_itc = 1.0f, c.w_itm = 0.7f, c.w_cls = 0.5f;
   ampc_mm_specs sp;
   assert_int_equal(ampc_mm_specs_make(&c, &sp), AMPC_OK);
@@ -142,6 +141,17 @@ static void test_gradient_check(void **state) {
   ampc_mm_specs_free(&sp);
 }
 
+static void test_gradient_check(void **state) {
+  (void)state;
+  gradient_check("mm-micro");
+}
+
+/* the image-only ViT (vision encoder + class head) */
+static void test_gradient_check_vit(void **state) {
+  (void)state;
+  gradient_check("vit-micro");
+}
+
 static void test_mm_tiny_names(void **state) {
   (void)state;
   ampc_mm_config c;
@@ -170,6 +180,20 @@ static void test_mm_tiny_names(void **state) {
   for (int i = 0; i < sp.n; i++)
     found = found || strcmp(sp.specs[i].name, "fusion.blocks.0.cross_attn.in_proj_weight") == 0;
   assert_true(found);
+  /* vit-ref: the 821,642 parameters of issue 8's reference ViT */
+  ampc_mm_config v;
+  assert_int_equal(ampc_mm_config_get("vit-ref", 0, 0, 10, &v), AMPC_OK);
+  ampc_mm_specs vs;
+  assert_int_equal(ampc_mm_specs_make(&v, &vs), AMPC_OK);
+  int64_t nv = 0;
+  for (int i = 0; i < vs.n; i++) {
+    int64_t e = 1;
+    for (int d = 0; d < vs.specs[i].ndim; d++)
+      e *= vs.specs[i].shape[d];
+    nv += e;
+  }
+  assert_int_equal(nv, 821642);
+  ampc_mm_specs_free(&vs);
   ampc_mm_config bad;
   assert_int_equal(ampc_mm_config_get("mm-huge", 10, 4, 2, &bad), AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "mm-huge"));
@@ -223,6 +247,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mm_tiny_names),
       cmocka_unit_test(test_gradient_check),
+      cmocka_unit_test(test_gradient_check_vit),
       cmocka_unit_test(test_training_lowers_loss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,7 @@
 #ifndef AMPC_MODEL_H
 #define AMPC_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ampc/engine.h"
@@ -74,10 +75,15 @@ typedef struct ampc_mm_config {
   int64_t embed;                     /* contrastive projection dim */
   int64_t classes;                   /* group classification head */
   float w_itc, w_itm, w_cls;         /* composite loss weights */
+  bool image_only; /* vit-ref / vit-fm: the vision encoder and the class head only (CE loss;
+                      no text, fusion or projections) */
 } ampc_mm_config;
 
 /* "mm-tiny", "mm-small" or "mm-micro" (a very small one for gradient checks)
- * with the dataset's vocab, seq_len and classes; weights 1, 1, 1. Errors:
+ * with the dataset's vocab, seq_len and classes; weights 1, 1, 1. Image-only:
+ * "vit-ref" (32x32x3, patch 8, width 128, depth 4, 4 heads, MLP 512, CLS:
+ * 821,642 parameters with 10 classes) and "vit-fm" (the same on 28x28x1 with
+ * patch 4, for Fashion-MNIST); vocab and seq_len are ignored. Errors:
  * AMPC_ERR_INVALID_ARG naming an unknown model. */
 ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len, int64_t classes,
                                ampc_mm_config *out);

@@ -44,7 +44,9 @@ static const float k_max_log_scale = 4.6051702f; /* ln 100, CLIP's clamp */
 
 ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len, int64_t classes,
                                ampc_mm_config *out) {
-  if (!name || !out || vocab < 3 || seq_len < 1 || classes < 2)
+  const bool image_only =
+      name && (!strcmp(name, "vit-ref") || !strcmp(name, "vit-fm") || !strcmp(name, "vit-micro"));
+  if (!name || !out || (!image_only && (vocab < 3 || seq_len < 1)) || classes < 2)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "model config: bad vocab %lld / seq_len %lld / "
                      "classes %lld",
@@ -65,15 +67,23 @@ ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len,
   if (strcmp(name, "mm-tiny") == 0) {
   } else if (strcmp(name, "mm-small") == 0) {
     c.dim = 192, c.heads = 6, c.mlp = 768, c.v_depth = 6, c.t_depth = 4, c.f_depth = 2;
+  } else if (strcmp(name, "vit-ref") == 0) { /* ViT on 32x32x3, patch 8 (issue 8's reference) */
+    c.patch = 8, c.image_only = true;
+  } else if (strcmp(name, "vit-fm") == 0) { /* the same encoder on Fashion-MNIST's 28x28x1 */
+    c.img = 28, c.channels = 1, c.image_only = true;
+  } else if (strcmp(name, "vit-micro") == 0) { /* for gradient checks */
+    c.img = 8, c.dim = 16, c.heads = 2, c.mlp = 32, c.v_depth = 1, c.image_only = true;
   } else if (strcmp(name, "mm-micro") == 0) {
     c.img = 8, c.dim = 16, c.heads = 2, c.mlp = 32, c.v_depth = 1, c.t_depth = 1, c.f_depth = 1;
     c.embed = 8;
   } else {
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "unknown model '%s' (available: mm-tiny, mm-small, mm-micro)", name);
+                     "unknown model '%s' (available: mm-tiny, mm-small, mm-micro, vit-ref, "
+                     "vit-fm, vit-micro)",
+                     name);
   }
   snprintf(c.name, sizeof c.name, "%s", name);
-  c.vocab = vocab, c.seq_len = seq_len, c.classes = classes;
+  c.vocab = image_only ? 0 : vocab, c.seq_len = image_only ? 0 : seq_len, c.classes = classes;
   *out = c;
   return AMPC_OK;
 }
@@ -137,13 +147,16 @@ static void block_specs(spec_builder *B, const ampc_mm_config *c, ampc_branch br
 enum { PER_BLOCK = 12 };
 
 static int spec_count(const ampc_mm_config *c) {
+  if (c->image_only)
+    return 4 + 2 + 2 + PER_BLOCK * (int)c->v_depth;
   return 6 + 4 + 2 + 7 + PER_BLOCK * (int)(c->v_depth + c->t_depth + c->f_depth);
 }
 
 ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out) {
-  if (!c || !out || c->v_depth < 1 || c->v_depth > MAX_DEPTH || c->t_depth < 1 ||
-      c->t_depth > MAX_DEPTH || c->f_depth < 1 || c->f_depth > MAX_DEPTH || c->dim % c->heads ||
-      c->img % c->patch)
+  if (!c || !out || c->v_depth < 1 || c->v_depth > MAX_DEPTH ||
+      (!c->image_only &&
+       (c->t_depth < 1 || c->t_depth > MAX_DEPTH || c->f_depth < 1 || c->f_depth > MAX_DEPTH)) ||
+      c->dim % c->heads || c->img % c->patch)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: bad configuration");
   const int cap = spec_count(c);
   memset(out, 0, sizeof *out);
@@ -166,6 +179,12 @@ ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out) {
     block_specs(&B, c, V, "vision", i, false);
   add_spec(&B, V, AMPC_INIT_ONES, 0, true, 1, d, 0, "vision.norm.weight");
   add_spec(&B, V, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "vision.norm.bias");
+  if (c->image_only) {
+    add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->classes, d, "heads.cls.weight");
+    add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, c->classes, 0, "heads.cls.bias");
+    return out->n == cap ? AMPC_OK
+                         : ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: internal count mismatch");
+  }
   add_spec(&B, Tb, AMPC_INIT_NORMAL, 0.02f, true, 2, c->vocab, d, "text.token_embed.weight");
   add_spec(&B, Tb, AMPC_INIT_NORMAL, 0.02f, true, 2, c->seq_len, d, "text.pos_embed.weight");
   for (int i = 0; i < c->t_depth; i++)
@@ -295,8 +314,8 @@ static void layout(ampc_mm *M, arena *A) {
     blk_a *a;
     int64_t depth, b, tq, tk;
   } groups[3] = {{M->va, M->c.v_depth, B, NV, NV},
-                 {M->ta, M->c.t_depth, B, TT, TT},
-                 {M->fa, M->c.f_depth, 2 * B, TT, NV}};
+                 {M->ta, M->c.image_only ? 0 : M->c.t_depth, B, TT, TT},
+                 {M->fa, M->c.image_only ? 0 : M->c.f_depth, 2 * B, TT, NV}};
   for (int g = 0; g < 3; g++) {
     for (int64_t i = 0; i < groups[g].depth; i++) {
       blk_a *a = &groups[g].a[i];
@@ -425,28 +444,34 @@ ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer 
   IDX(vpos, "vision.pos_embed");
   IDX(vn_w, "vision.norm.weight");
   IDX(vn_b, "vision.norm.bias");
-  IDX(tok, "text.token_embed.weight");
-  IDX(tpos, "text.pos_embed.weight");
-  IDX(tn_w, "text.norm.weight");
-  IDX(tn_b, "text.norm.bias");
-  IDX(fn_w, "fusion.norm.weight");
-  IDX(fn_b, "fusion.norm.bias");
-  IDX(iproj, "heads.image_proj.weight");
-  IDX(tproj, "heads.text_proj.weight");
-  IDX(lscale, "heads.logit_scale");
-  IDX(itm_w, "heads.itm.weight");
-  IDX(itm_b, "heads.itm.bias");
   IDX(cls_w, "heads.cls.weight");
   IDX(cls_b, "heads.cls.bias");
+  if (!c->image_only) {
+    IDX(tok, "text.token_embed.weight");
+    IDX(tpos, "text.pos_embed.weight");
+    IDX(tn_w, "text.norm.weight");
+    IDX(tn_b, "text.norm.bias");
+    IDX(fn_w, "fusion.norm.weight");
+    IDX(fn_b, "fusion.norm.bias");
+    IDX(iproj, "heads.image_proj.weight");
+    IDX(tproj, "heads.text_proj.weight");
+    IDX(lscale, "heads.logit_scale");
+    IDX(itm_w, "heads.itm.weight");
+    IDX(itm_b, "heads.itm.bias");
+  }
 #undef IDX
   for (int i = 0; ok && i < c->v_depth; i++)
     ok = find_block(T, "vision", i, false, &M->vb[i]);
-  for (int i = 0; ok && i < c->t_depth; i++)
+  for (int i = 0; ok && !c->image_only && i < c->t_depth; i++)
     ok = find_block(T, "text", i, false, &M->tb[i]);
-  for (int i = 0; ok && i < c->f_depth; i++)
+  for (int i = 0; ok && !c->image_only && i < c->f_depth; i++)
     ok = find_block(T, "fusion", i, true, &M->fb[i]);
-  if (!ok || T->params.p[M->tok].shape[0] != c->vocab ||
-      T->params.p[M->tpos].shape[0] != c->seq_len || T->params.p[M->cls_w].shape[0] != c->classes) {
+  if (!ok ||
+      (!c->image_only &&
+       (T->params.p[M->tok].shape[0] != c->vocab || T->params.p[M->tpos].shape[0] != c->seq_len)) ||
+      T->params.p[M->cls_w].shape[0] != c->classes ||
+      T->params.p[M->patch_w].shape[1] != c->channels * c->patch * c->patch ||
+      T->params.p[M->vpos].shape[0] != M->NV) {
     free(M);
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_mm_create: the trainer's parameters are not those of model %s", c->name);
@@ -571,9 +596,11 @@ static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
   const size_t as = ampc_dtype_size(adt);
   for (int64_t bi = 0; bi < b; bi++)
     memcpy(at(M->vcls, adt, bi * D), at(M->vfin, adt, bi * NV * D), (size_t)D * as);
-  TRY(ampc_linear_forward(b, D, M->E, M->vcls, adt, W(M, M->iproj), wdt, NULL, M->iemb, adt, M->acc,
-                          NULL));
-  TRY(ampc_l2norm_forward(b, M->E, M->iemb, adt, k_l2_eps, M->inorm, adt, NULL));
+  if (!M->c.image_only) {
+    TRY(ampc_linear_forward(b, D, M->E, M->vcls, adt, W(M, M->iproj), wdt, NULL, M->iemb, adt,
+                            M->acc, NULL));
+    TRY(ampc_l2norm_forward(b, M->E, M->iemb, adt, k_l2_eps, M->inorm, adt, NULL));
+  }
   TRY(ampc_linear_forward(b, D, M->c.classes, M->vcls, adt, W(M, M->cls_w), wdt, W(M, M->cls_b),
                           M->clog, adt, M->acc, NULL));
   return AMPC_OK;
@@ -612,8 +639,85 @@ static float log_scale(const ampc_mm *M, bool *clamped) {
 
 /* ---- the whole model ------------------------------------------------------------------ */
 
+/* The vision encoder's backward pass from dv32 [b*NV, D] (FP32 sums of the
+ * gradient of its final-norm output). */
+static ampc_status vision_bwd(ampc_mm *M, int64_t b, const uint8_t *images, const float *dv32) {
+  const int64_t D = M->D, NV = M->NV;
+  const ampc_dtype sdt = M->sdt, wdt = M->wdt, gdt = M->gdt;
+  const ampc_acc acc = M->acc;
+  const ampc_mm_config *c = &M->c;
+  /* vision encoder */
+  TRY(ampc_store_f32(M->dS2, gdt, dv32, (size_t)(b * NV * D), NULL));
+  const void *vlast = M->va[c->v_depth - 1].out;
+  TRY(ampc_layernorm_backward(b * NV, D, M->dS2, gdt, vlast, sdt, W(M, M->vn_w), wdt, M->vmean,
+                              M->vrstd, M->dS, G(M, M->vn_w), G(M, M->vn_b)));
+  for (int i = (int)c->v_depth - 1; i >= 0; i--) {
+    const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
+    TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL));
+  }
+  /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
+  float *sum = M->dsmall32;
+  memset(sum, 0, (size_t)(NV * D) * sizeof(float));
+  for (int64_t bi = 0; bi < b; bi++)
+    for (int64_t k = 0; k < NV * D; k++)
+      sum[k] += ampc_elem_load(M->dS, gdt, bi * NV * D + k);
+  grad_add(G(M, M->vpos), gdt, sum, NV * D);
+  grad_add(G(M, M->cls_tok), gdt, sum, D); /* row 0 of the positions' sum is the CLS one */
+  const size_t gs = ampc_dtype_size(gdt);
+  for (int64_t bi = 0; bi < b; bi++)
+    memcpy(at(M->dS2, gdt, bi * M->NP * D), at(M->dS, gdt, (bi * NV + 1) * D),
+           (size_t)(M->NP * D) * gs);
+  TRY(ampc_patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, images, 1.0f / 127.5f,
+                                -1.0f, wdt, M->dS2, gdt, G(M, M->patch_w), G(M, M->patch_b), acc));
+  return AMPC_OK;
+}
+
+/* image-only models (vit-ref, vit-fm): CE of the group/class head on CLS */
+static ampc_status image_only_fb(ampc_mm *M, const ampc_mm_batch *bt, float loss_scale,
+                                 float grad_div, ampc_mm_losses *out) {
+  if (bt->b < 1 || bt->b > M->B || !bt->images || !bt->labels || !(grad_div >= 1.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_mm_forward_backward: bad arguments (batch %lld, "
+                     "max %lld)",
+                     (long long)bt->b, (long long)M->B);
+  const int64_t b = bt->b, D = M->D, NV = M->NV, C = M->c.classes;
+  const ampc_dtype adt = M->adt, gdt = M->gdt;
+  for (int64_t i = 0; i < b; i++)
+    if (bt->labels[i] < 0 || bt->labels[i] >= C)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "label %d outside [0, %lld)", bt->labels[i],
+                       (long long)C);
+  TRY(vision_fwd(M, b, bt->images));
+  ampc_mm_losses L = {0};
+  TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
+  int64_t hit = 0;
+  for (int64_t i = 0; i < b; i++) {
+    int64_t best = 0;
+    for (int64_t k = 1; k < C; k++)
+      if (ampc_elem_load(M->clog, adt, i * C + k) > ampc_elem_load(M->clog, adt, i * C + best))
+        best = k;
+    hit += best == bt->labels[i];
+  }
+  L.cls_acc = (float)hit / (float)b;
+  L.total = M->c.w_cls * L.cls;
+  *out = L;
+  if (!(loss_scale > 0.0f))
+    return AMPC_OK;
+  const float S = loss_scale / grad_div;
+  TRY(ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * M->c.w_cls, M->dclog, gdt));
+  TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), M->wdt, M->dvcls,
+                           G(M, M->cls_w), G(M, M->cls_b), M->acc));
+  float *dv32 = M->dv32;
+  memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
+  for (int64_t bi = 0; bi < b; bi++)
+    for (int64_t j = 0; j < D; j++)
+      dv32[bi * NV * D + j] = ampc_elem_load(M->dvcls, gdt, bi * D + j);
+  return vision_bwd(M, b, bt->images, dv32);
+}
+
 ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float loss_scale,
                                      float grad_div, ampc_mm_losses *out) {
+  if (M && bt && out && M->c.image_only)
+    return image_only_fb(M, bt, loss_scale, grad_div, out);
   if (!M || !bt || !out || bt->b < 2 || bt->b > M->B || !bt->images || !bt->tokens || !bt->labels ||
       !(grad_div >= 1.0f))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
@@ -742,30 +846,7 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
     for (int64_t j = 0; j < D; j++)
       dv32[bi * NV * D + j] +=
           ampc_elem_load(M->dvcls, gdt, bi * D + j) + ampc_elem_load(M->dvcls2, gdt, bi * D + j);
-  /* vision encoder */
-  TRY(ampc_store_f32(M->dS2, gdt, dv32, (size_t)(b * NV * D), NULL));
-  const void *vlast = M->va[c->v_depth - 1].out;
-  TRY(ampc_layernorm_backward(b * NV, D, M->dS2, gdt, vlast, sdt, W(M, M->vn_w), wdt, M->vmean,
-                              M->vrstd, M->dS, G(M, M->vn_w), G(M, M->vn_b)));
-  for (int i = (int)c->v_depth - 1; i >= 0; i--) {
-    const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
-    TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL));
-  }
-  /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
-  float *sum = M->dsmall32;
-  memset(sum, 0, (size_t)(NV * D) * sizeof(float));
-  for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t k = 0; k < NV * D; k++)
-      sum[k] += ampc_elem_load(M->dS, gdt, bi * NV * D + k);
-  grad_add(G(M, M->vpos), gdt, sum, NV * D);
-  grad_add(G(M, M->cls_tok), gdt, sum, D); /* row 0 of the positions' sum is the CLS one */
-  const size_t gs = ampc_dtype_size(gdt);
-  for (int64_t bi = 0; bi < b; bi++)
-    memcpy(at(M->dS2, gdt, bi * M->NP * D), at(M->dS, gdt, (bi * NV + 1) * D),
-           (size_t)(M->NP * D) * gs);
-  TRY(ampc_patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, bt->images,
-                                1.0f / 127.5f, -1.0f, wdt, M->dS2, gdt, G(M, M->patch_w),
-                                G(M, M->patch_b), acc));
+  TRY(vision_bwd(M, b, bt->images, dv32));
   /* text encoder */
   TRY(ampc_store_f32(M->dS2, gdt, dt32, (size_t)(b * TT * D), NULL));
   const void *tlast = M->ta[c->t_depth - 1].out;
@@ -783,7 +864,8 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
 
 ampc_status ampc_mm_embed(ampc_mm *M, int64_t b, const uint8_t *images, const int32_t *tokens,
                           float *img_emb, float *txt_emb, int32_t *cls) {
-  if (!M || b < 1 || b > M->B || (!images && (img_emb || cls)) || (!tokens && txt_emb))
+  if (!M || b < 1 || b > M->B || (!images && (img_emb || cls)) || (!tokens && txt_emb) ||
+      (M->c.image_only && (img_emb || tokens || txt_emb)))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_embed: bad arguments");
   const int64_t E = M->E, C = M->c.classes;
   if (images) {

@@ -61,13 +61,16 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
   if (st == AMPC_OK) /* dW [n, k] += dy^T [n, m] . x [m, k] */
     st = ampc_gemm(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, x, xdt, k, 1.0f, dw, gdt, k,
                    acc);
-  if (st == AMPC_OK && db) { /* column sums in FP32, one rounding each */
-    for (int64_t j = 0; j < n; j++) {
-      float s = 0.0f;
-      for (int64_t i = 0; i < m; i++)
-        s += ampc_elem_load(dy, gdt, i * n + j);
-      nn_grad_add(db, gdt, j, s);
-    }
+  if (st == AMPC_OK && db) { /* column sums in FP32 (rows in order), one rounding each */
+    float *s = calloc((size_t)n, sizeof *s);
+    if (!s)
+      return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)n);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++)
+        s[j] += ampc_elem_load(dy, gdt, i * n + j);
+    for (int64_t j = 0; j < n; j++)
+      nn_grad_add(db, gdt, j, s[j]);
+    free(s);
   }
   return st;
 }

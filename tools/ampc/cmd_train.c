@@ -257,10 +257,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
       a->resume = v;
     else if (!strcmp(n, "model")) {
       if (strcmp(v, "mlp") && strcmp(v, "mm-tiny") && strcmp(v, "mm-small") &&
-          strcmp(v, "mm-micro"))
+          strcmp(v, "mm-micro") && strcmp(v, "vit-ref") && strcmp(v, "vit-fm"))
         rc = cli_usage_error("train",
                              "--model: unknown model '%s' (available: mm-tiny, mm-small, "
-                             "mm-micro, mlp)",
+                             "mm-micro, vit-ref, vit-fm, mlp)",
                              v);
       a->model = v;
     } else
@@ -408,7 +408,7 @@ cJSON *train_config_line(const ampc_trainer *T, const train_args *A, cJSON *run_
   return first;
 }
 
-static int run(int argc, char **argv) {
+static int run_one(int argc, char **argv, cJSON **summary) {
   train_args A;
   int rc = parse_args(argc, argv, &A);
   if (rc)
@@ -416,7 +416,7 @@ static int run(int argc, char **argv) {
   if (A.threads > 0)
     ampc_set_num_threads(A.threads);
   if (strcmp(A.model, "mlp") != 0)
-    return train_run_mm(&A);
+    return train_run_mm(&A, summary);
   FILE *say = A.json ? stderr : stdout;
   /* data */
   const int64_t in = A.mc.in, ntot = A.ntrain + A.ntest;
@@ -637,6 +637,110 @@ out:
   ampc_trainer_free(&T);
   free(x), free(y), free(bx), free(by), free(smp.perm);
   return ret;
+}
+
+/* "run.jsonl" + "16-mixed" -> "run.16-mixed.jsonl" */
+static char *with_tag(const char *path, const char *tag) {
+  const size_t n = strlen(path) + strlen(tag) + 2;
+  char *out = malloc(n);
+  if (!out)
+    return NULL;
+  const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+  if (dot && (!slash || dot > slash + 1))
+    snprintf(out, n, "%.*s.%s%s", (int)(dot - path), path, tag, dot);
+  else
+    snprintf(out, n, "%s.%s", path, tag);
+  return out;
+}
+
+static double metric(const cJSON *sum, const char *split, const char *key) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sum, "metrics"), split),
+      key);
+  return cJSON_IsNumber(m) ? m->valuedouble : (double)NAN;
+}
+
+static double field(const cJSON *sum, const char *key) {
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(sum, key);
+  return cJSON_IsNumber(m) ? m->valuedouble : (double)NAN;
+}
+
+/* --precision A,B,...: one run per preset (same seed and data), then a
+ * side-by-side table; --log/--save get the preset inserted in their names */
+static int run(int argc, char **argv) {
+  int pi = -1;
+  const char *list = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--precision") && i + 1 < argc)
+      pi = i + 1, list = argv[i + 1];
+    else if (!strncmp(argv[i], "--precision=", 12))
+      pi = i, list = argv[i] + 12;
+  }
+  if (!list || !strchr(list, ','))
+    return run_one(argc, argv, NULL);
+  char names[8][32];
+  int n = 0;
+  for (const char *p = list; *p && n < 8;) {
+    const char *c = strchr(p, ',');
+    const size_t len = c ? (size_t)(c - p) : strlen(p);
+    if (len == 0 || len >= sizeof names[0])
+      return cli_usage_error("train", "--precision: bad list '%s'", list);
+    memcpy(names[n], p, len);
+    names[n++][len] = '\0';
+    p = c ? c + 1 : p + len;
+  }
+  char **av = malloc((size_t)(argc + 1) * sizeof *av);
+  cJSON *sums[8] = {NULL};
+  char pbuf[64];
+  int rc = 0;
+  for (int k = 0; k < n && !rc && av; k++) {
+    char *tagged[2] = {NULL, NULL};
+    for (int i = 0; i < argc; i++)
+      av[i] = argv[i];
+    av[argc] = NULL;
+    if (!strncmp(argv[pi], "--precision=", 12)) {
+      snprintf(pbuf, sizeof pbuf, "--precision=%s", names[k]);
+      av[pi] = pbuf;
+    } else {
+      av[pi] = names[k];
+    }
+    for (int i = 1; i + 1 < argc; i++) {
+      if (!strcmp(argv[i], "--log") || !strcmp(argv[i], "--save") ||
+          !strcmp(argv[i], "--checkpoint")) {
+        char *t = with_tag(argv[i + 1], names[k]);
+        if (!t)
+          break;
+        free(tagged[argv[i][2] == 'l' ? 0 : 1]);
+        tagged[argv[i][2] == 'l' ? 0 : 1] = t;
+        av[i + 1] = t;
+      }
+    }
+    rc = run_one(argc, av, &sums[k]);
+    free(tagged[0]);
+    free(tagged[1]);
+  }
+  free(av);
+  if (!rc && n > 0 && sums[n - 1]) {
+    printf("\nside by side (same seed, data and steps):\n");
+    printf("%-11s %9s %8s %11s %11s %11s %11s %9s %9s %10s\n", "precision", "loss", "skipped",
+           "new R@1 i2t", "new R@1 t2i", "zs R@1 i2t", "zs R@1 t2i", "group", "ms/step", "act MiB");
+    for (int k = 0; k < n; k++) {
+      const cJSON *s = sums[k];
+      if (!s)
+        continue;
+      printf("%-11s %9.4f %8.0f %11.4f %11.4f %11.4f %11.4f %9.3f %9.0f %10.1f\n", names[k],
+             field(s, "final_train_loss"), field(s, "skipped_steps"),
+             metric(s, "new_style", "i2t_r1"), metric(s, "new_style", "t2i_r1"),
+             metric(s, "zero_shot", "i2t_r1"), metric(s, "zero_shot", "t2i_r1"),
+             metric(s, "new_style", "group_acc"), field(s, "ms_per_step_mean"),
+             field(s, "activation_bytes") / 1048576.0);
+    }
+    printf("chance R@1: new style %.4f, zero-shot %.4f\n",
+           metric(sums[0], "new_style", "chance_r1"), metric(sums[0], "zero_shot", "chance_r1"));
+  }
+  for (int k = 0; k < n; k++)
+    cJSON_Delete(sums[k]);
+  return rc;
 }
 
 const ampc_command ampc_cmd_train = {

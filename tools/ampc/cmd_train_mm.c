@@ -38,23 +38,57 @@ static void add_metrics(cJSON *o, const char *name, const ampc_mm_metrics *m) {
   cJSON_AddNumberToObject(x, "cls", m->cls);
 }
 
-/* Load the dataset named by --data. */
+/* Load the dataset named by --data: emoji (embedded), fashion-mnist[:DIR]
+ * (Debian's dataset-fashion-mnist), or a dataset file. */
 static int load_data(const char *name, ampc_dataset *d) {
-  const ampc_status st =
-      strcmp(name, "emoji") == 0 ? ampc_dataset_load_default(d) : ampc_dataset_load(name, d);
+  ampc_status st;
+  if (strcmp(name, "emoji") == 0)
+    st = ampc_dataset_load_default(d);
+  else if (strcmp(name, "fashion-mnist") == 0)
+    st = ampc_fashion_mnist_load("/usr/share/datasets/fashion-mnist", d);
+  else if (strncmp(name, "fashion-mnist:", 14) == 0)
+    st = ampc_fashion_mnist_load(name + 14, d);
+  else
+    st = ampc_dataset_load(name, d);
   if (st != AMPC_OK)
     return cli_runtime_error("train", "%s", ampc_last_error());
-  if (d->seq_len <= 0 || !d->tokens) {
-    ampc_dataset_free(d);
-    return cli_runtime_error("train",
-                             "%s: the dataset has no captions; the multimodal models "
-                             "need image-text pairs",
-                             name);
-  }
   return 0;
 }
 
-int train_run_mm(const train_args *A) {
+/* image-only models: accuracy and mean loss of the class head on a split */
+static ampc_status eval_classes(ampc_mm *M, const ampc_dataset *d, int split, int64_t B,
+                                double *acc, double *loss, int64_t *count) {
+  const int64_t img_sz = (int64_t)d->height * d->width * d->channels;
+  uint8_t *ib = malloc((size_t)(B * img_sz));
+  int32_t *lb = malloc((size_t)B * sizeof *lb);
+  if (!ib || !lb) {
+    free(ib), free(lb);
+    return ampc_fail(AMPC_ERR_NOMEM, "evaluation: out of memory");
+  }
+  double ls = 0, hits = 0;
+  int64_t n = 0, k = 0;
+  ampc_status st = AMPC_OK;
+  for (int64_t i = 0; i <= d->n && st == AMPC_OK; i++) {
+    if (i < d->n && d->split[i] == split) {
+      memcpy(ib + k * img_sz, d->images + i * img_sz, (size_t)img_sz);
+      lb[k++] = d->label[i];
+    }
+    if (k == B || (i == d->n && k > 0)) {
+      ampc_mm_batch bt = {k, ib, NULL, lb};
+      ampc_mm_losses L;
+      st = ampc_mm_forward_backward(M, &bt, 0.0f, 1.0f, &L);
+      ls += (double)L.cls * (double)k, hits += (double)L.cls_acc * (double)k, n += k;
+      k = 0;
+    }
+  }
+  free(ib), free(lb);
+  *acc = n ? hits / (double)n : 0.0;
+  *loss = n ? ls / (double)n : 0.0;
+  *count = n;
+  return st;
+}
+
+int train_run_mm(const train_args *A, cJSON **summary) {
   FILE *say = A->json ? stderr : stdout;
   ampc_dataset D;
   memset(&D, 0, sizeof D);
@@ -70,10 +104,24 @@ int train_run_mm(const train_args *A) {
                            (long long)A->batch, (long long)ntrain);
   }
   ampc_mm_config mc;
-  if (ampc_mm_config_get(A->model, D.vocab, D.seq_len, D.n_classes, &mc) != AMPC_OK) {
+  /* image-only data: the default model becomes the image-only ViT */
+  const char *model = A->model;
+  if (!D.tokens && strcmp(model, "mm-tiny") == 0)
+    model = "vit-fm";
+  if (ampc_mm_config_get(model, D.vocab, D.seq_len, D.n_classes, &mc) != AMPC_OK) {
     ampc_dataset_free(&D);
     return cli_usage_error("train", "%s", ampc_last_error());
   }
+  if (!mc.image_only && (D.seq_len <= 0 || !D.tokens)) {
+    ampc_dataset_free(&D);
+    return cli_usage_error("train",
+                           "%s has no captions: model %s needs image-text pairs (use "
+                           "an image-only model: vit-fm, vit-ref)",
+                           A->data, mc.name);
+  }
+  const int eval_split = mc.image_only && ntrain < D.n
+                             ? (D.tokens ? AMPC_SPLIT_NEW_STYLE : AMPC_SPLIT_TEST)
+                             : AMPC_SPLIT_NEW_STYLE;
   if (D.height != mc.img || D.width != mc.img || D.channels != mc.channels) {
     ampc_dataset_free(&D);
     return cli_usage_error("train", "model %s takes %lldx%lldx%lld images, the data has %dx%dx%d",
@@ -84,7 +132,7 @@ int train_run_mm(const train_args *A) {
   int64_t *train_idx = malloc((size_t)ntrain * sizeof *train_idx);
   const int64_t mb = A->batch / A->micro, img_sz = (int64_t)D.height * D.width * D.channels;
   uint8_t *bimg = malloc((size_t)(mb * img_sz));
-  int32_t *btok = malloc((size_t)(mb * D.seq_len) * sizeof *btok);
+  int32_t *btok = malloc((size_t)(mb * (D.seq_len > 0 ? D.seq_len : 1)) * sizeof *btok);
   int32_t *blab = malloc((size_t)mb * sizeof *blab);
   train_sampler smp = {.n = ntrain, .epoch = -1, .seed = A->seed};
   smp.perm = malloc((size_t)ntrain * sizeof *smp.perm);
@@ -167,6 +215,8 @@ int train_run_mm(const train_args *A) {
   ampc_mm_losses last = {0};
   ampc_mm_metrics ev_new = {0}, ev_zero = {0};
   bool have_eval = false;
+  double ev_acc = 0, ev_loss = 0;
+  int64_t ev_count = 0;
   double ms_sum = 0;
   int64_t ms_n = 0;
   while (T.iteration < end) {
@@ -182,7 +232,7 @@ int train_run_mm(const train_args *A) {
         memcpy(btok + r * D.seq_len, D.tokens + src * D.seq_len, (size_t)D.seq_len * sizeof *btok);
         blab[r] = D.label[src];
       }
-      ampc_mm_batch bt = {mb, bimg, btok, blab};
+      ampc_mm_batch bt = {mb, bimg, mc.image_only ? NULL : btok, blab};
       ampc_mm_losses L;
       if (ampc_mm_forward_backward(M, &bt, S, (float)A->micro, &L) != AMPC_OK) {
         ret = cli_runtime_error("train", "step %lld: %s", (long long)it_no + 1, ampc_last_error());
@@ -264,7 +314,32 @@ int train_run_mm(const train_args *A) {
               (long long)T.scaler.skip_count);
     const bool do_eval =
         (A->eval_every > 0 && info.iteration % A->eval_every == 0) || info.iteration == end;
-    if (do_eval) {
+    if (do_eval && mc.image_only) {
+      if (eval_classes(M, &D, eval_split, mb, &ev_acc, &ev_loss, &ev_count) != AMPC_OK) {
+        ret = cli_runtime_error("train", "evaluation: %s", ampc_last_error());
+        goto out;
+      }
+      have_eval = true;
+      if (tty)
+        fputc('\n', stderr);
+      if (!A->quiet)
+        fprintf(say, "eval @%lld  %s: accuracy %.4f, loss %.4f (%lld images)\n",
+                (long long)info.iteration, eval_split == AMPC_SPLIT_TEST ? "test" : "new style",
+                ev_acc, ev_loss, (long long)ev_count);
+      if (log) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "event", "eval");
+        cJSON_AddNumberToObject(o, "step", (double)info.iteration);
+        cJSON *m = cJSON_AddObjectToObject(o, "metrics");
+        cJSON_AddNumberToObject(m, "test_accuracy", ev_acc);
+        cJSON_AddNumberToObject(m, "test_loss", ev_loss);
+        cJSON_AddNumberToObject(m, "test_samples", (double)ev_count);
+        if (!train_log_line(log, o)) {
+          ret = cli_runtime_error("train", "cannot write log file %s", A->log);
+          goto out;
+        }
+      }
+    } else if (do_eval) {
       if (ampc_mm_evaluate(M, &D, AMPC_SPLIT_NEW_STYLE, &ev_new) != AMPC_OK ||
           ampc_mm_evaluate(M, &D, AMPC_SPLIT_ZERO_SHOT, &ev_zero) != AMPC_OK) {
         ret = cli_runtime_error("train", "evaluation: %s", ampc_last_error());
@@ -322,12 +397,19 @@ int train_run_mm(const train_args *A) {
     for (int r = 0; r < AMPC_ROLE_COUNT; r++)
       pbytes += T.params.bytes[r];
     cJSON_AddNumberToObject(o, "parameter_state_bytes", (double)pbytes);
-    if (have_eval) {
+    if (have_eval && mc.image_only) {
+      cJSON *m = cJSON_AddObjectToObject(o, "metrics");
+      cJSON_AddNumberToObject(m, "test_accuracy", ev_acc);
+      cJSON_AddNumberToObject(m, "test_loss", ev_loss);
+      cJSON_AddNumberToObject(m, "test_samples", (double)ev_count);
+    } else if (have_eval) {
       cJSON *m = cJSON_AddObjectToObject(o, "metrics");
       add_metrics(m, "new_style", &ev_new);
       add_metrics(m, "zero_shot", &ev_zero);
     }
     cJSON_AddStringToObject(o, "checkpoint", A->save ? A->save : "");
+    if (summary)
+      *summary = cJSON_Duplicate(o, 1);
     if (log && !train_log_line(log, cJSON_Duplicate(o, 1))) {
       cJSON_Delete(o);
       ret = cli_runtime_error("train", "cannot write log file %s", A->log);

@@ -45,7 +45,8 @@ typedef struct train_sampler {
 /* The index of global sample number j (epoch j / n). */
 int64_t train_sample_index(train_sampler *s, int64_t j);
 
-/* The multimodal model's training loop (cmd_train_mm.c). */
-int train_run_mm(const train_args *A);
+/* The multimodal model's training loop (cmd_train_mm.c); *summary (when not
+ * NULL) receives a copy of the summary object. */
+int train_run_mm(const train_args *A, struct cJSON **summary);
 
 #endif
