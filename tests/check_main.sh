@@ -1,0 +1,51 @@
+#!/bin/sh
+# tests/check_main.sh AMPC: the main job's commands end to end on the bundled
+# emoji data: a short mm-tiny run with a checkpoint, `ampc eval` on it (text and
+# JSON), and the errors for bad data, models and checkpoints (exit 1 or 2 with a
+# message, nothing overwritten).
+set -u
+ampc=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+die() { echo "FAIL: $*" >&2; fail=1; }
+
+"$ampc" train --steps 2 --batch 8 --eval-every 0 --quiet --save "$tmp/mm.st" --log "$tmp/mm.jsonl" \
+  --json >"$tmp/sum.json" 2>"$tmp/err" || die "mm-tiny run exited $? ($(cat "$tmp/err"))"
+grep -q '"model":"mm-tiny"' "$tmp/sum.json" || die "summary does not name mm-tiny"
+grep -q '"new_style":{' "$tmp/sum.json" || die "summary has no new-style metrics"
+grep -q '"zero_shot":{' "$tmp/sum.json" || die "summary has no zero-shot metrics"
+head -n 1 "$tmp/mm.jsonl" | grep -q '^{"event":"config"' || die "log does not start with config"
+grep -q '"loss_itc":' "$tmp/mm.jsonl" || die "step lines lack the loss terms"
+"$ampc" eval --checkpoint "$tmp/mm.st" --json >"$tmp/eval.json" 2>"$tmp/err" ||
+  die "eval exited $? ($(cat "$tmp/err"))"
+grep -q '"i2t_r1":' "$tmp/eval.json" || die "eval JSON lacks i2t_r1"
+
+expect() {
+  want=$1; shift
+  "$ampc" "$@" >/dev/null 2>"$tmp/err"
+  rc=$?
+  [ "$rc" = "$want" ] || die "'$*' exited $rc, expected $want"
+  [ -s "$tmp/err" ] || die "'$*' printed no message"
+}
+expect 1 train --steps 1 --batch 4 --data "$tmp/missing.ampcds"
+printf 'AMPCDS01garbage' >"$tmp/bad.ampcds"
+expect 1 train --steps 1 --batch 4 --data "$tmp/bad.ampcds"
+grep -q "bad.ampcds" "$tmp/err" || die "bad dataset error does not name the file"
+expect 1 train --steps 1 --batch 4 --data "fashion-mnist:$tmp/nowhere"
+expect 2 train --steps 1 --model mm-huge
+expect 2 train --steps 1 --batch 4 --model mm-micro   # 8x8 model, 32x32 data
+expect 2 train --steps 1 --batch 1                    # contrastive loss needs 2
+expect 2 train --steps 1 --batch 100000
+expect 1 eval --checkpoint "$tmp/missing.st"
+expect 2 eval
+expect 2 eval --checkpoint "$tmp/mm.st" --precision 8-mixed
+"$ampc" train --model mlp --steps 2 --quiet --save "$tmp/mlp.st" >/dev/null 2>&1
+expect 1 eval --checkpoint "$tmp/mlp.st"
+expect 1 train --steps 3 --batch 8 --eval-every 0 --resume "$tmp/mlp.st"
+cp "$tmp/mm.st" "$tmp/mm.copy"
+expect 2 train --steps 1 --batch 8 --save "$tmp/mm.st" --log "$tmp/mm.st"
+cmp -s "$tmp/mm.st" "$tmp/mm.copy" || die "a refused run changed the checkpoint"
+
+[ $fail = 0 ] && echo "check_main: ok"
+exit $fail
