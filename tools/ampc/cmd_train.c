@@ -345,7 +345,8 @@ bool train_log_line(FILE *f, cJSON *o) {
   cJSON_Delete(o);
   if (!s)
     return false;
-  const bool ok = fprintf(f, "%s\n", s) > 0;
+  /* flushed per line, so `tail -f` and a killed run keep every finished step */
+  const bool ok = fprintf(f, "%s\n", s) > 0 && fflush(f) == 0;
   cJSON_free(s);
   return ok;
 }
