@@ -47,7 +47,7 @@ static const char k_usage[] =
     "  --optimizer adamw|sgd (adamw)  --lr LR (1e-3; sgd 1e-2)\n"
     "  --weight-decay WD (adamw 0.01, sgd 0)  --beta1 B1 (0.9)  --beta2 B2 (0.999)\n"
     "  --eps E (1e-8)  --momentum M (sgd 0.9)  --nesterov\n"
-    "  --warmup N (0)  --schedule cosine|constant (cosine)  --min-lr LR (0)\n"
+    "  --warmup N (20; mlp 0)  --schedule cosine|constant (cosine)  --min-lr LR (0)\n"
     "  --clip-norm C (0 = off; global L2 norm of the unscaled gradients)\n"
     "\n"
     "Run:\n"
@@ -179,7 +179,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
   a->model = "mm-tiny";
   a->data = "emoji";
   a->w_itc = a->w_itm = a->w_cls = 1.0f;
-  int64_t warmup = 0;
+  int64_t warmup = -1; /* default: 20 for the transformer models, 0 for mlp */
   for (int k = 0; k < nrest; k++) {
     const char *n = rest[k].name, *v = rest[k].value;
     char flag[80];
@@ -270,6 +270,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
       rc = cli_usage_error("train", "unknown option --%s", n);
     if (rc)
       return rc;
+  }
+  if (warmup < 0) { /* the default, never longer than the run */
+    warmup = strcmp(a->model, "mlp") == 0 ? 0 : 20;
+    if (warmup > a->steps)
+      warmup = a->steps;
   }
   a->opt.warmup_steps = warmup;
   a->opt.total_steps = a->cosine ? a->steps : 0;
