@@ -507,6 +507,15 @@ static inline void *at(void *p, ampc_dtype dt, int64_t i) {
   return (char *)p + i * (int64_t)ampc_dtype_size(dt);
 }
 
+/* index of the largest of row r of x [*, n] (the first one on ties) */
+static int64_t argmax_row(const void *x, ampc_dtype dt, int64_t r, int64_t n) {
+  int64_t best = 0;
+  for (int64_t k = 1; k < n; k++)
+    if (ampc_elem_load(x, dt, r * n + k) > ampc_elem_load(x, dt, r * n + best))
+      best = k;
+  return best;
+}
+
 /* g[i] += v[i] for n values summed in FP32, one rounding each */
 static void grad_add(void *g, ampc_dtype dt, const float *v, int64_t n) {
   for (int64_t i = 0; i < n; i++)
@@ -691,11 +700,7 @@ static ampc_status image_only_fb(ampc_mm *M, const ampc_mm_batch *bt, float loss
   TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
   int64_t hit = 0;
   for (int64_t i = 0; i < b; i++) {
-    int64_t best = 0;
-    for (int64_t k = 1; k < C; k++)
-      if (ampc_elem_load(M->clog, adt, i * C + k) > ampc_elem_load(M->clog, adt, i * C + best))
-        best = k;
-    hit += best == bt->labels[i];
+    hit += argmax_row(M->clog, adt, i, C) == bt->labels[i];
   }
   L.cls_acc = (float)hit / (float)b;
   L.total = M->c.w_cls * L.cls;
@@ -778,11 +783,7 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   L.itm_acc = (float)hit / (float)np;
   hit = 0;
   for (int64_t i = 0; i < b; i++) {
-    int64_t best = 0;
-    for (int64_t k = 1; k < C; k++)
-      if (ampc_elem_load(M->clog, adt, i * C + k) > ampc_elem_load(M->clog, adt, i * C + best))
-        best = k;
-    hit += best == bt->labels[i];
+    hit += argmax_row(M->clog, adt, i, C) == bt->labels[i];
   }
   L.cls_acc = (float)hit / (float)b;
   const ampc_mm_config *c = &M->c;
@@ -874,12 +875,7 @@ ampc_status ampc_mm_embed(ampc_mm *M, int64_t b, const uint8_t *images, const in
       TRY(ampc_convert(img_emb, AMPC_F32, M->inorm, M->adt, (size_t)(b * E)));
     if (cls)
       for (int64_t i = 0; i < b; i++) {
-        int64_t best = 0;
-        for (int64_t k = 1; k < C; k++)
-          if (ampc_elem_load(M->clog, M->adt, i * C + k) >
-              ampc_elem_load(M->clog, M->adt, i * C + best))
-            best = k;
-        cls[i] = (int32_t)best;
+        cls[i] = (int32_t)argmax_row(M->clog, M->adt, i, C);
       }
   }
   if (tokens) {
