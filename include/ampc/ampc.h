@@ -10,6 +10,7 @@
 
 #include "ampc/amp.h"
 #include "ampc/data.h"
+#include "ampc/diag.h"
 #include "ampc/dtype.h"
 #include "ampc/engine.h"
 #include "ampc/gemm.h"

@@ -62,6 +62,8 @@ typedef struct ampc_step_info {
   int64_t nonfinite;  /* number of non-finite unscaled gradient values */
   double grad_norm;   /* global L2 norm of the unscaled gradients (inf if any is not finite) */
   float clip_coef;    /* 1 when not clipped */
+  int64_t nonfinite_weights; /* weights (or masters) inf or NaN after the step (counted
+                                when telemetry is on; 0 when skipped) */
 } ampc_step_info;
 
 /* Resolve everything and build the table: params in amp->lowp, FP32 master iff

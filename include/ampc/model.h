@@ -134,6 +134,13 @@ size_t ampc_mm_activation_bytes(const ampc_mm *M);
 ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float loss_scale,
                                      float grad_div, ampc_mm_losses *out);
 
+/* Attach a telemetry collector (ampc/diag.h; NULL detaches): while t->on, the
+ * forward and backward passes mark each block and head so rounding counts are
+ * attributed to branches, and sample one GEMM per transformer MLP for the FP64
+ * shadow accumulation check. The caller owns t and begins/ends it. */
+struct ampc_telemetry;
+void ampc_mm_set_telemetry(ampc_mm *M, struct ampc_telemetry *t);
+
 /* The hard negatives chosen by the last forward pass: neg[i] is the text
  * paired with image i as a negative (b values). */
 void ampc_mm_last_negatives(const ampc_mm *M, int64_t b, int32_t *neg);

@@ -66,6 +66,7 @@ typedef struct ampc_swallow_stats {
   int64_t would_swallow; /* with a master: updated elements whose working weight would
                             not have changed had the update been applied to it directly,
                             i.e. round(w16 + (master_new - master_old)) == w16 */
+  int64_t nonfinite;     /* elements whose stored weight (or master) is inf or NaN after the step */
 } ampc_swallow_stats;
 
 /* One optimizer step t (1-based count of applied steps; drives Adam's bias

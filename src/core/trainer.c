@@ -80,6 +80,9 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     if (st != AMPC_OK)
       return st;
     T->step++;
+    if (T->telemetry)
+      for (int i = 0; i < P->count; i++)
+        r.nonfinite_weights += T->swallow[i].nonfinite;
   }
   const bool skipped = ampc_scaler_update(&T->scaler, r.overflow);
   (void)skipped; /* equal to skip by construction */

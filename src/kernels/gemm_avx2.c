@@ -232,6 +232,7 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
   const __m256 va = _mm256_set1_ps(g->alpha), vb = _mm256_set1_ps(g->beta);
   const int use_beta = g->beta != 0.0f;
   const ampc_dtype dt = g->cdt;
+  const int tm = ampc_tm_active;
   for (int64_t i = 0; i < mcur; i++) {
     const float *srow = cs + i * ldcs;
     const int64_t base = (ic + i) * g->ldc + jc;
@@ -245,6 +246,11 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
       case AMPC_F16: _mm_storeu_si128((__m128i *)cp, _mm256_cvtps_ph(v, 0)); break;
       case AMPC_BF16: _mm_storeu_si128((__m128i *)cp, bf16_round8(v)); break;
       default: _mm256_storeu_ps((float *)cp, v); break;
+      }
+      if (tm) {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, v);
+        ampc_tm_count(tmp, cp, dt, 8);
       }
     }
     for (; j < ncur; j++)

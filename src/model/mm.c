@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "ampc/data.h"
+#include "ampc/diag.h"
 #include "ampc/model.h"
 #include "ampc/nn.h"
 #include "numeric/numeric.h"
@@ -256,6 +257,7 @@ struct ampc_mm {
   void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
   void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
   float *dv32, *dt32, *dsmall32;
+  ampc_telemetry *tm; /* NULL, or the collector (used while tm->on) */
   /* one allocation for all of the above */
   void *arena;
   size_t arena_bytes;
@@ -517,6 +519,25 @@ static int64_t argmax_row(const void *x, ampc_dtype dt, int64_t r, int64_t n) {
 }
 
 /* g[i] += v[i] for n values summed in FP32, one rounding each */
+void ampc_mm_set_telemetry(ampc_mm *M, ampc_telemetry *t) {
+  if (M)
+    M->tm = t;
+}
+
+/* telemetry: everything rounded since the last mark belongs to this tensor */
+static void tm_mark(const ampc_mm *M, ampc_branch br, ampc_tm_phase ph, const char *fmt, ...)
+    AMPC_PRINTF(4, 5);
+static void tm_mark(const ampc_mm *M, ampc_branch br, ampc_tm_phase ph, const char *fmt, ...) {
+  if (!M->tm || !M->tm->on)
+    return;
+  char name[64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  ampc_telemetry_mark(M->tm, br, ph, name);
+}
+
 static void grad_add(void *g, ampc_dtype dt, const float *v, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     ampc_elem_store(g, dt, i, ampc_elem_load(g, dt, i) + v[i]);
@@ -525,7 +546,8 @@ static void grad_add(void *g, ampc_dtype dt, const float *v, int64_t n) {
 /* ---- one pre-norm transformer block ----------------------------------------------- */
 
 static ampc_status blk_fwd(ampc_mm *M, const blk_p *p, blk_a *a, int64_t b, int64_t tq, int64_t tk,
-                           const void *x, const void *kv, const uint8_t *kmask) {
+                           const void *x, const void *kv, const uint8_t *kmask, ampc_branch br,
+                           const char *name) {
   const int64_t D = M->D, rq = b * tq, MLP = M->c.mlp;
   const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt;
   TRY(ampc_layernorm_forward(rq, D, x, sdt, W(M, p->n1w), W(M, p->n1b), wdt, k_ln_eps, a->ln1, adt,
@@ -546,6 +568,13 @@ static ampc_status blk_fwd(ampc_mm *M, const blk_p *p, blk_a *a, int64_t b, int6
   TRY(ampc_linear_forward(rq, MLP, D, a->g, adt, W(M, p->f2w), wdt, W(M, p->f2b), a->y, adt, M->acc,
                           NULL));
   TRY(ampc_add_forward(rq * D, a->x1, sdt, a->y, adt, a->out, sdt, NULL));
+  if (M->tm && M->tm->on) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s.mlp.fc2", name);
+    TRY(ampc_telemetry_shadow_linear(M->tm, br, nm, rq, MLP, D, a->g, adt, W(M, p->f2w), wdt,
+                                     M->acc));
+    tm_mark(M, br, AMPC_TM_ACT, "%s", name);
+  }
   return AMPC_OK;
 }
 
@@ -595,13 +624,17 @@ static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
                                : ampc_elem_load(M->patch, adt, (bi * NP + t - 1) * D + j);
         ampc_elem_store(M->v0, sdt, (bi * NV + t) * D + j, v + ampc_elem_load(pos, wdt, t * D + j));
       }
+  tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.patch_embed");
   const void *x = M->v0;
   for (int i = 0; i < M->c.v_depth; i++) {
-    TRY(blk_fwd(M, &M->vb[i], &M->va[i], b, NV, NV, x, NULL, NULL));
+    char nm[32];
+    snprintf(nm, sizeof nm, "vision.blocks.%d", i);
+    TRY(blk_fwd(M, &M->vb[i], &M->va[i], b, NV, NV, x, NULL, NULL, AMPC_BRANCH_VISION, nm));
     x = M->va[i].out;
   }
   TRY(ampc_layernorm_forward(b * NV, D, x, sdt, W(M, M->vn_w), W(M, M->vn_b), wdt, k_ln_eps,
                              M->vfin, adt, M->vmean, M->vrstd, NULL));
+  tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.norm");
   const size_t as = ampc_dtype_size(adt);
   for (int64_t bi = 0; bi < b; bi++)
     memcpy(at(M->vcls, adt, bi * D), at(M->vfin, adt, bi * NV * D), (size_t)D * as);
@@ -612,6 +645,7 @@ static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
   }
   TRY(ampc_linear_forward(b, D, M->c.classes, M->vcls, adt, W(M, M->cls_w), wdt, W(M, M->cls_b),
                           M->clog, adt, M->acc, NULL));
+  tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "%s", M->c.image_only ? "head" : "vision_proj");
   return AMPC_OK;
 }
 
@@ -626,17 +660,22 @@ static ampc_status text_fwd(ampc_mm *M, int64_t b, const int32_t *tokens) {
   }
   TRY(ampc_embedding_forward(b, TT, D, tokens, M->c.vocab, W(M, M->tok), W(M, M->tpos), wdt, M->t0,
                              sdt, NULL));
+  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.embeddings");
   const void *x = M->t0;
   for (int i = 0; i < M->c.t_depth; i++) {
-    TRY(blk_fwd(M, &M->tb[i], &M->ta[i], b, TT, TT, x, NULL, M->tmask));
+    char nm[32];
+    snprintf(nm, sizeof nm, "text.blocks.%d", i);
+    TRY(blk_fwd(M, &M->tb[i], &M->ta[i], b, TT, TT, x, NULL, M->tmask, AMPC_BRANCH_TEXT, nm));
     x = M->ta[i].out;
   }
   TRY(ampc_layernorm_forward(b * TT, D, x, sdt, W(M, M->tn_w), W(M, M->tn_b), wdt, k_ln_eps,
                              M->tfin, adt, M->tmean, M->trstd, NULL));
   TRY(ampc_mean_pool_forward(b, TT, D, M->tfin, adt, M->tmask, M->tpool, adt, NULL));
+  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.norm");
   TRY(ampc_linear_forward(b, D, M->E, M->tpool, adt, W(M, M->tproj), wdt, NULL, M->temb, adt,
                           M->acc, NULL));
   TRY(ampc_l2norm_forward(b, M->E, M->temb, adt, k_l2_eps, M->tnorm, adt, NULL));
+  tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "text_proj");
   return AMPC_OK;
 }
 
@@ -660,9 +699,11 @@ static ampc_status vision_bwd(ampc_mm *M, int64_t b, const uint8_t *images, cons
   const void *vlast = M->va[c->v_depth - 1].out;
   TRY(ampc_layernorm_backward(b * NV, D, M->dS2, gdt, vlast, sdt, W(M, M->vn_w), wdt, M->vmean,
                               M->vrstd, M->dS, G(M, M->vn_w), G(M, M->vn_b)));
+  tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.norm");
   for (int i = (int)c->v_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
     TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL));
+    tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.blocks.%d", i);
   }
   /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
   float *sum = M->dsmall32;
@@ -678,6 +719,7 @@ static ampc_status vision_bwd(ampc_mm *M, int64_t b, const uint8_t *images, cons
            (size_t)(M->NP * D) * gs);
   TRY(ampc_patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, images, 1.0f / 127.5f,
                                 -1.0f, wdt, M->dS2, gdt, G(M, M->patch_w), G(M, M->patch_b), acc));
+  tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.patch_embed");
   return AMPC_OK;
 }
 
@@ -711,6 +753,7 @@ static ampc_status image_only_fb(ampc_mm *M, const ampc_mm_batch *bt, float loss
   TRY(ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * M->c.w_cls, M->dclog, gdt));
   TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), M->wdt, M->dvcls,
                            G(M, M->cls_w), G(M, M->cls_b), M->acc));
+  tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "head");
   float *dv32 = M->dv32;
   memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
   for (int64_t bi = 0; bi < b; bi++)
@@ -741,6 +784,7 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   /* contrastive similarities (a GEMM on the normalised embeddings) */
   TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, adt, E, M->tnorm, adt, E, 0.0f,
                 M->sim, AMPC_F32, b, M->acc));
+  tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
   bool clamped = false;
   const float ls = log_scale(M, &clamped);
   ampc_mm_losses L = {0};
@@ -766,15 +810,19 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   }
   const void *x = M->f0;
   for (int i = 0; i < M->c.f_depth; i++) {
-    TRY(blk_fwd(M, &M->fb[i], &M->fa[i], np, TT, NV, x, M->fkv, NULL));
+    char nm[32];
+    snprintf(nm, sizeof nm, "fusion.blocks.%d", i);
+    TRY(blk_fwd(M, &M->fb[i], &M->fa[i], np, TT, NV, x, M->fkv, NULL, AMPC_BRANCH_FUSION, nm));
     x = M->fa[i].out;
   }
   const void *fout = x;
   TRY(ampc_layernorm_forward(np * TT, D, fout, sdt, W(M, M->fn_w), W(M, M->fn_b), wdt, k_ln_eps,
                              M->ffin, adt, M->fmean, M->frstd, NULL));
   TRY(ampc_mean_pool_forward(np, TT, D, M->ffin, adt, M->fmask, M->fpool, adt, NULL));
+  tm_mark(M, AMPC_BRANCH_FUSION, AMPC_TM_ACT, "fusion.norm");
   TRY(ampc_linear_forward(np, D, 1, M->fpool, adt, W(M, M->itm_w), wdt, W(M, M->itm_b), M->itm, adt,
                           M->acc, NULL));
+  tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "itm_head");
   TRY(ampc_bce_logits_forward(np, M->itm, adt, M->itm_t, &L.itm));
   TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
   int64_t hit = 0;
@@ -803,6 +851,7 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   TRY(ampc_bce_logits_backward(np, M->itm, adt, M->itm_t, S * c->w_itm, M->ditm, gdt));
   TRY(ampc_linear_backward(np, D, 1, M->ditm, gdt, M->fpool, adt, W(M, M->itm_w), wdt, M->dfpool,
                            G(M, M->itm_w), G(M, M->itm_b), acc));
+  tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
   TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, gdt, M->fmask, M->dL));
   TRY(ampc_layernorm_backward(np * TT, D, M->dL, gdt, fout, sdt, W(M, M->fn_w), wdt, M->fmean,
                               M->frstd, M->dS, G(M, M->fn_w), G(M, M->fn_b)));
@@ -811,6 +860,7 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   for (int i = (int)c->f_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->f0 : M->fa[i - 1].out;
     TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV));
+    tm_mark(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "fusion.blocks.%d", i);
     for (int64_t k = 0; k < np * NV * D; k++)
       dkv32[k] += ampc_elem_load(M->dKV, gdt, k);
   }
@@ -847,18 +897,22 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
     for (int64_t j = 0; j < D; j++)
       dv32[bi * NV * D + j] +=
           ampc_elem_load(M->dvcls, gdt, bi * D + j) + ampc_elem_load(M->dvcls2, gdt, bi * D + j);
+  tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
   TRY(vision_bwd(M, b, bt->images, dv32));
   /* text encoder */
   TRY(ampc_store_f32(M->dS2, gdt, dt32, (size_t)(b * TT * D), NULL));
   const void *tlast = M->ta[c->t_depth - 1].out;
   TRY(ampc_layernorm_backward(b * TT, D, M->dS2, gdt, tlast, sdt, W(M, M->tn_w), wdt, M->tmean,
                               M->trstd, M->dS, G(M, M->tn_w), G(M, M->tn_b)));
+  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
   for (int i = (int)c->t_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
     TRY(blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL));
+    tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.blocks.%d", i);
   }
   TRY(ampc_embedding_backward(b, TT, D, bt->tokens, c->vocab, M->dS, gdt, G(M, M->tok),
                               G(M, M->tpos), NULL));
+  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.embeddings");
   (void)wdt;
   return AMPC_OK;
 }

@@ -164,6 +164,12 @@ static inline float ampc_elem_load(const void *p, ampc_dtype dt, int64_t i) {
   }
 }
 
+/* The telemetry collector (src/diag/telemetry.c): while ampc_tm_active is
+ * set, every rounding of FP32 values src[0..n) into the stored dst[0..n) (dtype
+ * dt) is counted in the calling thread's slot. */
+extern int ampc_tm_active;
+void ampc_tm_count(const float *src, const void *dst, ampc_dtype dt, size_t n);
+
 /* Round v once (RNE, non-saturating) to dt and store it as element i. */
 static inline void ampc_elem_store(void *p, ampc_dtype dt, int64_t i, float v) {
   const uint32_t x = ampc_f32_bits(v);
@@ -174,6 +180,8 @@ static inline void ampc_elem_store(void *p, ampc_dtype dt, int64_t i, float v) {
   case AMPC_F8_E5M2: ((uint8_t *)p)[i] = ampc_f32bits_to_e5m2bits(x, 0); break;
   default: ((float *)p)[i] = v; break;
   }
+  if (__builtin_expect(ampc_tm_active, 0))
+    ampc_tm_count(&v, (char *)p + i * (int64_t)ampc_dtype_size(dt), dt, 1);
 }
 
 #endif

@@ -52,8 +52,8 @@ void ampc_store_stats_portable(void *dst, ampc_dtype dt, const float *src, size_
   s->count += n;
 }
 
-ampc_status ampc_store_f32(void *dst, ampc_dtype dt, const float *src, size_t n,
-                           ampc_round_stats *stats) {
+static ampc_status store_impl(void *dst, ampc_dtype dt, const float *src, size_t n,
+                              ampc_round_stats *stats) {
   if (!stats)
     return ampc_convert(dst, dt, src, AMPC_F32, n);
   if ((unsigned)dt >= AMPC_DTYPE_COUNT)
@@ -67,4 +67,12 @@ ampc_status ampc_store_f32(void *dst, ampc_dtype dt, const float *src, size_t n,
   else
     ampc_store_stats_portable(dst, dt, src, n, stats);
   return AMPC_OK;
+}
+
+ampc_status ampc_store_f32(void *dst, ampc_dtype dt, const float *src, size_t n,
+                           ampc_round_stats *stats) {
+  const ampc_status st = store_impl(dst, dt, src, n, stats);
+  if (ampc_tm_active && st == AMPC_OK && n > 0)
+    ampc_tm_count(src, dst, dt, n); /* the telemetry collector (ampc/diag.h) */
+  return st;
 }

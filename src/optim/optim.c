@@ -121,7 +121,7 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
   const bool has_master = P->master != NULL;
   const ampc_dtype pdt = has_master ? AMPC_F32 : wdt; /* dtype of the updated tensor */
   const bool decay = p->decay && c->weight_decay != 0.0f;
-  int64_t n_upd = 0, n_sw = 0, n_would = 0;
+  int64_t n_upd = 0, n_sw = 0, n_would = 0, n_nf = 0;
   for (int64_t e = p->offset; e < p->offset + p->numel; e++) {
     float g = ampc_elem_load(P->grad, wdt, e) * k->gm;
     if (k->clip != 1.0f)
@@ -170,6 +170,8 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
     if (has_master)
       P->master[e] = w;
     ampc_elem_store(P->w, wdt, e, w);
+    if (sw && (!isfinite(w) || !isfinite(ampc_elem_load(P->w, wdt, e))))
+      n_nf++;
     if (sw && (nonzero || !isfinite(w))) {
       n_upd++;
       if (raw_bits(P->w, wdt, e) == w16_before)
@@ -185,6 +187,7 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
     sw->updated = n_upd;
     sw->swallowed = n_sw;
     sw->would_swallow = n_would;
+    sw->nonfinite = n_nf;
   }
 }
 

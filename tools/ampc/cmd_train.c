@@ -63,7 +63,12 @@ static const char k_usage[] =
     "  --w-itc W --w-itm W --w-cls W   loss weights (1, 1, 1)\n"
     "  --log FILE       JSON Lines: a config line, one line per step, eval lines,\n"
     "                   a summary line\n"
-    "  --log-every N    step lines every N steps (1)\n"
+    "  --log-every N    step lines every N steps (1; sampled and overflowing steps\n"
+    "                   are always logged)\n"
+    "  --telemetry-every N   count what 16-bit rounding does (flushed to zero,\n"
+    "                   subnormal, overflow, log2|x| histograms per branch) and run\n"
+    "                   the FP64 shadow GEMM check every N steps (10; 0 = off;\n"
+    "                   multimodal and ViT models)\n"
     "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end (and every "
     "--save-every N)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags)\n"
@@ -175,6 +180,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
   a->opt.nesterov = nesterov;
   a->mc = (ampc_mlp_config){.in = 16, .hidden = 64, .classes = 5};
   a->steps = 300, a->batch = 64, a->micro = 1, a->eval_every = 100, a->log_every = 1;
+  a->tm_every = 10;
   a->ntrain = 4096, a->ntest = 1024, a->sep = 0.8f, a->seed = 1, a->cosine = true;
   a->model = "mm-tiny";
   a->data = "emoji";
@@ -223,6 +229,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
       rc = parse_i64(flag, v, 0, 1000000000, &a->eval_every);
     else if (!strcmp(n, "log-every"))
       rc = parse_i64(flag, v, 1, 1000000000, &a->log_every);
+    else if (!strcmp(n, "telemetry-every"))
+      rc = parse_i64(flag, v, 0, 1000000000, &a->tm_every);
     else if (!strcmp(n, "save-every"))
       rc = parse_i64(flag, v, 0, 1000000000, &a->save_every);
     else if (!strcmp(n, "seed")) {
@@ -345,6 +353,63 @@ int64_t train_sample_index(train_sampler *s, int64_t j) {
 }
 
 /* print a JSON object as one log line (and free it); false on a write error */
+cJSON *train_step_line(const ampc_step_info *info, double loss, double ms,
+                       const ampc_diag_step *ds) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o)
+    return NULL;
+  cJSON_AddStringToObject(o, "event", "step");
+  cJSON_AddNumberToObject(o, "step", (double)info->iteration);
+  cJSON_AddNumberToObject(o, "optimizer_step", (double)info->step);
+  cJSON_AddNumberToObject(o, "loss", loss);
+  cJSON_AddNumberToObject(o, "loss_scale", (double)info->loss_scale);
+  cJSON_AddBoolToObject(o, "overflow", info->overflow);
+  cJSON_AddBoolToObject(o, "skipped", info->skipped);
+  cJSON_AddNumberToObject(o, "growth_tracker", info->growth_tracker);
+  cJSON_AddNumberToObject(o, "nonfinite_grads", (double)info->nonfinite);
+  cJSON_AddNumberToObject(o, "grad_norm", info->grad_norm);
+  cJSON_AddNumberToObject(o, "clip_coef", (double)info->clip_coef);
+  cJSON_AddNumberToObject(o, "lr", (double)info->lr);
+  cJSON_AddNumberToObject(o, "ms", ms);
+  char *txt = ampc_diag_step_json(ds);
+  cJSON *d = txt ? cJSON_Parse(txt) : NULL;
+  free(txt);
+  if (!d) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  while (d->child) {
+    cJSON *it = cJSON_DetachItemViaPointer(d, d->child);
+    cJSON_AddItemToObject(o, it->string, it);
+  }
+  cJSON_Delete(d);
+  return o;
+}
+
+bool train_add_diagnosis(cJSON *summary, const ampc_diag *d, FILE *say, bool quiet) {
+  char *txt = ampc_diag_json(d);
+  cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+  free(txt);
+  if (!j)
+    return false;
+  cJSON_AddItemToObject(summary, "diagnosis", j);
+  if (!quiet) {
+    ampc_verdict v[AMPC_VERDICT_COUNT];
+    const int n = ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT);
+    for (int i = 0; i < n; i++) {
+      fprintf(say, "diagnosis: %s", ampc_verdict_name(v[i].kind));
+      if (v[i].branch >= 0)
+        fprintf(say, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
+      fputc('\n', say);
+      for (int k = 0; k < v[i].n_evidence; k++)
+        fprintf(say, "  - %s\n", v[i].evidence[k]);
+      if (v[i].safeguard[0])
+        fprintf(say, "  safeguard: %s\n", v[i].safeguard);
+    }
+  }
+  return true;
+}
+
 bool train_log_line(FILE *f, cJSON *o) {
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
@@ -448,6 +513,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   ampc_mlp M;
   memset(&M, 0, sizeof M);
   FILE *log = NULL;
+  ampc_diag *diag = NULL;
   int ret = AMPC_EXIT_OK;
   ampc_status ist = ampc_mlp_specs(&A.mc, specs);
   if (ist == AMPC_OK)
@@ -500,9 +566,15 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   const double t_start = train_now_s();
   const int64_t mb = A.batch / A.micro;
   double last_loss = NAN, ev_loss = NAN, ev_acc = NAN;
-  int64_t overflow_steps = 0;
   ampc_swallow_stats sw_sum = {0};
   const int64_t end = A.stop_at > 0 && A.stop_at < A.steps ? A.stop_at : A.steps;
+  ampc_diag_config dcfg;
+  ampc_diag_config_from(&dcfg, &T);
+  diag = ampc_diag_create(&dcfg);
+  if (!diag) {
+    ret = cli_runtime_error("train", "out of memory");
+    goto out;
+  }
   while (T.iteration < end) {
     const double t0 = train_now_s();
     const int64_t it_no = T.iteration; /* 0-based index of this step */
@@ -529,42 +601,20 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     }
     const double ms = (train_now_s() - t0) * 1e3;
     last_loss = loss;
-    overflow_steps += info.overflow;
-    ampc_swallow_stats sw = {0};
-    if (!info.skipped) {
+    if (!info.skipped)
       for (int i = 0; i < T.params.count; i++) {
-        sw.updated += T.swallow[i].updated;
-        sw.swallowed += T.swallow[i].swallowed;
-        sw.would_swallow += T.swallow[i].would_swallow;
+        sw_sum.updated += T.swallow[i].updated, sw_sum.swallowed += T.swallow[i].swallowed;
+        sw_sum.would_swallow += T.swallow[i].would_swallow;
       }
-      sw_sum.updated += sw.updated, sw_sum.swallowed += sw.swallowed;
-      sw_sum.would_swallow += sw.would_swallow;
+    ampc_diag_step ds;
+    ampc_diag_step_fill(&ds, &T, &info, loss, NULL);
+    if (ampc_diag_add(diag, &ds) != AMPC_OK) {
+      ret = cli_runtime_error("train", "%s", ampc_last_error());
+      goto out;
     }
-    if (log && (info.iteration % A.log_every == 0 || info.iteration == end)) {
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "event", "step");
-      cJSON_AddNumberToObject(o, "step", (double)info.iteration);
-      cJSON_AddNumberToObject(o, "optimizer_step", (double)info.step);
-      cJSON_AddNumberToObject(o, "loss", loss);
-      cJSON_AddNumberToObject(o, "loss_scale", (double)info.loss_scale);
-      cJSON_AddBoolToObject(o, "overflow", info.overflow);
-      cJSON_AddBoolToObject(o, "skipped", info.skipped);
-      cJSON_AddNumberToObject(o, "growth_tracker", info.growth_tracker);
-      cJSON_AddNumberToObject(o, "nonfinite_grads", (double)info.nonfinite);
-      cJSON_AddNumberToObject(o, "grad_norm", info.grad_norm);
-      cJSON_AddNumberToObject(o, "clip_coef", (double)info.clip_coef);
-      cJSON_AddNumberToObject(o, "lr", (double)info.lr);
-      cJSON_AddNumberToObject(o, "ms", ms);
-      cJSON *br = cJSON_AddObjectToObject(o, "branches");
-      cJSON *h = cJSON_AddObjectToObject(br, "heads");
-      const double den = T.params.numel > 0 ? (double)T.params.numel : 1.0;
-      cJSON_AddNumberToObject(h, "updated_fraction", (double)sw.updated / den);
-      cJSON_AddNumberToObject(h, "swallowed_fraction",
-                              sw.updated ? (double)sw.swallowed / (double)sw.updated : 0.0);
-      if (T.params.master)
-        cJSON_AddNumberToObject(h, "would_swallow_fraction",
-                                sw.updated ? (double)sw.would_swallow / (double)sw.updated : 0.0);
-      if (!train_log_line(log, o)) {
+    if (log && (info.iteration % A.log_every == 0 || info.iteration == end || info.overflow)) {
+      cJSON *o = train_step_line(&info, loss, ms, &ds);
+      if (!o || !train_log_line(log, o)) {
         ret = cli_runtime_error("train", "cannot write log file %s", A.log);
         goto out;
       }
@@ -620,6 +670,11 @@ static int run_one(int argc, char **argv, cJSON **summary) {
                             sw_sum.updated ? (double)sw_sum.swallowed / (double)sw_sum.updated : 0);
     cJSON_AddNumberToObject(o, "wall_s", train_now_s() - t_start);
     cJSON_AddStringToObject(o, "checkpoint", A.save ? A.save : "");
+    if (!train_add_diagnosis(o, diag, say, A.quiet || A.json)) {
+      cJSON_Delete(o);
+      ret = cli_runtime_error("train", "out of memory");
+      goto out;
+    }
     if (log) {
       cJSON *dup = cJSON_Duplicate(o, 1);
       if (!train_log_line(log, dup)) {
@@ -628,7 +683,6 @@ static int run_one(int argc, char **argv, cJSON **summary) {
         goto out;
       }
     }
-    (void)overflow_steps;
     if (A.json) {
       ret = cli_print_json("train", o);
     } else {
@@ -642,6 +696,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
 out:
   if (log && fclose(log) != 0 && ret == AMPC_EXIT_OK)
     ret = cli_runtime_error("train", "cannot write log file %s", A.log);
+  ampc_diag_free(diag);
   ampc_mlp_free(&M);
   ampc_trainer_free(&T);
   free(x), free(y), free(bx), free(by), free(smp.perm);

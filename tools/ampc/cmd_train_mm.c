@@ -141,6 +141,8 @@ int train_run_mm(const train_args *A, cJSON **summary) {
   memset(&T, 0, sizeof T);
   ampc_mm *M = NULL;
   FILE *log = NULL;
+  ampc_diag *diag = NULL;
+  ampc_telemetry *tm = NULL;
   if (!train_idx || !bimg || !btok || !blab || !smp.perm) {
     ret = cli_runtime_error("train", "out of memory");
     goto out;
@@ -219,9 +221,23 @@ int train_run_mm(const train_args *A, cJSON **summary) {
   int64_t ev_count = 0;
   double ms_sum = 0;
   int64_t ms_n = 0;
+  ampc_diag_config dcfg;
+  ampc_diag_config_from(&dcfg, &T);
+  diag = ampc_diag_create(&dcfg);
+  tm = calloc(1, sizeof *tm);
+  if (!diag || !tm) {
+    ret = cli_runtime_error("train", "out of memory");
+    goto out;
+  }
+  ampc_mm_set_telemetry(M, tm);
   while (T.iteration < end) {
     const double t0 = train_now_s();
     const int64_t it_no = T.iteration;
+    const bool sampled = A->tm_every > 0 && (it_no == 0 || (it_no + 1) % A->tm_every == 0);
+    if (sampled && ampc_telemetry_begin(tm) != AMPC_OK) {
+      ret = cli_runtime_error("train", "%s", ampc_last_error());
+      goto out;
+    }
     ampc_trainer_zero_grad(&T);
     const float S = ampc_trainer_loss_scale(&T);
     ampc_mm_losses sum = {0};
@@ -242,6 +258,7 @@ int train_run_mm(const train_args *A, cJSON **summary) {
       sum.total += w * L.total, sum.itc += w * L.itc, sum.itm += w * L.itm, sum.cls += w * L.cls;
       sum.itm_acc += w * L.itm_acc, sum.cls_acc += w * L.cls_acc;
     }
+    ampc_telemetry_end(tm);
     ampc_step_info info;
     if (ampc_trainer_step(&T, &info) != AMPC_OK) {
       ret = cli_runtime_error("train", "step %lld: %s", (long long)it_no + 1, ampc_last_error());
@@ -250,48 +267,23 @@ int train_run_mm(const train_args *A, cJSON **summary) {
     const double ms = (train_now_s() - t0) * 1e3;
     ms_sum += ms, ms_n++;
     last = sum;
-    if (log && (info.iteration % A->log_every == 0 || info.iteration == end)) {
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "event", "step");
-      cJSON_AddNumberToObject(o, "step", (double)info.iteration);
-      cJSON_AddNumberToObject(o, "optimizer_step", (double)info.step);
-      cJSON_AddNumberToObject(o, "loss", (double)sum.total);
-      cJSON_AddNumberToObject(o, "loss_itc", (double)sum.itc);
-      cJSON_AddNumberToObject(o, "loss_itm", (double)sum.itm);
-      cJSON_AddNumberToObject(o, "loss_cls", (double)sum.cls);
-      cJSON_AddNumberToObject(o, "itm_acc", (double)sum.itm_acc);
-      cJSON_AddNumberToObject(o, "group_acc", (double)sum.cls_acc);
-      cJSON_AddNumberToObject(o, "loss_scale", (double)info.loss_scale);
-      cJSON_AddBoolToObject(o, "overflow", info.overflow);
-      cJSON_AddBoolToObject(o, "skipped", info.skipped);
-      cJSON_AddNumberToObject(o, "growth_tracker", info.growth_tracker);
-      cJSON_AddNumberToObject(o, "nonfinite_grads", (double)info.nonfinite);
-      cJSON_AddNumberToObject(o, "grad_norm", info.grad_norm);
-      cJSON_AddNumberToObject(o, "clip_coef", (double)info.clip_coef);
-      cJSON_AddNumberToObject(o, "lr", (double)info.lr);
-      cJSON_AddNumberToObject(o, "ms", ms);
-      cJSON *br = cJSON_AddObjectToObject(o, "branches");
-      for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
-        ampc_swallow_stats s = {0};
-        int64_t numel = 0;
-        for (int i = 0; i < T.params.count; i++) {
-          if (T.params.p[i].branch != (ampc_branch)b)
-            continue;
-          numel += T.params.p[i].numel;
-          if (!info.skipped) {
-            s.updated += T.swallow[i].updated, s.swallowed += T.swallow[i].swallowed;
-            s.would_swallow += T.swallow[i].would_swallow;
-          }
-        }
-        cJSON *h = cJSON_AddObjectToObject(br, ampc_branch_name((ampc_branch)b));
-        cJSON_AddNumberToObject(h, "parameters", (double)numel);
-        cJSON_AddNumberToObject(h, "swallowed_fraction",
-                                s.updated ? (double)s.swallowed / (double)s.updated : 0.0);
-        if (T.params.master)
-          cJSON_AddNumberToObject(h, "would_swallow_fraction",
-                                  s.updated ? (double)s.would_swallow / (double)s.updated : 0.0);
+    ampc_diag_step ds;
+    ampc_diag_step_fill(&ds, &T, &info, (double)sum.total, sampled ? tm : NULL);
+    if (ampc_diag_add(diag, &ds) != AMPC_OK) {
+      ret = cli_runtime_error("train", "%s", ampc_last_error());
+      goto out;
+    }
+    if (log &&
+        (info.iteration % A->log_every == 0 || info.iteration == end || sampled || info.overflow)) {
+      cJSON *o = train_step_line(&info, (double)sum.total, ms, &ds);
+      if (o) {
+        cJSON_AddNumberToObject(o, "loss_itc", (double)sum.itc);
+        cJSON_AddNumberToObject(o, "loss_itm", (double)sum.itm);
+        cJSON_AddNumberToObject(o, "loss_cls", (double)sum.cls);
+        cJSON_AddNumberToObject(o, "itm_acc", (double)sum.itm_acc);
+        cJSON_AddNumberToObject(o, "group_acc", (double)sum.cls_acc);
       }
-      if (!train_log_line(log, o)) {
+      if (!o || !train_log_line(log, o)) {
         ret = cli_runtime_error("train", "cannot write log file %s", A->log);
         goto out;
       }
@@ -408,6 +400,11 @@ int train_run_mm(const train_args *A, cJSON **summary) {
       add_metrics(m, "zero_shot", &ev_zero);
     }
     cJSON_AddStringToObject(o, "checkpoint", A->save ? A->save : "");
+    if (!train_add_diagnosis(o, diag, say, A->quiet || A->json)) {
+      cJSON_Delete(o);
+      ret = cli_runtime_error("train", "out of memory");
+      goto out;
+    }
     if (summary)
       *summary = cJSON_Duplicate(o, 1);
     if (log && !train_log_line(log, cJSON_Duplicate(o, 1))) {
@@ -428,6 +425,9 @@ int train_run_mm(const train_args *A, cJSON **summary) {
 out:
   if (log && fclose(log) != 0 && ret == AMPC_EXIT_OK)
     ret = cli_runtime_error("train", "cannot write log file %s", A->log);
+  ampc_telemetry_end(tm);
+  free(tm);
+  ampc_diag_free(diag);
   ampc_mm_free(M);
   ampc_trainer_free(&T);
   ampc_mm_specs_free(&sp);

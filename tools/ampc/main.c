@@ -15,6 +15,7 @@ static const ampc_command *const k_commands[] = {
     &ampc_cmd_train,
     &ampc_cmd_eval,
     &ampc_cmd_data,
+    &ampc_cmd_diagnose,
 };
 enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };
 

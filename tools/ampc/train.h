@@ -18,6 +18,7 @@ typedef struct train_args {
   ampc_optim_config opt;
   ampc_mlp_config mc;
   int64_t steps, stop_at, batch, micro, eval_every, log_every, save_every, ntrain, ntest;
+  int64_t tm_every; /* telemetry every N iterations (0 = off) */
   float sep;
   float w_itc, w_itm, w_cls;
   uint64_t seed;
@@ -33,6 +34,14 @@ struct cJSON *train_config_line(const ampc_trainer *T, const train_args *A, stru
                                 FILE *say);
 /* Print a JSON object as one line (and free it); false on a write error. */
 bool train_log_line(FILE *f, struct cJSON *o);
+/* A {"event":"step",...} line: the engine's fields of `info`, the loss, the
+ * step time, and the diagnosis fields of *ds (branches, telemetry). NULL on
+ * allocation failure. */
+struct cJSON *train_step_line(const ampc_step_info *info, double loss, double ms,
+                              const ampc_diag_step *ds);
+/* Add "diagnosis" (ampc_diag_json) to a summary object and, unless quiet,
+ * print the verdicts to `say`. False on allocation failure. */
+bool train_add_diagnosis(struct cJSON *summary, const ampc_diag *d, FILE *say, bool quiet);
 /* Monotonic seconds. */
 double train_now_s(void);
 

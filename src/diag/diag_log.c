@@ -1,0 +1,387 @@
+/*
+ * src/diag/diag_log.c: the diagnosis' side of the metrics log (DESIGN.md
+ * section 4): the fields a step line carries, reading a log back, and the
+ * verdicts as JSON. cJSON does the JSON.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/amp.h"
+#include "ampc/diag.h"
+#include "ampc/engine.h"
+#include "internal.h"
+
+void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->precision, sizeof c->precision, "%s", ampc_precision_name(T->amp.precision));
+  c->lowp = T->amp.lowp;
+  c->master_weights = T->amp.master_weights;
+  c->loss_scale_mode = (int)T->amp.scaler.mode;
+  c->min_scale = (double)T->amp.scaler.min_scale;
+  c->accumulate = T->amp.accumulate;
+}
+
+void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_step_info *info,
+                         double loss, const ampc_telemetry *tm) {
+  memset(s, 0, sizeof *s);
+  s->step = info->iteration;
+  s->loss = loss;
+  s->loss_scale = (double)info->loss_scale;
+  s->overflow = info->overflow, s->skipped = info->skipped;
+  s->nonfinite_grads = info->nonfinite;
+  s->nonfinite_weights = info->nonfinite_weights;
+  s->first_nonfinite_branch = s->first_nonfinite_phase = -1;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    s->br[b].acc_err = -1.0;
+  for (int i = 0; i < T->params.count; i++) {
+    const int b = (int)T->params.p[i].branch;
+    if (b < 0 || b >= AMPC_BRANCH_COUNT)
+      continue;
+    s->br[b].parameters += T->params.p[i].numel;
+    if (!info->skipped && T->telemetry) {
+      s->br[b].updated += T->swallow[i].updated;
+      s->br[b].swallowed += T->swallow[i].swallowed;
+      s->br[b].would_swallow += T->swallow[i].would_swallow;
+    }
+  }
+  if (tm) {
+    s->telemetry = true;
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      s->br[b].grad = tm->s[AMPC_TM_GRAD][b];
+      s->br[b].act = tm->s[AMPC_TM_ACT][b];
+      s->br[b].acc_err = tm->acc_err[b];
+      s->br[b].acc_k = tm->acc_k[b];
+      snprintf(s->br[b].acc_tensor, sizeof s->br[b].acc_tensor, "%s", tm->acc_tensor[b]);
+    }
+    snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", tm->first_nonfinite);
+    s->first_nonfinite_branch = tm->first_nonfinite_branch;
+    s->first_nonfinite_phase = tm->first_nonfinite_phase;
+  }
+}
+
+/* ---- writing ------------------------------------------------------------------- */
+
+static void add_stats(cJSON *o, const char *key, const ampc_tm_stats *t) {
+  cJSON *g = cJSON_AddObjectToObject(o, key);
+  const ampc_round_stats *r = &t->r;
+  cJSON_AddNumberToObject(g, "count", (double)r->count);
+  cJSON_AddNumberToObject(g, "zeros", (double)t->zeros);
+  cJSON_AddNumberToObject(g, "flushed", (double)r->underflow);
+  cJSON_AddNumberToObject(g, "subnormal", (double)r->subnormal);
+  cJSON_AddNumberToObject(g, "overflow", (double)r->overflow);
+  cJSON_AddNumberToObject(g, "inf", (double)r->inf);
+  cJSON_AddNumberToObject(g, "nan", (double)r->nan);
+  cJSON_AddNumberToObject(g, "max_abs", (double)r->max_abs);
+  cJSON_AddNumberToObject(g, "flushed_fraction",
+                          r->count ? (double)r->underflow / (double)r->count : 0.0);
+  int lo = 0, hi = -1;
+  for (int i = 0; i < AMPC_TM_BINS; i++)
+    if (t->hist[i]) {
+      if (hi < 0)
+        lo = i;
+      hi = i;
+    }
+  cJSON *h = cJSON_AddObjectToObject(g, "log2_hist");
+  /* bin i holds floor(log2|x|) = i - 127 (bin 0: FP32 subnormals, below 2^-126) */
+  cJSON_AddNumberToObject(h, "lo", hi < 0 ? 0 : lo - 127);
+  cJSON *arr = cJSON_AddArrayToObject(h, "counts");
+  for (int i = lo; i <= hi; i++)
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)t->hist[i]));
+}
+
+char *ampc_diag_step_json(const ampc_diag_step *s) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o)
+    return NULL;
+  cJSON_AddNumberToObject(o, "nonfinite_weights", (double)s->nonfinite_weights);
+  cJSON_AddBoolToObject(o, "telemetry", s->telemetry);
+  cJSON *br = cJSON_AddObjectToObject(o, "branches");
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    const ampc_diag_branch *d = &s->br[b];
+    if (!d->parameters && !d->grad.r.count && !d->act.r.count)
+      continue;
+    cJSON *h = cJSON_AddObjectToObject(br, ampc_branch_name((ampc_branch)b));
+    cJSON_AddNumberToObject(h, "parameters", (double)d->parameters);
+    cJSON_AddNumberToObject(h, "updated", (double)d->updated);
+    cJSON_AddNumberToObject(h, "swallowed", (double)d->swallowed);
+    cJSON_AddNumberToObject(h, "would_swallow", (double)d->would_swallow);
+    cJSON_AddNumberToObject(h, "swallowed_fraction",
+                            d->updated ? (double)d->swallowed / (double)d->updated : 0.0);
+    cJSON_AddNumberToObject(h, "would_swallow_fraction",
+                            d->updated ? (double)d->would_swallow / (double)d->updated : 0.0);
+    if (s->telemetry) {
+      add_stats(h, "grad", &d->grad);
+      add_stats(h, "act", &d->act);
+      if (d->acc_err >= 0.0 || isnan(d->acc_err)) {
+        cJSON_AddNumberToObject(h, "accumulation_rel_err", d->acc_err);
+        cJSON_AddNumberToObject(h, "accumulation_k", (double)d->acc_k);
+        cJSON_AddStringToObject(h, "accumulation_tensor", d->acc_tensor);
+      }
+    }
+  }
+  if (s->telemetry && s->first_nonfinite_branch >= 0) {
+    cJSON *f = cJSON_AddObjectToObject(o, "first_nonfinite");
+    cJSON_AddStringToObject(f, "tensor", s->first_nonfinite);
+    cJSON_AddStringToObject(f, "branch", ampc_branch_name((ampc_branch)s->first_nonfinite_branch));
+    cJSON_AddStringToObject(f, "phase", s->first_nonfinite_phase == 0 ? "forward" : "backward");
+  }
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return txt;
+}
+
+char *ampc_diag_json(const ampc_diag *d) {
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  const int n = ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT);
+  cJSON *o = cJSON_CreateObject();
+  if (!o || n < 1) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  cJSON_AddStringToObject(o, "verdict", ampc_verdict_name(v[0].kind));
+  cJSON *all = cJSON_AddArrayToObject(o, "verdicts");
+  cJSON *evid = cJSON_AddArrayToObject(o, "evidence");
+  for (int i = 0; i < n; i++) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "verdict", ampc_verdict_name(v[i].kind));
+    if (v[i].branch >= 0)
+      cJSON_AddStringToObject(x, "branch", ampc_branch_name((ampc_branch)v[i].branch));
+    if (v[i].step >= 0)
+      cJSON_AddNumberToObject(x, "step", (double)v[i].step);
+    if (v[i].tensor[0])
+      cJSON_AddStringToObject(x, "tensor", v[i].tensor);
+    cJSON *e = cJSON_AddArrayToObject(x, "evidence");
+    for (int k = 0; k < v[i].n_evidence; k++) {
+      cJSON_AddItemToArray(e, cJSON_CreateString(v[i].evidence[k]));
+      if (i == 0)
+        cJSON_AddItemToArray(evid, cJSON_CreateString(v[i].evidence[k]));
+    }
+    if (v[i].safeguard[0])
+      cJSON_AddStringToObject(x, "safeguard", v[i].safeguard);
+    cJSON_AddItemToArray(all, x);
+  }
+  if (v[0].safeguard[0])
+    cJSON_AddStringToObject(o, "safeguard", v[0].safeguard);
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return txt;
+}
+
+/* ---- reading ------------------------------------------------------------------- */
+
+static double num(const cJSON *o, const char *k, double def) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsNumber(x) ? x->valuedouble : def;
+}
+static bool flag(const cJSON *o, const char *k) {
+  return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+static const char *str(const cJSON *o, const char *k) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+static uint64_t cnt(const cJSON *o, const char *k) {
+  const double v = num(o, k, 0.0);
+  return v > 0.0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
+
+static void read_stats(const cJSON *o, ampc_tm_stats *t) {
+  memset(t, 0, sizeof *t);
+  if (!cJSON_IsObject(o))
+    return;
+  t->r.count = cnt(o, "count");
+  t->zeros = cnt(o, "zeros");
+  t->r.underflow = cnt(o, "flushed");
+  t->r.subnormal = cnt(o, "subnormal");
+  t->r.overflow = cnt(o, "overflow");
+  t->r.inf = cnt(o, "inf");
+  t->r.nan = cnt(o, "nan");
+  const double m = num(o, "max_abs", 0.0);
+  t->r.max_abs = isfinite(m) && m >= 0.0 && m <= 3.4028234663852886e38 ? (float)m : 0.0f;
+  const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "log2_hist");
+  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(h, "counts");
+  const double lo = num(h, "lo", 0.0);
+  if (cJSON_IsArray(arr) && lo >= -127.0 && lo <= 128.0) {
+    int i = (int)lo + 127;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) {
+      if (i >= AMPC_TM_BINS)
+        break;
+      if (cJSON_IsNumber(x) && x->valuedouble > 0.0 && x->valuedouble < 1.8e19)
+        t->hist[i] = (uint64_t)x->valuedouble;
+      i++;
+    }
+  }
+}
+
+static int branch_of(const char *name) {
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    if (name && strcmp(name, ampc_branch_name((ampc_branch)b)) == 0)
+      return b;
+  return -1;
+}
+
+static ampc_dtype dtype_of(const char *s) {
+  if (s && strcmp(s, "f16") == 0)
+    return AMPC_F16;
+  if (s && strcmp(s, "bf16") == 0)
+    return AMPC_BF16;
+  return AMPC_F32;
+}
+
+static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
+  memset(c, 0, sizeof *c);
+  const char *p = str(o, "precision");
+  snprintf(c->precision, sizeof c->precision, "%s", p ? p : "?");
+  c->lowp = dtype_of(str(o, "grads_dtype"));
+  const char *mw = str(o, "master_weights");
+  c->master_weights = mw && strcmp(mw, "on") == 0;
+  const char *acc = str(o, "accumulate");
+  c->accumulate = acc && strcmp(acc, "fp16") == 0 ? AMPC_ACC_F16 : AMPC_ACC_F32;
+  const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
+  const char *mode = str(ls, "mode");
+  c->loss_scale_mode = !mode                          ? -1
+                       : strcmp(mode, "none") == 0    ? AMPC_LOSS_SCALE_NONE
+                       : strcmp(mode, "static") == 0  ? AMPC_LOSS_SCALE_STATIC
+                       : strcmp(mode, "dynamic") == 0 ? AMPC_LOSS_SCALE_DYNAMIC
+                                                      : -1;
+  c->min_scale = num(ls, "min_scale", 1.0);
+  return c->loss_scale_mode < 0 ? AMPC_ERR_FORMAT : AMPC_OK;
+}
+
+static void parse_step(const cJSON *o, ampc_diag_step *s) {
+  memset(s, 0, sizeof *s);
+  s->step = (int64_t)num(o, "step", 0.0);
+  const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+  /* a non-finite loss is written as null by cJSON */
+  s->loss = cJSON_IsNumber(l) ? l->valuedouble : (double)NAN;
+  s->loss_scale = num(o, "loss_scale", 1.0);
+  s->overflow = flag(o, "overflow");
+  s->skipped = flag(o, "skipped");
+  s->nonfinite_grads = (int64_t)num(o, "nonfinite_grads", 0.0);
+  s->nonfinite_weights = (int64_t)num(o, "nonfinite_weights", 0.0);
+  s->telemetry = flag(o, "telemetry");
+  s->first_nonfinite_branch = s->first_nonfinite_phase = -1;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    s->br[b].acc_err = -1.0;
+  const cJSON *brs = cJSON_GetObjectItemCaseSensitive(o, "branches");
+  const cJSON *h;
+  cJSON_ArrayForEach(h, brs) {
+    const int b = branch_of(h->string);
+    if (b < 0 || !cJSON_IsObject(h))
+      continue;
+    ampc_diag_branch *d = &s->br[b];
+    d->parameters = (int64_t)num(h, "parameters", 0.0);
+    d->updated = (int64_t)num(h, "updated", 0.0);
+    d->swallowed = (int64_t)num(h, "swallowed", 0.0);
+    d->would_swallow = (int64_t)num(h, "would_swallow", 0.0);
+    read_stats(cJSON_GetObjectItemCaseSensitive(h, "grad"), &d->grad);
+    read_stats(cJSON_GetObjectItemCaseSensitive(h, "act"), &d->act);
+    const cJSON *ae = cJSON_GetObjectItemCaseSensitive(h, "accumulation_rel_err");
+    if (cJSON_IsNumber(ae))
+      d->acc_err = ae->valuedouble;
+    else if (cJSON_IsNull(ae))
+      d->acc_err = (double)INFINITY; /* written as null: non-finite */
+    d->acc_k = (int64_t)num(h, "accumulation_k", 0.0);
+    const char *t = str(h, "accumulation_tensor");
+    snprintf(d->acc_tensor, sizeof d->acc_tensor, "%s", t ? t : "");
+  }
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "first_nonfinite");
+  if (cJSON_IsObject(f) && branch_of(str(f, "branch")) >= 0) {
+    const char *t = str(f, "tensor"), *ph = str(f, "phase");
+    snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", t ? t : "?");
+    s->first_nonfinite_branch = branch_of(str(f, "branch"));
+    s->first_nonfinite_phase = ph && strcmp(ph, "forward") == 0 ? 0 : 1;
+  }
+}
+
+ampc_status ampc_diag_read_log(const char *path, ampc_diag **out) {
+  if (!path || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_diag_read_log: NULL argument");
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return ampc_fail(AMPC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  ampc_diag *d = NULL;
+  ampc_status st = AMPC_OK;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int64_t lineno = 0, last_step = 0;
+  while ((len = getline(&line, &cap, f)) >= 0) {
+    lineno++;
+    if (len == 0 || (len == 1 && line[0] == '\n'))
+      continue;
+    cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
+    if (!cJSON_IsObject(o)) {
+      cJSON_Delete(o);
+      st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: not a JSON object", path, (long long)lineno);
+      break;
+    }
+    const char *event = str(o, "event");
+    if (!event) {
+      cJSON_Delete(o);
+      st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: no \"event\" field", path, (long long)lineno);
+      break;
+    }
+    if (strcmp(event, "config") == 0) {
+      ampc_diag_config c;
+      if (parse_config(o, &c) != AMPC_OK) {
+        cJSON_Delete(o);
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: config line without a valid loss_scale.mode",
+                       path, (long long)lineno);
+        break;
+      }
+      if (!d) {
+        d = ampc_diag_create(&c);
+        if (!d) {
+          cJSON_Delete(o);
+          st = ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", path);
+          break;
+        }
+      } /* a resumed run appends another config line: keep the first */
+    } else if (strcmp(event, "step") == 0) {
+      if (!d) {
+        cJSON_Delete(o);
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: step line before the config line", path,
+                       (long long)lineno);
+        break;
+      }
+      const cJSON *sx = cJSON_GetObjectItemCaseSensitive(o, "step");
+      if (!cJSON_IsNumber(sx) || !(sx->valuedouble >= 1.0 && sx->valuedouble < 1e15)) {
+        cJSON_Delete(o);
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: step line without a valid \"step\"", path,
+                       (long long)lineno);
+        break;
+      }
+      ampc_diag_step s;
+      parse_step(o, &s);
+      if (s.step <= last_step) /* a resumed run repeats steps: keep the newest */
+        ampc_diag_truncate(d, s.step);
+      last_step = s.step;
+      st = ampc_diag_add(d, &s);
+      if (st != AMPC_OK) {
+        cJSON_Delete(o);
+        break;
+      }
+    }
+    cJSON_Delete(o);
+  }
+  if (st == AMPC_OK && ferror(f))
+    st = ampc_fail(AMPC_ERR_IO, "%s: read error", path);
+  free(line);
+  fclose(f);
+  if (st == AMPC_OK && !d)
+    st = ampc_fail(AMPC_ERR_FORMAT, "%s: no config line: not an ampc metrics log", path);
+  if (st != AMPC_OK) {
+    ampc_diag_free(d);
+    return st;
+  }
+  *out = d;
+  return AMPC_OK;
+}

@@ -1,0 +1,434 @@
+/*
+ * src/diag/diagnose.c: verdicts from a run's steps (include/ampc/diag.h).
+ *
+ * Each verdict is the signature of one missing safeguard (DESIGN.md section 3,
+ * after Micikevicius et al. 2018, "Mixed Precision Training", section 3):
+ *   overflow          non-finite gradients that the loss scale caused (static S
+ *                     too large) or that a dynamic scaler keeps hitting;
+ *   nonfinite-independent-of-scale
+ *                     non-finite values in the forward pass or in the weights,
+ *                     or overflow that persists with S at its floor;
+ *   underflow         gradient values flushed to zero by 16-bit storage, with
+ *                     the loss on a plateau;
+ *   swallowed-updates 16-bit weights updated in place that do not change;
+ *   accumulation-error GEMM sums measurably worse than FP32 accumulation.
+ * The thresholds are constants below, each with its reason; the evidence is
+ * the exact counts.
+ */
+#include "ampc/diag.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/amp.h"
+#include "ampc/engine.h"
+#include "internal.h"
+
+/* A branch underflows when at least this fraction of its stored gradient
+ * values were non-zero in FP32 and flushed to 0 (healthy 16-mixed runs flush
+ * well under 1e-4; without loss scaling the emoji model flushes several %). */
+static const double k_flush_frac = 0.01;
+/* ... or at least this fraction, plateau or not (the paper's Fig. 3 case: most
+ * activation gradients below binary16's range). */
+static const double k_flush_frac_any = 0.10;
+/* Updates swallowed: a run with 16-bit weights updated in place whose applied
+ * updates left at least this fraction of the weights unchanged. */
+static const double k_swallow_frac = 0.25;
+/* Accumulation error: the sampled GEMMs' relative error exceeds the unit
+ * roundoff of binary16 (2^-11): the sum loses more than rounding the result
+ * to binary16 once would (FP32 accumulation stays near K * 2^-24). */
+static const double k_acc_err = 4.8828125e-4;
+/* Dynamic scaling overflows too often when this fraction of steps is skipped. */
+static const double k_skip_frac = 0.25;
+/* Overflow with the scale at its floor for this many consecutive steps. */
+static const int k_floor_run = 3;
+
+struct ampc_diag {
+  ampc_diag_config c;
+  ampc_diag_step *s;
+  int64_t n, cap;
+  ampc_tm_stats grad_sum[AMPC_BRANCH_COUNT];
+};
+
+const char *ampc_verdict_name(ampc_verdict_kind k) {
+  switch (k) {
+  case AMPC_VERDICT_HEALTHY: return "healthy";
+  case AMPC_VERDICT_OVERFLOW: return "overflow";
+  case AMPC_VERDICT_NONFINITE_INDEPENDENT: return "nonfinite-independent-of-scale";
+  case AMPC_VERDICT_UNDERFLOW: return "underflow";
+  case AMPC_VERDICT_SWALLOWED: return "swallowed-updates";
+  case AMPC_VERDICT_ACCUMULATION: return "accumulation-error";
+  default: return "?";
+  }
+}
+
+ampc_diag *ampc_diag_create(const ampc_diag_config *c) {
+  ampc_diag *d = calloc(1, sizeof *d);
+  if (d && c)
+    d->c = *c;
+  return d;
+}
+
+void ampc_diag_free(ampc_diag *d) {
+  if (d) {
+    free(d->s);
+    free(d);
+  }
+}
+
+ampc_status ampc_diag_add(ampc_diag *d, const ampc_diag_step *s) {
+  if (!d || !s)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_diag_add: NULL argument");
+  if (d->n == d->cap) {
+    const int64_t cap = d->cap ? 2 * d->cap : 64;
+    ampc_diag_step *p = realloc(d->s, (size_t)cap * sizeof *p);
+    if (!p)
+      return ampc_fail(AMPC_ERR_NOMEM, "diagnosis: %lld steps", (long long)cap);
+    d->s = p, d->cap = cap;
+  }
+  d->s[d->n++] = *s;
+  if (s->telemetry)
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      ampc_tm_stats_merge(&d->grad_sum[b], &s->br[b].grad);
+  return AMPC_OK;
+}
+
+void ampc_diag_truncate(ampc_diag *d, int64_t step) {
+  if (!d)
+    return;
+  while (d->n > 0 && d->s[d->n - 1].step >= step)
+    d->n--;
+  memset(d->grad_sum, 0, sizeof d->grad_sum);
+  for (int64_t i = 0; i < d->n; i++)
+    if (d->s[i].telemetry)
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        ampc_tm_stats_merge(&d->grad_sum[b], &d->s[i].br[b].grad);
+}
+
+int64_t ampc_diag_steps(const ampc_diag *d) { return d ? d->n : 0; }
+const ampc_diag_step *ampc_diag_step_at(const ampc_diag *d, int64_t i) {
+  return d && i >= 0 && i < d->n ? &d->s[i] : NULL;
+}
+const ampc_diag_config *ampc_diag_get_config(const ampc_diag *d) { return d ? &d->c : NULL; }
+const ampc_tm_stats *ampc_diag_grad_stats(const ampc_diag *d, int br) {
+  return d && br >= 0 && br < AMPC_BRANCH_COUNT ? &d->grad_sum[br] : NULL;
+}
+
+/* ---- verdicts ------------------------------------------------------------------ */
+
+static void ev(ampc_verdict *v, const char *fmt, ...) AMPC_PRINTF(2, 3);
+static void ev(ampc_verdict *v, const char *fmt, ...) {
+  if (v->n_evidence >= 8)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(v->evidence[v->n_evidence++], sizeof v->evidence[0], fmt, ap);
+  va_end(ap);
+}
+
+static ampc_verdict verdict(ampc_verdict_kind k) {
+  ampc_verdict v;
+  memset(&v, 0, sizeof v);
+  v.kind = k, v.branch = -1, v.step = -1;
+  return v;
+}
+
+static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+/* mean loss over steps [lo, hi) with a finite loss; NAN if none */
+static double mean_loss(const ampc_diag *d, int64_t lo, int64_t hi) {
+  double s = 0.0;
+  int64_t n = 0;
+  for (int64_t i = lo; i < hi && i < d->n; i++)
+    if (isfinite(d->s[i].loss))
+      s += d->s[i].loss, n++;
+  return n ? s / (double)n : (double)NAN;
+}
+
+int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
+  if (!d || !out || max < 1)
+    return 0;
+  int nv = 0;
+  const ampc_diag_config *c = &d->c;
+  const char *bn[AMPC_BRANCH_COUNT];
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    bn[b] = ampc_branch_name((ampc_branch)b);
+
+  /* ---- the first non-finite event and its kind ---- */
+  int64_t n_over = 0, n_skip = 0, first_over = -1, first_nf_w = -1, first_nf_fwd = -1,
+          first_nf_loss = -1;
+  const ampc_diag_step *nf_tm = NULL; /* first sampled step naming a non-finite tensor */
+  int64_t floor_run = 0, floor_run_max = 0, floor_run_at = -1;
+  for (int64_t i = 0; i < d->n; i++) {
+    const ampc_diag_step *s = &d->s[i];
+    n_over += s->overflow, n_skip += s->skipped;
+    if (s->overflow && first_over < 0)
+      first_over = i;
+    if (s->nonfinite_weights > 0 && first_nf_w < 0)
+      first_nf_w = i;
+    if (!isfinite(s->loss) && first_nf_loss < 0)
+      first_nf_loss = i;
+    if (s->telemetry && first_nf_fwd < 0)
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        if (s->br[b].act.r.inf || s->br[b].act.r.nan)
+          first_nf_fwd = i;
+    if (!nf_tm && s->telemetry && s->first_nonfinite_branch >= 0)
+      nf_tm = s;
+    const bool at_floor =
+        c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC && s->loss_scale <= c->min_scale;
+    floor_run = s->overflow && at_floor ? floor_run + 1 : 0;
+    if (floor_run > floor_run_max)
+      floor_run_max = floor_run, floor_run_at = s->step - floor_run + 1;
+  }
+  /* forward non-finite: a non-finite loss or activation that is not a
+   * consequence of non-finite weights written earlier */
+  int64_t fwd = first_nf_fwd;
+  if (first_nf_loss >= 0 && (fwd < 0 || first_nf_loss < fwd))
+    fwd = first_nf_loss;
+  const bool weights_first = first_nf_w >= 0 && (fwd < 0 || first_nf_w < fwd);
+  const bool fwd_first = fwd >= 0 && !weights_first && (first_over < 0 || fwd <= first_over);
+
+  if (weights_first || fwd_first || floor_run_max >= k_floor_run) {
+    ampc_verdict v = verdict(AMPC_VERDICT_NONFINITE_INDEPENDENT);
+    if (weights_first) {
+      const ampc_diag_step *s = &d->s[first_nf_w];
+      v.step = s->step;
+      ev(&v,
+         "step %lld: the optimizer wrote %lld non-finite weights (%s weights updated %s, "
+         "optimizer arithmetic in %s)",
+         (long long)s->step, (long long)s->nonfinite_weights, ampc_dtype_name(c->lowp),
+         c->master_weights ? "through an FP32 master" : "in place",
+         c->master_weights ? "FP32" : ampc_dtype_name(c->lowp));
+      if (first_over < 0 || d->s[first_over].step >= s->step)
+        ev(&v, "the gradients were finite up to that step: the loss scale is not the cause");
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               c->master_weights
+                   ? "lower the learning rate or clip gradients (--clip-norm): the FP32 update "
+                     "itself left binary16's range"
+                   : "FP32 master weights and optimizer state (--master-weights on, as "
+                     "16-mixed): in binary16 Adam's eps 1e-8 rounds to 0 and m/sqrt(v) can "
+                     "divide by 0");
+    } else if (fwd_first) {
+      const ampc_diag_step *s = &d->s[fwd];
+      v.step = s->step;
+      if (!isfinite(s->loss))
+        ev(&v, "step %lld: the loss is %g before any gradient overflowed", (long long)s->step,
+           s->loss);
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        if (s->telemetry && (s->br[b].act.r.inf || s->br[b].act.r.nan)) {
+          ev(&v,
+             "step %lld, forward pass, %s: %llu activations overflowed to inf, %llu NaN "
+             "(max finite |x| %g; binary16 max 65504)",
+             (long long)s->step, bn[b], (unsigned long long)s->br[b].act.r.overflow,
+             (unsigned long long)s->br[b].act.r.nan, (double)s->br[b].act.r.max_abs);
+          if (v.branch < 0)
+            v.branch = b;
+        }
+      if (s->telemetry && s->first_nonfinite_branch >= 0 && s->first_nonfinite_phase == 0)
+        snprintf(v.tensor, sizeof v.tensor, "%s", s->first_nonfinite),
+            ev(&v, "first non-finite tensor: %s (%s)", s->first_nonfinite,
+               bn[s->first_nonfinite_branch]);
+      ev(&v, "the forward pass does not depend on the loss scale");
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               c->lowp == AMPC_F16 ? "keep the overflowing op in FP32 (autocast policy) or use "
+                                     "bf16-mixed (range 3.4e38); check the data for inf/NaN"
+                                   : "check the data and the model (inputs, learning rate, "
+                                     "initialisation): the forward pass overflowed");
+    } else {
+      v.step = floor_run_at;
+      ev(&v,
+         "%lld consecutive overflowing steps from step %lld with the loss scale at its floor "
+         "%g",
+         (long long)floor_run_max, (long long)floor_run_at, c->min_scale);
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               "no loss scale can help: check the data and the model for values beyond "
+               "binary16's range (or use bf16-mixed)");
+    }
+    if (nf_tm && !v.tensor[0]) {
+      snprintf(v.tensor, sizeof v.tensor, "%s", nf_tm->first_nonfinite);
+      ev(&v, "first non-finite tensor sampled: %s (%s, %s pass) at step %lld",
+         nf_tm->first_nonfinite, bn[nf_tm->first_nonfinite_branch],
+         nf_tm->first_nonfinite_phase == 0 ? "forward" : "backward", (long long)nf_tm->step);
+    }
+    if (nv < max)
+      out[nv++] = v;
+  } else if (n_over > 0) {
+    /* gradient overflow that the scale controls */
+    const bool scaled = c->loss_scale_mode != AMPC_LOSS_SCALE_NONE;
+    const bool bad = c->loss_scale_mode != AMPC_LOSS_SCALE_DYNAMIC ||
+                     frac((uint64_t)n_skip, (uint64_t)d->n) >= k_skip_frac;
+    if (bad) {
+      ampc_verdict v = verdict(AMPC_VERDICT_OVERFLOW);
+      const ampc_diag_step *s = &d->s[first_over];
+      v.step = s->step;
+      ev(&v,
+         "%lld of %lld steps had inf/NaN gradients (first at step %lld, %lld values, loss "
+         "scale %g)",
+         (long long)n_over, (long long)d->n, (long long)s->step, (long long)s->nonfinite_grads,
+         s->loss_scale);
+      if (scaled)
+        ev(&v, "%lld steps skipped (%.1f %%)", (long long)n_skip,
+           100.0 * frac((uint64_t)n_skip, (uint64_t)d->n));
+      else
+        ev(&v, "with loss scaling off the non-finite gradients reached the weights");
+      if (nf_tm) {
+        snprintf(v.tensor, sizeof v.tensor, "%s", nf_tm->first_nonfinite);
+        v.branch = nf_tm->first_nonfinite_branch;
+        ev(&v, "first non-finite tensor sampled: %s (%s, %s pass) at step %lld",
+           nf_tm->first_nonfinite, bn[nf_tm->first_nonfinite_branch],
+           nf_tm->first_nonfinite_phase == 0 ? "forward" : "backward", (long long)nf_tm->step);
+      } else {
+        ev(&v, "no sampled step named the tensor (run with --telemetry-every 1 to name it)");
+      }
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC
+                   ? "dynamic loss scaling with a longer growth interval or more hysteresis "
+                     "(--growth-interval, --hysteresis)"
+                   : "dynamic loss scaling (--loss-scale dynamic): it backs off until the "
+                     "gradients fit binary16");
+      if (nv < max)
+        out[nv++] = v;
+    }
+  }
+
+  /* ---- underflow ---- */
+  if (c->lowp != AMPC_F32) {
+    double worst = 0.0;
+    int wb = -1;
+    int64_t first_step[AMPC_BRANCH_COUNT];
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      first_step[b] = -1;
+      for (int64_t i = 0; i < d->n && first_step[b] < 0; i++) {
+        const ampc_tm_stats *g = &d->s[i].br[b].grad;
+        if (d->s[i].telemetry && frac(g->r.underflow, g->r.count) >= k_flush_frac)
+          first_step[b] = d->s[i].step;
+      }
+      const double f = frac(d->grad_sum[b].r.underflow, d->grad_sum[b].r.count);
+      if (f > worst)
+        worst = f, wb = b;
+    }
+    /* plateau: the last fifth improves the loss by less than a tenth of the
+     * drop seen so far */
+    const double l0 = mean_loss(d, 0, d->n / 10 + 1), lm = mean_loss(d, d->n * 2 / 5, d->n * 3 / 5),
+                 l1 = mean_loss(d, d->n * 4 / 5, d->n);
+    const bool plateau = d->n >= 10 && isfinite(l0) && isfinite(lm) && isfinite(l1) &&
+                         (lm - l1) < 0.1 * fmax(l0 - lm, 0.0) + 0.005 * fabs(lm);
+    if (wb >= 0 && (worst >= k_flush_frac_any || (worst >= k_flush_frac && plateau))) {
+      ampc_verdict v = verdict(AMPC_VERDICT_UNDERFLOW);
+      int fb = wb;
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        if (first_step[b] >= 0 && (first_step[fb] < 0 || first_step[b] < first_step[fb]))
+          fb = b;
+      v.branch = fb;
+      v.step = first_step[fb];
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+        const ampc_tm_stats *g = &d->grad_sum[b];
+        if (g->r.count)
+          ev(&v,
+             "%s: %.2f %% of gradient values flushed to zero (%llu of %llu), %.2f %% "
+             "subnormal",
+             bn[b], 100.0 * frac(g->r.underflow, g->r.count), (unsigned long long)g->r.underflow,
+             (unsigned long long)g->r.count, 100.0 * frac(g->r.subnormal, g->r.count));
+      }
+      if (first_step[fb] >= 0)
+        ev(&v, "%s underflows first (step %lld)", bn[fb], (long long)first_step[fb]);
+      ev(&v, "loss %.4f (first tenth) -> %.4f (middle) -> %.4f (last fifth)%s", l0, lm, l1,
+         plateau ? ": a plateau" : "");
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               c->loss_scale_mode == AMPC_LOSS_SCALE_NONE
+                   ? "loss scaling (--loss-scale dynamic): it shifts the gradients into "
+                     "binary16's range before they are stored"
+                   : "a larger loss scale (raise --init-scale / --max-scale, or dynamic scaling)");
+      if (nv < max)
+        out[nv++] = v;
+    }
+  }
+
+  /* ---- swallowed updates ---- */
+  if (c->lowp != AMPC_F32 && !c->master_weights) {
+    int64_t upd[AMPC_BRANCH_COUNT] = {0}, sw[AMPC_BRANCH_COUNT] = {0}, tu = 0, ts = 0;
+    int64_t first = -1;
+    for (int64_t i = 0; i < d->n; i++)
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+        upd[b] += d->s[i].br[b].updated, sw[b] += d->s[i].br[b].swallowed;
+        tu += d->s[i].br[b].updated, ts += d->s[i].br[b].swallowed;
+        if (first < 0 && frac((uint64_t)d->s[i].br[b].swallowed, (uint64_t)d->s[i].br[b].updated) >=
+                             k_swallow_frac)
+          first = d->s[i].step;
+      }
+    if (frac((uint64_t)ts, (uint64_t)tu) >= k_swallow_frac) {
+      ampc_verdict v = verdict(AMPC_VERDICT_SWALLOWED);
+      v.step = first;
+      double worst = -1.0;
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+        if (!upd[b])
+          continue;
+        const double f = frac((uint64_t)sw[b], (uint64_t)upd[b]);
+        ev(&v, "%s: %.1f %% of non-zero updates left the %s weight unchanged (%lld of %lld)", bn[b],
+           100.0 * f, ampc_dtype_name(c->lowp), (long long)sw[b], (long long)upd[b]);
+        if (f > worst)
+          worst = f, v.branch = b;
+      }
+      ev(&v, "whole run: %.1f %% swallowed; weights are updated in %s in place",
+         100.0 * frac((uint64_t)ts, (uint64_t)tu), ampc_dtype_name(c->lowp));
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               "FP32 master weights (--master-weights on): updates below half an ulp of the "
+               "weight (|w| * 2^-11 in binary16) then accumulate in FP32");
+      if (nv < max)
+        out[nv++] = v;
+    }
+  }
+
+  /* ---- accumulation error ---- */
+  {
+    double worst = -1.0;
+    int wb = -1;
+    int64_t wstep = -1;
+    for (int64_t i = 0; i < d->n; i++)
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        if (d->s[i].telemetry && d->s[i].br[b].acc_err > worst)
+          worst = d->s[i].br[b].acc_err, wb = b, wstep = i;
+    if (wb >= 0 && worst > k_acc_err) {
+      ampc_verdict v = verdict(AMPC_VERDICT_ACCUMULATION);
+      const ampc_diag_branch *br = &d->s[wstep].br[wb];
+      v.branch = wb, v.step = d->s[wstep].step;
+      snprintf(v.tensor, sizeof v.tensor, "%s", br->acc_tensor);
+      ev(&v,
+         "shadow FP64 check of %s (K = %lld) at step %lld: relative error %.3g, above "
+         "binary16's unit roundoff 2^-11 = 4.9e-4 (FP32 accumulation: about K * 2^-24 = %.2g "
+         "at most)",
+         br->acc_tensor, (long long)br->acc_k, (long long)d->s[wstep].step, worst,
+         (double)br->acc_k * 5.9604644775390625e-8);
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+        double m = -1.0;
+        for (int64_t i = 0; i < d->n; i++)
+          if (d->s[i].telemetry && d->s[i].br[b].acc_err > m)
+            m = d->s[i].br[b].acc_err;
+        if (m >= 0.0)
+          ev(&v, "%s: largest sampled relative error %.3g", bn[b], m);
+      }
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               "FP32 accumulation in every GEMM (--accumulate fp32, as a Tensor Core's FP32 "
+               "accumulator)");
+      if (nv < max)
+        out[nv++] = v;
+    }
+  }
+  if (nv == 0) {
+    ampc_verdict v = verdict(AMPC_VERDICT_HEALTHY);
+    ev(&v, "%lld steps, %lld skipped, %lld with non-finite gradients", (long long)d->n,
+       (long long)n_skip, (long long)n_over);
+    if (c->lowp != AMPC_F32) {
+      uint64_t u = 0, n = 0;
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        u += d->grad_sum[b].r.underflow, n += d->grad_sum[b].r.count;
+      if (n)
+        ev(&v, "%.4f %% of sampled gradient values flushed to zero", 100.0 * frac(u, n));
+    }
+    out[nv++] = v;
+  }
+  return nv;
+}
