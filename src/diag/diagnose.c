@@ -33,7 +33,7 @@
 static const double k_flush_frac = 0.01;
 /* ... or at least this fraction, plateau or not (the paper's Fig. 3 case: most
  * activation gradients below binary16's range). */
-static const double k_flush_frac_any = 0.10;
+static const double k_flush_frac_any = 0.05;
 /* Updates swallowed: a run with 16-bit weights updated in place whose applied
  * updates left at least this fraction of the weights unchanged. */
 static const double k_swallow_frac = 0.25;
