@@ -15,6 +15,8 @@ static const ampc_command *const k_commands[] = {
     &ampc_cmd_train,
     &ampc_cmd_eval,
     &ampc_cmd_data,
+    &ampc_cmd_memory,
+    &ampc_cmd_plan,
 };
 enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };
 
