@@ -3,7 +3,7 @@
  * Layers (DESIGN.md section 1): numeric formats (dtype.h), GEMM (gemm.h),
  * layers (nn.h), precision (amp.h), parameters (params.h), optimizers
  * (optim.h), checkpoints (io.h), the engine (engine.h), models (model.h),
- * datasets (data.h).
+ * datasets (data.h), the memory account (report.h).
  */
 #ifndef AMPC_AMPC_H
 #define AMPC_AMPC_H
@@ -19,6 +19,7 @@
 #include "ampc/nn.h"
 #include "ampc/optim.h"
 #include "ampc/params.h"
+#include "ampc/report.h"
 #include "ampc/status.h"
 #include "ampc/version.h"
 

@@ -52,6 +52,12 @@ typedef struct ampc_mlp {
 ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_trainer *T,
                             int64_t max_batch);
 void ampc_mlp_free(ampc_mlp *M);
+/* Bytes ampc_mlp_create allocates for max batch `batch` under preset p,
+ * without allocating: *activations (x, h1, a1, h2, a2, logits in the linear
+ * output dtype) and *workspace (d_big, d_big2, dlogits in the working dtype);
+ * either may be NULL. Errors: AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_precision p,
+                                size_t *activations, size_t *workspace);
 
 /* Forward pass on b <= max_batch rows x [b, in] with labels y [b]: *loss is
  * the mean cross-entropy (FP32, unscaled), *correct the number of argmax hits.
@@ -125,6 +131,17 @@ const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M);
 int64_t ampc_mm_max_batch(const ampc_mm *M);
 /* Bytes of activations, caches and gradient workspaces allocated. */
 size_t ampc_mm_activation_bytes(const ampc_mm *M);
+/* The same count without allocating anything: the bytes ampc_mm_create
+ * would carve from its arena for configuration c, max batch `batch` and
+ * preset p (the same layout code, run in counting mode), split into
+ * *activations (saved activations, attention caches, layer-norm statistics,
+ * embeddings: everything before the gradient workspaces) and *workspace (the
+ * backward pass's gradient buffers); their sum equals
+ * ampc_mm_activation_bytes. Either pointer may be NULL. Overrides of a preset
+ * (master weights, loss scale, accumulation) do not change it. Errors:
+ * AMPC_ERR_INVALID_ARG (batch outside [2, 2^20], bad config or preset). */
+ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_precision p,
+                               size_t *activations, size_t *workspace);
 
 /* Forward (and, when loss_scale > 0, backward seeded with loss_scale /
  * grad_div, accumulating into the trainer's gradients) of the composite loss

@@ -38,6 +38,22 @@ void ampc_mlp_free(ampc_mlp *M) {
   memset(M, 0, sizeof *M);
 }
 
+ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_precision p,
+                                size_t *activations, size_t *workspace) {
+  ampc_op_policy pol;
+  if (!c || batch <= 0 || c->in <= 0 || c->hidden <= 0 || c->classes <= 0 ||
+      ampc_policy_get(p, AMPC_OPID_LINEAR, &pol) != AMPC_OK)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_plan_bytes: bad arguments");
+  /* the buffers of ampc_mlp_create below */
+  const size_t as = ampc_dtype_size(pol.output), gs = ampc_dtype_size(ampc_precision_lowp(p));
+  const size_t bh = (size_t)(batch * c->hidden), bc = (size_t)(batch * c->classes);
+  if (activations)
+    *activations = ((size_t)(batch * c->in) + 4 * bh + bc) * as;
+  if (workspace)
+    *workspace = (2 * bh + bc) * gs;
+  return AMPC_OK;
+}
+
 ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_trainer *T,
                             int64_t max_batch) {
   if (!M || !c || !T || max_batch <= 0)

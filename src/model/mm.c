@@ -266,6 +266,7 @@ struct ampc_mm {
 typedef struct {
   char *base;
   size_t used;
+  size_t act_end; /* bytes before the gradient workspaces (set by layout) */
 } arena;
 
 static void *take(arena *A, size_t bytes) {
@@ -370,6 +371,7 @@ static void layout(ampc_mm *M, arena *A) {
   TAKE(M->fpool, 2 * B * D, as);
   TAKE(M->itm, 2 * B, as);
   TAKE(M->itm_t, 2 * B, sizeof(float));
+  A->act_end = A->used; /* what follows are gradient workspaces */
   int64_t R = B * NV;
   if (2 * B * TT > R)
     R = 2 * B * TT;
@@ -414,6 +416,45 @@ static ampc_dtype policy_out(ampc_precision p, ampc_op_id op) {
   return r.output;
 }
 
+/* sizes and dtypes that layout() reads */
+static void set_dims(ampc_mm *M, const ampc_mm_config *c, int64_t max_batch, ampc_precision p,
+                     ampc_dtype wdt) {
+  M->c = *c;
+  M->B = max_batch;
+  M->NP = (c->img / c->patch) * (c->img / c->patch);
+  M->NV = M->NP + 1;
+  M->TT = c->seq_len;
+  M->D = c->dim;
+  M->E = c->embed;
+  M->sdt = policy_out(p, AMPC_OPID_RESIDUAL_ADD);
+  M->adt = policy_out(p, AMPC_OPID_LINEAR);
+  M->pdt = policy_out(p, AMPC_OPID_SOFTMAX);
+  M->wdt = wdt;
+  M->gdt = wdt;
+}
+
+ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_precision p,
+                               size_t *activations, size_t *workspace) {
+  if (!c || batch < 2 || batch > (1 << 20) || (unsigned)p >= AMPC_PRECISION_COUNT ||
+      c->v_depth < 1 || c->v_depth > MAX_DEPTH || c->t_depth > MAX_DEPTH ||
+      c->f_depth > MAX_DEPTH || c->patch < 1 || c->img % c->patch || c->dim < 1 || c->heads < 1 ||
+      c->dim % c->heads)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_plan_bytes: bad arguments (batch %lld)",
+                     (long long)batch);
+  ampc_mm *M = calloc(1, sizeof *M);
+  if (!M)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_plan_bytes: out of memory");
+  set_dims(M, c, batch, p, ampc_precision_lowp(p));
+  arena A = {NULL, 0, 0};
+  layout(M, &A);
+  free(M);
+  if (activations)
+    *activations = A.act_end;
+  if (workspace)
+    *workspace = A.used - A.act_end;
+  return AMPC_OK;
+}
+
 ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer *T,
                            int64_t max_batch) {
   if (!out || !c || !T || max_batch < 2 || max_batch > (1 << 20))
@@ -423,20 +464,8 @@ ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer 
   ampc_mm *M = calloc(1, sizeof *M);
   if (!M)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: out of memory");
-  M->c = *c;
+  set_dims(M, c, max_batch, T->amp.precision, T->params.wdt);
   M->T = T;
-  M->B = max_batch;
-  M->NP = (c->img / c->patch) * (c->img / c->patch);
-  M->NV = M->NP + 1;
-  M->TT = c->seq_len;
-  M->D = c->dim;
-  M->E = c->embed;
-  const ampc_precision p = T->amp.precision;
-  M->sdt = policy_out(p, AMPC_OPID_RESIDUAL_ADD);
-  M->adt = policy_out(p, AMPC_OPID_LINEAR);
-  M->pdt = policy_out(p, AMPC_OPID_SOFTMAX);
-  M->wdt = T->params.wdt;
-  M->gdt = T->params.wdt;
   M->acc = T->amp.accumulate;
   int ok = 1;
 #define IDX(field, name) ok = ok && (M->field = ampc_params_find(&T->params, name)) >= 0
@@ -478,7 +507,7 @@ ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer 
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_mm_create: the trainer's parameters are not those of model %s", c->name);
   }
-  arena A = {NULL, 0};
+  arena A = {NULL, 0, 0};
   layout(M, &A);
   M->arena = calloc(1, A.used + 64);
   if (!M->arena) {

@@ -24,6 +24,8 @@ extern const ampc_command ampc_cmd_train;
 extern const ampc_command ampc_cmd_eval;
 extern const ampc_command ampc_cmd_data;
 extern const ampc_command ampc_cmd_diagnose;
+extern const ampc_command ampc_cmd_memory;
+extern const ampc_command ampc_cmd_plan;
 
 /* Print "ampc <cmd>: <message>" and a hint to stderr; returns AMPC_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);

@@ -669,6 +669,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     cJSON_AddNumberToObject(o, "swallowed_fraction",
                             sw_sum.updated ? (double)sw_sum.swallowed / (double)sw_sum.updated : 0);
     cJSON_AddNumberToObject(o, "wall_s", train_now_s() - t_start);
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
     cJSON_AddStringToObject(o, "checkpoint", A.save ? A.save : "");
     if (!train_add_diagnosis(o, diag, say, A.quiet || A.json)) {
       cJSON_Delete(o);

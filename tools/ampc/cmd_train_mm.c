@@ -389,6 +389,7 @@ int train_run_mm(const train_args *A, cJSON **summary) {
     for (int r = 0; r < AMPC_ROLE_COUNT; r++)
       pbytes += T.params.bytes[r];
     cJSON_AddNumberToObject(o, "parameter_state_bytes", (double)pbytes);
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
     if (have_eval && mc.image_only) {
       cJSON *m = cJSON_AddObjectToObject(o, "metrics");
       cJSON_AddNumberToObject(m, "test_accuracy", ev_acc);

@@ -1,0 +1,117 @@
+/*
+ * ampc/report.h: the memory account (issue 7). What a training run holds, in
+ * bytes, by role, predicted from the same code paths that allocate it:
+ *
+ *   weights      working weights, the preset's dtype (F32 in 32-true)
+ *   master       FP32 master copy (mixed presets; 0 when off or in 32-true)
+ *   grads        gradients, in the working dtype
+ *   moments      optimizer state: AdamW's two moments or SGD's momentum
+ *                buffer, in the state dtype (F32, or the 16-bit dtype in the
+ *                -true presets); 0 without an optimizer
+ *   activations  the model's saved activations and caches (its arena up to
+ *                the gradient workspaces)
+ *   workspace    the model's gradient workspaces (the rest of its arena)
+ *
+ * The parameter roles follow ampc_params_create exactly (every tensor padded
+ * to 16 elements); the model roles follow the model's own allocation plan
+ * (ampc_mm_plan_bytes, ampc_mlp_plan_bytes). The per-parameter table is the
+ * one of Micikevicius et al. 2018 (Mixed Precision Training, section 3) and
+ * Rajbhandari et al. 2020 (ZeRO, section 3.1): with Adam, 32-true holds
+ * 4 + 4 + 8 = 16 bytes per parameter and 16-mixed 2 + 2 + 4 + 8 = 16 bytes:
+ * mixed precision does not shrink weight and optimizer memory, only the
+ * activations.
+ */
+#ifndef AMPC_REPORT_H
+#define AMPC_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ampc/amp.h"
+#include "ampc/model.h"
+#include "ampc/params.h"
+#include "ampc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Roles of the account (an index into ampc_mem_account.bytes). */
+typedef enum ampc_mem_role {
+  AMPC_MEM_WEIGHTS = 0,
+  AMPC_MEM_MASTER = 1,
+  AMPC_MEM_GRADS = 2,
+  AMPC_MEM_MOMENTS = 3,
+  AMPC_MEM_ACTIVATIONS = 4,
+  AMPC_MEM_WORKSPACE = 5,
+  AMPC_MEM_ROLE_COUNT
+} ampc_mem_role;
+
+/* "weights", "master", "grads", "moments", "activations", "workspace"; "?". */
+const char *ampc_mem_role_name(ampc_mem_role r);
+
+typedef struct ampc_mem_account {
+  int64_t params;                    /* parameters (padding excluded) */
+  int64_t elements;                  /* elements per parameter role (padding included) */
+  int64_t batch;                     /* batch of the model roles (0: parameters only) */
+  double bytes_per_param;            /* (weights + master + grads + moments) / params */
+  size_t bytes[AMPC_MEM_ROLE_COUNT]; /* bytes per role */
+  size_t total;                      /* sum of bytes[] */
+} ampc_mem_account;
+
+/* Optimizer state buffers per parameter: 2 for "adamw", 1 for "sgd" (with
+ * momentum, ampc's default), 0 for "none". AMPC_ERR_INVALID_ARG otherwise. */
+ampc_status ampc_mem_optimizer_moments(const char *name, int *moments);
+
+/* The literature's table for n parameters (no padding): bytes per parameter
+ * and per role under the resolved precision amp (lowp, master_weights,
+ * state_dtype; master is ignored when lowp is F32, as the trainer does) with
+ * `moments` (0..2) state buffers. Model roles are 0. Errors:
+ * AMPC_ERR_INVALID_ARG (n < 1, moments out of range, NULL). */
+ampc_status ampc_mem_account_params(int64_t n, const ampc_amp_config *amp, int moments,
+                                    ampc_mem_account *out);
+
+/* The parameter roles exactly as ampc_trainer_init would allocate them for
+ * these n specs (same padding as ampc_params_create). Model roles are 0.
+ * Errors: AMPC_ERR_INVALID_ARG (bad shapes, NULL). */
+ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const ampc_amp_config *amp,
+                                   int moments, ampc_mem_account *out);
+
+/* Every role of the multimodal model c at max batch `batch`: the parameter
+ * roles from its specs, activations and workspace from ampc_mm_plan_bytes
+ * (equal to ampc_mm_activation_bytes of a model created with that batch).
+ * Errors: AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_mem_account_mm(const ampc_mm_config *c, int64_t batch, const ampc_amp_config *amp,
+                                int moments, ampc_mem_account *out);
+
+/* The same for the MLP classifier (ampc_mlp_plan_bytes). */
+ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
+                                 const ampc_amp_config *amp, int moments, ampc_mem_account *out);
+
+/* The largest batch in [2, max_batch] whose predicted total for model c plus
+ * `overhead` bytes fits in `budget` bytes (the total grows with the batch, so
+ * a bisection finds it). *batch = 0 when not even batch 2 fits; *at (may be
+ * NULL) receives the account at the chosen batch (at batch 2 when none fits).
+ * Errors: AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_mem_plan_mm(const ampc_mm_config *c, const ampc_amp_config *amp, int moments,
+                             size_t budget, size_t overhead, int64_t max_batch, int64_t *batch,
+                             ampc_mem_account *at);
+
+/* Parse a byte count: a non-negative decimal number with an optional suffix
+ * K, M, G, T (powers of 1000; also KB, MB, GB, TB) or KiB, MiB, GiB, TiB
+ * (powers of 1024), case-insensitive, optional "B"/"bytes" alone; e.g.
+ * "8G", "512M", "1.5GiB", "1000000". The result is rounded down to whole
+ * bytes. Errors: AMPC_ERR_INVALID_ARG (garbage, negative, non-finite, more
+ * than 2^62 bytes), the message naming the text. */
+ampc_status ampc_parse_bytes(const char *text, uint64_t *out);
+
+/* Peak resident set size of this process so far, in bytes: getrusage
+ * (RUSAGE_SELF) ru_maxrss, which Linux reports in KiB, times 1024 (POSIX
+ * leaves the unit open; Linux's getrusage(2) documents kilobytes). -1 when
+ * getrusage fails. */
+int64_t ampc_peak_rss_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+#!/bin/sh
+# tests/check_memory.sh AMPC: `ampc memory` and `ampc plan` end to end: the
+# literature's table (1.2e9 parameters with Adam: 16 bytes per parameter and
+# 19.2 GB in both 32-true and 16-mixed), bad usage exits 2, and a short
+# `ampc train` run at the batch `ampc plan` picks for a budget stays under
+# that budget (peak RSS from getrusage, reported in the run's summary).
+set -u
+ampc=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+die() { echo "FAIL: $*" >&2; fail=1; }
+# the value of a top-level numeric field of a one-line JSON object
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+
+for p in 32-true 16-mixed; do
+  out=$("$ampc" memory --params 1.2e9 --optimizer adamw --precision "$p" --json) || die "memory $p exited $?"
+  [ "$(echo "$out" | field total_bytes)" = 19200000000 ] || die "$p: total is not 19.2 GB: $out"
+  [ "$(echo "$out" | field bytes_per_param)" = 16 ] || die "$p: not 16 B/param: $out"
+done
+out=$("$ampc" memory --params 1.2e9 --precision 16-mixed --json)
+echo "$out" | grep -q '"roles":{"weights":2400000000,"master":4800000000,"grads":2400000000,"moments":9600000000}' ||
+  die "16-mixed roles: $out"
+"$ampc" memory --params 1.2e9 --precision 16-mixed | grep -q "does not shrink" || die "no comparison sentence"
+out=$("$ampc" memory --model mm-tiny --batch 64 --precision 16-mixed --json) || die "memory --model exited $?"
+echo "$out" | grep -q '"activations":[1-9]' || die "no activations role: $out"
+echo "$out" | grep -q '"workspace":[1-9]' || die "no workspace role: $out"
+"$ampc" memory --model mlp --batch 32 --json | grep -q '"activations":[1-9]' || die "memory --model mlp"
+
+# bad usage: exit 2 with a message
+expect2() {
+  "$ampc" "$@" >/dev/null 2>"$tmp/err"
+  rc=$?
+  [ "$rc" = 2 ] || die "'$*' exited $rc, expected 2"
+  [ -s "$tmp/err" ] || die "'$*' printed no message"
+}
+expect2 memory
+expect2 memory --params 1e9 --model mm-tiny
+expect2 memory --params lots
+expect2 memory --params 1e9 --optimizer lamb
+expect2 memory --params 1e9 --precision 8-mixed
+expect2 memory --model nosuch
+expect2 memory --params 1e9 --bogus 1
+expect2 plan
+expect2 plan --budget garbage
+expect2 plan --budget 12Q
+expect2 plan --budget -1G
+expect2 plan --budget 1G --precision 32-true,
+expect2 plan --budget 1G --model nosuch
+"$ampc" memory --help | grep -q "Usage: ampc memory" || die "memory --help"
+"$ampc" plan --help | grep -q "Usage: ampc plan" || die "plan --help"
+
+# the plan holds: vit-ref (its 2-step run is quick) at the planned batch
+budget=250000000
+for p in 32-true 16-mixed; do
+  out=$("$ampc" plan --budget 250M --model vit-ref --precision "$p" --json) || die "plan exited $?"
+  batch=$(echo "$out" | sed -n 's/.*"batch":\([0-9]*\).*/\1/p')
+  [ -n "$batch" ] && [ "$batch" -ge 16 ] || { die "$p: planned batch '$batch': $out"; continue; }
+  "$ampc" train --model vit-ref --precision "$p" --batch "$batch" --steps 2 --threads 1 --quiet \
+    --json >"$tmp/sum.json" 2>/dev/null || die "train at the planned batch $batch exited $?"
+  rss=$(field peak_rss_bytes <"$tmp/sum.json")
+  echo "$p: budget $budget, planned batch $batch, peak RSS $rss"
+  [ -n "$rss" ] && [ "$rss" -gt 0 ] && [ "$rss" -le "$budget" ] ||
+    die "$p: peak RSS $rss exceeds the budget $budget at batch $batch"
+done
+exit $fail

@@ -1,0 +1,473 @@
+/*
+ * tools/ampc/cmd_memory.c: `ampc memory` (the memory account: bytes per
+ * parameter and per role for a parameter count, or every role of a model at
+ * a batch size) and `ampc plan` (the largest batch whose predicted memory
+ * fits a budget, per preset). The predictions come from the library's
+ * allocation plans (include/ampc/report.h); nothing large is allocated here.
+ */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/ampc.h"
+#include "ampc/report.h"
+
+/* Fixed allowance added to the measured baseline RSS by `ampc plan`: what a
+ * training process holds besides the predicted roles and the loaded dataset
+ * (batch staging buffers, the evaluation's buffers, per-call temporaries of
+ * the layers such as the attention backward's workspace, OpenMP and
+ * OpenBLAS per-thread buffers, allocator slack). Measured in docs/DIAGNOSIS.md
+ * ("Memory account"). */
+#define PLAN_MARGIN_BYTES ((uint64_t)48 << 20)
+
+static const char k_memory_usage[] =
+    "Usage: ampc memory --params N [--optimizer adamw|sgd|none] [--precision P] [--json]\n"
+    "       ampc memory --model NAME [--batch B] [--optimizer ...] [--precision P] [--json]\n"
+    "\n"
+    "The memory account of mixed-precision training, in bytes per role:\n"
+    "weights (the preset's working dtype), master (FP32 copy), grads, moments\n"
+    "(AdamW: 2 buffers, SGD with momentum: 1, none: 0; FP32, or 16-bit in the\n"
+    "-true presets) and, with --model, the model's activations and gradient\n"
+    "workspace, predicted from the model's own allocation plan (no allocation).\n"
+    "\n"
+    "  --params N         parameter count (e.g. 1.2e9): bytes per parameter and total\n"
+    "  --model NAME       mm-tiny, mm-small, mm-micro, vit-ref, vit-fm, vit-micro, mlp\n"
+    "  --batch B          batch size for --model (64)\n"
+    "  --classes C        classes of the head (default: the emoji data's 9; vit-fm 10;\n"
+    "                     mlp 5); --in N (16) --hidden N (64) for mlp\n"
+    "  --optimizer O      adamw (default) | sgd | none\n"
+    "  --precision P      32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
+    "  --master-weights on|off   override the preset's FP32 master copy\n"
+    "  --json             one JSON object: bytes_per_param, total_bytes, roles{...}\n"
+    "\n"
+    "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
+
+static const char k_plan_usage[] =
+    "Usage: ampc plan --budget BYTES [--model NAME] [--precision P[,P...]] [--json]\n"
+    "\n"
+    "The largest batch whose predicted memory (every role of `ampc memory --model`\n"
+    "plus the process overhead) fits in BYTES, for each preset. The overhead is the\n"
+    "peak RSS of this process after loading the dataset the model trains on, as\n"
+    "`ampc train` does, plus a fixed margin of 48 MiB for batch buffers, layer\n"
+    "temporaries and thread buffers. The model width is not searched.\n"
+    "\n"
+    "  --budget BYTES     e.g. 8G, 512M, 1.5GiB, 300000000 (K/M/G/T: powers of 1000,\n"
+    "                     KiB/MiB/GiB/TiB: powers of 1024)\n"
+    "  --model NAME       mm-tiny (default), mm-small, mm-micro, vit-ref, vit-fm, vit-micro\n"
+    "  --precision LIST   presets, comma-separated (32-true,16-mixed,bf16-mixed)\n"
+    "  --optimizer O      adamw (default) | sgd | none\n"
+    "  --master-weights on|off   override the presets' FP32 master copy\n"
+    "  --data emoji|fashion-mnist[:DIR]|FILE   the dataset `ampc train` would load\n"
+    "                     (default: emoji; fashion-mnist for vit-fm)\n"
+    "  --max-batch N      upper end of the search (default: the training split's size)\n"
+    "  --overhead BYTES   use this process overhead instead of measuring it\n"
+    "  --json             one JSON object with one plan per preset\n"
+    "\n"
+    "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
+
+typedef struct mem_args {
+  const char *params, *model, *optimizer, *precision, *master, *data, *budget, *overhead;
+  int64_t batch, classes, in, hidden, max_batch;
+  bool json;
+} mem_args;
+
+static int parse_i64_flag(const char *cmd, const char *flag, const char *v, int64_t lo, int64_t hi,
+                          int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  const long long x = strtoll(v, &end, 10);
+  if (!*v || *end || errno || x < lo || x > hi)
+    return cli_usage_error(cmd, "--%s: expected an integer in [%lld, %lld], got '%s'", flag,
+                           (long long)lo, (long long)hi, v);
+  *out = x;
+  return 0;
+}
+
+static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strncmp(arg, "--", 2) != 0 || !arg[2])
+      return cli_usage_error(cmd, "unexpected argument '%s'", arg);
+    char name[32];
+    const char *eq = strchr(arg + 2, '=');
+    const size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+    if (len >= sizeof name)
+      return cli_usage_error(cmd, "unknown option %s", arg);
+    memcpy(name, arg + 2, len);
+    name[len] = '\0';
+    if (!strcmp(name, "json")) {
+      if (eq)
+        return cli_usage_error(cmd, "--json takes no value");
+      a->json = true;
+      continue;
+    }
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v) {
+      if (i + 1 >= argc)
+        return cli_usage_error(cmd, "--%s needs a value", name);
+      v = argv[++i];
+    }
+    const bool is_plan = !strcmp(cmd, "plan");
+    int rc = 0;
+    if (!is_plan && !strcmp(name, "params"))
+      a->params = v;
+    else if (!strcmp(name, "model"))
+      a->model = v;
+    else if (!strcmp(name, "optimizer"))
+      a->optimizer = v;
+    else if (!strcmp(name, "precision"))
+      a->precision = v;
+    else if (!strcmp(name, "master-weights"))
+      a->master = v;
+    else if (!is_plan && !strcmp(name, "batch"))
+      rc = parse_i64_flag(cmd, name, v, 1, 1 << 20, &a->batch);
+    else if (!strcmp(name, "classes"))
+      rc = parse_i64_flag(cmd, name, v, 2, 1 << 20, &a->classes);
+    else if (!is_plan && !strcmp(name, "in"))
+      rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->in);
+    else if (!is_plan && !strcmp(name, "hidden"))
+      rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->hidden);
+    else if (is_plan && !strcmp(name, "budget"))
+      a->budget = v;
+    else if (is_plan && !strcmp(name, "overhead"))
+      a->overhead = v;
+    else if (is_plan && !strcmp(name, "data"))
+      a->data = v;
+    else if (is_plan && !strcmp(name, "max-batch"))
+      rc = parse_i64_flag(cmd, name, v, 2, 1 << 20, &a->max_batch);
+    else
+      return cli_usage_error(cmd, "unknown option --%s", name);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* The resolved precision of one preset name with the --master-weights override. */
+static int resolve_amp(const char *cmd, const char *name, const char *master,
+                       ampc_amp_config *amp) {
+  ampc_precision p;
+  if (ampc_precision_parse(name, &p) != AMPC_OK)
+    return cli_usage_error(cmd, "--precision: %s", ampc_last_error());
+  ampc_amp_config_preset(p, amp);
+  if (master && ampc_amp_config_set(amp, "master-weights", master) != AMPC_OK)
+    return cli_usage_error(cmd, "--master-weights: %s", ampc_last_error());
+  if (ampc_amp_config_check(amp) != AMPC_OK)
+    return cli_usage_error(cmd, "%s", ampc_last_error());
+  return 0;
+}
+
+static cJSON *roles_json(const ampc_mem_account *m, bool model) {
+  cJSON *r = cJSON_CreateObject();
+  const int n = model ? AMPC_MEM_ROLE_COUNT : AMPC_MEM_ACTIVATIONS;
+  for (int k = 0; k < n; k++)
+    cJSON_AddNumberToObject(r, ampc_mem_role_name((ampc_mem_role)k), (double)m->bytes[k]);
+  return r;
+}
+
+/* "19.20 GB (17.88 GiB)" */
+static const char *human(size_t b, char *buf, size_t n) {
+  const double x = (double)b;
+  if (x >= 1e9)
+    snprintf(buf, n, "%.2f GB", x / 1e9);
+  else if (x >= 1e6)
+    snprintf(buf, n, "%.2f MB", x / 1e6);
+  else if (x >= 1e3)
+    snprintf(buf, n, "%.2f kB", x / 1e3);
+  else
+    snprintf(buf, n, "%zu B", b);
+  return buf;
+}
+
+/* The multimodal config of a model name with the data's sizes (the embedded
+ * emoji dataset's vocab, seq_len and classes; image-only models need none). */
+static int model_config(const char *cmd, const char *name, int64_t classes, ampc_mm_config *mc) {
+  int64_t vocab = 3, seq = 1, ncls = classes;
+  const bool image_only =
+      !strcmp(name, "vit-ref") || !strcmp(name, "vit-fm") || !strcmp(name, "vit-micro");
+  if (!image_only || ncls == 0) {
+    if (!strcmp(name, "vit-fm") && ncls == 0) {
+      ncls = 10;
+    } else {
+      ampc_dataset D;
+      if (ampc_dataset_load_default(&D) != AMPC_OK)
+        return cli_runtime_error(cmd, "the embedded dataset: %s", ampc_last_error());
+      vocab = D.vocab, seq = D.seq_len;
+      if (ncls == 0)
+        ncls = D.n_classes;
+      ampc_dataset_free(&D);
+    }
+  }
+  if (ampc_mm_config_get(name, vocab, seq, ncls, mc) != AMPC_OK)
+    return cli_usage_error(cmd, "--model: %s", ampc_last_error());
+  return 0;
+}
+
+static void print_table(const ampc_mem_account *m, bool model) {
+  char b1[32];
+  printf("%-12s %14s %14s", "role", "bytes", "");
+  printf("%s\n", model ? "" : "   bytes/param");
+  const int n = model ? AMPC_MEM_ROLE_COUNT : AMPC_MEM_ACTIVATIONS;
+  for (int k = 0; k < n; k++) {
+    printf("%-12s %14zu %14s", ampc_mem_role_name((ampc_mem_role)k), m->bytes[k],
+           human(m->bytes[k], b1, sizeof b1));
+    if (!model)
+      printf(" %14g", (double)m->bytes[k] / (double)m->params);
+    putchar('\n');
+  }
+  printf("%-12s %14zu %14s", "total", m->total, human(m->total, b1, sizeof b1));
+  if (!model)
+    printf(" %14g", m->bytes_per_param);
+  putchar('\n');
+}
+
+static int run_memory(int argc, char **argv) {
+  const char *cmd = "memory";
+  mem_args a = {.optimizer = "adamw", .precision = "16-mixed", .batch = 64, .in = 16, .hidden = 64};
+  int rc = parse(cmd, argc, argv, &a);
+  if (rc)
+    return rc;
+  if (!a.params == !a.model)
+    return cli_usage_error(cmd, "give exactly one of --params N and --model NAME");
+  int moments;
+  if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
+    return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
+  ampc_amp_config amp, ref;
+  if ((rc = resolve_amp(cmd, a.precision, a.master, &amp)) != 0 ||
+      (rc = resolve_amp(cmd, "32-true", NULL, &ref)) != 0)
+    return rc;
+  ampc_mem_account m, m32;
+  const bool model = a.model != NULL;
+  if (!model) {
+    char *end = NULL;
+    errno = 0;
+    const double n = strtod(a.params, &end);
+    if (!*a.params || *end || errno || !(n >= 1) || n > 1e15 || n != floor(n))
+      return cli_usage_error(cmd, "--params: expected a whole number >= 1 (e.g. 1.2e9), got '%s'",
+                             a.params);
+    if (ampc_mem_account_params((int64_t)n, &amp, moments, &m) != AMPC_OK ||
+        ampc_mem_account_params((int64_t)n, &ref, moments, &m32) != AMPC_OK)
+      return cli_usage_error(cmd, "%s", ampc_last_error());
+  } else if (!strcmp(a.model, "mlp")) {
+    const ampc_mlp_config mc = {a.in, a.hidden, a.classes ? a.classes : 5};
+    if (ampc_mem_account_mlp(&mc, a.batch, &amp, moments, &m) != AMPC_OK ||
+        ampc_mem_account_mlp(&mc, a.batch, &ref, moments, &m32) != AMPC_OK)
+      return cli_usage_error(cmd, "%s", ampc_last_error());
+  } else {
+    ampc_mm_config mc;
+    if ((rc = model_config(cmd, a.model, a.classes, &mc)) != 0)
+      return rc;
+    if (a.batch < 2)
+      return cli_usage_error(cmd, "--batch: model %s needs at least 2", a.model);
+    if (ampc_mem_account_mm(&mc, a.batch, &amp, moments, &m) != AMPC_OK ||
+        ampc_mem_account_mm(&mc, a.batch, &ref, moments, &m32) != AMPC_OK)
+      return cli_usage_error(cmd, "%s", ampc_last_error());
+  }
+  if (a.json) {
+    cJSON *o = cJSON_CreateObject();
+    if (model) {
+      cJSON_AddStringToObject(o, "model", a.model);
+      cJSON_AddNumberToObject(o, "batch", (double)m.batch);
+    }
+    cJSON_AddNumberToObject(o, "params", (double)m.params);
+    cJSON_AddStringToObject(o, "precision", a.precision);
+    cJSON_AddStringToObject(o, "optimizer", a.optimizer);
+    cJSON_AddBoolToObject(o, "master_weights", amp.master_weights && amp.lowp != AMPC_F32);
+    cJSON_AddNumberToObject(o, "bytes_per_param", m.bytes_per_param);
+    cJSON_AddNumberToObject(o, "total_bytes", (double)m.total);
+    cJSON_AddItemToObject(o, "roles", roles_json(&m, model));
+    cJSON_AddNumberToObject(o, "total_bytes_32_true", (double)m32.total);
+    return cli_print_json(cmd, o);
+  }
+  char b1[32], b2[32];
+  if (model)
+    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s\n", a.model,
+           (long long)a.batch, (long long)m.params, a.precision, a.optimizer);
+  else
+    printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
+           a.precision, a.optimizer);
+  print_table(&m, model);
+  const size_t p = m.total - m.bytes[AMPC_MEM_ACTIVATIONS] - m.bytes[AMPC_MEM_WORKSPACE];
+  const size_t p32 = m32.total - m32.bytes[AMPC_MEM_ACTIVATIONS] - m32.bytes[AMPC_MEM_WORKSPACE];
+  const double r = (double)m.total / (double)m32.total;
+  if (!model && fabs(r - 1.0) < 1e-9)
+    printf("%s: %g bytes/param, %s, the same as 32-true with %s: weight and optimizer memory "
+           "does not shrink with mixed precision (the FP32 master copy takes back what 16-bit "
+           "weights and gradients save); only activations do.\n",
+           a.precision, m.bytes_per_param, human(m.total, b1, sizeof b1), a.optimizer);
+  else if (!model)
+    printf("%s: %g bytes/param, %s: %.2fx of 32-true with %s (%g bytes/param, %s).\n", a.precision,
+           m.bytes_per_param, human(m.total, b1, sizeof b1), r, a.optimizer, m32.bytes_per_param,
+           human(m32.total, b2, sizeof b2));
+  else
+    printf("vs 32-true: parameter state %.2fx (%s), activations + workspace %.2fx (%s).\n",
+           (double)p / (double)p32, human(p32, b1, sizeof b1),
+           (double)(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE]) /
+               (double)(m32.bytes[AMPC_MEM_ACTIVATIONS] + m32.bytes[AMPC_MEM_WORKSPACE]),
+           human(m32.bytes[AMPC_MEM_ACTIVATIONS] + m32.bytes[AMPC_MEM_WORKSPACE], b2, sizeof b2));
+  return AMPC_EXIT_OK;
+}
+
+/* Load the dataset as `ampc train --data NAME` does. */
+static int load_data(const char *cmd, const char *name, ampc_dataset *d) {
+  ampc_status st;
+  if (strcmp(name, "emoji") == 0)
+    st = ampc_dataset_load_default(d);
+  else if (strcmp(name, "fashion-mnist") == 0)
+    st = ampc_fashion_mnist_load("/usr/share/datasets/fashion-mnist", d);
+  else if (strncmp(name, "fashion-mnist:", 14) == 0)
+    st = ampc_fashion_mnist_load(name + 14, d);
+  else
+    st = ampc_dataset_load(name, d);
+  if (st != AMPC_OK)
+    return cli_runtime_error(cmd, "--data: %s", ampc_last_error());
+  return 0;
+}
+
+static int run_plan(int argc, char **argv) {
+  const char *cmd = "plan";
+  mem_args a = {
+      .model = "mm-tiny", .optimizer = "adamw", .precision = "32-true,16-mixed,bf16-mixed"};
+  int rc = parse(cmd, argc, argv, &a);
+  if (rc)
+    return rc;
+  if (!a.budget)
+    return cli_usage_error(cmd, "--budget BYTES is required");
+  uint64_t budget = 0, overhead = 0;
+  if (ampc_parse_bytes(a.budget, &budget) != AMPC_OK)
+    return cli_usage_error(cmd, "--budget: %s", ampc_last_error());
+  if (a.overhead && ampc_parse_bytes(a.overhead, &overhead) != AMPC_OK)
+    return cli_usage_error(cmd, "--overhead: %s", ampc_last_error());
+  if (!strcmp(a.model, "mlp"))
+    return cli_usage_error(cmd, "--model mlp is not planned (its batch is not memory-bound)");
+  int moments;
+  if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
+    return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
+  /* presets first: a bad list is bad usage, before any work */
+  enum { MAXP = 8 };
+  char names[MAXP][16];
+  ampc_amp_config amps[MAXP];
+  int np = 0;
+  for (const char *s = a.precision; *s;) {
+    const char *e = strchr(s, ',');
+    const size_t len = e ? (size_t)(e - s) : strlen(s);
+    if (np == MAXP || len == 0 || len >= sizeof names[0])
+      return cli_usage_error(cmd, "--precision: bad list '%s'", a.precision);
+    memcpy(names[np], s, len);
+    names[np][len] = '\0';
+    if ((rc = resolve_amp(cmd, names[np], a.master, &amps[np])) != 0)
+      return rc;
+    np++;
+    s = e ? e + 1 : s + len;
+    if (e && !*s)
+      return cli_usage_error(cmd, "--precision: bad list '%s'", a.precision);
+  }
+  ampc_mm_config mc;
+  const char *data = a.data ? a.data : !strcmp(a.model, "vit-fm") ? "fashion-mnist" : "emoji";
+  /* the dataset, loaded as the training loop loads it: its sizes shape the
+   * model, its training split bounds the batch, and the process's peak RSS
+   * after loading it is the measured overhead */
+  ampc_dataset D;
+  memset(&D, 0, sizeof D);
+  if ((rc = load_data(cmd, data, &D)) != 0)
+    return rc;
+  int64_t ntrain = 0;
+  for (int64_t i = 0; i < D.n; i++)
+    ntrain += D.split[i] == AMPC_SPLIT_TRAIN;
+  const int64_t vocab = D.vocab, seq = D.seq_len, ncls = a.classes ? a.classes : D.n_classes;
+  const bool have_text = D.tokens != NULL;
+  ampc_dataset_free(&D);
+  if (ampc_mm_config_get(a.model, vocab, seq, ncls, &mc) != AMPC_OK)
+    return cli_usage_error(cmd, "--model: %s", ampc_last_error());
+  if (!mc.image_only && !have_text)
+    return cli_usage_error(cmd, "%s has no captions: model %s needs image-text pairs", data,
+                           mc.name);
+  const int64_t rss = ampc_peak_rss_bytes();
+  const bool measured = a.overhead == NULL;
+  if (measured) {
+    if (rss < 0)
+      return cli_runtime_error(cmd, "getrusage failed; give --overhead BYTES");
+    overhead = (uint64_t)rss + PLAN_MARGIN_BYTES;
+  }
+  const int64_t max_batch = a.max_batch ? a.max_batch : ntrain;
+  if (max_batch < 2)
+    return cli_usage_error(cmd, "--max-batch: the training split has %lld samples",
+                           (long long)ntrain);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "model", mc.name);
+  cJSON_AddStringToObject(o, "data", data);
+  cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
+  cJSON_AddNumberToObject(o, "overhead_bytes", (double)overhead);
+  cJSON_AddStringToObject(o, "overhead_source", measured ? "measured" : "--overhead");
+  if (measured) {
+    cJSON_AddNumberToObject(o, "baseline_rss_bytes", (double)rss);
+    cJSON_AddNumberToObject(o, "margin_bytes", (double)PLAN_MARGIN_BYTES);
+  }
+  cJSON_AddNumberToObject(o, "max_batch", (double)max_batch);
+  cJSON_AddStringToObject(o, "optimizer", a.optimizer);
+  cJSON_AddStringToObject(o, "width", "not searched");
+  cJSON *plans = cJSON_AddArrayToObject(o, "plans");
+  char b1[32], b2[32], b3[32];
+  if (!a.json)
+    printf("ampc plan: %s on %s, budget %s, overhead %s (%s), batch <= %lld\n", mc.name, data,
+           human((size_t)budget, b1, sizeof b1), human((size_t)overhead, b2, sizeof b2),
+           measured ? "measured RSS after loading the data + 48 MiB" : "--overhead",
+           (long long)max_batch);
+  if (!a.json)
+    printf("%-11s %7s %14s %14s %14s\n", "precision", "batch", "parameters", "activations",
+           "total");
+  for (int k = 0; k < np; k++) {
+    int64_t b = 0;
+    ampc_mem_account m;
+    if (ampc_mem_plan_mm(&mc, &amps[k], moments, (size_t)budget, (size_t)overhead, max_batch, &b,
+                         &m) != AMPC_OK) {
+      cJSON_Delete(o);
+      return cli_runtime_error(cmd, "%s", ampc_last_error());
+    }
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "precision", names[k]);
+    cJSON_AddNumberToObject(p, "batch", (double)b);
+    cJSON_AddBoolToObject(p, "fits", b > 0);
+    cJSON_AddBoolToObject(p, "limited_by_data", b == max_batch);
+    cJSON_AddNumberToObject(p, "predicted_bytes", (double)(m.total + overhead));
+    cJSON_AddItemToObject(p, "roles", roles_json(&m, true));
+    cJSON_AddItemToArray(plans, p);
+    if (!a.json) {
+      const size_t params = m.bytes[AMPC_MEM_WEIGHTS] + m.bytes[AMPC_MEM_MASTER] +
+                            m.bytes[AMPC_MEM_GRADS] + m.bytes[AMPC_MEM_MOMENTS];
+      if (b > 0)
+        printf("%-11s %7lld %14s %14s %14s%s\n", names[k], (long long)b,
+               human(params, b1, sizeof b1),
+               human(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE], b2, sizeof b2),
+               human(m.total + overhead, b3, sizeof b3),
+               b == max_batch ? "  (the whole training split)" : "");
+      else
+        printf("%-11s %7s  does not fit: batch 2 needs %s\n", names[k], "-",
+               human(m.total + overhead, b1, sizeof b1));
+    }
+  }
+  if (a.json)
+    return cli_print_json(cmd, o);
+  cJSON_Delete(o);
+  printf("(model width not searched; totals include the overhead)\n");
+  return AMPC_EXIT_OK;
+}
+
+const ampc_command ampc_cmd_memory = {
+    .name = "memory",
+    .summary = "memory account: bytes per role (weights, master, grads, moments, activations)",
+    .usage = k_memory_usage,
+    .run = run_memory,
+};
+
+const ampc_command ampc_cmd_plan = {
+    .name = "plan",
+    .summary = "largest batch whose predicted memory fits a budget, per preset",
+    .usage = k_plan_usage,
+    .run = run_plan,
+};
