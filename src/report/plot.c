@@ -157,8 +157,12 @@ ampc_status ampc_plot_lines(const char *path, const char *title, const char *xla
   const char *text[64], *sym[64];
   for (int i = 0; i < ns; i++) {
     const PLINT col = 2 + i % NCOL;
+    /* a line style per series as well as a colour, so series that coincide
+     * (e.g. several runs at loss scale 1) stay visible */
+    const PLINT sty = 1 + (PLINT)(i % 8);
     plcol0(col);
     plwidth(2.0);
+    pllsty(sty);
     /* runs of usable points; a non-finite y ends a run (a gap) */
     int64_t k = 0;
     while (k < s[i].n) {
@@ -178,11 +182,12 @@ ampc_status ampc_plot_lines(const char *path, const char *title, const char *xla
       k++;
     }
     opts[i] = s[i].style == 1 ? PL_LEGEND_SYMBOL : PL_LEGEND_LINE;
-    lcol[i] = col, lsty[i] = 1, lw[i] = 2.0;
+    lcol[i] = col, lsty[i] = sty, lw[i] = 2.0;
     scol[i] = col, ssc[i] = 1.0, snum[i] = 3, sym[i] = "#(840)";
     text[i] = s[i].label ? s[i].label : "";
   }
   plwidth(1.0);
+  pllsty(1);
   PLFLT lgw = 0, lgh = 0;
   PLINT tcol[64];
   for (int i = 0; i < ns; i++)

@@ -24,6 +24,7 @@ extern const ampc_command ampc_cmd_train;
 extern const ampc_command ampc_cmd_eval;
 extern const ampc_command ampc_cmd_data;
 extern const ampc_command ampc_cmd_diagnose;
+extern const ampc_command ampc_cmd_compare;
 extern const ampc_command ampc_cmd_memory;
 extern const ampc_command ampc_cmd_plan;
 

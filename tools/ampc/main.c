@@ -16,6 +16,7 @@ static const ampc_command *const k_commands[] = {
     &ampc_cmd_eval,
     &ampc_cmd_data,
     &ampc_cmd_diagnose,
+    &ampc_cmd_compare,
     &ampc_cmd_memory,
     &ampc_cmd_plan,
 };
