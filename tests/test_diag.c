@@ -1,0 +1,459 @@
+/*
+ * tests/test_diag.c: the telemetry collector (exact rounding counts of known
+ * values through each store path, attribution by marks, the FP64 shadow
+ * accumulation check) and the verdicts on constructed runs, plus the metrics
+ * log round trip of ampc diagnose.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ampc/ampc.h"
+
+static ampc_telemetry *new_tm(void) {
+  ampc_telemetry *t = calloc(1, sizeof *t);
+  assert_non_null(t);
+  return t;
+}
+
+/* seven values with a known fate in binary16 */
+static void test_store_counts(void **state) {
+  (void)state;
+  ampc_telemetry *t = new_tm();
+  uint16_t out[7];
+  /* stores before begin are not counted */
+  const float junk[2] = {1e-9f, 1e9f};
+  assert_int_equal(ampc_store_f32(out, AMPC_F16, junk, 2, NULL), AMPC_OK);
+  assert_int_equal(ampc_telemetry_begin(t), AMPC_OK);
+  /* 1e-8 < 2^-25 (half the smallest subnormal): flushed; 1e-6 and -3e-8
+   * (just above 2^-25): subnormal; 70000 > 65504: overflow; NaN; 0 */
+  const float v[7] = {1.0f, 1e-8f, 1e-6f, 70000.0f, NAN, 0.0f, -3e-8f};
+  assert_int_equal(ampc_store_f32(out, AMPC_F16, v, 7, NULL), AMPC_OK);
+  ampc_telemetry_mark(t, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.x");
+  const ampc_tm_stats *s = &t->s[AMPC_TM_GRAD][AMPC_BRANCH_VISION];
+  assert_int_equal(s->r.count, 7);
+  assert_int_equal(s->r.underflow, 1);
+  assert_int_equal(s->r.subnormal, 2);
+  assert_int_equal(s->r.overflow, 1);
+  assert_int_equal(s->r.inf, 1);
+  assert_int_equal(s->r.nan, 1);
+  assert_int_equal(s->zeros, 1);
+  assert_true(s->r.max_abs == 70000.0f);
+  /* histogram: FP32 exponents of 1, 1e-8, 1e-6, 70000, 3e-8 */
+  assert_int_equal(s->hist[127], 1);      /* 2^0 */
+  assert_int_equal(s->hist[127 - 27], 1); /* 1e-8 in [2^-27, 2^-26) */
+  assert_int_equal(s->hist[127 - 20], 1); /* 1e-6 in [2^-20, 2^-19) */
+  assert_int_equal(s->hist[127 + 16], 1); /* 70000 in [2^16, 2^17) */
+  assert_int_equal(s->hist[127 - 25], 1); /* 3e-8 in [2^-25, 2^-24) */
+  assert_string_equal(t->first_nonfinite, "vision.x");
+  assert_int_equal(t->first_nonfinite_branch, AMPC_BRANCH_VISION);
+  assert_int_equal(t->first_nonfinite_phase, AMPC_TM_GRAD);
+  /* a later non-finite tensor does not replace the first */
+  assert_int_equal(ampc_store_f32(out, AMPC_F16, v, 7, NULL), AMPC_OK);
+  ampc_telemetry_mark(t, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.y");
+  assert_string_equal(t->first_nonfinite, "vision.x");
+  assert_int_equal(t->s[AMPC_TM_ACT][AMPC_BRANCH_TEXT].r.count, 7);
+  /* bfloat16: 70000 is finite, 1e-8 normal; the same NaN */
+  assert_int_equal(ampc_store_f32(out, AMPC_BF16, v, 7, NULL), AMPC_OK);
+  ampc_telemetry_mark(t, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "fusion.z");
+  const ampc_tm_stats *b = &t->s[AMPC_TM_GRAD][AMPC_BRANCH_FUSION];
+  assert_int_equal(b->r.underflow, 0);
+  assert_int_equal(b->r.overflow, 0);
+  assert_int_equal(b->r.nan, 1);
+  ampc_telemetry_end(t);
+  /* after end, nothing is counted */
+  assert_int_equal(ampc_store_f32(out, AMPC_F16, v, 7, NULL), AMPC_OK);
+  assert_false(t->on);
+  free(t);
+}
+
+/* the GEMM epilogue (vector and scalar tails) and the element stores */
+static void test_gemm_and_elem_counts(void **state) {
+  (void)state;
+  ampc_telemetry *t = new_tm();
+  enum { N = 21 }; /* 16 through the 8-wide epilogue, 5 through the scalar tail */
+  float a = 1.0f, b[N];
+  uint16_t c[N];
+  for (int j = 0; j < N; j++)
+    b[j] = j % 3 == 0 ? 1e-9f : (j % 3 == 1 ? 1e5f : 0.5f); /* flushed, overflow, normal */
+  assert_int_equal(ampc_telemetry_begin(t), AMPC_OK);
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 1, N, 1, 1.0f, &a, AMPC_F32, 1, b, AMPC_F32, N,
+                             0.0f, c, AMPC_F16, N, AMPC_ACC_F32),
+                   AMPC_OK);
+  ampc_telemetry_mark(t, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "gemm");
+  const ampc_tm_stats *s = &t->s[AMPC_TM_ACT][AMPC_BRANCH_HEADS];
+  assert_int_equal(s->r.count, N);
+  assert_int_equal(s->r.underflow, 7);
+  assert_int_equal(s->r.overflow, 7);
+  assert_int_equal(s->r.inf, 7);
+  /* layers store through nn writers: GELU of 1e-9 flushes, of 70000 overflows */
+  const float x[3] = {1e-9f, 70000.0f, 1.0f};
+  float y32[3];
+  uint16_t y16[3];
+  assert_int_equal(ampc_gelu_forward(3, x, AMPC_F32, y16, AMPC_F16, NULL), AMPC_OK);
+  assert_int_equal(ampc_gelu_forward(3, x, AMPC_F32, y32, AMPC_F32, NULL), AMPC_OK);
+  ampc_telemetry_mark(t, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "gelu");
+  const ampc_tm_stats *g = &t->s[AMPC_TM_ACT][AMPC_BRANCH_TEXT];
+  assert_int_equal(g->r.count, 6);
+  assert_int_equal(g->r.underflow, 1); /* F32 stores never flush */
+  assert_int_equal(g->r.overflow, 1);
+  ampc_telemetry_end(t);
+  free(t);
+}
+
+/* FP32 accumulation stays within K 2^-24; FP16 accumulation of K = 512
+ * positive products does not (each partial sum near 128 is rounded to 2^-4) */
+static void test_shadow_gemm(void **state) {
+  (void)state;
+  enum { M = 40, K = 512, N = 24 };
+  ampc_f16 *x = malloc(M * K * sizeof *x), *w = malloc(N * K * sizeof *w);
+  assert_non_null(x);
+  assert_non_null(w);
+  uint64_t r = 12345;
+  for (int i = 0; i < M * K; i++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = ampc_f32_to_f16((float)(r >> 40) / 16777216.0f);
+  }
+  for (int i = 0; i < N * K; i++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    w[i] = ampc_f32_to_f16((float)(r >> 40) / 16777216.0f);
+  }
+  ampc_telemetry *t = new_tm();
+  assert_int_equal(ampc_telemetry_begin(t), AMPC_OK);
+  assert_int_equal(ampc_telemetry_shadow_linear(t, AMPC_BRANCH_VISION, "v.fc", M, K, N, x, AMPC_F16,
+                                                w, AMPC_F16, AMPC_ACC_F32),
+                   AMPC_OK);
+  assert_int_equal(ampc_telemetry_shadow_linear(t, AMPC_BRANCH_FUSION, "f.fc", M, K, N, x, AMPC_F16,
+                                                w, AMPC_F16, AMPC_ACC_F16),
+                   AMPC_OK);
+  /* the shadow's own stores are not counted */
+  ampc_telemetry_mark(t, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "none");
+  assert_int_equal(t->s[AMPC_TM_ACT][AMPC_BRANCH_HEADS].r.count, 0);
+  ampc_telemetry_end(t);
+  assert_true(t->acc_err[AMPC_BRANCH_VISION] >= 0.0);
+  assert_true(t->acc_err[AMPC_BRANCH_VISION] < K * 5.9604644775390625e-8);
+  assert_true(t->acc_err[AMPC_BRANCH_FUSION] > 4.8828125e-4);
+  assert_int_equal(t->acc_k[AMPC_BRANCH_FUSION], K);
+  assert_string_equal(t->acc_tensor[AMPC_BRANCH_FUSION], "f.fc");
+  assert_true(t->acc_err[AMPC_BRANCH_TEXT] < 0.0); /* not sampled */
+  free(t), free(x), free(w);
+}
+
+static void test_one_collector(void **state) {
+  (void)state;
+  ampc_telemetry *a = new_tm(), *b = new_tm();
+  assert_int_equal(ampc_telemetry_begin(a), AMPC_OK);
+  assert_int_equal(ampc_telemetry_begin(b), AMPC_ERR_INVALID_ARG);
+  ampc_telemetry_end(a);
+  assert_int_equal(ampc_telemetry_begin(b), AMPC_OK);
+  ampc_telemetry_end(b);
+  free(a), free(b);
+}
+
+/* ---- verdicts on constructed runs ---- */
+
+static ampc_diag_config cfg(int mode, bool master, ampc_dtype lowp) {
+  ampc_diag_config c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.precision, sizeof c.precision, "test");
+  c.lowp = lowp, c.master_weights = master, c.loss_scale_mode = mode, c.min_scale = 1.0;
+  return c;
+}
+
+static ampc_diag_step step(int64_t i, double loss, double scale) {
+  ampc_diag_step s;
+  memset(&s, 0, sizeof s);
+  s.step = i, s.loss = loss, s.loss_scale = scale;
+  s.first_nonfinite_branch = s.first_nonfinite_phase = -1;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    s.br[b].acc_err = -1.0;
+    s.br[b].parameters = 1000;
+  }
+  return s;
+}
+
+/* a sampled step: every branch stored 10000 gradient values, `flushed` of them flushed */
+static void sample(ampc_diag_step *s, const int flushed[AMPC_BRANCH_COUNT]) {
+  s->telemetry = true;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    s->br[b].grad.r.count = 10000, s->br[b].grad.r.underflow = (uint64_t)flushed[b];
+    s->br[b].grad.hist[100]++;
+    s->br[b].act.r.count = 10000;
+    s->br[b].acc_err = 1e-7, s->br[b].acc_k = 512;
+  }
+}
+
+static int verdicts(const ampc_diag *d, ampc_verdict *v) {
+  return ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT);
+}
+
+static void test_verdict_healthy_and_dynamic_skips(void **state) {
+  (void)state;
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_DYNAMIC, true, AMPC_F16);
+  ampc_diag *d = ampc_diag_create(&c);
+  static const int none[4] = {0, 1, 0, 0};
+  for (int i = 1; i <= 50; i++) {
+    ampc_diag_step s = step(i, 5.0 - 0.05 * i, i <= 2 ? 65536.0 / (1 << i) : 16384.0);
+    s.overflow = s.skipped = i <= 2; /* the usual first backoffs */
+    if (i % 10 == 0)
+      sample(&s, none);
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  assert_int_equal(verdicts(d, v), 1);
+  assert_int_equal(v[0].kind, AMPC_VERDICT_HEALTHY);
+  ampc_diag_free(d);
+}
+
+static void test_verdict_static_overflow(void **state) {
+  (void)state;
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_STATIC, true, AMPC_F16);
+  ampc_diag *d = ampc_diag_create(&c);
+  for (int i = 1; i <= 10; i++) {
+    ampc_diag_step s = step(i, 6.0, 1048576.0);
+    s.overflow = s.skipped = true, s.nonfinite_grads = 100;
+    if (i == 5) {
+      static const int none[4] = {0};
+      sample(&s, none);
+      snprintf(s.first_nonfinite, sizeof s.first_nonfinite, "head");
+      s.first_nonfinite_branch = AMPC_BRANCH_HEADS, s.first_nonfinite_phase = AMPC_TM_GRAD;
+    }
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  assert_int_equal(verdicts(d, v), 1);
+  assert_int_equal(v[0].kind, AMPC_VERDICT_OVERFLOW);
+  assert_int_equal(v[0].step, 1);
+  assert_int_equal(v[0].branch, AMPC_BRANCH_HEADS);
+  assert_string_equal(v[0].tensor, "head");
+  assert_non_null(strstr(v[0].safeguard, "dynamic"));
+  ampc_diag_free(d);
+}
+
+static void test_verdict_floor_and_weights(void **state) {
+  (void)state;
+  /* overflow with S at its floor for 3 consecutive steps */
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_DYNAMIC, true, AMPC_F16);
+  ampc_diag *d = ampc_diag_create(&c);
+  for (int i = 1; i <= 6; i++) {
+    ampc_diag_step s = step(i, 6.0, i <= 2 ? 4.0 / (1 << i) : 1.0);
+    s.overflow = s.skipped = i >= 2;
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  assert_int_equal(verdicts(d, v), 1);
+  assert_int_equal(v[0].kind, AMPC_VERDICT_NONFINITE_INDEPENDENT);
+  assert_int_equal(v[0].step, 2); /* S reaches the floor 1 at step 2 */
+  ampc_diag_free(d);
+  /* pure FP16 AdamW: the update writes NaN weights at step 1, then the loss is NaN */
+  c = cfg(AMPC_LOSS_SCALE_NONE, false, AMPC_F16);
+  d = ampc_diag_create(&c);
+  for (int i = 1; i <= 4; i++) {
+    ampc_diag_step s = step(i, i == 1 ? 6.0 : (double)NAN, 1.0);
+    s.nonfinite_weights = i == 1 ? 4096 : 0;
+    s.overflow = i >= 2;
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  assert_true(verdicts(d, v) >= 1);
+  assert_int_equal(v[0].kind, AMPC_VERDICT_NONFINITE_INDEPENDENT);
+  assert_int_equal(v[0].step, 1);
+  assert_non_null(strstr(v[0].safeguard, "master"));
+  ampc_diag_free(d);
+}
+
+static void test_verdict_forward_overflow(void **state) {
+  (void)state;
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_DYNAMIC, true, AMPC_F16);
+  ampc_diag *d = ampc_diag_create(&c);
+  for (int i = 1; i <= 5; i++) {
+    ampc_diag_step s = step(i, i < 3 ? 6.0 : (double)INFINITY, 65536.0);
+    s.overflow = s.skipped = i >= 3;
+    if (i == 3) {
+      static const int none[4] = {0};
+      sample(&s, none);
+      s.br[AMPC_BRANCH_TEXT].act.r.overflow = s.br[AMPC_BRANCH_TEXT].act.r.inf = 3;
+      snprintf(s.first_nonfinite, sizeof s.first_nonfinite, "text.blocks.1");
+      s.first_nonfinite_branch = AMPC_BRANCH_TEXT, s.first_nonfinite_phase = AMPC_TM_ACT;
+    }
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  assert_int_equal(verdicts(d, v), 1);
+  assert_int_equal(v[0].kind, AMPC_VERDICT_NONFINITE_INDEPENDENT);
+  assert_int_equal(v[0].step, 3);
+  assert_int_equal(v[0].branch, AMPC_BRANCH_TEXT);
+  assert_string_equal(v[0].tensor, "text.blocks.1");
+  ampc_diag_free(d);
+}
+
+static void test_verdict_underflow(void **state) {
+  (void)state;
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, true, AMPC_F16);
+  ampc_diag *d = ampc_diag_create(&c);
+  /* text crosses 1 % at step 10, vision at step 20; the loss drops then stays flat */
+  for (int i = 1; i <= 40; i++) {
+    ampc_diag_step s = step(i, i < 8 ? 6.0 - 0.2 * i : 4.6, 1.0);
+    if (i % 10 == 0) {
+      const int fl[4] = {i >= 20 ? 800 : 50, i >= 10 ? 150 : 0, 0, 0};
+      sample(&s, fl);
+    }
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  assert_int_equal(verdicts(d, v), 1);
+  assert_int_equal(v[0].kind, AMPC_VERDICT_UNDERFLOW);
+  assert_int_equal(v[0].branch, AMPC_BRANCH_TEXT); /* the first to underflow */
+  assert_int_equal(v[0].step, 10);
+  assert_non_null(strstr(v[0].safeguard, "loss scaling"));
+  /* vision: (50 + 800 * 3) / 40000 flushed */
+  assert_non_null(strstr(v[0].evidence[0], "vision: 6.12 %"));
+  ampc_diag_free(d);
+  /* 2 % flushed and a loss still falling: not underflow; 2 % on a plateau: underflow */
+  for (int flat = 0; flat < 2; flat++) {
+    d = ampc_diag_create(&c);
+    for (int i = 1; i <= 40; i++) {
+      ampc_diag_step s = step(i, flat && i > 8 ? 4.4 : 6.0 - 0.05 * i, 1.0);
+      if (i % 10 == 0) {
+        const int fl[4] = {200, 0, 0, 0};
+        sample(&s, fl);
+      }
+      assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+    }
+    assert_int_equal(verdicts(d, v), 1);
+    assert_int_equal(v[0].kind, flat ? AMPC_VERDICT_UNDERFLOW : AMPC_VERDICT_HEALTHY);
+    ampc_diag_free(d);
+  }
+}
+
+static void test_verdict_swallowed_and_accumulation(void **state) {
+  (void)state;
+  for (int master = 0; master < 2; master++) {
+    ampc_diag_config c = cfg(AMPC_LOSS_SCALE_DYNAMIC, master, AMPC_F16);
+    ampc_diag *d = ampc_diag_create(&c);
+    for (int i = 1; i <= 20; i++) {
+      ampc_diag_step s = step(i, 5.0 - 0.01 * i, 65536.0);
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+        s.br[b].updated = 1000;
+        s.br[b].swallowed = b == AMPC_BRANCH_FUSION ? 900 : 100; /* 30 % overall */
+        s.br[b].would_swallow = s.br[b].swallowed;
+      }
+      if (i == 10) {
+        static const int none[4] = {0};
+        sample(&s, none);
+        s.br[AMPC_BRANCH_VISION].acc_err = 3e-3;
+        snprintf(s.br[AMPC_BRANCH_VISION].acc_tensor, 64, "vision.blocks.0.mlp.fc2");
+      }
+      assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+    }
+    ampc_verdict v[AMPC_VERDICT_COUNT];
+    const int n = verdicts(d, v);
+    if (!master) {
+      assert_int_equal(n, 2);
+      assert_int_equal(v[0].kind, AMPC_VERDICT_SWALLOWED);
+      assert_int_equal(v[0].branch, AMPC_BRANCH_FUSION);
+      assert_non_null(strstr(v[0].safeguard, "master"));
+    } else {
+      assert_int_equal(n, 1); /* with a master, swallowed 16-bit copies are expected */
+    }
+    assert_int_equal(v[n - 1].kind, AMPC_VERDICT_ACCUMULATION);
+    assert_int_equal(v[n - 1].branch, AMPC_BRANCH_VISION);
+    assert_int_equal(v[n - 1].step, 10);
+    assert_string_equal(v[n - 1].tensor, "vision.blocks.0.mlp.fc2");
+    ampc_diag_free(d);
+  }
+}
+
+/* ---- the log round trip ---- */
+
+static void test_log_round_trip(void **state) {
+  (void)state;
+  char path[] = "/tmp/ampc_test_diag_XXXXXX";
+  const int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  assert_non_null(f);
+  fputs("{\"event\":\"config\",\"precision\":\"16-mixed\",\"grads_dtype\":\"f16\","
+        "\"master_weights\":\"on\",\"accumulate\":\"fp32\",\"loss_scale\":{\"mode\":\"none\","
+        "\"min_scale\":1}}\n",
+        f);
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, true, AMPC_F16);
+  ampc_diag *d = ampc_diag_create(&c);
+  for (int i = 1; i <= 30; i++) {
+    ampc_diag_step s = step(i, i < 5 ? 6.0 - 0.3 * i : 4.8, 1.0);
+    if (i % 5 == 0) {
+      const int fl[4] = {700, 20, 0, 0};
+      sample(&s, fl);
+      s.br[AMPC_BRANCH_VISION].grad.hist[90] = 12345;
+    }
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+    char *txt = ampc_diag_step_json(&s);
+    assert_non_null(txt);
+    /* a step line: the engine's fields, then the diagnosis fields */
+    fprintf(f, "{\"event\":\"step\",\"step\":%d,\"loss\":%.17g,\"loss_scale\":1,%s\n", i, s.loss,
+            txt + 1);
+    free(txt);
+  }
+  fputs("{\"event\":\"summary\"}\n", f);
+  assert_int_equal(fclose(f), 0);
+  ampc_diag *r = NULL;
+  assert_int_equal(ampc_diag_read_log(path, &r), AMPC_OK);
+  assert_int_equal(ampc_diag_steps(r), 30);
+  ampc_verdict a[AMPC_VERDICT_COUNT], b[AMPC_VERDICT_COUNT];
+  const int na = verdicts(d, a), nb = verdicts(r, b);
+  assert_int_equal(na, nb);
+  for (int i = 0; i < na; i++) {
+    assert_int_equal(a[i].kind, b[i].kind);
+    assert_int_equal(a[i].branch, b[i].branch);
+    assert_int_equal(a[i].step, b[i].step);
+    for (int k = 0; k < a[i].n_evidence; k++)
+      assert_string_equal(a[i].evidence[k], b[i].evidence[k]);
+  }
+  assert_int_equal(a[0].kind, AMPC_VERDICT_UNDERFLOW);
+  assert_memory_equal(ampc_diag_grad_stats(d, 0), ampc_diag_grad_stats(r, 0),
+                      sizeof(ampc_tm_stats));
+  ampc_diag_free(r);
+  ampc_diag_free(d);
+  /* malformed logs */
+  f = fopen(path, "w");
+  fputs("{\"event\":\"config\",\"loss_scale\":{\"mode\":\"dynamic\"}}\nnot json\n", f);
+  fclose(f);
+  assert_int_equal(ampc_diag_read_log(path, &r), AMPC_ERR_FORMAT);
+  assert_non_null(strstr(ampc_last_error(), ":2:"));
+  f = fopen(path, "w");
+  fputs("{\"event\":\"step\",\"step\":1}\n", f);
+  fclose(f);
+  assert_int_equal(ampc_diag_read_log(path, &r), AMPC_ERR_FORMAT);
+  f = fopen(path, "w");
+  fclose(f);
+  assert_int_equal(ampc_diag_read_log(path, &r), AMPC_ERR_FORMAT); /* empty: no config */
+  unlink(path);
+  assert_int_equal(ampc_diag_read_log(path, &r), AMPC_ERR_IO);
+  assert_null(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_store_counts),
+      cmocka_unit_test(test_gemm_and_elem_counts),
+      cmocka_unit_test(test_shadow_gemm),
+      cmocka_unit_test(test_one_collector),
+      cmocka_unit_test(test_verdict_healthy_and_dynamic_skips),
+      cmocka_unit_test(test_verdict_static_overflow),
+      cmocka_unit_test(test_verdict_floor_and_weights),
+      cmocka_unit_test(test_verdict_forward_overflow),
+      cmocka_unit_test(test_verdict_underflow),
+      cmocka_unit_test(test_verdict_swallowed_and_accumulation),
+      cmocka_unit_test(test_log_round_trip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
