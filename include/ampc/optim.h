@@ -61,7 +61,8 @@ float ampc_lr_at(const ampc_optim_config *c, int64_t t);
 
 /* Per-tensor counts of one optimizer step. */
 typedef struct ampc_swallow_stats {
-  int64_t updated;       /* elements whose update was non-zero (or non-finite) */
+  int64_t updated;       /* elements with a finite weight whose update was non-zero and
+                            finite */
   int64_t swallowed;     /* ... of those, whose stored working weight did not change */
   int64_t would_swallow; /* with a master: updated elements whose working weight would
                             not have changed had the update been applied to it directly,

@@ -41,8 +41,10 @@ static const double k_swallow_frac = 0.25;
  * roundoff of binary16 (2^-11): the sum loses more than rounding the result
  * to binary16 once would (FP32 accumulation stays near K * 2^-24). */
 static const double k_acc_err = 4.8828125e-4;
-/* Dynamic scaling overflows too often when this fraction of steps is skipped. */
+/* Dynamic scaling overflows too often when this fraction of the steps after
+ * its first applied one is skipped, and at least k_min_skips of them. */
 static const double k_skip_frac = 0.25;
+static const int64_t k_min_skips = 3;
 /* Overflow with the scale at its floor for this many consecutive steps. */
 static const int k_floor_run = 3;
 
@@ -189,7 +191,9 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
   if (first_nf_loss >= 0 && (fwd < 0 || first_nf_loss < fwd))
     fwd = first_nf_loss;
   const bool weights_first = first_nf_w >= 0 && (fwd < 0 || first_nf_w < fwd);
-  const bool fwd_first = fwd >= 0 && !weights_first && (first_over < 0 || fwd <= first_over);
+  /* the forward pass does not see the loss scale: a non-finite activation or
+   * loss there is never the scale's doing, whatever overflowed before it */
+  const bool fwd_first = fwd >= 0 && !weights_first;
 
   if (weights_first || fwd_first || floor_run_max >= k_floor_run) {
     ampc_verdict v = verdict(AMPC_VERDICT_NONFINITE_INDEPENDENT);
@@ -215,8 +219,7 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       const ampc_diag_step *s = &d->s[fwd];
       v.step = s->step;
       if (!isfinite(s->loss))
-        ev(&v, "step %lld: the loss is %g before any gradient overflowed", (long long)s->step,
-           s->loss);
+        ev(&v, "step %lld: the loss is %g", (long long)s->step, s->loss);
       for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
         if (s->telemetry && (s->br[b].act.r.inf || s->br[b].act.r.nan)) {
           ev(&v,
@@ -232,9 +235,17 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
             ev(&v, "first non-finite tensor: %s (%s)", s->first_nonfinite,
                bn[s->first_nonfinite_branch]);
       ev(&v, "the forward pass does not depend on the loss scale");
+      if (first_over >= 0 && first_over < fwd) {
+        int64_t before = 0;
+        for (int64_t i = 0; i < fwd; i++)
+          before += d->s[i].overflow;
+        ev(&v, "%lld earlier steps had inf/NaN gradients (first at step %lld)", (long long)before,
+           (long long)d->s[first_over].step);
+      }
       snprintf(v.safeguard, sizeof v.safeguard, "%s",
                c->lowp == AMPC_F16 ? "keep the overflowing op in FP32 (autocast policy) or use "
-                                     "bf16-mixed (range 3.4e38); check the data for inf/NaN"
+                                     "bf16-mixed (range 3.4e38); check the data for inf/NaN and "
+                                     "the learning rate for weights that grew"
                                    : "check the data and the model (inputs, learning rate, "
                                      "initialisation): the forward pass overflowed");
     } else {
@@ -256,10 +267,17 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
     if (nv < max)
       out[nv++] = v;
   } else if (n_over > 0) {
-    /* gradient overflow that the scale controls */
+    /* gradient overflow that the scale controls. A dynamic scaler's leading
+     * skipped steps are it finding its scale (2^16 backing off), not a
+     * failure: only skips after the first applied step count */
     const bool scaled = c->loss_scale_mode != AMPC_LOSS_SCALE_NONE;
+    int64_t lead = 0;
+    while (lead < d->n && d->s[lead].skipped)
+      lead++;
+    const int64_t later_skips = n_skip - lead, later_steps = d->n - lead;
     const bool bad = c->loss_scale_mode != AMPC_LOSS_SCALE_DYNAMIC ||
-                     frac((uint64_t)n_skip, (uint64_t)d->n) >= k_skip_frac;
+                     (later_skips >= k_min_skips &&
+                      frac((uint64_t)later_skips, (uint64_t)later_steps) >= k_skip_frac);
     if (bad) {
       ampc_verdict v = verdict(AMPC_VERDICT_OVERFLOW);
       const ampc_diag_step *s = &d->s[first_over];

@@ -172,7 +172,9 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
     ampc_elem_store(P->w, wdt, e, w);
     if (sw && (!isfinite(w) || !isfinite(ampc_elem_load(P->w, wdt, e))))
       n_nf++;
-    if (sw && (nonzero || !isfinite(w))) {
+    /* a swallowed update is a finite non-zero one that a finite weight did
+     * not take; non-finite weights are counted apart (nonfinite) */
+    if (sw && nonzero && isfinite(w) && isfinite(w16_old) && isfinite(w_old)) {
       n_upd++;
       if (raw_bits(P->w, wdt, e) == w16_before)
         n_sw++;

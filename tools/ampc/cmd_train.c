@@ -54,7 +54,8 @@ static const char k_usage[] =
     "  --steps N (300)  --stop-at N (end after step N as if interrupted, saving\n"
     "                   the checkpoint; the LR schedule still spans --steps)\n"
     "  --batch B (64)  --micro-batches K (1: gradient accumulation)\n"
-    "  --seed S (1)  --threads N (all cores)  --eval-every N (100)\n"
+    "  --seed S (1)  --threads N (all cores)  --eval-every N (100; and at the end)\n"
+    "  --no-eval        no evaluation at all (short diagnostic runs)\n"
     "  --in N (16) --hidden N (64) --classes N (5) --train-size N (4096)\n"
     "  --test-size N (1024) --separation X (0.8)   mlp model and data sizes\n"
     "  --data emoji|fashion-mnist[:DIR]|FILE   the bundled emoji pairs (default), Debian's\n"
@@ -127,13 +128,16 @@ static int parse_args(int argc, char **argv, train_args *a) {
     f.name[len] = '\0';
     if (eq)
       f.value = eq + 1;
-    if (!strcmp(f.name, "json") || !strcmp(f.name, "quiet") || !strcmp(f.name, "nesterov")) {
+    if (!strcmp(f.name, "json") || !strcmp(f.name, "quiet") || !strcmp(f.name, "nesterov") ||
+        !strcmp(f.name, "no-eval")) {
       if (f.value)
         return cli_usage_error("train", "--%s takes no value", f.name);
       if (f.name[0] == 'j')
         a->json = true;
       else if (f.name[0] == 'q')
         a->quiet = true;
+      else if (f.name[0] == 'n' && f.name[1] == 'o')
+        a->no_eval = true;
       else
         a->opt.nesterov = true; /* kept across the optimizer defaults below */
       continue;
@@ -620,7 +624,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
       }
     }
     const bool do_eval = A.eval_every > 0 && (info.iteration % A.eval_every == 0);
-    if (do_eval || info.iteration == end) {
+    if (!A.no_eval && (do_eval || info.iteration == end)) {
       evaluate(&M, xt, yt, A.ntest, in, A.batch / A.micro, &ev_loss, &ev_acc);
       if (!A.quiet)
         fprintf(say, "step %6lld  loss %.4f  scale %-8g skipped %lld  test loss %.4f  acc %.4f\n",

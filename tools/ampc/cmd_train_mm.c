@@ -305,7 +305,8 @@ int train_run_mm(const train_args *A, cJSON **summary) {
               (double)sum.itm, (double)sum.cls, (double)info.next_scale,
               (long long)T.scaler.skip_count);
     const bool do_eval =
-        (A->eval_every > 0 && info.iteration % A->eval_every == 0) || info.iteration == end;
+        !A->no_eval &&
+        ((A->eval_every > 0 && info.iteration % A->eval_every == 0) || info.iteration == end);
     if (do_eval && mc.image_only) {
       if (eval_classes(M, &D, eval_split, mb, &ev_acc, &ev_loss, &ev_count) != AMPC_OK) {
         ret = cli_runtime_error("train", "evaluation: %s", ampc_last_error());

@@ -23,7 +23,7 @@ typedef struct train_args {
   float w_itc, w_itm, w_cls;
   uint64_t seed;
   int threads;
-  bool cosine, json, quiet, progress;
+  bool cosine, json, quiet, progress, no_eval;
   const char *log, *save, *resume, *model, *data;
 } train_args;
 

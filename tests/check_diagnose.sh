@@ -1,0 +1,89 @@
+#!/bin/sh
+# tests/check_diagnose.sh AMPC: the signature suite on real data (issue 7).
+# Short mm-tiny runs on the bundled emoji pairs, each configured so that one
+# safeguard is missing, and `ampc diagnose` must name that failure from the
+# run's own counts (nothing is injected); the complete runs are healthy. Then
+# `ampc compare` end to end (summary, report, plots) and the usage errors.
+set -u
+ampc=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+die() { echo "FAIL: $*" >&2; fail=1; }
+common="--threads 1 --no-eval --quiet --batch 16"
+
+# sig NAME VERDICT [train flags]: the first verdict of the run must be VERDICT
+sig() {
+  name=$1; want=$2; shift 2
+  # shellcheck disable=SC2086
+  "$ampc" train $common --log "$tmp/$name.jsonl" --json "$@" >"$tmp/$name.sum" 2>"$tmp/err" ||
+    { die "$name: train exited $? ($(cat "$tmp/err"))"; return; }
+  "$ampc" diagnose --json "$tmp/$name.jsonl" >"$tmp/$name.diag" 2>"$tmp/err" ||
+    { die "$name: diagnose exited $? ($(cat "$tmp/err"))"; return; }
+  grep -q "^{\"verdict\":\"$want\"" "$tmp/$name.diag" ||
+    die "$name: expected $want, got $(head -c 300 "$tmp/$name.diag")"
+  # the run's own summary carries the same diagnosis
+  grep -q "\"diagnosis\":{\"verdict\":\"$want\"" "$tmp/$name.sum" ||
+    die "$name: the summary's diagnosis is not $want"
+}
+
+sig healthy healthy --steps 8
+sig fp32 healthy --steps 4 --precision 32-true
+# a static loss scale of 2^20: every step's gradients overflow and are skipped
+sig static overflow --steps 4 --loss-scale 1048576
+grep -q '"tensor":"' "$tmp/static.diag" || die "static: no first non-finite tensor named"
+# no loss scaling: 5-10 % of the vision and fusion gradients flush to zero
+sig noscale underflow --steps 8 --loss-scale none
+# vision and fusion both pass 1 % flushed at step 1; either is the first
+grep -Eq '"branch":"(vision|fusion)"' "$tmp/noscale.diag" || die "noscale: wrong branch"
+# pure FP16 AdamW: eps = 1e-8 rounds to 0, unused embedding rows get 0/0
+sig true16 nonfinite-independent-of-scale --steps 3 --precision 16-true --accumulate fp32
+grep -q 'non-finite weights' "$tmp/true16.diag" || die "true16: evidence lacks the weights"
+# SGD at lr 1e-4 on FP16 weights without a master copy
+sig nomaster swallowed-updates --steps 6 --master-weights off --optimizer sgd --lr 1e-4
+# FP16 accumulation: the shadow FP64 check sees the error
+sig acc16 accumulation-error --steps 2 --batch 4 --telemetry-every 1 --accumulate fp16
+# lr 100: the weights grow until activations pass 65504 in the forward pass
+sig bigact nonfinite-independent-of-scale --steps 8 --optimizer sgd --lr 100 --telemetry-every 1
+grep -q 'forward pass, vision' "$tmp/bigact.diag" || die "bigact: no forward overflow in vision"
+
+# the text report names the verdict, the evidence and the safeguard
+"$ampc" diagnose "$tmp/noscale.jsonl" >"$tmp/out" 2>&1 || die "diagnose (text) exited $?"
+grep -q '^verdict: underflow' "$tmp/out" || die "text report lacks the verdict"
+grep -q 'safeguard: loss scaling' "$tmp/out" || die "text report lacks the safeguard"
+
+# ampc compare: two runs, all outputs
+"$ampc" compare --out "$tmp/cmp" --run fp32='--precision 32-true' \
+  --run A='--precision 16-mixed --loss-scale none' --steps 3 --batch 8 --threads 1 --no-eval \
+  2>"$tmp/err" || die "compare exited $? ($(cat "$tmp/err"))"
+for f in summary.json report.md loss.png scale.png grad_hist.png fp32.jsonl A.jsonl; do
+  [ -s "$tmp/cmp/$f" ] || die "compare did not write $f"
+done
+for f in loss.png scale.png grad_hist.png; do
+  head -c 8 "$tmp/cmp/$f" | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a' || die "$f is not a PNG"
+done
+grep -q '"label":[[:space:]]*"A"' "$tmp/cmp/summary.json" || die "summary.json lacks run A"
+grep -q '"peak_rss_bytes":[[:space:]]*[1-9]' "$tmp/cmp/summary.json" || die "summary.json lacks peak_rss_bytes"
+grep -q '| fp32 |' "$tmp/cmp/report.md" || die "report.md lacks the fp32 row"
+
+# usage and runtime errors
+expect() {
+  want=$1; shift
+  "$ampc" "$@" >/dev/null 2>"$tmp/err"
+  rc=$?
+  [ "$rc" = "$want" ] || die "'$*' exited $rc, expected $want"
+  [ -s "$tmp/err" ] || die "'$*' printed no message"
+}
+expect 2 diagnose
+expect 2 diagnose --bogus "$tmp/healthy.jsonl"
+expect 2 diagnose "$tmp/healthy.jsonl" "$tmp/fp32.jsonl"
+expect 1 diagnose "$tmp/nonexistent.jsonl"
+printf 'not json\n' >"$tmp/bad.jsonl"
+expect 1 diagnose "$tmp/bad.jsonl"
+grep -q 'bad.jsonl:1' "$tmp/err" || die "malformed log error does not name file:line"
+expect 2 compare --steps 2
+expect 2 compare --out "$tmp/c2" --run 'bad label=--steps 2'
+expect 2 compare --out "$tmp/c2" --log x.jsonl
+: >"$tmp/afile"
+expect 1 compare --out "$tmp/afile" --run x='--steps 1' --model mlp
+exit $fail
