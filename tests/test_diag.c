@@ -213,6 +213,19 @@ static void test_verdict_healthy_and_dynamic_skips(void **state) {
   assert_int_equal(verdicts(d, v), 1);
   assert_int_equal(v[0].kind, AMPC_VERDICT_HEALTHY);
   ampc_diag_free(d);
+  /* a short run that is mostly the scaler's leading backoffs: still healthy;
+   * skips after the first applied step, 5 of 10: overflow */
+  for (int late = 0; late < 2; late++) {
+    d = ampc_diag_create(&c);
+    for (int i = 1; i <= 12; i++) {
+      ampc_diag_step s = step(i, 5.0, 1024.0);
+      s.overflow = s.skipped = late ? (i > 2 && i % 2 == 0) || i == 1 : i <= 6;
+      assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+    }
+    assert_int_equal(verdicts(d, v), 1);
+    assert_int_equal(v[0].kind, late ? AMPC_VERDICT_OVERFLOW : AMPC_VERDICT_HEALTHY);
+    ampc_diag_free(d);
+  }
 }
 
 static void test_verdict_static_overflow(void **state) {

@@ -390,6 +390,24 @@ int train_run_mm(const train_args *A, cJSON **summary) {
     for (int r = 0; r < AMPC_ROLE_COUNT; r++)
       pbytes += T.params.bytes[r];
     cJSON_AddNumberToObject(o, "parameter_state_bytes", (double)pbytes);
+    {
+      /* the memory account as allocated (ampc memory predicts the same roles) */
+      size_t act = 0, ws = 0;
+      if (ampc_mm_plan_bytes(&mc, mb, T.amp.precision, &act, &ws) != AMPC_OK ||
+          act + ws != ampc_mm_activation_bytes(M))
+        act = ampc_mm_activation_bytes(M), ws = 0;
+      cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+      cJSON_AddNumberToObject(mem, "weights", (double)T.params.bytes[AMPC_ROLE_WEIGHTS]);
+      cJSON_AddNumberToObject(mem, "master", (double)T.params.bytes[AMPC_ROLE_MASTER]);
+      cJSON_AddNumberToObject(mem, "grads", (double)T.params.bytes[AMPC_ROLE_GRADS]);
+      cJSON_AddNumberToObject(
+          mem, "moments",
+          (double)(T.params.bytes[AMPC_ROLE_MOMENT1] + T.params.bytes[AMPC_ROLE_MOMENT2]));
+      cJSON_AddNumberToObject(mem, "activations", (double)act);
+      cJSON_AddNumberToObject(mem, "workspace", (double)ws);
+      cJSON_AddNumberToObject(mem, "total", (double)(pbytes + act + ws));
+      cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+    }
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
     if (have_eval && mc.image_only) {
       cJSON *m = cJSON_AddObjectToObject(o, "metrics");
