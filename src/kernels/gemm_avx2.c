@@ -233,6 +233,9 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
   const int use_beta = g->beta != 0.0f;
   const ampc_dtype dt = g->cdt;
   const int tm = ampc_tm_active;
+  float tbuf[64];
+  void *tdst = NULL;
+  int tn = 0;
   for (int64_t i = 0; i < mcur; i++) {
     const float *srow = cs + i * ldcs;
     const int64_t base = (ic + i) * g->ldc + jc;
@@ -247,11 +250,20 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
       case AMPC_BF16: _mm_storeu_si128((__m128i *)cp, bf16_round8(v)); break;
       default: _mm256_storeu_ps((float *)cp, v); break;
       }
-      if (tm) {
-        float tmp[8];
-        _mm256_storeu_ps(tmp, v);
-        ampc_tm_count(tmp, cp, dt, 8);
+      if (tm) { /* telemetry: count a row's stores 64 at a time (they are contiguous) */
+        if (tn == 0)
+          tdst = cp;
+        _mm256_storeu_ps(tbuf + tn, v);
+        tn += 8;
+        if (tn == 64) {
+          ampc_tm_count(tbuf, tdst, dt, 64);
+          tn = 0;
+        }
       }
+    }
+    if (tn) {
+      ampc_tm_count(tbuf, tdst, dt, (size_t)tn);
+      tn = 0;
     }
     for (; j < ncur; j++)
       ampc_gemm_epilogue1(c, dt, base + j, g->alpha, g->beta, srow[j]);

@@ -30,7 +30,7 @@ ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, 
   if (b)
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++)
-        ampc_elem_store(c, cdt, i * n + j, ampc_elem_load(b, wdt, j));
+        ampc_elem_store_uncounted(c, cdt, i * n + j, ampc_elem_load(b, wdt, j));
   ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, m, n, k, 1.0f, x, xdt, k, w, wdt, k,
                              b ? 1.0f : 0.0f, c, cdt, n, acc);
   if (st == AMPC_OK && stats)

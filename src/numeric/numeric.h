@@ -170,6 +170,19 @@ static inline float ampc_elem_load(const void *p, ampc_dtype dt, int64_t i) {
 extern int ampc_tm_active;
 void ampc_tm_count(const float *src, const void *dst, ampc_dtype dt, size_t n);
 
+/* ampc_elem_store without the telemetry: for values that are not results
+ * (e.g. a bias broadcast into C before a GEMM with beta = 1 rounds the sum). */
+static inline void ampc_elem_store_uncounted(void *p, ampc_dtype dt, int64_t i, float v) {
+  const uint32_t x = ampc_f32_bits(v);
+  switch (dt) {
+  case AMPC_F16: ((uint16_t *)p)[i] = ampc_f32bits_to_f16bits(x); break;
+  case AMPC_BF16: ((uint16_t *)p)[i] = ampc_f32bits_to_bf16bits(x); break;
+  case AMPC_F8_E4M3: ((uint8_t *)p)[i] = ampc_f32bits_to_e4m3bits(x, 0); break;
+  case AMPC_F8_E5M2: ((uint8_t *)p)[i] = ampc_f32bits_to_e5m2bits(x, 0); break;
+  default: ((float *)p)[i] = v; break;
+  }
+}
+
 /* Round v once (RNE, non-saturating) to dt and store it as element i. */
 static inline void ampc_elem_store(void *p, ampc_dtype dt, int64_t i, float v) {
   const uint32_t x = ampc_f32_bits(v);
