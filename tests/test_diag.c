@@ -442,6 +442,38 @@ static void test_log_round_trip(void **state) {
   fclose(f);
   assert_int_equal(ampc_diag_read_log(path, &r), AMPC_ERR_FORMAT);
   assert_non_null(strstr(ampc_last_error(), ":2:"));
+  /* fields of the wrong type or range name themselves */
+  static const char *const bad[] = {
+      "\"branches\":[1,2]",
+      "\"loss_scale\":\"x\"",
+      "\"nonfinite_weights\":1e30",
+      "\"branches\":{\"vision\":{\"grad\":{\"count\":-5}}}",
+      "\"branches\":{\"vision\":{\"grad\":{\"log2_hist\":{\"lo\":1e308,\"counts\":[1]}}}}",
+      "\"branches\":{\"text\":{\"accumulation_k\":\"k\"}}",
+      "\"overflow\":1"};
+  static const char *const field[] = {"branches", "loss_scale",     "nonfinite_weights", "count",
+                                      "lo",       "accumulation_k", "overflow"};
+  for (int i = 0; i < 7; i++) {
+    f = fopen(path, "w");
+    fprintf(f,
+            "{\"event\":\"config\",\"loss_scale\":{\"mode\":\"dynamic\"}}\n"
+            "{\"event\":\"step\",\"step\":1,%s}\n",
+            bad[i]);
+    fclose(f);
+    assert_int_equal(ampc_diag_read_log(path, &r), AMPC_ERR_FORMAT);
+    assert_non_null(strstr(ampc_last_error(), ":2:"));
+    if (!strstr(ampc_last_error(), field[i]))
+      fail_msg("case %d: '%s' does not name %s", i, ampc_last_error(), field[i]);
+  }
+  /* a partial last line (a killed writer) is left out; the lines before count */
+  f = fopen(path, "w");
+  fputs("{\"event\":\"config\",\"loss_scale\":{\"mode\":\"dynamic\"}}\n"
+        "{\"event\":\"step\",\"step\":1,\"loss\":2}\n{\"event\":\"step\",\"st",
+        f);
+  fclose(f);
+  assert_int_equal(ampc_diag_read_log(path, &r), AMPC_OK);
+  assert_int_equal(ampc_diag_steps(r), 1);
+  ampc_diag_free(r);
   f = fopen(path, "w");
   fputs("{\"event\":\"step\",\"step\":1}\n", f);
   fclose(f);

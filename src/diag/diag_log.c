@@ -174,48 +174,90 @@ char *ampc_diag_json(const ampc_diag *d) {
 
 /* ---- reading ------------------------------------------------------------------- */
 
-static double num(const cJSON *o, const char *k, double def) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsNumber(x) ? x->valuedouble : def;
+/* Reading validates as it goes: a field that is present with the wrong type
+ * or out of range makes the line malformed (v->bad names it); absent fields
+ * take their defaults (older logs lack some). */
+typedef struct {
+  const char *bad;
+} vctx;
+
+static const cJSON *field(const cJSON *o, const char *k) {
+  return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
 }
-static bool flag(const cJSON *o, const char *k) {
-  return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
+static double num(vctx *v, const cJSON *o, const char *k, double def) {
+  const cJSON *x = field(o, k);
+  if (!x)
+    return def;
+  if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) {
+    v->bad = v->bad ? v->bad : k;
+    return def;
+  }
+  return x->valuedouble;
 }
-static const char *str(const cJSON *o, const char *k) {
-  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+/* a count: a whole number in [0, 2^63) */
+static int64_t cnt(vctx *v, const cJSON *o, const char *k) {
+  const double d = num(v, o, k, 0.0);
+  if (!(d >= 0.0 && d < 9.2e18) || floor(d) != d) {
+    v->bad = v->bad ? v->bad : k;
+    return 0;
+  }
+  return (int64_t)d;
+}
+static bool flag(vctx *v, const cJSON *o, const char *k) {
+  const cJSON *x = field(o, k);
+  if (x && !cJSON_IsBool(x))
+    v->bad = v->bad ? v->bad : k;
+  return cJSON_IsTrue(x);
+}
+static const char *str(vctx *v, const cJSON *o, const char *k) {
+  const cJSON *x = field(o, k);
+  if (x && !cJSON_IsString(x))
+    v->bad = v->bad ? v->bad : k;
   return cJSON_IsString(x) ? x->valuestring : NULL;
 }
-static uint64_t cnt(const cJSON *o, const char *k) {
-  const double v = num(o, k, 0.0);
-  return v > 0.0 && v < 1.8e19 ? (uint64_t)v : 0;
+static const cJSON *obj(vctx *v, const cJSON *o, const char *k) {
+  const cJSON *x = field(o, k);
+  if (x && !cJSON_IsObject(x)) {
+    v->bad = v->bad ? v->bad : k;
+    return NULL;
+  }
+  return x;
 }
 
-static void read_stats(const cJSON *o, ampc_tm_stats *t) {
+static void read_stats(vctx *v, const cJSON *o, ampc_tm_stats *t) {
   memset(t, 0, sizeof *t);
-  if (!cJSON_IsObject(o))
+  if (!o)
     return;
-  t->r.count = cnt(o, "count");
-  t->zeros = cnt(o, "zeros");
-  t->r.underflow = cnt(o, "flushed");
-  t->r.subnormal = cnt(o, "subnormal");
-  t->r.overflow = cnt(o, "overflow");
-  t->r.inf = cnt(o, "inf");
-  t->r.nan = cnt(o, "nan");
-  const double m = num(o, "max_abs", 0.0);
-  t->r.max_abs = isfinite(m) && m >= 0.0 && m <= 3.4028234663852886e38 ? (float)m : 0.0f;
-  const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "log2_hist");
-  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(h, "counts");
-  const double lo = num(h, "lo", 0.0);
-  if (cJSON_IsArray(arr) && lo >= -127.0 && lo <= 128.0) {
-    int i = (int)lo + 127;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, arr) {
-      if (i >= AMPC_TM_BINS)
-        break;
-      if (cJSON_IsNumber(x) && x->valuedouble > 0.0 && x->valuedouble < 1.8e19)
-        t->hist[i] = (uint64_t)x->valuedouble;
-      i++;
+  t->r.count = (uint64_t)cnt(v, o, "count");
+  t->zeros = (uint64_t)cnt(v, o, "zeros");
+  t->r.underflow = (uint64_t)cnt(v, o, "flushed");
+  t->r.subnormal = (uint64_t)cnt(v, o, "subnormal");
+  t->r.overflow = (uint64_t)cnt(v, o, "overflow");
+  t->r.inf = (uint64_t)cnt(v, o, "inf");
+  t->r.nan = (uint64_t)cnt(v, o, "nan");
+  const double m = num(v, o, "max_abs", 0.0);
+  if (!(m >= 0.0 && m <= 3.4028234663852886e38))
+    v->bad = v->bad ? v->bad : "max_abs";
+  else
+    t->r.max_abs = (float)m;
+  const cJSON *h = obj(v, o, "log2_hist");
+  if (!h)
+    return;
+  const cJSON *arr = field(h, "counts");
+  const double lo = num(v, h, "lo", 0.0);
+  if (!cJSON_IsArray(arr) || !(lo >= -127.0 && lo <= 128.0) || floor(lo) != lo) {
+    v->bad = v->bad ? v->bad : "log2_hist";
+    return;
+  }
+  int i = (int)lo + 127;
+  const cJSON *x;
+  cJSON_ArrayForEach(x, arr) {
+    const double c = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+    if (i >= AMPC_TM_BINS || !(c >= 0.0 && c < 9.2e18) || floor(c) != c) {
+      v->bad = v->bad ? v->bad : "log2_hist";
+      return;
     }
+    t->hist[i++] = (uint64_t)c;
   }
 }
 
@@ -235,69 +277,88 @@ static ampc_dtype dtype_of(const char *s) {
 }
 
 static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
+  vctx v = {0};
   memset(c, 0, sizeof *c);
-  const char *p = str(o, "precision");
+  const char *p = str(&v, o, "precision");
   snprintf(c->precision, sizeof c->precision, "%s", p ? p : "?");
-  c->lowp = dtype_of(str(o, "grads_dtype"));
-  const char *mw = str(o, "master_weights");
+  c->lowp = dtype_of(str(&v, o, "grads_dtype"));
+  const char *mw = str(&v, o, "master_weights");
   c->master_weights = mw && strcmp(mw, "on") == 0;
-  const char *acc = str(o, "accumulate");
+  const char *acc = str(&v, o, "accumulate");
   c->accumulate = acc && strcmp(acc, "fp16") == 0 ? AMPC_ACC_F16 : AMPC_ACC_F32;
-  const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
-  const char *mode = str(ls, "mode");
+  const cJSON *ls = obj(&v, o, "loss_scale");
+  const char *mode = str(&v, ls, "mode");
   c->loss_scale_mode = !mode                          ? -1
                        : strcmp(mode, "none") == 0    ? AMPC_LOSS_SCALE_NONE
                        : strcmp(mode, "static") == 0  ? AMPC_LOSS_SCALE_STATIC
                        : strcmp(mode, "dynamic") == 0 ? AMPC_LOSS_SCALE_DYNAMIC
                                                       : -1;
-  c->min_scale = num(ls, "min_scale", 1.0);
-  return c->loss_scale_mode < 0 ? AMPC_ERR_FORMAT : AMPC_OK;
+  c->min_scale = num(&v, ls, "min_scale", 1.0);
+  return c->loss_scale_mode < 0 || v.bad ? AMPC_ERR_FORMAT : AMPC_OK;
 }
 
-static void parse_step(const cJSON *o, ampc_diag_step *s) {
+/* one step line; NULL, or the name of the first malformed field */
+static const char *parse_step(const cJSON *o, ampc_diag_step *s) {
+  vctx v = {0};
   memset(s, 0, sizeof *s);
-  s->step = (int64_t)num(o, "step", 0.0);
-  const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "loss");
+  s->step = cnt(&v, o, "step");
+  const cJSON *l = field(o, "loss");
   /* a non-finite loss is written as null by cJSON */
+  if (l && !cJSON_IsNumber(l) && !cJSON_IsNull(l))
+    v.bad = "loss";
   s->loss = cJSON_IsNumber(l) ? l->valuedouble : (double)NAN;
-  s->loss_scale = num(o, "loss_scale", 1.0);
-  s->overflow = flag(o, "overflow");
-  s->skipped = flag(o, "skipped");
-  s->nonfinite_grads = (int64_t)num(o, "nonfinite_grads", 0.0);
-  s->nonfinite_weights = (int64_t)num(o, "nonfinite_weights", 0.0);
-  s->telemetry = flag(o, "telemetry");
+  s->loss_scale = num(&v, o, "loss_scale", 1.0);
+  s->overflow = flag(&v, o, "overflow");
+  s->skipped = flag(&v, o, "skipped");
+  s->nonfinite_grads = cnt(&v, o, "nonfinite_grads");
+  s->nonfinite_weights = cnt(&v, o, "nonfinite_weights");
+  s->telemetry = flag(&v, o, "telemetry");
   s->first_nonfinite_branch = s->first_nonfinite_phase = -1;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     s->br[b].acc_err = -1.0;
-  const cJSON *brs = cJSON_GetObjectItemCaseSensitive(o, "branches");
+  const cJSON *brs = obj(&v, o, "branches");
   const cJSON *h;
   cJSON_ArrayForEach(h, brs) {
     const int b = branch_of(h->string);
-    if (b < 0 || !cJSON_IsObject(h))
+    if (b < 0)
       continue;
+    if (!cJSON_IsObject(h)) {
+      v.bad = v.bad ? v.bad : "branches";
+      continue;
+    }
     ampc_diag_branch *d = &s->br[b];
-    d->parameters = (int64_t)num(h, "parameters", 0.0);
-    d->updated = (int64_t)num(h, "updated", 0.0);
-    d->swallowed = (int64_t)num(h, "swallowed", 0.0);
-    d->would_swallow = (int64_t)num(h, "would_swallow", 0.0);
-    read_stats(cJSON_GetObjectItemCaseSensitive(h, "grad"), &d->grad);
-    read_stats(cJSON_GetObjectItemCaseSensitive(h, "act"), &d->act);
-    const cJSON *ae = cJSON_GetObjectItemCaseSensitive(h, "accumulation_rel_err");
-    if (cJSON_IsNumber(ae))
+    d->parameters = cnt(&v, h, "parameters");
+    d->updated = cnt(&v, h, "updated");
+    d->swallowed = cnt(&v, h, "swallowed");
+    d->would_swallow = cnt(&v, h, "would_swallow");
+    if (d->swallowed > d->updated || d->would_swallow > d->updated)
+      v.bad = v.bad ? v.bad : "swallowed";
+    read_stats(&v, obj(&v, h, "grad"), &d->grad);
+    read_stats(&v, obj(&v, h, "act"), &d->act);
+    const cJSON *ae = field(h, "accumulation_rel_err");
+    if (cJSON_IsNumber(ae) && ae->valuedouble >= 0.0)
       d->acc_err = ae->valuedouble;
     else if (cJSON_IsNull(ae))
       d->acc_err = (double)INFINITY; /* written as null: non-finite */
-    d->acc_k = (int64_t)num(h, "accumulation_k", 0.0);
-    const char *t = str(h, "accumulation_tensor");
+    else if (ae)
+      v.bad = v.bad ? v.bad : "accumulation_rel_err";
+    d->acc_k = cnt(&v, h, "accumulation_k");
+    const char *t = str(&v, h, "accumulation_tensor");
     snprintf(d->acc_tensor, sizeof d->acc_tensor, "%s", t ? t : "");
   }
-  const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "first_nonfinite");
-  if (cJSON_IsObject(f) && branch_of(str(f, "branch")) >= 0) {
-    const char *t = str(f, "tensor"), *ph = str(f, "phase");
-    snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", t ? t : "?");
-    s->first_nonfinite_branch = branch_of(str(f, "branch"));
-    s->first_nonfinite_phase = ph && strcmp(ph, "forward") == 0 ? 0 : 1;
+  const cJSON *f = obj(&v, o, "first_nonfinite");
+  if (f) {
+    const char *t = str(&v, f, "tensor"), *ph = str(&v, f, "phase");
+    const int b = branch_of(str(&v, f, "branch"));
+    if (b < 0 || !t || !ph)
+      v.bad = v.bad ? v.bad : "first_nonfinite";
+    else {
+      snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", t);
+      s->first_nonfinite_branch = b;
+      s->first_nonfinite_phase = strcmp(ph, "forward") == 0 ? 0 : 1;
+    }
   }
+  return v.bad;
 }
 
 ampc_status ampc_diag_read_log(const char *path, ampc_diag **out) {
@@ -320,10 +381,15 @@ ampc_status ampc_diag_read_log(const char *path, ampc_diag **out) {
     cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
     if (!cJSON_IsObject(o)) {
       cJSON_Delete(o);
+      /* an unterminated last line that does not parse is the partial write of
+       * a run that was killed: the complete lines before it are the log */
+      if (line[len - 1] != '\n' && d) /* getline ends without '\n' only at EOF */
+        break;
       st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: not a JSON object", path, (long long)lineno);
       break;
     }
-    const char *event = str(o, "event");
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+    const char *event = cJSON_IsString(ev) ? ev->valuestring : NULL;
     if (!event) {
       cJSON_Delete(o);
       st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: no \"event\" field", path, (long long)lineno);
@@ -333,7 +399,9 @@ ampc_status ampc_diag_read_log(const char *path, ampc_diag **out) {
       ampc_diag_config c;
       if (parse_config(o, &c) != AMPC_OK) {
         cJSON_Delete(o);
-        st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: config line without a valid loss_scale.mode",
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "%s:%lld: config line without a valid loss_scale.mode or with a "
+                       "malformed field",
                        path, (long long)lineno);
         break;
       }
@@ -360,7 +428,13 @@ ampc_status ampc_diag_read_log(const char *path, ampc_diag **out) {
         break;
       }
       ampc_diag_step s;
-      parse_step(o, &s);
+      const char *bad = parse_step(o, &s);
+      if (bad) {
+        cJSON_Delete(o);
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s:%lld: step line with a malformed \"%s\"", path,
+                       (long long)lineno, bad);
+        break;
+      }
       if (s.step <= last_step) /* a resumed run repeats steps: keep the newest */
         ampc_diag_truncate(d, s.step);
       last_step = s.step;

@@ -353,8 +353,9 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       }
       if (first_step[fb] >= 0)
         ev(&v, "%s underflows first (step %lld)", bn[fb], (long long)first_step[fb]);
-      ev(&v, "loss %.4f (first tenth) -> %.4f (middle) -> %.4f (last fifth)%s", l0, lm, l1,
-         plateau ? ": a plateau" : "");
+      if (isfinite(l0) && isfinite(lm) && isfinite(l1))
+        ev(&v, "loss %.4f (first tenth) -> %.4f (middle) -> %.4f (last fifth)%s", l0, lm, l1,
+           plateau ? ": a plateau" : "");
       snprintf(v.safeguard, sizeof v.safeguard, "%s",
                c->loss_scale_mode == AMPC_LOSS_SCALE_NONE
                    ? "loss scaling (--loss-scale dynamic): it shifts the gradients into "

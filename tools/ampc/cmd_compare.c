@@ -22,6 +22,7 @@
 
 #include "ampc/ampc.h"
 #include "ampc/plot.h"
+#include "train.h"
 
 static const char k_usage[] =
     "Usage: ampc compare --out DIR [--run LABEL='FLAGS']... [train flags]\n"
@@ -218,7 +219,7 @@ static int plot_hist(const char *dir, run_t *runs, int n) {
     if (runs[r].diag)
       pick = r;
   if (pick < 0)
-    return 1;
+    return 2;
   int lo = AMPC_TM_BINS, hi = -1;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
     const ampc_tm_stats *g = ampc_diag_grad_stats(runs[pick].diag, b);
@@ -229,7 +230,7 @@ static int plot_hist(const char *dir, run_t *runs, int n) {
       }
   }
   if (hi < 0)
-    return 1; /* no telemetry in that run: nothing to draw */
+    return 2; /* no telemetry in that run (e.g. the mlp model): nothing to draw */
   /* show binary16's bands even when the gradients do not reach them */
   lo = lo > 127 - 30 ? 127 - 30 : lo;
   hi = hi < 127 + 17 ? 127 + 17 : hi;
@@ -339,8 +340,9 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
               runs[r].flags, loss, evtxt, jnum(s, "skipped_steps"), vtxt, ms,
               jnum(s, "peak_rss_bytes") / 1048576.0);
   }
-  fprintf(md, "\nPlots: `loss.png`, `scale.png`, `grad_hist.png`. Logs: `LABEL.jsonl` "
-              "(`ampc diagnose DIR/LABEL.jsonl` explains a verdict).\n\n## Diagnoses\n");
+  fprintf(md, "\nPlots: `loss.png`, `scale.png`, `grad_hist.png` (the last only when a run "
+              "sampled rounding telemetry). Logs: `LABEL.jsonl` (`ampc diagnose "
+              "DIR/LABEL.jsonl` explains a verdict).\n\n## Diagnoses\n");
   for (int r = 0; r < n; r++) {
     fprintf(md, "\n### %s\n\n", runs[r].label);
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(
@@ -451,6 +453,27 @@ static int run(int argc, char **argv) {
     }
     nr = 5;
   }
+  /* every run's flags must parse before any run starts */
+  for (int r = 0; r < nr; r++) {
+    char *args[MAX_ARGS + 8];
+    char flags[sizeof runs[0].flags];
+    snprintf(flags, sizeof flags, "%s", runs[r].flags);
+    int na = 0;
+    args[na++] = "train";
+    for (int i = 0; i < nc; i++)
+      args[na++] = common[i];
+    const int nf = split(flags, args + na, MAX_ARGS - na);
+    if (nf < 0) {
+      ret = cli_usage_error("compare", "--run %s: too many flags", runs[r].label);
+      goto done;
+    }
+    args[na + nf] = NULL;
+    if (train_check_args(na + nf, args) != AMPC_EXIT_OK) {
+      fprintf(stderr, "ampc compare: (in the flags of run %s)\n", runs[r].label);
+      ret = AMPC_EXIT_USAGE;
+      goto done;
+    }
+  }
   if (mkdir(out, 0777) != 0 && errno != EEXIST) {
     ret = cli_runtime_error("compare", "cannot create %s: %s", out, strerror(errno));
     goto done;
@@ -459,6 +482,17 @@ static int run(int argc, char **argv) {
   if (stat(out, &stt) != 0 || !S_ISDIR(stt.st_mode)) {
     ret = cli_runtime_error("compare", "%s is not a directory", out);
     goto done;
+  }
+  {
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.ampc-compare-probe", out);
+    FILE *pf = fopen(probe, "w");
+    if (!pf) {
+      ret = cli_runtime_error("compare", "cannot write in %s: %s", out, strerror(errno));
+      goto done;
+    }
+    fclose(pf);
+    unlink(probe);
   }
   for (int r = 0; r < nr; r++) {
     char *args[MAX_ARGS + 8];
@@ -506,15 +540,22 @@ static int run(int argc, char **argv) {
             cJSON_IsString(vd) ? vd->valuestring : "?");
   }
   const int wr = write_outputs(out, runs, nr);
+  int any = 0;
+  for (int r = 0; r < nr; r++)
+    any |= runs[r].diag != NULL;
+  const int pl = wr == AMPC_EXIT_OK && any ? plot_loss_and_scale(out, runs, nr) : 1;
+  const int ph = wr == AMPC_EXIT_OK && any && pl ? plot_hist(out, runs, nr) : 2;
   if (wr != AMPC_EXIT_OK)
     ret = wr;
-  else if (!plot_loss_and_scale(out, runs, nr) || !plot_hist(out, runs, nr))
+  else if (!pl || !ph)
     ret = cli_runtime_error("compare", "plots: %s", ampc_last_error());
   else
-    fprintf(stderr,
-            "ampc compare: wrote %s/summary.json, report.md, loss.png, scale.png, "
-            "grad_hist.png\n",
-            out);
+    fprintf(stderr, "ampc compare: wrote %s/summary.json, report.md%s%s\n", out,
+            any ? ", loss.png, scale.png" : " (no run finished: no plots)",
+            ph == 1 ? ", grad_hist.png"
+                    : (any ? " (no grad_hist.png: no run sampled rounding telemetry; the mlp "
+                             "model has none)"
+                           : ""));
 done:
   for (int r = 0; r < MAX_RUNS; r++) {
     cJSON_Delete(runs[r].summary);

@@ -73,7 +73,8 @@ static const char k_usage[] =
     "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end (and every "
     "--save-every N)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags)\n"
-    "  --json           print the summary as one JSON object on stdout\n"
+    "  --json           print the summary as one JSON object on stdout (with a\n"
+    "                   --precision list: {\"runs\":[summary, ...]})\n"
     "  --quiet          no progress lines\n"
     "\n"
     "Exit status: 0 success, 1 runtime error (unreadable checkpoint, unwritable\n"
@@ -390,6 +391,20 @@ cJSON *train_step_line(const ampc_step_info *info, double loss, double ms,
   return o;
 }
 
+int train_check_args(int argc, char **argv) {
+  train_args A;
+  return parse_args(argc, argv, &A);
+}
+
+ampc_diag *train_diag_start(const ampc_diag_config *c, const char *resumed_log, int64_t iteration) {
+  ampc_diag *d = NULL;
+  if (resumed_log && iteration > 0 && ampc_diag_read_log(resumed_log, &d) == AMPC_OK) {
+    ampc_diag_truncate(d, iteration + 1);
+    return d;
+  }
+  return ampc_diag_create(c);
+}
+
 bool train_add_diagnosis(cJSON *summary, const ampc_diag *d, FILE *say, bool quiet) {
   char *txt = ampc_diag_json(d);
   cJSON *j = txt ? cJSON_Parse(txt) : NULL;
@@ -574,7 +589,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   const int64_t end = A.stop_at > 0 && A.stop_at < A.steps ? A.stop_at : A.steps;
   ampc_diag_config dcfg;
   ampc_diag_config_from(&dcfg, &T);
-  diag = ampc_diag_create(&dcfg);
+  diag = train_diag_start(&dcfg, A.resume ? A.log : NULL, T.iteration);
   if (!diag) {
     ret = cli_runtime_error("train", "out of memory");
     goto out;
@@ -674,12 +689,28 @@ static int run_one(int argc, char **argv, cJSON **summary) {
                             sw_sum.updated ? (double)sw_sum.swallowed / (double)sw_sum.updated : 0);
     cJSON_AddNumberToObject(o, "wall_s", train_now_s() - t_start);
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+    {
+      size_t act = 0, ws = 0;
+      (void)ampc_mlp_plan_bytes(&A.mc, A.batch / A.micro, T.amp.precision, &act, &ws);
+      cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+      cJSON_AddNumberToObject(mem, "weights", (double)T.params.bytes[AMPC_ROLE_WEIGHTS]);
+      cJSON_AddNumberToObject(mem, "master", (double)T.params.bytes[AMPC_ROLE_MASTER]);
+      cJSON_AddNumberToObject(mem, "grads", (double)T.params.bytes[AMPC_ROLE_GRADS]);
+      cJSON_AddNumberToObject(
+          mem, "moments",
+          (double)(T.params.bytes[AMPC_ROLE_MOMENT1] + T.params.bytes[AMPC_ROLE_MOMENT2]));
+      cJSON_AddNumberToObject(mem, "activations", (double)act);
+      cJSON_AddNumberToObject(mem, "workspace", (double)ws);
+      cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+    }
     cJSON_AddStringToObject(o, "checkpoint", A.save ? A.save : "");
     if (!train_add_diagnosis(o, diag, say, A.quiet || A.json)) {
       cJSON_Delete(o);
       ret = cli_runtime_error("train", "out of memory");
       goto out;
     }
+    if (summary)
+      *summary = cJSON_Duplicate(o, 1);
     if (log) {
       cJSON *dup = cJSON_Duplicate(o, 1);
       if (!train_log_line(log, dup)) {
@@ -762,10 +793,16 @@ static int run(int argc, char **argv) {
   cJSON *sums[8] = {NULL};
   char pbuf[64];
   int rc = 0;
+  bool json = false;
   for (int k = 0; k < n && !rc && av; k++) {
     char *tagged[2] = {NULL, NULL};
-    for (int i = 0; i < argc; i++)
+    for (int i = 0; i < argc; i++) {
       av[i] = argv[i];
+      if (!strcmp(argv[i], "--json")) { /* one JSON object for the whole list, below */
+        json = true;
+        av[i] = "--quiet";
+      }
+    }
     av[argc] = NULL;
     if (!strncmp(argv[pi], "--precision=", 12)) {
       snprintf(pbuf, sizeof pbuf, "--precision=%s", names[k]);
@@ -789,7 +826,15 @@ static int run(int argc, char **argv) {
     free(tagged[1]);
   }
   free(av);
-  if (!rc && n > 0 && sums[n - 1]) {
+  if (!rc && json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *runs = cJSON_AddArrayToObject(o, "runs");
+    for (int k = 0; k < n; k++) {
+      cJSON_AddItemToArray(runs, sums[k]);
+      sums[k] = NULL;
+    }
+    rc = cli_print_json("train", o);
+  } else if (!rc && n > 0 && sums[n - 1]) {
     printf("\nside by side (same seed, data and steps):\n");
     printf("%-11s %9s %8s %11s %11s %11s %11s %9s %9s %10s\n", "precision", "loss", "skipped",
            "new R@1 i2t", "new R@1 t2i", "zs R@1 i2t", "zs R@1 t2i", "group", "ms/step", "act MiB");

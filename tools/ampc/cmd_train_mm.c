@@ -223,7 +223,7 @@ int train_run_mm(const train_args *A, cJSON **summary) {
   int64_t ms_n = 0;
   ampc_diag_config dcfg;
   ampc_diag_config_from(&dcfg, &T);
-  diag = ampc_diag_create(&dcfg);
+  diag = train_diag_start(&dcfg, A->resume ? A->log : NULL, T.iteration);
   tm = calloc(1, sizeof *tm);
   if (!diag || !tm) {
     ret = cli_runtime_error("train", "out of memory");

@@ -42,6 +42,14 @@ struct cJSON *train_step_line(const ampc_step_info *info, double loss, double ms
 /* Add "diagnosis" (ampc_diag_json) to a summary object and, unless quiet,
  * print the verdicts to `say`. False on allocation failure. */
 bool train_add_diagnosis(struct cJSON *summary, const ampc_diag *d, FILE *say, bool quiet);
+/* Parse `ampc train` arguments (argv[0] the command name) without running:
+ * AMPC_EXIT_OK, or AMPC_EXIT_USAGE after printing the error. */
+int train_check_args(int argc, char **argv);
+/* The diagnosis accumulator of a run: a resumed run's log (resumed_log, when
+ * it exists and reads) supplies the steps before `iteration`, so the summary
+ * diagnoses the whole run; else a fresh one. NULL on allocation failure. */
+ampc_diag *train_diag_start(const ampc_diag_config *c, const char *resumed_log,
+                            int64_t iteration);
 /* Monotonic seconds. */
 double train_now_s(void);
 
