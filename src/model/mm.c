@@ -539,11 +539,16 @@ static inline void *at(void *p, ampc_dtype dt, int64_t i) {
 }
 
 /* index of the largest of row r of x [*, n] (the first one on ties) */
+/* the class of the largest logit; -1 (no class, never right) if any logit is NaN */
 static int64_t argmax_row(const void *x, ampc_dtype dt, int64_t r, int64_t n) {
   int64_t best = 0;
-  for (int64_t k = 1; k < n; k++)
-    if (ampc_elem_load(x, dt, r * n + k) > ampc_elem_load(x, dt, r * n + best))
+  for (int64_t k = 0; k < n; k++) {
+    const float v = ampc_elem_load(x, dt, r * n + k);
+    if (isnan(v))
+      return -1;
+    if (v > ampc_elem_load(x, dt, r * n + best))
       best = k;
+  }
   return best;
 }
 
@@ -855,8 +860,10 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   TRY(ampc_bce_logits_forward(np, M->itm, adt, M->itm_t, &L.itm));
   TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
   int64_t hit = 0;
-  for (int64_t pr = 0; pr < np; pr++)
-    hit += (ampc_elem_load(M->itm, adt, pr) > 0.0f) == (pr < b);
+  for (int64_t pr = 0; pr < np; pr++) {
+    const float v = ampc_elem_load(M->itm, adt, pr); /* a NaN logit is never right */
+    hit += !isnan(v) && (v > 0.0f) == (pr < b);
+  }
   L.itm_acc = (float)hit / (float)np;
   hit = 0;
   for (int64_t i = 0; i < b; i++) {

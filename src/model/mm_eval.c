@@ -4,6 +4,8 @@
  */
 #include "internal.h"
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,15 +14,21 @@
 
 /* rank of the best-ranked relevant item: 1 + number of irrelevant items
  * scoring strictly higher than the best relevant one (ties favour relevance
- * no more than chance would: an irrelevant tie counts as higher) */
+ * no more than chance would: an irrelevant tie counts as higher). Non-finite
+ * scores rank nothing: a relevant item without a finite score is never
+ * retrieved (rank n + 1), and an irrelevant non-finite score counts as higher,
+ * so a model whose embeddings became NaN scores R@k = 0, not 1. */
 static int64_t best_rank(const float *score, int64_t n, const int32_t *item_concept, int32_t want) {
-  float best = -2.0f;
+  float best = 0.0f;
+  bool found = false;
   for (int64_t j = 0; j < n; j++)
-    if (item_concept[j] == want && score[j] > best)
-      best = score[j];
+    if (item_concept[j] == want && isfinite(score[j]) && (!found || score[j] > best))
+      best = score[j], found = true;
+  if (!found)
+    return n + 1;
   int64_t rank = 1;
   for (int64_t j = 0; j < n; j++)
-    if (item_concept[j] != want && score[j] >= best)
+    if (item_concept[j] != want && (!isfinite(score[j]) || score[j] >= best))
       rank++;
   return rank;
 }
