@@ -231,6 +231,22 @@ static int plot_hist(const char *dir, run_t *runs, int n) {
   }
   if (hi < 0)
     return 2; /* no telemetry in that run (e.g. the mlp model): nothing to draw */
+  /* the far left tail (the smallest 1e-5 of the non-zero values, e.g. stray
+   * 2^-100 products) would squeeze the plot: start where the mass starts */
+  {
+    uint64_t tot = 0, cum = 0;
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      for (int i = lo; i <= hi; i++)
+        tot += ampc_diag_grad_stats(runs[pick].diag, b)->hist[i];
+    for (int i = lo; i <= hi; i++) {
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        cum += ampc_diag_grad_stats(runs[pick].diag, b)->hist[i];
+      if ((double)cum >= 1e-5 * (double)tot) {
+        lo = i;
+        break;
+      }
+    }
+  }
   /* show binary16's bands even when the gradients do not reach them */
   lo = lo > 127 - 30 ? 127 - 30 : lo;
   hi = hi < 127 + 17 ? 127 + 17 : hi;
