@@ -104,7 +104,7 @@ typedef struct {
   const char *value;
 } flag_value;
 
-static int parse_args(int argc, char **argv, train_args *a) {
+int train_parse_args(int argc, char **argv, train_args *a) {
   memset(a, 0, sizeof *a);
   const char *precision = "16-mixed", *optimizer = "adamw";
   static flag_value amp_over[MAX_FLAGS], rest[MAX_FLAGS];
@@ -419,7 +419,7 @@ cJSON *train_config_line(const ampc_trainer *T, const train_args *A, cJSON *run_
 
 static int run_one(int argc, char **argv, cJSON **summary) {
   train_args A;
-  int rc = parse_args(argc, argv, &A);
+  int rc = train_parse_args(argc, argv, &A);
   if (rc)
     return rc;
   if (A.threads > 0)
