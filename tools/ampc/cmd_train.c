@@ -276,6 +276,11 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     if (warmup > a->steps)
       warmup = a->steps;
   }
+  if (a->cosine && warmup > a->steps)
+    return cli_usage_error("train",
+                           "--warmup %lld is longer than the run (--steps %lld) under the cosine "
+                           "schedule",
+                           (long long)warmup, (long long)a->steps);
   a->opt.warmup_steps = warmup;
   a->opt.total_steps = a->cosine ? a->steps : 0;
   if (ampc_optim_config_check(&a->opt) != AMPC_OK)
