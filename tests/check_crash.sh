@@ -27,7 +27,7 @@ die() { echo "FAIL: $*" >&2; fail=1; }
 # ---- 1. SIGKILL at random moments ------------------------------------------------
 seed=20261130
 next() { seed=$(((seed * 1103515245 + 12345) % 2147483648)); }
-mlp="--model mlp --steps 400 --threads 1 --quiet --seed 3 --hidden 16 --train-size 256 --test-size 64"
+mlp="--model mlp --steps 2000 --threads 1 --quiet --seed 3 --hidden 16 --train-size 256 --test-size 64"
 mlp="$mlp --batch 16 --eval-every 0"
 trials=24 killed=0 midwrite=0
 i=0
