@@ -96,7 +96,7 @@ data version.ampcds "dataset version 2, this build reads version 1"
 
 # ---- `ampc data emoji`: PNGs and JSON ------------------------------------------------
 png="$src/fuzz/corpus/png"
-# pkgs GOOGLE_PNG TWITTER_PNG [GOOGLE_JSON]: the three .tgz files in $tmp/pk
+# pkgs GOOGLE_PNG TWITTER_PNG [GOOGLE_JSON [EMOJIBASE_JSON]]: the three .tgz files in $tmp/pk
 pkgs() {
   rm -rf "$tmp/pk" && mkdir -p "$tmp/pk/g/package/img/google/64" \
     "$tmp/pk/t/package/img/twitter/64" "$tmp/pk/b/package/en"
@@ -108,8 +108,10 @@ pkgs() {
   printf '%s' "$g" >"$tmp/pk/g/package/emoji.json"
   printf '[{"unified":"1F600","has_img_twitter":true},{"unified":"1F431","has_img_twitter":true}]' \
     >"$tmp/pk/t/package/emoji.json"
-  printf '[{"hexcode":"1F600","label":"grinning face","group":0,"tags":["smile"]},
-{"hexcode":"1F431","label":"cat face","group":3,"tags":["cat","pet"]}]' >"$tmp/pk/b/package/en/data.json"
+  b='[{"hexcode":"1F600","label":"grinning face","group":0,"tags":["smile"]},'
+  b=$b'{"hexcode":"1F431","label":"cat face","group":3,"tags":["cat","pet"]}]'
+  [ $# -ge 4 ] && b=$4
+  printf '%s' "$b" >"$tmp/pk/b/package/en/data.json"
   tar -czf "$tmp/pk/emoji-datasource-google-16.0.0.tgz" -C "$tmp/pk/g" package
   tar -czf "$tmp/pk/emoji-datasource-twitter-16.0.0.tgz" -C "$tmp/pk/t" package
   tar -czf "$tmp/pk/emojibase-data-17.0.0.tgz" -C "$tmp/pk/b" package
@@ -142,6 +144,19 @@ after_emoji "truncated JSON"
 pkgs "$png/gray.png" "$png/gray.png" '[{"unified":"1F600","image":"../a.png","has_img_google":true}]'
 expect 1 "lacks \"unified\" or a plain \"image\" name" emoji
 after_emoji "image path with a slash"
+g1='[{"unified":"1F600","image":"a.png","has_img_google":true}]'
+pkgs "$png/gray.png" "$png/gray.png" "$g1" '[{"label":"grinning face","group":0}]'
+expect 1 "en/data.json: entry 0 has no usable \"hexcode\"" emoji
+after_emoji "emojibase entry without a hexcode"
+pkgs "$png/gray.png" "$png/gray.png" "$g1" '[{"hexcode":"1F600","label":"x","group":99}]'
+expect 1 "en/data.json: 1F600 has unknown group 99" emoji
+after_emoji "unknown group"
+pkgs "$png/gray.png" "$png/gray.png" "$g1" '[{"hexcode":"1F600","group":0}]'
+expect 1 "en/data.json: 1F600 has no \"label\"" emoji
+after_emoji "no label"
+pkgs "$png/gray.png" "$png/gray.png" "$g1" '{"hexcode":"1F600"}'
+expect 1 "en/data.json: not a JSON array" emoji
+after_emoji "emojibase not an array"
 
 # ---- flags: unknown, out of range, contradictory (exit 2, naming the flag) ---------
 flag() { w=$1; shift; expect 2 "$w" "$ampc" train --model mlp --steps 2 --quiet "$@"; }
