@@ -190,6 +190,16 @@ if mount -t tmpfs -o size=100k tmpfs "$tmp/small" 2>/dev/null; then
     "$ampc" train $mlp --save "$tmp/small/ck.st" --save-every 4
   cmp -s "$tmp/small/ck.st" "$tmp/ref4.st" || die "ENOSPC: the step-4 checkpoint was not kept intact"
   [ "$(ls "$tmp/small")" = "ck.st" ] || die "ENOSPC: left behind: $(ls "$tmp/small")"
+  # `ampc data emoji --out` on a full disk keeps the previous dataset
+  rm -f "$tmp/small/ck.st"
+  cp "$tmp/emoji.copy" "$tmp/small/emoji.ampcds"
+  cat /dev/zero >"$tmp/small/fill" 2>/dev/null
+  pkgs "$png/rgb16.png" "$png/ga.png"
+  expect 1 "No space left on device (the file it replaces is left unchanged)" \
+    env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --out "$tmp/small/emoji.ampcds"
+  cmp -s "$tmp/small/emoji.ampcds" "$tmp/emoji.copy" || die "ENOSPC: the previous dataset changed"
+  [ "$(ls "$tmp/small" | tr '\n' ' ')" = "emoji.ampcds fill " ] ||
+    die "ENOSPC: left behind: $(ls "$tmp/small")"
   umount "$tmp/small" && mnt=""
 else
   echo "check_robust: cannot mount a tmpfs; the full disk is a file-size limit instead"
