@@ -167,13 +167,14 @@ flag "--batch 5000 is larger than the training set (4096 samples)" --batch 5000
 flag "--lr -1: must be a positive finite number" --lr -1
 flag "unknown option --frobnicate" --frobnicate 1
 flag "--batch 8 is not a multiple of --micro-batches 3" --batch 8 --micro-batches 3
-flag "--min-scale" --min-scale 10 --max-scale 1
+flag "--max-scale 1 is below --min-scale 10" --min-scale 10 --max-scale 1
 flag "--warmup 500 is longer than the run (--steps 100)" --steps 100 --warmup 500
 flag "Nesterov needs momentum > 0" --optimizer sgd --nesterov --momentum 0
 flag "--log must not name the checkpoint file" --log "$tmp/x.st" --save "$tmp/x.st"
 flag "--threads: expected an integer in [1, 1024], got '0'" --threads 0
 flag "--save-every: expected an integer in [0, 1000000000], got '-1'" --save-every -1
-expect 2 "--batch 100000" "$ampc" train --batch 100000 --steps 1 --quiet
+expect 2 "--batch 100000 is larger than the training split (1729 samples)" \
+  "$ampc" train --batch 100000 --steps 1 --quiet
 
 # ---- a log that cannot be written -------------------------------------------------
 expect 1 "cannot write log file /dev/full" "$ampc" train $mlp --log /dev/full
