@@ -76,6 +76,10 @@ ck notours.st "tensor 'fc1.weight' is missing"
 ck h32.st "tensor 'fc1.weight' has shape [32, 16], the model's is [64, 16]"
 "$ampc" train $mlp --optimizer sgd --save "$tmp/sgd.st" >/dev/null 2>&1 || die "sgd run"
 ck sgd.st "tensor 'optimizer.exp_avg.fc1.weight' is missing"
+# `ampc eval` refuses the same files before it builds a model
+for f in cut5 cut100 random hlen huge overlap; do
+  expect 1 "$tmp/$f.st" "$ampc" eval --checkpoint "$tmp/$f.st"
+done
 
 # ---- dataset files ---------------------------------------------------------------
 ds="$src/data/emoji.ampcds"
