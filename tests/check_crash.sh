@@ -17,6 +17,11 @@
 #    bit-identical to the uninterrupted one from k on (the MLP case is in
 #    check_train.sh).
 set -u
+# Idle OpenMP threads sleep instead of spinning: results do not depend on it,
+# but on a busy machine (or under a sanitizer) spinning threads of a 2-thread
+# run wait for each other's time slices at every parallel region.
+OMP_WAIT_POLICY=passive
+export OMP_WAIT_POLICY
 ampc=$1
 robust=$2
 tmp=$(mktemp -d)
