@@ -510,7 +510,8 @@ static void test_attention(void **state) {
   assert_memory_equal(o1, o2, sizeof o1);
 
   /* FP16 storage with huge logits: q.k = 60000 * ... stays finite */
-  ampc_f16 hq[ADH], hk[2 * ADH], hv[2 * ADH], hs[2], hp[2], ho[ADH];
+  ampc_f16 hq[ADH], hk[2 * ADH], hv[2 * ADH], ho[ADH];
+  float hs[2], hp[2]; /* scores and probabilities in F32 */
   const float qf[ADH] = {240.0f, 0.0f, 0.0f}, kf[2 * ADH] = {250.0f, 0, 0, 249.0f, 0, 0},
               vf[2 * ADH] = {1, 2, 3, 4, 5, 6};
   ampc_convert(hq, AMPC_F16, qf, AMPC_F32, ADH);

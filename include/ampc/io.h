@@ -81,6 +81,10 @@ typedef struct ampc_safetensors ampc_safetensors; /* a loaded file */
  * whose offsets are wrong), AMPC_ERR_NOMEM, AMPC_ERR_INVALID_ARG (NULL path or
  * out). */
 ampc_status ampc_safetensors_read(const char *path, ampc_safetensors **out);
+/* The same checks on a file image in memory (copied; `name` is used in
+ * messages, "<memory>" when NULL). */
+ampc_status ampc_safetensors_read_mem(const void *data, size_t size, const char *name,
+                                      ampc_safetensors **out);
 
 /* Number of tensors; the i-th in file order (data offset order); NULL if i is
  * out of range. */

@@ -16,11 +16,15 @@
  * string counts) before returning. Nothing is allocated until every section
  * header has been checked; then one block holds the whole dataset.
  */
+#define _XOPEN_SOURCE 700 /* fsync */
+
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "data/data_internal.h"
@@ -393,6 +397,13 @@ ampc_status ampc_dataset_load_default(ampc_dataset *out) {
 
 /* ---- writer ---------------------------------------------------------------- */
 
+/* A failed write of the temporary file `tmp` (errno says why). */
+static ampc_status write_failed(const char *tmp) {
+  const int e = errno ? errno : EIO;
+  return ampc_fail(AMPC_ERR_IO, "%s: write error: %s (the file it replaces is left unchanged)", tmp,
+                   strerror(e));
+}
+
 /* Compress src [len] and append the section to fp. */
 static ampc_status write_section(FILE *fp, int k, const void *src, size_t len, const char *path) {
   unsigned char empty = 0;
@@ -411,9 +422,11 @@ static ampc_status write_section(FILE *fp, int k, const void *src, size_t len, c
   memcpy(h, k_tags[k], 4);
   wr64(h + 4, len);
   wr64(h + 12, zlen);
+  errno = 0;
   const int ok = fwrite(h, 1, sizeof h, fp) == sizeof h && fwrite(z, 1, zlen, fp) == zlen;
+  const ampc_status st = ok ? AMPC_OK : write_failed(path);
   free(z);
-  return ok ? AMPC_OK : ampc_fail(AMPC_ERR_IO, "%s: write error", path);
+  return st;
 }
 
 /* Join count strings, each followed by NUL, into a new blob (*len bytes). */
@@ -504,8 +517,9 @@ ampc_status ampc_dataset_save(const ampc_dataset *d, const char *path) {
                              d->seq_len, d->vocab,  d->n_classes};
   for (int i = 0; i < 7; i++)
     wr32(h + 12 + 4 * i, (uint32_t)fields[i]);
+  errno = 0;
   if (fwrite(h, 1, sizeof h, fp) != sizeof h) {
-    st = ampc_fail(AMPC_ERR_IO, "%s: write error", tmp);
+    st = write_failed(tmp);
     goto done;
   }
   const void *src[SEC_COUNT] = {
@@ -523,9 +537,16 @@ ampc_status ampc_dataset_save(const ampc_dataset *d, const char *path) {
     st = write_section(fp, k, src[k], len[k], tmp);
   if (st != AMPC_OK)
     goto done;
+  /* flushed and on disk before the rename: `path` is never a partial file */
+  errno = 0;
+  if (fflush(fp) != 0 || fsync(fileno(fp)) != 0) {
+    st = write_failed(tmp);
+    goto done;
+  }
+  errno = 0;
   if (fclose(fp) != 0) {
     fp = NULL;
-    st = ampc_fail(AMPC_ERR_IO, "%s: write error", tmp);
+    st = write_failed(tmp);
     goto done;
   }
   fp = NULL;

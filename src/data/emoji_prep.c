@@ -140,7 +140,7 @@ static ampc_status read_json(const char *path, cJSON **out) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
     return ampc_fail(AMPC_ERR_IO, "%s: cannot open", path);
-  size_t cap = 1 << 20, len = 0;
+  size_t cap = 1 << 16, len = 0; /* doubled as needed */
   char *buf = malloc(cap);
   while (buf) {
     len += fread(buf + len, 1, cap - len, fp);

@@ -126,6 +126,20 @@ static int parse_i64(const char *s, int64_t *out) {
   return 1;
 }
 
+/* "[2, 3]" into buf (cut short if it does not fit). */
+static void fmt_shape(char *buf, size_t cap, const int64_t *shape, int ndim) {
+  size_t used = 0;
+  int k = snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && k >= 0; i++) {
+    used += (size_t)k;
+    if (used >= cap)
+      return;
+    k = snprintf(buf + used, cap - used, "%s%" PRId64, i ? ", " : "", shape[i]);
+  }
+  if (k >= 0 && (used += (size_t)k) < cap)
+    snprintf(buf + used, cap - used, "]");
+}
+
 /* Copy a tensor of the checkpoint into dst (dtype dt) with shape checks. */
 static ampc_status load_tensor(const char *path, const ampc_safetensors *f, const char *name,
                                const ampc_param *p, void *dst, ampc_dtype dt) {
@@ -135,11 +149,15 @@ static ampc_status load_tensor(const char *path, const ampc_safetensors *f, cons
   int same = t->ndim == p->ndim;
   for (int d = 0; same && d < p->ndim; d++)
     same = t->shape[d] == p->shape[d];
-  if (!same)
+  if (!same) {
+    char have[160], want[160];
+    fmt_shape(have, sizeof have, t->shape, t->ndim);
+    fmt_shape(want, sizeof want, p->shape, p->ndim);
     return ampc_fail(AMPC_ERR_FORMAT,
-                     "%s: tensor '%s' has shape of rank %d that differs from "
-                     "the model's (rank %d, first dim %lld)",
-                     path, name, t->ndim, p->ndim, (long long)p->shape[0]);
+                     "%s: tensor '%s' has shape %s, the model's is %s (a checkpoint of "
+                     "another model or configuration?)",
+                     path, name, have, want);
+  }
   if (t->dtype != AMPC_F32 && t->dtype != AMPC_F16 && t->dtype != AMPC_BF16)
     return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' has dtype %s (expected F32, F16 or BF16)",
                      path, name, ampc_dtype_name(t->dtype));

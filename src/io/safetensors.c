@@ -858,6 +858,38 @@ ampc_status ampc_safetensors_read(const char *path, ampc_safetensors **out) {
   return AMPC_OK;
 }
 
+ampc_status ampc_safetensors_read_mem(const void *data, size_t size, const char *name,
+                                      ampc_safetensors **out) {
+  if (!out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "safetensors read: NULL output pointer");
+  *out = NULL;
+  if (!name)
+    name = "<memory>";
+  if (!data && size)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: data is NULL", name);
+  if (!host_is_little_endian())
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: safetensors needs a little-endian host", name);
+  if (size < 8)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: file is %zu bytes, too short for the 8-byte header length", name, size);
+  if (size >= SIZE_MAX)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: file is too large to load", name);
+  ampc_safetensors *f = calloc(1, sizeof *f);
+  if (!f || !(f->buf = malloc(size + 1))) {
+    free(f);
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory loading %zu bytes", name, size);
+  }
+  memcpy(f->buf, data, size);
+  f->buf[size] = 0;
+  const ampc_status st = parse_file(name, f, size);
+  if (st != AMPC_OK) {
+    ampc_safetensors_free(f);
+    return st;
+  }
+  *out = f;
+  return AMPC_OK;
+}
+
 int ampc_safetensors_count(const ampc_safetensors *f) { return f ? f->n : 0; }
 
 const ampc_st_tensor *ampc_safetensors_tensor(const ampc_safetensors *f, int i) {

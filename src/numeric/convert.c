@@ -7,6 +7,9 @@
  */
 #include "internal.h"
 
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +48,16 @@ int ampc_cpu_has_avx2_f16c(void) {
   if (v < 0) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
+#if defined(__clang__)
+    /* clang (14) has no "f16c" for __builtin_cpu_supports: CPUID.1:ECX bit 29
+     * (the AVX2 check above already covers the OS's YMM state) */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+#else
     v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c");
+#endif
 #else
     v = 0;
 #endif

@@ -111,7 +111,7 @@ typedef struct {
   const char *value;
 } flag_value;
 
-static int parse_args(int argc, char **argv, train_args *a) {
+int train_parse_args(int argc, char **argv, train_args *a) {
   memset(a, 0, sizeof *a);
   const char *precision = "16-mixed", *optimizer = "adamw";
   static flag_value amp_over[MAX_FLAGS], rest[MAX_FLAGS];
@@ -289,6 +289,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
     if (warmup > a->steps)
       warmup = a->steps;
   }
+  if (a->cosine && warmup > a->steps)
+    return cli_usage_error("train",
+                           "--warmup %lld is longer than the run (--steps %lld) under the cosine "
+                           "schedule",
+                           (long long)warmup, (long long)a->steps);
   a->opt.warmup_steps = warmup;
   a->opt.total_steps = a->cosine ? a->steps : 0;
   if (ampc_optim_config_check(&a->opt) != AMPC_OK)
@@ -393,7 +398,7 @@ cJSON *train_step_line(const ampc_step_info *info, double loss, double ms,
 
 int train_check_args(int argc, char **argv) {
   train_args A;
-  return parse_args(argc, argv, &A);
+  return train_parse_args(argc, argv, &A);
 }
 
 ampc_diag *train_diag_start(const ampc_diag_config *c, const char *resumed_log, int64_t iteration) {
@@ -503,7 +508,7 @@ cJSON *train_config_line(const ampc_trainer *T, const train_args *A, cJSON *run_
 
 static int run_one(int argc, char **argv, cJSON **summary) {
   train_args A;
-  int rc = parse_args(argc, argv, &A);
+  int rc = train_parse_args(argc, argv, &A);
   if (rc)
     return rc;
   if (A.threads > 0)

@@ -27,6 +27,12 @@ typedef struct train_args {
   const char *log, *save, *resume, *model, *data;
 } train_args;
 
+/* Parse the flags of `ampc train` (argv[0] is the command name) into *a and
+ * check them; no training runs. Returns 0, or the exit code after printing
+ * the message (AMPC_EXIT_USAGE). Besides the flags it only stats --save's
+ * path and directory. Not reentrant (the flag lists are static). */
+int train_parse_args(int argc, char **argv, train_args *a);
+
 /* The {"event":"config",...} line for trainer T (run_o: run settings to add;
  * consumed), after printing the resolved configuration to `say` and lint
  * warnings to stderr. NULL on allocation failure. */
