@@ -56,7 +56,8 @@ static const char k_usage[] =
     "  --dim D        override the width (heads kept, MLP = 4 D) for scaling runs\n"
     "  --threads T    threads (default: all cores)\n"
     "  --json         print {\"model\":..,\"precision\":..,\"batch\":..,\"threads\":..,\n"
-    "                 \"ms_per_step_median\":..,\"peak_rss_bytes\":..} (and more keys)\n";
+    "                 \"ms_per_step_median\":..,\"peak_rss_bytes\":..} (and more keys;\n"
+    "                 \"ms_steps\": every timed step in run order)\n";
 
 typedef struct {
   int64_t m, n, k;
@@ -361,6 +362,7 @@ static int run_step(int argc, char **argv) {
     }
     loss = L.total;
   }
+  cJSON *raw = json ? cJSON_CreateDoubleArray(ms, (int)steps) : NULL; /* in run order */
   qsort(ms, (size_t)steps, sizeof *ms, cmp_d);
   const double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
   if (json) {
@@ -381,6 +383,7 @@ static int run_step(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "activation_bytes", (double)ampc_mm_activation_bytes(M));
     cJSON_AddNumberToObject(o, "final_loss", (double)loss);
     cJSON_AddStringToObject(o, "gemm_isa", ampc_gemm_isa());
+    cJSON_AddItemToObject(o, "ms_steps", raw);
     ret = cli_print_json("bench", o);
   } else {
     printf("%s %s batch %lld dim %lld, %d threads, %lld parameters: median %.2f ms/step "
