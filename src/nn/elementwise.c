@@ -6,14 +6,55 @@
  * and the chunk is rounded once with ampc_store_f32. Chunks are independent,
  * so they are shared among ampc's threads (without round stats: those are
  * accumulated in one struct); the results are the same bits either way.
+ *
+ * GELU of a 16-bit input: there are only 65536 inputs, so the FP32 values of
+ * the forward formula and of the backward factor Phi(x) + x phi(x) are
+ * tabulated once per format (built on first use with the very expressions of
+ * the loops below, so a lookup gives the same FP32 value, bit for bit, as
+ * computing it) and looked up instead of calling erff and expf per element.
  */
 #include "nn/nn_util.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define AMPC_SQRT1_2 0.70710678118654752440f      /* 1/sqrt(2) */
 #define AMPC_INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2 pi) */
+
+static inline float gelu_f(float v) { return 0.5f * v * (1.0f + erff(v * AMPC_SQRT1_2)); }
+
+/* the backward factor: dx = dy * gelu_dfactor(x) */
+static inline float gelu_dfactor(float v) {
+  const float cdf = 0.5f * (1.0f + erff(v * AMPC_SQRT1_2));
+  const float pdf = AMPC_INV_SQRT_2PI * expf(-0.5f * v * v);
+  return cdf + v * pdf;
+}
+
+/* [65536] FP32 table of gelu_f (bwd 0) or gelu_dfactor (bwd 1) over every
+ * bit pattern of dt (F16 or BF16); NULL for other dtypes. Thread-safe. */
+static const float *gelu_table(ampc_dtype dt, int bwd) {
+  static float tab[2][2][65536];
+  static atomic_int ready[2][2];
+  if (dt != AMPC_F16 && dt != AMPC_BF16)
+    return NULL;
+  const int k = dt == AMPC_BF16;
+  if (!atomic_load_explicit(&ready[k][bwd], memory_order_acquire)) {
+#pragma omp critical(ampc_gelu_table)
+    if (!atomic_load_explicit(&ready[k][bwd], memory_order_relaxed)) {
+      float *t = tab[k][bwd];
+      for (int32_t i = 0; i < 65536; i++) {
+        const uint16_t bits = (uint16_t)i;
+        const float v =
+            ampc_bits_f32(k ? ampc_bf16bits_to_f32bits(bits) : ampc_f16bits_to_f32bits(bits));
+        t[i] = bwd ? gelu_dfactor(v) : gelu_f(v);
+      }
+      atomic_store_explicit(&ready[k][bwd], 1, memory_order_release);
+    }
+  }
+  return tab[k][bwd];
+}
 
 ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt,
                               ampc_round_stats *stats) {
@@ -25,14 +66,19 @@ ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
   NN_CHECK_DT(fn, ydt);
   const int nt = stats ? 1 : nn_threads(n);
   const size_t ys = ampc_dtype_size(ydt);
+  const float *tab = gelu_table(xdt, 0);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
     float b[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
-    nn_load(x, xdt, c0, len, b);
-    for (int64_t i = 0; i < len; i++) {
-      const float v = b[i];
-      b[i] = 0.5f * v * (1.0f + erff(v * AMPC_SQRT1_2));
+    if (tab) {
+      const uint16_t *xb = (const uint16_t *)x + c0;
+      for (int64_t i = 0; i < len; i++)
+        b[i] = tab[xb[i]];
+    } else {
+      nn_load(x, xdt, c0, len, b);
+      for (int64_t i = 0; i < len; i++)
+        b[i] = gelu_f(b[i]);
     }
     ampc_store_f32((char *)y + c0 * (ptrdiff_t)ys, ydt, b, (size_t)len, stats);
   }
@@ -50,17 +96,20 @@ ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const 
   NN_CHECK_DT(fn, xdt);
   const int nt = nn_threads(n);
   const size_t gs = ampc_dtype_size(gdt);
+  const float *tab = gelu_table(xdt, 1);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
     float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
-    nn_load(x, xdt, c0, len, xb);
     nn_load(dy, gdt, c0, len, gb);
-    for (int64_t i = 0; i < len; i++) {
-      const float v = xb[i];
-      const float cdf = 0.5f * (1.0f + erff(v * AMPC_SQRT1_2));
-      const float pdf = AMPC_INV_SQRT_2PI * expf(-0.5f * v * v);
-      gb[i] = gb[i] * (cdf + v * pdf);
+    if (tab) {
+      const uint16_t *xh = (const uint16_t *)x + c0;
+      for (int64_t i = 0; i < len; i++)
+        gb[i] = gb[i] * tab[xh[i]];
+    } else {
+      nn_load(x, xdt, c0, len, xb);
+      for (int64_t i = 0; i < len; i++)
+        gb[i] = gb[i] * gelu_dfactor(xb[i]);
     }
     ampc_store_f32((char *)dx + c0 * (ptrdiff_t)gs, gdt, gb, (size_t)len, NULL);
   }
