@@ -9,8 +9,13 @@
 # Thread settings: first, for each framework, its FP32 mode is timed briefly
 # under each candidate setting (2 threads with the default OpenMP wait policy,
 # 2 threads with OMP_WAIT_POLICY=passive, 1 thread) and the fastest is used
-# for all of that framework's modes. Prints a markdown table (ms/step, ratio to
-# PyTorch FP32, peak RSS) and the goal checks. Never a test.
+# for all of that framework's modes. OpenBLAS (ampc 32-true's SGEMM and
+# PyTorch FP32's matmuls) picks its kernels from the CPU model; in a VM whose
+# CPU it does not recognise it falls back to the SSE3 "Prescott" kernels
+# (~1/4 of the FMA peak), so unless OPENBLAS_CORETYPE is set the script sets
+# it to SkylakeX (CPUs with AVX-512) or Haswell (AVX2) for both frameworks and
+# prints the core in use. Prints a markdown table (ms/step, ratio to PyTorch
+# FP32, peak RSS) and the goal checks. Never a test.
 #
 # Environment: ROUNDS (4), STEPS (5), WARMUP (2), BATCH (128), PY
 # (/usr/bin/python3), OUT (a directory for the raw JSON lines; default: a
@@ -52,7 +57,16 @@ one() {
 }
 median_of() { "$PY" -c 'import json,sys,statistics; print("%.1f" % statistics.median(json.loads(l)["ms_per_step_median"] for l in sys.stdin))'; }
 
-echo "# bench/step/run.sh: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  if grep -qw avx512f /proc/cpuinfo; then OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then OPENBLAS_CORETYPE=Haswell
+  fi
+  [ -n "${OPENBLAS_CORETYPE:-}" ] && export OPENBLAS_CORETYPE
+fi
+core=$(OPENBLAS_VERBOSE=2 "$ampc" bench gemm --quick --threads 1 --reps 1 2>&1 | sed -n 's/^Core: //p' | head -1)
+echo "# bench/step/run.sh: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
+echo "# OpenBLAS core: ${core:-?} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}); torch $("$PY" -c 'import torch; print(torch.__version__)'); batch $BATCH, $ROUNDS rounds x $STEPS steps after $WARMUP warm-up"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in $models; do
   # thread settings: each candidate twice, interleaved, 3 steps after 1 warm-up
   for fw in ampc torch; do
