@@ -76,9 +76,10 @@ ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
       for (int64_t i = 0; i < len; i++)
         b[i] = tab[xb[i]];
     } else {
-      nn_load(x, xdt, c0, len, b);
+      float xb[AMPC_NN_CHUNK];
+      const float *xi = nn_in(x, xdt, c0, len, xb);
       for (int64_t i = 0; i < len; i++)
-        b[i] = gelu_f(b[i]);
+        b[i] = gelu_f(xi[i]);
     }
     ampc_store_f32((char *)y + c0 * (ptrdiff_t)ys, ydt, b, (size_t)len, stats);
   }
@@ -99,19 +100,19 @@ ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const 
   const float *tab = gelu_table(xdt, 1);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
-    float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK];
+    float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK], ob[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
-    nn_load(dy, gdt, c0, len, gb);
+    const float *gi = nn_in(dy, gdt, c0, len, gb);
     if (tab) {
       const uint16_t *xh = (const uint16_t *)x + c0;
       for (int64_t i = 0; i < len; i++)
-        gb[i] = gb[i] * tab[xh[i]];
+        ob[i] = gi[i] * tab[xh[i]];
     } else {
-      nn_load(x, xdt, c0, len, xb);
+      const float *xi = nn_in(x, xdt, c0, len, xb);
       for (int64_t i = 0; i < len; i++)
-        gb[i] = gb[i] * gelu_dfactor(xb[i]);
+        ob[i] = gi[i] * gelu_dfactor(xi[i]);
     }
-    ampc_store_f32((char *)dx + c0 * (ptrdiff_t)gs, gdt, gb, (size_t)len, NULL);
+    ampc_store_f32((char *)dx + c0 * (ptrdiff_t)gs, gdt, ob, (size_t)len, NULL);
   }
   return AMPC_OK;
 }
@@ -130,13 +131,12 @@ ampc_status ampc_add_forward(int64_t n, const void *a, ampc_dtype adt, const voi
   const size_t ys = ampc_dtype_size(ydt);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
-    float ab[AMPC_NN_CHUNK], bb[AMPC_NN_CHUNK];
+    float ab[AMPC_NN_CHUNK], bb[AMPC_NN_CHUNK], ob[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
-    nn_load(a, adt, c0, len, ab);
-    nn_load(b, bdt, c0, len, bb);
+    const float *ai = nn_in(a, adt, c0, len, ab), *bi = nn_in(b, bdt, c0, len, bb);
     for (int64_t i = 0; i < len; i++)
-      ab[i] = ab[i] + bb[i];
-    ampc_store_f32((char *)y + c0 * (ptrdiff_t)ys, ydt, ab, (size_t)len, stats);
+      ob[i] = ai[i] + bi[i];
+    ampc_store_f32((char *)y + c0 * (ptrdiff_t)ys, ydt, ob, (size_t)len, stats);
   }
   return AMPC_OK;
 }

@@ -44,8 +44,8 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
     const size_t ys = ampc_dtype_size(ydt);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < m; i++) {
-      float xr[LN_ROW];
-      nn_load(x, xdt, i * d, d, xr);
+      float xb[LN_ROW], yr[LN_ROW];
+      const float *xr = nn_in(x, xdt, i * d, d, xb);
       double s = 0.0;
       for (int64_t j = 0; j < d; j++)
         s += (double)xr[j];
@@ -61,9 +61,9 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
       const float muf = (float)mu, rf = (float)r;
       for (int64_t j = 0; j < d; j++) {
         const float xhat = (xr[j] - muf) * rf;
-        xr[j] = xhat * gb[j] + bb[j];
+        yr[j] = xhat * gb[j] + bb[j];
       }
-      ampc_store_f32((char *)y + i * d * (ptrdiff_t)ys, ydt, xr, (size_t)d, NULL);
+      ampc_store_f32((char *)y + i * d * (ptrdiff_t)ys, ydt, yr, (size_t)d, NULL);
     }
     return AMPC_OK;
   }
@@ -128,10 +128,10 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t bk = 0; bk < nblk; bk++) {
       const int64_t j0 = bk * 64, len = d - j0 < 64 ? d - j0 : 64;
-      float xr[64], gr[64];
+      float xb[64], gb[64];
       for (int64_t i = 0; i < m; i++) {
-        nn_load(x, xdt, i * d + j0, len, xr);
-        nn_load(dy, gdt, i * d + j0, len, gr);
+        const float *xr = nn_in(x, xdt, i * d + j0, len, xb);
+        const float *gr = nn_in(dy, gdt, i * d + j0, len, gb);
         for (int64_t j = 0; j < len; j++) {
           const float xhat = (xr[j] - mean[i]) * rstd[i];
           acc[j0 + j] += (double)gr[j] * (double)xhat;
@@ -142,9 +142,9 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
     /* then dx, rows shared among the threads */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < m; i++) {
-      float xr[LN_ROW], gr[LN_ROW];
-      nn_load(x, xdt, i * d, d, xr);
-      nn_load(dy, gdt, i * d, d, gr);
+      float xb[LN_ROW], gb[LN_ROW], out[LN_ROW];
+      const float *xr = nn_in(x, xdt, i * d, d, xb);
+      const float *gr = nn_in(dy, gdt, i * d, d, gb);
       double sg = 0.0, sgx = 0.0;
       for (int64_t j = 0; j < d; j++) {
         const float xhat = (xr[j] - mean[i]) * rstd[i];
@@ -156,9 +156,9 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
       for (int64_t j = 0; j < d; j++) {
         const float xhat = (xr[j] - mean[i]) * rstd[i];
         const float gg = gr[j] * gam[j];
-        xr[j] = rstd[i] * (gg - mg - xhat * mgx);
+        out[j] = rstd[i] * (gg - mg - xhat * mgx);
       }
-      ampc_store_f32((char *)dx + i * d * (ptrdiff_t)gs, gdt, xr, (size_t)d, NULL);
+      ampc_store_f32((char *)dx + i * d * (ptrdiff_t)gs, gdt, out, (size_t)d, NULL);
     }
   } else {
     nn_writer w;

@@ -82,9 +82,9 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
     for (int64_t j0 = 0; j0 < n; j0 += AMPC_NN_CHUNK) {
       const int64_t len = n - j0 < AMPC_NN_CHUNK ? n - j0 : AMPC_NN_CHUNK;
       for (int64_t i = 0; i < m; i++) {
-        nn_load(dy, gdt, i * n + j0, len, row);
+        const float *r = nn_in(dy, gdt, i * n + j0, len, row);
         for (int64_t j = 0; j < len; j++)
-          s[j0 + j] += row[j];
+          s[j0 + j] += r[j];
       }
     }
     for (int64_t j = 0; j < n; j++)

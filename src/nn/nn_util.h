@@ -71,6 +71,16 @@ static inline void nn_load(const void *src, ampc_dtype dt, int64_t off, int64_t 
                (size_t)n);
 }
 
+/* Elements [off, off + n) of src as FP32: src itself when it is F32 (no
+ * copy), else widened into buf (nn_load) and buf returned. */
+static inline const float *nn_in(const void *src, ampc_dtype dt, int64_t off, int64_t n,
+                                 float *buf) {
+  if (dt == AMPC_F32)
+    return (const float *)src + off;
+  nn_load(src, dt, off, n, buf);
+  return buf;
+}
+
 /* The threads for a layer loop over `work` elements: ampc's thread count
  * when the work is large enough to pay for a parallel region, else 1. The
  * layers split their loops so that every element is computed the same way
