@@ -50,7 +50,7 @@ static const char k_usage[] =
     "W warm-up steps (default 3), then N timed steps (default 20); prints the\n"
     "median ms per step and the process's peak RSS. The image-only models get\n"
     "10 classes (vit-ref: 821,642 parameters), the image-text ones the data's.\n"
-    "  --model M      vit-ref (default), mm-tiny, mm-small, vit-fm...\n"
+    "  --model M      vit-ref (default), mm-tiny, mm-small (the 32x32x3 models)\n"
     "  --precision P  32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
     "  --batch B      batch size, 2..4096 (default 128)\n"
     "  --dim D        override the width (heads kept, MLP = 4 D) for scaling runs\n"
