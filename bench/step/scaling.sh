@@ -6,14 +6,21 @@
 # interleaved per point. Writes OUTDIR/scaling.jsonl, prints the markdown
 # tables and draws OUTDIR/scaling-batch.png and OUTDIR/scaling-dim.png
 # (build/bench/bench_step_plot). THREADS (default 2) and OMP_WAIT_POLICY are
-# passed through. Never a test.
+# passed through; OPENBLAS_CORETYPE (32-true's SGEMM) is set as in run.sh
+# when unset. Never a test.
 set -eu
 build=${1:-build}
 out=${2:-docs/img}
 STEPS=${STEPS:-5} WARMUP=${WARMUP:-1} THREADS=${THREADS:-2}
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  if grep -qw avx512f /proc/cpuinfo; then OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then OPENBLAS_CORETYPE=Haswell
+  fi
+  [ -n "${OPENBLAS_CORETYPE:-}" ] && export OPENBLAS_CORETYPE
+fi
 mkdir -p "$out"
 : >"$out/scaling.jsonl"
-echo "# bench/step/scaling.sh: $(date -u +%Y-%m-%dT%H:%MZ), load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# bench/step/scaling.sh: $(date -u +%Y-%m-%dT%H:%MZ), $THREADS thread(s), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 for point in 32:128 64:128 128:128 256:128 512:128 128:256 128:384 128:512; do
   b=${point%%:*} d=${point#*:}
   for p in 32-true 16-mixed; do
