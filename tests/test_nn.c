@@ -196,6 +196,45 @@ static void test_gelu(void **state) {
   assert_true(fabs((double)o[1] - 0.8413447460685429) <= 4 * 0x1p-24);
 }
 
+/* 16-bit GELU (tabulated): every one of the 65536 inputs of f16 and bf16
+ * gives exactly the FP32 formula on the widened input, forward (F32 output)
+ * and backward (F32 dy = 1 and dy = 3); a NaN result only has to be a NaN
+ * (its sign and payload depend on the operand order the compiler picks) */
+static int same_f32(float a, float b) { return (isnan(a) && isnan(b)) || !memcmp(&a, &b, 4); }
+
+static void test_gelu_16bit_exhaustive(void **state) {
+  (void)state;
+  enum { N = 65536 };
+  uint16_t *x = malloc(N * sizeof *x);
+  float *xf = malloc(N * sizeof *xf), *y = malloc(N * sizeof *y), *dy = malloc(N * sizeof *dy),
+        *dx = malloc(N * sizeof *dx);
+  assert_non_null(x), assert_non_null(xf), assert_non_null(y), assert_non_null(dy);
+  assert_non_null(dx);
+  for (int i = 0; i < N; i++)
+    x[i] = (uint16_t)i;
+  const ampc_dtype dts[2] = {AMPC_F16, AMPC_BF16};
+  for (int d = 0; d < 2; d++) {
+    assert_int_equal(ampc_convert(xf, AMPC_F32, x, dts[d], N), AMPC_OK);
+    assert_int_equal(ampc_gelu_forward(N, x, dts[d], y, AMPC_F32, NULL), AMPC_OK);
+    for (int rep = 0; rep < 2; rep++) {
+      for (int i = 0; i < N; i++)
+        dy[i] = rep ? 3.0f : 1.0f;
+      assert_int_equal(ampc_gelu_backward(N, dy, AMPC_F32, x, dts[d], dx), AMPC_OK);
+      for (int i = 0; i < N; i++) {
+        const float v = xf[i];
+        const float want = 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
+        const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752440f));
+        const float pdf = 0.39894228040143267794f * expf(-0.5f * v * v);
+        const float dwant = dy[i] * (cdf + v * pdf);
+        if (!same_f32(want, y[i]) || !same_f32(dwant, dx[i]))
+          fail_msg("%s input 0x%04x: gelu %a (want %a), dx %a (want %a)", d ? "bf16" : "f16", i,
+                   (double)y[i], (double)want, (double)dx[i], (double)dwant);
+      }
+    }
+  }
+  free(x), free(xf), free(y), free(dy), free(dx);
+}
+
 /* ---- softmax ---- */
 typedef struct {
   float *x, *y, *g;
@@ -690,13 +729,21 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_linear_grad),   cmocka_unit_test(test_layernorm_grad),
-      cmocka_unit_test(test_gelu),          cmocka_unit_test(test_softmax),
-      cmocka_unit_test(test_softmax_edges), cmocka_unit_test(test_layernorm_edges),
-      cmocka_unit_test(test_losses),        cmocka_unit_test(test_infonce),
-      cmocka_unit_test(test_lowp_storage),  cmocka_unit_test(test_attention),
-      cmocka_unit_test(test_misc_grads),    cmocka_unit_test(test_patch_grad),
-      cmocka_unit_test(test_mha),           cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_linear_grad),
+      cmocka_unit_test(test_layernorm_grad),
+      cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_gelu_16bit_exhaustive),
+      cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_softmax_edges),
+      cmocka_unit_test(test_layernorm_edges),
+      cmocka_unit_test(test_losses),
+      cmocka_unit_test(test_infonce),
+      cmocka_unit_test(test_lowp_storage),
+      cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_misc_grads),
+      cmocka_unit_test(test_patch_grad),
+      cmocka_unit_test(test_mha),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

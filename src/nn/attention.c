@@ -2,11 +2,34 @@
  * src/nn/attention.c: multi-head scaled dot-product attention on the strided
  * batched GEMM (heads are column blocks of the q, k, v, out rows) and the
  * masked FP32 softmax.
+ *
+ * The per-sample products are small (tq x tk x head_dim per head), so the
+ * samples, not the GEMMs, are shared among ampc's threads: each sample's
+ * batched GEMMs run on one thread (an OpenMP region inside a parallel loop
+ * is not split again). A GEMM's result does not depend on its thread count,
+ * so the bits are the same.
  */
 #include "nn/nn_util.h"
 
 #include <math.h>
+#include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+/* the first failure of a parallel loop, its message copied out of the
+ * failing thread's error buffer */
+typedef struct {
+  ampc_status st;
+  char msg[256];
+} par_err;
+
+static void par_fail(par_err *e, ampc_status st) {
+#pragma omp critical(ampc_attention_err)
+  if (e->st == AMPC_OK) {
+    e->st = st;
+    snprintf(e->msg, sizeof e->msg, "%s", ampc_last_error());
+  }
+}
 
 static const char *at_(const void *p, ampc_dtype dt, int64_t off) {
   return (const char *)p + off * (int64_t)ampc_dtype_size(dt);
@@ -51,12 +74,20 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
   if (ldo < h * dh)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: ldo must be >= h*dh", fn);
   const float scale = (float)(1.0 / sqrt((double)dh));
-  const int64_t ss = tq * tk;                         /* one head's score matrix */
-  for (int64_t bi = 0; bi < b && st == AMPC_OK; bi++) /* S = scale q k^T, all heads */
-    st = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale,
-                                   at_(q, xdt, bi * tq * ldq), xdt, ldq, dh,
-                                   at_(k, xdt, bi * tk * ldk), xdt, ldk, dh, 0.0f,
-                                   atw_(scores, sdt, bi * h * ss), sdt, tk, ss, h, acc);
+  const int64_t ss = tq * tk; /* one head's score matrix */
+  const int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
+  par_err pe = {AMPC_OK, ""};
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t bi = 0; bi < b; bi++) { /* S = scale q k^T, all heads */
+    ampc_status s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale,
+                                              at_(q, xdt, bi * tq * ldq), xdt, ldq, dh,
+                                              at_(k, xdt, bi * tk * ldk), xdt, ldk, dh, 0.0f,
+                                              atw_(scores, sdt, bi * h * ss), sdt, tk, ss, h, acc);
+    if (s != AMPC_OK)
+      par_fail(&pe, s);
+  }
+  if (pe.st != AMPC_OK)
+    return ampc_fail(pe.st, "%s", pe.msg);
   if (st == AMPC_OK)
     st =
         ampc_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs, pdt, NULL);
@@ -71,11 +102,19 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
   void *dst = tmp ? (void *)tmp : out;
   const ampc_dtype ddt = tmp ? AMPC_F32 : odt;
   const int64_t ldd = tmp ? h * dh : ldo;
-  for (int64_t bi = 0; bi < b && st == AMPC_OK; bi++)
-    st = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f,
-                                   at_(probs, pdt, bi * h * ss), pdt, tk, ss,
-                                   at_(v, xdt, bi * tk * ldv), xdt, ldv, dh, 0.0f,
-                                   atw_(dst, ddt, bi * tq * ldd), ddt, ldd, dh, h, acc);
+  if (st == AMPC_OK) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t bi = 0; bi < b; bi++) {
+      ampc_status s = ampc_gemm_strided_batched(
+          AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, at_(probs, pdt, bi * h * ss), pdt, tk, ss,
+          at_(v, xdt, bi * tk * ldv), xdt, ldv, dh, 0.0f, atw_(dst, ddt, bi * tq * ldd), ddt, ldd,
+          dh, h, acc);
+      if (s != AMPC_OK)
+        par_fail(&pe, s);
+    }
+    if (pe.st != AMPC_OK)
+      st = ampc_fail(pe.st, "%s", pe.msg);
+  }
   for (int64_t r = 0; tmp && st == AMPC_OK && r < b * tq; r++)
     st = ampc_store_f32(atw_(out, odt, r * ldo), odt, tmp + r * h * dh, (size_t)(h * dh), stats);
   free(tmp);
@@ -107,36 +146,49 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: gradient leading dimensions must be >= h*dh", fn);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk;
-  float *dp = malloc((size_t)(2 * h * ss) * sizeof *dp);
+  const int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
+  /* dP and dS of one sample, per thread */
+  float *dp = malloc((size_t)nt * (size_t)(2 * h * ss) * sizeof *dp);
   if (!dp)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn,
-                     (long long)(2 * h * ss));
-  float *ds = dp + h * ss;
-  for (int64_t bi = 0; bi < b && st == AMPC_OK; bi++) {
-    const char *p_b = at_(probs, pdt, bi * h * ss);
-    const char *q_b = at_(q, xdt, bi * tq * ldq), *k_b = at_(k, xdt, bi * tk * ldk),
-               *v_b = at_(v, xdt, bi * tk * ldv), *do_b = at_(dout, gdt, bi * tq * lddo);
-    /* dP = dout v^T */
-    st = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f, do_b, gdt, lddo, dh, v_b,
-                                   xdt, ldv, dh, 0.0f, dp, AMPC_F32, tk, ss, h, acc);
-    /* dS = softmax backward (FP32) */
-    if (st == AMPC_OK)
-      st = ampc_softmax_backward(h * tq, tk, dp, AMPC_F32, p_b, pdt, 1.0f, ds);
-    /* dq = scale dS k ; dk = scale dS^T q ; dv = P^T dout (heads side by side) */
-    if (st == AMPC_OK)
-      st = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, ds, AMPC_F32, tk, ss,
-                                     k_b, xdt, ldk, dh, 0.0f, atw_(dq, gdt, bi * tq * lddq), gdt,
-                                     lddq, dh, h, acc);
-    if (st == AMPC_OK)
-      st = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, ds, AMPC_F32, tk, ss,
-                                     q_b, xdt, ldq, dh, 0.0f, atw_(dk, gdt, bi * tk * lddk), gdt,
-                                     lddk, dh, h, acc);
-    if (st == AMPC_OK)
-      st = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, p_b, pdt, tk, ss, do_b,
-                                     gdt, lddo, dh, 0.0f, atw_(dv, gdt, bi * tk * lddv), gdt, lddv,
-                                     dh, h, acc);
+                     (long long)(nt * 2 * h * ss));
+  par_err pe = {AMPC_OK, ""};
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    float *dpt = dp + (size_t)omp_get_thread_num() * (size_t)(2 * h * ss);
+    float *ds = dpt + h * ss;
+#pragma omp for schedule(static)
+    for (int64_t bi = 0; bi < b; bi++) {
+      const char *p_b = at_(probs, pdt, bi * h * ss);
+      const char *q_b = at_(q, xdt, bi * tq * ldq), *k_b = at_(k, xdt, bi * tk * ldk),
+                 *v_b = at_(v, xdt, bi * tk * ldv), *do_b = at_(dout, gdt, bi * tq * lddo);
+      /* dP = dout v^T */
+      ampc_status s =
+          ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f, do_b, gdt, lddo, dh,
+                                    v_b, xdt, ldv, dh, 0.0f, dpt, AMPC_F32, tk, ss, h, acc);
+      /* dS = softmax backward (FP32) */
+      if (s == AMPC_OK)
+        s = ampc_softmax_backward(h * tq, tk, dpt, AMPC_F32, p_b, pdt, 1.0f, ds);
+      /* dq = scale dS k ; dk = scale dS^T q ; dv = P^T dout (heads side by side) */
+      if (s == AMPC_OK)
+        s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, ds, AMPC_F32, tk, ss,
+                                      k_b, xdt, ldk, dh, 0.0f, atw_(dq, gdt, bi * tq * lddq), gdt,
+                                      lddq, dh, h, acc);
+      if (s == AMPC_OK)
+        s = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, ds, AMPC_F32, tk, ss,
+                                      q_b, xdt, ldq, dh, 0.0f, atw_(dk, gdt, bi * tk * lddk), gdt,
+                                      lddk, dh, h, acc);
+      if (s == AMPC_OK)
+        s = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, p_b, pdt, tk, ss,
+                                      do_b, gdt, lddo, dh, 0.0f, atw_(dv, gdt, bi * tk * lddv), gdt,
+                                      lddv, dh, h, acc);
+      if (s != AMPC_OK)
+        par_fail(&pe, s);
+    }
   }
   free(dp);
+  if (pe.st != AMPC_OK)
+    return ampc_fail(pe.st, "%s", pe.msg);
   return st;
 }
 

@@ -4,6 +4,9 @@
 #include "nn/nn_util.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+enum { LIN_BIAS_ROW = 4096 }; /* widest bias laid by copying rows */
 
 ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                 const void *w, ampc_dtype wdt, const void *b, void *y,
@@ -22,15 +25,26 @@ ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, 
    * rounding into y can be counted; otherwise straight into y. The bias is
    * laid into the destination and added by the GEMM epilogue (beta = 1), in
    * FP32 before the rounding: exact as long as y's dtype holds the bias
-   * (true when both are the preset's dtype, or y is F32). */
+   * (true when both are the preset's dtype, or y is F32). The bias row is
+   * rounded once and copied into the other rows. */
   const ampc_dtype cdt = stats ? AMPC_F32 : ydt;
   void *c = stats ? malloc((size_t)(m * n) * sizeof(float)) : y;
   if (!c)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)(m * n));
-  if (b)
+  if (b && n > LIN_BIAS_ROW) {
+    /* the bias is not a result: laid uncounted by telemetry (the GEMM's
+     * epilogue counts the sums it rounds) */
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++)
         ampc_elem_store_uncounted(c, cdt, i * n + j, ampc_elem_load(b, wdt, j));
+  } else if (b) { /* the first row rounded once, then copied (the same bits) */
+    float row[LIN_BIAS_ROW];
+    const size_t rb = (size_t)n * ampc_dtype_size(cdt);
+    nn_load(b, wdt, 0, n, row);
+    ampc_convert(c, cdt, row, AMPC_F32, (size_t)n); /* same rounding, not counted */
+    for (int64_t i = 1; i < m; i++)
+      memcpy((char *)c + (size_t)i * rb, c, rb);
+  }
   ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, m, n, k, 1.0f, x, xdt, k, w, wdt, k,
                              b ? 1.0f : 0.0f, c, cdt, n, acc);
   if (st == AMPC_OK && stats)
@@ -65,9 +79,15 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
     float *s = calloc((size_t)n, sizeof *s);
     if (!s)
       return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)n);
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++)
-        s[j] += ampc_elem_load(dy, gdt, i * n + j);
+    float row[AMPC_NN_CHUNK];
+    for (int64_t j0 = 0; j0 < n; j0 += AMPC_NN_CHUNK) {
+      const int64_t len = n - j0 < AMPC_NN_CHUNK ? n - j0 : AMPC_NN_CHUNK;
+      for (int64_t i = 0; i < m; i++) {
+        const float *r = nn_in(dy, gdt, i * n + j0, len, row);
+        for (int64_t j = 0; j < len; j++)
+          s[j0 + j] += r[j];
+      }
+    }
     for (int64_t j = 0; j < n; j++)
       nn_grad_add(db, gdt, j, s[j]);
     free(s);

@@ -4,6 +4,7 @@
 #ifndef AMPC_NN_UTIL_H
 #define AMPC_NN_UTIL_H
 
+#include "ampc/gemm.h"
 #include "ampc/nn.h"
 #include "internal.h"
 #include "numeric/numeric.h"
@@ -61,6 +62,31 @@ static inline void nn_writer_put(nn_writer *w, float v) {
   w->buf[w->n++] = v;
   if (w->n == AMPC_NN_CHUNK)
     nn_writer_flush(w);
+}
+
+/* dst[0..n) = elements [off, off + n) of src (dtype dt) widened to FP32:
+ * exact, the same values as ampc_elem_load (ampc_convert's vector path) */
+static inline void nn_load(const void *src, ampc_dtype dt, int64_t off, int64_t n, float *dst) {
+  ampc_convert(dst, AMPC_F32, (const char *)src + off * (int64_t)ampc_dtype_size(dt), dt,
+               (size_t)n);
+}
+
+/* Elements [off, off + n) of src as FP32: src itself when it is F32 (no
+ * copy), else widened into buf (nn_load) and buf returned. */
+static inline const float *nn_in(const void *src, ampc_dtype dt, int64_t off, int64_t n,
+                                 float *buf) {
+  if (dt == AMPC_F32)
+    return (const float *)src + off;
+  nn_load(src, dt, off, n, buf);
+  return buf;
+}
+
+/* The threads for a layer loop over `work` elements: ampc's thread count
+ * when the work is large enough to pay for a parallel region, else 1. The
+ * layers split their loops so that every element is computed the same way
+ * whatever the thread count (results do not depend on it). */
+static inline int nn_threads(int64_t work) {
+  return work >= (int64_t)1 << 15 ? ampc_get_num_threads() : 1;
 }
 
 /* g[i] += v, formed in FP32 and rounded once into the gradient's dtype */

@@ -1,9 +1,18 @@
 /*
  * src/nn/softmax.c: row softmax with scale and key-padding mask, in FP32.
+ *
+ * Rows up to SM_ROW wide: the row is widened once (ampc_convert's vector
+ * code, or read in place when FP32), each exponential is computed once and
+ * kept for the normalisation, and the rows are shared among ampc's threads
+ * (without round stats). The values and their order of summation are those of
+ * the element-wise loops kept for wider rows, so the bits are the same.
  */
 #include "nn/nn_util.h"
 
 #include <math.h>
+#include <stddef.h>
+
+enum { SM_ROW = 2048 };
 
 ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype xdt, float scale,
                                  const uint8_t *key_mask, int64_t rows_per_mask, void *y,
@@ -17,6 +26,38 @@ ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype
   NN_CHECK_DT(fn, ydt);
   if (key_mask)
     NN_CHECK_POS(fn, rows_per_mask);
+  if (n <= SM_ROW) {
+    const int nt = stats ? 1 : nn_threads(m * n);
+    const size_t ys = ampc_dtype_size(ydt);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < m; i++) {
+      float xb[SM_ROW], e[SM_ROW];
+      const float *xr = nn_in(x, xdt, i * n, n, xb);
+      const uint8_t *mk = key_mask ? key_mask + (i / rows_per_mask) * n : NULL;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; j++)
+        if (!mk || mk[j]) {
+          const float v = xr[j] * scale;
+          mx = v > mx ? v : mx;
+        }
+      if (mx == -INFINITY) {
+        for (int64_t j = 0; j < n; j++)
+          e[j] = 0.0f;
+      } else {
+        float s = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+          e[j] = (!mk || mk[j]) ? expf(xr[j] * scale - mx) : 0.0f;
+          if (!mk || mk[j])
+            s += e[j];
+        }
+        const float inv = 1.0f / s;
+        for (int64_t j = 0; j < n; j++)
+          e[j] = e[j] * inv;
+      }
+      ampc_store_f32((char *)y + i * n * (ptrdiff_t)ys, ydt, e, (size_t)n, stats);
+    }
+    return AMPC_OK;
+  }
   nn_writer w;
   nn_writer_init(&w, y, ydt, 0, stats);
   for (int64_t i = 0; i < m; i++) {
@@ -58,6 +99,22 @@ ampc_status ampc_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dty
   NN_CHECK_PTR(fn, dx);
   NN_CHECK_DT(fn, gdt);
   NN_CHECK_DT(fn, ydt);
+  if (n <= SM_ROW) {
+    const int nt = nn_threads(m * n);
+    const size_t gs = ampc_dtype_size(gdt);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < m; i++) {
+      float gb[SM_ROW], yb[SM_ROW], out[SM_ROW];
+      const float *gr = nn_in(dy, gdt, i * n, n, gb), *yr = nn_in(y, ydt, i * n, n, yb);
+      float dot = 0.0f;
+      for (int64_t j = 0; j < n; j++)
+        dot += gr[j] * yr[j];
+      for (int64_t j = 0; j < n; j++)
+        out[j] = scale * yr[j] * (gr[j] - dot);
+      ampc_store_f32((char *)dx + i * n * (ptrdiff_t)gs, gdt, out, (size_t)n, NULL);
+    }
+    return AMPC_OK;
+  }
   nn_writer w;
   nn_writer_init(&w, dx, gdt, 0, NULL);
   for (int64_t i = 0; i < m; i++) {

@@ -1,5 +1,6 @@
 /*
  * tools/ampc/cmd_bench.c: `ampc bench gemm [--json] [--threads N] [--reps R] [--quick]`
+ * and `ampc bench step` (whole training steps of mm-tiny / vit-ref, issue 8).
  *
  * GFLOP/s of OpenBLAS SGEMM and of ampc's GEMM modes on square sizes and on the
  * training shapes of the default model, interleaved within each repetition so
@@ -16,9 +17,12 @@
 #include <time.h>
 
 #include "ampc/ampc.h"
+#include "ampc/data.h"
 
 static const char k_usage[] =
     "Usage: ampc bench gemm [--json] [--threads N] [--reps R] [--quick]\n"
+    "       ampc bench step [--model M] [--precision P] [--batch B] [--steps N]\n"
+    "                       [--warmup W] [--threads T] [--dim D] [--json]\n"
     "\n"
     "Measure GEMM throughput (GFLOP/s = 2*M*N*K / seconds, median of R\n"
     "repetitions, all modes interleaved in each repetition, one warm-up; a\n"
@@ -37,7 +41,23 @@ static const char k_usage[] =
     "  --quick      only the small shapes (a smoke run)\n"
     "  --json       print {\"results\":[{\"m\":..,\"n\":..,\"k\":..,\"op\":\"NN\",\n"
     "               \"dtype\":\"f16\",\"acc\":\"f32\",\"out\":\"f32\",\"threads\":..,\n"
-    "               \"gflops\":..,\"ratio_vs_sgemm\":..}, ...]}\n";
+    "               \"gflops\":..,\"ratio_vs_sgemm\":..}, ...]}\n"
+    "\n"
+    "bench step: whole training steps as `ampc train` runs them (zero_grad,\n"
+    "forward + backward seeded with the loss scale, the trainer's step: unscale,\n"
+    "inf check, AdamW with the default settings), on one fixed batch of the\n"
+    "bundled emoji data (training split, cycled when B is larger), telemetry off.\n"
+    "W warm-up steps (default 3), then N timed steps (default 20); prints the\n"
+    "median ms per step and the process's peak RSS. The image-only models get\n"
+    "10 classes (vit-ref: 821,642 parameters), the image-text ones the data's.\n"
+    "  --model M      vit-ref (default), mm-tiny, mm-small (the 32x32x3 models)\n"
+    "  --precision P  32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
+    "  --batch B      batch size, 2..4096 (default 128)\n"
+    "  --dim D        override the width (heads kept, MLP = 4 D) for scaling runs\n"
+    "  --threads T    threads (default: all cores)\n"
+    "  --json         print {\"model\":..,\"precision\":..,\"batch\":..,\"threads\":..,\n"
+    "                 \"ms_per_step_median\":..,\"peak_rss_bytes\":..} (and more keys;\n"
+    "                 \"ms_steps\": every timed step in run order)\n";
 
 typedef struct {
   int64_t m, n, k;
@@ -213,17 +233,187 @@ static int run_gemm(int argc, char **argv) {
   return json ? cli_print_json("bench", root) : AMPC_EXIT_OK;
 }
 
+/* ---- bench step ------------------------------------------------------------------ */
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
+  char *end;
+  if (!v)
+    return cli_usage_error("bench", "%s needs a value", flag);
+  long x = strtol(v, &end, 10);
+  if (*end || end == v || x < lo || x > hi)
+    return cli_usage_error("bench", "bad value '%s' for %s (%ld..%ld)", v, flag, lo, hi);
+  *out = x;
+  return 0;
+}
+
+static int run_step(int argc, char **argv) {
+  const char *model = "vit-ref", *precision = "16-mixed";
+  long batch = 128, steps = 20, warmup = 3, threads = 0, dim = 0;
+  int json = 0, rc = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--json") == 0) {
+      json = 1;
+      continue;
+    }
+    if (strcmp(a, "--model") == 0 && v)
+      model = v;
+    else if (strcmp(a, "--precision") == 0 && v)
+      precision = v;
+    else if (strcmp(a, "--batch") == 0)
+      rc = parse_long(a, v, 2, 4096, &batch);
+    else if (strcmp(a, "--steps") == 0)
+      rc = parse_long(a, v, 1, 100000, &steps);
+    else if (strcmp(a, "--warmup") == 0)
+      rc = parse_long(a, v, 0, 100000, &warmup);
+    else if (strcmp(a, "--threads") == 0)
+      rc = parse_long(a, v, 1, 1024, &threads);
+    else if (strcmp(a, "--dim") == 0)
+      rc = parse_long(a, v, 1, 4096, &dim);
+    else if (!v && (!strcmp(a, "--model") || !strcmp(a, "--precision")))
+      return cli_usage_error("bench", "%s needs a value", a);
+    else
+      return cli_usage_error("bench", "unexpected argument '%s'", a);
+    if (rc)
+      return rc;
+    i++;
+  }
+  ampc_precision p;
+  if (ampc_precision_parse(precision, &p) != AMPC_OK)
+    return cli_usage_error("bench", "--precision: %s", ampc_last_error());
+  if (threads > 0)
+    ampc_set_num_threads((int)threads);
+  ampc_dataset D;
+  memset(&D, 0, sizeof D);
+  if (ampc_dataset_load_default(&D) != AMPC_OK)
+    return cli_runtime_error("bench", "%s", ampc_last_error());
+  ampc_mm_config mc;
+  if (ampc_mm_config_get(model, D.vocab, D.seq_len, 10, &mc) != AMPC_OK) {
+    ampc_dataset_free(&D);
+    return cli_usage_error("bench", "%s", ampc_last_error());
+  }
+  if (!mc.image_only)
+    mc.classes = D.n_classes; /* as `ampc train` on emoji */
+  if (dim > 0) {
+    if (dim % mc.heads) {
+      ampc_dataset_free(&D);
+      return cli_usage_error("bench", "--dim %ld is not a multiple of %lld heads", dim,
+                             (long long)mc.heads);
+    }
+    mc.dim = dim, mc.mlp = 4 * dim;
+  }
+  if (D.height != mc.img || D.width != mc.img || D.channels != mc.channels) {
+    ampc_dataset_free(&D);
+    return cli_usage_error("bench", "model %s takes %lldx%lldx%lld images, the data has %dx%dx%d",
+                           mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels,
+                           D.height, D.width, D.channels);
+  }
+  /* one fixed batch: the first B training samples, cycled */
+  const int64_t B = batch, img_sz = (int64_t)D.height * D.width * D.channels;
+  const int64_t tl = D.seq_len > 0 ? D.seq_len : 1;
+  uint8_t *bimg = malloc((size_t)(B * img_sz));
+  int32_t *btok = calloc((size_t)(B * tl), sizeof *btok);
+  int32_t *blab = malloc((size_t)B * sizeof *blab);
+  double *ms = malloc((size_t)steps * sizeof *ms);
+  ampc_mm_specs sp = {0};
+  ampc_trainer T;
+  memset(&T, 0, sizeof T);
+  ampc_mm *M = NULL;
+  int ret = AMPC_EXIT_OK;
+  if (!bimg || !btok || !blab || !ms) {
+    ret = cli_runtime_error("bench", "out of memory");
+    goto out;
+  }
+  for (int64_t r = 0, i = 0; r < B; i = (i + 1) % D.n) {
+    if (D.split[i] != AMPC_SPLIT_TRAIN)
+      continue;
+    memcpy(bimg + r * img_sz, D.images + i * img_sz, (size_t)img_sz);
+    if (D.tokens)
+      memcpy(btok + r * tl, D.tokens + i * D.seq_len, (size_t)D.seq_len * sizeof *btok);
+    blab[r++] = D.label[i];
+  }
+  ampc_amp_config amp;
+  ampc_amp_config_preset(p, &amp);
+  ampc_optim_config opt = ampc_optim_adamw_defaults();
+  if (ampc_mm_specs_make(&mc, &sp) != AMPC_OK ||
+      ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1) != AMPC_OK ||
+      ampc_mm_create(&M, &mc, &T, B) != AMPC_OK) {
+    ret = cli_runtime_error("bench", "%s", ampc_last_error());
+    goto out;
+  }
+  T.telemetry = false; /* as with `ampc train --tm-every 0`: no swallow counting */
+  const int64_t nparams = T.params.numel;
+  ampc_mm_batch bt = {B, bimg, mc.image_only ? NULL : btok, blab};
+  int64_t skipped = 0;
+  float loss = 0;
+  for (long s = -warmup; s < steps; s++) {
+    const double t0 = now_s();
+    ampc_trainer_zero_grad(&T);
+    ampc_mm_losses L;
+    ampc_step_info info;
+    if (ampc_mm_forward_backward(M, &bt, ampc_trainer_loss_scale(&T), 1.0f, &L) != AMPC_OK ||
+        ampc_trainer_step(&T, &info) != AMPC_OK) {
+      ret = cli_runtime_error("bench", "step %ld: %s", s + warmup + 1, ampc_last_error());
+      goto out;
+    }
+    if (s >= 0) {
+      ms[s] = (now_s() - t0) * 1e3;
+      skipped += info.skipped;
+    }
+    loss = L.total;
+  }
+  cJSON *raw = json ? cJSON_CreateDoubleArray(ms, (int)steps) : NULL; /* in run order */
+  qsort(ms, (size_t)steps, sizeof *ms, cmp_d);
+  const double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
+  if (json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", mc.name);
+    cJSON_AddStringToObject(o, "precision", ampc_precision_name(p));
+    cJSON_AddNumberToObject(o, "batch", (double)B);
+    cJSON_AddNumberToObject(o, "threads", ampc_get_num_threads());
+    cJSON_AddNumberToObject(o, "ms_per_step_median", med);
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+    cJSON_AddNumberToObject(o, "ms_per_step_min", ms[0]);
+    cJSON_AddNumberToObject(o, "ms_per_step_max", ms[steps - 1]);
+    cJSON_AddNumberToObject(o, "steps", (double)steps);
+    cJSON_AddNumberToObject(o, "warmup", (double)warmup);
+    cJSON_AddNumberToObject(o, "skipped_steps", (double)skipped);
+    cJSON_AddNumberToObject(o, "dim", (double)mc.dim);
+    cJSON_AddNumberToObject(o, "parameters", (double)nparams);
+    cJSON_AddNumberToObject(o, "activation_bytes", (double)ampc_mm_activation_bytes(M));
+    cJSON_AddNumberToObject(o, "final_loss", (double)loss);
+    cJSON_AddStringToObject(o, "gemm_isa", ampc_gemm_isa());
+    cJSON_AddItemToObject(o, "ms_steps", raw);
+    ret = cli_print_json("bench", o);
+  } else {
+    printf("%s %s batch %lld dim %lld, %d threads, %lld parameters: median %.2f ms/step "
+           "(min %.2f, max %.2f; %ld steps after %ld warm-up, %lld skipped), peak RSS %.1f MiB\n",
+           mc.name, ampc_precision_name(p), (long long)B, (long long)mc.dim, ampc_get_num_threads(),
+           (long long)nparams, med, ms[0], ms[steps - 1], steps, warmup, (long long)skipped,
+           (double)ampc_peak_rss_bytes() / 1048576.0);
+  }
+out:
+  ampc_mm_free(M);
+  ampc_trainer_free(&T);
+  ampc_mm_specs_free(&sp);
+  ampc_dataset_free(&D);
+  free(bimg), free(btok), free(blab), free(ms);
+  return ret;
+}
+
 static int run(int argc, char **argv) {
   if (argc < 2)
-    return cli_usage_error("bench", "missing benchmark name (gemm)");
+    return cli_usage_error("bench", "missing benchmark name (gemm, step)");
   if (strcmp(argv[1], "gemm") == 0)
     return run_gemm(argc - 1, argv + 1);
-  return cli_usage_error("bench", "unknown benchmark '%s' (expected gemm)", argv[1]);
+  if (strcmp(argv[1], "step") == 0)
+    return run_step(argc - 1, argv + 1);
+  return cli_usage_error("bench", "unknown benchmark '%s' (expected gemm or step)", argv[1]);
 }
 
 const ampc_command ampc_cmd_bench = {
     .name = "bench",
-    .summary = "benchmarks: `bench gemm` (GEMM GFLOP/s against OpenBLAS SGEMM)",
+    .summary = "benchmarks: `bench gemm` (GEMM GFLOP/s vs OpenBLAS), `bench step` (training steps)",
     .usage = k_usage,
     .run = run,
 };
