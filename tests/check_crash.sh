@@ -75,10 +75,11 @@ echo "check_crash: $trials trials, $killed killed mid-run, $midwrite with a chec
 [ $killed -gt 0 ] || die "no trial was killed mid-run"
 
 # ---- 2. determinism ---------------------------------------------------------------
-# timing fields, and the checkpoint's name in the summary
+# timing fields, the process's peak RSS (the summary's, and its memory
+# account's), and the checkpoint's name in the summary
 strip() {
   sed -e 's/"ms":[^,}]*[,}]//' -e 's/"ms_per_step_mean":[^,}]*[,}]//' -e 's/"wall_s":[^,}]*[,}]//' \
-    -e 's/"checkpoint":"[^"]*"//' "$1"
+    -e 's/"peak_rss_bytes":[^,}]*[,}]//g' -e 's/"checkpoint":"[^"]*"//' "$1"
 }
 "$ampc" train --model mlp --steps 120 --threads 2 --quiet --log "$tmp/a.jsonl" --save "$tmp/a.st" \
   >/dev/null 2>&1 || die "mlp run a"
