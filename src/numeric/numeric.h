@@ -185,14 +185,7 @@ static inline void ampc_elem_store_uncounted(void *p, ampc_dtype dt, int64_t i, 
 
 /* Round v once (RNE, non-saturating) to dt and store it as element i. */
 static inline void ampc_elem_store(void *p, ampc_dtype dt, int64_t i, float v) {
-  const uint32_t x = ampc_f32_bits(v);
-  switch (dt) {
-  case AMPC_F16: ((uint16_t *)p)[i] = ampc_f32bits_to_f16bits(x); break;
-  case AMPC_BF16: ((uint16_t *)p)[i] = ampc_f32bits_to_bf16bits(x); break;
-  case AMPC_F8_E4M3: ((uint8_t *)p)[i] = ampc_f32bits_to_e4m3bits(x, 0); break;
-  case AMPC_F8_E5M2: ((uint8_t *)p)[i] = ampc_f32bits_to_e5m2bits(x, 0); break;
-  default: ((float *)p)[i] = v; break;
-  }
+  ampc_elem_store_uncounted(p, dt, i, v);
   if (__builtin_expect(ampc_tm_active, 0))
     ampc_tm_count(&v, (char *)p + i * (int64_t)ampc_dtype_size(dt), dt, 1);
 }

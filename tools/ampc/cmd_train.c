@@ -396,6 +396,23 @@ cJSON *train_step_line(const ampc_step_info *info, double loss, double ms,
   return o;
 }
 
+void train_add_memory(cJSON *summary, const ampc_trainer *T, size_t activations, size_t workspace) {
+  cJSON *mem = cJSON_AddObjectToObject(summary, "memory");
+  size_t total = activations + workspace;
+  for (int r = 0; r < AMPC_ROLE_COUNT; r++)
+    total += T->params.bytes[r];
+  cJSON_AddNumberToObject(mem, "weights", (double)T->params.bytes[AMPC_ROLE_WEIGHTS]);
+  cJSON_AddNumberToObject(mem, "master", (double)T->params.bytes[AMPC_ROLE_MASTER]);
+  cJSON_AddNumberToObject(mem, "grads", (double)T->params.bytes[AMPC_ROLE_GRADS]);
+  cJSON_AddNumberToObject(
+      mem, "moments",
+      (double)(T->params.bytes[AMPC_ROLE_MOMENT1] + T->params.bytes[AMPC_ROLE_MOMENT2]));
+  cJSON_AddNumberToObject(mem, "activations", (double)activations);
+  cJSON_AddNumberToObject(mem, "workspace", (double)workspace);
+  cJSON_AddNumberToObject(mem, "total", (double)total);
+  cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+}
+
 int train_check_args(int argc, char **argv) {
   train_args A;
   return train_parse_args(argc, argv, &A);
@@ -697,16 +714,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     {
       size_t act = 0, ws = 0;
       (void)ampc_mlp_plan_bytes(&A.mc, A.batch / A.micro, T.amp.precision, &act, &ws);
-      cJSON *mem = cJSON_AddObjectToObject(o, "memory");
-      cJSON_AddNumberToObject(mem, "weights", (double)T.params.bytes[AMPC_ROLE_WEIGHTS]);
-      cJSON_AddNumberToObject(mem, "master", (double)T.params.bytes[AMPC_ROLE_MASTER]);
-      cJSON_AddNumberToObject(mem, "grads", (double)T.params.bytes[AMPC_ROLE_GRADS]);
-      cJSON_AddNumberToObject(
-          mem, "moments",
-          (double)(T.params.bytes[AMPC_ROLE_MOMENT1] + T.params.bytes[AMPC_ROLE_MOMENT2]));
-      cJSON_AddNumberToObject(mem, "activations", (double)act);
-      cJSON_AddNumberToObject(mem, "workspace", (double)ws);
-      cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+      train_add_memory(o, &T, act, ws);
     }
     cJSON_AddStringToObject(o, "checkpoint", A.save ? A.save : "");
     if (!train_add_diagnosis(o, diag, say, A.quiet || A.json)) {

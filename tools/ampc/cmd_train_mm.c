@@ -396,17 +396,7 @@ int train_run_mm(const train_args *A, cJSON **summary) {
       if (ampc_mm_plan_bytes(&mc, mb, T.amp.precision, &act, &ws) != AMPC_OK ||
           act + ws != ampc_mm_activation_bytes(M))
         act = ampc_mm_activation_bytes(M), ws = 0;
-      cJSON *mem = cJSON_AddObjectToObject(o, "memory");
-      cJSON_AddNumberToObject(mem, "weights", (double)T.params.bytes[AMPC_ROLE_WEIGHTS]);
-      cJSON_AddNumberToObject(mem, "master", (double)T.params.bytes[AMPC_ROLE_MASTER]);
-      cJSON_AddNumberToObject(mem, "grads", (double)T.params.bytes[AMPC_ROLE_GRADS]);
-      cJSON_AddNumberToObject(
-          mem, "moments",
-          (double)(T.params.bytes[AMPC_ROLE_MOMENT1] + T.params.bytes[AMPC_ROLE_MOMENT2]));
-      cJSON_AddNumberToObject(mem, "activations", (double)act);
-      cJSON_AddNumberToObject(mem, "workspace", (double)ws);
-      cJSON_AddNumberToObject(mem, "total", (double)(pbytes + act + ws));
-      cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+      train_add_memory(o, &T, act, ws);
     }
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
     if (have_eval && mc.image_only) {

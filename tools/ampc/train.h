@@ -48,6 +48,10 @@ struct cJSON *train_step_line(const ampc_step_info *info, double loss, double ms
 /* Add "diagnosis" (ampc_diag_json) to a summary object and, unless quiet,
  * print the verdicts to `say`. False on allocation failure. */
 bool train_add_diagnosis(struct cJSON *summary, const ampc_diag *d, FILE *say, bool quiet);
+/* Add the summary's "memory" object: T's parameter roles as allocated, the
+ * model's activation and workspace bytes, their total, and the peak RSS. */
+void train_add_memory(struct cJSON *summary, const ampc_trainer *T, size_t activations,
+                      size_t workspace);
 /* Parse `ampc train` arguments (argv[0] the command name) without running:
  * AMPC_EXIT_OK, or AMPC_EXIT_USAGE after printing the error. */
 int train_check_args(int argc, char **argv);
