@@ -89,6 +89,23 @@ static int split(char *s, char **argv, int max) {
   return n;
 }
 
+/* argv of run r's `ampc train`: "ampc", "train", the common flags, the run's
+ * own (split into flags, a copy of r->flags); NULL-terminated. Returns the
+ * count, or -1 with too many flags. */
+static int train_argv(const run_t *r, char **common, int nc, char *flags, char **args) {
+  snprintf(flags, sizeof r->flags, "%s", r->flags);
+  int na = 0;
+  args[na++] = "ampc";
+  args[na++] = "train";
+  for (int i = 0; i < nc; i++)
+    args[na++] = common[i];
+  const int nf = split(flags, args + na, MAX_ARGS - na);
+  if (nf < 0)
+    return -1;
+  args[na + nf] = NULL;
+  return na + nf;
+}
+
 /* Run `ampc train` with args; its stdout (the summary JSON) into *out, its
  * stderr into errpath. Returns the exit status (or -1 if it could not run). */
 static int run_child(char **args, const char *errpath, char **out) {
@@ -473,18 +490,12 @@ static int run(int argc, char **argv) {
   for (int r = 0; r < nr; r++) {
     char *args[MAX_ARGS + 8];
     char flags[sizeof runs[0].flags];
-    snprintf(flags, sizeof flags, "%s", runs[r].flags);
-    int na = 0;
-    args[na++] = "train";
-    for (int i = 0; i < nc; i++)
-      args[na++] = common[i];
-    const int nf = split(flags, args + na, MAX_ARGS - na);
-    if (nf < 0) {
+    const int na = train_argv(&runs[r], common, nc, flags, args);
+    if (na < 0) {
       ret = cli_usage_error("compare", "--run %s: too many flags", runs[r].label);
       goto done;
     }
-    args[na + nf] = NULL;
-    if (train_check_args(na + nf, args) != AMPC_EXIT_OK) {
+    if (train_check_args(na - 1, args + 1) != AMPC_EXIT_OK) {
       fprintf(stderr, "ampc compare: (in the flags of run %s)\n", runs[r].label);
       ret = AMPC_EXIT_USAGE;
       goto done;
@@ -513,18 +524,7 @@ static int run(int argc, char **argv) {
   for (int r = 0; r < nr; r++) {
     char *args[MAX_ARGS + 8];
     char flags[sizeof runs[0].flags];
-    snprintf(flags, sizeof flags, "%s", runs[r].flags);
-    int na = 0;
-    args[na++] = "ampc";
-    args[na++] = "train";
-    for (int i = 0; i < nc; i++)
-      args[na++] = common[i];
-    const int nf = split(flags, args + na, MAX_ARGS - na);
-    if (nf < 0) {
-      ret = cli_usage_error("compare", "--run %s: too many flags", runs[r].label);
-      goto done;
-    }
-    na += nf;
+    int na = train_argv(&runs[r], common, nc, flags, args); /* checked above */
     snprintf(runs[r].log, sizeof runs[r].log, "%s/%s.jsonl", out, runs[r].label);
     char errpath[4200];
     snprintf(errpath, sizeof errpath, "%s/%s.txt", out, runs[r].label);
