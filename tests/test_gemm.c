@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
+#include "kernels/gemm_impl.h"
+#include "numeric/convert_impl.h"
 #include "numeric/numeric.h"
 
 static uint64_t g_rng = 0x243F6A8885A308D3u;
@@ -505,6 +507,98 @@ static void test_acc16_error_grows_with_k(void **state) {
   assert_true(err32[2] < 1e-4);
 }
 
+/* The blocked GEMM gives the same bits whatever its micro-kernel (AVX2 6x16,
+ * AVX-512 12x32), thread count and MC/NC blocking: each element is summed in
+ * p order within each KC slice, and KC is the configured one for all of them
+ * (gemm_impl.h). Checked on edge shapes, K across several KC slices, both
+ * transposes, every dtype, batched and with beta. */
+static void run_blocked(const gcase *t, const void *a, const void *b, void *c, int64_t lda,
+                        int64_t ldb, int64_t ldc) {
+  const int64_t batch = t->batch > 0 ? t->batch : 1;
+  const int64_t ar = t->opa == AMPC_OP_N ? t->m : t->k, br = t->opb == AMPC_OP_N ? t->k : t->n;
+  assert_int_equal(ampc_gemm_strided_batched(t->opa, t->opb, t->m, t->n, t->k, t->alpha, a, t->adt,
+                                             lda, ar * lda, b, t->bdt, ldb, br * ldb, t->beta, c,
+                                             t->cdt, ldc, t->m * ldc, batch, AMPC_ACC_F32),
+                   AMPC_OK);
+}
+
+static void test_ukernels_bit_identical(void **state) {
+  (void)state;
+  const ampc_gemm_ukernel *uks[2] = {&ampc_gemm_uk_avx2, &ampc_gemm_uk_avx512};
+  const int nuk = !ampc_cpu_has_avx2_f16c() ? 0 : ampc_cpu_has_avx512f() ? 2 : 1;
+  if (nuk < 2)
+    print_message("this CPU has %s: only thread counts and blockings compared\n",
+                  nuk ? "no AVX-512F" : "neither AVX2 nor AVX-512F");
+  if (nuk == 0)
+    skip();
+  const int64_t sizes[][3] = {{1, 1, 1},      {11, 31, 5},    {13, 33, 300}, {37, 70, 513},
+                              {150, 97, 257}, {24, 64, 1024}, {6, 16, 256},  {12, 32, 8}};
+  const ampc_gemm_config def = ampc_gemm_get_config(), small = {.mc = 6, .kc = 256, .nc = 16},
+                         odd = {.mc = 18, .kc = 256, .nc = 48};
+  const ampc_gemm_config cfgs[3] = {def, small, odd};
+  int64_t compared = 0;
+  for (int s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
+    for (int o = 0; o < 4; o++)
+      for (int x = 0; x < 3; x++) {
+        gcase t = {(ampc_op)(o & 1),
+                   (ampc_op)(o >> 1),
+                   sizes[s][0],
+                   sizes[s][1],
+                   sizes[s][2],
+                   s % 3,
+                   k_dts[x],
+                   k_dts[(x + s) % 3],
+                   k_dts[(x + o) % 3],
+                   0.5f,
+                   s % 2 ? 0.25f : 0.0f,
+                   s % 4 == 3 ? 3 : 0};
+        if (t.adt == AMPC_F32 && t.bdt == AMPC_F32 && t.cdt == AMPC_F32)
+          t.bdt = AMPC_F16; /* all-F32 runs on OpenBLAS, not the blocked kernel */
+        const int64_t batch = t.batch > 0 ? t.batch : 1;
+        const int64_t ar = t.opa == AMPC_OP_N ? t.m : t.k, ac = t.opa == AMPC_OP_N ? t.k : t.m;
+        const int64_t br = t.opb == AMPC_OP_N ? t.k : t.n, bc = t.opb == AMPC_OP_N ? t.n : t.k;
+        const int64_t lda = ac + t.pad, ldb = bc + t.pad, ldc = t.n + t.pad;
+        void *a = rand_matrix(t.adt, batch * ar, ac, lda);
+        void *b = rand_matrix(t.bdt, batch * br, bc, ldb);
+        void *c0 = rand_matrix(t.cdt, batch * t.m, t.n, ldc);
+        const size_t cbytes = (size_t)((batch * t.m - 1) * ldc + t.n + 1) * ampc_dtype_size(t.cdt);
+        void *first = malloc(cbytes), *c = malloc(cbytes);
+        assert_non_null(first);
+        assert_non_null(c);
+        int have_first = 0;
+        for (int u = 0; u < nuk; u++)
+          for (int th = 1; th <= 2; th++)
+            for (int cf = 0; cf < 3; cf++) {
+              ampc_gemm_force_ukernel(uks[u]);
+              ampc_set_num_threads(th);
+              assert_int_equal(ampc_gemm_set_config(&cfgs[cf]), AMPC_OK);
+              memcpy(c, c0, cbytes);
+              run_blocked(&t, a, b, c, lda, ldb, ldc);
+              if (!have_first) {
+                memcpy(first, c, cbytes);
+                have_first = 1;
+              } else if (memcmp(first, c, cbytes) != 0) {
+                fail_msg("%s, %d thread(s), mc=%d nc=%d differs from the first run: op=%d%d "
+                         "m=%lld n=%lld k=%lld %s,%s->%s",
+                         uks[u]->isa, th, cfgs[cf].mc, cfgs[cf].nc, t.opa, t.opb, (long long)t.m,
+                         (long long)t.n, (long long)t.k, ampc_dtype_name(t.adt),
+                         ampc_dtype_name(t.bdt), ampc_dtype_name(t.cdt));
+              }
+              compared++;
+            }
+        free(a);
+        free(b);
+        free(c0);
+        free(first);
+        free(c);
+      }
+  ampc_gemm_force_ukernel(NULL);
+  ampc_set_num_threads(0);
+  assert_int_equal(ampc_gemm_set_config(&def), AMPC_OK);
+  print_message("%lld blocked GEMMs compared bit for bit (%d micro-kernel(s))\n",
+                (long long)compared, nuk);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_combinations_small),
@@ -517,6 +611,7 @@ int main(void) {
       cmocka_unit_test(test_accumulation_ablation_exact),
       cmocka_unit_test(test_acc16_semantics),
       cmocka_unit_test(test_acc16_error_grows_with_k),
+      cmocka_unit_test(test_ukernels_bit_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

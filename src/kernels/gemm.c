@@ -48,7 +48,45 @@ int ampc_get_num_threads(void) {
   return n > 0 ? n : omp_get_max_threads();
 }
 
-const char *ampc_gemm_isa(void) { return ampc_use_avx2() ? "avx2+fma+f16c" : "portable"; }
+int ampc_cpu_has_avx512f(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* __builtin_cpu_supports also checks that the OS saves the ZMM state (XCR0) */
+    __builtin_cpu_init();
+    v = ampc_cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f");
+#else
+    v = 0;
+#endif
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+static const ampc_gemm_ukernel *g_forced_uk;
+
+void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk) { g_forced_uk = uk; }
+
+const ampc_gemm_ukernel *ampc_gemm_active_ukernel(void) {
+  if (g_forced_uk)
+    return g_forced_uk;
+  if (!ampc_use_avx2())
+    return NULL;
+  static atomic_int use512 = -1;
+  int v = atomic_load_explicit(&use512, memory_order_relaxed);
+  if (v < 0) {
+    const char *force = getenv("AMPC_ISA");
+    v = ampc_cpu_has_avx512f() && !(force && strcmp(force, "avx2") == 0);
+    atomic_store_explicit(&use512, v, memory_order_relaxed);
+  }
+  return v ? &ampc_gemm_uk_avx512 : &ampc_gemm_uk_avx2;
+}
+
+const char *ampc_gemm_isa(void) {
+  const ampc_gemm_ukernel *uk = ampc_gemm_active_ukernel();
+  return uk ? uk->isa : "portable";
+}
 
 /* ---- validation ---------------------------------------------------------- */
 
@@ -243,8 +281,9 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
                   (float *)g->c + t * g->stride_c, (int)g->ldc);
     return AMPC_OK;
   }
-  if (ampc_use_avx2())
-    return ampc_gemm_blocked_avx2(g, &g_cfg, nthreads);
+  const ampc_gemm_ukernel *uk = ampc_gemm_active_ukernel();
+  if (uk)
+    return ampc_gemm_blocked(g, &g_cfg, nthreads, uk);
   gemm_portable(g, nthreads);
   return AMPC_OK;
 }

@@ -29,8 +29,10 @@
 #include "kernels/gemm_impl.h"
 
 /* TASK_BLOCKS: a task covers up to this many MC blocks of rows, so that the B
- * panel it packs is reused over TASK_BLOCKS * MC rows. */
-enum { MR = AMPC_GEMM_MR, NR = AMPC_GEMM_NR, SLACK = 16, TASK_BLOCKS = 4 };
+ * panel it packs is reused over TASK_BLOCKS * MC rows. The micro-tile (MR x NR)
+ * comes from the micro-kernel descriptor (6 x 16 here, 12 x 32 in
+ * gemm_avx512.c); the packing below is instantiated for both. */
+enum { SLACK = 16, TASK_BLOCKS = 4 };
 
 static inline size_t esz(ampc_dtype dt) { return dt == AMPC_F32 ? 4 : 2; }
 static inline const void *at(const void *p, ampc_dtype dt, int64_t off) {
@@ -79,20 +81,23 @@ pack_panel_dt(float *restrict dst, const int R, const void *src, const ampc_dtyp
               int64_t ravail, int64_t kc, int64_t stride_r, int64_t stride_p) {
   int64_t p = 0;
   if (stride_p == 1) {
-    /* rows contiguous along p: load 8 p's per lane, transpose 8 x 8 */
+    /* rows contiguous along p: load 8 p's per lane, transpose 8 x 8 per group
+     * of 8 lanes; stored in address order, so that the lanes past R of the last
+     * group (R = 6, 12) spill into the next p's row before it is written */
     for (; p + 8 <= kc; p += 8) {
+      __m256 v[4][8]; /* R <= 32 */
       for (int g = 0; g < R; g += 8) {
-        __m256 v[8];
         for (int rr = 0; rr < 8; rr++) {
           const int r = g + rr;
-          v[rr] = r < rv ? load8(at(src, dt, r * stride_r + p), dt) : _mm256_setzero_ps();
+          v[g / 8][rr] = r < rv ? load8(at(src, dt, r * stride_r + p), dt) : _mm256_setzero_ps();
         }
-        transpose8(v);
-        for (int pp = 0; pp < 8; pp++) /* R = 6: lanes 6, 7 spill into the next p, rewritten */
-          _mm256_storeu_ps(dst + (p + pp) * R + g, v[pp]);
+        transpose8(v[g / 8]);
       }
+      for (int pp = 0; pp < 8; pp++)
+        for (int g = 0; g < R; g += 8)
+          _mm256_storeu_ps(dst + (p + pp) * R + g, v[g / 8][pp]);
     }
-  } else if (stride_r == 1 && rv == R && (R % 8 == 0 || ravail >= 8)) {
+  } else if (stride_r == 1 && rv == R && ravail >= ((R + 7) & ~7)) {
     /* lanes contiguous: R values per p straight from memory */
     for (; p < kc; p++) {
       const void *s = at(src, dt, p * stride_p);
@@ -115,13 +120,21 @@ static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype d
     pack_panel_dt(dst, RR, src, DT, rv, ravail, kc, stride_r, stride_p);                           \
     return;                                                                                        \
   }
-  AMPC_PACK_CASE(MR, AMPC_F16)
-  AMPC_PACK_CASE(MR, AMPC_BF16)
-  AMPC_PACK_CASE(MR, AMPC_F32)
-  AMPC_PACK_CASE(NR, AMPC_F16)
-  AMPC_PACK_CASE(NR, AMPC_BF16)
-  AMPC_PACK_CASE(NR, AMPC_F32)
+  AMPC_PACK_CASE(6, AMPC_F16)
+  AMPC_PACK_CASE(6, AMPC_BF16)
+  AMPC_PACK_CASE(6, AMPC_F32)
+  AMPC_PACK_CASE(16, AMPC_F16)
+  AMPC_PACK_CASE(16, AMPC_BF16)
+  AMPC_PACK_CASE(16, AMPC_F32)
+  AMPC_PACK_CASE(12, AMPC_F16)
+  AMPC_PACK_CASE(12, AMPC_BF16)
+  AMPC_PACK_CASE(12, AMPC_F32)
+  AMPC_PACK_CASE(32, AMPC_F16)
+  AMPC_PACK_CASE(32, AMPC_BF16)
+  AMPC_PACK_CASE(32, AMPC_F32)
 #undef AMPC_PACK_CASE
+  /* other widths: the generic loops */
+  pack_panel_dt(dst, R, src, dt, rv, ravail, kc, stride_r, stride_p);
 }
 
 /* Pack the B panel op(B)[0:kc, 0:ncols] as ceil(ncols / NR) micro-panels at
@@ -131,8 +144,8 @@ static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype d
  * often a page or more, which the hardware prefetcher does not follow (a
  * prefetch past the end of the matrix is harmless: it never faults). A partial
  * last micro-panel, and B stored transposed, go through pack_panel. */
-static inline __attribute__((always_inline)) void pack_b_rows_dt(float *restrict dst, int nsub,
-                                                                 const void *src,
+static inline __attribute__((always_inline)) void pack_b_rows_dt(float *restrict dst, const int NR,
+                                                                 int nsub, const void *src,
                                                                  const ampc_dtype dt, int64_t kc,
                                                                  int64_t stride_p) {
   const int64_t row_bytes = (int64_t)nsub * NR * (int64_t)esz(dt);
@@ -143,22 +156,29 @@ static inline __attribute__((always_inline)) void pack_b_rows_dt(float *restrict
       _mm_prefetch(ahead + off, _MM_HINT_T0);
     for (int s = 0; s < nsub; s++) {
       float *d = dst + (int64_t)s * kc * NR + p * NR;
-      _mm256_store_ps(d, load8(at(row, dt, s * NR), dt));
-      _mm256_store_ps(d + 8, load8(at(row, dt, s * NR + 8), dt));
+      for (int q = 0; q < NR; q += 8)
+        _mm256_store_ps(d + q, load8(at(row, dt, s * NR + q), dt));
     }
   }
 }
 
-static void pack_b(float *restrict dst, int64_t ncols, const void *src, ampc_dtype dt,
+static void pack_b(float *restrict dst, const int NR, int64_t ncols, const void *src, ampc_dtype dt,
                    int64_t navail, int64_t kc, int64_t stride_r, int64_t stride_p) {
   int64_t j = 0;
   if (stride_r == 1 && ncols >= NR) {
     const int nfull = (int)(ncols / NR);
-    switch (dt) {
-    case AMPC_F16: pack_b_rows_dt(dst, nfull, src, AMPC_F16, kc, stride_p); break;
-    case AMPC_BF16: pack_b_rows_dt(dst, nfull, src, AMPC_BF16, kc, stride_p); break;
-    default: pack_b_rows_dt(dst, nfull, src, AMPC_F32, kc, stride_p); break;
-    }
+#define AMPC_PACKB_CASE(NN, DT)                                                                    \
+  if (NR == NN && dt == DT)                                                                        \
+    pack_b_rows_dt(dst, NN, nfull, src, DT, kc, stride_p);                                         \
+  else
+    AMPC_PACKB_CASE(16, AMPC_F16)
+    AMPC_PACKB_CASE(16, AMPC_BF16)
+    AMPC_PACKB_CASE(16, AMPC_F32)
+    AMPC_PACKB_CASE(32, AMPC_F16)
+    AMPC_PACKB_CASE(32, AMPC_BF16)
+    AMPC_PACKB_CASE(32, AMPC_F32)
+    pack_b_rows_dt(dst, NR, nfull, src, dt, kc, stride_p);
+#undef AMPC_PACKB_CASE
     j = (int64_t)nfull * NR;
   }
   for (; j < ncols; j += NR) {
@@ -168,9 +188,11 @@ static void pack_b(float *restrict dst, int64_t ncols, const void *src, ampc_dty
   }
 }
 
-/* C tile (6 x 16, FP32, row stride ldc) = (or +=) A panel * B panel over kc. */
-static inline void kernel_6x16(int64_t kc, const float *restrict a, const float *restrict b,
-                               float *restrict c, int64_t ldc, int accumulate) {
+/* C tile (6 x 16, FP32, row stride ldc) = (or +=) A panel * B panel over kc:
+ * each element's products summed in p order by FMA from +0, then (accumulate)
+ * added to C; the same operations as every other micro-kernel. */
+static void kernel_6x16(int64_t kc, const float *restrict a, const float *restrict b,
+                        float *restrict c, int64_t ldc, int accumulate) {
   __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
   __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
   __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -199,8 +221,8 @@ static inline void kernel_6x16(int64_t kc, const float *restrict a, const float 
     av = _mm256_broadcast_ss(a + 5);
     c50 = _mm256_fmadd_ps(av, b0, c50);
     c51 = _mm256_fmadd_ps(av, b1, c51);
-    a += MR;
-    b += NR;
+    a += 6;
+    b += 16;
   }
   __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
   for (int r = 0; r < 6; r++) {
@@ -271,6 +293,7 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
 }
 
 typedef struct {
+  int64_t mr, nr;                       /* the micro-tile */
   int64_t mt, mc, kc, nc, ldcs, tm, tn; /* task rows, A block rows, ..., task grid */
   size_t ap_floats, bp_floats, cs_floats;
 } plan;
@@ -282,12 +305,17 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Block sizes for this problem: the configured ones, shrunk to the matrix; the
  * task height MT (then width NC) split further so that the task count divides
  * evenly among the threads when there are few tasks. */
-static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads) {
+static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads,
+                      const ampc_gemm_ukernel *uk) {
   plan P;
+  const int64_t MR = uk->mr, NR = uk->nr;
+  P.mr = MR, P.nr = NR;
+  /* KC is the configured one whatever the micro-tile: it fixes where each
+   * element's FP32 sum is split, so every micro-kernel gives the same bits */
   P.kc = min64(g->k, cfg->kc);
-  P.mc = min64(round_up(g->m, MR), cfg->mc);
-  P.mt = min64(round_up(g->m, MR), (int64_t)cfg->mc * TASK_BLOCKS);
-  P.nc = min64(round_up(g->n, NR), cfg->nc);
+  P.mc = min64(round_up(g->m, MR), round_up(cfg->mc, MR));
+  P.mt = min64(round_up(g->m, MR), round_up(cfg->mc, MR) * TASK_BLOCKS);
+  P.nc = min64(round_up(g->n, NR), round_up(cfg->nc, NR));
   P.tm = ceil_div(g->m, P.mt);
   P.tn = ceil_div(g->n, P.nc);
   if (nthreads > 1 && (g->batch * P.tm * P.tn) % nthreads != 0 &&
@@ -314,8 +342,9 @@ static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int 
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-static void run_task(const ampc_gemm_args *g, const plan *P, int64_t task, float *ap, float *bp,
-                     float *cs) {
+static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_ukernel *uk,
+                     int64_t task, float *ap, float *bp, float *cs) {
+  const int MR = (int)P->mr, NR = (int)P->nr;
   const int64_t per = P->tm * P->tn;
   const int64_t t = task / per, ti = (task % per) / P->tn, tj = task % P->tn;
   const void *a = at(g->a, g->adt, t * g->stride_a);
@@ -325,8 +354,8 @@ static void run_task(const ampc_gemm_args *g, const plan *P, int64_t task, float
   const int64_t mtcur = min64(g->m - it, P->mt), ncur = min64(g->n - jc, P->nc);
   for (int64_t pc = 0; pc < g->k; pc += P->kc) {
     const int64_t kcur = min64(g->k - pc, P->kc);
-    pack_b(bp, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), g->bdt, g->n - jc, kcur, g->cs_b,
-           g->rs_b);
+    pack_b(bp, NR, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), g->bdt, g->n - jc, kcur,
+           g->cs_b, g->rs_b);
     for (int64_t ic = it; ic < it + mtcur; ic += P->mc) {
       const int64_t mcur = min64(it + mtcur - ic, P->mc);
       for (int64_t ir = 0; ir < mcur; ir += MR) {
@@ -337,16 +366,17 @@ static void run_task(const ampc_gemm_args *g, const plan *P, int64_t task, float
       float *cblk = cs + (ic - it) * P->ldcs;
       for (int64_t jr = 0; jr < ncur; jr += NR)
         for (int64_t ir = 0; ir < mcur; ir += MR)
-          kernel_6x16(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs,
-                      pc > 0);
+          uk->fn(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs, pc > 0);
     }
   }
   epilogue(g, c, it, jc, mtcur, ncur, cs, P->ldcs);
 }
 
-ampc_status ampc_gemm_blocked_avx2(const ampc_gemm_args *g, const ampc_gemm_config *cfg,
-                                   int nthreads) {
-  const plan P = make_plan(g, cfg, nthreads);
+const ampc_gemm_ukernel ampc_gemm_uk_avx2 = {6, 16, kernel_6x16, "avx2+fma+f16c"};
+
+ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads,
+                              const ampc_gemm_ukernel *uk) {
+  const plan P = make_plan(g, cfg, nthreads, uk);
   const int64_t ntasks = g->batch * P.tm * P.tn;
   if (nthreads > ntasks)
     nthreads = (int)ntasks;
@@ -362,7 +392,7 @@ ampc_status ampc_gemm_blocked_avx2(const ampc_gemm_args *g, const ampc_gemm_conf
     float *cs = bp + round16(P.bp_floats);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; task++)
-      run_task(g, &P, task, ap, bp, cs);
+      run_task(g, &P, uk, task, ap, bp, cs);
   }
   free(ws);
   return AMPC_OK;

@@ -45,10 +45,36 @@ static inline void ampc_gemm_epilogue1(void *c, ampc_dtype dt, int64_t i, float 
   ampc_gemm_store(c, dt, i, v);
 }
 
-/* The AVX2+FMA+F16C blocked GEMM (FP32 accumulation), gemm_avx2.c. Returns
- * AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched then). */
-ampc_status ampc_gemm_blocked_avx2(const ampc_gemm_args *g, const ampc_gemm_config *cfg,
-                                   int nthreads);
+/* A register-blocked micro-kernel: C tile (mr x nr FP32, row stride ldc) =
+ * (accumulate: +=) the packed A micro-panel (kc x mr, p-major) times the packed
+ * B micro-panel (kc x nr, p-major; 64-byte aligned). Each element is summed in
+ * p order by FMA starting from +0 and then, if accumulate, added to C: every
+ * micro-kernel performs these same operations, so they all give the same bits. */
+typedef struct ampc_gemm_ukernel {
+  int mr, nr;
+  void (*fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate);
+  const char *isa;
+} ampc_gemm_ukernel;
+
+/* 6 x 16 on AVX2+FMA (gemm_avx2.c); 12 x 32 on AVX-512F (gemm_avx512.c). */
+extern const ampc_gemm_ukernel ampc_gemm_uk_avx2;
+extern const ampc_gemm_ukernel ampc_gemm_uk_avx512;
+
+/* The blocked GEMM (FP32 accumulation) with packing on AVX2+F16C, gemm_avx2.c,
+ * around micro-kernel uk. The result does not depend on uk or the thread
+ * count. Returns AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched
+ * then). */
+ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads,
+                              const ampc_gemm_ukernel *uk);
+
+/* The micro-kernel ampc_gemm uses: AVX-512 when the CPU (and OS) have it,
+ * else AVX2, else NULL (the portable loop). AMPC_ISA=avx2 in the environment
+ * skips AVX-512, AMPC_ISA=portable every vector path (read once). For tests:
+ * ampc_gemm_force_ukernel(uk) overrides the choice until called with NULL
+ * (not thread-safe; uk must be supported by the CPU). */
+const ampc_gemm_ukernel *ampc_gemm_active_ukernel(void);
+void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
+int ampc_cpu_has_avx512f(void);
 
 /* The FP16-accumulation ablation, AVX2 (bit-identical to the scalar path in
  * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
