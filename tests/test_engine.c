@@ -159,6 +159,64 @@ static void test_adamw_matches_reference(void **state) {
   ampc_trainer_free(&T);
 }
 
+/* AdamW with an FP32 master and FP32 state runs a vector path when no
+ * swallowed-update statistics are asked for; it must give the bits of the
+ * scalar path (which the statistics force): weights, master, m and v, for
+ * every working dtype, odd sizes, decay on and off, clipping, and gradients
+ * that are zero, tiny, huge, inf or NaN. */
+static void test_adamw_vector_path_bits(void **state) {
+  (void)state;
+  const ampc_param_spec specs[4] = {
+      {"a", 1, {1}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 0.5f, false},
+      {"b", 2, {7, 3}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 0.5f, true},
+      {"c", 1, {1031}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 1.0f, false},
+      {"d", 2, {300, 230}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 0.02f, false}};
+  const ampc_dtype wdts[3] = {AMPC_F16, AMPC_BF16, AMPC_F32}; /* F32: no master, scalar */
+  ampc_optim_config o = ampc_optim_adamw_defaults();
+  o.weight_decay = 0.05f;
+  for (int d = 0; d < 3; d++) {
+    ampc_params P[2];
+    for (int q = 0; q < 2; q++) {
+      ampc_rng rng;
+      ampc_rng_seed(&rng, 7);
+      assert_int_equal(ampc_params_create(&P[q], specs, 4, wdts[d], true, AMPC_F32, 2, &rng),
+                       AMPC_OK);
+    }
+    ampc_swallow_stats sw[4];
+    ampc_rng gr;
+    ampc_rng_seed(&gr, 11);
+    for (int t = 1; t <= 6; t++) {
+      float *g = malloc((size_t)P[0].total * sizeof *g);
+      assert_non_null(g);
+      for (int64_t e = 0; e < P[0].total; e++) {
+        const double u = ampc_rng_uniform(&gr);
+        g[e] = (float)(ampc_rng_normal(&gr) * pow(10.0, -8.0 * u)); /* 1 .. 1e-8 */
+        if (e % 97 == 0)
+          g[e] = 0.0f;
+        if (t == 4 && e % 1009 == 5)
+          g[e] = e % 2 ? INFINITY : NAN;
+        if (t == 5 && e % 499 == 3)
+          g[e] = 6e4f;
+      }
+      for (int q = 0; q < 2; q++) {
+        assert_int_equal(ampc_store_f32(P[q].grad, P[q].wdt, g, (size_t)P[q].total, NULL), AMPC_OK);
+        assert_int_equal(ampc_optim_step(&P[q], &o, t, 1e-3f * (float)t, 1.0f / 1024.0f,
+                                         t == 3 ? 0.37f : 1.0f, q ? sw : NULL),
+                         AMPC_OK);
+      }
+      free(g);
+      const size_t ws = (size_t)P[0].total * ampc_dtype_size(P[0].wdt);
+      const size_t fs = (size_t)P[0].total * sizeof(float);
+      if (memcmp(P[0].w, P[1].w, ws) || (P[0].master && memcmp(P[0].master, P[1].master, fs)) ||
+          memcmp(P[0].m, P[1].m, fs) || memcmp(P[0].v, P[1].v, fs))
+        fail_msg("AdamW vector and scalar paths differ (%s weights, step %d)",
+                 ampc_dtype_name(wdts[d]), t);
+    }
+    ampc_params_free(&P[0]);
+    ampc_params_free(&P[1]);
+  }
+}
+
 /* SGD momentum / Nesterov / weight decay against the PyTorch formulas, exact in FP32 */
 static void test_sgd_momentum(void **state) {
   (void)state;
@@ -686,6 +744,7 @@ int main(void) {
       cmocka_unit_test(test_bf16_swallowed_updates),
       cmocka_unit_test(test_adam_fp16_state),
       cmocka_unit_test(test_adamw_matches_reference),
+      cmocka_unit_test(test_adamw_vector_path_bits),
       cmocka_unit_test(test_sgd_momentum),
       cmocka_unit_test(test_skip_matches_control),
       cmocka_unit_test(test_clip_independent_of_scale),
