@@ -287,8 +287,27 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
       ampc_tm_count(tbuf, tdst, dt, (size_t)tn);
       tn = 0;
     }
-    for (; j < ncur; j++)
-      ampc_gemm_epilogue1(c, dt, base + j, g->alpha, g->beta, srow[j]);
+    if (j < ncur) { /* the last 1..7 columns: the same lane arithmetic through a buffer
+                       (Cs rows are padded to NR, so srow[j .. j+7] can be read) */
+      const size_t rem = (size_t)(ncur - j), es = esz(dt);
+      void *cp = (char *)c + (base + j) * (int64_t)es;
+      _Alignas(32) uint16_t tmp[16] = {0};
+      __m256 v = _mm256_mul_ps(va, _mm256_loadu_ps(srow + j));
+      if (use_beta) {
+        memcpy(tmp, cp, rem * es);
+        v = _mm256_add_ps(v, _mm256_mul_ps(vb, load8(tmp, dt)));
+      }
+      switch (dt) {
+      case AMPC_F16: _mm_store_si128((__m128i *)tmp, _mm256_cvtps_ph(v, 0)); break;
+      case AMPC_BF16: _mm_store_si128((__m128i *)tmp, bf16_round8(v)); break;
+      default: _mm256_store_ps((float *)tmp, v); break;
+      }
+      memcpy(cp, tmp, rem * es);
+      if (tm) {
+        _mm256_storeu_ps(tbuf, v);
+        ampc_tm_count(tbuf, cp, dt, rem);
+      }
+    }
   }
 }
 
@@ -374,18 +393,33 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
 
 const ampc_gemm_ukernel ampc_gemm_uk_avx2 = {6, 16, kernel_6x16, "avx2+fma+f16c"};
 
+/* Workspaces up to this many floats live on the stack when one thread runs
+ * the whole GEMM (the small per-head products of attention: no malloc). */
+enum { STACK_WS = 8192 };
+
 ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads,
                               const ampc_gemm_ukernel *uk) {
+  /* called from inside a parallel region that cannot nest (attention's
+   * per-sample loop): plan for the one thread that will run it */
+  if (omp_in_parallel() && omp_get_active_level() >= omp_get_max_active_levels())
+    nthreads = 1;
   const plan P = make_plan(g, cfg, nthreads, uk);
   const int64_t ntasks = g->batch * P.tm * P.tn;
   if (nthreads > ntasks)
     nthreads = (int)ntasks;
   const size_t per_thread = round16(P.ap_floats) + round16(P.bp_floats) + round16(P.cs_floats);
+  if (nthreads == 1 && per_thread <= STACK_WS) { /* no workspace allocation, no thread team */
+    _Alignas(64) float ws[STACK_WS];
+    for (int64_t task = 0; task < ntasks; task++)
+      run_task(g, &P, uk, task, ws, ws + round16(P.ap_floats),
+               ws + round16(P.ap_floats) + round16(P.bp_floats));
+    return AMPC_OK;
+  }
   const size_t bytes = (size_t)nthreads * per_thread * sizeof(float);
   float *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
   if (!ws)
     return ampc_fail(AMPC_ERR_NOMEM, "gemm: cannot allocate %zu bytes of workspace", bytes);
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
     float *ap = ws + (size_t)omp_get_thread_num() * per_thread;
     float *bp = ap + round16(P.ap_floats);

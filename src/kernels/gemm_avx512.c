@@ -17,32 +17,65 @@
 
 enum { MR = 12, NR = 32 };
 
+/* One row r of the tile: the A value broadcast into two FMAs. */
+#define ROW_FMA(r)                                                                                 \
+  do {                                                                                             \
+    const __m512 av = _mm512_set1_ps(a[r]);                                                        \
+    c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0);                                                    \
+    c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                    \
+  } while (0)
+/* Store row r (after adding C when accumulating). */
+#define ROW_STORE(r)                                                                               \
+  do {                                                                                             \
+    float *cr = c + (r)*ldc;                                                                       \
+    if (accumulate) {                                                                              \
+      c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(cr));                                       \
+      c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(cr + 16));                                  \
+    }                                                                                              \
+    _mm512_storeu_ps(cr, c##r##0);                                                                 \
+    _mm512_storeu_ps(cr + 16, c##r##1);                                                            \
+  } while (0)
+
+/* The accumulators are named variables (not an array) so that they stay in
+ * registers from the zeroing to the stores. */
 static void kernel_12x32(int64_t kc, const float *restrict a, const float *restrict b,
                          float *restrict c, int64_t ldc, int accumulate) {
-  __m512 c0[MR], c1[MR];
-  for (int r = 0; r < MR; r++)
-    c0[r] = c1[r] = _mm512_setzero_ps();
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00, c80 = c00, c81 = c00;
+  __m512 c90 = c00, c91 = c00, c100 = c00, c101 = c00, c110 = c00, c111 = c00;
 #pragma GCC unroll 2
   for (int64_t p = 0; p < kc; p++) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-#pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
-      const __m512 av = _mm512_set1_ps(a[r]);
-      c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
-    }
+    ROW_FMA(0);
+    ROW_FMA(1);
+    ROW_FMA(2);
+    ROW_FMA(3);
+    ROW_FMA(4);
+    ROW_FMA(5);
+    ROW_FMA(6);
+    ROW_FMA(7);
+    ROW_FMA(8);
+    ROW_FMA(9);
+    ROW_FMA(10);
+    ROW_FMA(11);
     a += MR;
     b += NR;
   }
-  for (int r = 0; r < MR; r++) {
-    float *cr = c + r * ldc;
-    if (accumulate) {
-      c0[r] = _mm512_add_ps(c0[r], _mm512_loadu_ps(cr));
-      c1[r] = _mm512_add_ps(c1[r], _mm512_loadu_ps(cr + 16));
-    }
-    _mm512_storeu_ps(cr, c0[r]);
-    _mm512_storeu_ps(cr + 16, c1[r]);
-  }
+  ROW_STORE(0);
+  ROW_STORE(1);
+  ROW_STORE(2);
+  ROW_STORE(3);
+  ROW_STORE(4);
+  ROW_STORE(5);
+  ROW_STORE(6);
+  ROW_STORE(7);
+  ROW_STORE(8);
+  ROW_STORE(9);
+  ROW_STORE(10);
+  ROW_STORE(11);
 }
+#undef ROW_FMA
+#undef ROW_STORE
 
 const ampc_gemm_ukernel ampc_gemm_uk_avx512 = {MR, NR, kernel_12x32, "avx512f+avx2+fma+f16c"};
