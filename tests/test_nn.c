@@ -336,6 +336,60 @@ static void test_layernorm_edges(void **state) {
   assert_int_equal(st.inf + st.nan, 0);
 }
 
+/* Layer norm gives the same bits with and without round stats and with 1 or
+ * 2 threads, for rows narrower and wider than its stack row buffer (2048),
+ * forward and backward; a wide row's statistics match a double reference. */
+static void test_layernorm_paths_agree(void **state) {
+  (void)state;
+  const int64_t shapes[2][2] = {{300, 131}, {3, 2500}};
+  for (int sh = 0; sh < 2; sh++) {
+    const int64_t m = shapes[sh][0], d = shapes[sh][1], n = m * d;
+    float *x = malloc((size_t)n * sizeof *x), *g = malloc((size_t)n * sizeof *g);
+    float *gam = malloc((size_t)d * sizeof *gam), *bet = malloc((size_t)d * sizeof *bet);
+    ampc_f16 *y[2] = {malloc((size_t)n * 2), malloc((size_t)n * 2)};
+    float *dx[2] = {malloc((size_t)n * 4), malloc((size_t)n * 4)};
+    float *dgb[2] = {calloc((size_t)(2 * d), 4), calloc((size_t)(2 * d), 4)};
+    float mean[2][300], rstd[2][300];
+    assert_true(x && g && gam && bet && y[0] && y[1] && dx[0] && dx[1] && dgb[0] && dgb[1]);
+    for (int64_t i = 0; i < n; i++)
+      x[i] = 3.0f + 100.0f * frand(), g[i] = frand();
+    for (int64_t j = 0; j < d; j++)
+      gam[j] = 1.0f + frand(), bet[j] = frand();
+    for (int q = 0; q < 2; q++) {
+      ampc_set_num_threads(q + 1);
+      ampc_round_stats st = {0};
+      assert_int_equal(ampc_layernorm_forward(m, d, x, AMPC_F32, gam, bet, AMPC_F32, 1e-5f, y[q],
+                                              AMPC_F16, mean[q], rstd[q], q ? &st : NULL),
+                       AMPC_OK);
+      assert_int_equal(ampc_layernorm_backward(m, d, g, AMPC_F32, x, AMPC_F32, gam, AMPC_F32,
+                                               mean[q], rstd[q], dx[q], dgb[q], dgb[q] + d),
+                       AMPC_OK);
+      if (q)
+        assert_int_equal(st.count, (uint64_t)n);
+    }
+    ampc_set_num_threads(0);
+    assert_memory_equal(y[0], y[1], (size_t)n * 2);
+    assert_memory_equal(mean[0], mean[1], (size_t)m * 4);
+    assert_memory_equal(rstd[0], rstd[1], (size_t)m * 4);
+    assert_memory_equal(dx[0], dx[1], (size_t)n * 4);
+    assert_memory_equal(dgb[0], dgb[1], (size_t)(2 * d) * 4);
+    for (int64_t i = 0; i < m; i++) { /* mean and 1/std of the row, rounded once to FP32 */
+      double s = 0.0, v = 0.0;
+      for (int64_t j = 0; j < d; j++)
+        s += (double)x[i * d + j];
+      s /= (double)d;
+      for (int64_t j = 0; j < d; j++)
+        v += ((double)x[i * d + j] - s) * ((double)x[i * d + j] - s);
+      const double r = 1.0 / sqrt(v / (double)d + 1e-5);
+      assert_true(fabs((double)mean[0][i] - s) <= 0x1p-24 * fabs(s) + 1e-12);
+      assert_true(fabs((double)rstd[0][i] - r) <= 0x1p-23 * r);
+    }
+    free(x), free(g), free(gam), free(bet);
+    for (int q = 0; q < 2; q++)
+      free(y[q]), free(dx[q]), free(dgb[q]);
+  }
+}
+
 /* ---- losses ---- */
 typedef struct {
   float *x;
@@ -736,6 +790,7 @@ int main(void) {
       cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_softmax_edges),
       cmocka_unit_test(test_layernorm_edges),
+      cmocka_unit_test(test_layernorm_paths_agree),
       cmocka_unit_test(test_losses),
       cmocka_unit_test(test_infonce),
       cmocka_unit_test(test_lowp_storage),

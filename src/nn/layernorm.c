@@ -2,13 +2,15 @@
  * src/nn/layernorm.c: layer normalisation over the last axis (Ba et al. 2016),
  * statistics in double, everything else in FP32, one rounding per store.
  *
- * Rows up to LN_ROW floats wide are widened once into an FP32 row buffer
- * (ampc_convert's vector code) and the rows are shared among ampc's threads;
- * the parameter gradients of the backward pass are summed over the rows in
- * row order in a second loop shared by column ranges. Every value is formed
- * by the same operations in the same order as in the one-element-at-a-time
- * loops kept for wider rows and for round stats, so the bits do not depend on
- * the path or the thread count.
+ * Each row is widened once into an FP32 row buffer (ampc_convert's vector
+ * code; on the stack up to LN_ROW floats, else one heap buffer and one
+ * thread) and the rows are shared among ampc's threads; the parameter
+ * gradients of the backward pass are summed over the rows in row order in a
+ * second loop shared by column ranges. A row's sums in double run over four
+ * interleaved partial sums (element j into sum j mod 4, combined as
+ * (s0 + s1) + (s2 + s3)): four independent add chains instead of one, and the
+ * same order on every path, so the bits depend neither on the path, the round
+ * stats nor the thread count.
  */
 #include "nn/nn_util.h"
 
@@ -17,6 +19,49 @@
 #include <stdlib.h>
 
 enum { LN_ROW = 2048 };
+
+/* sum_j x[j] in double, four partial sums */
+static double sum4(const float *x, int64_t d) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t j = 0;
+  for (; j + 4 <= d; j += 4)
+    for (int l = 0; l < 4; l++)
+      s[l] += (double)x[j + l];
+  for (int l = 0; j + l < d; l++)
+    s[l] += (double)x[j + l];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* sum_j (x[j] - mu)^2 in double, four partial sums */
+static double sqdev4(const float *x, int64_t d, double mu) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t j = 0;
+  for (; j + 4 <= d; j += 4)
+    for (int l = 0; l < 4; l++) {
+      const double c = (double)x[j + l] - mu;
+      s[l] += c * c;
+    }
+  for (int l = 0; j + l < d; l++) {
+    const double c = (double)x[j + l] - mu;
+    s[l] += c * c;
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* The backward row sums: sum_j gg_j and sum_j gg_j * xhat_j in double, with
+ * gg_j = dy_j * gamma_j and xhat_j = (x_j - mean) * rstd in FP32. */
+static void bwd_sums4(const float *xr, const float *gr, const float *gam, int64_t d, float mean,
+                      float rstd, double *sg_out, double *sgx_out) {
+  double sg[4] = {0.0, 0.0, 0.0, 0.0}, sgx[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int64_t j = 0; j < d; j++) {
+    const float xhat = (xr[j] - mean) * rstd;
+    const float gg = gr[j] * gam[j];
+    sg[j & 3] += (double)gg;
+    sgx[j & 3] += (double)gg * (double)xhat;
+  }
+  *sg_out = (sg[0] + sg[1]) + (sg[2] + sg[3]);
+  *sgx_out = (sgx[0] + sgx[1]) + (sgx[2] + sgx[3]);
+}
 
 ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
                                    const void *gamma, const void *beta, ampc_dtype wdt, float eps,
@@ -36,62 +81,36 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
   NN_CHECK_DT(fn, ydt);
   if (!(eps >= 0.0f))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: eps must be >= 0 (got %g)", fn, (double)eps);
-  if (d <= LN_ROW && !stats) {
-    float gb[LN_ROW], bb[LN_ROW];
-    nn_load(gamma, wdt, 0, d, gb);
-    nn_load(beta, wdt, 0, d, bb);
-    const int nt = nn_threads(m * d);
-    const size_t ys = ampc_dtype_size(ydt);
+  /* two passes in double: x - mean is formed in double, so a constant row
+   * (whose mean is then exact) gives x - mean = 0 and y = beta */
+  const int wide = d > LN_ROW;
+  const int nt = (stats || wide) ? 1 : nn_threads(m * d);
+  float *heap = wide ? malloc((size_t)(4 * d) * sizeof *heap) : NULL;
+  if (wide && !heap)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)(4 * d));
+  float gst[LN_ROW], bst[LN_ROW];
+  float *gb = wide ? heap : gst, *bb = wide ? heap + d : bst;
+  nn_load(gamma, wdt, 0, d, gb);
+  nn_load(beta, wdt, 0, d, bb);
+  const size_t ys = ampc_dtype_size(ydt);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t i = 0; i < m; i++) {
-      float xb[LN_ROW], yr[LN_ROW];
-      const float *xr = nn_in(x, xdt, i * d, d, xb);
-      double s = 0.0;
-      for (int64_t j = 0; j < d; j++)
-        s += (double)xr[j];
-      const double mu = s / (double)d;
-      double v = 0.0;
-      for (int64_t j = 0; j < d; j++) {
-        const double c = (double)xr[j] - mu;
-        v += c * c;
-      }
-      const double r = 1.0 / sqrt(v / (double)d + (double)eps);
-      mean[i] = (float)mu;
-      rstd[i] = (float)r;
-      const float muf = (float)mu, rf = (float)r;
-      for (int64_t j = 0; j < d; j++) {
-        const float xhat = (xr[j] - muf) * rf;
-        yr[j] = xhat * gb[j] + bb[j];
-      }
-      ampc_store_f32((char *)y + i * d * (ptrdiff_t)ys, ydt, yr, (size_t)d, NULL);
-    }
-    return AMPC_OK;
-  }
-  nn_writer w;
-  nn_writer_init(&w, y, ydt, 0, stats);
   for (int64_t i = 0; i < m; i++) {
-    /* two passes in double: the sum of d FP32 values is exact for d < 2^29
-     * (and their mean exact when it is representable), so a constant row
-     * gives x - mean = 0 exactly */
-    double s = 0.0;
-    for (int64_t j = 0; j < d; j++)
-      s += (double)ampc_elem_load(x, xdt, i * d + j);
-    const double mu = s / (double)d;
-    double v = 0.0;
-    for (int64_t j = 0; j < d; j++) {
-      const double c = (double)ampc_elem_load(x, xdt, i * d + j) - mu;
-      v += c * c;
-    }
+    float xst[LN_ROW], yst[LN_ROW];
+    float *xb = wide ? heap + 2 * d : xst, *yr = wide ? heap + 3 * d : yst;
+    const float *xr = nn_in(x, xdt, i * d, d, xb);
+    const double mu = sum4(xr, d) / (double)d;
+    const double v = sqdev4(xr, d, mu);
     const double r = 1.0 / sqrt(v / (double)d + (double)eps);
     mean[i] = (float)mu;
     rstd[i] = (float)r;
     const float muf = (float)mu, rf = (float)r;
     for (int64_t j = 0; j < d; j++) {
-      const float xhat = (ampc_elem_load(x, xdt, i * d + j) - muf) * rf;
-      nn_writer_put(&w, xhat * ampc_elem_load(gamma, wdt, j) + ampc_elem_load(beta, wdt, j));
+      const float xhat = (xr[j] - muf) * rf;
+      yr[j] = xhat * gb[j] + bb[j];
     }
+    ampc_store_f32((char *)y + i * d * (ptrdiff_t)ys, ydt, yr, (size_t)d, stats);
   }
-  nn_writer_flush(&w);
+  free(heap);
   return AMPC_OK;
 }
 
@@ -117,73 +136,56 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
   double *acc = calloc((size_t)(2 * d), sizeof *acc);
   if (!acc)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld doubles", fn, (long long)(2 * d));
-  if (d <= LN_ROW) {
-    float gam[LN_ROW];
-    nn_load(gamma, wdt, 0, d, gam);
-    const int nt = nn_threads(m * d);
-    const size_t gs = ampc_dtype_size(gdt);
-    /* dgamma, dbeta first (dx may be dy): each column summed over the rows
-     * in order; columns in blocks of 64 shared among the threads */
-    const int64_t nblk = (d + 63) / 64;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t bk = 0; bk < nblk; bk++) {
-      const int64_t j0 = bk * 64, len = d - j0 < 64 ? d - j0 : 64;
-      float xb[64], gb[64];
-      for (int64_t i = 0; i < m; i++) {
-        const float *xr = nn_in(x, xdt, i * d + j0, len, xb);
-        const float *gr = nn_in(dy, gdt, i * d + j0, len, gb);
-        for (int64_t j = 0; j < len; j++) {
-          const float xhat = (xr[j] - mean[i]) * rstd[i];
-          acc[j0 + j] += (double)gr[j] * (double)xhat;
-          acc[d + j0 + j] += (double)gr[j];
-        }
-      }
-    }
-    /* then dx, rows shared among the threads */
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t i = 0; i < m; i++) {
-      float xb[LN_ROW], gb[LN_ROW], out[LN_ROW];
-      const float *xr = nn_in(x, xdt, i * d, d, xb);
-      const float *gr = nn_in(dy, gdt, i * d, d, gb);
-      double sg = 0.0, sgx = 0.0;
-      for (int64_t j = 0; j < d; j++) {
-        const float xhat = (xr[j] - mean[i]) * rstd[i];
-        const float gg = gr[j] * gam[j];
-        sg += (double)gg;
-        sgx += (double)gg * (double)xhat;
-      }
-      const float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
-      for (int64_t j = 0; j < d; j++) {
-        const float xhat = (xr[j] - mean[i]) * rstd[i];
-        const float gg = gr[j] * gam[j];
-        out[j] = rstd[i] * (gg - mg - xhat * mgx);
-      }
-      ampc_store_f32((char *)dx + i * d * (ptrdiff_t)gs, gdt, out, (size_t)d, NULL);
-    }
-  } else {
-    nn_writer w;
-    nn_writer_init(&w, dx, gdt, 0, NULL);
-    for (int64_t i = 0; i < m; i++) {
-      /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma */
-      double sg = 0.0, sgx = 0.0;
-      for (int64_t j = 0; j < d; j++) {
-        const float xhat = (ampc_elem_load(x, xdt, i * d + j) - mean[i]) * rstd[i];
-        const float g = ampc_elem_load(dy, gdt, i * d + j);
-        const float gg = g * ampc_elem_load(gamma, wdt, j);
-        sg += (double)gg;
-        sgx += (double)gg * (double)xhat;
-        acc[j] += (double)g * (double)xhat; /* dgamma */
-        acc[d + j] += (double)g;            /* dbeta */
-      }
-      const float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
-      for (int64_t j = 0; j < d; j++) {
-        const float xhat = (ampc_elem_load(x, xdt, i * d + j) - mean[i]) * rstd[i];
-        const float gg = ampc_elem_load(dy, gdt, i * d + j) * ampc_elem_load(gamma, wdt, j);
-        nn_writer_put(&w, rstd[i] * (gg - mg - xhat * mgx));
-      }
-    }
-    nn_writer_flush(&w);
+  const int wide = d > LN_ROW;
+  const int nt = nn_threads(m * d);
+  float *heap = wide ? malloc((size_t)(4 * d) * sizeof *heap) : NULL;
+  if (wide && !heap) {
+    free(acc);
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)(4 * d));
   }
+  float gst[LN_ROW];
+  float *gam = wide ? heap : gst;
+  nn_load(gamma, wdt, 0, d, gam);
+  const size_t gs = ampc_dtype_size(gdt);
+  /* dgamma, dbeta first (dx may be dy): each column summed over the rows in
+   * order; columns in blocks of 64 shared among the threads */
+  const int64_t nblk = (d + 63) / 64;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t bk = 0; bk < nblk; bk++) {
+    const int64_t j0 = bk * 64, len = d - j0 < 64 ? d - j0 : 64;
+    float xb[64], gb[64];
+    double *restrict ag = acc + j0, *restrict ab = acc + d + j0;
+    for (int64_t i = 0; i < m; i++) {
+      const float *xr = nn_in(x, xdt, i * d + j0, len, xb);
+      const float *gr = nn_in(dy, gdt, i * d + j0, len, gb);
+      const float mi = mean[i], ri = rstd[i];
+      for (int64_t j = 0; j < len; j++) {
+        const float xhat = (xr[j] - mi) * ri;
+        ag[j] += (double)gr[j] * (double)xhat;
+        ab[j] += (double)gr[j];
+      }
+    }
+  }
+  /* then dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma;
+   * rows shared among the threads (one thread for wide rows) */
+#pragma omp parallel for schedule(static) num_threads(wide ? 1 : nt) if (!wide && nt > 1)
+  for (int64_t i = 0; i < m; i++) {
+    float xst[LN_ROW], gst2[LN_ROW], ost[LN_ROW];
+    float *xb = wide ? heap + d : xst, *gb = wide ? heap + 2 * d : gst2,
+          *out = wide ? heap + 3 * d : ost;
+    const float *xr = nn_in(x, xdt, i * d, d, xb);
+    const float *gr = nn_in(dy, gdt, i * d, d, gb);
+    double sg, sgx;
+    bwd_sums4(xr, gr, gam, d, mean[i], rstd[i], &sg, &sgx);
+    const float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
+    for (int64_t j = 0; j < d; j++) {
+      const float xhat = (xr[j] - mean[i]) * rstd[i];
+      const float gg = gr[j] * gam[j];
+      out[j] = rstd[i] * (gg - mg - xhat * mgx);
+    }
+    ampc_store_f32((char *)dx + i * d * (ptrdiff_t)gs, gdt, out, (size_t)d, NULL);
+  }
+  free(heap);
   for (int64_t j = 0; j < d; j++) {
     nn_grad_add(dgamma, gdt, j, (float)acc[j]);
     nn_grad_add(dbeta, gdt, j, (float)acc[d + j]);
