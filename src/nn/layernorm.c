@@ -53,11 +53,19 @@ static double sqdev4(const float *x, int64_t d, double mu) {
 static void bwd_sums4(const float *xr, const float *gr, const float *gam, int64_t d, float mean,
                       float rstd, double *sg_out, double *sgx_out) {
   double sg[4] = {0.0, 0.0, 0.0, 0.0}, sgx[4] = {0.0, 0.0, 0.0, 0.0};
-  for (int64_t j = 0; j < d; j++) {
-    const float xhat = (xr[j] - mean) * rstd;
-    const float gg = gr[j] * gam[j];
-    sg[j & 3] += (double)gg;
-    sgx[j & 3] += (double)gg * (double)xhat;
+  int64_t j = 0;
+  for (; j + 4 <= d; j += 4)
+    for (int l = 0; l < 4; l++) {
+      const float xhat = (xr[j + l] - mean) * rstd;
+      const float gg = gr[j + l] * gam[j + l];
+      sg[l] += (double)gg;
+      sgx[l] += (double)gg * (double)xhat;
+    }
+  for (int l = 0; j + l < d; l++) {
+    const float xhat = (xr[j + l] - mean) * rstd;
+    const float gg = gr[j + l] * gam[j + l];
+    sg[l] += (double)gg;
+    sgx[l] += (double)gg * (double)xhat;
   }
   *sg_out = (sg[0] + sg[1]) + (sg[2] + sg[3]);
   *sgx_out = (sgx[0] + sgx[1]) + (sgx[2] + sgx[3]);
