@@ -5,7 +5,9 @@
  *
  * The sum of squares runs in double over fixed 4096-element chunks whose
  * partial sums are added in chunk order, so the norm has the same bits for
- * any number of threads.
+ * any number of threads. Within a chunk the values are widened 256 at a time
+ * (ampc_convert) and summed into four interleaved partial sums (element i
+ * into sum i mod 4, combined as (s0 + s1) + (s2 + s3)): independent add chains.
  */
 #include "internal.h"
 
@@ -16,6 +18,35 @@
 #include "numeric/numeric.h"
 
 enum { CHUNK = 4096 };
+
+/* q[i mod 4] += (u[i] * inv)^2 in double for the finite ones; returns how
+ * many were not finite. */
+static int64_t sumsq4(const float *u, int64_t len, float inv, double q[4]) {
+  double q0 = q[0], q1 = q[1], q2 = q[2], q3 = q[3];
+  int64_t nb = 0, i = 0;
+#define AMPC_SQ(qq, k)                                                                             \
+  do {                                                                                             \
+    const float v = u[k] * inv;                                                                    \
+    const int ok = isfinite(v);                                                                    \
+    qq += ok ? (double)v * (double)v : 0.0;                                                        \
+    nb += !ok;                                                                                     \
+  } while (0)
+  for (; i + 4 <= len; i += 4) {
+    AMPC_SQ(q0, i);
+    AMPC_SQ(q1, i + 1);
+    AMPC_SQ(q2, i + 2);
+    AMPC_SQ(q3, i + 3);
+  }
+  if (i < len)
+    AMPC_SQ(q0, i);
+  if (i + 1 < len)
+    AMPC_SQ(q1, i + 1);
+  if (i + 2 < len)
+    AMPC_SQ(q2, i + 2);
+#undef AMPC_SQ
+  q[0] = q0, q[1] = q1, q[2] = q2, q[3] = q3;
+  return nb;
+}
 
 ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
                                     int64_t *nonfinite, double *norm) {
@@ -33,15 +64,20 @@ ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, fl
 #pragma omp parallel for schedule(static) if (n > 8 * CHUNK)
   for (int64_t c = 0; c < nchunks; c++) {
     const int64_t lo = c * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
-    double s = 0.0;
+    double q[4] = {0.0, 0.0, 0.0, 0.0};
     int64_t nb = 0;
-    for (int64_t i = lo; i < hi; i++) {
-      const float u = ampc_elem_load(g, gdt, i) * inv_scale;
-      if (isfinite(u))
-        s += (double)u * (double)u;
+    float buf[256];
+    for (int64_t b0 = lo; b0 < hi; b0 += 256) {
+      const int64_t len = hi - b0 < 256 ? hi - b0 : 256;
+      const float *u = buf;
+      if (gdt == AMPC_F32)
+        u = (const float *)g + b0;
       else
-        nb++;
+        ampc_convert(buf, AMPC_F32, (const char *)g + b0 * (int64_t)ampc_dtype_size(gdt), gdt,
+                     (size_t)len);
+      nb += sumsq4(u, len, inv_scale, q); /* b0 - lo is a multiple of 4 */
     }
+    const double s = (q[0] + q[1]) + (q[2] + q[3]);
     part[c] = s;
     bad[c] = nb;
   }

@@ -649,15 +649,25 @@ static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
   TRY(ampc_patch_embed_forward(b, M->c.img, M->c.img, M->c.channels, M->c.patch, D, images,
                                1.0f / 127.5f, -1.0f, W(M, M->patch_w), wdt, W(M, M->patch_b),
                                M->patch, adt, M->acc, NULL));
-  /* x0 = [cls; patches] + positions, summed in FP32, one rounding */
+  /* x0 = [cls; patches] + positions, summed in FP32, one rounding per row */
   const void *cls = W(M, M->cls_tok), *pos = W(M, M->vpos);
+  float *pf = malloc((size_t)((NV + 2) * D) * sizeof *pf);
+  if (!pf)
+    return ampc_fail(AMPC_ERR_NOMEM, "vision: cannot allocate %lld floats",
+                     (long long)((NV + 2) * D));
+  float *src = pf + NV * D, *row = src + D;
+  ampc_convert(pf, AMPC_F32, pos, wdt, (size_t)(NV * D));
   for (int64_t bi = 0; bi < b; bi++)
-    for (int64_t t = 0; t < NV; t++)
-      for (int64_t j = 0; j < D; j++) {
-        const float v = t == 0 ? ampc_elem_load(cls, wdt, j)
-                               : ampc_elem_load(M->patch, adt, (bi * NP + t - 1) * D + j);
-        ampc_elem_store(M->v0, sdt, (bi * NV + t) * D + j, v + ampc_elem_load(pos, wdt, t * D + j));
-      }
+    for (int64_t t = 0; t < NV; t++) {
+      if (t == 0)
+        ampc_convert(src, AMPC_F32, cls, wdt, (size_t)D);
+      else
+        ampc_convert(src, AMPC_F32, at(M->patch, adt, (bi * NP + t - 1) * D), adt, (size_t)D);
+      for (int64_t j = 0; j < D; j++)
+        row[j] = src[j] + pf[t * D + j];
+      ampc_store_f32(at(M->v0, sdt, (bi * NV + t) * D), sdt, row, (size_t)D, NULL);
+    }
+  free(pf);
   tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.patch_embed");
   const void *x = M->v0;
   for (int i = 0; i < M->c.v_depth; i++) {

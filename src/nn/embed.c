@@ -118,6 +118,12 @@ static void *unfold(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p, con
   void *out = malloc((size_t)(b * np * k) * ampc_dtype_size(wdt));
   if (!out)
     return NULL;
+  float *row = malloc((size_t)k * sizeof *row); /* one patch in FP32, rounded once per row */
+  if (!row) {
+    free(out);
+    return NULL;
+  }
+  const size_t os = ampc_dtype_size(wdt);
   int64_t r = 0;
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t py = 0; py < hh / p; py++)
@@ -127,10 +133,11 @@ static void *unfold(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p, con
           for (int64_t dy = 0; dy < p; dy++)
             for (int64_t dx = 0; dx < p; dx++, col++) {
               const int64_t yy = py * p + dy, xx = px * p + dx;
-              const float v = (float)images[((bi * hh + yy) * ww + xx) * c + ch] * sc + sh;
-              ampc_elem_store(out, wdt, r * k + col, v);
+              row[col] = (float)images[((bi * hh + yy) * ww + xx) * c + ch] * sc + sh;
             }
+        ampc_store_f32((char *)out + r * k * (int64_t)os, wdt, row, (size_t)k, NULL);
       }
+  free(row);
   return out;
 }
 
