@@ -55,7 +55,8 @@ int ampc_cpu_has_avx512f(void) {
 #if defined(__x86_64__) || defined(__i386__)
     /* __builtin_cpu_supports also checks that the OS saves the ZMM state (XCR0) */
     __builtin_cpu_init();
-    v = ampc_cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f");
+    v = ampc_cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 #else
     v = 0;
 #endif

@@ -364,6 +364,9 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_ukernel *uk,
                      int64_t task, float *ap, float *bp, float *cs) {
   const int MR = (int)P->mr, NR = (int)P->nr;
+  /* with telemetry on, the stores go through the epilogue, which counts them */
+  const int fuse = uk->fn_out != NULL && !ampc_tm_active;
+  const int64_t es = (int64_t)esz(g->cdt);
   const int64_t per = P->tm * P->tn;
   const int64_t t = task / per, ti = (task % per) / P->tn, tj = task % P->tn;
   const void *a = at(g->a, g->adt, t * g->stride_a);
@@ -383,15 +386,31 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
                    rv, g->m - ic - ir, kcur, g->rs_a, g->cs_a);
       }
       float *cblk = cs + (ic - it) * P->ldcs;
-      for (int64_t jr = 0; jr < ncur; jr += NR)
-        for (int64_t ir = 0; ir < mcur; ir += MR)
-          uk->fn(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs, pc > 0);
+      if (fuse && pc + kcur >= g->k) { /* the last slice, straight into C */
+        for (int64_t jr = 0; jr < ncur; jr += NR)
+          for (int64_t ir = 0; ir < mcur; ir += MR) {
+            const ampc_gemm_out o = {(char *)c + ((ic + ir) * g->ldc + jc + jr) * es,
+                                     g->ldc,
+                                     g->cdt,
+                                     g->alpha,
+                                     g->beta,
+                                     (int)min64(MR, mcur - ir),
+                                     (int)min64(NR, ncur - jr)};
+            uk->fn_out(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs,
+                       pc > 0, &o);
+          }
+      } else {
+        for (int64_t jr = 0; jr < ncur; jr += NR)
+          for (int64_t ir = 0; ir < mcur; ir += MR)
+            uk->fn(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs, pc > 0);
+      }
     }
   }
-  epilogue(g, c, it, jc, mtcur, ncur, cs, P->ldcs);
+  if (!fuse)
+    epilogue(g, c, it, jc, mtcur, ncur, cs, P->ldcs);
 }
 
-const ampc_gemm_ukernel ampc_gemm_uk_avx2 = {6, 16, kernel_6x16, "avx2+fma+f16c"};
+const ampc_gemm_ukernel ampc_gemm_uk_avx2 = {6, 16, kernel_6x16, NULL, "avx2+fma+f16c"};
 
 /* Workspaces up to this many floats live on the stack when one thread runs
  * the whole GEMM (the small per-head products of attention: no malloc). */

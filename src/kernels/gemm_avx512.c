@@ -1,14 +1,21 @@
 /*
  * src/kernels/gemm_avx512.c: the 12 x 32 FP32 micro-kernel on AVX-512F, for the
  * blocked GEMM of gemm_avx2.c (which packs, blocks, threads and rounds; only
- * this inner kernel uses the 512-bit registers). Compiled with -mavx512f and
- * only called after the run-time CPU check (ampc_cpu_has_avx512f).
+ * this inner kernel uses the 512-bit registers). Compiled with -mavx512f
+ * -mavx512bw -mavx512vl and only called after the run-time CPU check
+ * (ampc_cpu_has_avx512f: F, BW and VL).
  *
  * 24 zmm accumulators (12 rows x 2 vectors of 16 columns), 2 zmm for the B
  * row, the A value broadcast from memory into each FMA: 24 independent FMA
  * chains, enough to cover the FMA latency on two 512-bit FMA ports. Each
  * element is summed in p order from +0 by FMA and then added to C, the same
  * operations as the 6 x 16 AVX2 kernel, so the results are the same bits.
+ *
+ * The fused variant runs on the last K slice: instead of leaving the FP32 sums
+ * in the task's C block for gemm_avx2.c's epilogue, it forms alpha*sum +
+ * beta*C (two products and a sum, no FMA, as the epilogue does) and rounds
+ * straight into C's dtype, masking the rows and columns past an edge: the
+ * same values, one pass over memory less.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -38,30 +45,32 @@ enum { MR = 12, NR = 32 };
 
 /* The accumulators are named variables (not an array) so that they stay in
  * registers from the zeroing to the stores. */
+#define KERNEL_LOOP()                                                                              \
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
+  __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                         \
+  __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00, c80 = c00, c81 = c00;                         \
+  __m512 c90 = c00, c91 = c00, c100 = c00, c101 = c00, c110 = c00, c111 = c00;                     \
+  _Pragma("GCC unroll 2") for (int64_t p = 0; p < kc; p++) {                                       \
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);                              \
+    ROW_FMA(0);                                                                                    \
+    ROW_FMA(1);                                                                                    \
+    ROW_FMA(2);                                                                                    \
+    ROW_FMA(3);                                                                                    \
+    ROW_FMA(4);                                                                                    \
+    ROW_FMA(5);                                                                                    \
+    ROW_FMA(6);                                                                                    \
+    ROW_FMA(7);                                                                                    \
+    ROW_FMA(8);                                                                                    \
+    ROW_FMA(9);                                                                                    \
+    ROW_FMA(10);                                                                                   \
+    ROW_FMA(11);                                                                                   \
+    a += MR;                                                                                       \
+    b += NR;                                                                                       \
+  }
+
 static void kernel_12x32(int64_t kc, const float *restrict a, const float *restrict b,
                          float *restrict c, int64_t ldc, int accumulate) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-  __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00, c80 = c00, c81 = c00;
-  __m512 c90 = c00, c91 = c00, c100 = c00, c101 = c00, c110 = c00, c111 = c00;
-#pragma GCC unroll 2
-  for (int64_t p = 0; p < kc; p++) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-    ROW_FMA(0);
-    ROW_FMA(1);
-    ROW_FMA(2);
-    ROW_FMA(3);
-    ROW_FMA(4);
-    ROW_FMA(5);
-    ROW_FMA(6);
-    ROW_FMA(7);
-    ROW_FMA(8);
-    ROW_FMA(9);
-    ROW_FMA(10);
-    ROW_FMA(11);
-    a += MR;
-    b += NR;
-  }
+  KERNEL_LOOP()
   ROW_STORE(0);
   ROW_STORE(1);
   ROW_STORE(2);
@@ -75,7 +84,85 @@ static void kernel_12x32(int64_t kc, const float *restrict a, const float *restr
   ROW_STORE(10);
   ROW_STORE(11);
 }
+
+/* 16 FP32 lanes rounded to bfloat16 (RNE; NaN quieted), as bf16_round8 of
+ * gemm_avx2.c does for 8. */
+static inline __m256i bf16_round16(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb);
+  const __mmask16 isnan = _mm512_cmpgt_epi32_mask(
+      _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+  r = _mm512_mask_blend_epi32(isnan, r, _mm512_or_si512(x, _mm512_set1_epi32(0x00400000)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+/* 16 (masked) elements of dtype dt at p widened to FP32; masked-off lanes 0. */
+static inline __m512 load16(const void *p, ampc_dtype dt, __mmask16 m) {
+  switch (dt) {
+  case AMPC_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  case AMPC_BF16:
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  default: return _mm512_maskz_loadu_ps(m, p);
+  }
+}
+
+/* C[0:16] (masked) = round(alpha * v + beta * C) */
+static inline void out16(__m512 v, void *cp, const ampc_gemm_out *o, __mmask16 m) {
+  v = _mm512_mul_ps(_mm512_set1_ps(o->alpha), v);
+  if (o->beta != 0.0f)
+    v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(o->beta), load16(cp, o->dt, m)));
+  switch (o->dt) {
+  case AMPC_F16:
+    _mm256_mask_storeu_epi16(cp, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    break;
+  case AMPC_BF16: _mm256_mask_storeu_epi16(cp, m, bf16_round16(v)); break;
+  default: _mm512_mask_storeu_ps(cp, m, v); break;
+  }
+}
+
+/* Row r of the fused variant: add the earlier slices' sums, then out16. */
+#define ROW_OUT(r)                                                                                 \
+  do {                                                                                             \
+    if ((r) < o->rows) {                                                                           \
+      if (accumulate) {                                                                            \
+        c##r##0 = _mm512_add_ps(c##r##0, _mm512_loadu_ps(cs + (r)*ldcs));                          \
+        c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(cs + (r)*ldcs + 16));                     \
+      }                                                                                            \
+      char *crow = (char *)o->c + (r)*o->ldc * es;                                                 \
+      out16(c##r##0, crow, o, m0);                                                                 \
+      out16(c##r##1, crow + 16 * es, o, m1);                                                       \
+    }                                                                                              \
+  } while (0)
+
+static void kernel_12x32_out(int64_t kc, const float *restrict a, const float *restrict b,
+                             const float *cs, int64_t ldcs, int accumulate,
+                             const ampc_gemm_out *o) {
+  KERNEL_LOOP()
+  const int64_t es = o->dt == AMPC_F32 ? 4 : 2;
+  const int cols = o->cols;
+  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
+  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xFFFF
+                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1u)
+                                   : (__mmask16)0;
+  ROW_OUT(0);
+  ROW_OUT(1);
+  ROW_OUT(2);
+  ROW_OUT(3);
+  ROW_OUT(4);
+  ROW_OUT(5);
+  ROW_OUT(6);
+  ROW_OUT(7);
+  ROW_OUT(8);
+  ROW_OUT(9);
+  ROW_OUT(10);
+  ROW_OUT(11);
+}
+#undef ROW_OUT
+#undef KERNEL_LOOP
 #undef ROW_FMA
 #undef ROW_STORE
 
-const ampc_gemm_ukernel ampc_gemm_uk_avx512 = {MR, NR, kernel_12x32, "avx512f+avx2+fma+f16c"};
+const ampc_gemm_ukernel ampc_gemm_uk_avx512 = {MR, NR, kernel_12x32, kernel_12x32_out,
+                                               "avx512f+avx2+fma+f16c"};

@@ -50,13 +50,29 @@ static inline void ampc_gemm_epilogue1(void *c, ampc_dtype dt, int64_t i, float 
  * B micro-panel (kc x nr, p-major; 64-byte aligned). Each element is summed in
  * p order by FMA starting from +0 and then, if accumulate, added to C: every
  * micro-kernel performs these same operations, so they all give the same bits. */
+/* Where a fused micro-kernel writes its tile: C (dtype dt, row stride ldc)
+ * at the tile's first element, rows x cols of the MR x NR tile inside the
+ * matrix, C = alpha * sum + beta * C formed as the epilogue does. */
+typedef struct ampc_gemm_out {
+  void *c;
+  int64_t ldc;
+  ampc_dtype dt;
+  float alpha, beta;
+  int rows, cols;
+} ampc_gemm_out;
+
 typedef struct ampc_gemm_ukernel {
   int mr, nr;
   void (*fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate);
+  /* optional (NULL: none): the last K slice straight into C; `cs` holds the
+   * earlier slices' sums (read when accumulate) */
+  void (*fn_out)(int64_t kc, const float *a, const float *b, const float *cs, int64_t ldcs,
+                 int accumulate, const ampc_gemm_out *o);
   const char *isa;
 } ampc_gemm_ukernel;
 
-/* 6 x 16 on AVX2+FMA (gemm_avx2.c); 12 x 32 on AVX-512F (gemm_avx512.c). */
+/* 6 x 16 on AVX2+FMA (gemm_avx2.c); 12 x 32 on AVX-512F/BW/VL, with a fused
+ * output variant (gemm_avx512.c). */
 extern const ampc_gemm_ukernel ampc_gemm_uk_avx2;
 extern const ampc_gemm_ukernel ampc_gemm_uk_avx512;
 
@@ -74,6 +90,7 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
  * (not thread-safe; uk must be supported by the CPU). */
 const ampc_gemm_ukernel *ampc_gemm_active_ukernel(void);
 void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
+/* AVX-512 F, BW and VL (and the OS saving the ZMM state): the 12 x 32 kernel. */
 int ampc_cpu_has_avx512f(void);
 
 /* The FP16-accumulation ablation, AVX2 (bit-identical to the scalar path in
