@@ -29,6 +29,8 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
+#include "nn/gelu_impl.h"
+#include "numeric/convert_impl.h"
 
 static uint64_t g_rng = 0x853C49E6748FEA9Bu;
 static float frand(void) { /* [-1, 1) */
@@ -197,9 +199,8 @@ static void test_gelu(void **state) {
 }
 
 /* 16-bit GELU (tabulated): every one of the 65536 inputs of f16 and bf16
- * gives exactly the FP32 formula on the widened input, forward (F32 output)
- * and backward (F32 dy = 1 and dy = 3); a NaN result only has to be a NaN
- * (its sign and payload depend on the operand order the compiler picks) */
+ * gives exactly the FP32 GELU of the widened input, forward (F32 output) and
+ * backward (F32 dy = 1 and dy = 3); a NaN result only has to be a NaN */
 static int same_f32(float a, float b) { return (isnan(a) && isnan(b)) || !memcmp(&a, &b, 4); }
 
 static void test_gelu_16bit_exhaustive(void **state) {
@@ -207,32 +208,108 @@ static void test_gelu_16bit_exhaustive(void **state) {
   enum { N = 65536 };
   uint16_t *x = malloc(N * sizeof *x);
   float *xf = malloc(N * sizeof *xf), *y = malloc(N * sizeof *y), *dy = malloc(N * sizeof *dy),
-        *dx = malloc(N * sizeof *dx);
+        *dx = malloc(N * sizeof *dx), *y32 = malloc(N * sizeof *y32),
+        *dx32 = malloc(N * sizeof *dx32);
   assert_non_null(x), assert_non_null(xf), assert_non_null(y), assert_non_null(dy);
-  assert_non_null(dx);
+  assert_non_null(dx), assert_non_null(y32), assert_non_null(dx32);
   for (int i = 0; i < N; i++)
     x[i] = (uint16_t)i;
   const ampc_dtype dts[2] = {AMPC_F16, AMPC_BF16};
   for (int d = 0; d < 2; d++) {
     assert_int_equal(ampc_convert(xf, AMPC_F32, x, dts[d], N), AMPC_OK);
     assert_int_equal(ampc_gelu_forward(N, x, dts[d], y, AMPC_F32, NULL), AMPC_OK);
+    assert_int_equal(ampc_gelu_forward(N, xf, AMPC_F32, y32, AMPC_F32, NULL), AMPC_OK);
     for (int rep = 0; rep < 2; rep++) {
       for (int i = 0; i < N; i++)
         dy[i] = rep ? 3.0f : 1.0f;
       assert_int_equal(ampc_gelu_backward(N, dy, AMPC_F32, x, dts[d], dx), AMPC_OK);
-      for (int i = 0; i < N; i++) {
-        const float v = xf[i];
-        const float want = 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
-        const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752440f));
-        const float pdf = 0.39894228040143267794f * expf(-0.5f * v * v);
-        const float dwant = dy[i] * (cdf + v * pdf);
-        if (!same_f32(want, y[i]) || !same_f32(dwant, dx[i]))
-          fail_msg("%s input 0x%04x: gelu %a (want %a), dx %a (want %a)", d ? "bf16" : "f16", i,
-                   (double)y[i], (double)want, (double)dx[i], (double)dwant);
-      }
+      assert_int_equal(ampc_gelu_backward(N, dy, AMPC_F32, xf, AMPC_F32, dx32), AMPC_OK);
+      for (int i = 0; i < N; i++)
+        if (!same_f32(y32[i], y[i]) || !same_f32(dx32[i], dx[i]))
+          fail_msg("%s input 0x%04x: gelu %a (FP32 path %a), dx %a (FP32 path %a)",
+                   d ? "bf16" : "f16", i, (double)y[i], (double)y32[i], (double)dx[i],
+                   (double)dx32[i]);
     }
   }
-  free(x), free(xf), free(y), free(dy), free(dx);
+  free(x), free(xf), free(y), free(dy), free(dx), free(y32), free(dx32);
+}
+
+/* FP32 GELU against libm's double erfc and exp: the result is the FP32
+ * value nearest the exact one, up to a slack of 2^-44 relative (of |Phi| +
+ * |x phi| for the backward factor, which cancels near x = -0.75) for the
+ * method's and the reference's double errors (gelu_impl.h), on every 4099th
+ * bit pattern, a dense sweep of [-9, 9] and the special values; and the
+ * AVX2 path gives the bits of the portable one. */
+static int near_rounded(float got, double ref, double scale) {
+  if (isnan(ref))
+    return isnan(got);
+  if (isinf(ref))
+    return got == (float)ref;
+  const double slack = 0x1p-44 * scale + 0x1p-1074;
+  const double up = (double)nextafterf(got, INFINITY), dn = (double)nextafterf(got, -INFINITY);
+  const double g = (double)got;
+  /* ref within half the gap to either neighbour, plus slack */
+  return ref <= g + 0.5 * (up - g) + slack && ref >= g - 0.5 * (g - dn) - slack;
+}
+
+static void test_gelu_fp32_accuracy(void **state) {
+  (void)state;
+  enum { CAP = 1 << 21 };
+  float *x = malloc(CAP * sizeof *x), *y = malloc(CAP * sizeof *y), *dx = malloc(CAP * sizeof *dx);
+  float *one = malloc(CAP * sizeof *one);
+  assert_true(x && y && dx && one);
+  int64_t n = 0;
+  for (uint64_t b = 0; b < (UINT64_C(1) << 32); b += 4099) {
+    const uint32_t bits = (uint32_t)b;
+    memcpy(&x[n++], &bits, 4);
+  }
+  for (int i = -(1 << 19); i < (1 << 19); i++)
+    x[n++] = (float)i * (9.0f / (float)(1 << 19));
+  const float special[] = {0.0f,       -0.0f,  INFINITY, -INFINITY,   NAN,     0x1p-149f,
+                           -0x1p-149f, 1e-30f, -1e-30f,  -0.7517916f, -5.0f,   -13.5f,
+                           -14.5f,     -27.0f, -30.0f,   -40.0f,      3.0e38f, -3.0e38f};
+  const int64_t sp = n; /* where the special values start */
+  for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+    x[n++] = special[i];
+  assert_true(n <= CAP);
+  for (int64_t i = 0; i < n; i++)
+    one[i] = 1.0f;
+  assert_int_equal(ampc_gelu_forward(n, x, AMPC_F32, y, AMPC_F32, NULL), AMPC_OK);
+  assert_int_equal(ampc_gelu_backward(n, one, AMPC_F32, x, AMPC_F32, dx), AMPC_OK);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double v = (double)x[i];
+    const double phi = 0.5 * erfc(-v * 0x1.6a09e667f3bcdp-1);
+    const double pdf = exp(-0.5 * v * v) * 0x1.9884533d43651p-2;
+    const double g = v * phi, dg = phi + v * pdf;
+    if (!near_rounded(y[i], g, fabs(g)) || !near_rounded(dx[i], dg, phi + fabs(v * pdf))) {
+      if (bad++ < 5)
+        print_message("x = %a: gelu %a (ref %a), dgelu %a (ref %a)\n", v, (double)y[i], g,
+                      (double)dx[i], dg);
+    }
+  }
+  print_message("FP32 GELU: %lld inputs checked, %lld outside half an ulp + slack\n", (long long)n,
+                (long long)bad);
+  assert_int_equal(bad, 0);
+  /* special values as the erff formula gives them */
+  assert_true(isinf(y[sp + 2]) && y[sp + 2] > 0); /* gelu(+inf) = inf */
+  assert_true(isnan(y[sp + 3]) && isnan(dx[sp + 2]) && isnan(dx[sp + 3]) && isnan(y[sp + 4]));
+  assert_true(y[sp] == 0.0f && !signbit(y[sp]) && y[sp + 1] == 0.0f && signbit(y[sp + 1]));
+  /* the two paths agree before the FP32 rounding (every bit of the double) */
+  double *d1 = malloc(CAP * sizeof *d1), *d2 = malloc(CAP * sizeof *d2);
+  assert_true(d1 && d2);
+  if (!ampc_cpu_has_avx2_f16c())
+    print_message("no AVX2+FMA on this CPU: only the portable path checked\n");
+  for (int bwd = 0; ampc_cpu_has_avx2_f16c() && bwd < 2; bwd++) {
+    ampc_gelu64_portable(x, d1, (size_t)n, bwd);
+    ampc_gelu64_avx2(x, d2, (size_t)n, bwd);
+    for (int64_t i = 0; i < n; i++)
+      if (memcmp(&d1[i], &d2[i], 8) != 0 && !(isnan(d1[i]) && isnan(d2[i])))
+        fail_msg("x = %a (%s): portable %a, AVX2 %a", (double)x[i], bwd ? "dgelu" : "gelu", d1[i],
+                 d2[i]);
+  }
+  free(d1), free(d2);
+  free(x), free(y), free(dx), free(one);
 }
 
 /* ---- softmax ---- */
@@ -787,6 +864,7 @@ int main(void) {
       cmocka_unit_test(test_layernorm_grad),
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_gelu_16bit_exhaustive),
+      cmocka_unit_test(test_gelu_fp32_accuracy),
       cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_softmax_edges),
       cmocka_unit_test(test_layernorm_edges),
