@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
+#include "kernels/gemm_impl.h"
 #include "nn/gelu_impl.h"
 #include "numeric/convert_impl.h"
 
@@ -300,14 +301,19 @@ static void test_gelu_fp32_accuracy(void **state) {
   assert_true(d1 && d2);
   if (!ampc_cpu_has_avx2_f16c())
     print_message("no AVX2+FMA on this CPU: only the portable path checked\n");
-  for (int bwd = 0; ampc_cpu_has_avx2_f16c() && bwd < 2; bwd++) {
-    ampc_gelu64_portable(x, d1, (size_t)n, bwd);
-    ampc_gelu64_avx2(x, d2, (size_t)n, bwd);
-    for (int64_t i = 0; i < n; i++)
-      if (memcmp(&d1[i], &d2[i], 8) != 0 && !(isnan(d1[i]) && isnan(d2[i])))
-        fail_msg("x = %a (%s): portable %a, AVX2 %a", (double)x[i], bwd ? "dgelu" : "gelu", d1[i],
-                 d2[i]);
-  }
+  if (!ampc_cpu_has_avx512f())
+    print_message("no AVX-512 on this CPU: its path not checked\n");
+  for (int path = 0; path < 2; path++)
+    for (int bwd = 0; bwd < 2; bwd++) {
+      if (!(path ? ampc_cpu_has_avx512f() : ampc_cpu_has_avx2_f16c()))
+        continue;
+      ampc_gelu64_portable(x, d1, (size_t)n, bwd);
+      (path ? ampc_gelu64_avx512 : ampc_gelu64_avx2)(x, d2, (size_t)n, bwd);
+      for (int64_t i = 0; i < n; i++)
+        if (memcmp(&d1[i], &d2[i], 8) != 0 && !(isnan(d1[i]) && isnan(d2[i])))
+          fail_msg("x = %a (%s): portable %a, %s %a", (double)x[i], bwd ? "dgelu" : "gelu", d1[i],
+                   path ? "AVX-512" : "AVX2", d2[i]);
+    }
   free(d1), free(d2);
   free(x), free(y), free(dx), free(one);
 }

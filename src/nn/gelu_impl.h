@@ -70,10 +70,13 @@ static const double k_exp_taylor[14] = {1.0 / 6227020800.0,
 /* out[i] = gelu(x[i]) (bwd 0) or dgelu(x[i]) (bwd 1), FP32, n elements */
 void ampc_gelu32_portable(const float *x, float *out, size_t n, int bwd);
 void ampc_gelu32_avx2(const float *x, float *out, size_t n, int bwd);
+void ampc_gelu32_avx512(const float *x, float *out, size_t n, int bwd);
 /* the same before the FP32 rounding (for tests: the paths agree in double) */
 void ampc_gelu64_portable(const float *x, double *out, size_t n, int bwd);
 void ampc_gelu64_avx2(const float *x, double *out, size_t n, int bwd);
-/* the one the CPU runs (AVX2+FMA when ampc_use_avx2) */
+void ampc_gelu64_avx512(const float *x, double *out, size_t n, int bwd);
+/* the one the CPU runs: AVX-512 when ampc_gemm_active_ukernel is the AVX-512
+ * one, AVX2+FMA when ampc_use_avx2, else portable */
 void ampc_gelu32(const float *x, float *out, size_t n, int bwd);
 
 #endif

@@ -1,0 +1,104 @@
+/*
+ * src/nn/gelu_vec.h: the vector body of the FP32 GELU (method: gelu_impl.h),
+ * written once over a small set of macros and instantiated for AVX2+FMA
+ * (gelu_avx2.c: 4 lanes, 3 groups) and AVX-512F (gelu_avx512.c: 8 lanes, 4
+ * groups). Every lane performs the operations of gelu.c's portable loop in
+ * the same order, so all paths give the same bits. Groups are interleaved:
+ * the series and the polynomial are chains of dependent FMAs, and
+ * independent groups fill their latency.
+ *
+ * The including file defines: VD (double vector), VM (compare mask), L
+ * (lanes), G (groups), FUNC32 / FUNC64 (the two entry points' names) and
+ * LOADX(p) (L floats widened to doubles), STORE32(p, v) (v rounded to L
+ * floats, stored), STORE64(p, v), SET1(c), ADD, SUB, MUL, DIV, FMA(a, b, c)
+ * = a*b + c, FNMA(a, b, c) = -(a*b) + c, MINV(a, b) = a < b ? a : b, ABS(v),
+ * LT(a, b) (mask of a < b, ordered), SEL(m, a, b) (m ? a : b), EXP2I(t)
+ * (2^n from t = n + 1.5 * 2^52, by the bits).
+ */
+#ifndef VD
+#error "gelu_vec.h: define the vector macros first"
+#endif
+
+static inline __attribute__((always_inline)) void gelu_groups(const float *x, VD out[G], int bwd) {
+  VD v[G], q[G], t[G], r[G], p[G], e[G], y[G], y2[G], b1[G], b2[G];
+  const VD shift = SET1(AMPC_EXP_SHIFT);
+  for (int g = 0; g < G; g++) {
+    v[g] = LOADX(x + L * g);
+    /* e = exp(-v^2 / 2) */
+    q[g] = MUL(MUL(v[g], v[g]), SET1(-0.5));
+    t[g] = FMA(q[g], SET1(AMPC_LOG2E), shift);
+    const VD nn = SUB(t[g], shift);
+    r[g] = FNMA(nn, SET1(AMPC_LN2_HI), q[g]);
+    r[g] = FNMA(nn, SET1(AMPC_LN2_LO), r[g]);
+    p[g] = SET1(k_exp_taylor[0]);
+  }
+  for (int k = 1; k < 14; k++)
+    for (int g = 0; g < G; g++)
+      p[g] = FMA(p[g], r[g], SET1(k_exp_taylor[k]));
+  for (int g = 0; g < G; g++) {
+    e[g] = SEL(LT(q[g], SET1(AMPC_EXP_MIN)), SET1(0.0), MUL(p[g], EXP2I(t[g])));
+    /* R = erfcx(|v| / sqrt 2) */
+    const VD u = MINV(MUL(ABS(v[g]), SET1(AMPC_GELU_INV_SQRT2)), SET1(AMPC_ERFCX_UMAX));
+    const VD w = DIV(SUB(u, SET1(AMPC_ERFCX_K)), ADD(u, SET1(AMPC_ERFCX_K)));
+    y[g] = FMA(w, SET1(AMPC_ERFCX_A), SET1(AMPC_ERFCX_A - 1.0));
+    y2[g] = ADD(y[g], y[g]);
+    b1[g] = b2[g] = SET1(0.0);
+  }
+  for (int j = AMPC_ERFCX_N - 1; j > 0; j--)
+    for (int g = 0; g < G; g++) {
+      const VD b0 = FMA(y2[g], b1[g], SUB(SET1(k_erfcx_cheb[j]), b2[g]));
+      b2[g] = b1[g];
+      b1[g] = b0;
+    }
+  for (int g = 0; g < G; g++) {
+    const VD rr = FMA(y[g], b1[g], SUB(SET1(k_erfcx_cheb[0]), b2[g]));
+    /* Phi and the result */
+    const VD h = MUL(SET1(0.5), MUL(e[g], rr));
+    const VD phi = SEL(LT(v[g], SET1(0.0)), h, SUB(SET1(1.0), h));
+    out[g] = bwd ? FMA(v[g], MUL(e[g], SET1(AMPC_GELU_INV_SQRT2PI)), phi) : MUL(v[g], phi);
+  }
+}
+
+/* the tail: up to L*G - 1 elements through a zero-padded buffer */
+static void gelu_tail(const float *x, size_t n, VD out[G], int bwd) {
+  float xb[L * G] = {0.0f};
+  for (size_t k = 0; k < n; k++)
+    xb[k] = x[k];
+  gelu_groups(xb, out, bwd);
+}
+
+void FUNC32(const float *x, float *out, size_t n, int bwd) {
+  size_t i = 0;
+  VD o[G];
+  for (; i + L * G <= n; i += L * G) {
+    gelu_groups(x + i, o, bwd);
+    for (int g = 0; g < G; g++)
+      STORE32(out + i + L * g, o[g]);
+  }
+  if (i < n) {
+    float ob[L * G];
+    gelu_tail(x + i, n - i, o, bwd);
+    for (int g = 0; g < G; g++)
+      STORE32(ob + L * g, o[g]);
+    for (size_t k = 0; i + k < n; k++)
+      out[i + k] = ob[k];
+  }
+}
+
+void FUNC64(const float *x, double *out, size_t n, int bwd) {
+  size_t i = 0;
+  VD o[G];
+  for (; i + L * G <= n; i += L * G) {
+    gelu_groups(x + i, o, bwd);
+    for (int g = 0; g < G; g++)
+      STORE64(out + i + L * g, o[g]);
+  }
+  if (i < n) {
+    double ob[L * G];
+    gelu_tail(x + i, n - i, o, bwd);
+    for (int g = 0; g < G; g++)
+      STORE64(ob + L * g, o[g]);
+    for (size_t k = 0; i + k < n; k++)
+      out[i + k] = ob[k];
+  }
+}
