@@ -159,11 +159,10 @@ static void test_adamw_matches_reference(void **state) {
   ampc_trainer_free(&T);
 }
 
-/* AdamW with an FP32 master and FP32 state runs a vector path when no
- * swallowed-update statistics are asked for; it must give the bits of the
- * scalar path (which the statistics force): weights, master, m and v, for
- * every working dtype, odd sizes, decay on and off, clipping, and gradients
- * that are zero, tiny, huge, inf or NaN. */
+/* AdamW with FP32 state and FP32 weights to update (a master, or F32 working weights) runs a vector
+ * path when no swallowed-update statistics are asked for; it must give the bits of the scalar path
+ * (which the statistics force): weights, master, m and v, for every working dtype, odd sizes, decay
+ * on and off, clipping, and gradients that are zero, tiny, huge, inf or NaN. */
 static void test_adamw_vector_path_bits(void **state) {
   (void)state;
   const ampc_param_spec specs[4] = {
@@ -171,7 +170,7 @@ static void test_adamw_vector_path_bits(void **state) {
       {"b", 2, {7, 3}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 0.5f, true},
       {"c", 1, {1031}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 1.0f, false},
       {"d", 2, {300, 230}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 0.02f, false}};
-  const ampc_dtype wdts[3] = {AMPC_F16, AMPC_BF16, AMPC_F32}; /* F32: no master, scalar */
+  const ampc_dtype wdts[3] = {AMPC_F16, AMPC_BF16, AMPC_F32}; /* F32: no master */
   ampc_optim_config o = ampc_optim_adamw_defaults();
   o.weight_decay = 0.05f;
   for (int d = 0; d < 3; d++) {

@@ -118,10 +118,11 @@ typedef struct {
 } step_consts;
 
 /*
- * AdamW on one tensor in the common mixed-precision setting (FP32 master
- * weights, FP32 state, no swallowed-update statistics), a chunk at a time:
- * the 16-bit gradient widened with ampc_convert, the update on 4 lanes (SSE2,
- * the x86-64 baseline), the new weights rounded with ampc_store_f32. Each
+ * AdamW on one tensor with FP32 state and FP32 weights being updated (an FP32
+ * master, or FP32 working weights without one) and no swallowed-update
+ * statistics, a chunk at a time: the gradient widened with ampc_convert, the
+ * update on 4 lanes (SSE2, the x86-64 baseline), the new master rounded into
+ * the working weights with ampc_store_f32. Each
  * lane performs step_tensor's operations in the same order (no FMA: the build
  * has -ffp-contract=off and the intrinsics are separate multiplies and adds;
  * sqrtps and divps are correctly rounded like sqrtf and /), so the bits are
@@ -132,7 +133,9 @@ static void adamw_f32_tensor(ampc_params *P, int i, const step_consts *k) {
   const ampc_param *p = &P->p[i];
   const bool decay = p->decay && k->c->weight_decay != 0.0f;
   float g[CHUNK];
-  float *restrict mst = P->master, *restrict mm = P->m, *restrict vv = P->v;
+  /* the FP32 weights updated: the master, or the working weights themselves */
+  float *restrict mst = P->master ? P->master : (float *)P->w, *restrict mm = P->m,
+                  *restrict vv = P->v;
   for (int64_t e0 = p->offset; e0 < p->offset + p->numel; e0 += CHUNK) {
     const int64_t n = p->offset + p->numel - e0 < CHUNK ? p->offset + p->numel - e0 : CHUNK;
     ampc_convert(g, AMPC_F32, (const char *)P->grad + e0 * (int64_t)ampc_dtype_size(P->wdt), P->wdt,
@@ -182,13 +185,15 @@ static void adamw_f32_tensor(ampc_params *P, int i, const step_consts *k) {
       vv[e] = v;
       mst[e] = w;
     }
-    ampc_store_f32((char *)P->w + e0 * (int64_t)ampc_dtype_size(P->wdt), P->wdt, mst + e0,
-                   (size_t)n, NULL);
+    if (P->master)
+      ampc_store_f32((char *)P->w + e0 * (int64_t)ampc_dtype_size(P->wdt), P->wdt, mst + e0,
+                     (size_t)n, NULL);
   }
 }
 
 static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallow_stats *sw) {
-  if (k->c->kind == AMPC_OPTIM_ADAMW && P->master && P->sdt == AMPC_F32 && !sw) {
+  if (k->c->kind == AMPC_OPTIM_ADAMW && P->sdt == AMPC_F32 && (P->master || P->wdt == AMPC_F32) &&
+      !sw) {
     adamw_f32_tensor(P, i, k);
     return;
   }
