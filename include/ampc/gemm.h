@@ -23,8 +23,12 @@
  *                 rounded once (RNE) to C's dtype. Error bound, for any order:
  *                 |err| <= K * 2^-24 * sum_p |a_ip * b_pj| (+ the final rounding).
  *                 F32 x F32 -> F32 runs on OpenBLAS cblas_sgemm; every other
- *                 combination on ampc's own blocked kernel (AVX2+FMA with F16C
- *                 packing, or a portable scalar loop on other CPUs).
+ *                 combination on ampc's own blocked kernel (F16C packing and a
+ *                 12 x 32 AVX-512F micro-kernel, or a 6 x 16 AVX2+FMA one, or
+ *                 a portable scalar loop on other CPUs). The two vector
+ *                 kernels sum each element in the same order (p order within
+ *                 each KC slice, slices added in order) and give the same
+ *                 bits, for any thread count.
  *   AMPC_ACC_F16  The ablation: what a GEMM with an FP16 compute type does.
  *                 The running sum s is a binary16 value, s_0 = +0, and for
  *                 p = 0 .. K-1 in order,  s_{p+1} = fp16(a_ip * b_pj + s_p),
@@ -103,11 +107,13 @@ ampc_status ampc_gemm_reference(ampc_op opa, ampc_op opb, int64_t m, int64_t n, 
                                 const void *c, ampc_dtype c_dt, int64_t ldc, double *out,
                                 double *abs_out);
 
-/* Cache blocking of the 16-bit kernel: the micro-kernel computes MR x NR = 6 x 16
- * tiles; a thread's task owns up to 4*MC x NC of C (FP32 partial sums), packs a
- * KC x NC panel of B per K slice and an MC x KC block of A (L2) per MC rows.
- * Defaults mc = 144, kc = 256, nc = 512 (tuned on Zen 3). mc must be a positive
- * multiple of 6, nc of 16, kc >= 1. */
+/* Cache blocking of the 16-bit kernel: the micro-kernel computes MR x NR tiles
+ * (6 x 16 on AVX2, 12 x 32 on AVX-512; mc and nc are rounded up to the tile
+ * there); a thread's task owns up to 4*MC x NC of C (FP32 partial sums), packs
+ * a KC x NC panel of B per K slice and an MC x KC block of A (L2) per MC rows.
+ * KC fixes where each element's FP32 sum is split, so it is the one blocking
+ * setting that changes result bits. Defaults mc = 144, kc = 256, nc = 512
+ * (tuned on Zen 3). mc must be a positive multiple of 6, nc of 16, kc >= 1. */
 typedef struct ampc_gemm_config {
   int mc, kc, nc;
 } ampc_gemm_config;
@@ -121,8 +127,9 @@ ampc_status ampc_gemm_set_config(const ampc_gemm_config *cfg);
 void ampc_set_num_threads(int n);
 int ampc_get_num_threads(void);
 
-/* Which 16-bit GEMM path runs: "avx2+fma+f16c" or "portable" (no AVX2/F16C,
- * or AMPC_ISA=portable in the environment). */
+/* Which 16-bit GEMM path runs: "avx512f+avx2+fma+f16c" (AVX-512 F, BW and
+ * VL), "avx2+fma+f16c" (no AVX-512, or AMPC_ISA=avx2 in the environment) or
+ * "portable" (no AVX2/F16C, or AMPC_ISA=portable). Read once. */
 const char *ampc_gemm_isa(void);
 
 #ifdef __cplusplus

@@ -64,7 +64,13 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
 
 /* ---- GELU, erf form (Hendrycks & Gimpel 2016; torch's default) -------------- */
 
-/* y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), n elements. */
+/* y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), n elements. Phi(x) and the
+ * backward factor Phi(x) + x phi(x) are evaluated in double (exp and a
+ * Chebyshev series of erfcx: src/nn/gelu_impl.h) and rounded once to FP32:
+ * the correctly rounded FP32 value except within ~1e-15 relative of a
+ * rounding boundary (then one ulp), on every path (portable, AVX2, AVX-512:
+ * the same bits). 16-bit inputs look the same FP32 values up in a table; the
+ * FP32 value is then rounded once to ydt (backward: dy * factor in FP32). */
 ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt,
                               ampc_round_stats *stats);
 /* dx = dy * (Phi(x) + x phi(x)), overwritten. */
