@@ -318,6 +318,47 @@ static void test_gelu_fp32_accuracy(void **state) {
   free(x), free(y), free(dx), free(one);
 }
 
+/* The exponential of softmax (x <= 0): within half an ulp (+ 2^-44 relative
+ * slack) of libm's double exp on every 4099th non-positive bit pattern and a
+ * sweep of [-104, 0] (outputs down to the FP32 subnormals), with -inf -> 0
+ * and NaN -> NaN; every path gives the portable path's bits (their shared
+ * exp body is also compared in double through the GELU test). */
+static void test_exp_fp32(void **state) {
+  (void)state;
+  enum { CAP = 1 << 21 };
+  float *x = malloc(CAP * sizeof *x), *y = malloc(CAP * sizeof *y), *z = malloc(CAP * sizeof *z);
+  assert_true(x && y && z);
+  int64_t n = 0;
+  for (uint64_t b = 0x80000000u; b < (UINT64_C(1) << 32); b += 4099) {
+    const uint32_t bits = (uint32_t)b;
+    memcpy(&x[n++], &bits, 4);
+  }
+  for (int i = 0; i < (1 << 20); i++)
+    x[n++] = -104.0f * (float)i / (float)(1 << 20);
+  x[n++] = -INFINITY;
+  x[n++] = NAN;
+  x[n++] = -0.0f;
+  assert_true(n <= CAP);
+  ampc_exp32(x, y, (size_t)n);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double ref = exp((double)x[i]);
+    if (!near_rounded(y[i], ref, ref) && bad++ < 5)
+      print_message("exp(%a) = %a, libm %a\n", (double)x[i], (double)y[i], ref);
+  }
+  print_message("FP32 exp: %lld inputs checked, %lld outside half an ulp + slack\n", (long long)n,
+                (long long)bad);
+  assert_int_equal(bad, 0);
+  assert_true(y[n - 3] == 0.0f && isnan(y[n - 2]) && y[n - 1] == 1.0f);
+  ampc_exp32_portable(x, z, (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    if (!same_f32(y[i], z[i]))
+      fail_msg("exp(%a): %a, portable %a", (double)x[i], (double)y[i], (double)z[i]);
+  for (int64_t i = 0; i < n; i += 997)
+    assert_true(same_f32(ampc_exp1(x[i]), z[i]));
+  free(x), free(y), free(z);
+}
+
 /* ---- softmax ---- */
 typedef struct {
   float *x, *y, *g;
@@ -871,6 +912,7 @@ int main(void) {
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_gelu_16bit_exhaustive),
       cmocka_unit_test(test_gelu_fp32_accuracy),
+      cmocka_unit_test(test_exp_fp32),
       cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_softmax_edges),
       cmocka_unit_test(test_layernorm_edges),

@@ -1,6 +1,6 @@
 /*
- * src/nn/gelu.c: GELU of FP32 inputs in double (the method: gelu_impl.h),
- * the portable loop and the choice of path.
+ * src/nn/gelu.c: GELU and exp of FP32 inputs in double (the method:
+ * gelu_impl.h), the portable loops and the choice of path.
  */
 #include "internal.h"
 
@@ -70,4 +70,20 @@ void ampc_gelu32(const float *x, float *out, size_t n, int bwd) {
     ampc_gelu32_avx2(x, out, n, bwd);
   else
     ampc_gelu32_portable(x, out, n, bwd);
+}
+
+float ampc_exp1(float x) { return (float)exp_nonpos((double)x); }
+
+void ampc_exp32_portable(const float *x, float *out, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    out[i] = (float)exp_nonpos((double)x[i]);
+}
+
+void ampc_exp32(const float *x, float *out, size_t n) {
+  if (ampc_gemm_active_ukernel() == &ampc_gemm_uk_avx512)
+    ampc_exp32_avx512(x, out, n);
+  else if (ampc_use_avx2())
+    ampc_exp32_avx2(x, out, n);
+  else
+    ampc_exp32_portable(x, out, n);
 }

@@ -13,6 +13,7 @@
 #define G 3
 #define FUNC32 ampc_gelu32_avx2
 #define FUNC64 ampc_gelu64_avx2
+#define FUNCEXP ampc_exp32_avx2
 #define LOADX(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
 #define STORE32(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps(v))
 #define STORE64(p, v) _mm256_storeu_pd((p), (v))

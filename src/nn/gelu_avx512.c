@@ -13,6 +13,7 @@
 #define G 4
 #define FUNC32 ampc_gelu32_avx512
 #define FUNC64 ampc_gelu64_avx512
+#define FUNCEXP ampc_exp32_avx512
 #define LOADX(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
 #define STORE32(p, v) _mm256_storeu_ps((p), _mm512_cvtpd_ps(v))
 #define STORE64(p, v) _mm512_storeu_pd((p), (v))

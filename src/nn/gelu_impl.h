@@ -75,6 +75,16 @@ void ampc_gelu32_avx512(const float *x, float *out, size_t n, int bwd);
 void ampc_gelu64_portable(const float *x, double *out, size_t n, int bwd);
 void ampc_gelu64_avx2(const float *x, double *out, size_t n, int bwd);
 void ampc_gelu64_avx512(const float *x, double *out, size_t n, int bwd);
+/* out[i] = exp(x[i]) for x[i] <= 0 (or NaN), in double as for gelu (so the
+ * correctly rounded FP32 value except within ~1e-16 relative of a rounding
+ * boundary), rounded once to FP32; -inf gives 0, NaN NaN. For softmax. */
+void ampc_exp32_portable(const float *x, float *out, size_t n);
+void ampc_exp32_avx2(const float *x, float *out, size_t n);
+void ampc_exp32_avx512(const float *x, float *out, size_t n);
+void ampc_exp32(const float *x, float *out, size_t n);
+/* one element, the portable arithmetic */
+float ampc_exp1(float x);
+
 /* the one the CPU runs: AVX-512 when ampc_gemm_active_ukernel is the AVX-512
  * one, AVX2+FMA when ampc_use_avx2, else portable */
 void ampc_gelu32(const float *x, float *out, size_t n, int bwd);

@@ -1,5 +1,6 @@
 /*
- * src/nn/gelu_vec.h: the vector body of the FP32 GELU (method: gelu_impl.h),
+ * src/nn/gelu_vec.h: the vector body of the FP32 GELU and of the FP32
+ * exponential of softmax (method: gelu_impl.h),
  * written once over a small set of macros and instantiated for AVX2+FMA
  * (gelu_avx2.c: 4 lanes, 3 groups) and AVX-512F (gelu_avx512.c: 8 lanes, 4
  * groups). Every lane performs the operations of gelu.c's portable loop in
@@ -7,8 +8,8 @@
  * the series and the polynomial are chains of dependent FMAs, and
  * independent groups fill their latency.
  *
- * The including file defines: VD (double vector), VM (compare mask), L
- * (lanes), G (groups), FUNC32 / FUNC64 (the two entry points' names) and
+ * The including file defines: VD (double vector), L (lanes), G (groups),
+ * FUNC32 / FUNC64 / FUNCEXP (the entry points' names) and
  * LOADX(p) (L floats widened to doubles), STORE32(p, v) (v rounded to L
  * floats, stored), STORE64(p, v), SET1(c), ADD, SUB, MUL, DIV, FMA(a, b, c)
  * = a*b + c, FNMA(a, b, c) = -(a*b) + c, MINV(a, b) = a < b ? a : b, ABS(v),
@@ -19,13 +20,11 @@
 #error "gelu_vec.h: define the vector macros first"
 #endif
 
-static inline __attribute__((always_inline)) void gelu_groups(const float *x, VD out[G], int bwd) {
-  VD v[G], q[G], t[G], r[G], p[G], e[G], y[G], y2[G], b1[G], b2[G];
+/* e[g] = exp(q[g]) for q <= 0 (0 below AMPC_EXP_MIN), gelu.c's exp_nonpos */
+static inline __attribute__((always_inline)) void exp_groups(const VD q[G], VD e[G]) {
+  VD t[G], r[G], p[G];
   const VD shift = SET1(AMPC_EXP_SHIFT);
   for (int g = 0; g < G; g++) {
-    v[g] = LOADX(x + L * g);
-    /* e = exp(-v^2 / 2) */
-    q[g] = MUL(MUL(v[g], v[g]), SET1(-0.5));
     t[g] = FMA(q[g], SET1(AMPC_LOG2E), shift);
     const VD nn = SUB(t[g], shift);
     r[g] = FNMA(nn, SET1(AMPC_LN2_HI), q[g]);
@@ -35,8 +34,18 @@ static inline __attribute__((always_inline)) void gelu_groups(const float *x, VD
   for (int k = 1; k < 14; k++)
     for (int g = 0; g < G; g++)
       p[g] = FMA(p[g], r[g], SET1(k_exp_taylor[k]));
-  for (int g = 0; g < G; g++) {
+  for (int g = 0; g < G; g++)
     e[g] = SEL(LT(q[g], SET1(AMPC_EXP_MIN)), SET1(0.0), MUL(p[g], EXP2I(t[g])));
+}
+
+static inline __attribute__((always_inline)) void gelu_groups(const float *x, VD out[G], int bwd) {
+  VD v[G], q[G], e[G], y[G], y2[G], b1[G], b2[G];
+  for (int g = 0; g < G; g++) {
+    v[g] = LOADX(x + L * g);
+    q[g] = MUL(MUL(v[g], v[g]), SET1(-0.5)); /* e = exp(-v^2 / 2) */
+  }
+  exp_groups(q, e);
+  for (int g = 0; g < G; g++) {
     /* R = erfcx(|v| / sqrt 2) */
     const VD u = MINV(MUL(ABS(v[g]), SET1(AMPC_GELU_INV_SQRT2)), SET1(AMPC_ERFCX_UMAX));
     const VD w = DIV(SUB(u, SET1(AMPC_ERFCX_K)), ADD(u, SET1(AMPC_ERFCX_K)));
@@ -65,6 +74,31 @@ static void gelu_tail(const float *x, size_t n, VD out[G], int bwd) {
   for (size_t k = 0; k < n; k++)
     xb[k] = x[k];
   gelu_groups(xb, out, bwd);
+}
+
+/* out[i] = exp(x[i]) rounded to FP32, x[i] <= 0 (or NaN) */
+void FUNCEXP(const float *x, float *out, size_t n) {
+  size_t i = 0;
+  VD q[G], e[G];
+  for (; i + L * G <= n; i += L * G) {
+    for (int g = 0; g < G; g++)
+      q[g] = LOADX(x + i + L * g);
+    exp_groups(q, e);
+    for (int g = 0; g < G; g++)
+      STORE32(out + i + L * g, e[g]);
+  }
+  if (i < n) {
+    float xb[L * G] = {0.0f}, ob[L * G];
+    for (size_t k = 0; i + k < n; k++)
+      xb[k] = x[i + k];
+    for (int g = 0; g < G; g++)
+      q[g] = LOADX(xb + L * g);
+    exp_groups(q, e);
+    for (int g = 0; g < G; g++)
+      STORE32(ob + L * g, e[g]);
+    for (size_t k = 0; i + k < n; k++)
+      out[i + k] = ob[k];
+  }
 }
 
 void FUNC32(const float *x, float *out, size_t n, int bwd) {

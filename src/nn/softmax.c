@@ -1,5 +1,7 @@
 /*
- * src/nn/softmax.c: row softmax with scale and key-padding mask, in FP32.
+ * src/nn/softmax.c: row softmax with scale and key-padding mask, in FP32;
+ * the exponentials are evaluated in double and rounded once (ampc_exp32:
+ * the correctly rounded expf up to ~1e-16 relative ties, on every path).
  *
  * Rows up to SM_ROW wide: the row is widened once (ampc_convert's vector
  * code, or read in place when FP32), each exponential is computed once and
@@ -8,6 +10,8 @@
  * the element-wise loops kept for wider rows, so the bits are the same.
  */
 #include "nn/nn_util.h"
+
+#include "nn/gelu_impl.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -44,12 +48,13 @@ ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype
         for (int64_t j = 0; j < n; j++)
           e[j] = 0.0f;
       } else {
+        for (int64_t j = 0; j < n; j++) /* masked keys: exp(-inf) = 0 */
+          e[j] = (!mk || mk[j]) ? xr[j] * scale - mx : -INFINITY;
+        ampc_exp32(e, e, (size_t)n);
         float s = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-          e[j] = (!mk || mk[j]) ? expf(xr[j] * scale - mx) : 0.0f;
+        for (int64_t j = 0; j < n; j++)
           if (!mk || mk[j])
             s += e[j];
-        }
         const float inv = 1.0f / s;
         for (int64_t j = 0; j < n; j++)
           e[j] = e[j] * inv;
@@ -78,10 +83,11 @@ ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype
     float s = 0.0f;
     for (int64_t j = 0; j < n; j++)
       if (!mk || mk[j])
-        s += expf(ampc_elem_load(x, xdt, i * n + j) * scale - mx);
+        s += ampc_exp1(ampc_elem_load(x, xdt, i * n + j) * scale - mx);
     const float inv = 1.0f / s;
     for (int64_t j = 0; j < n; j++) {
-      const float e = (!mk || mk[j]) ? expf(ampc_elem_load(x, xdt, i * n + j) * scale - mx) : 0.0f;
+      const float e =
+          (!mk || mk[j]) ? ampc_exp1(ampc_elem_load(x, xdt, i * n + j) * scale - mx) : 0.0f;
       nn_writer_put(&w, e * inv);
     }
   }
