@@ -117,7 +117,10 @@ static void pack_panel(float *restrict dst, int R, const void *src, ampc_dtype d
                        int64_t ravail, int64_t kc, int64_t stride_r, int64_t stride_p) {
 #define AMPC_PACK_CASE(RR, DT)                                                                     \
   if (R == RR && dt == DT) {                                                                       \
-    pack_panel_dt(dst, RR, src, DT, rv, ravail, kc, stride_r, stride_p);                           \
+    if (rv == RR) /* a full panel: the lane tests fold away */                                     \
+      pack_panel_dt(dst, RR, src, DT, RR, ravail, kc, stride_r, stride_p);                         \
+    else                                                                                           \
+      pack_panel_dt(dst, RR, src, DT, rv, ravail, kc, stride_r, stride_p);                         \
     return;                                                                                        \
   }
   AMPC_PACK_CASE(6, AMPC_F16)
