@@ -56,11 +56,11 @@ ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
   NN_CHECK_DT(fn, xdt);
   NN_CHECK_DT(fn, ydt);
   const int nt = stats ? 1 : nn_threads(n);
-  const size_t ys = ampc_dtype_size(ydt);
   const float *tab = gelu_table(xdt, 0);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
-    float b[AMPC_NN_CHUNK];
+    float bb[AMPC_NN_CHUNK];
+    float *b = nn_out(y, ydt, c0, bb, stats);
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
     if (tab) {
       const uint16_t *xb = (const uint16_t *)x + c0;
@@ -71,7 +71,7 @@ ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
       const float *xi = nn_in(x, xdt, c0, len, xb);
       ampc_gelu32(xi, b, (size_t)len, 0);
     }
-    ampc_store_f32((char *)y + c0 * (ptrdiff_t)ys, ydt, b, (size_t)len, stats);
+    nn_out_done(y, ydt, c0, b, len, stats);
   }
   return AMPC_OK;
 }
@@ -86,24 +86,25 @@ ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const 
   NN_CHECK_DT(fn, gdt);
   NN_CHECK_DT(fn, xdt);
   const int nt = nn_threads(n);
-  const size_t gs = ampc_dtype_size(gdt);
   const float *tab = gelu_table(xdt, 1);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
-    float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK], ob[AMPC_NN_CHUNK];
+    float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK], obb[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
     const float *gi = nn_in(dy, gdt, c0, len, gb);
+    float *ob = nn_out(dx, gdt, c0, obb, NULL);
     if (tab) {
       const uint16_t *xh = (const uint16_t *)x + c0;
       for (int64_t i = 0; i < len; i++)
         ob[i] = gi[i] * tab[xh[i]];
     } else {
+      float f[AMPC_NN_CHUNK]; /* the factors apart: ob may be dy */
       const float *xi = nn_in(x, xdt, c0, len, xb);
-      ampc_gelu32(xi, ob, (size_t)len, 1);
+      ampc_gelu32(xi, f, (size_t)len, 1);
       for (int64_t i = 0; i < len; i++)
-        ob[i] = gi[i] * ob[i];
+        ob[i] = gi[i] * f[i];
     }
-    ampc_store_f32((char *)dx + c0 * (ptrdiff_t)gs, gdt, ob, (size_t)len, NULL);
+    nn_out_done(dx, gdt, c0, ob, len, NULL);
   }
   return AMPC_OK;
 }
@@ -119,15 +120,15 @@ ampc_status ampc_add_forward(int64_t n, const void *a, ampc_dtype adt, const voi
   NN_CHECK_DT(fn, bdt);
   NN_CHECK_DT(fn, ydt);
   const int nt = stats ? 1 : nn_threads(n);
-  const size_t ys = ampc_dtype_size(ydt);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
-    float ab[AMPC_NN_CHUNK], bb[AMPC_NN_CHUNK], ob[AMPC_NN_CHUNK];
+    float ab[AMPC_NN_CHUNK], bb[AMPC_NN_CHUNK], obb[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
     const float *ai = nn_in(a, adt, c0, len, ab), *bi = nn_in(b, bdt, c0, len, bb);
+    float *ob = nn_out(y, ydt, c0, obb, stats);
     for (int64_t i = 0; i < len; i++)
       ob[i] = ai[i] + bi[i];
-    ampc_store_f32((char *)y + c0 * (ptrdiff_t)ys, ydt, ob, (size_t)len, stats);
+    nn_out_done(y, ydt, c0, ob, len, stats);
   }
   return AMPC_OK;
 }

@@ -100,11 +100,11 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
   float *gb = wide ? heap : gst, *bb = wide ? heap + d : bst;
   nn_load(gamma, wdt, 0, d, gb);
   nn_load(beta, wdt, 0, d, bb);
-  const size_t ys = ampc_dtype_size(ydt);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t i = 0; i < m; i++) {
     float xst[LN_ROW], yst[LN_ROW];
-    float *xb = wide ? heap + 2 * d : xst, *yr = wide ? heap + 3 * d : yst;
+    float *xb = wide ? heap + 2 * d : xst;
+    float *yr = nn_out(y, ydt, i * d, wide ? heap + 3 * d : yst, stats);
     const float *xr = nn_in(x, xdt, i * d, d, xb);
     const double mu = sum4(xr, d) / (double)d;
     const double v = sqdev4(xr, d, mu);
@@ -116,7 +116,7 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
       const float xhat = (xr[j] - muf) * rf;
       yr[j] = xhat * gb[j] + bb[j];
     }
-    ampc_store_f32((char *)y + i * d * (ptrdiff_t)ys, ydt, yr, (size_t)d, stats);
+    nn_out_done(y, ydt, i * d, yr, d, stats);
   }
   free(heap);
   return AMPC_OK;
@@ -154,7 +154,6 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
   float gst[LN_ROW];
   float *gam = wide ? heap : gst;
   nn_load(gamma, wdt, 0, d, gam);
-  const size_t gs = ampc_dtype_size(gdt);
   /* dgamma, dbeta first (dx may be dy): each column summed over the rows in
    * order; columns in blocks of 64 shared among the threads */
   const int64_t nblk = (d + 63) / 64;
@@ -179,8 +178,8 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
 #pragma omp parallel for schedule(static) num_threads(wide ? 1 : nt) if (!wide && nt > 1)
   for (int64_t i = 0; i < m; i++) {
     float xst[LN_ROW], gst2[LN_ROW], ost[LN_ROW];
-    float *xb = wide ? heap + d : xst, *gb = wide ? heap + 2 * d : gst2,
-          *out = wide ? heap + 3 * d : ost;
+    float *xb = wide ? heap + d : xst, *gb = wide ? heap + 2 * d : gst2;
+    float *out = nn_out(dx, gdt, i * d, wide ? heap + 3 * d : ost, NULL);
     const float *xr = nn_in(x, xdt, i * d, d, xb);
     const float *gr = nn_in(dy, gdt, i * d, d, gb);
     double sg, sgx;
@@ -191,7 +190,7 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
       const float gg = gr[j] * gam[j];
       out[j] = rstd[i] * (gg - mg - xhat * mgx);
     }
-    ampc_store_f32((char *)dx + i * d * (ptrdiff_t)gs, gdt, out, (size_t)d, NULL);
+    nn_out_done(dx, gdt, i * d, out, d, NULL);
   }
   free(heap);
   for (int64_t j = 0; j < d; j++) {

@@ -81,6 +81,21 @@ static inline const float *nn_in(const void *src, ampc_dtype dt, int64_t off, in
   return buf;
 }
 
+/* Where FP32 results for elements [off, off + n) of dst go: straight into
+ * dst when it is F32 and nothing counts the stores (no round stats, telemetry
+ * off), else into buf, which nn_out_done rounds into dst (ampc_store_f32).
+ * The layers write each output element after reading that element's inputs
+ * only, so this is safe when dst is also an input (in-place). */
+static inline float *nn_out(void *dst, ampc_dtype dt, int64_t off, float *buf,
+                            const ampc_round_stats *stats) {
+  return (dt == AMPC_F32 && !stats && !ampc_tm_active) ? (float *)dst + off : buf;
+}
+static inline void nn_out_done(void *dst, ampc_dtype dt, int64_t off, const float *v, int64_t n,
+                               ampc_round_stats *stats) {
+  if (!(dt == AMPC_F32 && v == (const float *)dst + off))
+    ampc_store_f32((char *)dst + off * (int64_t)ampc_dtype_size(dt), dt, v, (size_t)n, stats);
+}
+
 /* The threads for a layer loop over `work` elements: ampc's thread count
  * when the work is large enough to pay for a parallel region, else 1. The
  * layers split their loops so that every element is computed the same way

@@ -32,11 +32,11 @@ ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype
     NN_CHECK_POS(fn, rows_per_mask);
   if (n <= SM_ROW) {
     const int nt = stats ? 1 : nn_threads(m * n);
-    const size_t ys = ampc_dtype_size(ydt);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < m; i++) {
-      float xb[SM_ROW], e[SM_ROW];
+      float xb[SM_ROW], eb[SM_ROW];
       const float *xr = nn_in(x, xdt, i * n, n, xb);
+      float *e = nn_out(y, ydt, i * n, eb, stats);
       const uint8_t *mk = key_mask ? key_mask + (i / rows_per_mask) * n : NULL;
       float mx = -INFINITY;
       for (int64_t j = 0; j < n; j++)
@@ -59,7 +59,7 @@ ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype
         for (int64_t j = 0; j < n; j++)
           e[j] = e[j] * inv;
       }
-      ampc_store_f32((char *)y + i * n * (ptrdiff_t)ys, ydt, e, (size_t)n, stats);
+      nn_out_done(y, ydt, i * n, e, n, stats);
     }
     return AMPC_OK;
   }
@@ -107,17 +107,17 @@ ampc_status ampc_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dty
   NN_CHECK_DT(fn, ydt);
   if (n <= SM_ROW) {
     const int nt = nn_threads(m * n);
-    const size_t gs = ampc_dtype_size(gdt);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < m; i++) {
-      float gb[SM_ROW], yb[SM_ROW], out[SM_ROW];
+      float gb[SM_ROW], yb[SM_ROW], ob[SM_ROW];
       const float *gr = nn_in(dy, gdt, i * n, n, gb), *yr = nn_in(y, ydt, i * n, n, yb);
+      float *out = nn_out(dx, gdt, i * n, ob, NULL);
       float dot = 0.0f;
       for (int64_t j = 0; j < n; j++)
         dot += gr[j] * yr[j];
       for (int64_t j = 0; j < n; j++)
         out[j] = scale * yr[j] * (gr[j] - dot);
-      ampc_store_f32((char *)dx + i * n * (ptrdiff_t)gs, gdt, out, (size_t)n, NULL);
+      nn_out_done(dx, gdt, i * n, out, n, NULL);
     }
     return AMPC_OK;
   }
