@@ -79,13 +79,19 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
     float *s = calloc((size_t)n, sizeof *s);
     if (!s)
       return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)n);
-    float row[AMPC_NN_CHUNK];
-    for (int64_t j0 = 0; j0 < n; j0 += AMPC_NN_CHUNK) {
-      const int64_t len = n - j0 < AMPC_NN_CHUNK ? n - j0 : AMPC_NN_CHUNK;
+    /* columns in blocks of 64 shared among the threads, each summed over
+     * the rows in order (the same bits for any thread count) */
+    const int64_t nblk = (n + 63) / 64;
+    const int nt = nn_threads(m * n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t bk = 0; bk < nblk; bk++) {
+      const int64_t j0 = bk * 64, len = n - j0 < 64 ? n - j0 : 64;
+      float row[64];
+      float *restrict sj = s + j0;
       for (int64_t i = 0; i < m; i++) {
-        const float *r = nn_in(dy, gdt, i * n + j0, len, row);
+        const float *restrict r = nn_in(dy, gdt, i * n + j0, len, row);
         for (int64_t j = 0; j < len; j++)
-          s[j0 + j] += r[j];
+          sj[j] += r[j];
       }
     }
     for (int64_t j = 0; j < n; j++)
