@@ -42,6 +42,8 @@ ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, 
     const size_t rb = (size_t)n * ampc_dtype_size(cdt);
     nn_load(b, wdt, 0, n, row);
     ampc_convert(c, cdt, row, AMPC_F32, (size_t)n); /* same rounding, not counted */
+    const int nt = nn_threads(m * n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 1; i < m; i++)
       memcpy((char *)c + (size_t)i * rb, c, rb);
   }
