@@ -101,38 +101,42 @@ void FUNCEXP(const float *x, float *out, size_t n) {
   }
 }
 
-void FUNC32(const float *x, float *out, size_t n, int bwd) {
-  size_t i = 0;
-  VD o[G];
-  for (; i + L * G <= n; i += L * G) {
-    gelu_groups(x + i, o, bwd);
-    for (int g = 0; g < G; g++)
-      STORE32(out + i + L * g, o[g]);
-  }
-  if (i < n) {
-    float ob[L * G];
-    gelu_tail(x + i, n - i, o, bwd);
-    for (int g = 0; g < G; g++)
-      STORE32(ob + L * g, o[g]);
-    for (size_t k = 0; i + k < n; k++)
-      out[i + k] = ob[k];
+/* the G groups' results at element i of out32 (rounded to FP32) or, when
+ * out32 is NULL, of out64 */
+static inline __attribute__((always_inline)) void store_groups(const VD o[G], float *out32,
+                                                               double *out64, size_t i) {
+  for (int g = 0; g < G; g++) {
+    if (out32)
+      STORE32(out32 + i + L * g, o[g]);
+    else
+      STORE64(out64 + i + L * g, o[g]);
   }
 }
 
-void FUNC64(const float *x, double *out, size_t n, int bwd) {
+/* gelu or dgelu of n elements into out32 (rounded to FP32) or, when out32
+ * is NULL, into out64 (the double results, for tests) */
+static inline __attribute__((always_inline)) void gelu_run(const float *x, float *out32,
+                                                           double *out64, size_t n, int bwd) {
   size_t i = 0;
   VD o[G];
   for (; i + L * G <= n; i += L * G) {
     gelu_groups(x + i, o, bwd);
-    for (int g = 0; g < G; g++)
-      STORE64(out + i + L * g, o[g]);
+    store_groups(o, out32, out64, i);
   }
-  if (i < n) {
-    double ob[L * G];
+  if (i < n) { /* the tail's lanes, through buffers */
+    float ob32[L * G];
+    double ob64[L * G];
     gelu_tail(x + i, n - i, o, bwd);
-    for (int g = 0; g < G; g++)
-      STORE64(ob + L * g, o[g]);
-    for (size_t k = 0; i + k < n; k++)
-      out[i + k] = ob[k];
+    store_groups(o, out32 ? ob32 : NULL, ob64, 0);
+    for (size_t k = 0; i + k < n; k++) {
+      if (out32)
+        out32[i + k] = ob32[k];
+      else
+        out64[i + k] = ob64[k];
+    }
   }
 }
+
+void FUNC32(const float *x, float *out, size_t n, int bwd) { gelu_run(x, out, NULL, n, bwd); }
+
+void FUNC64(const float *x, double *out, size_t n, int bwd) { gelu_run(x, NULL, out, n, bwd); }
