@@ -48,7 +48,7 @@ def main(path):
         goal("ampc 32-true / PyTorch FP32", med["32-true"] / base, 0.80)
     if "bf16-mixed" in med and "torch-bf16-autocast" in med:
         goal("ampc bf16-mixed / PyTorch bf16 autocast", med["bf16-mixed"] / med["torch-bf16-autocast"],
-             1 / 15, "{:.3f}")
+             1 / 15, "{:.3f}x")
     if "16-mixed" in med and "32-true" in med:
         goal("ampc 16-mixed / ampc 32-true (time)", med["16-mixed"] / med["32-true"], 1.0)
         goal("ampc 16-mixed / ampc 32-true (peak RSS)", rss["16-mixed"] / rss["32-true"], 1.0)

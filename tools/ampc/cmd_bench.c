@@ -52,7 +52,11 @@ static const char k_usage[] =
     "10 classes (vit-ref: 821,642 parameters), the image-text ones the data's.\n"
     "  --model M      vit-ref (default), mm-tiny, mm-small (the 32x32x3 models)\n"
     "  --precision P  32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
+    "                 (16-true: AdamW's default eps 1e-8 is 0 in binary16, so its\n"
+    "                 loss turns NaN after a step or two; it times the arithmetic)\n"
     "  --batch B      batch size, 2..4096 (default 128)\n"
+    "  --steps N      timed steps, 1..100000 (default 20)\n"
+    "  --warmup W     untimed steps first, 0..100000 (default 3)\n"
     "  --dim D        override the width (heads kept, MLP = 4 D) for scaling runs\n"
     "  --threads T    threads (default: all cores)\n"
     "  --json         print {\"model\":..,\"precision\":..,\"batch\":..,\"threads\":..,\n"
@@ -303,10 +307,13 @@ static int run_step(int argc, char **argv) {
     mc.dim = dim, mc.mlp = 4 * dim;
   }
   if (D.height != mc.img || D.width != mc.img || D.channels != mc.channels) {
+    const int h = D.height, w = D.width, c = D.channels; /* read before the free */
     ampc_dataset_free(&D);
-    return cli_usage_error("bench", "model %s takes %lldx%lldx%lld images, the data has %dx%dx%d",
+    return cli_usage_error("bench",
+                           "model %s takes %lldx%lldx%lld images, the bundled data has %dx%dx%d "
+                           "(bench step runs vit-ref, mm-tiny or mm-small)",
                            mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels,
-                           D.height, D.width, D.channels);
+                           h, w, c);
   }
   /* one fixed batch: the first B training samples, cycled */
   const int64_t B = batch, img_sz = (int64_t)D.height * D.width * D.channels;
@@ -401,7 +408,31 @@ out:
   return ret;
 }
 
+/* OpenBLAS's own declaration (in its cblas.h on Debian; repeated so that the
+ * build does not depend on which cblas.h is found first) */
+char *openblas_get_corename(void);
+
+/* OpenBLAS picks its kernels from the CPU model; on a CPU it does not know
+ * (many VMs) it falls back to the SSE3 "Prescott" ones, several times slower
+ * than its AVX2/AVX-512 kernels: SGEMM (ampc 32-true) would be benchmarked
+ * at a fraction of what it can do. Say so. */
+static void warn_slow_openblas(void) {
+  const char *core = openblas_get_corename();
+  if (!core || !(strcmp(core, "Prescott") == 0 || strcmp(core, "Core2") == 0 ||
+                 strcmp(core, "Nehalem") == 0 || strcmp(core, "Dunnington") == 0))
+    return;
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2"))
+    return;
+  fprintf(stderr,
+          "ampc bench: note: OpenBLAS uses its '%s' kernels on this CPU (it does not recognise "
+          "the model), so SGEMM and 32-true run far below this CPU's speed; set "
+          "OPENBLAS_CORETYPE=%s before running (bench/step/run.sh does)\n",
+          core, __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+}
+
 static int run(int argc, char **argv) {
+  warn_slow_openblas();
   if (argc < 2)
     return cli_usage_error("bench", "missing benchmark name (gemm, step)");
   if (strcmp(argv[1], "gemm") == 0)

@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ampc/ampc.h"
@@ -38,7 +39,20 @@ static int finish(int rc) {
   return rc;
 }
 
+/* AMPC_ISA selects the kernels (the library reads it once): portable, avx2,
+ * or unset for the best the CPU has. Anything else is ignored by the library;
+ * say so rather than run another path than the user asked for. */
+static void check_isa_env(void) {
+  const char *isa = getenv("AMPC_ISA");
+  if (isa && *isa && strcmp(isa, "portable") != 0 && strcmp(isa, "avx2") != 0)
+    fprintf(stderr,
+            "ampc: warning: AMPC_ISA=%s is not one of portable, avx2 (lower case): ignored, "
+            "using the best path this CPU has\n",
+            isa);
+}
+
 int main(int argc, char **argv) {
+  check_isa_env();
   if (argc < 2) {
     print_usage(stderr);
     return AMPC_EXIT_USAGE;
