@@ -5,8 +5,9 @@
  * Each row is widened once into an FP32 row buffer (ampc_convert's vector
  * code; on the stack up to LN_ROW floats, else one heap buffer and one
  * thread) and the rows are shared among ampc's threads; the parameter
- * gradients of the backward pass are summed over the rows in row order in a
- * second loop shared by column ranges. A row's sums in double run over four
+ * gradients of the backward pass are summed in double over fixed blocks of
+ * rows (in row order within a block, then block by block), in the same pass
+ * that forms dx. A row's sums in double run over four
  * interleaved partial sums (element j into sum j mod 4, combined as
  * (s0 + s1) + (s2 + s3)): four independent add chains instead of one, and the
  * same order on every path, so the bits depend neither on the path, the round
@@ -18,7 +19,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-enum { LN_ROW = 2048 };
+enum { LN_ROW = 2048, LN_RB = 32 }; /* widest row on the stack; rows per gradient block */
 
 /* sum_j x[j] in double, four partial sums */
 static double sum4(const float *x, int64_t d) {
@@ -140,63 +141,62 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
   NN_CHECK_DT(fn, gdt);
   NN_CHECK_DT(fn, xdt);
   NN_CHECK_DT(fn, wdt);
-  /* parameter gradients summed over rows in double, added once at the end */
-  double *acc = calloc((size_t)(2 * d), sizeof *acc);
-  if (!acc)
-    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld doubles", fn, (long long)(2 * d));
+  /* The parameter gradients are summed in double over blocks of LN_RB rows
+   * (rows in order within a block), the blocks' partial sums then added in
+   * block order: the same order for any thread count. Each row is read once,
+   * for its dx and its share of dgamma, dbeta. */
   const int wide = d > LN_ROW;
   const int nt = nn_threads(m * d);
+  const int64_t nrb = (m + LN_RB - 1) / LN_RB;
+  double *part = malloc((size_t)(nrb * 2 * d) * sizeof *part);
   float *heap = wide ? malloc((size_t)(4 * d) * sizeof *heap) : NULL;
-  if (wide && !heap) {
-    free(acc);
-    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)(4 * d));
+  if (!part || (wide && !heap)) {
+    free(part);
+    free(heap);
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the row-block sums (%lld x %lld)", fn,
+                     (long long)nrb, (long long)d);
   }
   float gst[LN_ROW];
   float *gam = wide ? heap : gst;
   nn_load(gamma, wdt, 0, d, gam);
-  /* dgamma, dbeta first (dx may be dy): each column summed over the rows in
-   * order; columns in blocks of 64 shared among the threads */
-  const int64_t nblk = (d + 63) / 64;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int64_t bk = 0; bk < nblk; bk++) {
-    const int64_t j0 = bk * 64, len = d - j0 < 64 ? d - j0 : 64;
-    float xb[64], gb[64];
-    double *restrict ag = acc + j0, *restrict ab = acc + d + j0;
-    for (int64_t i = 0; i < m; i++) {
-      const float *xr = nn_in(x, xdt, i * d + j0, len, xb);
-      const float *gr = nn_in(dy, gdt, i * d + j0, len, gb);
-      const float mi = mean[i], ri = rstd[i];
-      for (int64_t j = 0; j < len; j++) {
-        const float xhat = (xr[j] - mi) * ri;
-        ag[j] += (double)gr[j] * (double)xhat;
-        ab[j] += (double)gr[j];
-      }
-    }
-  }
-  /* then dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma;
-   * rows shared among the threads (one thread for wide rows) */
+  /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; row
+   * blocks shared among the threads (one thread for wide rows) */
 #pragma omp parallel for schedule(static) num_threads(wide ? 1 : nt) if (!wide && nt > 1)
-  for (int64_t i = 0; i < m; i++) {
-    float xst[LN_ROW], gst2[LN_ROW], ost[LN_ROW];
-    float *xb = wide ? heap + d : xst, *gb = wide ? heap + 2 * d : gst2;
-    float *out = nn_out(dx, gdt, i * d, wide ? heap + 3 * d : ost, NULL);
-    const float *xr = nn_in(x, xdt, i * d, d, xb);
-    const float *gr = nn_in(dy, gdt, i * d, d, gb);
-    double sg, sgx;
-    bwd_sums4(xr, gr, gam, d, mean[i], rstd[i], &sg, &sgx);
-    const float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
-    for (int64_t j = 0; j < d; j++) {
-      const float xhat = (xr[j] - mean[i]) * rstd[i];
-      const float gg = gr[j] * gam[j];
-      out[j] = rstd[i] * (gg - mg - xhat * mgx);
+  for (int64_t rb = 0; rb < nrb; rb++) {
+    double *restrict pg = part + rb * 2 * d, *restrict pb = pg + d;
+    for (int64_t j = 0; j < 2 * d; j++)
+      pg[j] = 0.0;
+    const int64_t i1 = (rb + 1) * LN_RB < m ? (rb + 1) * LN_RB : m;
+    for (int64_t i = rb * LN_RB; i < i1; i++) {
+      float xst[LN_ROW], gst2[LN_ROW], ost[LN_ROW];
+      float *xb = wide ? heap + d : xst, *gb = wide ? heap + 2 * d : gst2;
+      float *out = nn_out(dx, gdt, i * d, wide ? heap + 3 * d : ost, NULL);
+      const float *xr = nn_in(x, xdt, i * d, d, xb);
+      const float *gr = nn_in(dy, gdt, i * d, d, gb);
+      double sg, sgx;
+      bwd_sums4(xr, gr, gam, d, mean[i], rstd[i], &sg, &sgx);
+      const float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
+      const float mi = mean[i], ri = rstd[i];
+      for (int64_t j = 0; j < d; j++) { /* gr[j] is read before out[j] (dx may be dy) */
+        const float xhat = (xr[j] - mi) * ri;
+        const float g = gr[j];
+        pg[j] += (double)g * (double)xhat;
+        pb[j] += (double)g;
+        out[j] = ri * (g * gam[j] - mg - xhat * mgx);
+      }
+      nn_out_done(dx, gdt, i * d, out, d, NULL);
     }
-    nn_out_done(dx, gdt, i * d, out, d, NULL);
   }
   free(heap);
   for (int64_t j = 0; j < d; j++) {
-    nn_grad_add(dgamma, gdt, j, (float)acc[j]);
-    nn_grad_add(dbeta, gdt, j, (float)acc[d + j]);
+    double sgm = 0.0, sbt = 0.0;
+    for (int64_t rb = 0; rb < nrb; rb++) {
+      sgm += part[rb * 2 * d + j];
+      sbt += part[rb * 2 * d + d + j];
+    }
+    nn_grad_add(dgamma, gdt, j, (float)sgm);
+    nn_grad_add(dbeta, gdt, j, (float)sbt);
   }
-  free(acc);
+  free(part);
   return AMPC_OK;
 }
