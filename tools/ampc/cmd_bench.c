@@ -312,8 +312,8 @@ static int run_step(int argc, char **argv) {
     return cli_usage_error("bench",
                            "model %s takes %lldx%lldx%lld images, the bundled data has %dx%dx%d "
                            "(bench step runs vit-ref, mm-tiny or mm-small)",
-                           mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels,
-                           h, w, c);
+                           mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels, h,
+                           w, c);
   }
   /* one fixed batch: the first B training samples, cycled */
   const int64_t B = batch, img_sz = (int64_t)D.height * D.width * D.channels;
