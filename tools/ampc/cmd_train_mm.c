@@ -123,10 +123,11 @@ int train_run_mm(const train_args *A, cJSON **summary) {
                              ? (D.tokens ? AMPC_SPLIT_NEW_STYLE : AMPC_SPLIT_TEST)
                              : AMPC_SPLIT_NEW_STYLE;
   if (D.height != mc.img || D.width != mc.img || D.channels != mc.channels) {
+    const int h = D.height, w = D.width, c = D.channels; /* read before the free */
     ampc_dataset_free(&D);
-    return cli_usage_error("train", "model %s takes %lldx%lldx%lld images, the data has %dx%dx%d",
-                           mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels,
-                           D.height, D.width, D.channels);
+    return cli_usage_error(
+        "train", "model %s takes %lldx%lldx%lld images, the data '%s' has %dx%dx%d", mc.name,
+        (long long)mc.img, (long long)mc.img, (long long)mc.channels, A->data, h, w, c);
   }
   mc.w_itc = A->w_itc, mc.w_itm = A->w_itm, mc.w_cls = A->w_cls;
   int64_t *train_idx = malloc((size_t)ntrain * sizeof *train_idx);
