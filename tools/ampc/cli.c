@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ampc/data.h"
+
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
   fprintf(stderr, "ampc%s%s: ", cmd ? " " : "", cmd ? cmd : "");
   vfprintf(stderr, fmt, ap);
@@ -42,4 +44,19 @@ int cli_print_json(const char *cmd, cJSON *obj) {
   puts(s);
   cJSON_free(s);
   return fflush(stdout) == 0 ? AMPC_EXIT_OK : cli_runtime_error(cmd, "cannot write to stdout");
+}
+
+int cli_load_data(const char *cmd, const char *name, ampc_dataset *d) {
+  ampc_status st;
+  if (strcmp(name, "emoji") == 0)
+    st = ampc_dataset_load_default(d);
+  else if (strcmp(name, "fashion-mnist") == 0)
+    st = ampc_fashion_mnist_load("/usr/share/datasets/fashion-mnist", d);
+  else if (strncmp(name, "fashion-mnist:", 14) == 0)
+    st = ampc_fashion_mnist_load(name + 14, d);
+  else
+    st = ampc_dataset_load(name, d);
+  if (st != AMPC_OK)
+    return cli_runtime_error(cmd, "%s", ampc_last_error());
+  return 0;
 }

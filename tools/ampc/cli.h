@@ -38,5 +38,10 @@ int cli_is_help(const char *arg);
  * it could not be built. */
 struct cJSON;
 int cli_print_json(const char *cmd, struct cJSON *obj);
+/* Load the dataset named by --data: emoji (embedded), fashion-mnist[:DIR]
+ * (Debian's dataset-fashion-mnist), or a dataset file. 0, or the exit code
+ * after printing "ampc <cmd>: <why>" (the message names the file). */
+struct ampc_dataset;
+int cli_load_data(const char *cmd, const char *name, struct ampc_dataset *d);
 
 #endif

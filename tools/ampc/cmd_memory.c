@@ -313,22 +313,6 @@ static int run_memory(int argc, char **argv) {
   return AMPC_EXIT_OK;
 }
 
-/* Load the dataset as `ampc train --data NAME` does. */
-static int load_data(const char *cmd, const char *name, ampc_dataset *d) {
-  ampc_status st;
-  if (strcmp(name, "emoji") == 0)
-    st = ampc_dataset_load_default(d);
-  else if (strcmp(name, "fashion-mnist") == 0)
-    st = ampc_fashion_mnist_load("/usr/share/datasets/fashion-mnist", d);
-  else if (strncmp(name, "fashion-mnist:", 14) == 0)
-    st = ampc_fashion_mnist_load(name + 14, d);
-  else
-    st = ampc_dataset_load(name, d);
-  if (st != AMPC_OK)
-    return cli_runtime_error(cmd, "--data: %s", ampc_last_error());
-  return 0;
-}
-
 static int run_plan(int argc, char **argv) {
   const char *cmd = "plan";
   mem_args a = {
@@ -374,7 +358,7 @@ static int run_plan(int argc, char **argv) {
    * after loading it is the measured overhead */
   ampc_dataset D;
   memset(&D, 0, sizeof D);
-  if ((rc = load_data(cmd, data, &D)) != 0)
+  if ((rc = cli_load_data(cmd, data, &D)) != 0)
     return rc;
   int64_t ntrain = 0;
   for (int64_t i = 0; i < D.n; i++)

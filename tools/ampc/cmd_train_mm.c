@@ -38,23 +38,6 @@ static void add_metrics(cJSON *o, const char *name, const ampc_mm_metrics *m) {
   cJSON_AddNumberToObject(x, "cls", m->cls);
 }
 
-/* Load the dataset named by --data: emoji (embedded), fashion-mnist[:DIR]
- * (Debian's dataset-fashion-mnist), or a dataset file. */
-static int load_data(const char *name, ampc_dataset *d) {
-  ampc_status st;
-  if (strcmp(name, "emoji") == 0)
-    st = ampc_dataset_load_default(d);
-  else if (strcmp(name, "fashion-mnist") == 0)
-    st = ampc_fashion_mnist_load("/usr/share/datasets/fashion-mnist", d);
-  else if (strncmp(name, "fashion-mnist:", 14) == 0)
-    st = ampc_fashion_mnist_load(name + 14, d);
-  else
-    st = ampc_dataset_load(name, d);
-  if (st != AMPC_OK)
-    return cli_runtime_error("train", "%s", ampc_last_error());
-  return 0;
-}
-
 /* image-only models: accuracy and mean loss of the class head on a split */
 static ampc_status eval_classes(ampc_mm *M, const ampc_dataset *d, int split, int64_t B,
                                 double *acc, double *loss, int64_t *count) {
@@ -92,7 +75,7 @@ int train_run_mm(const train_args *A, cJSON **summary) {
   FILE *say = A->json ? stderr : stdout;
   ampc_dataset D;
   memset(&D, 0, sizeof D);
-  int ret = load_data(A->data, &D);
+  int ret = cli_load_data("train", A->data, &D);
   if (ret)
     return ret;
   int64_t ntrain = 0;
