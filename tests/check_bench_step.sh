@@ -2,11 +2,7 @@
 # tests/check_bench_step.sh AMPC: `ampc bench step` (issue 8) prints the
 # documented JSON keys for a tiny run of each model family, the text form
 # prints a line, and bad usage exits 2. Never asserts timing.
-set -u
-ampc=$1
-fail=0
-die() { echo "FAIL: $*" >&2; fail=1; }
-field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+. "$(dirname "$0")/cli_lib.sh"
 
 out=$("$ampc" bench step --model vit-ref --batch 4 --steps 2 --warmup 1 --json) || die "vit-ref exited $?"
 for k in model precision batch threads ms_per_step_median peak_rss_bytes; do

@@ -4,12 +4,7 @@
 # safeguard is missing, and `ampc diagnose` must name that failure from the
 # run's own counts (nothing is injected); the complete runs are healthy. Then
 # `ampc compare` end to end (summary, report, plots) and the usage errors.
-set -u
-ampc=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-die() { echo "FAIL: $*" >&2; fail=1; }
+. "$(dirname "$0")/cli_lib.sh"
 common="--threads 1 --no-eval --quiet --batch 16"
 
 # sig NAME VERDICT [train flags]: the first verdict of the run must be VERDICT
@@ -67,13 +62,6 @@ grep -q '"peak_rss_bytes":[[:space:]]*[1-9]' "$tmp/cmp/summary.json" || die "sum
 grep -q '| fp32 |' "$tmp/cmp/report.md" || die "report.md lacks the fp32 row"
 
 # usage and runtime errors
-expect() {
-  want=$1; shift
-  "$ampc" "$@" >/dev/null 2>"$tmp/err"
-  rc=$?
-  [ "$rc" = "$want" ] || die "'$*' exited $rc, expected $want"
-  [ -s "$tmp/err" ] || die "'$*' printed no message"
-}
 expect 2 diagnose
 expect 2 diagnose --bogus "$tmp/healthy.jsonl"
 expect 2 diagnose "$tmp/healthy.jsonl" "$tmp/fp32.jsonl"

@@ -3,12 +3,7 @@
 # emoji data: a short mm-tiny run with a checkpoint, `ampc eval` on it (text and
 # JSON), and the errors for bad data, models and checkpoints (exit 1 or 2 with a
 # message, nothing overwritten).
-set -u
-ampc=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-die() { echo "FAIL: $*" >&2; fail=1; }
+. "$(dirname "$0")/cli_lib.sh"
 
 "$ampc" train --steps 2 --batch 8 --eval-every 0 --quiet --save "$tmp/mm.st" --log "$tmp/mm.jsonl" \
   --json >"$tmp/sum.json" 2>"$tmp/err" || die "mm-tiny run exited $? ($(cat "$tmp/err"))"
@@ -21,13 +16,6 @@ grep -q '"loss_itc":' "$tmp/mm.jsonl" || die "step lines lack the loss terms"
   die "eval exited $? ($(cat "$tmp/err"))"
 grep -q '"i2t_r1":' "$tmp/eval.json" || die "eval JSON lacks i2t_r1"
 
-expect() {
-  want=$1; shift
-  "$ampc" "$@" >/dev/null 2>"$tmp/err"
-  rc=$?
-  [ "$rc" = "$want" ] || die "'$*' exited $rc, expected $want"
-  [ -s "$tmp/err" ] || die "'$*' printed no message"
-}
 expect 1 train --steps 1 --batch 4 --data "$tmp/missing.ampcds"
 printf 'AMPCDS01garbage' >"$tmp/bad.ampcds"
 expect 1 train --steps 1 --batch 4 --data "$tmp/bad.ampcds"

@@ -4,14 +4,7 @@
 # 19.2 GB in both 32-true and 16-mixed), bad usage exits 2, and a short
 # `ampc train` run at the batch `ampc plan` picks for a budget stays under
 # that budget (peak RSS from getrusage, reported in the run's summary).
-set -u
-ampc=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-die() { echo "FAIL: $*" >&2; fail=1; }
-# the value of a top-level numeric field of a one-line JSON object
-field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+. "$(dirname "$0")/cli_lib.sh"
 
 for p in 32-true 16-mixed; do
   out=$("$ampc" memory --params 1.2e9 --optimizer adamw --precision "$p" --json) || die "memory $p exited $?"

@@ -4,12 +4,7 @@
 # an uninterrupted one (log lines without timings, and the final checkpoint),
 # bad flags exit 2, runtime errors exit 1, and no half-written checkpoint is
 # left behind.
-set -u
-ampc=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-die() { echo "FAIL: $*" >&2; fail=1; }
+. "$(dirname "$0")/cli_lib.sh"
 
 for p in 32-true 16-mixed bf16-mixed 16-true bf16-true; do
   extra=""
