@@ -29,7 +29,6 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
-#include "kernels/gemm_impl.h"
 #include "nn/gelu_impl.h"
 #include "numeric/convert_impl.h"
 

@@ -48,23 +48,6 @@ int ampc_get_num_threads(void) {
   return n > 0 ? n : omp_get_max_threads();
 }
 
-int ampc_cpu_has_avx512f(void) {
-  static atomic_int cached = -1;
-  int v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (v < 0) {
-#if defined(__x86_64__) || defined(__i386__)
-    /* __builtin_cpu_supports also checks that the OS saves the ZMM state (XCR0) */
-    __builtin_cpu_init();
-    v = ampc_cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-#else
-    v = 0;
-#endif
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-  }
-  return v;
-}
-
 static const ampc_gemm_ukernel *g_forced_uk;
 
 void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk) { g_forced_uk = uk; }
@@ -74,14 +57,7 @@ const ampc_gemm_ukernel *ampc_gemm_active_ukernel(void) {
     return g_forced_uk;
   if (!ampc_use_avx2())
     return NULL;
-  static atomic_int use512 = -1;
-  int v = atomic_load_explicit(&use512, memory_order_relaxed);
-  if (v < 0) {
-    const char *force = getenv("AMPC_ISA");
-    v = ampc_cpu_has_avx512f() && !(force && strcmp(force, "avx2") == 0);
-    atomic_store_explicit(&use512, v, memory_order_relaxed);
-  }
-  return v ? &ampc_gemm_uk_avx512 : &ampc_gemm_uk_avx2;
+  return ampc_use_avx512() ? &ampc_gemm_uk_avx512 : &ampc_gemm_uk_avx2;
 }
 
 const char *ampc_gemm_isa(void) {

@@ -90,8 +90,6 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
  * (not thread-safe; uk must be supported by the CPU). */
 const ampc_gemm_ukernel *ampc_gemm_active_ukernel(void);
 void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
-/* AVX-512 F, BW and VL (and the OS saving the ZMM state): the 12 x 32 kernel. */
-int ampc_cpu_has_avx512f(void);
 
 /* The FP16-accumulation ablation, AVX2 (bit-identical to the scalar path in
  * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */

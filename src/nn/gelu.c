@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/gemm_impl.h"
 #include "nn/gelu_impl.h"
 #include "numeric/convert_impl.h"
 
@@ -64,7 +63,7 @@ void ampc_gelu64_portable(const float *x, double *out, size_t n, int bwd) {
 }
 
 void ampc_gelu32(const float *x, float *out, size_t n, int bwd) {
-  if (ampc_gemm_active_ukernel() == &ampc_gemm_uk_avx512)
+  if (ampc_use_avx512())
     ampc_gelu32_avx512(x, out, n, bwd);
   else if (ampc_use_avx2())
     ampc_gelu32_avx2(x, out, n, bwd);
@@ -80,7 +79,7 @@ void ampc_exp32_portable(const float *x, float *out, size_t n) {
 }
 
 void ampc_exp32(const float *x, float *out, size_t n) {
-  if (ampc_gemm_active_ukernel() == &ampc_gemm_uk_avx512)
+  if (ampc_use_avx512())
     ampc_exp32_avx512(x, out, n);
   else if (ampc_use_avx2())
     ampc_exp32_avx2(x, out, n);

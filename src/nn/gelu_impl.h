@@ -85,8 +85,8 @@ void ampc_exp32(const float *x, float *out, size_t n);
 /* one element, the portable arithmetic */
 float ampc_exp1(float x);
 
-/* the one the CPU runs: AVX-512 when ampc_gemm_active_ukernel is the AVX-512
- * one, AVX2+FMA when ampc_use_avx2, else portable */
+/* the one the CPU runs: AVX-512 when ampc_use_avx512, AVX2+FMA when
+ * ampc_use_avx2, else portable */
 void ampc_gelu32(const float *x, float *out, size_t n, int bwd);
 
 #endif

@@ -77,6 +77,34 @@ int ampc_use_avx2(void) {
   return v;
 }
 
+int ampc_cpu_has_avx512f(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* __builtin_cpu_supports also checks that the OS saves the ZMM state (XCR0) */
+    __builtin_cpu_init();
+    v = ampc_cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#else
+    v = 0;
+#endif
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+int ampc_use_avx512(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+    const char *force = getenv("AMPC_ISA");
+    v = ampc_use_avx2() && ampc_cpu_has_avx512f() && !(force && strcmp(force, "avx2") == 0);
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
 const ampc_convert_kernels *ampc_convert_active(void) {
   return ampc_use_avx2() ? &ampc_convert_avx2 : &ampc_convert_portable;
 }

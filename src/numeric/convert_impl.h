@@ -29,6 +29,13 @@ int ampc_cpu_has_avx2_f16c(void);
  * and the environment does not say AMPC_ISA=portable (read once). */
 int ampc_use_avx2(void);
 
+/* True when the CPU (and OS) have AVX-512 F, BW and VL (cached). */
+int ampc_cpu_has_avx512f(void);
+
+/* True when ampc's kernels take their AVX-512 paths (the GEMM micro-kernel,
+ * GELU and exp): ampc_use_avx2(), AVX-512 F/BW/VL, and not AMPC_ISA=avx2. */
+int ampc_use_avx512(void);
+
 /* The table ampc_convert uses (AVX2 when available unless AMPC_ISA=portable). */
 const ampc_convert_kernels *ampc_convert_active(void);
 
