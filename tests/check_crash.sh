@@ -74,6 +74,40 @@ done
 echo "check_crash: $trials trials, $killed killed mid-run, $midwrite with a checkpoint write in progress"
 [ $killed -gt 0 ] || die "no trial was killed mid-run"
 
+# ---- 1b. a crash at every byte of interest of the checkpoint write -----------------
+# AMPC_FAULT_ABORT_AFTER_BYTES=N makes the atomic writer abort() once N bytes of
+# its temporary file are written (src/io/safetensors.c); whatever N, the
+# checkpoint of the step before must survive byte for byte. The kills above
+# land inside a write only when the machine is slow enough; these always do.
+rm -rf "$tmp/f" && mkdir "$tmp/f"
+"$ampc" train $mlp --stop-at 4 --save "$tmp/f/ck.st" >/dev/null 2>&1 || die "fault: step-4 checkpoint"
+cp "$tmp/f/ck.st" "$tmp/f/ref4.st"
+size=$(wc -c <"$tmp/f/ck.st")
+# the header length: the file's first 8 bytes, little-endian
+hlen=$(od -An -t u8 -N 8 "$tmp/f/ck.st" | tr -d ' ')
+faults=0
+for n in 0 1 7 8 9 $((hlen + 7)) $((hlen + 8)) $((hlen + 9)) $((size / 2)) $((size - 1)) $size; do
+  (ulimit -c 0; AMPC_FAULT_ABORT_AFTER_BYTES=$n exec "$ampc" train $mlp --resume "$tmp/f/ck.st" --stop-at 5 \
+    --save "$tmp/f/ck.st") >/dev/null 2>&1
+  rc=$?
+  [ $rc = 134 ] || die "fault at byte $n: the writer did not abort (exit $rc)"
+  cmp -s "$tmp/f/ck.st" "$tmp/f/ref4.st" || die "fault at byte $n: the previous checkpoint changed"
+  tmpf=$(ls "$tmp/f" | grep '^ck\.st\.tmp\.' | head -n 1)
+  if [ -n "$tmpf" ]; then # the crashed writer's temporary file holds exactly n bytes
+    [ "$(wc -c <"$tmp/f/$tmpf")" = "$n" ] || die "fault at byte $n: temporary file has $(wc -c <"$tmp/f/$tmpf") bytes"
+    rm -f "$tmp/f/$tmpf"
+  else
+    die "fault at byte $n: no temporary file left behind"
+  fi
+  faults=$((faults + 1))
+done
+# and the run then resumes from the surviving checkpoint as if nothing happened
+"$ampc" train $mlp --resume "$tmp/f/ck.st" --stop-at 5 --save "$tmp/f/ck.st" >/dev/null 2>&1 ||
+  die "fault: resume after the crashes"
+"$ampc" train $mlp --stop-at 5 --save "$tmp/f/ref5.st" >/dev/null 2>&1 || die "fault: reference to 5"
+cmp -s "$tmp/f/ck.st" "$tmp/f/ref5.st" || die "fault: the step-5 checkpoint after the crashes differs"
+echo "check_crash: $faults injected crashes inside the checkpoint write (0..$size of $size bytes, header $hlen)"
+
 # ---- 2. determinism ---------------------------------------------------------------
 # timing fields, the process's peak RSS (the summary's, and its memory
 # account's), and the checkpoint's name in the summary

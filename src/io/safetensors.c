@@ -111,8 +111,7 @@ static int utf8_valid(const unsigned char *s, size_t n) {
 
 static int str_valid(const char *s) { return utf8_valid((const unsigned char *)s, strlen(s)); }
 
-/* "[2, 3]" into buf (truncated to fit). */
-static void fmt_shape(char *buf, size_t cap, const int64_t *shape, int ndim) {
+void ampc_st_format_shape(char *buf, size_t cap, const int64_t *shape, int ndim) {
   size_t used = 0;
   int k = snprintf(buf, cap, "[");
   for (int i = 0; i < ndim && k >= 0; i++) {
@@ -179,7 +178,7 @@ static ampc_status check_tensors(const char *path, const ampc_st_tensor *t, int 
                          "%s: tensor '%s': shape[%d] = %" PRId64 " is not in 0..2^53", path,
                          x->name, k, x->shape[k]);
     char sh[160];
-    fmt_shape(sh, sizeof sh, x->shape, x->ndim);
+    ampc_st_format_shape(sh, sizeof sh, x->shape, x->ndim);
     uint64_t bytes;
     if (shape_bytes(x->shape, x->ndim, k_st_size[x->dtype], ST_MAX_INT, &bytes) != 0 ||
         bytes > SIZE_MAX)
@@ -305,6 +304,35 @@ static void sync_dir(const char *path) {
   free(dir);
 }
 
+/* The crash-safety test hook (docs/ROBUSTNESS.md, tests/check_crash.sh): with
+ * AMPC_FAULT_ABORT_AFTER_BYTES=N in the environment the writer abort()s, as a
+ * crash would, once N bytes of the temporary file are written (what stdio
+ * holds is flushed first); N >= the file's size aborts just before the rename.
+ * -1 when unset or not a non-negative integer. */
+static long long fault_limit(void) {
+  const char *e = getenv("AMPC_FAULT_ABORT_AFTER_BYTES");
+  if (!e || !*e)
+    return -1;
+  char *end = NULL;
+  errno = 0;
+  const long long v = strtoll(e, &end, 10);
+  return (*end || errno || v < 0) ? -1 : v;
+}
+
+/* fwrite n bytes, counting them into *done; the fault hook fires inside */
+static bool put(FILE *fp, const void *p, size_t n, size_t *done, long long limit) {
+  if (limit >= 0 && (unsigned long long)(*done + n) > (unsigned long long)limit) {
+    const size_t k = (size_t)((unsigned long long)limit - *done);
+    if (k)
+      (void)fwrite(p, 1, k, fp);
+    (void)fflush(fp);
+    abort();
+  }
+  const size_t w = fwrite(p, 1, n, fp);
+  *done += w;
+  return w == n;
+}
+
 /* Write hdr and the tensor data to a temporary file, then rename it to path. */
 static ampc_status write_atomic(const char *path, const unsigned char *hdr, size_t hdr_len,
                                 const ampc_st_tensor *t, int n) {
@@ -341,11 +369,13 @@ static ampc_status write_atomic(const char *path, const unsigned char *hdr, size
   /* errno is cleared before each step so that a failure reports its own */
   what = "write";
   errno = 0;
-  if (fwrite(hdr, 1, hdr_len, fp) != hdr_len)
+  const long long fault = fault_limit();
+  size_t done = 0;
+  if (!put(fp, hdr, hdr_len, &done, fault))
     goto fail_errno;
   for (int i = 0; i < n; i++) {
     errno = 0;
-    if (t[i].nbytes > 0 && fwrite(t[i].data, 1, t[i].nbytes, fp) != t[i].nbytes)
+    if (t[i].nbytes > 0 && !put(fp, t[i].data, t[i].nbytes, &done, fault))
       goto fail_errno;
   }
   what = "flush";
@@ -364,6 +394,8 @@ static ampc_status write_atomic(const char *path, const unsigned char *hdr, size
     if (fclose(f) != 0)
       goto fail_errno;
   }
+  if (fault >= 0 && (unsigned long long)done <= (unsigned long long)fault)
+    abort(); /* the hook: every byte written and synced, not yet renamed */
   what = "rename";
   errno = 0;
   if (rename(tmp, path) != 0)
@@ -579,7 +611,7 @@ static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_s
     r->t.shape[k] = (int64_t)v;
   }
   char sh[160];
-  fmt_shape(sh, sizeof sh, r->t.shape, ndim);
+  ampc_st_format_shape(sh, sizeof sh, r->t.shape, ndim);
   uint64_t bytes;
   if (shape_bytes(r->t.shape, ndim, k_st_size[dt], ST_MAX_INT, &bytes) != 0)
     return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s': shape %s of %s is too large", path, name,
