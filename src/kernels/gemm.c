@@ -192,6 +192,20 @@ static inline double round_f16_f64(double x) {
   return v;
 }
 
+void *ampc_gemm_workspace(size_t bytes) {
+  static _Thread_local void *ws;
+  static _Thread_local size_t have;
+  if (bytes == 0)
+    bytes = 64; /* a valid pointer for an empty product too */
+  if (bytes > have) {
+    const size_t want = (bytes + 63) & ~(size_t)63;
+    free(ws);
+    ws = aligned_alloc(64, want);
+    have = ws ? want : 0;
+  }
+  return ws;
+}
+
 /* The FP16-accumulation ablation: s <- fp16(a*b + s) after every product.
  * op(A) and op(B)^T are widened to double once per matrix of the batch. */
 static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
@@ -200,7 +214,7 @@ static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
   size_t bytes;
   if (__builtin_mul_overflow((size_t)(m + n), (size_t)k * sizeof(double), &bytes))
     return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
-  double *ad = malloc(bytes);
+  double *ad = ampc_gemm_workspace(bytes);
   if (!ad)
     return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
   double *bt = ad + m * k;
@@ -233,7 +247,6 @@ static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
       }
     }
   }
-  free(ad);
   return AMPC_OK;
 }
 

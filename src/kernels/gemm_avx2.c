@@ -438,7 +438,7 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
     return AMPC_OK;
   }
   const size_t bytes = (size_t)nthreads * per_thread * sizeof(float);
-  float *ws = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  float *ws = ampc_gemm_workspace(bytes);
   if (!ws)
     return ampc_fail(AMPC_ERR_NOMEM, "gemm: cannot allocate %zu bytes of workspace", bytes);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
@@ -450,7 +450,6 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
     for (int64_t task = 0; task < ntasks; task++)
       run_task(g, &P, uk, task, ap, bp, cs);
   }
-  free(ws);
   return AMPC_OK;
 }
 
@@ -490,7 +489,7 @@ ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
   size_t bytes;
   if (__builtin_mul_overflow((size_t)(m4 + n8), (size_t)k * sizeof(double), &bytes))
     return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
-  double *ad = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  double *ad = ampc_gemm_workspace(bytes);
   if (!ad)
     return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
   double *bd = ad + m4 * k; /* K x n8, row p contiguous over j */
@@ -537,6 +536,5 @@ ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
       }
     }
   }
-  free(ad);
   return AMPC_OK;
 }

@@ -95,4 +95,11 @@ void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
  * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
 ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads);
 
+/* The calling thread's GEMM workspace, at least `bytes` long and 64-byte
+ * aligned, kept between calls and grown (never shrunk) when a GEMM needs
+ * more, so a training step's GEMMs allocate nothing once the largest has run
+ * (each OpenMP thread that calls a GEMM has its own). The contents are
+ * undefined; the caller must not free it. NULL when it cannot grow. */
+void *ampc_gemm_workspace(size_t bytes);
+
 #endif
