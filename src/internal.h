@@ -22,4 +22,16 @@
 /* Record a formatted error message for ampc_last_error() and return s. */
 ampc_status ampc_fail(ampc_status s, const char *fmt, ...) AMPC_PRINTF(2, 3);
 
+/* Evaluate a call returning ampc_status; return its status from the
+ * enclosing function unless it is AMPC_OK (the message is the callee's). */
+#define AMPC_TRY(call)                                                                             \
+  do {                                                                                             \
+    const ampc_status try_st_ = (call);                                                            \
+    if (try_st_ != AMPC_OK)                                                                        \
+      return try_st_;                                                                              \
+  } while (0)
+
+/* Monotonic seconds (CLOCK_MONOTONIC), for step times and ETAs (src/core/status.c). */
+double ampc_now_s(void);
+
 #endif

@@ -40,7 +40,7 @@ static void check_exact(const char *name, ampc_precision p, bool sgd, int64_t ba
   ampc_trainer T;
   assert_int_equal(ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1), AMPC_OK);
   ampc_mm *M = NULL;
-  assert_int_equal(ampc_mm_create(&M, &c, &T, batch), AMPC_OK);
+  assert_int_equal(ampc_mm_create(&M, &c, &T.params, &T.amp, batch), AMPC_OK);
   const ampc_params *P = &T.params;
   assert_int_equal(m.params, P->numel);
   assert_int_equal(m.elements, P->total);

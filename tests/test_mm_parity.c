@@ -83,6 +83,14 @@
 #include "ampc/ampc.h"
 #include "ampc/data.h"
 
+/* a forward pass and, when seed > 0, the backward pass seeded with it */
+static ampc_status fwd_bwd(ampc_mm *M, const ampc_mm_batch *bt, float seed, ampc_mm_losses *L) {
+  ampc_status st = ampc_mm_forward(M, bt, L);
+  if (st == AMPC_OK && seed > 0.0f)
+    st = ampc_mm_backward(M, seed);
+  return st;
+}
+
 enum { B = 6, TT = 5, VOCAB = 11, CLASSES = 3, IMG = 8, CH = 3 };
 static const uint64_t k_init_seed = 5, k_noise_seed = 13, k_batch_seed = 7;
 static const float k_w_itc = 1.0f, k_w_itm = 0.7f, k_w_cls = 0.5f;
@@ -130,7 +138,7 @@ static ampc_status make_model(model *m, ampc_precision p) {
       w[q->offset + e] += (float)(0.3 * ampc_rng_normal(&r));
   }
   ampc_params_sync_working(&m->T.params);
-  return ampc_mm_create(&m->M, &m->c, &m->T, B);
+  return ampc_mm_create(&m->M, &m->c, &m->T.params, &m->T.amp, B);
 }
 
 static void free_model(model *m) {
@@ -219,7 +227,7 @@ static int dump(const char *dir) {
   ampc_trainer_zero_grad(&m.T);
   const ampc_mm_batch batch = {B, images, tokens, labels};
   ampc_mm_losses L;
-  if (ampc_mm_forward_backward(m.M, &batch, 1.0f, 1.0f, &L) != AMPC_OK)
+  if (fwd_bwd(m.M, &batch, 1.0f, &L) != AMPC_OK)
     return dump_fail("forward/backward");
   int32_t neg[B];
   ampc_mm_last_negatives(m.M, B, neg);
@@ -358,7 +366,7 @@ static void run_preset(const preset_case *pc) {
   ampc_trainer_zero_grad(&m.T);
   const ampc_mm_batch batch = {B, images, tokens, labels};
   ampc_mm_losses L;
-  assert_int_equal(ampc_mm_forward_backward(m.M, &batch, pc->scale, 1.0f, &L), AMPC_OK);
+  assert_int_equal(fwd_bwd(m.M, &batch, pc->scale, &L), AMPC_OK);
 
   /* hard negatives */
   int32_t neg[B];

@@ -21,6 +21,8 @@
 #include "ampc/params.h"
 #include "ampc/report.h"
 #include "ampc/status.h"
+#include "ampc/tally.h"
+#include "ampc/train.h"
 #include "ampc/version.h"
 
 #endif

@@ -131,6 +131,12 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
  * AMPC_ERR_FORMAT (bad magic, counts or sizes). */
 ampc_status ampc_fashion_mnist_load(const char *dir, ampc_dataset *out);
 
+/* Synthetic classification data (src/data/synth.c): `classes` Gaussian blobs
+ * in R^in with centres drawn N(0, sep^2) and unit noise, from seed. x [n, in]
+ * FP32, y [n] in [0, classes). */
+void ampc_synth_blobs(int64_t n, int64_t in, int64_t classes, float sep, uint64_t seed, float *x,
+                      int32_t *y);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,29 +26,14 @@
 
 #include "ampc/dtype.h"
 #include "ampc/gemm.h"
+#include "ampc/model.h"
 #include "ampc/params.h"
 #include "ampc/status.h"
+#include "ampc/tally.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Histogram bins: bin e (0..255) counts finite non-zero FP32 values whose biased
- * exponent field is e, i.e. floor(log2 |x|) = e - 127 for e >= 1; bin 0 holds
- * FP32 subnormals (|x| < 2^-126). Zeros are counted apart. */
-enum { AMPC_TM_BINS = 256 };
-
-typedef struct ampc_tm_stats {
-  ampc_round_stats r;          /* what the rounding into storage did */
-  uint64_t zeros;              /* values that were exactly 0 in FP32 already */
-  uint64_t hist[AMPC_TM_BINS]; /* FP32 exponents of the non-zero finite values */
-} ampc_tm_stats;
-
-typedef enum ampc_tm_phase {
-  AMPC_TM_ACT = 0,  /* forward pass: activations */
-  AMPC_TM_GRAD = 1, /* backward pass: activation and parameter gradients */
-  AMPC_TM_PHASES
-} ampc_tm_phase;
 
 typedef struct ampc_telemetry {
   bool on;                                            /* collect in the current iteration */
@@ -89,11 +74,9 @@ ampc_status ampc_telemetry_shadow_linear(ampc_telemetry *t, ampc_branch br, cons
                                          ampc_dtype xdt, const void *w, ampc_dtype wdt,
                                          ampc_acc acc);
 
-/* Add the counts of `from` into `into`. */
-void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from);
-
-/* The FP32 exponent bin of 2^e, for plotting bands: e + 127 clamped to [0, 255]. */
-int ampc_tm_bin_of_log2(int e);
+/* The collector as a model's probe (ampc/model.h): marks and shadow GEMMs
+ * reported by the model go to t while t->on. t must outlive the model's use. */
+ampc_model_probe ampc_telemetry_probe(ampc_telemetry *t);
 
 /* ---- diagnosis: verdicts from a run's steps -------------------------------- */
 
@@ -177,16 +160,6 @@ const ampc_tm_stats *ampc_diag_grad_stats(const ampc_diag *d, int br);
 int64_t ampc_diag_steps(const ampc_diag *d);
 const ampc_diag_step *ampc_diag_step_at(const ampc_diag *d, int64_t i);
 const ampc_diag_config *ampc_diag_get_config(const ampc_diag *d);
-
-struct ampc_trainer;
-struct ampc_step_info;
-/* Fill *s from a trainer after ampc_trainer_step returned info, the run's loss
- * and the telemetry collector that sampled the iteration (ended; NULL when the
- * iteration was not sampled). */
-void ampc_diag_step_fill(ampc_diag_step *s, const struct ampc_trainer *T,
-                         const struct ampc_step_info *info, double loss, const ampc_telemetry *tm);
-/* The settings of trainer T as the diagnosis sees them. */
-void ampc_diag_config_from(ampc_diag_config *c, const struct ampc_trainer *T);
 
 /* The diagnosis fields of a step line of the metrics log as a malloc'd JSON
  * object text: "nonfinite_weights", "telemetry", "branches" (per branch:

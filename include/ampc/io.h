@@ -97,6 +97,10 @@ const char *ampc_safetensors_meta(const ampc_safetensors *f, const char *key);
 /* Free a loaded file (NULL is allowed). */
 void ampc_safetensors_free(ampc_safetensors *f);
 
+/* A shape as "[2, 3]" into buf (cap bytes, NUL-terminated, cut short if it
+ * does not fit), for messages that name a tensor's shape. */
+void ampc_st_format_shape(char *buf, size_t cap, const int64_t *shape, int ndim);
+
 #ifdef __cplusplus
 }
 #endif

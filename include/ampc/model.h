@@ -18,7 +18,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ampc/engine.h"
+#include "ampc/amp.h"
+#include "ampc/params.h"
+#include "ampc/tally.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,8 +39,11 @@ ampc_status ampc_mlp_specs(const ampc_mlp_config *c, ampc_param_spec specs[AMPC_
 typedef struct ampc_mlp {
   ampc_mlp_config cfg;
   int64_t max_batch;
-  ampc_trainer *T;         /* borrowed: holds the parameters */
+  ampc_params *P;          /* borrowed: the parameters */
+  ampc_acc acc;            /* GEMM accumulation */
   ampc_dtype adt;          /* activation dtype of the linear layers */
+  int64_t fwd_b;           /* rows of the last forward pass (0: none to differentiate) */
+  const int32_t *fwd_y;    /* its labels (borrowed until the backward pass) */
   void *x;                 /* [max_batch, in] adt */
   void *h1, *a1, *h2, *a2; /* [max_batch, hidden] adt: pre- and post-GELU */
   void *logits;            /* [max_batch, classes] adt */
@@ -46,11 +51,12 @@ typedef struct ampc_mlp {
   void *dlogits;           /* [max_batch, classes] grad dtype */
 } ampc_mlp;
 
-/* Activation buffers for batches of up to max_batch rows; the trainer must
- * have been initialised with ampc_mlp_specs. Errors: AMPC_ERR_NOMEM,
+/* Activation buffers for batches of up to max_batch rows over the parameter
+ * table P (made from ampc_mlp_specs; borrowed), with the dtypes of amp's
+ * autocast policy and its GEMM accumulation. Errors: AMPC_ERR_NOMEM,
  * AMPC_ERR_INVALID_ARG. */
-ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_trainer *T,
-                            int64_t max_batch);
+ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_params *P,
+                            const ampc_amp_config *amp, int64_t max_batch);
 void ampc_mlp_free(ampc_mlp *M);
 /* Bytes ampc_mlp_create allocates for max batch `batch` under preset p,
  * without allocating: *activations (x, h1, a1, h2, a2, logits in the linear
@@ -59,13 +65,16 @@ void ampc_mlp_free(ampc_mlp *M);
 ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_precision p,
                                 size_t *activations, size_t *workspace);
 
-/* Forward pass on b <= max_batch rows x [b, in] with labels y [b]: *loss is
- * the mean cross-entropy (FP32, unscaled), *correct the number of argmax hits.
- * When loss_scale > 0 the backward pass runs too, seeded with loss_scale (and
- * grad_div: the loss is divided by grad_div micro-batches), accumulating into
- * the trainer's gradients. loss_scale = 0: evaluation only. */
-ampc_status ampc_mlp_run(ampc_mlp *M, int64_t b, const float *x, const int32_t *y, float loss_scale,
-                         float grad_div, float *loss, int64_t *correct);
+/* Forward pass on b <= max_batch rows x [b, in] (FP32 data) with labels y [b]:
+ * *loss is the mean cross-entropy (FP32, unscaled), *correct (may be NULL)
+ * the number of argmax hits. y must stay valid until the backward pass. */
+ampc_status ampc_mlp_forward(ampc_mlp *M, int64_t b, const float *x, const int32_t *y, float *loss,
+                             int64_t *correct);
+/* Backward pass of the last forward pass, seeded with `seed` (the loss scale
+ * divided by the number of micro-batches; > 0 and finite), accumulating (+=)
+ * into P's gradients. Errors: AMPC_ERR_INVALID_ARG (no forward pass since the
+ * last backward pass, or a bad seed). */
+ampc_status ampc_mlp_backward(ampc_mlp *M, float seed);
 
 /* ---- the multimodal image-text model (src/model/mm.c) ---------------------- */
 
@@ -121,10 +130,12 @@ typedef struct ampc_mm_losses {
   float itm_acc, cls_acc;     /* matching accuracy on positives + hard negatives; group acc */
 } ampc_mm_losses;
 
-/* Buffers for batches of up to max_batch (>= 2); T must hold the specs of c.
- * Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
-ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer *T,
-                           int64_t max_batch);
+/* Buffers for batches of up to max_batch (>= 2) over the parameter table P
+ * (made from ampc_mm_specs_make(c); borrowed), with the dtypes of amp's
+ * autocast policy and its GEMM accumulation. Errors: AMPC_ERR_INVALID_ARG,
+ * AMPC_ERR_NOMEM. */
+ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_params *P,
+                           const ampc_amp_config *amp, int64_t max_batch);
 void ampc_mm_free(ampc_mm *M);
 /* The configuration and the largest batch the model was created for. */
 const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M);
@@ -143,20 +154,40 @@ size_t ampc_mm_activation_bytes(const ampc_mm *M);
 ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_precision p,
                                size_t *activations, size_t *workspace);
 
-/* Forward (and, when loss_scale > 0, backward seeded with loss_scale /
- * grad_div, accumulating into the trainer's gradients) of the composite loss
- * w_itc * InfoNCE(image, text) + w_itm * BCE(matching on the b positive pairs
- * and b in-batch hard negatives: for image i the text j != i of highest
- * contrastive similarity) + w_cls * CE(group of the image). */
-ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float loss_scale,
-                                     float grad_div, ampc_mm_losses *out);
+/* Forward pass of the composite loss w_itc * InfoNCE(image, text) + w_itm *
+ * BCE(matching on the b positive pairs and b in-batch hard negatives: for
+ * image i the text j != i of highest contrastive similarity) + w_cls *
+ * CE(group of the image); image-only models: w_cls * CE of the class head on
+ * CLS. bt's buffers must stay valid until the backward pass. Errors:
+ * AMPC_ERR_INVALID_ARG (batch outside [2, max] (image-only: [1, max]), a
+ * label outside [0, classes)), those of the layers. */
+ampc_status ampc_mm_forward(ampc_mm *M, const ampc_mm_batch *bt, ampc_mm_losses *out);
 
-/* Attach a telemetry collector (ampc/diag.h; NULL detaches): while t->on, the
- * forward and backward passes mark each block and head so rounding counts are
- * attributed to branches, and sample one GEMM per transformer MLP for the FP64
- * shadow accumulation check. The caller owns t and begins/ends it. */
-struct ampc_telemetry;
-void ampc_mm_set_telemetry(ampc_mm *M, struct ampc_telemetry *t);
+/* Backward pass of the last forward pass, each loss seeded with seed * its
+ * weight (seed: the loss scale divided by the number of micro-batches; > 0
+ * and finite), accumulating (+=) into P's gradients. Errors:
+ * AMPC_ERR_INVALID_ARG (no forward pass since the last backward pass, a bad
+ * seed), those of the layers. */
+ampc_status ampc_mm_backward(ampc_mm *M, float seed);
+
+/* What a model reports while it runs, for the rounding telemetry: the end of
+ * each block or head (so the tally's counts since the previous mark belong to
+ * that branch and pass), and one sampled linear product per transformer MLP
+ * for the FP64 shadow accumulation check (y = x W^T: x [m, k], w [n, k]). A
+ * probe is an interface the model calls and does not own; the diagnosis layer
+ * implements it (ampc_telemetry_probe in ampc/diag.h), so the model does not
+ * depend on the layer above it. on() false: the model skips both. */
+typedef struct ampc_model_probe {
+  void *user;
+  bool (*on)(void *user);
+  void (*mark)(void *user, ampc_branch br, ampc_tm_phase ph, const char *name);
+  ampc_status (*shadow_linear)(void *user, ampc_branch br, const char *name, int64_t m, int64_t k,
+                               int64_t n, const void *x, ampc_dtype xdt, const void *w,
+                               ampc_dtype wdt, ampc_acc acc);
+} ampc_model_probe;
+
+/* Attach a probe (copied; NULL detaches). */
+void ampc_mm_set_probe(ampc_mm *M, const ampc_model_probe *p);
 
 /* The hard negatives chosen by the last forward pass: neg[i] is the text
  * paired with image i as a negative (b values). */
@@ -178,22 +209,6 @@ typedef struct ampc_mm_metrics {
   double cls_acc;             /* group accuracy of the image classifier */
   double loss, itc, itm, cls; /* mean losses over the evaluation batches */
 } ampc_mm_metrics;
-
-struct ampc_dataset;
-/* Evaluate on the samples of `split` (src/model/mm_eval.c). Retrieval ranks
- * every image against one caption per concept (cosine similarity of the
- * contrastive embeddings; chance R@1 is 1/concepts); losses and accuracies
- * come from forward passes on batches of one sample per concept. Errors:
- * AMPC_ERR_INVALID_ARG (empty split, shapes that do not match the model),
- * AMPC_ERR_NOMEM. */
-ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split,
-                             ampc_mm_metrics *out);
-
-/* Synthetic classification data (src/data/synth.c): `classes` Gaussian blobs
- * in R^in with centres drawn N(0, sep^2) and unit noise, from seed. x [n, in]
- * FP32, y [n] in [0, classes). */
-void ampc_synth_blobs(int64_t n, int64_t in, int64_t classes, float sep, uint64_t seed, float *x,
-                      int32_t *y);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,14 @@
 /*
- * src/core/status.c: status names and the thread-local last-error message.
+ * src/core/status.c: status names, the thread-local last-error message, and
+ * the monotonic clock.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 
 static _Thread_local char g_last_error[512];
 
@@ -24,9 +28,19 @@ const char *ampc_status_name(ampc_status s) {
 const char *ampc_last_error(void) { return g_last_error; }
 
 ampc_status ampc_fail(ampc_status s, const char *fmt, ...) {
+  /* formatted apart first: an argument may be ampc_last_error() itself (a
+   * caller adding context to a callee's message) */
+  char buf[sizeof g_last_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  memcpy(g_last_error, buf, sizeof buf);
   return s;
+}
+
+double ampc_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

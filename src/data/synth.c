@@ -4,7 +4,8 @@
  */
 #include "internal.h"
 
-#include "ampc/model.h"
+#include "ampc/data.h"
+#include "ampc/params.h" /* ampc_rng */
 
 void ampc_synth_blobs(int64_t n, int64_t in, int64_t classes, float sep, uint64_t seed, float *x,
                       int32_t *y) {

@@ -13,56 +13,7 @@
 
 #include "ampc/amp.h"
 #include "ampc/diag.h"
-#include "ampc/engine.h"
 #include "internal.h"
-
-void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T) {
-  memset(c, 0, sizeof *c);
-  snprintf(c->precision, sizeof c->precision, "%s", ampc_precision_name(T->amp.precision));
-  c->lowp = T->amp.lowp;
-  c->master_weights = T->amp.master_weights;
-  c->loss_scale_mode = (int)T->amp.scaler.mode;
-  c->min_scale = (double)T->amp.scaler.min_scale;
-  c->accumulate = T->amp.accumulate;
-}
-
-void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_step_info *info,
-                         double loss, const ampc_telemetry *tm) {
-  memset(s, 0, sizeof *s);
-  s->step = info->iteration;
-  s->loss = loss;
-  s->loss_scale = (double)info->loss_scale;
-  s->overflow = info->overflow, s->skipped = info->skipped;
-  s->nonfinite_grads = info->nonfinite;
-  s->nonfinite_weights = info->nonfinite_weights;
-  s->first_nonfinite_branch = s->first_nonfinite_phase = -1;
-  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
-    s->br[b].acc_err = -1.0;
-  for (int i = 0; i < T->params.count; i++) {
-    const int b = (int)T->params.p[i].branch;
-    if (b < 0 || b >= AMPC_BRANCH_COUNT)
-      continue;
-    s->br[b].parameters += T->params.p[i].numel;
-    if (!info->skipped && T->telemetry) {
-      s->br[b].updated += T->swallow[i].updated;
-      s->br[b].swallowed += T->swallow[i].swallowed;
-      s->br[b].would_swallow += T->swallow[i].would_swallow;
-    }
-  }
-  if (tm) {
-    s->telemetry = true;
-    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
-      s->br[b].grad = tm->s[AMPC_TM_GRAD][b];
-      s->br[b].act = tm->s[AMPC_TM_ACT][b];
-      s->br[b].acc_err = tm->acc_err[b];
-      s->br[b].acc_k = tm->acc_k[b];
-      snprintf(s->br[b].acc_tensor, sizeof s->br[b].acc_tensor, "%s", tm->acc_tensor[b]);
-    }
-    snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", tm->first_nonfinite);
-    s->first_nonfinite_branch = tm->first_nonfinite_branch;
-    s->first_nonfinite_phase = tm->first_nonfinite_phase;
-  }
-}
 
 /* ---- writing ------------------------------------------------------------------- */
 

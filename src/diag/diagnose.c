@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "ampc/amp.h"
-#include "ampc/engine.h"
 #include "internal.h"
 
 /* A branch underflows when at least this fraction of its stored gradient

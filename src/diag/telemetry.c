@@ -1,12 +1,8 @@
 /*
  * src/diag/telemetry.c: the process-wide rounding collector behind
- * ampc_telemetry (include/ampc/diag.h).
- *
- * The kernels call ampc_tm_count only while ampc_tm_active is set. Each thread
- * adds to its own slot (found through a thread-local pointer, registered on
- * first use), so no atomics run per value; ampc_telemetry_mark sums and clears
- * the slots from the controlling thread between parallel regions (the OpenMP
- * barrier at the end of each region orders the workers' writes before it).
+ * ampc_telemetry (include/ampc/diag.h): it switches the numeric layer's
+ * rounding tally (src/numeric/tally.c) on and off and attributes the counts
+ * drained at each mark to a branch and phase; the FP64 shadow GEMM.
  */
 #include "ampc/diag.h"
 
@@ -19,149 +15,7 @@
 #include "internal.h"
 #include "numeric/numeric.h"
 
-int ampc_tm_active = 0;
-
-enum { TM_MAX_SLOTS = 64 };
-
-/* A thread's counts. The histogram is kept four times over, value i going to
- * copy i % 4, so that runs of values with the same exponent (the usual case)
- * do not serialise on one counter's store-to-load latency; drain sums them. */
-typedef struct tm_slot {
-  ampc_tm_stats s; /* everything but the histogram */
-  uint64_t h4[4][AMPC_TM_BINS];
-} tm_slot;
-
-static tm_slot g_slot[TM_MAX_SLOTS];
-static atomic_int g_nslots;
-static _Thread_local tm_slot *tls_slot;
 static ampc_telemetry *g_owner;
-
-static tm_slot *my_slot(void) {
-  if (!tls_slot) {
-    int i = atomic_fetch_add(&g_nslots, 1);
-    /* more threads than slots cannot happen with ampc's thread counts; share
-     * the last slot rather than lose the counts (a benign miscount at worst) */
-    tls_slot = &g_slot[i < TM_MAX_SLOTS ? i : TM_MAX_SLOTS - 1];
-  }
-  return tls_slot;
-}
-
-/* The FP32 side of one value: zeros, histogram, max |x| (as bits: for finite
- * non-negative floats the integer order is the float order). */
-#define TM_SRC(ax)                                                                                 \
-  do {                                                                                             \
-    if ((ax) < 0x7F800000u) {                                                                      \
-      if ((ax) == 0)                                                                               \
-        zeros++;                                                                                   \
-      else                                                                                         \
-        h4[i & 3][(ax) >> 23]++;                                                                   \
-      maxbits = (ax) > maxbits ? (ax) : maxbits;                                                   \
-    }                                                                                              \
-  } while (0)
-
-/* binary16 and bfloat16 share the layout sign | exponent | mantissa with an
- * all-ones exponent for inf/NaN; emask/mmask select the fields. */
-static void count16(tm_slot *slot, const float *src, const uint16_t *dst, size_t n, uint32_t emask,
-                    uint32_t inf_bits) {
-  ampc_tm_stats *s = &slot->s;
-  uint64_t(*h4)[AMPC_TM_BINS] = slot->h4;
-  /* the rounding counts: branch-free, so the compiler vectorises them */
-  uint32_t under = 0, sub = 0, over = 0, inf = 0, nan = 0;
-  const uint32_t *x32 = (const uint32_t *)(const void *)src;
-  for (size_t i = 0; i < n; i++) {
-    const uint32_t ax = x32[i] & 0x7FFFFFFFu;
-    const uint32_t h = dst[i] & 0x7FFFu;
-    const uint32_t finite_in = ax < 0x7F800000u;
-    under += finite_in & (ax != 0) & (h == 0);
-    sub += (h != 0) & ((h & emask) == 0);
-    inf += h == inf_bits;
-    nan += h > inf_bits;
-    over += finite_in & (h >= inf_bits);
-  }
-  /* the FP32 side: histogram, zeros, max |x| */
-  uint64_t zeros = 0;
-  uint32_t maxbits = ampc_f32_bits(s->r.max_abs);
-  for (size_t i = 0; i < n; i++) {
-    const uint32_t ax = x32[i] & 0x7FFFFFFFu;
-    TM_SRC(ax);
-  }
-  s->r.underflow += under, s->r.subnormal += sub, s->r.overflow += over;
-  s->r.inf += inf, s->r.nan += nan, s->zeros += zeros;
-  s->r.max_abs = ampc_bits_f32(maxbits);
-}
-
-static void count32(tm_slot *slot, const float *src, size_t n) {
-  ampc_tm_stats *s = &slot->s;
-  uint64_t(*h4)[AMPC_TM_BINS] = slot->h4;
-  uint64_t sub = 0, inf = 0, nan = 0, zeros = 0;
-  uint32_t maxbits = ampc_f32_bits(s->r.max_abs);
-  for (size_t i = 0; i < n; i++) {
-    uint32_t x;
-    memcpy(&x, &src[i], 4);
-    const uint32_t ax = x & 0x7FFFFFFFu;
-    sub += (ax != 0) & (ax < 0x00800000u);
-    inf += ax == 0x7F800000u;
-    nan += ax > 0x7F800000u;
-    TM_SRC(ax);
-  }
-  s->r.subnormal += sub, s->r.inf += inf, s->r.nan += nan, s->zeros += zeros;
-  s->r.max_abs = ampc_bits_f32(maxbits);
-}
-
-void ampc_tm_count(const float *src, const void *dst, ampc_dtype dt, size_t n) {
-  tm_slot *slot = my_slot();
-  ampc_tm_stats *s = &slot->s;
-  switch (dt) {
-  case AMPC_F16: count16(slot, src, dst, n, 0x7C00u, 0x7C00u); break;
-  case AMPC_BF16: count16(slot, src, dst, n, 0x7F80u, 0x7F80u); break;
-  case AMPC_F32: count32(slot, src, n); break;
-  default: { /* FP8: rare, through the generic classification */
-    uint64_t(*h4)[AMPC_TM_BINS] = slot->h4;
-    const unsigned char *p = dst;
-    uint64_t zeros = 0;
-    uint32_t maxbits = ampc_f32_bits(s->r.max_abs);
-    for (size_t i = 0; i < n; i++) {
-      const uint32_t ax = ampc_f32_bits(src[i]) & 0x7FFFFFFFu;
-      const ampc_fpclass cls = ampc_classify(dt, p[i]);
-      const int finite_in = ax < 0x7F800000u;
-      s->r.underflow += finite_in && ax != 0 && cls == AMPC_CLASS_ZERO;
-      s->r.subnormal += cls == AMPC_CLASS_SUBNORMAL;
-      s->r.overflow += finite_in && (cls == AMPC_CLASS_INF || cls == AMPC_CLASS_NAN);
-      s->r.inf += cls == AMPC_CLASS_INF;
-      s->r.nan += cls == AMPC_CLASS_NAN;
-      TM_SRC(ax);
-    }
-    s->zeros += zeros;
-    s->r.max_abs = ampc_bits_f32(maxbits);
-  } break;
-  }
-  s->r.count += n;
-}
-
-void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from) {
-  ampc_round_stats_merge(&into->r, &from->r);
-  into->zeros += from->zeros;
-  for (int i = 0; i < AMPC_TM_BINS; i++)
-    into->hist[i] += from->hist[i];
-}
-
-int ampc_tm_bin_of_log2(int e) { return e + 127 < 0 ? 0 : e + 127 > 255 ? 255 : e + 127; }
-
-/* sum and clear every slot into *out (zeroed first) */
-static void drain(ampc_tm_stats *out) {
-  memset(out, 0, sizeof *out);
-  const int n = atomic_load(&g_nslots);
-  for (int i = 0; i < n && i < TM_MAX_SLOTS; i++) {
-    tm_slot *t = &g_slot[i];
-    if (t->s.r.count) {
-      for (int k = 0; k < 4; k++)
-        for (int b = 0; b < AMPC_TM_BINS; b++)
-          t->s.hist[b] += t->h4[k][b];
-      ampc_tm_stats_merge(out, &t->s);
-      memset(t, 0, sizeof *t);
-    }
-  }
-}
 
 ampc_status ampc_telemetry_begin(ampc_telemetry *t) {
   if (!t)
@@ -173,10 +27,10 @@ ampc_status ampc_telemetry_begin(ampc_telemetry *t) {
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     t->acc_err[b] = -1.0;
   ampc_tm_stats junk;
-  drain(&junk);
+  ampc_tally_drain(&junk);
   t->on = true;
   g_owner = t;
-  ampc_tm_active = 1;
+  (void)ampc_tally_set(1);
   return AMPC_OK;
 }
 
@@ -185,7 +39,7 @@ void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, co
       (unsigned)ph >= AMPC_TM_PHASES)
     return;
   ampc_tm_stats d;
-  drain(&d);
+  ampc_tally_drain(&d);
   ampc_tm_stats_merge(&t->s[ph][br], &d);
   if ((d.r.inf || d.r.nan) && t->first_nonfinite_branch < 0) {
     snprintf(t->first_nonfinite, sizeof t->first_nonfinite, "%s", name ? name : "?");
@@ -197,9 +51,9 @@ void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, co
 void ampc_telemetry_end(ampc_telemetry *t) {
   if (!t || g_owner != t)
     return;
-  ampc_tm_active = 0;
+  (void)ampc_tally_set(0);
   ampc_tm_stats junk;
-  drain(&junk);
+  ampc_tally_drain(&junk);
   t->on = false;
   g_owner = NULL;
 }
@@ -217,14 +71,13 @@ ampc_status ampc_telemetry_shadow_linear(ampc_telemetry *t, ampc_branch br, cons
     free(y), free(ref);
     return ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM workspace");
   }
-  const int was = ampc_tm_active;
-  ampc_tm_active = 0; /* the shadow's own stores are not the model's */
+  const int was = ampc_tally_set(0); /* the shadow's own stores are not the model's */
   ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0f, x, xdt, step * k, w, wdt, k,
                              0.0f, y, AMPC_F32, n, acc);
   if (st == AMPC_OK)
     st = ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0, x, xdt, step * k, w, wdt, k,
                              0.0, NULL, AMPC_F32, n, ref, NULL);
-  ampc_tm_active = was;
+  (void)ampc_tally_set(was);
   if (st == AMPC_OK) {
     double num = 0.0, den = 0.0;
     for (int64_t i = 0; i < rows * n; i++) {
@@ -240,4 +93,25 @@ ampc_status ampc_telemetry_shadow_linear(ampc_telemetry *t, ampc_branch br, cons
   }
   free(y), free(ref);
   return st;
+}
+
+/* ---- the collector as a model probe ------------------------------------------------- */
+
+static bool probe_on(void *user) {
+  const ampc_telemetry *t = user;
+  return t && t->on;
+}
+
+static void probe_mark(void *user, ampc_branch br, ampc_tm_phase ph, const char *name) {
+  ampc_telemetry_mark(user, br, ph, name);
+}
+
+static ampc_status probe_shadow(void *user, ampc_branch br, const char *name, int64_t m, int64_t k,
+                                int64_t n, const void *x, ampc_dtype xdt, const void *w,
+                                ampc_dtype wdt, ampc_acc acc) {
+  return ampc_telemetry_shadow_linear(user, br, name, m, k, n, x, xdt, w, wdt, acc);
+}
+
+ampc_model_probe ampc_telemetry_probe(ampc_telemetry *t) {
+  return (ampc_model_probe){t, probe_on, probe_mark, probe_shadow};
 }

@@ -54,25 +54,27 @@ ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_pr
   return AMPC_OK;
 }
 
-ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_trainer *T,
-                            int64_t max_batch) {
-  if (!M || !c || !T || max_batch <= 0)
+ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_params *P,
+                            const ampc_amp_config *amp, int64_t max_batch) {
+  if (!M || !c || !P || !amp || max_batch <= 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_create: bad arguments");
   memset(M, 0, sizeof *M);
   const char *names[AMPC_MLP_NPARAMS] = {"fc1.weight", "fc1.bias",    "fc2.weight",
                                          "fc2.bias",   "head.weight", "head.bias"};
   for (int i = 0; i < AMPC_MLP_NPARAMS; i++)
-    if (ampc_params_find(&T->params, names[i]) != i)
-      return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_create: trainer lacks '%s'", names[i]);
+    if (ampc_params_find(P, names[i]) != i)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_create: the parameter table lacks '%s'",
+                       names[i]);
   ampc_op_policy pol;
-  ampc_status st = ampc_policy_get(T->amp.precision, AMPC_OPID_LINEAR, &pol);
+  ampc_status st = ampc_policy_get(amp->precision, AMPC_OPID_LINEAR, &pol);
   if (st != AMPC_OK)
     return st;
   M->cfg = *c;
   M->max_batch = max_batch;
-  M->T = T;
+  M->P = P;
+  M->acc = amp->accumulate;
   M->adt = pol.output;
-  const size_t as = ampc_dtype_size(M->adt), gs = ampc_dtype_size(T->params.wdt);
+  const size_t as = ampc_dtype_size(M->adt), gs = ampc_dtype_size(P->wdt);
   const size_t bh = (size_t)(max_batch * c->hidden), bc = (size_t)(max_batch * c->classes);
   M->x = malloc((size_t)(max_batch * c->in) * as);
   M->h1 = malloc(bh * as), M->a1 = malloc(bh * as);
@@ -88,33 +90,27 @@ ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_trainer 
   return AMPC_OK;
 }
 
-#define TRY(call)                                                                                  \
-  do {                                                                                             \
-    ampc_status st_ = (call);                                                                      \
-    if (st_ != AMPC_OK)                                                                            \
-      return st_;                                                                                  \
-  } while (0)
-
-ampc_status ampc_mlp_run(ampc_mlp *M, int64_t b, const float *x, const int32_t *y, float loss_scale,
-                         float grad_div, float *loss, int64_t *correct) {
-  if (!M || !x || !y || !loss || b <= 0 || b > M->max_batch || !(grad_div >= 1.0f))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_run: bad arguments (batch %lld, max %lld)",
+ampc_status ampc_mlp_forward(ampc_mlp *M, int64_t b, const float *x, const int32_t *y, float *loss,
+                             int64_t *correct) {
+  if (!M || !x || !y || !loss || b <= 0 || b > M->max_batch)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_forward: bad arguments (batch %lld, max %lld)",
                      (long long)b, (long long)M->max_batch);
-  const ampc_params *P = &M->T->params;
-  const ampc_dtype wdt = P->wdt, adt = M->adt, gdt = P->wdt;
-  const ampc_acc acc = M->T->amp.accumulate;
+  M->fwd_b = 0;
+  const ampc_params *P = M->P;
+  const ampc_dtype wdt = P->wdt, adt = M->adt;
+  const ampc_acc acc = M->acc;
   const int64_t in = M->cfg.in, hd = M->cfg.hidden, nc = M->cfg.classes;
   /* autocast: the FP32 input is cast to the linear layer's input dtype */
-  TRY(ampc_store_f32(M->x, adt, x, (size_t)(b * in), NULL));
-  TRY(ampc_linear_forward(b, in, hd, M->x, adt, ampc_param_w(P, 0), wdt, ampc_param_w(P, 1), M->h1,
-                          adt, acc, NULL));
-  TRY(ampc_gelu_forward(b * hd, M->h1, adt, M->a1, adt, NULL));
-  TRY(ampc_linear_forward(b, hd, hd, M->a1, adt, ampc_param_w(P, 2), wdt, ampc_param_w(P, 3), M->h2,
-                          adt, acc, NULL));
-  TRY(ampc_gelu_forward(b * hd, M->h2, adt, M->a2, adt, NULL));
-  TRY(ampc_linear_forward(b, hd, nc, M->a2, adt, ampc_param_w(P, 4), wdt, ampc_param_w(P, 5),
-                          M->logits, adt, acc, NULL));
-  TRY(ampc_cross_entropy_forward(b, nc, M->logits, adt, y, loss));
+  AMPC_TRY(ampc_store_f32(M->x, adt, x, (size_t)(b * in), NULL));
+  AMPC_TRY(ampc_linear_forward(b, in, hd, M->x, adt, ampc_param_w(P, 0), wdt, ampc_param_w(P, 1),
+                               M->h1, adt, acc, NULL));
+  AMPC_TRY(ampc_gelu_forward(b * hd, M->h1, adt, M->a1, adt, NULL));
+  AMPC_TRY(ampc_linear_forward(b, hd, hd, M->a1, adt, ampc_param_w(P, 2), wdt, ampc_param_w(P, 3),
+                               M->h2, adt, acc, NULL));
+  AMPC_TRY(ampc_gelu_forward(b * hd, M->h2, adt, M->a2, adt, NULL));
+  AMPC_TRY(ampc_linear_forward(b, hd, nc, M->a2, adt, ampc_param_w(P, 4), wdt, ampc_param_w(P, 5),
+                               M->logits, adt, acc, NULL));
+  AMPC_TRY(ampc_cross_entropy_forward(b, nc, M->logits, adt, y, loss));
   if (correct) {
     int64_t hits = 0;
     for (int64_t r = 0; r < b; r++) {
@@ -129,18 +125,33 @@ ampc_status ampc_mlp_run(ampc_mlp *M, int64_t b, const float *x, const int32_t *
     }
     *correct = hits;
   }
-  if (!(loss_scale > 0.0f))
-    return AMPC_OK;
+  M->fwd_b = b, M->fwd_y = y;
+  return AMPC_OK;
+}
+
+ampc_status ampc_mlp_backward(ampc_mlp *M, float seed) {
+  if (!M || M->fwd_b <= 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_backward: no forward pass to differentiate");
+  if (!(seed > 0.0f) || !isfinite(seed))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_mlp_backward: seed %g is not a positive finite "
+                     "number",
+                     (double)seed);
+  const ampc_params *P = M->P;
+  const ampc_dtype wdt = P->wdt, adt = M->adt, gdt = P->wdt;
+  const ampc_acc acc = M->acc;
+  const int64_t in = M->cfg.in, hd = M->cfg.hidden, nc = M->cfg.classes, b = M->fwd_b;
+  const int32_t *y = M->fwd_y;
+  M->fwd_b = 0;
   /* backward, seeded with S (and the 1/micro-batches factor) in FP32 */
-  TRY(ampc_cross_entropy_backward(b, nc, M->logits, adt, y, loss_scale / grad_div, M->dlogits,
-                                  gdt));
-  TRY(ampc_linear_backward(b, hd, nc, M->dlogits, gdt, M->a2, adt, ampc_param_w(P, 4), wdt,
-                           M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5), acc));
-  TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h2, adt, M->d_big2));
-  TRY(ampc_linear_backward(b, hd, hd, M->d_big2, gdt, M->a1, adt, ampc_param_w(P, 2), wdt, M->d_big,
-                           ampc_param_grad(P, 2), ampc_param_grad(P, 3), acc));
-  TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h1, adt, M->d_big2));
-  TRY(ampc_linear_backward(b, in, hd, M->d_big2, gdt, M->x, adt, ampc_param_w(P, 0), wdt, NULL,
-                           ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc));
+  AMPC_TRY(ampc_cross_entropy_backward(b, nc, M->logits, adt, y, seed, M->dlogits, gdt));
+  AMPC_TRY(ampc_linear_backward(b, hd, nc, M->dlogits, gdt, M->a2, adt, ampc_param_w(P, 4), wdt,
+                                M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5), acc));
+  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h2, adt, M->d_big2));
+  AMPC_TRY(ampc_linear_backward(b, hd, hd, M->d_big2, gdt, M->a1, adt, ampc_param_w(P, 2), wdt,
+                                M->d_big, ampc_param_grad(P, 2), ampc_param_grad(P, 3), acc));
+  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h1, adt, M->d_big2));
+  AMPC_TRY(ampc_linear_backward(b, in, hd, M->d_big2, gdt, M->x, adt, ampc_param_w(P, 0), wdt, NULL,
+                                ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc));
   return AMPC_OK;
 }

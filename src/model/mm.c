@@ -30,8 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ampc/data.h"
-#include "ampc/diag.h"
+#include "ampc/data.h" /* AMPC_TOKEN_PAD */
 #include "ampc/model.h"
 #include "ampc/nn.h"
 #include "numeric/numeric.h"
@@ -233,7 +232,7 @@ typedef struct { /* saved activations of one block */
 
 struct ampc_mm {
   ampc_mm_config c;
-  ampc_trainer *T;
+  ampc_params *P; /* borrowed: the parameter table (weights read, gradients accumulated) */
   int64_t B, NV, NP, TT, D, E;
   ampc_dtype sdt, adt, gdt, pdt, wdt;
   ampc_acc acc;
@@ -257,7 +256,12 @@ struct ampc_mm {
   void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
   void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
   float *dv32, *dt32, *dsmall32;
-  ampc_telemetry *tm; /* NULL, or the collector (used while tm->on) */
+  ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
+  /* what the backward pass needs of the last forward pass */
+  ampc_mm_batch fwd; /* the batch (borrowed: valid until the backward pass) */
+  float fwd_ls;      /* log-temperature used */
+  bool fwd_clamped;  /* it was clamped (zero gradient) */
+  bool have_fwd;     /* a forward pass ran since the last backward pass */
   /* one allocation for all of the above */
   void *arena;
   size_t arena_bytes;
@@ -275,30 +279,30 @@ static void *take(arena *A, size_t bytes) {
   return A->base ? A->base + off : NULL;
 }
 
-static int pidx(const ampc_trainer *T, const char *fmt, ...) AMPC_PRINTF(2, 3);
-static int pidx(const ampc_trainer *T, const char *fmt, ...) {
+static int pidx(const ampc_params *P, const char *fmt, ...) AMPC_PRINTF(2, 3);
+static int pidx(const ampc_params *P, const char *fmt, ...) {
   char name[AMPC_PARAM_NAME_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
-  return ampc_params_find(&T->params, name);
+  return ampc_params_find(P, name);
 }
 
-static int find_block(const ampc_trainer *T, const char *prefix, int i, bool cross, blk_p *p) {
+static int find_block(const ampc_params *P, const char *prefix, int i, bool cross, blk_p *p) {
   const char *att = cross ? "cross_attn" : "attn";
-  p->n1w = pidx(T, "%s.blocks.%d.norm1.weight", prefix, i);
-  p->n1b = pidx(T, "%s.blocks.%d.norm1.bias", prefix, i);
-  p->inw = pidx(T, "%s.blocks.%d.%s.in_proj_weight", prefix, i, att);
-  p->inb = pidx(T, "%s.blocks.%d.%s.in_proj_bias", prefix, i, att);
-  p->outw = pidx(T, "%s.blocks.%d.%s.out_proj.weight", prefix, i, att);
-  p->outb = pidx(T, "%s.blocks.%d.%s.out_proj.bias", prefix, i, att);
-  p->n2w = pidx(T, "%s.blocks.%d.norm2.weight", prefix, i);
-  p->n2b = pidx(T, "%s.blocks.%d.norm2.bias", prefix, i);
-  p->f1w = pidx(T, "%s.blocks.%d.mlp.fc1.weight", prefix, i);
-  p->f1b = pidx(T, "%s.blocks.%d.mlp.fc1.bias", prefix, i);
-  p->f2w = pidx(T, "%s.blocks.%d.mlp.fc2.weight", prefix, i);
-  p->f2b = pidx(T, "%s.blocks.%d.mlp.fc2.bias", prefix, i);
+  p->n1w = pidx(P, "%s.blocks.%d.norm1.weight", prefix, i);
+  p->n1b = pidx(P, "%s.blocks.%d.norm1.bias", prefix, i);
+  p->inw = pidx(P, "%s.blocks.%d.%s.in_proj_weight", prefix, i, att);
+  p->inb = pidx(P, "%s.blocks.%d.%s.in_proj_bias", prefix, i, att);
+  p->outw = pidx(P, "%s.blocks.%d.%s.out_proj.weight", prefix, i, att);
+  p->outb = pidx(P, "%s.blocks.%d.%s.out_proj.bias", prefix, i, att);
+  p->n2w = pidx(P, "%s.blocks.%d.norm2.weight", prefix, i);
+  p->n2b = pidx(P, "%s.blocks.%d.norm2.bias", prefix, i);
+  p->f1w = pidx(P, "%s.blocks.%d.mlp.fc1.weight", prefix, i);
+  p->f1b = pidx(P, "%s.blocks.%d.mlp.fc1.bias", prefix, i);
+  p->f2w = pidx(P, "%s.blocks.%d.mlp.fc2.weight", prefix, i);
+  p->f2b = pidx(P, "%s.blocks.%d.mlp.fc2.bias", prefix, i);
   const int *q = &p->n1w;
   for (int k = 0; k < PER_BLOCK; k++)
     if (q[k] < 0)
@@ -455,20 +459,20 @@ ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_prec
   return AMPC_OK;
 }
 
-ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer *T,
-                           int64_t max_batch) {
-  if (!out || !c || !T || max_batch < 2 || max_batch > (1 << 20))
+ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_params *P,
+                           const ampc_amp_config *amp, int64_t max_batch) {
+  if (!out || !c || !P || !amp || max_batch < 2 || max_batch > (1 << 20))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_create: bad arguments (batch %lld)",
                      (long long)max_batch);
   *out = NULL;
   ampc_mm *M = calloc(1, sizeof *M);
   if (!M)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: out of memory");
-  set_dims(M, c, max_batch, T->amp.precision, T->params.wdt);
-  M->T = T;
-  M->acc = T->amp.accumulate;
+  set_dims(M, c, max_batch, amp->precision, P->wdt);
+  M->P = P;
+  M->acc = amp->accumulate;
   int ok = 1;
-#define IDX(field, name) ok = ok && (M->field = ampc_params_find(&T->params, name)) >= 0
+#define IDX(field, name) ok = ok && (M->field = ampc_params_find(P, name)) >= 0
   IDX(patch_w, "vision.patch_embed.weight");
   IDX(patch_b, "vision.patch_embed.bias");
   IDX(cls_tok, "vision.cls_token");
@@ -492,20 +496,20 @@ ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer 
   }
 #undef IDX
   for (int i = 0; ok && i < c->v_depth; i++)
-    ok = find_block(T, "vision", i, false, &M->vb[i]);
+    ok = find_block(P, "vision", i, false, &M->vb[i]);
   for (int i = 0; ok && !c->image_only && i < c->t_depth; i++)
-    ok = find_block(T, "text", i, false, &M->tb[i]);
+    ok = find_block(P, "text", i, false, &M->tb[i]);
   for (int i = 0; ok && !c->image_only && i < c->f_depth; i++)
-    ok = find_block(T, "fusion", i, true, &M->fb[i]);
+    ok = find_block(P, "fusion", i, true, &M->fb[i]);
   if (!ok ||
       (!c->image_only &&
-       (T->params.p[M->tok].shape[0] != c->vocab || T->params.p[M->tpos].shape[0] != c->seq_len)) ||
-      T->params.p[M->cls_w].shape[0] != c->classes ||
-      T->params.p[M->patch_w].shape[1] != c->channels * c->patch * c->patch ||
-      T->params.p[M->vpos].shape[0] != M->NV) {
+       (P->p[M->tok].shape[0] != c->vocab || P->p[M->tpos].shape[0] != c->seq_len)) ||
+      P->p[M->cls_w].shape[0] != c->classes ||
+      P->p[M->patch_w].shape[1] != c->channels * c->patch * c->patch ||
+      P->p[M->vpos].shape[0] != M->NV) {
     free(M);
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "ampc_mm_create: the trainer's parameters are not those of model %s", c->name);
+                     "ampc_mm_create: the parameter table is not that of model %s", c->name);
   }
   arena A = {NULL, 0, 0};
   layout(M, &A);
@@ -525,15 +529,8 @@ ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_trainer 
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-#define TRY(call)                                                                                  \
-  do {                                                                                             \
-    ampc_status st_ = (call);                                                                      \
-    if (st_ != AMPC_OK)                                                                            \
-      return st_;                                                                                  \
-  } while (0)
-
-static inline void *W(const ampc_mm *M, int i) { return ampc_param_w(&M->T->params, i); }
-static inline void *G(const ampc_mm *M, int i) { return ampc_param_grad(&M->T->params, i); }
+static inline void *W(const ampc_mm *M, int i) { return ampc_param_w(M->P, i); }
+static inline void *G(const ampc_mm *M, int i) { return ampc_param_grad(M->P, i); }
 static inline void *at(void *p, ampc_dtype dt, int64_t i) {
   return (char *)p + i * (int64_t)ampc_dtype_size(dt);
 }
@@ -553,23 +550,29 @@ static int64_t argmax_row(const void *x, ampc_dtype dt, int64_t r, int64_t n) {
 }
 
 /* g[i] += v[i] for n values summed in FP32, one rounding each */
-void ampc_mm_set_telemetry(ampc_mm *M, ampc_telemetry *t) {
-  if (M)
-    M->tm = t;
+void ampc_mm_set_probe(ampc_mm *M, const ampc_model_probe *p) {
+  if (M) {
+    if (p && p->on)
+      M->probe = *p;
+    else
+      memset(&M->probe, 0, sizeof M->probe);
+  }
 }
+
+static bool probe_on(const ampc_mm *M) { return M->probe.on && M->probe.on(M->probe.user); }
 
 /* telemetry: everything rounded since the last mark belongs to this tensor */
 static void tm_mark(const ampc_mm *M, ampc_branch br, ampc_tm_phase ph, const char *fmt, ...)
     AMPC_PRINTF(4, 5);
 static void tm_mark(const ampc_mm *M, ampc_branch br, ampc_tm_phase ph, const char *fmt, ...) {
-  if (!M->tm || !M->tm->on)
+  if (!probe_on(M) || !M->probe.mark)
     return;
   char name[64];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
-  ampc_telemetry_mark(M->tm, br, ph, name);
+  M->probe.mark(M->probe.user, br, ph, name);
 }
 
 static void grad_add(void *g, ampc_dtype dt, const float *v, int64_t n) {
@@ -584,29 +587,30 @@ static ampc_status blk_fwd(ampc_mm *M, const blk_p *p, blk_a *a, int64_t b, int6
                            const char *name) {
   const int64_t D = M->D, rq = b * tq, MLP = M->c.mlp;
   const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt;
-  TRY(ampc_layernorm_forward(rq, D, x, sdt, W(M, p->n1w), W(M, p->n1b), wdt, k_ln_eps, a->ln1, adt,
-                             a->mean1, a->rstd1, NULL));
+  AMPC_TRY(ampc_layernorm_forward(rq, D, x, sdt, W(M, p->n1w), W(M, p->n1b), wdt, k_ln_eps, a->ln1,
+                                  adt, a->mean1, a->rstd1, NULL));
   const void *win = W(M, p->inw), *bin = W(M, p->inb);
   const size_t ws = ampc_dtype_size(wdt);
-  TRY(ampc_mha_forward(b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, adt, win, bin,
-                       (const char *)win + (size_t)(D * D) * ws, (const char *)bin + (size_t)D * ws,
-                       (const char *)win + (size_t)(2 * D * D) * ws,
-                       (const char *)bin + (size_t)(2 * D) * ws, W(M, p->outw), W(M, p->outb), wdt,
-                       kmask, &a->c, M->pdt, a->y, M->acc, NULL));
-  TRY(ampc_add_forward(rq * D, x, sdt, a->y, adt, a->x1, sdt, NULL));
-  TRY(ampc_layernorm_forward(rq, D, a->x1, sdt, W(M, p->n2w), W(M, p->n2b), wdt, k_ln_eps, a->ln2,
-                             adt, a->mean2, a->rstd2, NULL));
-  TRY(ampc_linear_forward(rq, D, MLP, a->ln2, adt, W(M, p->f1w), wdt, W(M, p->f1b), a->h, adt,
-                          M->acc, NULL));
-  TRY(ampc_gelu_forward(rq * MLP, a->h, adt, a->g, adt, NULL));
-  TRY(ampc_linear_forward(rq, MLP, D, a->g, adt, W(M, p->f2w), wdt, W(M, p->f2b), a->y, adt, M->acc,
-                          NULL));
-  TRY(ampc_add_forward(rq * D, a->x1, sdt, a->y, adt, a->out, sdt, NULL));
-  if (M->tm && M->tm->on) {
+  AMPC_TRY(ampc_mha_forward(
+      b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, adt, win, bin,
+      (const char *)win + (size_t)(D * D) * ws, (const char *)bin + (size_t)D * ws,
+      (const char *)win + (size_t)(2 * D * D) * ws, (const char *)bin + (size_t)(2 * D) * ws,
+      W(M, p->outw), W(M, p->outb), wdt, kmask, &a->c, M->pdt, a->y, M->acc, NULL));
+  AMPC_TRY(ampc_add_forward(rq * D, x, sdt, a->y, adt, a->x1, sdt, NULL));
+  AMPC_TRY(ampc_layernorm_forward(rq, D, a->x1, sdt, W(M, p->n2w), W(M, p->n2b), wdt, k_ln_eps,
+                                  a->ln2, adt, a->mean2, a->rstd2, NULL));
+  AMPC_TRY(ampc_linear_forward(rq, D, MLP, a->ln2, adt, W(M, p->f1w), wdt, W(M, p->f1b), a->h, adt,
+                               M->acc, NULL));
+  AMPC_TRY(ampc_gelu_forward(rq * MLP, a->h, adt, a->g, adt, NULL));
+  AMPC_TRY(ampc_linear_forward(rq, MLP, D, a->g, adt, W(M, p->f2w), wdt, W(M, p->f2b), a->y, adt,
+                               M->acc, NULL));
+  AMPC_TRY(ampc_add_forward(rq * D, a->x1, sdt, a->y, adt, a->out, sdt, NULL));
+  if (probe_on(M)) {
     char nm[64];
     snprintf(nm, sizeof nm, "%s.mlp.fc2", name);
-    TRY(ampc_telemetry_shadow_linear(M->tm, br, nm, rq, MLP, D, a->g, adt, W(M, p->f2w), wdt,
-                                     M->acc));
+    if (M->probe.shadow_linear)
+      AMPC_TRY(M->probe.shadow_linear(M->probe.user, br, nm, rq, MLP, D, a->g, adt, W(M, p->f2w),
+                                      wdt, M->acc));
     tm_mark(M, br, AMPC_TM_ACT, "%s", name);
   }
   return AMPC_OK;
@@ -619,25 +623,25 @@ static ampc_status blk_bwd(ampc_mm *M, const blk_p *p, blk_a *a, int64_t b, int6
   const int64_t D = M->D, rq = b * tq, MLP = M->c.mlp;
   const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt, gdt = M->gdt;
   const ampc_acc acc = M->acc;
-  TRY(ampc_linear_backward(rq, MLP, D, dout, gdt, a->g, adt, W(M, p->f2w), wdt, M->dH1,
-                           G(M, p->f2w), G(M, p->f2b), acc));
-  TRY(ampc_gelu_backward(rq * MLP, M->dH1, gdt, a->h, adt, M->dH2));
-  TRY(ampc_linear_backward(rq, D, MLP, M->dH2, gdt, a->ln2, adt, W(M, p->f1w), wdt, M->dL,
-                           G(M, p->f1w), G(M, p->f1b), acc));
-  TRY(ampc_layernorm_backward(rq, D, M->dL, gdt, a->x1, sdt, W(M, p->n2w), wdt, a->mean2, a->rstd2,
-                              M->dS2, G(M, p->n2w), G(M, p->n2b)));
-  TRY(ampc_add_forward(rq * D, dout, gdt, M->dS2, gdt, dout, gdt, NULL));
+  AMPC_TRY(ampc_linear_backward(rq, MLP, D, dout, gdt, a->g, adt, W(M, p->f2w), wdt, M->dH1,
+                                G(M, p->f2w), G(M, p->f2b), acc));
+  AMPC_TRY(ampc_gelu_backward(rq * MLP, M->dH1, gdt, a->h, adt, M->dH2));
+  AMPC_TRY(ampc_linear_backward(rq, D, MLP, M->dH2, gdt, a->ln2, adt, W(M, p->f1w), wdt, M->dL,
+                                G(M, p->f1w), G(M, p->f1b), acc));
+  AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, gdt, a->x1, sdt, W(M, p->n2w), wdt, a->mean2,
+                                   a->rstd2, M->dS2, G(M, p->n2w), G(M, p->n2b)));
+  AMPC_TRY(ampc_add_forward(rq * D, dout, gdt, M->dS2, gdt, dout, gdt, NULL));
   const size_t ws = ampc_dtype_size(wdt), gsz = ampc_dtype_size(gdt);
   const char *win = W(M, p->inw);
   char *gin = G(M, p->inw), *gbin = G(M, p->inb);
-  TRY(ampc_mha_backward(
+  AMPC_TRY(ampc_mha_backward(
       b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, adt, win, win + (size_t)(D * D) * ws,
       win + (size_t)(2 * D * D) * ws, W(M, p->outw), wdt, &a->c, M->pdt, dout, gdt, M->dL, dkv, gin,
       gbin, gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz, gin + (size_t)(2 * D * D) * gsz,
       gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc));
-  TRY(ampc_layernorm_backward(rq, D, M->dL, gdt, x, sdt, W(M, p->n1w), wdt, a->mean1, a->rstd1,
-                              M->dS2, G(M, p->n1w), G(M, p->n1b)));
-  TRY(ampc_add_forward(rq * D, dout, gdt, M->dS2, gdt, dout, gdt, NULL));
+  AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, gdt, x, sdt, W(M, p->n1w), wdt, a->mean1, a->rstd1,
+                                   M->dS2, G(M, p->n1w), G(M, p->n1b)));
+  AMPC_TRY(ampc_add_forward(rq * D, dout, gdt, M->dS2, gdt, dout, gdt, NULL));
   return AMPC_OK;
 }
 
@@ -646,9 +650,9 @@ static ampc_status blk_bwd(ampc_mm *M, const blk_p *p, blk_a *a, int64_t b, int6
 static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
   const int64_t D = M->D, NV = M->NV, NP = M->NP;
   const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt;
-  TRY(ampc_patch_embed_forward(b, M->c.img, M->c.img, M->c.channels, M->c.patch, D, images,
-                               1.0f / 127.5f, -1.0f, W(M, M->patch_w), wdt, W(M, M->patch_b),
-                               M->patch, adt, M->acc, NULL));
+  AMPC_TRY(ampc_patch_embed_forward(b, M->c.img, M->c.img, M->c.channels, M->c.patch, D, images,
+                                    1.0f / 127.5f, -1.0f, W(M, M->patch_w), wdt, W(M, M->patch_b),
+                                    M->patch, adt, M->acc, NULL));
   /* x0 = [cls; patches] + positions, summed in FP32, one rounding per row */
   const void *cls = W(M, M->cls_tok), *pos = W(M, M->vpos);
   float *pf = malloc((size_t)((NV + 2) * D) * sizeof *pf);
@@ -673,22 +677,22 @@ static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
   for (int i = 0; i < M->c.v_depth; i++) {
     char nm[32];
     snprintf(nm, sizeof nm, "vision.blocks.%d", i);
-    TRY(blk_fwd(M, &M->vb[i], &M->va[i], b, NV, NV, x, NULL, NULL, AMPC_BRANCH_VISION, nm));
+    AMPC_TRY(blk_fwd(M, &M->vb[i], &M->va[i], b, NV, NV, x, NULL, NULL, AMPC_BRANCH_VISION, nm));
     x = M->va[i].out;
   }
-  TRY(ampc_layernorm_forward(b * NV, D, x, sdt, W(M, M->vn_w), W(M, M->vn_b), wdt, k_ln_eps,
-                             M->vfin, adt, M->vmean, M->vrstd, NULL));
+  AMPC_TRY(ampc_layernorm_forward(b * NV, D, x, sdt, W(M, M->vn_w), W(M, M->vn_b), wdt, k_ln_eps,
+                                  M->vfin, adt, M->vmean, M->vrstd, NULL));
   tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.norm");
   const size_t as = ampc_dtype_size(adt);
   for (int64_t bi = 0; bi < b; bi++)
     memcpy(at(M->vcls, adt, bi * D), at(M->vfin, adt, bi * NV * D), (size_t)D * as);
   if (!M->c.image_only) {
-    TRY(ampc_linear_forward(b, D, M->E, M->vcls, adt, W(M, M->iproj), wdt, NULL, M->iemb, adt,
-                            M->acc, NULL));
-    TRY(ampc_l2norm_forward(b, M->E, M->iemb, adt, k_l2_eps, M->inorm, adt, NULL));
+    AMPC_TRY(ampc_linear_forward(b, D, M->E, M->vcls, adt, W(M, M->iproj), wdt, NULL, M->iemb, adt,
+                                 M->acc, NULL));
+    AMPC_TRY(ampc_l2norm_forward(b, M->E, M->iemb, adt, k_l2_eps, M->inorm, adt, NULL));
   }
-  TRY(ampc_linear_forward(b, D, M->c.classes, M->vcls, adt, W(M, M->cls_w), wdt, W(M, M->cls_b),
-                          M->clog, adt, M->acc, NULL));
+  AMPC_TRY(ampc_linear_forward(b, D, M->c.classes, M->vcls, adt, W(M, M->cls_w), wdt,
+                               W(M, M->cls_b), M->clog, adt, M->acc, NULL));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "%s", M->c.image_only ? "head" : "vision_proj");
   return AMPC_OK;
 }
@@ -702,23 +706,23 @@ static ampc_status text_fwd(ampc_mm *M, int64_t b, const int32_t *tokens) {
                        (long long)M->c.vocab);
     M->tmask[i] = tokens[i] != AMPC_TOKEN_PAD;
   }
-  TRY(ampc_embedding_forward(b, TT, D, tokens, M->c.vocab, W(M, M->tok), W(M, M->tpos), wdt, M->t0,
-                             sdt, NULL));
+  AMPC_TRY(ampc_embedding_forward(b, TT, D, tokens, M->c.vocab, W(M, M->tok), W(M, M->tpos), wdt,
+                                  M->t0, sdt, NULL));
   tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.embeddings");
   const void *x = M->t0;
   for (int i = 0; i < M->c.t_depth; i++) {
     char nm[32];
     snprintf(nm, sizeof nm, "text.blocks.%d", i);
-    TRY(blk_fwd(M, &M->tb[i], &M->ta[i], b, TT, TT, x, NULL, M->tmask, AMPC_BRANCH_TEXT, nm));
+    AMPC_TRY(blk_fwd(M, &M->tb[i], &M->ta[i], b, TT, TT, x, NULL, M->tmask, AMPC_BRANCH_TEXT, nm));
     x = M->ta[i].out;
   }
-  TRY(ampc_layernorm_forward(b * TT, D, x, sdt, W(M, M->tn_w), W(M, M->tn_b), wdt, k_ln_eps,
-                             M->tfin, adt, M->tmean, M->trstd, NULL));
-  TRY(ampc_mean_pool_forward(b, TT, D, M->tfin, adt, M->tmask, M->tpool, adt, NULL));
+  AMPC_TRY(ampc_layernorm_forward(b * TT, D, x, sdt, W(M, M->tn_w), W(M, M->tn_b), wdt, k_ln_eps,
+                                  M->tfin, adt, M->tmean, M->trstd, NULL));
+  AMPC_TRY(ampc_mean_pool_forward(b, TT, D, M->tfin, adt, M->tmask, M->tpool, adt, NULL));
   tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.norm");
-  TRY(ampc_linear_forward(b, D, M->E, M->tpool, adt, W(M, M->tproj), wdt, NULL, M->temb, adt,
-                          M->acc, NULL));
-  TRY(ampc_l2norm_forward(b, M->E, M->temb, adt, k_l2_eps, M->tnorm, adt, NULL));
+  AMPC_TRY(ampc_linear_forward(b, D, M->E, M->tpool, adt, W(M, M->tproj), wdt, NULL, M->temb, adt,
+                               M->acc, NULL));
+  AMPC_TRY(ampc_l2norm_forward(b, M->E, M->temb, adt, k_l2_eps, M->tnorm, adt, NULL));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "text_proj");
   return AMPC_OK;
 }
@@ -739,14 +743,14 @@ static ampc_status vision_bwd(ampc_mm *M, int64_t b, const uint8_t *images, cons
   const ampc_acc acc = M->acc;
   const ampc_mm_config *c = &M->c;
   /* vision encoder */
-  TRY(ampc_store_f32(M->dS2, gdt, dv32, (size_t)(b * NV * D), NULL));
+  AMPC_TRY(ampc_store_f32(M->dS2, gdt, dv32, (size_t)(b * NV * D), NULL));
   const void *vlast = M->va[c->v_depth - 1].out;
-  TRY(ampc_layernorm_backward(b * NV, D, M->dS2, gdt, vlast, sdt, W(M, M->vn_w), wdt, M->vmean,
-                              M->vrstd, M->dS, G(M, M->vn_w), G(M, M->vn_b)));
+  AMPC_TRY(ampc_layernorm_backward(b * NV, D, M->dS2, gdt, vlast, sdt, W(M, M->vn_w), wdt, M->vmean,
+                                   M->vrstd, M->dS, G(M, M->vn_w), G(M, M->vn_b)));
   tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.norm");
   for (int i = (int)c->v_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
-    TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL));
+    AMPC_TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL));
     tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.blocks.%d", i);
   }
   /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
@@ -761,29 +765,29 @@ static ampc_status vision_bwd(ampc_mm *M, int64_t b, const uint8_t *images, cons
   for (int64_t bi = 0; bi < b; bi++)
     memcpy(at(M->dS2, gdt, bi * M->NP * D), at(M->dS, gdt, (bi * NV + 1) * D),
            (size_t)(M->NP * D) * gs);
-  TRY(ampc_patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, images, 1.0f / 127.5f,
-                                -1.0f, wdt, M->dS2, gdt, G(M, M->patch_w), G(M, M->patch_b), acc));
+  AMPC_TRY(ampc_patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, images,
+                                     1.0f / 127.5f, -1.0f, wdt, M->dS2, gdt, G(M, M->patch_w),
+                                     G(M, M->patch_b), acc));
   tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.patch_embed");
   return AMPC_OK;
 }
 
 /* image-only models (vit-ref, vit-fm): CE of the group/class head on CLS */
-static ampc_status image_only_fb(ampc_mm *M, const ampc_mm_batch *bt, float loss_scale,
-                                 float grad_div, ampc_mm_losses *out) {
-  if (bt->b < 1 || bt->b > M->B || !bt->images || !bt->labels || !(grad_div >= 1.0f))
+static ampc_status image_only_fwd(ampc_mm *M, const ampc_mm_batch *bt, ampc_mm_losses *out) {
+  if (bt->b < 1 || bt->b > M->B || !bt->images || !bt->labels)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "ampc_mm_forward_backward: bad arguments (batch %lld, "
+                     "ampc_mm_forward: bad arguments (batch %lld, "
                      "max %lld)",
                      (long long)bt->b, (long long)M->B);
-  const int64_t b = bt->b, D = M->D, NV = M->NV, C = M->c.classes;
-  const ampc_dtype adt = M->adt, gdt = M->gdt;
+  const int64_t b = bt->b, C = M->c.classes;
+  const ampc_dtype adt = M->adt;
   for (int64_t i = 0; i < b; i++)
     if (bt->labels[i] < 0 || bt->labels[i] >= C)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "label %d outside [0, %lld)", bt->labels[i],
                        (long long)C);
-  TRY(vision_fwd(M, b, bt->images));
+  AMPC_TRY(vision_fwd(M, b, bt->images));
   ampc_mm_losses L = {0};
-  TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
+  AMPC_TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
   int64_t hit = 0;
   for (int64_t i = 0; i < b; i++) {
     hit += argmax_row(M->clog, adt, i, C) == bt->labels[i];
@@ -791,12 +795,17 @@ static ampc_status image_only_fb(ampc_mm *M, const ampc_mm_batch *bt, float loss
   L.cls_acc = (float)hit / (float)b;
   L.total = M->c.w_cls * L.cls;
   *out = L;
-  if (!(loss_scale > 0.0f))
-    return AMPC_OK;
-  const float S = loss_scale / grad_div;
-  TRY(ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * M->c.w_cls, M->dclog, gdt));
-  TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), M->wdt, M->dvcls,
-                           G(M, M->cls_w), G(M, M->cls_b), M->acc));
+  return AMPC_OK;
+}
+
+static ampc_status image_only_bwd(ampc_mm *M, float S) {
+  const ampc_mm_batch *bt = &M->fwd;
+  const int64_t b = bt->b, D = M->D, NV = M->NV, C = M->c.classes;
+  const ampc_dtype adt = M->adt, gdt = M->gdt;
+  AMPC_TRY(
+      ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * M->c.w_cls, M->dclog, gdt));
+  AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), M->wdt,
+                                M->dvcls, G(M, M->cls_w), G(M, M->cls_b), M->acc));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "head");
   float *dv32 = M->dv32;
   memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
@@ -806,33 +815,29 @@ static ampc_status image_only_fb(ampc_mm *M, const ampc_mm_batch *bt, float loss
   return vision_bwd(M, b, bt->images, dv32);
 }
 
-ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float loss_scale,
-                                     float grad_div, ampc_mm_losses *out) {
-  if (M && bt && out && M->c.image_only)
-    return image_only_fb(M, bt, loss_scale, grad_div, out);
-  if (!M || !bt || !out || bt->b < 2 || bt->b > M->B || !bt->images || !bt->tokens || !bt->labels ||
-      !(grad_div >= 1.0f))
+static ampc_status mm_fwd(ampc_mm *M, const ampc_mm_batch *bt, ampc_mm_losses *out) {
+  if (bt->b < 2 || bt->b > M->B || !bt->images || !bt->tokens || !bt->labels)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "ampc_mm_forward_backward: bad arguments (batch %lld, "
+                     "ampc_mm_forward: bad arguments (batch %lld, "
                      "max %lld)",
-                     (long long)(bt ? bt->b : 0), (long long)M->B);
+                     (long long)bt->b, (long long)M->B);
   const int64_t b = bt->b, D = M->D, NV = M->NV, TT = M->TT, E = M->E, C = M->c.classes;
-  const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt, gdt = M->gdt;
+  const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt;
   const size_t as = ampc_dtype_size(adt);
   for (int64_t i = 0; i < b; i++)
     if (bt->labels[i] < 0 || bt->labels[i] >= C)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "label %d outside [0, %lld)", bt->labels[i],
                        (long long)C);
-  TRY(vision_fwd(M, b, bt->images));
-  TRY(text_fwd(M, b, bt->tokens));
+  AMPC_TRY(vision_fwd(M, b, bt->images));
+  AMPC_TRY(text_fwd(M, b, bt->tokens));
   /* contrastive similarities (a GEMM on the normalised embeddings) */
-  TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, adt, E, M->tnorm, adt, E, 0.0f,
-                M->sim, AMPC_F32, b, M->acc));
+  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, adt, E, M->tnorm, adt, E, 0.0f,
+                     M->sim, AMPC_F32, b, M->acc));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
   bool clamped = false;
   const float ls = log_scale(M, &clamped);
   ampc_mm_losses L = {0};
-  TRY(ampc_infonce_forward(b, M->sim, AMPC_F32, ls, &L.itc));
+  AMPC_TRY(ampc_infonce_forward(b, M->sim, AMPC_F32, ls, &L.itc));
   /* hard negatives: for image i the most similar other text */
   for (int64_t i = 0; i < b; i++) {
     int64_t best = i == 0 ? 1 : 0;
@@ -847,8 +852,8 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
     const int64_t img = pr % b, txt = pr < b ? pr : M->neg[pr - b];
     M->pair_text[pr] = (int32_t)txt;
     memcpy(at(M->fkv, adt, pr * NV * D), at(M->vfin, adt, img * NV * D), (size_t)(NV * D) * as);
-    TRY(ampc_convert(at(M->f0, sdt, pr * TT * D), sdt, at(M->tfin, adt, txt * TT * D), adt,
-                     (size_t)(TT * D)));
+    AMPC_TRY(ampc_convert(at(M->f0, sdt, pr * TT * D), sdt, at(M->tfin, adt, txt * TT * D), adt,
+                          (size_t)(TT * D)));
     memcpy(M->fmask + pr * TT, M->tmask + txt * TT, (size_t)TT);
     M->itm_t[pr] = pr < b ? 1.0f : 0.0f;
   }
@@ -856,19 +861,19 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   for (int i = 0; i < M->c.f_depth; i++) {
     char nm[32];
     snprintf(nm, sizeof nm, "fusion.blocks.%d", i);
-    TRY(blk_fwd(M, &M->fb[i], &M->fa[i], np, TT, NV, x, M->fkv, NULL, AMPC_BRANCH_FUSION, nm));
+    AMPC_TRY(blk_fwd(M, &M->fb[i], &M->fa[i], np, TT, NV, x, M->fkv, NULL, AMPC_BRANCH_FUSION, nm));
     x = M->fa[i].out;
   }
   const void *fout = x;
-  TRY(ampc_layernorm_forward(np * TT, D, fout, sdt, W(M, M->fn_w), W(M, M->fn_b), wdt, k_ln_eps,
-                             M->ffin, adt, M->fmean, M->frstd, NULL));
-  TRY(ampc_mean_pool_forward(np, TT, D, M->ffin, adt, M->fmask, M->fpool, adt, NULL));
+  AMPC_TRY(ampc_layernorm_forward(np * TT, D, fout, sdt, W(M, M->fn_w), W(M, M->fn_b), wdt,
+                                  k_ln_eps, M->ffin, adt, M->fmean, M->frstd, NULL));
+  AMPC_TRY(ampc_mean_pool_forward(np, TT, D, M->ffin, adt, M->fmask, M->fpool, adt, NULL));
   tm_mark(M, AMPC_BRANCH_FUSION, AMPC_TM_ACT, "fusion.norm");
-  TRY(ampc_linear_forward(np, D, 1, M->fpool, adt, W(M, M->itm_w), wdt, W(M, M->itm_b), M->itm, adt,
-                          M->acc, NULL));
+  AMPC_TRY(ampc_linear_forward(np, D, 1, M->fpool, adt, W(M, M->itm_w), wdt, W(M, M->itm_b), M->itm,
+                               adt, M->acc, NULL));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "itm_head");
-  TRY(ampc_bce_logits_forward(np, M->itm, adt, M->itm_t, &L.itm));
-  TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
+  AMPC_TRY(ampc_bce_logits_forward(np, M->itm, adt, M->itm_t, &L.itm));
+  AMPC_TRY(ampc_cross_entropy_forward(b, C, M->clog, adt, bt->labels, &L.cls));
   int64_t hit = 0;
   for (int64_t pr = 0; pr < np; pr++) {
     const float v = ampc_elem_load(M->itm, adt, pr); /* a NaN logit is never right */
@@ -883,29 +888,39 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   const ampc_mm_config *c = &M->c;
   L.total = c->w_itc * L.itc + c->w_itm * L.itm + c->w_cls * L.cls;
   *out = L;
-  if (!(loss_scale > 0.0f))
-    return AMPC_OK;
+  M->fwd_ls = ls, M->fwd_clamped = clamped;
+  return AMPC_OK;
+}
 
-  /* ---- backward, each loss seeded with S * weight / grad_div ---- */
-  const float S = loss_scale / grad_div;
+/* the backward pass, each loss seeded with S * its weight */
+static ampc_status mm_bwd(ampc_mm *M, float S) {
+  const ampc_mm_batch *bt = &M->fwd;
+  const ampc_mm_config *c = &M->c;
+  const int64_t b = bt->b, D = M->D, NV = M->NV, TT = M->TT, E = M->E, C = c->classes;
+  const int64_t np = 2 * b;
+  const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt, gdt = M->gdt;
+  const float ls = M->fwd_ls;
+  const bool clamped = M->fwd_clamped;
+  const void *fout = c->f_depth > 0 ? M->fa[c->f_depth - 1].out : M->f0;
   const ampc_acc acc = M->acc;
   /* group head */
-  TRY(ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * c->w_cls, M->dclog, gdt));
-  TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), wdt, M->dvcls,
-                           G(M, M->cls_w), G(M, M->cls_b), acc));
+  AMPC_TRY(
+      ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * c->w_cls, M->dclog, gdt));
+  AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), wdt, M->dvcls,
+                                G(M, M->cls_w), G(M, M->cls_b), acc));
   /* matching head and fusion */
-  TRY(ampc_bce_logits_backward(np, M->itm, adt, M->itm_t, S * c->w_itm, M->ditm, gdt));
-  TRY(ampc_linear_backward(np, D, 1, M->ditm, gdt, M->fpool, adt, W(M, M->itm_w), wdt, M->dfpool,
-                           G(M, M->itm_w), G(M, M->itm_b), acc));
+  AMPC_TRY(ampc_bce_logits_backward(np, M->itm, adt, M->itm_t, S * c->w_itm, M->ditm, gdt));
+  AMPC_TRY(ampc_linear_backward(np, D, 1, M->ditm, gdt, M->fpool, adt, W(M, M->itm_w), wdt,
+                                M->dfpool, G(M, M->itm_w), G(M, M->itm_b), acc));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
-  TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, gdt, M->fmask, M->dL));
-  TRY(ampc_layernorm_backward(np * TT, D, M->dL, gdt, fout, sdt, W(M, M->fn_w), wdt, M->fmean,
-                              M->frstd, M->dS, G(M, M->fn_w), G(M, M->fn_b)));
+  AMPC_TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, gdt, M->fmask, M->dL));
+  AMPC_TRY(ampc_layernorm_backward(np * TT, D, M->dL, gdt, fout, sdt, W(M, M->fn_w), wdt, M->fmean,
+                                   M->frstd, M->dS, G(M, M->fn_w), G(M, M->fn_b)));
   float *dkv32 = M->dKVsum;
   memset(dkv32, 0, (size_t)(np * NV * D) * sizeof(float));
   for (int i = (int)c->f_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->f0 : M->fa[i - 1].out;
-    TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV));
+    AMPC_TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV));
     tm_mark(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "fusion.blocks.%d", i);
     for (int64_t k = 0; k < np * NV * D; k++)
       dkv32[k] += ampc_elem_load(M->dKV, gdt, k);
@@ -923,20 +938,20 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
   }
   /* contrastive heads */
   float dls = 0.0f;
-  TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S * c->w_itc, M->dsim, gdt, &dls));
+  AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S * c->w_itc, M->dsim, gdt, &dls));
   if (!clamped) /* the clamp has zero gradient */
     grad_add(G(M, M->lscale), gdt, &dls, 1);
-  TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, gdt, b, M->tnorm, adt, E, 0.0f,
-                M->dinorm, gdt, E, acc));
-  TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, gdt, b, M->inorm, adt, E, 0.0f,
-                M->dtnorm, gdt, E, acc));
-  TRY(ampc_l2norm_backward(b, E, M->dinorm, gdt, M->iemb, adt, k_l2_eps, M->diemb));
-  TRY(ampc_linear_backward(b, D, E, M->diemb, gdt, M->vcls, adt, W(M, M->iproj), wdt, M->dvcls2,
-                           G(M, M->iproj), NULL, acc));
-  TRY(ampc_l2norm_backward(b, E, M->dtnorm, gdt, M->temb, adt, k_l2_eps, M->dtemb));
-  TRY(ampc_linear_backward(b, D, E, M->dtemb, gdt, M->tpool, adt, W(M, M->tproj), wdt, M->dtpool,
-                           G(M, M->tproj), NULL, acc));
-  TRY(ampc_mean_pool_backward(b, TT, D, M->dtpool, gdt, M->tmask, M->dL));
+  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, gdt, b, M->tnorm, adt, E, 0.0f,
+                     M->dinorm, gdt, E, acc));
+  AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, gdt, b, M->inorm, adt, E, 0.0f,
+                     M->dtnorm, gdt, E, acc));
+  AMPC_TRY(ampc_l2norm_backward(b, E, M->dinorm, gdt, M->iemb, adt, k_l2_eps, M->diemb));
+  AMPC_TRY(ampc_linear_backward(b, D, E, M->diemb, gdt, M->vcls, adt, W(M, M->iproj), wdt,
+                                M->dvcls2, G(M, M->iproj), NULL, acc));
+  AMPC_TRY(ampc_l2norm_backward(b, E, M->dtnorm, gdt, M->temb, adt, k_l2_eps, M->dtemb));
+  AMPC_TRY(ampc_linear_backward(b, D, E, M->dtemb, gdt, M->tpool, adt, W(M, M->tproj), wdt,
+                                M->dtpool, G(M, M->tproj), NULL, acc));
+  AMPC_TRY(ampc_mean_pool_backward(b, TT, D, M->dtpool, gdt, M->tmask, M->dL));
   for (int64_t k = 0; k < b * TT * D; k++)
     dt32[k] += ampc_elem_load(M->dL, gdt, k);
   for (int64_t bi = 0; bi < b; bi++)
@@ -944,23 +959,44 @@ ampc_status ampc_mm_forward_backward(ampc_mm *M, const ampc_mm_batch *bt, float 
       dv32[bi * NV * D + j] +=
           ampc_elem_load(M->dvcls, gdt, bi * D + j) + ampc_elem_load(M->dvcls2, gdt, bi * D + j);
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
-  TRY(vision_bwd(M, b, bt->images, dv32));
+  AMPC_TRY(vision_bwd(M, b, bt->images, dv32));
   /* text encoder */
-  TRY(ampc_store_f32(M->dS2, gdt, dt32, (size_t)(b * TT * D), NULL));
+  AMPC_TRY(ampc_store_f32(M->dS2, gdt, dt32, (size_t)(b * TT * D), NULL));
   const void *tlast = M->ta[c->t_depth - 1].out;
-  TRY(ampc_layernorm_backward(b * TT, D, M->dS2, gdt, tlast, sdt, W(M, M->tn_w), wdt, M->tmean,
-                              M->trstd, M->dS, G(M, M->tn_w), G(M, M->tn_b)));
+  AMPC_TRY(ampc_layernorm_backward(b * TT, D, M->dS2, gdt, tlast, sdt, W(M, M->tn_w), wdt, M->tmean,
+                                   M->trstd, M->dS, G(M, M->tn_w), G(M, M->tn_b)));
   tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
   for (int i = (int)c->t_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
-    TRY(blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL));
+    AMPC_TRY(blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL));
     tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.blocks.%d", i);
   }
-  TRY(ampc_embedding_backward(b, TT, D, bt->tokens, c->vocab, M->dS, gdt, G(M, M->tok),
-                              G(M, M->tpos), NULL));
+  AMPC_TRY(ampc_embedding_backward(b, TT, D, bt->tokens, c->vocab, M->dS, gdt, G(M, M->tok),
+                                   G(M, M->tpos), NULL));
   tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.embeddings");
-  (void)wdt;
   return AMPC_OK;
+}
+
+ampc_status ampc_mm_forward(ampc_mm *M, const ampc_mm_batch *bt, ampc_mm_losses *out) {
+  if (!M || !bt || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_forward: NULL argument");
+  M->have_fwd = false;
+  AMPC_TRY(M->c.image_only ? image_only_fwd(M, bt, out) : mm_fwd(M, bt, out));
+  M->fwd = *bt;
+  M->have_fwd = true;
+  return AMPC_OK;
+}
+
+ampc_status ampc_mm_backward(ampc_mm *M, float seed) {
+  if (!M || !M->have_fwd)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_backward: no forward pass to differentiate");
+  if (!(seed > 0.0f) || !isfinite(seed))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_mm_backward: seed %g is not a positive finite "
+                     "number",
+                     (double)seed);
+  M->have_fwd = false;
+  return M->c.image_only ? image_only_bwd(M, seed) : mm_bwd(M, seed);
 }
 
 ampc_status ampc_mm_embed(ampc_mm *M, int64_t b, const uint8_t *images, const int32_t *tokens,
@@ -970,18 +1006,18 @@ ampc_status ampc_mm_embed(ampc_mm *M, int64_t b, const uint8_t *images, const in
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_embed: bad arguments");
   const int64_t E = M->E, C = M->c.classes;
   if (images) {
-    TRY(vision_fwd(M, b, images));
+    AMPC_TRY(vision_fwd(M, b, images));
     if (img_emb)
-      TRY(ampc_convert(img_emb, AMPC_F32, M->inorm, M->adt, (size_t)(b * E)));
+      AMPC_TRY(ampc_convert(img_emb, AMPC_F32, M->inorm, M->adt, (size_t)(b * E)));
     if (cls)
       for (int64_t i = 0; i < b; i++) {
         cls[i] = (int32_t)argmax_row(M->clog, M->adt, i, C);
       }
   }
   if (tokens) {
-    TRY(text_fwd(M, b, tokens));
+    AMPC_TRY(text_fwd(M, b, tokens));
     if (txt_emb)
-      TRY(ampc_convert(txt_emb, AMPC_F32, M->tnorm, M->adt, (size_t)(b * E)));
+      AMPC_TRY(ampc_convert(txt_emb, AMPC_F32, M->tnorm, M->adt, (size_t)(b * E)));
   }
   return AMPC_OK;
 }

@@ -164,7 +164,7 @@ static inline float ampc_elem_load(const void *p, ampc_dtype dt, int64_t i) {
   }
 }
 
-/* The telemetry collector (src/diag/telemetry.c): while ampc_tm_active is
+/* The rounding tally (src/numeric/tally.c, ampc/tally.h): while ampc_tm_active is
  * set, every rounding of FP32 values src[0..n) into the stored dst[0..n) (dtype
  * dt) is counted in the calling thread's slot. */
 extern int ampc_tm_active;

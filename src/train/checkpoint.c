@@ -1,5 +1,5 @@
 /*
- * src/io/checkpoint.c: trainer checkpoints as safetensors (DESIGN.md 4).
+ * src/train/checkpoint.c: trainer checkpoints as safetensors (DESIGN.md 4).
  *
  * Tensors: FP32 master weights under the parameter names (a PyTorch user can
  * load_state_dict them), optimizer moments under PyTorch's state names, in the
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ampc/engine.h"
+#include "ampc/train.h"
 #include "ampc/version.h"
 #include "numeric/numeric.h"
 
@@ -126,20 +127,6 @@ static int parse_i64(const char *s, int64_t *out) {
   return 1;
 }
 
-/* "[2, 3]" into buf (cut short if it does not fit). */
-static void fmt_shape(char *buf, size_t cap, const int64_t *shape, int ndim) {
-  size_t used = 0;
-  int k = snprintf(buf, cap, "[");
-  for (int i = 0; i < ndim && k >= 0; i++) {
-    used += (size_t)k;
-    if (used >= cap)
-      return;
-    k = snprintf(buf + used, cap - used, "%s%" PRId64, i ? ", " : "", shape[i]);
-  }
-  if (k >= 0 && (used += (size_t)k) < cap)
-    snprintf(buf + used, cap - used, "]");
-}
-
 /* Copy a tensor of the checkpoint into dst (dtype dt) with shape checks. */
 static ampc_status load_tensor(const char *path, const ampc_safetensors *f, const char *name,
                                const ampc_param *p, void *dst, ampc_dtype dt) {
@@ -151,8 +138,8 @@ static ampc_status load_tensor(const char *path, const ampc_safetensors *f, cons
     same = t->shape[d] == p->shape[d];
   if (!same) {
     char have[160], want[160];
-    fmt_shape(have, sizeof have, t->shape, t->ndim);
-    fmt_shape(want, sizeof want, p->shape, p->ndim);
+    ampc_st_format_shape(have, sizeof have, t->shape, t->ndim);
+    ampc_st_format_shape(want, sizeof want, p->shape, p->ndim);
     return ampc_fail(AMPC_ERR_FORMAT,
                      "%s: tensor '%s' has shape %s, the model's is %s (a checkpoint of "
                      "another model or configuration?)",
@@ -279,6 +266,32 @@ done:
   free(master);
   free(mom[0]);
   free(mom[1]);
+  ampc_safetensors_free(f);
+  return st;
+}
+
+ampc_status ampc_params_load(ampc_params *P, const char *path) {
+  if (!P || !path)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_params_load: bad arguments");
+  ampc_safetensors *f = NULL;
+  ampc_status st = ampc_safetensors_read(path, &f);
+  if (st != AMPC_OK)
+    return st;
+  /* stage the weights in FP32; commit only when all of them are valid */
+  float *w = calloc((size_t)P->total > 0 ? (size_t)P->total : 1, sizeof *w);
+  if (!w)
+    st = ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory while loading", path);
+  for (int i = 0; i < P->count && st == AMPC_OK; i++)
+    st = load_tensor(path, f, P->p[i].name, &P->p[i], w + P->p[i].offset, AMPC_F32);
+  if (st == AMPC_OK) {
+    if (P->master) { /* as ampc_trainer_load: the master, then the working copy from it */
+      memcpy(P->master, w, (size_t)P->total * sizeof *w);
+      ampc_params_sync_working(P);
+    } else {
+      ampc_store_f32(P->w, P->wdt, w, (size_t)P->total, NULL);
+    }
+  }
+  free(w);
   ampc_safetensors_free(f);
   return st;
 }

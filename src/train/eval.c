@@ -11,6 +11,7 @@
 
 #include "ampc/data.h"
 #include "ampc/model.h"
+#include "ampc/train.h"
 
 /* rank of the best-ranked relevant item: 1 + number of irrelevant items
  * scoring strictly higher than the best relevant one (ties favour relevance
@@ -151,7 +152,7 @@ ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split
     }
     ampc_mm_batch bt = {b, ibuf, tbuf, lbuf};
     ampc_mm_losses L;
-    st = ampc_mm_forward_backward(M, &bt, 0.0f, 1.0f, &L);
+    st = ampc_mm_forward(M, &bt, &L);
     if (st != AMPC_OK)
       break;
     out->loss += (double)L.total * (double)b, out->itc += (double)L.itc * (double)b;

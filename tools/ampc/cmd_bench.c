@@ -90,12 +90,6 @@ static const mode k_modes[] = {
 };
 enum { NMODES = sizeof k_modes / sizeof k_modes[0], MAXREPS = 101 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -183,7 +177,7 @@ static int run_gemm(int argc, char **argv) {
         for (int md = 0; md < NMODES; md++) {
           const mode *mo = &k_modes[md];
           const int di = mo->in == AMPC_F32 ? 0 : mo->in == AMPC_F16 ? 1 : 2;
-          double t0 = now_s();
+          double t0 = ampc_now_s();
           for (int it = 0; it < inner[md]; it++) {
             ampc_status st = ampc_gemm(sh->opa, sh->opb, sh->m, sh->n, sh->k, 1.0f, a[di], mo->in,
                                        lda, b[di], mo->in, ldb, 0.0f, c, mo->out, sh->n, mo->acc);
@@ -192,7 +186,7 @@ static int run_gemm(int argc, char **argv) {
               return cli_runtime_error("bench", "%s", ampc_last_error());
             }
           }
-          double dt = (now_s() - t0) / inner[md];
+          double dt = (ampc_now_s() - t0) / inner[md];
           if (r < 0) /* warm-up: size each sample to >= 20 ms */
             inner[md] = dt >= 0.02 ? 1 : (int)(0.02 / dt) + 1;
           else
@@ -248,6 +242,16 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
     return cli_usage_error("bench", "bad value '%s' for %s (%ld..%ld)", v, flag, lo, hi);
   *out = x;
   return 0;
+}
+
+/* the same batch for every step */
+typedef struct fixed_batch {
+  ampc_batch b;
+} fixed_batch;
+static ampc_status next_fixed(void *user, int64_t k, ampc_batch *out) {
+  (void)k;
+  *out = ((const fixed_batch *)user)->b;
+  return AMPC_OK;
 }
 
 static int run_step(int argc, char **argv) {
@@ -325,7 +329,8 @@ static int run_step(int argc, char **argv) {
   ampc_mm_specs sp = {0};
   ampc_trainer T;
   memset(&T, 0, sizeof T);
-  ampc_mm *M = NULL;
+  ampc_model M;
+  memset(&M, 0, sizeof M);
   int ret = AMPC_EXIT_OK;
   if (!bimg || !btok || !blab || !ms) {
     ret = cli_runtime_error("bench", "out of memory");
@@ -342,29 +347,30 @@ static int run_step(int argc, char **argv) {
   ampc_amp_config amp;
   ampc_amp_config_preset(p, &amp);
   ampc_optim_config opt = ampc_optim_adamw_defaults();
-  if (ampc_mm_specs_make(&mc, &sp) != AMPC_OK ||
+  ampc_model_desc md = {.kind = AMPC_MODEL_MM, .mm = mc};
+  snprintf(md.name, sizeof md.name, "%s", mc.name);
+  if (ampc_model_specs(&md, &sp) != AMPC_OK ||
       ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1) != AMPC_OK ||
-      ampc_mm_create(&M, &mc, &T, B) != AMPC_OK) {
+      ampc_model_create(&M, &md, &T.params, &amp, B) != AMPC_OK) {
     ret = cli_runtime_error("bench", "%s", ampc_last_error());
     goto out;
   }
   T.telemetry = false; /* as with `ampc train --tm-every 0`: no swallow counting */
   const int64_t nparams = T.params.numel;
-  ampc_mm_batch bt = {B, bimg, mc.image_only ? NULL : btok, blab};
+  fixed_batch fb = {{.b = B, .images = bimg, .tokens = btok, .labels = blab}};
   int64_t skipped = 0;
   float loss = 0;
   for (long s = -warmup; s < steps; s++) {
-    const double t0 = now_s();
-    ampc_trainer_zero_grad(&T);
-    ampc_mm_losses L;
+    const double t0 = ampc_now_s();
+    ampc_losses L;
     ampc_step_info info;
-    if (ampc_mm_forward_backward(M, &bt, ampc_trainer_loss_scale(&T), 1.0f, &L) != AMPC_OK ||
-        ampc_trainer_step(&T, &info) != AMPC_OK) {
+    /* the training run's own step: zero_grad, forward, backward(S), the trainer's step */
+    if (ampc_train_step(&T, &M, 1, next_fixed, &fb, &L, &info) != AMPC_OK) {
       ret = cli_runtime_error("bench", "step %ld: %s", s + warmup + 1, ampc_last_error());
       goto out;
     }
     if (s >= 0) {
-      ms[s] = (now_s() - t0) * 1e3;
+      ms[s] = (ampc_now_s() - t0) * 1e3;
       skipped += info.skipped;
     }
     loss = L.total;
@@ -387,7 +393,8 @@ static int run_step(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "skipped_steps", (double)skipped);
     cJSON_AddNumberToObject(o, "dim", (double)mc.dim);
     cJSON_AddNumberToObject(o, "parameters", (double)nparams);
-    cJSON_AddNumberToObject(o, "activation_bytes", (double)ampc_mm_activation_bytes(M));
+    cJSON_AddNumberToObject(o, "activation_bytes",
+                            (double)(M.activation_bytes + M.workspace_bytes));
     cJSON_AddNumberToObject(o, "final_loss", (double)loss);
     cJSON_AddStringToObject(o, "gemm_isa", ampc_gemm_isa());
     cJSON_AddItemToObject(o, "ms_steps", raw);
@@ -400,7 +407,7 @@ static int run_step(int argc, char **argv) {
            (double)ampc_peak_rss_bytes() / 1048576.0);
   }
 out:
-  ampc_mm_free(M);
+  ampc_model_free(&M);
   ampc_trainer_free(&T);
   ampc_mm_specs_free(&sp);
   ampc_dataset_free(&D);

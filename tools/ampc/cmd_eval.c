@@ -32,55 +32,13 @@ static const char k_usage[] =
     "  --batch B      evaluation batch size (default 64)\n"
     "  --json         print one JSON object\n";
 
-static int parse_model_meta(const char *path, const ampc_safetensors *f, char *model,
-                            size_t model_cap, int64_t *vocab, int64_t *seq_len, int64_t *classes,
-                            float w[3], char *precision, size_t prec_cap, int *sgd) {
-  const char *mj = ampc_safetensors_meta(f, "ampc.model_config");
-  const char *cj = ampc_safetensors_meta(f, "ampc.config");
-  cJSON *m = mj ? cJSON_Parse(mj) : NULL, *c = cj ? cJSON_Parse(cj) : NULL;
-  const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "model");
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, "vocab");
-  const cJSON *s = cJSON_GetObjectItemCaseSensitive(m, "seq_len");
-  const cJSON *k = cJSON_GetObjectItemCaseSensitive(m, "classes");
-  const cJSON *p = cJSON_GetObjectItemCaseSensitive(c, "precision");
-  const cJSON *o =
-      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "optimizer"), "name");
-  int ok = cJSON_IsString(name) && cJSON_IsNumber(v) && cJSON_IsNumber(s) && cJSON_IsNumber(k) &&
-           cJSON_IsString(p) && cJSON_IsString(o);
-  if (ok) {
-    snprintf(model, model_cap, "%s", name->valuestring);
-    snprintf(precision, prec_cap, "%s", p->valuestring);
-    *vocab = (int64_t)v->valuedouble, *seq_len = (int64_t)s->valuedouble;
-    *classes = (int64_t)k->valuedouble;
-    *sgd = strcmp(o->valuestring, "sgd") == 0;
-    const char *wn[3] = {"w_itc", "w_itm", "w_cls"};
-    for (int i = 0; i < 3; i++) {
-      const cJSON *x = cJSON_GetObjectItemCaseSensitive(m, wn[i]);
-      w[i] = cJSON_IsNumber(x) ? (float)x->valuedouble : 1.0f;
-    }
-  }
-  cJSON_Delete(m);
-  cJSON_Delete(c);
-  if (!ok)
-    return cli_runtime_error("eval",
-                             "%s: not a checkpoint of a multimodal model (missing or bad "
-                             "ampc.model_config / ampc.config metadata)",
-                             path);
-  return 0;
-}
-
+/* one split's metrics, as the training log writes them */
 static void put_metrics(cJSON *o, const char *name, const ampc_mm_metrics *m) {
-  cJSON *x = cJSON_AddObjectToObject(o, name);
-  cJSON_AddNumberToObject(x, "samples", (double)m->samples);
-  cJSON_AddNumberToObject(x, "concepts", (double)m->concepts);
-  cJSON_AddNumberToObject(x, "i2t_r1", m->i2t_r1);
-  cJSON_AddNumberToObject(x, "i2t_r5", m->i2t_r5);
-  cJSON_AddNumberToObject(x, "t2i_r1", m->t2i_r1);
-  cJSON_AddNumberToObject(x, "t2i_r5", m->t2i_r5);
-  cJSON_AddNumberToObject(x, "chance_r1", 1.0 / (double)m->concepts);
-  cJSON_AddNumberToObject(x, "itm_acc", m->itm_acc);
-  cJSON_AddNumberToObject(x, "group_acc", m->cls_acc);
-  cJSON_AddNumberToObject(x, "loss", m->loss);
+  char *txt = ampc_mm_metrics_json(m);
+  cJSON *x = txt ? cJSON_Parse(txt) : NULL;
+  free(txt);
+  if (x)
+    cJSON_AddItemToObject(o, name, x);
 }
 
 static int run(int argc, char **argv) {
@@ -113,18 +71,20 @@ static int run(int argc, char **argv) {
     return cli_usage_error("eval", "--checkpoint FILE is required");
   if (threads > 0)
     ampc_set_num_threads((int)threads);
-  ampc_safetensors *f = NULL;
-  if (ampc_safetensors_read(ckpt, &f) != AMPC_OK)
+  ampc_model_desc md;
+  char precision[32];
+  int64_t iteration = 0;
+  if (ampc_model_desc_from_checkpoint(ckpt, &md, precision, sizeof precision, &iteration) !=
+      AMPC_OK)
     return cli_runtime_error("eval", "%s", ampc_last_error());
-  char model[32], precision[32];
-  int64_t vocab = 0, seq_len = 0, classes = 0;
-  float w[3];
-  int sgd = 0;
-  int ret = parse_model_meta(ckpt, f, model, sizeof model, &vocab, &seq_len, &classes, w, precision,
-                             sizeof precision, &sgd);
-  ampc_safetensors_free(f);
-  if (ret)
-    return ret;
+  const char *model = md.mm.name;
+  if (md.mm.image_only)
+    return cli_runtime_error("eval",
+                             "%s: %s is an image-only model; `ampc eval` measures retrieval "
+                             "(its class accuracy is in the training log's eval lines)",
+                             ckpt, model);
+  const int64_t vocab = md.mm.vocab, seq_len = md.mm.seq_len, classes = md.mm.classes;
+  int ret = AMPC_EXIT_OK;
   ampc_precision p;
   if (ampc_precision_parse(prec_flag ? prec_flag : precision, &p) != AMPC_OK)
     return prec_flag ? cli_usage_error("eval", "--precision: %s", ampc_last_error())
@@ -142,45 +102,47 @@ static int run(int argc, char **argv) {
                              ckpt, (long long)vocab, (long long)seq_len, (long long)classes, data,
                              D.vocab, D.seq_len, D.n_classes);
   }
-  ampc_mm_config mc;
+  /* the weights only: no trainer, no optimizer state */
   ampc_mm_specs sp = {0};
-  ampc_trainer T;
-  memset(&T, 0, sizeof T);
-  ampc_mm *M = NULL;
+  ampc_params P;
+  memset(&P, 0, sizeof P);
+  ampc_model M;
+  memset(&M, 0, sizeof M);
   ampc_amp_config amp;
   ampc_amp_config_preset(p, &amp);
-  const ampc_optim_config opt = sgd ? ampc_optim_sgd_defaults() : ampc_optim_adamw_defaults();
-  ampc_mm_metrics ns, zs;
-  if (ampc_mm_config_get(model, vocab, seq_len, classes, &mc) != AMPC_OK ||
-      ampc_mm_specs_make(&mc, &sp) != AMPC_OK ||
-      ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 0) != AMPC_OK ||
-      ampc_mm_create(&M, &mc, &T, batch) != AMPC_OK || ampc_trainer_load(&T, ckpt) != AMPC_OK ||
-      ampc_mm_evaluate(M, &D, AMPC_SPLIT_NEW_STYLE, &ns) != AMPC_OK ||
-      ampc_mm_evaluate(M, &D, AMPC_SPLIT_ZERO_SHOT, &zs) != AMPC_OK) {
+  ampc_rng rng;
+  ampc_rng_seed(&rng, 0);
+  const ampc_run_data rd = {.dataset = &D, .name = data};
+  ampc_eval ev;
+  if (ampc_model_specs(&md, &sp) != AMPC_OK ||
+      ampc_params_create(&P, sp.specs, sp.n, amp.lowp, amp.master_weights, amp.state_dtype, 0,
+                         &rng) != AMPC_OK ||
+      ampc_model_create(&M, &md, &P, &amp, batch) != AMPC_OK ||
+      ampc_params_load(&P, ckpt) != AMPC_OK || ampc_model_evaluate(&M, &rd, &ev) != AMPC_OK) {
     ret = cli_runtime_error("eval", "%s", ampc_last_error());
   } else if (json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "checkpoint", ckpt);
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddStringToObject(o, "precision", ampc_precision_name(p));
-    cJSON_AddNumberToObject(o, "step", (double)T.iteration);
-    put_metrics(o, "new_style", &ns);
-    put_metrics(o, "zero_shot", &zs);
+    cJSON_AddNumberToObject(o, "step", (double)iteration);
+    put_metrics(o, "new_style", &ev.new_style);
+    put_metrics(o, "zero_shot", &ev.zero_shot);
     ret = cli_print_json("eval", o);
   } else {
-    printf("%s: %s at step %lld, evaluated in %s\n", ckpt, model, (long long)T.iteration,
+    printf("%s: %s at step %lld, evaluated in %s\n", ckpt, model, (long long)iteration,
            ampc_precision_name(p));
     printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
            "t2i R@1", "t2i R@5", "chance R@1", "ITM acc", "group acc");
-    const ampc_mm_metrics *ms[2] = {&ns, &zs};
+    const ampc_mm_metrics *ms[2] = {&ev.new_style, &ev.zero_shot};
     const char *names[2] = {"new_style", "zero_shot"};
     for (int k = 0; k < 2; k++)
       printf("%-10s %8lld %8.3f %8.3f %8.3f %8.3f %10.4f %9.3f %9.3f\n", names[k],
              (long long)ms[k]->samples, ms[k]->i2t_r1, ms[k]->i2t_r5, ms[k]->t2i_r1, ms[k]->t2i_r5,
              1.0 / (double)ms[k]->concepts, ms[k]->itm_acc, ms[k]->cls_acc);
   }
-  ampc_mm_free(M);
-  ampc_trainer_free(&T);
+  ampc_model_free(&M);
+  ampc_params_free(&P);
   ampc_mm_specs_free(&sp);
   ampc_dataset_free(&D);
   return ret;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ampc/ampc.h"
 #include "train.h"
@@ -337,170 +338,28 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   return 0;
 }
 
-double train_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* A deterministic permutation of the training set for each epoch, derived
- * from (seed, epoch) only, so a resumed run sees the same batches. */
-int64_t train_sample_index(train_sampler *s, int64_t j) {
-  const int64_t epoch = j / s->n;
-  if (epoch != s->epoch) {
-    ampc_rng r;
-    ampc_rng_seed(&r, s->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch);
-    for (int64_t i = 0; i < s->n; i++)
-      s->perm[i] = i;
-    for (int64_t i = s->n - 1; i > 0; i--) {
-      const int64_t k = (int64_t)(ampc_rng_next(&r) % (uint64_t)(i + 1));
-      const int64_t t = s->perm[i];
-      s->perm[i] = s->perm[k], s->perm[k] = t;
-    }
-    s->epoch = epoch;
-  }
-  return s->perm[j % s->n];
-}
-
-/* print a JSON object as one log line (and free it); false on a write error */
-cJSON *train_step_line(const ampc_step_info *info, double loss, double ms,
-                       const ampc_diag_step *ds) {
-  cJSON *o = cJSON_CreateObject();
-  if (!o)
-    return NULL;
-  cJSON_AddStringToObject(o, "event", "step");
-  cJSON_AddNumberToObject(o, "step", (double)info->iteration);
-  cJSON_AddNumberToObject(o, "optimizer_step", (double)info->step);
-  cJSON_AddNumberToObject(o, "loss", loss);
-  cJSON_AddNumberToObject(o, "loss_scale", (double)info->loss_scale);
-  cJSON_AddBoolToObject(o, "overflow", info->overflow);
-  cJSON_AddBoolToObject(o, "skipped", info->skipped);
-  cJSON_AddNumberToObject(o, "growth_tracker", info->growth_tracker);
-  cJSON_AddNumberToObject(o, "nonfinite_grads", (double)info->nonfinite);
-  cJSON_AddNumberToObject(o, "grad_norm", info->grad_norm);
-  cJSON_AddNumberToObject(o, "clip_coef", (double)info->clip_coef);
-  cJSON_AddNumberToObject(o, "lr", (double)info->lr);
-  cJSON_AddNumberToObject(o, "ms", ms);
-  char *txt = ampc_diag_step_json(ds);
-  cJSON *d = txt ? cJSON_Parse(txt) : NULL;
-  free(txt);
-  if (!d) {
-    cJSON_Delete(o);
-    return NULL;
-  }
-  while (d->child) {
-    cJSON *it = cJSON_DetachItemViaPointer(d, d->child);
-    cJSON_AddItemToObject(o, it->string, it);
-  }
-  cJSON_Delete(d);
-  return o;
-}
-
-void train_add_memory(cJSON *summary, const ampc_trainer *T, size_t activations, size_t workspace) {
-  cJSON *mem = cJSON_AddObjectToObject(summary, "memory");
-  size_t total = activations + workspace;
-  for (int r = 0; r < AMPC_ROLE_COUNT; r++)
-    total += T->params.bytes[r];
-  cJSON_AddNumberToObject(mem, "weights", (double)T->params.bytes[AMPC_ROLE_WEIGHTS]);
-  cJSON_AddNumberToObject(mem, "master", (double)T->params.bytes[AMPC_ROLE_MASTER]);
-  cJSON_AddNumberToObject(mem, "grads", (double)T->params.bytes[AMPC_ROLE_GRADS]);
-  cJSON_AddNumberToObject(
-      mem, "moments",
-      (double)(T->params.bytes[AMPC_ROLE_MOMENT1] + T->params.bytes[AMPC_ROLE_MOMENT2]));
-  cJSON_AddNumberToObject(mem, "activations", (double)activations);
-  cJSON_AddNumberToObject(mem, "workspace", (double)workspace);
-  cJSON_AddNumberToObject(mem, "total", (double)total);
-  cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
-}
-
 int train_check_args(int argc, char **argv) {
   train_args A;
   return train_parse_args(argc, argv, &A);
 }
 
-ampc_diag *train_diag_start(const ampc_diag_config *c, const char *resumed_log, int64_t iteration) {
-  ampc_diag *d = NULL;
-  if (resumed_log && iteration > 0 && ampc_diag_read_log(resumed_log, &d) == AMPC_OK) {
-    ampc_diag_truncate(d, iteration + 1);
-    return d;
-  }
-  return ampc_diag_create(c);
-}
+/* ---- printing what the run reports (the library never prints) ---------------------- */
 
-bool train_add_diagnosis(cJSON *summary, const ampc_diag *d, FILE *say, bool quiet) {
-  char *txt = ampc_diag_json(d);
-  cJSON *j = txt ? cJSON_Parse(txt) : NULL;
-  free(txt);
-  if (!j)
-    return false;
-  cJSON_AddItemToObject(summary, "diagnosis", j);
-  if (!quiet) {
-    ampc_verdict v[AMPC_VERDICT_COUNT];
-    const int n = ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT);
-    for (int i = 0; i < n; i++) {
-      fprintf(say, "diagnosis: %s", ampc_verdict_name(v[i].kind));
-      if (v[i].branch >= 0)
-        fprintf(say, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
-      fputc('\n', say);
-      for (int k = 0; k < v[i].n_evidence; k++)
-        fprintf(say, "  - %s\n", v[i].evidence[k]);
-      if (v[i].safeguard[0])
-        fprintf(say, "  safeguard: %s\n", v[i].safeguard);
-    }
-  }
-  return true;
-}
+typedef struct printer {
+  const train_args *A;
+  FILE *say; /* stdout, or stderr under --json */
+  bool tty;  /* progress as one rewritten line on a terminal's stderr */
+  int64_t every;
+} printer;
 
-bool train_log_line(FILE *f, cJSON *o) {
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  if (!s)
-    return false;
-  /* flushed per line, so `tail -f` and a killed run keep every finished step */
-  const bool ok = fprintf(f, "%s\n", s) > 0 && fflush(f) == 0;
-  cJSON_free(s);
-  return ok;
-}
-
-static void evaluate(ampc_mlp *M, const float *x, const int32_t *y, int64_t n, int64_t in,
-                     int64_t batch, double *loss, double *acc) {
-  double ls = 0;
-  int64_t hits = 0;
-  for (int64_t r = 0; r < n; r += batch) {
-    const int64_t b = n - r < batch ? n - r : batch;
-    float l = 0;
-    int64_t c = 0;
-    if (ampc_mlp_run(M, b, x + r * in, y + r, 0.0f, 1.0f, &l, &c) == AMPC_OK) {
-      ls += (double)l * (double)b;
-      hits += c;
-    }
-  }
-  *loss = ls / (double)n;
-  *acc = (double)hits / (double)n;
-}
-
-cJSON *train_config_line(const ampc_trainer *T, const train_args *A, cJSON *run_o, FILE *say) {
-  char *cfg = ampc_trainer_config_json(T);
-  cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
-  free(cfg);
-  if (!cj || !run_o) {
-    cJSON_Delete(cj);
-    cJSON_Delete(run_o);
-    return NULL;
-  }
-  cJSON_AddNumberToObject(run_o, "steps", (double)A->steps);
-  cJSON_AddNumberToObject(run_o, "batch", (double)A->batch);
-  cJSON_AddNumberToObject(run_o, "micro_batches", (double)A->micro);
-  cJSON_AddNumberToObject(run_o, "seed", (double)A->seed);
-  cJSON_AddNumberToObject(run_o, "threads", (double)ampc_get_num_threads());
-  cJSON_AddStringToObject(run_o, "resumed_from", A->resume ? A->resume : "");
-  cJSON_AddItemToObject(cj, "run", run_o);
-  /* the resolved configuration, printed and logged first */
+static void print_config(FILE *say, ampc_run *R) {
+  const ampc_trainer *T = ampc_run_trainer(R);
   const ampc_amp_config *am = &T->amp;
   fprintf(say,
           "ampc train: %s, precision %s: weights %s, master weights %s, optimizer state %s, "
           "loss scale %s",
-          A->model, ampc_precision_name(am->precision), ampc_dtype_name(am->lowp),
+          ampc_run_model_desc(R)->name, ampc_precision_name(am->precision),
+          ampc_dtype_name(am->lowp),
           am->master_weights ? "on (f32)" : (am->lowp == AMPC_F32 ? "n/a" : "off"),
           ampc_dtype_name(am->state_dtype), ampc_loss_scale_mode_name(am->scaler.mode));
   if (am->scaler.mode != AMPC_LOSS_SCALE_NONE)
@@ -508,20 +367,74 @@ cJSON *train_config_line(const ampc_trainer *T, const train_args *A, cJSON *run_
   fprintf(say, ", accumulate %s; %lld parameters\n",
           am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32", (long long)T->params.numel);
   char warns[16][256];
-  const int nw = ampc_config_lint(am, &T->opt, warns, 16);
-  cJSON *wj = cJSON_AddArrayToObject(cj, "warnings");
-  for (int k = 0; k < nw && k < 16; k++) {
+  const int nw = ampc_run_warnings(R, warns, 16);
+  for (int k = 0; k < nw && k < 16; k++)
     fprintf(stderr, "ampc train: warning: %s\n", warns[k]);
-    cJSON_AddItemToArray(wj, cJSON_CreateString(warns[k]));
-  }
-  /* the config line: "event" first, then the resolved settings */
-  cJSON *first = cJSON_CreateObject();
-  cJSON_AddStringToObject(first, "event", "config");
-  for (cJSON *it = cj->child; it; it = it->next)
-    cJSON_AddItemToObject(first, it->string, cJSON_Duplicate(it, 1));
-  cJSON_Delete(cj);
-  return first;
 }
+
+static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
+  (void)R;
+  const printer *pr = user;
+  const ampc_step_info *info = p->info;
+  const int64_t done = info->iteration - p->start;
+  if (pr->tty) {
+    const double eta =
+        done > 0 ? p->elapsed_s / (double)done * (double)(p->end - info->iteration) : 0.0;
+    fprintf(stderr, "\rstep %lld/%lld  loss %.4f  scale %g  skipped %lld  %.2f it/s  ETA %.0f s   ",
+            (long long)info->iteration, (long long)pr->A->steps, (double)p->losses->total,
+            (double)info->next_scale, (long long)p->skipped,
+            p->elapsed_s > 0 ? (double)done / p->elapsed_s : 0.0, eta);
+  } else if (!pr->A->quiet && (info->iteration % pr->every == 0 || info->iteration == p->end)) {
+    fprintf(pr->say, "step %lld/%lld  loss %.4f", (long long)info->iteration,
+            (long long)pr->A->steps, (double)p->losses->total);
+    if (p->losses->n_parts >= 3) /* the multimodal terms */
+      fprintf(pr->say, " (itc %.4f itm %.4f cls %.4f)", (double)p->losses->part[0],
+              (double)p->losses->part[1], (double)p->losses->part[2]);
+    fprintf(pr->say, "  scale %g  skipped %lld\n", (double)info->next_scale, (long long)p->skipped);
+  }
+}
+
+static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc_eval *e) {
+  (void)R;
+  const printer *pr = user;
+  if (pr->tty)
+    fputc('\n', stderr);
+  if (pr->A->quiet)
+    return;
+  if (e->kind == AMPC_EVAL_CLASSES) {
+    fprintf(pr->say, "eval @%lld  %s: accuracy %.4f, loss %.4f (%lld samples)\n",
+            (long long)iteration, e->split == AMPC_SPLIT_NEW_STYLE ? "new style" : "test",
+            e->accuracy, e->loss, (long long)e->samples);
+    return;
+  }
+  const ampc_mm_metrics *n = &e->new_style, *z = &e->zero_shot;
+  fprintf(pr->say,
+          "eval @%lld  new style: R@1 i2t %.3f t2i %.3f (chance %.4f), group %.3f  |  "
+          "zero-shot: R@1 i2t %.3f t2i %.3f (chance %.3f)\n",
+          (long long)iteration, n->i2t_r1, n->t2i_r1, n->concepts ? 1.0 / (double)n->concepts : 0.0,
+          n->cls_acc, z->i2t_r1, z->t2i_r1, z->concepts ? 1.0 / (double)z->concepts : 0.0);
+}
+
+static void print_diagnosis(FILE *say, const ampc_diag *d) {
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  const int n = ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT);
+  for (int i = 0; i < n; i++) {
+    fprintf(say, "diagnosis: %s", ampc_verdict_name(v[i].kind));
+    if (v[i].branch >= 0)
+      fprintf(say, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
+    fputc('\n', say);
+    for (int k = 0; k < v[i].n_evidence; k++)
+      fprintf(say, "  - %s\n", v[i].evidence[k]);
+    if (v[i].safeguard[0])
+      fprintf(say, "  safeguard: %s\n", v[i].safeguard);
+  }
+}
+
+/* the MLP's data: synthetic Gaussian blobs, train rows then test rows */
+typedef struct blobs {
+  float *x;
+  int32_t *y;
+} blobs;
 
 static int run_one(int argc, char **argv, cJSON **summary) {
   train_args A;
@@ -530,225 +443,92 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     return rc;
   if (A.threads > 0)
     ampc_set_num_threads(A.threads);
-  if (strcmp(A.model, "mlp") != 0)
-    return train_run_mm(&A, summary);
   FILE *say = A.json ? stderr : stdout;
-  /* data */
-  const int64_t in = A.mc.in, ntot = A.ntrain + A.ntest;
-  float *x = malloc((size_t)(ntot * in) * sizeof *x);
-  int32_t *y = malloc((size_t)ntot * sizeof *y);
-  float *bx = malloc((size_t)(A.batch * in) * sizeof *bx);
-  int32_t *by = malloc((size_t)A.batch * sizeof *by);
-  train_sampler smp = {.n = A.ntrain, .epoch = -1, .seed = A.seed};
-  smp.perm = malloc((size_t)A.ntrain * sizeof *smp.perm);
-  if (!x || !y || !bx || !by || !smp.perm) {
-    free(x), free(y), free(bx), free(by), free(smp.perm);
-    return cli_runtime_error("train", "out of memory for %lld samples", (long long)ntot);
+  const bool mlp = strcmp(A.model, "mlp") == 0;
+  ampc_dataset D;
+  memset(&D, 0, sizeof D);
+  blobs B = {NULL, NULL};
+  ampc_run_data data = {.name = A.data};
+  ampc_model_desc md;
+  if (mlp) {
+    const int64_t in = A.mc.in, ntot = A.ntrain + A.ntest;
+    B.x = malloc((size_t)(ntot * in) * sizeof *B.x);
+    B.y = malloc((size_t)ntot * sizeof *B.y);
+    if (!B.x || !B.y) {
+      free(B.x), free(B.y);
+      return cli_runtime_error("train", "out of memory for %lld samples", (long long)ntot);
+    }
+    ampc_synth_blobs(ntot, in, A.mc.classes, A.sep, A.seed, B.x, B.y);
+    data = (ampc_run_data){.n_train = A.ntrain,
+                           .n_test = A.ntest,
+                           .dim = in,
+                           .x_train = B.x,
+                           .x_test = B.x + A.ntrain * in,
+                           .y_train = B.y,
+                           .y_test = B.y + A.ntrain,
+                           .name = "synthetic blobs"};
+    (void)ampc_model_desc_get("mlp", NULL, &md);
+    md.mlp = A.mc;
+  } else {
+    if ((rc = cli_load_data("train", A.data, &D)) != 0)
+      return rc;
+    data.dataset = &D;
+    /* image-only data: the default model becomes the image-only ViT */
+    const char *model = !D.tokens && strcmp(A.model, "mm-tiny") == 0 ? "vit-fm" : A.model;
+    if (ampc_model_desc_get(model, &D, &md) != AMPC_OK) {
+      ampc_dataset_free(&D);
+      return cli_usage_error("train", "%s", ampc_last_error());
+    }
+    md.mm.w_itc = A.w_itc, md.mm.w_itm = A.w_itm, md.mm.w_cls = A.w_cls;
   }
-  ampc_synth_blobs(ntot, in, A.mc.classes, A.sep, A.seed, x, y);
-  const float *xt = x + A.ntrain * in;
-  const int32_t *yt = y + A.ntrain;
-  /* engine */
-  ampc_param_spec specs[AMPC_MLP_NPARAMS];
-  ampc_trainer T;
-  ampc_mlp M;
-  memset(&M, 0, sizeof M);
-  FILE *log = NULL;
-  ampc_diag *diag = NULL;
+  ampc_run_config c = ampc_run_config_defaults();
+  c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro;
+  c.eval_every = A.eval_every, c.eval = !A.no_eval, c.log_every = A.log_every;
+  c.save_every = A.save_every, c.telemetry_every = A.tm_every, c.seed = A.seed;
+  c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;
+  ampc_run *R = NULL;
   int ret = AMPC_EXIT_OK;
-  ampc_status ist = ampc_mlp_specs(&A.mc, specs);
-  if (ist == AMPC_OK)
-    ist = ampc_trainer_init(&T, &A.amp, &A.opt, specs, AMPC_MLP_NPARAMS, A.seed);
-  if (ist != AMPC_OK) {
-    ret = ist == AMPC_ERR_NOMEM ? cli_runtime_error("train", "%s", ampc_last_error())
-                                : cli_usage_error("train", "%s", ampc_last_error());
-    free(x), free(y), free(bx), free(by), free(smp.perm);
-    return ret;
+  const ampc_status st = ampc_run_create(&R, &c, &A.amp, &A.opt, &md, &data);
+  if (st != AMPC_OK) {
+    /* a setting that does not fit (batch, model, data, step) is a usage error */
+    ret = st == AMPC_ERR_INVALID_ARG ? cli_usage_error("train", "%s", ampc_last_error())
+                                     : cli_runtime_error("train", "%s", ampc_last_error());
+    goto out;
   }
-  if (ampc_mlp_create(&M, &A.mc, &T, A.batch / A.micro) != AMPC_OK) {
+  print_config(say, R);
+  printer pr = {&A, say, !A.quiet && isatty(fileno(stderr)), A.steps >= 20 ? A.steps / 20 : 1};
+  const ampc_run_callbacks cb = {&pr, on_step, on_eval};
+  if (ampc_run_train(R, &cb) != AMPC_OK) {
     ret = cli_runtime_error("train", "%s", ampc_last_error());
     goto out;
   }
-  if (A.resume && ampc_trainer_load(&T, A.resume) != AMPC_OK) {
-    ret = cli_runtime_error("train", "cannot resume: %s", ampc_last_error());
-    goto out;
-  }
-  if (T.iteration > A.steps) {
-    ret = cli_usage_error("train", "%s is at step %lld, beyond --steps %lld", A.resume,
-                          (long long)T.iteration, (long long)A.steps);
-    goto out;
-  }
-  cJSON *run_o = cJSON_CreateObject();
-  cJSON_AddStringToObject(run_o, "model", A.model);
-  cJSON_AddNumberToObject(run_o, "in", (double)A.mc.in);
-  cJSON_AddNumberToObject(run_o, "hidden", (double)A.mc.hidden);
-  cJSON_AddNumberToObject(run_o, "classes", (double)A.mc.classes);
-  cJSON_AddNumberToObject(run_o, "train_size", (double)A.ntrain);
-  cJSON_AddNumberToObject(run_o, "test_size", (double)A.ntest);
-  cJSON *first = train_config_line(&T, &A, run_o, say);
-  if (!first) {
+  if (!A.quiet && !A.json)
+    print_diagnosis(say, ampc_run_diag(R));
+  char *txt = ampc_run_summary_json(R);
+  cJSON *o = txt ? cJSON_Parse(txt) : NULL;
+  free(txt);
+  if (!o) {
     ret = cli_runtime_error("train", "out of memory");
     goto out;
   }
-  if (A.log) {
-    log = fopen(A.log, A.resume ? "a" : "w");
-    if (!log) {
-      cJSON_Delete(first);
-      ret = cli_runtime_error("train", "cannot open log file %s: %s", A.log, strerror(errno));
-      goto out;
-    }
-    if (!train_log_line(log, first)) {
-      ret = cli_runtime_error("train", "cannot write log file %s", A.log);
-      goto out;
-    }
+  if (summary)
+    *summary = cJSON_Duplicate(o, 1);
+  if (A.json) {
+    ret = cli_print_json("train", o);
   } else {
-    cJSON_Delete(first);
-  }
-  const double t_start = train_now_s();
-  const int64_t mb = A.batch / A.micro;
-  double last_loss = NAN, ev_loss = NAN, ev_acc = NAN;
-  ampc_swallow_stats sw_sum = {0};
-  const int64_t end = A.stop_at > 0 && A.stop_at < A.steps ? A.stop_at : A.steps;
-  ampc_diag_config dcfg;
-  ampc_diag_config_from(&dcfg, &T);
-  diag = train_diag_start(&dcfg, A.resume ? A.log : NULL, T.iteration);
-  if (!diag) {
-    ret = cli_runtime_error("train", "out of memory");
-    goto out;
-  }
-  while (T.iteration < end) {
-    const double t0 = train_now_s();
-    const int64_t it_no = T.iteration; /* 0-based index of this step */
-    ampc_trainer_zero_grad(&T);
-    double loss = 0;
-    const float S = ampc_trainer_loss_scale(&T);
-    for (int64_t k = 0; k < A.micro; k++) {
-      for (int64_t r = 0; r < mb; r++) {
-        const int64_t src = train_sample_index(&smp, it_no * A.batch + k * mb + r);
-        memcpy(bx + r * in, x + src * in, (size_t)in * sizeof *bx);
-        by[r] = y[src];
-      }
-      float l = 0;
-      if (ampc_mlp_run(&M, mb, bx, by, S, (float)A.micro, &l, NULL) != AMPC_OK) {
-        ret = cli_runtime_error("train", "step %lld: %s", (long long)it_no + 1, ampc_last_error());
-        goto out;
-      }
-      loss += (double)l / (double)A.micro;
+    if (!A.quiet) {
+      const ampc_trainer *T = ampc_run_trainer(R);
+      fprintf(say, "done: %lld steps (%lld skipped), %.1f s%s%s\n", (long long)T->iteration,
+              (long long)T->scaler.skip_count,
+              cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "wall_s")),
+              A.save ? ", checkpoint " : "", A.save ? A.save : "");
     }
-    ampc_step_info info;
-    if (ampc_trainer_step(&T, &info) != AMPC_OK) {
-      ret = cli_runtime_error("train", "step %lld: %s", (long long)it_no + 1, ampc_last_error());
-      goto out;
-    }
-    const double ms = (train_now_s() - t0) * 1e3;
-    last_loss = loss;
-    if (!info.skipped)
-      for (int i = 0; i < T.params.count; i++) {
-        sw_sum.updated += T.swallow[i].updated, sw_sum.swallowed += T.swallow[i].swallowed;
-        sw_sum.would_swallow += T.swallow[i].would_swallow;
-      }
-    ampc_diag_step ds;
-    ampc_diag_step_fill(&ds, &T, &info, loss, NULL);
-    if (ampc_diag_add(diag, &ds) != AMPC_OK) {
-      ret = cli_runtime_error("train", "%s", ampc_last_error());
-      goto out;
-    }
-    if (log && (info.iteration % A.log_every == 0 || info.iteration == end || info.overflow)) {
-      cJSON *o = train_step_line(&info, loss, ms, &ds);
-      if (!o || !train_log_line(log, o)) {
-        ret = cli_runtime_error("train", "cannot write log file %s", A.log);
-        goto out;
-      }
-    }
-    const bool do_eval = A.eval_every > 0 && (info.iteration % A.eval_every == 0);
-    if (!A.no_eval && (do_eval || info.iteration == end)) {
-      evaluate(&M, xt, yt, A.ntest, in, A.batch / A.micro, &ev_loss, &ev_acc);
-      if (!A.quiet)
-        fprintf(say, "step %6lld  loss %.4f  scale %-8g skipped %lld  test loss %.4f  acc %.4f\n",
-                (long long)info.iteration, loss, (double)info.loss_scale,
-                (long long)T.scaler.skip_count, ev_loss, ev_acc);
-      if (log) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "event", "eval");
-        cJSON_AddNumberToObject(o, "step", (double)info.iteration);
-        cJSON *m = cJSON_AddObjectToObject(o, "metrics");
-        cJSON_AddNumberToObject(m, "test_loss", ev_loss);
-        cJSON_AddNumberToObject(m, "test_accuracy", ev_acc);
-        if (!train_log_line(log, o)) {
-          ret = cli_runtime_error("train", "cannot write log file %s", A.log);
-          goto out;
-        }
-      }
-    }
-    if (A.save && A.save_every > 0 && info.iteration % A.save_every == 0 && info.iteration != end) {
-      ampc_st_meta meta = {"ampc.model", A.model};
-      if (ampc_trainer_save(&T, A.save, &meta, 1) != AMPC_OK) {
-        ret = cli_runtime_error("train", "%s", ampc_last_error());
-        goto out;
-      }
-    }
-  }
-  if (A.save) {
-    ampc_st_meta meta = {"ampc.model", A.model};
-    if (ampc_trainer_save(&T, A.save, &meta, 1) != AMPC_OK) {
-      ret = cli_runtime_error("train", "%s", ampc_last_error());
-      goto out;
-    }
-  }
-  {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", "summary");
-    cJSON_AddStringToObject(o, "precision", ampc_precision_name(T.amp.precision));
-    cJSON_AddNumberToObject(o, "steps", (double)T.iteration);
-    cJSON_AddNumberToObject(o, "optimizer_steps", (double)T.step);
-    cJSON_AddNumberToObject(o, "skipped_steps", (double)T.scaler.skip_count);
-    cJSON_AddNumberToObject(o, "overflow_steps", (double)T.scaler.overflow_count);
-    cJSON_AddNumberToObject(o, "final_loss_scale", (double)T.scaler.scale);
-    cJSON_AddNumberToObject(o, "final_train_loss", last_loss);
-    cJSON_AddNumberToObject(o, "test_loss", ev_loss);
-    cJSON_AddNumberToObject(o, "test_accuracy", ev_acc);
-    cJSON_AddNumberToObject(o, "swallowed_fraction",
-                            sw_sum.updated ? (double)sw_sum.swallowed / (double)sw_sum.updated : 0);
-    cJSON_AddNumberToObject(o, "wall_s", train_now_s() - t_start);
-    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
-    {
-      size_t act = 0, ws = 0;
-      (void)ampc_mlp_plan_bytes(&A.mc, A.batch / A.micro, T.amp.precision, &act, &ws);
-      train_add_memory(o, &T, act, ws);
-    }
-    cJSON_AddStringToObject(o, "checkpoint", A.save ? A.save : "");
-    if (!train_add_diagnosis(o, diag, say, A.quiet || A.json)) {
-      cJSON_Delete(o);
-      ret = cli_runtime_error("train", "out of memory");
-      goto out;
-    }
-    if (summary)
-      *summary = cJSON_Duplicate(o, 1);
-    if (log) {
-      cJSON *dup = cJSON_Duplicate(o, 1);
-      if (!train_log_line(log, dup)) {
-        cJSON_Delete(o);
-        ret = cli_runtime_error("train", "cannot write log file %s", A.log);
-        goto out;
-      }
-    }
-    if (A.json) {
-      ret = cli_print_json("train", o);
-    } else {
-      if (!A.quiet)
-        fprintf(say, "done: %lld steps (%lld skipped), test accuracy %.4f%s%s\n",
-                (long long)T.iteration, (long long)T.scaler.skip_count, ev_acc,
-                A.save ? ", checkpoint " : "", A.save ? A.save : "");
-      cJSON_Delete(o);
-    }
+    cJSON_Delete(o);
   }
 out:
-  if (log && fclose(log) != 0 && ret == AMPC_EXIT_OK)
-    ret = cli_runtime_error("train", "cannot write log file %s", A.log);
-  ampc_diag_free(diag);
-  ampc_mlp_free(&M);
-  ampc_trainer_free(&T);
-  free(x), free(y), free(bx), free(by), free(smp.perm);
+  ampc_run_free(R);
+  ampc_dataset_free(&D);
+  free(B.x), free(B.y);
   return ret;
 }
 

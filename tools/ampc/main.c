@@ -52,6 +52,9 @@ static void check_isa_env(void) {
 }
 
 int main(int argc, char **argv) {
+  /* progress lines appear as they are printed, also through a pipe (`| tee`),
+   * where stdio would otherwise hold them back in a 4 KiB block */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   check_isa_env();
   if (argc < 2) {
     print_usage(stderr);

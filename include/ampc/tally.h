@@ -1,0 +1,59 @@
+/*
+ * ampc/tally.h: the rounding tally of the numeric layer (DESIGN.md section 1):
+ * exact counts of what rounding FP32 results into a storage dtype did. While
+ * the tally is on, every store of ampc's kernels into storage (the GEMM
+ * epilogue, the layers' stores, the element stores, the optimizer's
+ * re-rounding) is counted in the thread that made it. Counting says nothing
+ * about where a value belongs: the diagnosis layer (ampc/diag.h) switches the
+ * tally on, drains it at the end of each tensor and attributes the counts to
+ * a model branch.
+ *
+ * The tally is process-wide and driven from one thread outside any parallel
+ * region (the kernels' OpenMP workers only add to their own slots).
+ */
+#ifndef AMPC_TALLY_H
+#define AMPC_TALLY_H
+
+#include <stdint.h>
+
+#include "ampc/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Histogram bins: bin e (0..255) counts finite non-zero FP32 values whose biased
+ * exponent field is e, i.e. floor(log2 |x|) = e - 127 for e >= 1; bin 0 holds
+ * FP32 subnormals (|x| < 2^-126). Zeros are counted apart. */
+enum { AMPC_TM_BINS = 256 };
+
+typedef struct ampc_tm_stats {
+  ampc_round_stats r;          /* what the rounding into storage did */
+  uint64_t zeros;              /* values that were exactly 0 in FP32 already */
+  uint64_t hist[AMPC_TM_BINS]; /* FP32 exponents of the non-zero finite values */
+} ampc_tm_stats;
+
+/* Where counted values belong, as a model reports it: forward or backward pass. */
+typedef enum ampc_tm_phase {
+  AMPC_TM_ACT = 0,  /* forward pass: activations */
+  AMPC_TM_GRAD = 1, /* backward pass: activation and parameter gradients */
+  AMPC_TM_PHASES
+} ampc_tm_phase;
+
+/* Switch counting on (1) or off (0); returns the previous state. */
+int ampc_tally_set(int on);
+
+/* Sum every thread's counts since the last drain into *out (zeroed first)
+ * and clear them. Call between parallel regions. */
+void ampc_tally_drain(ampc_tm_stats *out);
+
+/* Add the counts of `from` into `into`. */
+void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from);
+
+/* The FP32 exponent bin of 2^e, for plotting bands: e + 127 clamped to [0, 255]. */
+int ampc_tm_bin_of_log2(int e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

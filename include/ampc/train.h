@@ -1,0 +1,312 @@
+/*
+ * ampc/train.h: the training run (DESIGN.md section 1, "training run"; the
+ * log contract of section 4). Everything `ampc train` does lives here, so a C
+ * program reproduces a CLI run bit for bit:
+ *
+ *   ampc_run_config rc = ampc_run_config_defaults();
+ *   rc.steps = 300, rc.batch = 64, rc.log_path = "run.jsonl", rc.save_path = "ck.safetensors";
+ *   ampc_model_desc md;   ampc_model_desc_get("mm-tiny", &dataset, &md);
+ *   ampc_run_data data = {.dataset = &dataset, .name = "emoji"};
+ *   ampc_run *R;
+ *   ampc_run_create(&R, &rc, &amp, &opt, &md, &data);   (builds trainer and model, resumes)
+ *   ampc_run_train(R, NULL);                            (the loop; callbacks may print)
+ *   ampc_run_free(R);
+ *
+ * Layers: the run sits above the models (src/model/), the trainer's parts
+ * (src/amp/, src/optim/), io, diag and report; the CLI (tools/ampc/) only
+ * parses flags and prints what the callbacks hand it. Where MPI or a GPU
+ * backend come in, they plug into this one loop.
+ */
+#ifndef AMPC_TRAIN_H
+#define AMPC_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ampc/data.h"
+#include "ampc/diag.h"
+#include "ampc/engine.h"
+#include "ampc/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the sampler --------------------------------------------------------------- */
+
+/* A permutation of [0, n) per epoch, derived from (seed, epoch) only (a
+ * Fisher-Yates shuffle driven by ampc_rng seeded with seed * 0x9E3779B97F4A7C15
+ * + epoch), so a run resumed at any step sees the batches an uninterrupted
+ * run would, whatever the thread count. */
+typedef struct ampc_sampler {
+  int64_t n, epoch;
+  int64_t *perm; /* [n] */
+  uint64_t seed;
+} ampc_sampler;
+
+/* Errors: AMPC_ERR_INVALID_ARG (n < 1), AMPC_ERR_NOMEM. */
+ampc_status ampc_sampler_init(ampc_sampler *s, int64_t n, uint64_t seed);
+void ampc_sampler_free(ampc_sampler *s);
+/* The sample index (in [0, n)) of global draw number j >= 0: epoch j / n,
+ * position j % n of that epoch's permutation. */
+int64_t ampc_sampler_index(ampc_sampler *s, int64_t j);
+
+/* ---- the model interface ---------------------------------------------------------- */
+
+typedef enum ampc_model_kind {
+  AMPC_MODEL_MLP = 0, /* the MLP classifier on dense FP32 features (the engine's smoke test) */
+  AMPC_MODEL_MM = 1,  /* the multimodal image-text model and the image-only ViTs (src/model/mm.c) */
+} ampc_model_kind;
+
+/* What model to build: a kind and its configuration. */
+typedef struct ampc_model_desc {
+  ampc_model_kind kind;
+  char name[32]; /* "mlp", "mm-tiny", "vit-ref", ... */
+  ampc_mlp_config mlp;
+  ampc_mm_config mm;
+} ampc_model_desc;
+
+/* The model called `name` ("mlp": in 16, hidden 64, classes 5; or a name of
+ * ampc_mm_config_get) for dataset d (vocab, seq_len, classes; may be NULL for
+ * the MLP). Errors: AMPC_ERR_INVALID_ARG (unknown name). */
+ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out);
+
+/* The model a checkpoint of a multimodal run was trained with, read from
+ * the metadata the run writes ("ampc.model_config": a JSON object of name,
+ * vocab, seq_len, classes and the loss weights), the preset it was trained in
+ * (precision; may be NULL) and its iteration (may be NULL). Errors:
+ * AMPC_ERR_IO, AMPC_ERR_FORMAT (not a checkpoint of a multimodal model; the
+ * message names the file). */
+ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *out, char *precision,
+                                            size_t precision_cap, int64_t *iteration);
+/* The metadata entries that name model d in a checkpoint ("ampc.model"; for
+ * the multimodal kind also "ampc.model_config" and "ampc.data" = data_name).
+ * Fills meta[0..n) (at most 3; the strings live in *storage) and returns n. */
+typedef struct ampc_model_meta_storage {
+  char config[512];
+} ampc_model_meta_storage;
+int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
+                               ampc_model_meta_storage *storage, ampc_st_meta meta[3]);
+
+/* One (micro-)batch. Multimodal: images [b, img, img, channels] uint8,
+ * tokens [b, seq_len] (NULL for the image-only models), labels [b]. MLP:
+ * features [b, in] FP32, labels [b]. */
+typedef struct ampc_batch {
+  int64_t b;
+  const uint8_t *images;
+  const int32_t *tokens;
+  const int32_t *labels;
+  const float *features;
+} ampc_batch;
+
+/* The losses of one forward pass (FP32, unscaled): the weighted total and the
+ * named parts that go into the step line (multimodal: loss_itc, loss_itm,
+ * loss_cls, itm_acc, group_acc; the MLP has none). */
+enum { AMPC_LOSS_PARTS_MAX = 8 };
+typedef struct ampc_losses {
+  float total;
+  int n_parts;
+  const char *part_name[AMPC_LOSS_PARTS_MAX]; /* static strings */
+  float part[AMPC_LOSS_PARTS_MAX];
+} ampc_losses;
+
+/* What an evaluation measured. Retrieval (multimodal models): new_style and
+ * zero_shot. Classes (the ViTs and the MLP): accuracy and mean loss of the
+ * class head on `samples` samples of one split. */
+typedef enum { AMPC_EVAL_RETRIEVAL = 0, AMPC_EVAL_CLASSES = 1 } ampc_eval_kind;
+typedef struct ampc_eval {
+  ampc_eval_kind kind;
+  ampc_mm_metrics new_style, zero_shot;
+  double accuracy, loss;
+  int64_t samples;
+  int split; /* ampc_split evaluated (classes) */
+} ampc_eval;
+
+/* The data a run trains and evaluates on: an image(-text) dataset (its
+ * training split is sampled; evaluation on its evaluation splits) or, for
+ * the MLP, dense features (train and test rows). */
+typedef struct ampc_run_data {
+  const ampc_dataset *dataset;
+  int64_t n_train, n_test, dim;    /* dense features */
+  const float *x_train, *x_test;   /* [n_train, dim], [n_test, dim] FP32 */
+  const int32_t *y_train, *y_test; /* labels */
+  const char *name;                /* recorded in the log and the checkpoint ("emoji") */
+} ampc_run_data;
+
+/* A model built over a parameter table: forward, backward(seed), evaluate.
+ * The kinds above implement it; ops is public so another model can too. */
+typedef struct ampc_model ampc_model;
+typedef struct ampc_model_ops {
+  /* forward pass on bt (b <= the max batch); bt's buffers must stay valid
+   * until the backward pass */
+  ampc_status (*forward)(ampc_model *m, const ampc_batch *bt, ampc_losses *out);
+  /* backward pass of the last forward pass, seeded with `seed` (the loss scale
+   * divided by the number of micro-batches), accumulating (+=) into the
+   * parameter table's gradients */
+  ampc_status (*backward)(ampc_model *m, float seed);
+  ampc_status (*evaluate)(ampc_model *m, const ampc_run_data *d, ampc_eval *out);
+  /* attach a telemetry collector (NULL: the model does not mark branches) */
+  void (*set_telemetry)(ampc_model *m, ampc_telemetry *t);
+  void (*destroy)(ampc_model *m);
+} ampc_model_ops;
+
+struct ampc_model {
+  const ampc_model_ops *ops;
+  ampc_model_desc desc;
+  int64_t max_batch;
+  size_t activation_bytes, workspace_bytes; /* what the model allocated, by role */
+  void *impl;
+};
+
+/* The parameter specs of a model (names stored in *out). Errors:
+ * AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
+ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mm_specs *out);
+/* Build the model over P (whose specs are ampc_model_specs(d)) for batches of
+ * up to max_batch under amp's policy and accumulation. Errors:
+ * AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
+ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_params *P,
+                              const ampc_amp_config *amp, int64_t max_batch);
+void ampc_model_free(ampc_model *m);
+/* The activation and workspace bytes ampc_model_create would allocate,
+ * without allocating (the memory account). Errors: AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_model_plan_bytes(const ampc_model_desc *d, int64_t max_batch, ampc_precision p,
+                                  size_t *activations, size_t *workspace);
+
+/* ---- one training step ---------------------------------------------------------- */
+
+/* Supplies micro-batch k (0-based) of the current step. */
+typedef ampc_status (*ampc_batch_fn)(void *user, int64_t k, ampc_batch *out);
+
+/* One optimizer step with gradient accumulation over n_micro micro-batches:
+ * zero_grad; for each micro-batch a forward pass and a backward pass seeded
+ * with S / n_micro (S = ampc_trainer_loss_scale); ampc_trainer_step. *mean
+ * receives the losses averaged over the micro-batches (each weighted 1 /
+ * n_micro in FP32). Errors: those of the model and the trainer. */
+/* The first half of ampc_train_step: zero_grad and the forward and backward
+ * passes of every micro-batch, without the trainer's step (so a caller can
+ * end a telemetry window, or reduce gradients across processes, before it). */
+ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micro,
+                                  ampc_batch_fn next, void *user, ampc_losses *mean);
+ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, ampc_batch_fn next,
+                            void *user, ampc_losses *mean, ampc_step_info *info);
+
+/* ---- the diagnosis' view of a trainer (src/diag/ is below the trainer) ---------------- */
+
+/* Fill *s from a trainer after ampc_trainer_step returned info, the run's loss
+ * and the telemetry collector that sampled the iteration (ended; NULL when the
+ * iteration was not sampled). */
+void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_step_info *info,
+                         double loss, const ampc_telemetry *tm);
+/* The settings of trainer T as the diagnosis sees them. */
+void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T);
+
+/* ---- the run -------------------------------------------------------------------- */
+
+typedef struct ampc_run_config {
+  int64_t steps;           /* optimizer iterations of the whole run (the LR schedule's length) */
+  int64_t stop_at;         /* > 0: end after this iteration as if interrupted (and save) */
+  int64_t batch;           /* samples per iteration */
+  int64_t micro_batches;   /* gradient accumulation: batch / micro_batches per pass */
+  int64_t eval_every;      /* evaluate every N iterations (0: only at the end) */
+  bool eval;               /* false: never evaluate */
+  int64_t log_every;       /* step lines every N iterations (sampled, overflowing, last: always) */
+  int64_t save_every;      /* checkpoint every N iterations (0: only at the end) */
+  int64_t telemetry_every; /* rounding telemetry every N iterations (0: off) */
+  uint64_t seed;           /* parameter initialisation and the sampler */
+  const char *log_path;    /* JSON Lines metrics log, or NULL */
+  const char *save_path;   /* checkpoint, or NULL */
+  const char *resume_path; /* checkpoint to continue from, or NULL */
+} ampc_run_config;
+
+/* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,
+ * telemetry_every 10, seed 1; no files. */
+ampc_run_config ampc_run_config_defaults(void);
+
+typedef struct ampc_run ampc_run;
+
+/* What the callbacks see after each iteration. */
+typedef struct ampc_run_progress {
+  const ampc_step_info *info;
+  const ampc_losses *losses; /* averaged over the micro-batches */
+  double ms;                 /* this iteration's wall time */
+  double elapsed_s;          /* since ampc_run_train started */
+  int64_t end;               /* the last iteration this call will run */
+  int64_t start;             /* the iteration it started from (resume) */
+  int64_t skipped;           /* skipped steps so far */
+} ampc_run_progress;
+
+/* Optional observers (the CLI prints through them; the library never does).
+ * Any may be NULL. */
+typedef struct ampc_run_callbacks {
+  void *user;
+  void (*step)(void *user, const ampc_run *R, const ampc_run_progress *p);
+  void (*eval)(void *user, const ampc_run *R, int64_t iteration, const ampc_eval *e);
+} ampc_run_callbacks;
+
+/* Check rc, build the trainer (ampc_trainer_init with rc->seed) and the model
+ * for micro-batches of batch / micro_batches samples, and resume from
+ * rc->resume_path. Errors: AMPC_ERR_INVALID_ARG (a bad setting, a batch
+ * larger than the training split, a model that does not fit the data; the
+ * message names them), AMPC_ERR_NOMEM, the errors of ampc_trainer_load. */
+ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const ampc_amp_config *amp,
+                            const ampc_optim_config *opt, const ampc_model_desc *md,
+                            const ampc_run_data *data);
+void ampc_run_free(ampc_run *R);
+
+/* The {"event":"config",...} object as JSON text (malloc'd; caller frees;
+ * NULL on allocation failure): the trainer's resolved configuration, the
+ * configuration lint's "warnings", and "run" (model, data, batch, seed,
+ * threads, resumed_from, ...). */
+char *ampc_run_config_json(const ampc_run *R);
+/* The configuration lint's warnings (ampc_config_lint) of the run. */
+int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max);
+
+/* Train from the current iteration to min(steps, stop_at): per iteration
+ * the sampled micro-batches, ampc_train_step, telemetry on sampled
+ * iterations, the step line, evaluation and checkpoints at their cadence;
+ * at the end the checkpoint and the summary line. The log (when set) gets
+ * the config line first (appended to when resuming). Errors: those of the
+ * step (message names the iteration), AMPC_ERR_IO (log or checkpoint). */
+ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb);
+
+/* The {"event":"summary",...} object of the last ampc_run_train (malloc'd
+ * JSON text; NULL before or on allocation failure). */
+char *ampc_run_summary_json(const ampc_run *R);
+
+/* The parts of a run, for printing and for tests. */
+ampc_trainer *ampc_run_trainer(ampc_run *R);
+ampc_model *ampc_run_model(ampc_run *R);
+const ampc_diag *ampc_run_diag(const ampc_run *R);
+const ampc_model_desc *ampc_run_model_desc(const ampc_run *R);
+const ampc_run_config *ampc_run_get_config(const ampc_run *R);
+
+/* Evaluate m on d (the kind's evaluation: retrieval on the new-style and
+ * zero-shot splits for the multimodal models; class accuracy on the test
+ * split, or new-style split, for the ViTs; the test rows for the MLP). */
+ampc_status ampc_model_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out);
+
+/* One split's retrieval metrics as a JSON object text (samples, concepts,
+ * i2t/t2i R@1 and R@5, chance_r1 (0 for no concepts), itm_acc, group_acc,
+ * loss, itc, itm, cls): what the log, `ampc eval --json` and the summary
+ * print. malloc'd; NULL on allocation failure. */
+char *ampc_mm_metrics_json(const ampc_mm_metrics *m);
+
+/* Evaluate the multimodal model M on the samples of `split` of d
+ * (src/train/eval.c). Retrieval ranks every image against one caption per
+ * concept (cosine similarity of the contrastive embeddings; chance R@1 is
+ * 1/concepts); losses and accuracies come from forward passes on batches of
+ * one sample per concept. Errors: AMPC_ERR_INVALID_ARG (empty split, shapes
+ * that do not match the model), AMPC_ERR_NOMEM. */
+ampc_status ampc_mm_evaluate(ampc_mm *M, const ampc_dataset *d, int split, ampc_mm_metrics *out);
+
+/* Load only the weights of a checkpoint (FP32 master or working weights
+ * widened, rounded once into P's working dtype; no optimizer state) into P.
+ * Errors: AMPC_ERR_IO, AMPC_ERR_FORMAT (message names the file and tensor);
+ * P is unchanged on error. */
+ampc_status ampc_params_load(ampc_params *P, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+/*
+ * src/numeric/tally.c: the rounding tally (DESIGN.md section 1, numeric
+ * formats): exact counts of what storing FP32 results into a dtype did
+ * (flushed to zero, made subnormal, overflowed, inf, NaN, zeros, max |x|, a
+ * histogram of floor(log2 |x|)). The kernels call ampc_tm_count only while
+ * ampc_tm_active is set. Each thread adds to its own slot (found through a
+ * thread-local pointer, registered on first use), so no atomics run per
+ * value; ampc_tally_drain sums and clears the slots from the controlling
+ * thread between parallel regions (the OpenMP barrier at the end of each
+ * region orders the workers' writes before it). The diagnosis layer
+ * (src/diag/telemetry.c) switches the tally on and attributes its counts to
+ * branches; nothing here knows about branches.
+ */
+#include "ampc/tally.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "internal.h"
+#include "numeric/numeric.h"
+
+int ampc_tm_active = 0;
+
+enum { TM_MAX_SLOTS = 64 };
+
+/* A thread's counts. The histogram is kept four times over, value i going to
+ * copy i % 4, so that runs of values with the same exponent (the usual case)
+ * do not serialise on one counter's store-to-load latency; drain sums them. */
+typedef struct tm_slot {
+  ampc_tm_stats s; /* everything but the histogram */
+  uint64_t h4[4][AMPC_TM_BINS];
+} tm_slot;
+
+static tm_slot g_slot[TM_MAX_SLOTS];
+static atomic_int g_nslots;
+static _Thread_local tm_slot *tls_slot;
+
+static tm_slot *my_slot(void) {
+  if (!tls_slot) {
+    int i = atomic_fetch_add(&g_nslots, 1);
+    /* more threads than slots cannot happen with ampc's thread counts; share
+     * the last slot rather than lose the counts (a benign miscount at worst) */
+    tls_slot = &g_slot[i < TM_MAX_SLOTS ? i : TM_MAX_SLOTS - 1];
+  }
+  return tls_slot;
+}
+
+/* The FP32 side of one value: zeros, histogram, max |x| (as bits: for finite
+ * non-negative floats the integer order is the float order). */
+#define TM_SRC(ax)                                                                                 \
+  do {                                                                                             \
+    if ((ax) < 0x7F800000u) {                                                                      \
+      if ((ax) == 0)                                                                               \
+        zeros++;                                                                                   \
+      else                                                                                         \
+        h4[i & 3][(ax) >> 23]++;                                                                   \
+      maxbits = (ax) > maxbits ? (ax) : maxbits;                                                   \
+    }                                                                                              \
+  } while (0)
+
+/* binary16 and bfloat16 share the layout sign | exponent | mantissa with an
+ * all-ones exponent for inf/NaN; emask/mmask select the fields. */
+static void count16(tm_slot *slot, const float *src, const uint16_t *dst, size_t n, uint32_t emask,
+                    uint32_t inf_bits) {
+  ampc_tm_stats *s = &slot->s;
+  uint64_t(*h4)[AMPC_TM_BINS] = slot->h4;
+  /* the rounding counts: branch-free, so the compiler vectorises them */
+  uint32_t under = 0, sub = 0, over = 0, inf = 0, nan = 0;
+  const uint32_t *x32 = (const uint32_t *)(const void *)src;
+  for (size_t i = 0; i < n; i++) {
+    const uint32_t ax = x32[i] & 0x7FFFFFFFu;
+    const uint32_t h = dst[i] & 0x7FFFu;
+    const uint32_t finite_in = ax < 0x7F800000u;
+    under += finite_in & (ax != 0) & (h == 0);
+    sub += (h != 0) & ((h & emask) == 0);
+    inf += h == inf_bits;
+    nan += h > inf_bits;
+    over += finite_in & (h >= inf_bits);
+  }
+  /* the FP32 side: histogram, zeros, max |x| */
+  uint64_t zeros = 0;
+  uint32_t maxbits = ampc_f32_bits(s->r.max_abs);
+  for (size_t i = 0; i < n; i++) {
+    const uint32_t ax = x32[i] & 0x7FFFFFFFu;
+    TM_SRC(ax);
+  }
+  s->r.underflow += under, s->r.subnormal += sub, s->r.overflow += over;
+  s->r.inf += inf, s->r.nan += nan, s->zeros += zeros;
+  s->r.max_abs = ampc_bits_f32(maxbits);
+}
+
+static void count32(tm_slot *slot, const float *src, size_t n) {
+  ampc_tm_stats *s = &slot->s;
+  uint64_t(*h4)[AMPC_TM_BINS] = slot->h4;
+  uint64_t sub = 0, inf = 0, nan = 0, zeros = 0;
+  uint32_t maxbits = ampc_f32_bits(s->r.max_abs);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t x;
+    memcpy(&x, &src[i], 4);
+    const uint32_t ax = x & 0x7FFFFFFFu;
+    sub += (ax != 0) & (ax < 0x00800000u);
+    inf += ax == 0x7F800000u;
+    nan += ax > 0x7F800000u;
+    TM_SRC(ax);
+  }
+  s->r.subnormal += sub, s->r.inf += inf, s->r.nan += nan, s->zeros += zeros;
+  s->r.max_abs = ampc_bits_f32(maxbits);
+}
+
+void ampc_tm_count(const float *src, const void *dst, ampc_dtype dt, size_t n) {
+  tm_slot *slot = my_slot();
+  ampc_tm_stats *s = &slot->s;
+  switch (dt) {
+  case AMPC_F16: count16(slot, src, dst, n, 0x7C00u, 0x7C00u); break;
+  case AMPC_BF16: count16(slot, src, dst, n, 0x7F80u, 0x7F80u); break;
+  case AMPC_F32: count32(slot, src, n); break;
+  default: { /* FP8: rare, through the generic classification */
+    uint64_t(*h4)[AMPC_TM_BINS] = slot->h4;
+    const unsigned char *p = dst;
+    uint64_t zeros = 0;
+    uint32_t maxbits = ampc_f32_bits(s->r.max_abs);
+    for (size_t i = 0; i < n; i++) {
+      const uint32_t ax = ampc_f32_bits(src[i]) & 0x7FFFFFFFu;
+      const ampc_fpclass cls = ampc_classify(dt, p[i]);
+      const int finite_in = ax < 0x7F800000u;
+      s->r.underflow += finite_in && ax != 0 && cls == AMPC_CLASS_ZERO;
+      s->r.subnormal += cls == AMPC_CLASS_SUBNORMAL;
+      s->r.overflow += finite_in && (cls == AMPC_CLASS_INF || cls == AMPC_CLASS_NAN);
+      s->r.inf += cls == AMPC_CLASS_INF;
+      s->r.nan += cls == AMPC_CLASS_NAN;
+      TM_SRC(ax);
+    }
+    s->zeros += zeros;
+    s->r.max_abs = ampc_bits_f32(maxbits);
+  } break;
+  }
+  s->r.count += n;
+}
+
+void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from) {
+  ampc_round_stats_merge(&into->r, &from->r);
+  into->zeros += from->zeros;
+  for (int i = 0; i < AMPC_TM_BINS; i++)
+    into->hist[i] += from->hist[i];
+}
+
+int ampc_tm_bin_of_log2(int e) { return e + 127 < 0 ? 0 : e + 127 > 255 ? 255 : e + 127; }
+
+void ampc_tally_drain(ampc_tm_stats *out) {
+  memset(out, 0, sizeof *out);
+  const int n = atomic_load(&g_nslots);
+  for (int i = 0; i < n && i < TM_MAX_SLOTS; i++) {
+    tm_slot *t = &g_slot[i];
+    if (t->s.r.count) {
+      for (int k = 0; k < 4; k++)
+        for (int b = 0; b < AMPC_TM_BINS; b++)
+          t->s.hist[b] += t->h4[k][b];
+      ampc_tm_stats_merge(out, &t->s);
+      memset(t, 0, sizeof *t);
+    }
+  }
+}
+
+int ampc_tally_set(int on) {
+  const int was = ampc_tm_active;
+  ampc_tm_active = on ? 1 : 0;
+  return was;
+}

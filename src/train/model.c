@@ -1,0 +1,370 @@
+/*
+ * src/train/model.c: the run's model interface (include/ampc/train.h) over
+ * the models of src/model/: the MLP on dense features, and the multimodal
+ * image-text model with its image-only ViT variants. Also what names a model
+ * in a checkpoint, evaluation of the classifiers, and one training step with
+ * gradient accumulation (the one place micro-batches are averaged).
+ */
+#include "internal.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/io.h"
+#include "ampc/train.h"
+
+ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out) {
+  if (!name || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_desc_get: NULL argument");
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", name);
+  if (strcmp(name, "mlp") == 0) {
+    out->kind = AMPC_MODEL_MLP;
+    out->mlp = (ampc_mlp_config){.in = 16, .hidden = 64, .classes = 5};
+    return AMPC_OK;
+  }
+  out->kind = AMPC_MODEL_MM;
+  return ampc_mm_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
+                            &out->mm);
+}
+
+ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *out, char *precision,
+                                            size_t precision_cap, int64_t *iteration) {
+  if (!path || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_desc_from_checkpoint: NULL argument");
+  ampc_safetensors *f = NULL;
+  AMPC_TRY(ampc_safetensors_read(path, &f));
+  const char *mj = ampc_safetensors_meta(f, "ampc.model_config");
+  const char *cj = ampc_safetensors_meta(f, "ampc.config");
+  cJSON *m = mj ? cJSON_Parse(mj) : NULL, *c = cj ? cJSON_Parse(cj) : NULL;
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "model");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, "vocab");
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(m, "seq_len");
+  const cJSON *k = cJSON_GetObjectItemCaseSensitive(m, "classes");
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(c, "precision");
+  ampc_status st = AMPC_OK;
+  if (!(cJSON_IsString(name) && cJSON_IsNumber(v) && cJSON_IsNumber(s) && cJSON_IsNumber(k) &&
+        cJSON_IsString(p))) {
+    st = ampc_fail(AMPC_ERR_FORMAT,
+                   "%s: not a checkpoint of a multimodal model (missing or bad "
+                   "ampc.model_config / ampc.config metadata)",
+                   path);
+  } else {
+    memset(out, 0, sizeof *out);
+    out->kind = AMPC_MODEL_MM;
+    snprintf(out->name, sizeof out->name, "%s", name->valuestring);
+    st = ampc_mm_config_get(name->valuestring, (int64_t)v->valuedouble, (int64_t)s->valuedouble,
+                            (int64_t)k->valuedouble, &out->mm);
+    if (st != AMPC_OK) {
+      st = ampc_fail(AMPC_ERR_FORMAT, "%s: %s", path, ampc_last_error());
+    } else {
+      const char *wn[3] = {"w_itc", "w_itm", "w_cls"};
+      float *w[3] = {&out->mm.w_itc, &out->mm.w_itm, &out->mm.w_cls};
+      for (int i = 0; i < 3; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(m, wn[i]);
+        *w[i] = cJSON_IsNumber(x) ? (float)x->valuedouble : 1.0f;
+      }
+      if (precision && precision_cap)
+        snprintf(precision, precision_cap, "%s", p->valuestring);
+      const char *it = ampc_safetensors_meta(f, "ampc.iteration");
+      if (iteration)
+        *iteration = it ? strtoll(it, NULL, 10) : 0;
+    }
+  }
+  cJSON_Delete(m);
+  cJSON_Delete(c);
+  ampc_safetensors_free(f);
+  return st;
+}
+
+ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mm_specs *out) {
+  if (!d || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_specs: NULL argument");
+  memset(out, 0, sizeof *out);
+  if (d->kind == AMPC_MODEL_MM)
+    return ampc_mm_specs_make(&d->mm, out);
+  out->specs = calloc(AMPC_MLP_NPARAMS, sizeof *out->specs);
+  if (!out->specs)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_model_specs: out of memory");
+  const ampc_status st = ampc_mlp_specs(&d->mlp, out->specs);
+  if (st != AMPC_OK) {
+    ampc_mm_specs_free(out);
+    return st;
+  }
+  out->n = AMPC_MLP_NPARAMS;
+  return AMPC_OK;
+}
+
+ampc_status ampc_model_plan_bytes(const ampc_model_desc *d, int64_t max_batch, ampc_precision p,
+                                  size_t *activations, size_t *workspace) {
+  if (!d)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_plan_bytes: NULL argument");
+  if (d->kind == AMPC_MODEL_MM)
+    return ampc_mm_plan_bytes(&d->mm, max_batch, p, activations, workspace);
+  return ampc_mlp_plan_bytes(&d->mlp, max_batch, p, activations, workspace);
+}
+
+/* ---- the MLP ------------------------------------------------------------------------ */
+
+static ampc_status mlp_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *out) {
+  if (!bt->features || !bt->labels)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "mlp: the batch has no features or labels");
+  memset(out, 0, sizeof *out);
+  return ampc_mlp_forward(m->impl, bt->b, bt->features, bt->labels, &out->total, NULL);
+}
+
+static ampc_status mlp_backward(ampc_model *m, float seed) {
+  return ampc_mlp_backward(m->impl, seed);
+}
+
+static ampc_status mlp_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = AMPC_EVAL_CLASSES;
+  out->split = AMPC_SPLIT_TEST;
+  const int64_t n = d->n_test, in = d->dim, batch = m->max_batch;
+  if (n < 1 || !d->x_test || !d->y_test || in != m->desc.mlp.in)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "mlp evaluation: no test rows of %lld features",
+                     (long long)m->desc.mlp.in);
+  double ls = 0;
+  int64_t hits = 0;
+  for (int64_t r = 0; r < n; r += batch) {
+    const int64_t b = n - r < batch ? n - r : batch;
+    float l = 0;
+    int64_t c = 0;
+    AMPC_TRY(ampc_mlp_forward(m->impl, b, d->x_test + r * in, d->y_test + r, &l, &c));
+    ls += (double)l * (double)b;
+    hits += c;
+  }
+  ((ampc_mlp *)m->impl)->fwd_b = 0; /* evaluation leaves nothing to differentiate */
+  out->loss = ls / (double)n;
+  out->accuracy = (double)hits / (double)n;
+  out->samples = n;
+  return AMPC_OK;
+}
+
+static void mlp_destroy(ampc_model *m) {
+  ampc_mlp_free(m->impl);
+  free(m->impl);
+}
+
+static const ampc_model_ops k_mlp_ops = {
+    .forward = mlp_forward,
+    .backward = mlp_backward,
+    .evaluate = mlp_evaluate,
+    .set_telemetry = NULL, /* the MLP marks no branches */
+    .destroy = mlp_destroy,
+};
+
+/* ---- the multimodal model and the ViTs ------------------------------------------------- */
+
+static ampc_status mm_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *out) {
+  const ampc_mm_batch mb = {bt->b, bt->images, m->desc.mm.image_only ? NULL : bt->tokens,
+                            bt->labels};
+  ampc_mm_losses L;
+  AMPC_TRY(ampc_mm_forward(m->impl, &mb, &L));
+  memset(out, 0, sizeof *out);
+  out->total = L.total;
+  static const char *const names[5] = {"loss_itc", "loss_itm", "loss_cls", "itm_acc", "group_acc"};
+  const float v[5] = {L.itc, L.itm, L.cls, L.itm_acc, L.cls_acc};
+  out->n_parts = 5;
+  for (int i = 0; i < 5; i++)
+    out->part_name[i] = names[i], out->part[i] = v[i];
+  return AMPC_OK;
+}
+
+static ampc_status mm_backward(ampc_model *m, float seed) {
+  return ampc_mm_backward(m->impl, seed);
+}
+
+/* image-only models: accuracy and mean loss of the class head on a split,
+ * in batches of the model's max batch, in dataset order */
+static ampc_status eval_classes(ampc_mm *M, const ampc_dataset *d, int split, int64_t B,
+                                ampc_eval *out) {
+  const int64_t img_sz = (int64_t)d->height * d->width * d->channels;
+  uint8_t *ib = malloc((size_t)(B * img_sz));
+  int32_t *lb = malloc((size_t)B * sizeof *lb);
+  if (!ib || !lb) {
+    free(ib), free(lb);
+    return ampc_fail(AMPC_ERR_NOMEM, "evaluation: out of memory");
+  }
+  double ls = 0, hits = 0;
+  int64_t n = 0, k = 0;
+  ampc_status st = AMPC_OK;
+  for (int64_t i = 0; i <= d->n && st == AMPC_OK; i++) {
+    if (i < d->n && d->split[i] == split) {
+      memcpy(ib + k * img_sz, d->images + i * img_sz, (size_t)img_sz);
+      lb[k++] = d->label[i];
+    }
+    if (k == B || (i == d->n && k > 0)) {
+      ampc_mm_batch bt = {k, ib, NULL, lb};
+      ampc_mm_losses L;
+      st = ampc_mm_forward(M, &bt, &L);
+      ls += (double)L.cls * (double)k, hits += (double)L.cls_acc * (double)k, n += k;
+      k = 0;
+    }
+  }
+  free(ib), free(lb);
+  out->accuracy = n ? hits / (double)n : 0.0;
+  out->loss = n ? ls / (double)n : 0.0;
+  out->samples = n;
+  return st;
+}
+
+static ampc_status mm_evaluate(ampc_model *m, const ampc_run_data *rd, ampc_eval *out) {
+  memset(out, 0, sizeof *out);
+  const ampc_dataset *d = rd->dataset;
+  if (!d)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "evaluation: no dataset");
+  if (m->desc.mm.image_only) {
+    /* the held-out split: Fashion-MNIST's test images, the emoji set's new style */
+    int64_t ntrain = 0;
+    for (int64_t i = 0; i < d->n; i++)
+      ntrain += d->split[i] == AMPC_SPLIT_TRAIN;
+    out->kind = AMPC_EVAL_CLASSES;
+    out->split =
+        ntrain < d->n ? (d->tokens ? AMPC_SPLIT_NEW_STYLE : AMPC_SPLIT_TEST) : AMPC_SPLIT_NEW_STYLE;
+    return eval_classes(m->impl, d, out->split, m->max_batch, out);
+  }
+  out->kind = AMPC_EVAL_RETRIEVAL;
+  AMPC_TRY(ampc_mm_evaluate(m->impl, d, AMPC_SPLIT_NEW_STYLE, &out->new_style));
+  return ampc_mm_evaluate(m->impl, d, AMPC_SPLIT_ZERO_SHOT, &out->zero_shot);
+}
+
+static void mm_set_telemetry(ampc_model *m, ampc_telemetry *t) {
+  const ampc_model_probe p = ampc_telemetry_probe(t);
+  ampc_mm_set_probe(m->impl, t ? &p : NULL);
+}
+
+static void mm_destroy(ampc_model *m) { ampc_mm_free(m->impl); }
+
+static const ampc_model_ops k_mm_ops = {
+    .forward = mm_forward,
+    .backward = mm_backward,
+    .evaluate = mm_evaluate,
+    .set_telemetry = mm_set_telemetry,
+    .destroy = mm_destroy,
+};
+
+ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_params *P,
+                              const ampc_amp_config *amp, int64_t max_batch) {
+  if (!m || !d || !P || !amp)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_create: NULL argument");
+  memset(m, 0, sizeof *m);
+  m->desc = *d;
+  m->max_batch = max_batch;
+  if (d->kind == AMPC_MODEL_MM) {
+    ampc_mm *M = NULL;
+    AMPC_TRY(ampc_mm_create(&M, &d->mm, P, amp, max_batch));
+    m->impl = M;
+    m->ops = &k_mm_ops;
+  } else if (d->kind == AMPC_MODEL_MLP) {
+    ampc_mlp *M = calloc(1, sizeof *M);
+    if (!M)
+      return ampc_fail(AMPC_ERR_NOMEM, "ampc_model_create: out of memory");
+    const ampc_status st = ampc_mlp_create(M, &d->mlp, P, amp, max_batch);
+    if (st != AMPC_OK) {
+      free(M);
+      return st;
+    }
+    m->impl = M;
+    m->ops = &k_mlp_ops;
+  } else {
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_create: unknown model kind %d",
+                     (int)d->kind);
+  }
+  if (ampc_model_plan_bytes(d, max_batch, amp->precision, &m->activation_bytes,
+                            &m->workspace_bytes) != AMPC_OK)
+    m->activation_bytes = m->workspace_bytes = 0;
+  return AMPC_OK;
+}
+
+void ampc_model_free(ampc_model *m) {
+  if (!m || !m->ops)
+    return;
+  m->ops->destroy(m);
+  memset(m, 0, sizeof *m);
+}
+
+ampc_status ampc_model_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out) {
+  if (!m || !m->ops || !d || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_evaluate: NULL argument");
+  return m->ops->evaluate(m, d, out);
+}
+
+/* ---- one step ---------------------------------------------------------------------- */
+
+ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micro,
+                                  ampc_batch_fn next, void *user, ampc_losses *mean) {
+  if (!T || !m || !m->ops || n_micro < 1 || !next || !mean)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate: bad arguments");
+  ampc_trainer_zero_grad(T);
+  const float S = ampc_trainer_loss_scale(T);
+  const float w = 1.0f / (float)n_micro;
+  memset(mean, 0, sizeof *mean);
+  for (int64_t k = 0; k < n_micro; k++) {
+    ampc_batch bt;
+    AMPC_TRY(next(user, k, &bt));
+    ampc_losses L;
+    AMPC_TRY(m->ops->forward(m, &bt, &L));
+    AMPC_TRY(m->ops->backward(m, S / (float)n_micro));
+    mean->total += w * L.total;
+    mean->n_parts = L.n_parts;
+    for (int i = 0; i < L.n_parts; i++) {
+      mean->part_name[i] = L.part_name[i];
+      mean->part[i] += w * L.part[i];
+    }
+  }
+  return AMPC_OK;
+}
+
+ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, ampc_batch_fn next,
+                            void *user, ampc_losses *mean, ampc_step_info *info) {
+  AMPC_TRY(ampc_train_accumulate(T, m, n_micro, next, user, mean));
+  return ampc_trainer_step(T, info);
+}
+
+/* ---- what a checkpoint and a log say about a model ------------------------------------ */
+
+int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
+                               ampc_model_meta_storage *storage, ampc_st_meta meta[3]) {
+  meta[0] = (ampc_st_meta){"ampc.model", d->kind == AMPC_MODEL_MM ? d->mm.name : d->name};
+  if (d->kind != AMPC_MODEL_MM)
+    return 1;
+  const ampc_mm_config *mc = &d->mm;
+  /* read back by ampc_model_desc_from_checkpoint */
+  snprintf(storage->config, sizeof storage->config,
+           "{\"model\":\"%s\",\"vocab\":%lld,\"seq_len\":%lld,\"classes\":%lld,\"w_itc\":%g,"
+           "\"w_itm\":%g,\"w_cls\":%g}",
+           mc->name, (long long)mc->vocab, (long long)mc->seq_len, (long long)mc->classes,
+           (double)mc->w_itc, (double)mc->w_itm, (double)mc->w_cls);
+  meta[1] = (ampc_st_meta){"ampc.model_config", storage->config};
+  meta[2] = (ampc_st_meta){"ampc.data", data_name ? data_name : ""};
+  return 3;
+}
+
+char *ampc_mm_metrics_json(const ampc_mm_metrics *m) {
+  cJSON *x = cJSON_CreateObject();
+  if (!x || !m) {
+    cJSON_Delete(x);
+    return NULL;
+  }
+  cJSON_AddNumberToObject(x, "samples", (double)m->samples);
+  cJSON_AddNumberToObject(x, "concepts", (double)m->concepts);
+  cJSON_AddNumberToObject(x, "i2t_r1", m->i2t_r1);
+  cJSON_AddNumberToObject(x, "i2t_r5", m->i2t_r5);
+  cJSON_AddNumberToObject(x, "t2i_r1", m->t2i_r1);
+  cJSON_AddNumberToObject(x, "t2i_r5", m->t2i_r5);
+  cJSON_AddNumberToObject(x, "chance_r1", m->concepts ? 1.0 / (double)m->concepts : 0.0);
+  cJSON_AddNumberToObject(x, "itm_acc", m->itm_acc);
+  cJSON_AddNumberToObject(x, "group_acc", m->cls_acc);
+  cJSON_AddNumberToObject(x, "loss", m->loss);
+  cJSON_AddNumberToObject(x, "itc", m->itc);
+  cJSON_AddNumberToObject(x, "itm", m->itm);
+  cJSON_AddNumberToObject(x, "cls", m->cls);
+  char *s = cJSON_PrintUnformatted(x);
+  cJSON_Delete(x);
+  return s;
+}

@@ -1,0 +1,694 @@
+/*
+ * src/train/run.c: the training run of include/ampc/train.h: the sampler,
+ * the loop (micro-batches from a per-epoch permutation, the trainer's step,
+ * the telemetry schedule, evaluation and checkpoint cadence, resume) and the
+ * metrics log (DESIGN.md section 4: config, step, eval and summary lines,
+ * field names as before). The library never prints: progress goes to the
+ * caller's callbacks. cJSON writes the JSON.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ampc/report.h"
+#include "ampc/train.h"
+
+/* ---- the sampler ------------------------------------------------------------------ */
+
+ampc_status ampc_sampler_init(ampc_sampler *s, int64_t n, uint64_t seed) {
+  if (!s || n < 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_sampler_init: bad arguments (n %lld)",
+                     (long long)n);
+  s->n = n, s->epoch = -1, s->seed = seed;
+  s->perm = malloc((size_t)n * sizeof *s->perm);
+  if (!s->perm)
+    return ampc_fail(AMPC_ERR_NOMEM, "sampler: out of memory for %lld samples", (long long)n);
+  return AMPC_OK;
+}
+
+void ampc_sampler_free(ampc_sampler *s) {
+  if (s) {
+    free(s->perm);
+    s->perm = NULL;
+  }
+}
+
+int64_t ampc_sampler_index(ampc_sampler *s, int64_t j) {
+  const int64_t epoch = j / s->n;
+  if (epoch != s->epoch) {
+    ampc_rng r;
+    ampc_rng_seed(&r, s->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch);
+    for (int64_t i = 0; i < s->n; i++)
+      s->perm[i] = i;
+    for (int64_t i = s->n - 1; i > 0; i--) {
+      const int64_t k = (int64_t)(ampc_rng_next(&r) % (uint64_t)(i + 1));
+      const int64_t t = s->perm[i];
+      s->perm[i] = s->perm[k], s->perm[k] = t;
+    }
+    s->epoch = epoch;
+  }
+  return s->perm[j % s->n];
+}
+
+/* ---- the run's state --------------------------------------------------------------- */
+
+struct ampc_run {
+  ampc_run_config rc;
+  ampc_run_data data;
+  ampc_model_desc md;
+  ampc_mm_specs specs;
+  ampc_trainer T;
+  ampc_model model;
+  bool have_trainer, have_model;
+  ampc_sampler smp;
+  int64_t ntrain, mb; /* training samples; samples per micro-batch */
+  int64_t *train_idx; /* [ntrain]: dataset index of training sample i */
+  /* one micro-batch, gathered */
+  uint8_t *bimg;
+  int32_t *btok, *blab;
+  float *bfeat;
+  int64_t it_no; /* 0-based index of the iteration being gathered */
+  ampc_telemetry *tm;
+  ampc_diag *diag;
+  cJSON *summary;
+};
+
+ampc_run_config ampc_run_config_defaults(void) {
+  return (ampc_run_config){.steps = 300,
+                           .batch = 64,
+                           .micro_batches = 1,
+                           .eval_every = 100,
+                           .eval = true,
+                           .log_every = 1,
+                           .telemetry_every = 10,
+                           .seed = 1};
+}
+
+void ampc_run_free(ampc_run *R) {
+  if (!R)
+    return;
+  if (R->have_model)
+    ampc_model_free(&R->model);
+  if (R->have_trainer)
+    ampc_trainer_free(&R->T);
+  ampc_mm_specs_free(&R->specs);
+  ampc_sampler_free(&R->smp);
+  ampc_telemetry_end(R->tm);
+  free(R->tm);
+  ampc_diag_free(R->diag);
+  cJSON_Delete(R->summary);
+  free(R->train_idx), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
+  free(R);
+}
+
+/* the checks of the data against the model, in the order the CLI reported them */
+static ampc_status check_data(ampc_run *R) {
+  const ampc_run_data *d = &R->data;
+  const ampc_run_config *rc = &R->rc;
+  if (R->md.kind == AMPC_MODEL_MLP) {
+    if (!d->x_train || !d->y_train || d->n_train < 1 || d->dim != R->md.mlp.in)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "the mlp model needs dense training features of dimension %lld",
+                       (long long)R->md.mlp.in);
+    R->ntrain = d->n_train;
+    if (rc->batch > R->ntrain)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "--batch %lld is larger than the training set (%lld samples)",
+                       (long long)rc->batch, (long long)R->ntrain);
+    return AMPC_OK;
+  }
+  const ampc_dataset *D = d->dataset;
+  const char *dn = d->name ? d->name : "the dataset";
+  if (!D)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "model %s needs a dataset", R->md.name);
+  for (int64_t i = 0; i < D->n; i++)
+    R->ntrain += D->split[i] == AMPC_SPLIT_TRAIN;
+  if (rc->batch > R->ntrain)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--batch %lld is larger than the training split (%lld samples)",
+                     (long long)rc->batch, (long long)R->ntrain);
+  const ampc_mm_config *mc = &R->md.mm;
+  if (!mc->image_only && (D->seq_len <= 0 || !D->tokens))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s has no captions: model %s needs image-text pairs (use an image-only "
+                     "model: vit-fm, vit-ref)",
+                     dn, mc->name);
+  if (D->height != mc->img || D->width != mc->img || D->channels != mc->channels)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "model %s takes %lldx%lldx%lld images, the data '%s' "
+                     "has %dx%dx%d",
+                     mc->name, (long long)mc->img, (long long)mc->img, (long long)mc->channels, dn,
+                     D->height, D->width, D->channels);
+  if (!mc->image_only && (D->vocab != mc->vocab || D->seq_len != mc->seq_len))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "model %s has vocabulary %lld and %lld tokens per caption, the data '%s' "
+                     "%lld and %lld",
+                     mc->name, (long long)mc->vocab, (long long)mc->seq_len, dn,
+                     (long long)D->vocab, (long long)D->seq_len);
+  return AMPC_OK;
+}
+
+static ampc_status check_config(const ampc_run_config *rc) {
+  if (rc->steps < 1 || rc->stop_at < 0 || rc->batch < 1 || rc->micro_batches < 1 ||
+      rc->eval_every < 0 || rc->log_every < 1 || rc->save_every < 0 || rc->telemetry_every < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_run_create: bad run settings (steps %lld, batch %lld, micro-batches "
+                     "%lld, log every %lld)",
+                     (long long)rc->steps, (long long)rc->batch, (long long)rc->micro_batches,
+                     (long long)rc->log_every);
+  if (rc->batch % rc->micro_batches != 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--batch %lld is not a multiple of --micro-batches %lld",
+                     (long long)rc->batch, (long long)rc->micro_batches);
+  return AMPC_OK;
+}
+
+ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const ampc_amp_config *amp,
+                            const ampc_optim_config *opt, const ampc_model_desc *md,
+                            const ampc_run_data *data) {
+  if (!out || !rc || !amp || !opt || !md || !data)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: NULL argument");
+  *out = NULL;
+  ampc_status st = check_config(rc);
+  if (st != AMPC_OK)
+    return st;
+  ampc_run *R = calloc(1, sizeof *R);
+  if (!R)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_run_create: out of memory");
+  R->rc = *rc, R->data = *data, R->md = *md;
+  R->mb = rc->batch / rc->micro_batches;
+#define FAIL(s)                                                                                    \
+  do {                                                                                             \
+    st = (s);                                                                                      \
+    goto fail;                                                                                     \
+  } while (0)
+  if ((st = check_data(R)) != AMPC_OK)
+    goto fail;
+  if (md->kind == AMPC_MODEL_MM && R->mb < (md->mm.image_only ? 1 : 2))
+    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG,
+                   "--batch %lld: the contrastive loss needs at least 2 samples per micro-batch",
+                   (long long)rc->batch));
+  /* the training samples and one micro-batch's buffers */
+  R->train_idx = malloc((size_t)R->ntrain * sizeof *R->train_idx);
+  R->blab = malloc((size_t)R->mb * sizeof *R->blab);
+  if (!R->train_idx || !R->blab)
+    FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+  const ampc_dataset *D = data->dataset;
+  if (md->kind == AMPC_MODEL_MM) {
+    for (int64_t i = 0, k = 0; i < D->n; i++)
+      if (D->split[i] == AMPC_SPLIT_TRAIN)
+        R->train_idx[k++] = i;
+    const int64_t img_sz = (int64_t)D->height * D->width * D->channels;
+    R->bimg = malloc((size_t)(R->mb * img_sz));
+    if (!R->bimg)
+      FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+    if (D->tokens && D->seq_len > 0) {
+      R->btok = malloc((size_t)(R->mb * D->seq_len) * sizeof *R->btok);
+      if (!R->btok)
+        FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+    }
+  } else {
+    for (int64_t i = 0; i < R->ntrain; i++)
+      R->train_idx[i] = i;
+    R->bfeat = malloc((size_t)(R->mb * data->dim) * sizeof *R->bfeat);
+    if (!R->bfeat)
+      FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+  }
+  if ((st = ampc_sampler_init(&R->smp, R->ntrain, rc->seed)) != AMPC_OK)
+    goto fail;
+  /* the trainer, the model, the resumed state */
+  if ((st = ampc_model_specs(md, &R->specs)) != AMPC_OK)
+    goto fail;
+  if ((st = ampc_trainer_init(&R->T, amp, opt, R->specs.specs, R->specs.n, rc->seed)) != AMPC_OK)
+    goto fail;
+  R->have_trainer = true;
+  if ((st = ampc_model_create(&R->model, md, &R->T.params, amp, R->mb)) != AMPC_OK)
+    goto fail;
+  R->have_model = true;
+  if (rc->resume_path && (st = ampc_trainer_load(&R->T, rc->resume_path)) != AMPC_OK)
+    FAIL(ampc_fail(st, "cannot resume: %s", ampc_last_error()));
+  if (R->T.iteration > rc->steps)
+    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "%s is at step %lld, beyond --steps %lld", rc->resume_path,
+                   (long long)R->T.iteration, (long long)rc->steps));
+  R->tm = calloc(1, sizeof *R->tm);
+  if (!R->tm)
+    FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+  if (R->model.ops->set_telemetry)
+    R->model.ops->set_telemetry(&R->model, R->tm);
+#undef FAIL
+  *out = R;
+  return AMPC_OK;
+fail:
+  ampc_run_free(R);
+  return st;
+}
+
+ampc_trainer *ampc_run_trainer(ampc_run *R) { return R ? &R->T : NULL; }
+ampc_model *ampc_run_model(ampc_run *R) { return R ? &R->model : NULL; }
+const ampc_diag *ampc_run_diag(const ampc_run *R) { return R ? R->diag : NULL; }
+const ampc_model_desc *ampc_run_model_desc(const ampc_run *R) { return R ? &R->md : NULL; }
+const ampc_run_config *ampc_run_get_config(const ampc_run *R) { return R ? &R->rc : NULL; }
+
+int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max) {
+  return ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
+}
+
+/* ---- what the diagnosis sees of a step (src/diag/ knows no trainer) ---------------- */
+
+void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->precision, sizeof c->precision, "%s", ampc_precision_name(T->amp.precision));
+  c->lowp = T->amp.lowp;
+  c->master_weights = T->amp.master_weights;
+  c->loss_scale_mode = (int)T->amp.scaler.mode;
+  c->min_scale = (double)T->amp.scaler.min_scale;
+  c->accumulate = T->amp.accumulate;
+}
+
+void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_step_info *info,
+                         double loss, const ampc_telemetry *tm) {
+  memset(s, 0, sizeof *s);
+  s->step = info->iteration;
+  s->loss = loss;
+  s->loss_scale = (double)info->loss_scale;
+  s->overflow = info->overflow, s->skipped = info->skipped;
+  s->nonfinite_grads = info->nonfinite;
+  s->nonfinite_weights = info->nonfinite_weights;
+  s->first_nonfinite_branch = s->first_nonfinite_phase = -1;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    s->br[b].acc_err = -1.0;
+  for (int i = 0; i < T->params.count; i++) {
+    const int b = (int)T->params.p[i].branch;
+    if (b < 0 || b >= AMPC_BRANCH_COUNT)
+      continue;
+    s->br[b].parameters += T->params.p[i].numel;
+    if (!info->skipped && T->telemetry) {
+      s->br[b].updated += T->swallow[i].updated;
+      s->br[b].swallowed += T->swallow[i].swallowed;
+      s->br[b].would_swallow += T->swallow[i].would_swallow;
+    }
+  }
+  if (tm) {
+    s->telemetry = true;
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      s->br[b].grad = tm->s[AMPC_TM_GRAD][b];
+      s->br[b].act = tm->s[AMPC_TM_ACT][b];
+      s->br[b].acc_err = tm->acc_err[b];
+      s->br[b].acc_k = tm->acc_k[b];
+      snprintf(s->br[b].acc_tensor, sizeof s->br[b].acc_tensor, "%s", tm->acc_tensor[b]);
+    }
+    snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", tm->first_nonfinite);
+    s->first_nonfinite_branch = tm->first_nonfinite_branch;
+    s->first_nonfinite_phase = tm->first_nonfinite_phase;
+  }
+}
+
+/* ---- the log's lines ------------------------------------------------------------------ */
+
+static cJSON *parse_owned(char *txt) {
+  cJSON *o = txt ? cJSON_Parse(txt) : NULL;
+  free(txt);
+  return o;
+}
+
+static cJSON *config_object(const ampc_run *R) {
+  cJSON *cj = parse_owned(ampc_trainer_config_json(&R->T));
+  cJSON *run_o = cJSON_CreateObject();
+  if (!cj || !run_o) {
+    cJSON_Delete(cj);
+    cJSON_Delete(run_o);
+    return NULL;
+  }
+  const ampc_run_config *rc = &R->rc;
+  if (R->md.kind == AMPC_MODEL_MLP) {
+    cJSON_AddStringToObject(run_o, "model", R->md.name);
+    cJSON_AddNumberToObject(run_o, "in", (double)R->md.mlp.in);
+    cJSON_AddNumberToObject(run_o, "hidden", (double)R->md.mlp.hidden);
+    cJSON_AddNumberToObject(run_o, "classes", (double)R->md.mlp.classes);
+    cJSON_AddNumberToObject(run_o, "train_size", (double)R->data.n_train);
+    cJSON_AddNumberToObject(run_o, "test_size", (double)R->data.n_test);
+  } else {
+    const ampc_dataset *D = R->data.dataset;
+    const ampc_mm_config *mc = &R->md.mm;
+    cJSON_AddStringToObject(run_o, "model", mc->name);
+    cJSON_AddStringToObject(run_o, "data", R->data.name ? R->data.name : "");
+    cJSON_AddNumberToObject(run_o, "train_samples", (double)R->ntrain);
+    cJSON_AddNumberToObject(run_o, "vocab", (double)D->vocab);
+    cJSON_AddNumberToObject(run_o, "seq_len", (double)D->seq_len);
+    cJSON_AddNumberToObject(run_o, "classes", (double)D->n_classes);
+    cJSON_AddNumberToObject(run_o, "w_itc", (double)mc->w_itc);
+    cJSON_AddNumberToObject(run_o, "w_itm", (double)mc->w_itm);
+    cJSON_AddNumberToObject(run_o, "w_cls", (double)mc->w_cls);
+    cJSON_AddNumberToObject(run_o, "activation_bytes",
+                            (double)(R->model.activation_bytes + R->model.workspace_bytes));
+  }
+  cJSON_AddNumberToObject(run_o, "steps", (double)rc->steps);
+  cJSON_AddNumberToObject(run_o, "batch", (double)rc->batch);
+  cJSON_AddNumberToObject(run_o, "micro_batches", (double)rc->micro_batches);
+  cJSON_AddNumberToObject(run_o, "seed", (double)rc->seed);
+  cJSON_AddNumberToObject(run_o, "threads", (double)ampc_get_num_threads());
+  cJSON_AddStringToObject(run_o, "resumed_from", rc->resume_path ? rc->resume_path : "");
+  cJSON_AddItemToObject(cj, "run", run_o);
+  char warns[16][256];
+  const int nw = ampc_config_lint(&R->T.amp, &R->T.opt, warns, 16);
+  cJSON *wj = cJSON_AddArrayToObject(cj, "warnings");
+  for (int k = 0; k < nw && k < 16; k++)
+    cJSON_AddItemToArray(wj, cJSON_CreateString(warns[k]));
+  /* "event" first, then the resolved settings */
+  cJSON *first = cJSON_CreateObject();
+  cJSON_AddStringToObject(first, "event", "config");
+  for (cJSON *it = cj->child; it; it = it->next)
+    cJSON_AddItemToObject(first, it->string, cJSON_Duplicate(it, 1));
+  cJSON_Delete(cj);
+  return first;
+}
+
+char *ampc_run_config_json(const ampc_run *R) {
+  cJSON *o = R ? config_object(R) : NULL;
+  char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  return s;
+}
+
+/* one JSON object as one log line (and free it); flushed per line, so `tail -f`
+ * and a killed run keep every finished step */
+static ampc_status log_line(FILE *f, const char *path, cJSON *o) {
+  char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  const bool ok = s && fprintf(f, "%s\n", s) > 0 && fflush(f) == 0;
+  cJSON_free(s);
+  return ok ? AMPC_OK : ampc_fail(AMPC_ERR_IO, "cannot write log file %s", path);
+}
+
+static cJSON *step_object(const ampc_step_info *info, const ampc_losses *L, double ms,
+                          const ampc_diag_step *ds) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o)
+    return NULL;
+  cJSON_AddStringToObject(o, "event", "step");
+  cJSON_AddNumberToObject(o, "step", (double)info->iteration);
+  cJSON_AddNumberToObject(o, "optimizer_step", (double)info->step);
+  cJSON_AddNumberToObject(o, "loss", (double)L->total);
+  cJSON_AddNumberToObject(o, "loss_scale", (double)info->loss_scale);
+  cJSON_AddBoolToObject(o, "overflow", info->overflow);
+  cJSON_AddBoolToObject(o, "skipped", info->skipped);
+  cJSON_AddNumberToObject(o, "growth_tracker", info->growth_tracker);
+  cJSON_AddNumberToObject(o, "nonfinite_grads", (double)info->nonfinite);
+  cJSON_AddNumberToObject(o, "grad_norm", info->grad_norm);
+  cJSON_AddNumberToObject(o, "clip_coef", (double)info->clip_coef);
+  cJSON_AddNumberToObject(o, "lr", (double)info->lr);
+  cJSON_AddNumberToObject(o, "ms", ms);
+  cJSON *d = parse_owned(ampc_diag_step_json(ds));
+  if (!d) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  while (d->child) {
+    cJSON *it = cJSON_DetachItemViaPointer(d, d->child);
+    cJSON_AddItemToObject(o, it->string, it);
+  }
+  cJSON_Delete(d);
+  for (int i = 0; i < L->n_parts; i++)
+    cJSON_AddNumberToObject(o, L->part_name[i], (double)L->part[i]);
+  return o;
+}
+
+static void add_mm_metrics(cJSON *o, const char *name, const ampc_mm_metrics *m) {
+  cJSON *x = parse_owned(ampc_mm_metrics_json(m));
+  if (x)
+    cJSON_AddItemToObject(o, name, x);
+}
+
+/* the "metrics" object of an eval or summary line */
+static void add_eval(cJSON *m, const ampc_run *R, const ampc_eval *e) {
+  if (e->kind == AMPC_EVAL_RETRIEVAL) {
+    add_mm_metrics(m, "new_style", &e->new_style);
+    add_mm_metrics(m, "zero_shot", &e->zero_shot);
+  } else if (R->md.kind == AMPC_MODEL_MLP) {
+    cJSON_AddNumberToObject(m, "test_loss", e->loss);
+    cJSON_AddNumberToObject(m, "test_accuracy", e->accuracy);
+  } else {
+    cJSON_AddNumberToObject(m, "test_accuracy", e->accuracy);
+    cJSON_AddNumberToObject(m, "test_loss", e->loss);
+    cJSON_AddNumberToObject(m, "test_samples", (double)e->samples);
+  }
+}
+
+/* the summary's "memory": the parameter roles as allocated, the model's
+ * activation and workspace bytes, their total, and the peak RSS */
+static void add_memory(cJSON *summary, const ampc_trainer *T, size_t activations,
+                       size_t workspace) {
+  cJSON *mem = cJSON_AddObjectToObject(summary, "memory");
+  size_t total = activations + workspace;
+  for (int r = 0; r < AMPC_ROLE_COUNT; r++)
+    total += T->params.bytes[r];
+  cJSON_AddNumberToObject(mem, "weights", (double)T->params.bytes[AMPC_ROLE_WEIGHTS]);
+  cJSON_AddNumberToObject(mem, "master", (double)T->params.bytes[AMPC_ROLE_MASTER]);
+  cJSON_AddNumberToObject(mem, "grads", (double)T->params.bytes[AMPC_ROLE_GRADS]);
+  cJSON_AddNumberToObject(
+      mem, "moments",
+      (double)(T->params.bytes[AMPC_ROLE_MOMENT1] + T->params.bytes[AMPC_ROLE_MOMENT2]));
+  cJSON_AddNumberToObject(mem, "activations", (double)activations);
+  cJSON_AddNumberToObject(mem, "workspace", (double)workspace);
+  cJSON_AddNumberToObject(mem, "total", (double)total);
+  cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+}
+
+typedef struct run_totals {
+  ampc_losses last;
+  bool have_eval;
+  ampc_eval ev;
+  double ms_sum, t_start;
+  int64_t ms_n;
+  ampc_swallow_stats sw;
+} run_totals;
+
+static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
+  const ampc_trainer *T = &R->T;
+  const bool mlp = R->md.kind == AMPC_MODEL_MLP;
+  cJSON *o = cJSON_CreateObject();
+  if (!o)
+    return NULL;
+  cJSON_AddStringToObject(o, "event", "summary");
+  if (!mlp)
+    cJSON_AddStringToObject(o, "model", R->md.mm.name);
+  cJSON_AddStringToObject(o, "precision", ampc_precision_name(T->amp.precision));
+  cJSON_AddNumberToObject(o, "steps", (double)T->iteration);
+  cJSON_AddNumberToObject(o, "optimizer_steps", (double)T->step);
+  cJSON_AddNumberToObject(o, "skipped_steps", (double)T->scaler.skip_count);
+  cJSON_AddNumberToObject(o, "overflow_steps", (double)T->scaler.overflow_count);
+  cJSON_AddNumberToObject(o, "final_loss_scale", (double)T->scaler.scale);
+  cJSON_AddNumberToObject(o, "final_train_loss", (double)t->last.total);
+  const size_t act = R->model.activation_bytes, ws = R->model.workspace_bytes;
+  if (mlp) {
+    /* the MLP's summary carries the test metrics at its top level */
+    cJSON_AddNumberToObject(o, "test_loss", t->have_eval ? t->ev.loss : (double)NAN);
+    cJSON_AddNumberToObject(o, "test_accuracy", t->have_eval ? t->ev.accuracy : (double)NAN);
+    cJSON_AddNumberToObject(o, "swallowed_fraction",
+                            t->sw.updated ? (double)t->sw.swallowed / (double)t->sw.updated : 0);
+    cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+    add_memory(o, T, act, ws);
+  } else {
+    cJSON_AddNumberToObject(o, "ms_per_step_mean", t->ms_n ? t->ms_sum / (double)t->ms_n : 0.0);
+    cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
+    cJSON_AddNumberToObject(o, "activation_bytes", (double)(act + ws));
+    size_t pbytes = 0;
+    for (int r = 0; r < AMPC_ROLE_COUNT; r++)
+      pbytes += T->params.bytes[r];
+    cJSON_AddNumberToObject(o, "parameter_state_bytes", (double)pbytes);
+    add_memory(o, T, act, ws);
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+    if (t->have_eval)
+      add_eval(cJSON_AddObjectToObject(o, "metrics"), R, &t->ev);
+  }
+  cJSON_AddStringToObject(o, "checkpoint", R->rc.save_path ? R->rc.save_path : "");
+  cJSON *dj = parse_owned(ampc_diag_json(R->diag));
+  if (!dj) {
+    cJSON_Delete(o);
+    return NULL;
+  }
+  cJSON_AddItemToObject(o, "diagnosis", dj);
+  return o;
+}
+
+char *ampc_run_summary_json(const ampc_run *R) {
+  return R && R->summary ? cJSON_PrintUnformatted(R->summary) : NULL;
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+/* micro-batch k of iteration R->it_no: samples it_no * batch + k * mb + r of
+ * the sampler's sequence */
+static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
+  ampc_run *R = user;
+  const int64_t mb = R->mb, base = R->it_no * R->rc.batch + k * mb;
+  memset(out, 0, sizeof *out);
+  out->b = mb;
+  out->labels = R->blab;
+  if (R->md.kind == AMPC_MODEL_MLP) {
+    const int64_t in = R->data.dim;
+    for (int64_t r = 0; r < mb; r++) {
+      const int64_t src = R->train_idx[ampc_sampler_index(&R->smp, base + r)];
+      memcpy(R->bfeat + r * in, R->data.x_train + src * in, (size_t)in * sizeof *R->bfeat);
+      R->blab[r] = R->data.y_train[src];
+    }
+    out->features = R->bfeat;
+    return AMPC_OK;
+  }
+  const ampc_dataset *D = R->data.dataset;
+  const int64_t img_sz = (int64_t)D->height * D->width * D->channels, L = D->seq_len;
+  for (int64_t r = 0; r < mb; r++) {
+    const int64_t src = R->train_idx[ampc_sampler_index(&R->smp, base + r)];
+    memcpy(R->bimg + r * img_sz, D->images + src * img_sz, (size_t)img_sz);
+    if (R->btok) /* image-only data (Fashion-MNIST) has no tokens to copy */
+      memcpy(R->btok + r * L, D->tokens + src * L, (size_t)L * sizeof *R->btok);
+    R->blab[r] = D->label[src];
+  }
+  out->images = R->bimg;
+  out->tokens = R->btok;
+  return AMPC_OK;
+}
+
+/* The diagnosis accumulator: a resumed run's log (when it exists and reads)
+ * supplies the steps before `iteration`, so the summary diagnoses the whole
+ * run; else a fresh one. */
+static ampc_diag *diag_start(const ampc_diag_config *c, const char *resumed_log,
+                             int64_t iteration) {
+  ampc_diag *d = NULL;
+  if (resumed_log && iteration > 0 && ampc_diag_read_log(resumed_log, &d) == AMPC_OK) {
+    ampc_diag_truncate(d, iteration + 1);
+    return d;
+  }
+  return ampc_diag_create(c);
+}
+
+/* the checkpoint's metadata naming the model (ampc_model_desc_from_checkpoint reads it) */
+static ampc_status save(ampc_run *R) {
+  ampc_model_meta_storage ms;
+  ampc_st_meta meta[3];
+  const int n = ampc_model_checkpoint_meta(&R->md, R->data.name, &ms, meta);
+  return ampc_trainer_save(&R->T, R->rc.save_path, meta, n);
+}
+
+#define TRYR(call)                                                                                 \
+  do {                                                                                             \
+    st = (call);                                                                                   \
+    if (st != AMPC_OK)                                                                             \
+      goto out;                                                                                    \
+  } while (0)
+
+ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
+  if (!R)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_train: NULL run");
+  const ampc_run_callbacks none = {0};
+  if (!cb)
+    cb = &none;
+  const ampc_run_config *rc = &R->rc;
+  ampc_trainer *T = &R->T;
+  ampc_model *m = &R->model;
+  ampc_status st = AMPC_OK;
+  FILE *log = NULL;
+  cJSON_Delete(R->summary);
+  R->summary = NULL;
+  if (rc->log_path) {
+    cJSON *first = config_object(R);
+    if (!first)
+      return ampc_fail(AMPC_ERR_NOMEM, "out of memory");
+    log = fopen(rc->log_path, rc->resume_path ? "a" : "w");
+    if (!log) {
+      const int e = errno;
+      cJSON_Delete(first);
+      return ampc_fail(AMPC_ERR_IO, "cannot open log file %s: %s", rc->log_path, strerror(e));
+    }
+    TRYR(log_line(log, rc->log_path, first));
+  }
+  const int64_t end = rc->stop_at > 0 && rc->stop_at < rc->steps ? rc->stop_at : rc->steps;
+  run_totals tot = {.t_start = ampc_now_s()};
+  const int64_t start_iter = T->iteration;
+  ampc_diag_config dcfg;
+  ampc_diag_config_from(&dcfg, T);
+  ampc_diag_free(R->diag);
+  R->diag = diag_start(&dcfg, rc->resume_path ? rc->log_path : NULL, T->iteration);
+  if (!R->diag)
+    TRYR(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+  /* telemetry only for models that mark their branches */
+  const bool can_sample = m->ops->set_telemetry != NULL && rc->telemetry_every > 0;
+  while (T->iteration < end) {
+    const double t0 = ampc_now_s();
+    const int64_t it_no = T->iteration;
+    const bool sampled = can_sample && (it_no == 0 || (it_no + 1) % rc->telemetry_every == 0);
+    if (sampled)
+      TRYR(ampc_telemetry_begin(R->tm));
+    R->it_no = it_no;
+    ampc_losses mean;
+    st = ampc_train_accumulate(T, m, rc->micro_batches, gather, R, &mean);
+    ampc_telemetry_end(R->tm); /* the optimizer's stores are not the model's */
+    ampc_step_info info;
+    if (st == AMPC_OK)
+      st = ampc_trainer_step(T, &info);
+    if (st != AMPC_OK) {
+      st = ampc_fail(st, "step %lld: %s", (long long)it_no + 1, ampc_last_error());
+      goto out;
+    }
+    const double ms = (ampc_now_s() - t0) * 1e3;
+    tot.ms_sum += ms, tot.ms_n++;
+    tot.last = mean;
+    if (!info.skipped)
+      for (int i = 0; i < T->params.count; i++) {
+        tot.sw.updated += T->swallow[i].updated, tot.sw.swallowed += T->swallow[i].swallowed;
+        tot.sw.would_swallow += T->swallow[i].would_swallow;
+      }
+    ampc_diag_step ds;
+    ampc_diag_step_fill(&ds, T, &info, (double)mean.total, sampled ? R->tm : NULL);
+    TRYR(ampc_diag_add(R->diag, &ds));
+    if (log &&
+        (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))
+      TRYR(log_line(log, rc->log_path, step_object(&info, &mean, ms, &ds)));
+    if (cb->step) {
+      const ampc_run_progress p = {
+          &info, &mean, ms, ampc_now_s() - tot.t_start, end, start_iter, T->scaler.skip_count};
+      cb->step(cb->user, R, &p);
+    }
+    const bool do_eval =
+        rc->eval &&
+        ((rc->eval_every > 0 && info.iteration % rc->eval_every == 0) || info.iteration == end);
+    if (do_eval) {
+      st = ampc_model_evaluate(m, &R->data, &tot.ev);
+      if (st != AMPC_OK) {
+        st = ampc_fail(st, "evaluation: %s", ampc_last_error());
+        goto out;
+      }
+      tot.have_eval = true;
+      if (cb->eval)
+        cb->eval(cb->user, R, info.iteration, &tot.ev);
+      if (log) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "event", "eval");
+        cJSON_AddNumberToObject(o, "step", (double)info.iteration);
+        add_eval(cJSON_AddObjectToObject(o, "metrics"), R, &tot.ev);
+        TRYR(log_line(log, rc->log_path, o));
+      }
+    }
+    if (rc->save_path && rc->save_every > 0 && info.iteration % rc->save_every == 0 &&
+        info.iteration != end)
+      TRYR(save(R));
+  }
+  if (rc->save_path)
+    TRYR(save(R));
+  R->summary = summary_object(R, &tot);
+  if (!R->summary)
+    TRYR(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+  if (log)
+    TRYR(log_line(log, rc->log_path, cJSON_Duplicate(R->summary, 1)));
+out:
+  if (log && fclose(log) != 0 && st == AMPC_OK)
+    st = ampc_fail(AMPC_ERR_IO, "cannot write log file %s", rc->log_path);
+  return st;
+}

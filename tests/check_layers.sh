@@ -1,0 +1,121 @@
+#!/bin/sh
+# tests/check_layers.sh SRC_DIR OBJECT...: the arrows of DESIGN.md section 1
+# point down. Two checks:
+#  1. includes: no file of src/ includes a header (include/ampc/*.h or
+#     src/<layer>/*.h) of a layer above its own;
+#  2. symbols: no object of the library calls a function or reads a variable
+#     defined in a layer above its own (nm over the library's objects), which
+#     also catches calls through a declaration placed in a lower header.
+# Layers, bottom up (index = height). status.h, version.h, internal.h and
+# src/core/status.c are the shared base (the error channel), below everything.
+# Allowed exceptions are listed in EXCEPTIONS with the reason; each must still
+# occur (a stale exception fails too), so the list shrinks as the code does.
+set -u
+src=$1
+shift
+# the library's objects (.../src/<layer>/<file>.o), one per line (CTest hands
+# $<TARGET_OBJECTS:ampc> over as one ;-separated argument)
+objs=$(for o in "$@"; do echo "$o" | tr ';' '\n'; done | grep '/src/.*\.o$' | sort)
+fail=0
+die() { echo "FAIL: $*" >&2; fail=1; }
+
+# data sits below model here (DESIGN.md lists it above): the models take the
+# tokenizer's conventions (AMPC_TOKEN_PAD) and data depends on nothing but core
+layers="numeric kernels core nn amp optim data model io diag report train dist cuda"
+height() { # layer name -> index; base -> -1; unknown -> 99
+  i=0
+  for l in $layers; do
+    [ "$l" = "$1" ] && { echo $i; return; }
+    i=$((i + 1))
+  done
+  case "$1" in base) echo -1 ;; *) echo 99 ;; esac
+}
+# public header -> layer
+hdr_layer() {
+  case "$1" in
+  status.h | version.h) echo base ;;
+  dtype.h | tally.h) echo numeric ;;
+  gemm.h) echo kernels ;;
+  params.h) echo core ;;
+  nn.h) echo nn ;;
+  amp.h) echo amp ;;
+  optim.h) echo optim ;;
+  model.h) echo model ;;
+  data.h) echo data ;;
+  io.h) echo io ;;
+  diag.h) echo diag ;;
+  report.h | plot.h) echo report ;;
+  engine.h | train.h) echo train ;;
+  ampc.h) echo top ;;
+  *) echo unknown ;;
+  esac
+}
+# "FROM_LAYER -> TO_LAYER: reason" lines; FROM/TO as the checks print them
+EXCEPTIONS='
+'
+
+# ---- 1. includes --------------------------------------------------------------------
+found=""
+for f in $(cd "$src" && find src -name '*.[ch]' | sort); do
+  l=$(echo "$f" | cut -d/ -f2)
+  case "$f" in src/internal.h | src/core/status.c) l=base ;; esac
+  hl=$(height "$l")
+  for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$src/$f"); do
+    case "$inc" in
+    ampc/*) to=$(hdr_layer "${inc#ampc/}") ;;
+    internal.h) to=base ;;
+    */*) to=${inc%%/*} ;;
+    *) to=$l ;;
+    esac
+    [ "$to" = top ] && { die "$f includes the umbrella header $inc"; continue; }
+    ht=$(height "$to")
+    if [ "$ht" -gt "$hl" ]; then
+      key="$l -> $to"
+      if echo "$EXCEPTIONS" | grep -q "^$key:"; then
+        found="$found|$key"
+      else
+        die "$f ($l) includes $inc ($to), a layer above it"
+      fi
+    fi
+  done
+done
+
+# ---- 2. symbols -----------------------------------------------------------------------
+# defined symbols -> layer of the object that defines them
+defs=$(mktemp)
+trap 'rm -f "$defs"' EXIT
+for o in $objs; do
+  rel=${o##*/src/}
+  l=${rel%%/*}
+  case "$rel" in core/status.c.o) l=base ;; data/embed.S.o) l=data ;; esac
+  nm -g --defined-only "$o" 2>/dev/null | awk -v l="$l" 'NF == 3 { print $3, l }' >>"$defs"
+done
+nobj=$(echo "$objs" | grep -c .)
+[ "$nobj" -gt 20 ] || die "given only $nobj library objects"
+for o in $objs; do
+  rel=${o##*/src/}
+  l=${rel%%/*}
+  case "$rel" in core/status.c.o) l=base ;; esac
+  hl=$(height "$l")
+  for sym in $(nm -u "$o" 2>/dev/null | awk '{ print $2 }' | grep '^ampc_'); do
+    to=$(awk -v s="$sym" '$1 == s { print $2; exit }' "$defs")
+    [ -n "$to" ] || continue
+    ht=$(height "$to")
+    if [ "$ht" -gt "$hl" ]; then
+      key="$l -> $to"
+      if echo "$EXCEPTIONS" | grep -q "^$key:"; then
+        found="$found|$key"
+      else
+        die "src/$rel ($l) uses $sym, defined in $to, a layer above it"
+      fi
+    fi
+  done
+done
+
+# every exception must still be needed
+echo "$EXCEPTIONS" | sed -n 's/^\([a-z]* -> [a-z]*\):.*/\1/p' | while read -r key; do
+  case "$found" in *"|$key"*) ;; *) echo "FAIL: stale exception '$key' (no longer occurs)" >&2; exit 1 ;; esac
+done || fail=1
+
+[ $fail = 0 ] && echo "check_layers: ok ($(echo "$EXCEPTIONS" | grep -c ' -> ') documented exceptions)"
+exit $fail
