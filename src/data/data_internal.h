@@ -40,4 +40,14 @@ ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[3], cha
  * different number of strings or does not end with NUL. */
 int ampc__split_strings(char *blob, size_t len, int32_t count, char **out);
 
+/* A list of distinct words (src/data/caption_words.c). */
+typedef struct ampc__wordlist {
+  char **w;
+  int n, cap;
+} ampc__wordlist;
+void ampc__wordlist_free(ampc__wordlist *l);
+/* Split text into lower-cased words (maximal runs of word characters) and
+ * append the new ones to l. -1: no memory. */
+int ampc__add_words(ampc__wordlist *l, const char *text);
+
 #endif

@@ -4,7 +4,8 @@
  * the emoji list) and emojibase-data (CLDR labels, keywords and groups). The
  * rules (join, captions, vocabulary, classes, splits, sample order) are
  * documented in docs/DATA.md; `ampc data emoji` fetches the packages and
- * calls ampc_emoji_prepare.
+ * calls ampc_emoji_prepare. PNG decoding is src/data/emoji_png.c, the
+ * captions' word splitting src/data/caption_words.c.
  *
  * Deterministic: the result depends only on the package contents (file order
  * of emoji.json, fixed hash for the split, sorts with total orders).
@@ -12,7 +13,7 @@
 #include "internal.h"
 
 #include <cjson/cJSON.h>
-#include <png.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,102 +25,6 @@ enum { N_GROUPS = 10, GROUP_COMPONENT = 2 };
 static const char *const k_group_names[N_GROUPS] = {
     "smileys-emotion", "people-body", "component", "animals-nature", "food-drink",
     "travel-places",   "activities",  "objects",   "symbols",        "flags"};
-
-/* ---- PNG ------------------------------------------------------------------- */
-
-static _Thread_local char g_png_msg[200];
-
-static void png_error_fn(png_structp png, png_const_charp msg) {
-  snprintf(g_png_msg, sizeof g_png_msg, "%s", msg ? msg : "libpng error");
-  png_longjmp(png, 1);
-}
-
-/* libpng warnings (e.g. about ICC profiles) are not errors; the library never
- * prints, so they are dropped. */
-static void png_warning_fn(png_structp png, png_const_charp msg) {
-  (void)png;
-  (void)msg;
-}
-
-ampc_status ampc_emoji_png_load(const char *path, uint8_t *out) {
-  enum { S = AMPC_EMOJI_SRC_SIZE, D = AMPC_EMOJI_SIZE };
-  if (!path || !out)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_emoji_png_load: NULL argument");
-  FILE *fp = fopen(path, "rb");
-  if (!fp)
-    return ampc_fail(AMPC_ERR_IO, "%s: cannot open", path);
-  unsigned char sig[8];
-  if (fread(sig, 1, sizeof sig, fp) != sizeof sig || png_sig_cmp(sig, 0, sizeof sig) != 0) {
-    fclose(fp);
-    return ampc_fail(AMPC_ERR_FORMAT, "%s: not a PNG file", path);
-  }
-  png_structp png =
-      png_create_read_struct(PNG_LIBPNG_VER_STRING, NULL, png_error_fn, png_warning_fn);
-  png_infop info = png ? png_create_info_struct(png) : NULL;
-  if (!info) {
-    png_destroy_read_struct(&png, NULL, NULL);
-    fclose(fp);
-    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the PNG decoder", path);
-  }
-  /* 8-bit RGBA rows; nothing that the error path reads changes after setjmp */
-  unsigned char pix[S][S * 4];
-  png_bytep rows[S];
-  for (int y = 0; y < S; y++)
-    rows[y] = pix[y];
-  g_png_msg[0] = '\0';
-  if (setjmp(png_jmpbuf(png))) {
-    png_destroy_read_struct(&png, &info, NULL);
-    fclose(fp);
-    return ampc_fail(AMPC_ERR_FORMAT, "%s: corrupt PNG: %s", path, g_png_msg);
-  }
-  png_init_io(png, fp);
-  png_set_sig_bytes(png, sizeof sig);
-  png_read_info(png, info);
-  const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-  if (w != S || h != S) {
-    png_destroy_read_struct(&png, &info, NULL);
-    fclose(fp);
-    return ampc_fail(AMPC_ERR_FORMAT, "%s: image is %lux%lu, expected %dx%d", path,
-                     (unsigned long)w, (unsigned long)h, S, S);
-  }
-  const int color = png_get_color_type(png, info);
-  const int depth = png_get_bit_depth(png, info);
-  const int trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
-  png_set_expand(png); /* palette -> RGB, gray < 8 bits -> 8 bits, tRNS -> alpha */
-  if (depth == 16)
-    png_set_scale_16(png); /* v * 255 / 65535, rounded */
-  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
-    png_set_gray_to_rgb(png);
-  if (!(color & PNG_COLOR_MASK_ALPHA) && !trns)
-    png_set_add_alpha(png, 0xFF, PNG_FILLER_AFTER);
-  (void)png_set_interlace_handling(png);
-  png_read_update_info(png, info);
-  if (png_get_rowbytes(png, info) != (size_t)S * 4 || png_get_channels(png, info) != 4) {
-    png_destroy_read_struct(&png, &info, NULL);
-    fclose(fp);
-    return ampc_fail(AMPC_ERR_FORMAT, "%s: cannot convert colour type %d, depth %d to RGBA8", path,
-                     color, depth);
-  }
-  png_read_image(png, rows);
-  png_read_end(png, NULL);
-  png_destroy_read_struct(&png, &info, NULL);
-  fclose(fp);
-
-  /* composite over white and average 2x2 blocks, exactly (see data.h) */
-  for (int y = 0; y < D; y++)
-    for (int x = 0; x < D; x++)
-      for (int c = 0; c < 3; c++) {
-        uint32_t num = 0;
-        for (int dy = 0; dy < 2; dy++)
-          for (int dx = 0; dx < 2; dx++) {
-            const unsigned char *p = &pix[2 * y + dy][4 * (2 * x + dx)];
-            const uint32_t a = p[3];
-            num += (uint32_t)p[c] * a + 255u * (255u - a);
-          }
-        out[(y * D + x) * 3 + c] = (uint8_t)((num + 510u) / 1020u);
-      }
-  return AMPC_OK;
-}
 
 /* ---- small helpers --------------------------------------------------------- */
 
@@ -139,7 +44,7 @@ static ampc_status read_json(const char *path, cJSON **out) {
   *out = NULL;
   FILE *fp = fopen(path, "rb");
   if (!fp)
-    return ampc_fail(AMPC_ERR_IO, "%s: cannot open", path);
+    return ampc_fail(AMPC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   size_t cap = 1 << 16, len = 0; /* doubled as needed */
   char *buf = malloc(cap);
   while (buf) {
@@ -196,125 +101,6 @@ static uint32_t fnv1a(const char *s) {
   return h;
 }
 
-/* ---- caption words --------------------------------------------------------- */
-
-/* Decode one UTF-8 code point at s; returns the bytes used (>= 1) and sets
- * *cp, or UINT32_MAX for an invalid sequence (which then separates words). */
-static size_t utf8_next(const unsigned char *s, uint32_t *cp) {
-  const unsigned char c = s[0];
-  size_t n;
-  uint32_t v, min;
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  } else if ((c & 0xE0) == 0xC0) {
-    n = 2, v = c & 0x1Fu, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    n = 3, v = c & 0x0Fu, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    n = 4, v = c & 0x07u, min = 0x10000;
-  } else {
-    *cp = UINT32_MAX;
-    return 1;
-  }
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80) {
-      *cp = UINT32_MAX;
-      return 1;
-    }
-    v = v << 6 | (s[i] & 0x3Fu);
-  }
-  *cp = (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) ? UINT32_MAX : v;
-  return n;
-}
-
-/* Word characters: ASCII letters and digits, and the Latin letters
- * U+00C0..U+024F except U+00D7 (x sign) and U+00F7 (division sign). */
-static int is_word_cp(uint32_t cp) {
-  return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ||
-         (cp >= 0xC0 && cp <= 0x24F && cp != 0xD7 && cp != 0xF7);
-}
-
-/* Lower case: ASCII A-Z and the Latin-1 capitals U+00C0..U+00DE. */
-static uint32_t lower_cp(uint32_t cp) {
-  if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7))
-    return cp + 0x20;
-  return cp;
-}
-
-static size_t utf8_put(uint32_t cp, char *o) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xC0 | cp >> 6);
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  o[0] = (char)(0xE0 | cp >> 12); /* word characters are all below U+0250 */
-  o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  o[2] = (char)(0x80 | (cp & 0x3F));
-  return 3;
-}
-
-typedef struct wordlist {
-  char **w;
-  int n, cap;
-} wordlist;
-
-static void wordlist_free(wordlist *l) {
-  for (int i = 0; i < l->n; i++)
-    free(l->w[i]);
-  free(l->w);
-  memset(l, 0, sizeof *l);
-}
-
-/* Append word (len bytes) unless the list already has it. -1: no memory. */
-static int wordlist_add(wordlist *l, const char *word, size_t len) {
-  for (int i = 0; i < l->n; i++)
-    if (strlen(l->w[i]) == len && memcmp(l->w[i], word, len) == 0)
-      return 0;
-  if (l->n == l->cap) {
-    const int cap = l->cap ? 2 * l->cap : 16;
-    char **nw = realloc(l->w, (size_t)cap * sizeof *nw);
-    if (!nw)
-      return -1;
-    l->w = nw;
-    l->cap = cap;
-  }
-  char *s = malloc(len + 1);
-  if (!s)
-    return -1;
-  memcpy(s, word, len);
-  s[len] = '\0';
-  l->w[l->n++] = s;
-  return 0;
-}
-
-/* Split text into lower-cased words (maximal runs of word characters) and
- * append the new ones to l. -1: no memory. */
-static int add_words(wordlist *l, const char *text) {
-  const unsigned char *s = (const unsigned char *)text;
-  char word[256];
-  size_t wl = 0;
-  for (;;) {
-    uint32_t cp = 0;
-    const size_t used = *s ? utf8_next(s, &cp) : 0;
-    if (used && is_word_cp(cp)) {
-      if (wl + 4 < sizeof word) /* absurdly long words are cut, never overflow */
-        wl += utf8_put(lower_cp(cp), word + wl);
-    } else if (wl) {
-      if (wordlist_add(l, word, wl) != 0)
-        return -1;
-      wl = 0;
-    }
-    if (!used)
-      return 0;
-    s += used;
-  }
-}
-
 /* ---- the join -------------------------------------------------------------- */
 
 typedef struct base_entry {
@@ -342,7 +128,7 @@ typedef struct concept {
   const char *image;
   int group;
   int held_out;
-  wordlist words; /* caption words, deduplicated, truncated to the sequence length */
+  ampc__wordlist words; /* caption words, deduplicated, truncated to the sequence length */
 }
 concept;
 
@@ -492,12 +278,12 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
       st = ampc_fail(AMPC_ERR_FORMAT, "%s: %s has no \"label\"", bpath, b->key);
       goto done;
     }
-    int oom = add_words(&c->words, label);
+    int oom = ampc__add_words(&c->words, label);
     const cJSON *tags = cJSON_GetObjectItemCaseSensitive(b->e, "tags");
     const cJSON *t;
     cJSON_ArrayForEach(t, tags) {
       if (cJSON_IsString(t))
-        oom |= add_words(&c->words, t->valuestring);
+        oom |= ampc__add_words(&c->words, t->valuestring);
     }
     if (oom) {
       st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory");
@@ -673,7 +459,7 @@ done:
   if (stats)
     *stats = S;
   for (int i = 0; i < nc; i++)
-    wordlist_free(&con[i].words);
+    ampc__wordlist_free(&con[i].words);
   free(con);
   free(all);
   free(voc);

@@ -1,5 +1,8 @@
 /*
- * src/model/mm.c: the multimodal image-text model (issue 6, DESIGN.md 1).
+ * src/model/mm.c: the multimodal image-text model (issue 6, DESIGN.md 1): its
+ * forward and backward passes (configurations and parameter specs are in
+ * mm_config.c, the arena layout in mm_layout.c, the shared state in
+ * mm_impl.h).
  *
  *   vision encoder  ViT (Dosovitskiy et al. 2021): patch embedding, CLS token,
  *                   learned positions, pre-norm blocks, final layer norm
@@ -33,499 +36,12 @@
 #include "ampc/data.h" /* AMPC_TOKEN_PAD */
 #include "ampc/model.h"
 #include "ampc/nn.h"
+#include "model/mm_impl.h"
 #include "numeric/numeric.h"
 
-enum { MAX_DEPTH = 16 };
 static const float k_ln_eps = 1e-5f;
 static const float k_l2_eps = 1e-12f;
 static const float k_max_log_scale = 4.6051702f; /* ln 100, CLIP's clamp */
-
-/* ---- configurations ------------------------------------------------------------ */
-
-ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len, int64_t classes,
-                               ampc_mm_config *out) {
-  const bool image_only =
-      name && (!strcmp(name, "vit-ref") || !strcmp(name, "vit-fm") || !strcmp(name, "vit-micro"));
-  if (!name || !out || (!image_only && (vocab < 3 || seq_len < 1)) || classes < 2)
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "model config: bad vocab %lld / seq_len %lld / "
-                     "classes %lld",
-                     (long long)vocab, (long long)seq_len, (long long)classes);
-  ampc_mm_config c = {.img = 32,
-                      .patch = 4,
-                      .channels = 3,
-                      .dim = 128,
-                      .heads = 4,
-                      .mlp = 512,
-                      .v_depth = 4,
-                      .t_depth = 3,
-                      .f_depth = 1,
-                      .embed = 64,
-                      .w_itc = 1.0f,
-                      .w_itm = 1.0f,
-                      .w_cls = 1.0f};
-  if (strcmp(name, "mm-tiny") == 0) {
-  } else if (strcmp(name, "mm-small") == 0) {
-    c.dim = 192, c.heads = 6, c.mlp = 768, c.v_depth = 6, c.t_depth = 4, c.f_depth = 2;
-  } else if (strcmp(name, "vit-ref") == 0) { /* ViT on 32x32x3, patch 8 (issue 8's reference) */
-    c.patch = 8, c.image_only = true;
-  } else if (strcmp(name, "vit-fm") == 0) { /* the same encoder on Fashion-MNIST's 28x28x1 */
-    c.img = 28, c.channels = 1, c.image_only = true;
-  } else if (strcmp(name, "vit-micro") == 0) { /* for gradient checks */
-    c.img = 8, c.dim = 16, c.heads = 2, c.mlp = 32, c.v_depth = 1, c.image_only = true;
-  } else if (strcmp(name, "mm-micro") == 0) {
-    c.img = 8, c.dim = 16, c.heads = 2, c.mlp = 32, c.v_depth = 1, c.t_depth = 1, c.f_depth = 1;
-    c.embed = 8;
-  } else {
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "unknown model '%s' (available: mm-tiny, mm-small, mm-micro, vit-ref, "
-                     "vit-fm, vit-micro)",
-                     name);
-  }
-  snprintf(c.name, sizeof c.name, "%s", name);
-  c.vocab = image_only ? 0 : vocab, c.seq_len = image_only ? 0 : seq_len, c.classes = classes;
-  *out = c;
-  return AMPC_OK;
-}
-
-/* ---- parameter specs ------------------------------------------------------------ */
-
-typedef struct {
-  ampc_mm_specs *s;
-  int cap;
-} spec_builder;
-
-static void add_spec(spec_builder *B, ampc_branch br, ampc_init init, float arg, bool no_decay,
-                     int ndim, int64_t d0, int64_t d1, const char *fmt, ...) AMPC_PRINTF(9, 10);
-
-static void add_spec(spec_builder *B, ampc_branch br, ampc_init init, float arg, bool no_decay,
-                     int ndim, int64_t d0, int64_t d1, const char *fmt, ...) {
-  ampc_mm_specs *s = B->s;
-  if (s->n >= B->cap)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(s->names[s->n], AMPC_PARAM_NAME_MAX, fmt, ap);
-  va_end(ap);
-  ampc_param_spec *p = &s->specs[s->n];
-  memset(p, 0, sizeof *p);
-  p->name = s->names[s->n];
-  p->ndim = ndim;
-  p->shape[0] = d0;
-  p->shape[1] = d1;
-  p->branch = br;
-  p->init = init;
-  p->init_arg = arg;
-  p->no_decay = no_decay;
-  s->n++;
-}
-
-static void block_specs(spec_builder *B, const ampc_mm_config *c, ampc_branch br,
-                        const char *prefix, int i, bool cross) {
-  const int64_t d = c->dim;
-  const char *att = cross ? "cross_attn" : "attn";
-  add_spec(B, br, AMPC_INIT_ONES, 0, true, 1, d, 0, "%s.blocks.%d.norm1.weight", prefix, i);
-  add_spec(B, br, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "%s.blocks.%d.norm1.bias", prefix, i);
-  add_spec(B, br, AMPC_INIT_NORMAL, 0.02f, false, 2, 3 * d, d, "%s.blocks.%d.%s.in_proj_weight",
-           prefix, i, att);
-  add_spec(B, br, AMPC_INIT_ZEROS, 0, true, 1, 3 * d, 0, "%s.blocks.%d.%s.in_proj_bias", prefix, i,
-           att);
-  add_spec(B, br, AMPC_INIT_NORMAL, 0.02f, false, 2, d, d, "%s.blocks.%d.%s.out_proj.weight",
-           prefix, i, att);
-  add_spec(B, br, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "%s.blocks.%d.%s.out_proj.bias", prefix, i,
-           att);
-  add_spec(B, br, AMPC_INIT_ONES, 0, true, 1, d, 0, "%s.blocks.%d.norm2.weight", prefix, i);
-  add_spec(B, br, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "%s.blocks.%d.norm2.bias", prefix, i);
-  add_spec(B, br, AMPC_INIT_NORMAL, 0.02f, false, 2, c->mlp, d, "%s.blocks.%d.mlp.fc1.weight",
-           prefix, i);
-  add_spec(B, br, AMPC_INIT_ZEROS, 0, true, 1, c->mlp, 0, "%s.blocks.%d.mlp.fc1.bias", prefix, i);
-  add_spec(B, br, AMPC_INIT_NORMAL, 0.02f, false, 2, d, c->mlp, "%s.blocks.%d.mlp.fc2.weight",
-           prefix, i);
-  add_spec(B, br, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "%s.blocks.%d.mlp.fc2.bias", prefix, i);
-}
-
-enum { PER_BLOCK = 12 };
-
-static int spec_count(const ampc_mm_config *c) {
-  if (c->image_only)
-    return 4 + 2 + 2 + PER_BLOCK * (int)c->v_depth;
-  return 6 + 4 + 2 + 7 + PER_BLOCK * (int)(c->v_depth + c->t_depth + c->f_depth);
-}
-
-ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out) {
-  if (!c || !out || c->v_depth < 1 || c->v_depth > MAX_DEPTH ||
-      (!c->image_only &&
-       (c->t_depth < 1 || c->t_depth > MAX_DEPTH || c->f_depth < 1 || c->f_depth > MAX_DEPTH)) ||
-      c->dim % c->heads || c->img % c->patch)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: bad configuration");
-  const int cap = spec_count(c);
-  memset(out, 0, sizeof *out);
-  out->specs = calloc((size_t)cap, sizeof *out->specs);
-  out->names = calloc((size_t)cap, sizeof *out->names);
-  if (!out->specs || !out->names) {
-    ampc_mm_specs_free(out);
-    return ampc_fail(AMPC_ERR_NOMEM, "model specs: out of memory");
-  }
-  spec_builder B = {out, cap};
-  const int64_t d = c->dim, np = (c->img / c->patch) * (c->img / c->patch);
-  const int64_t pin = c->channels * c->patch * c->patch;
-  const ampc_branch V = AMPC_BRANCH_VISION, Tb = AMPC_BRANCH_TEXT, F = AMPC_BRANCH_FUSION,
-                    H = AMPC_BRANCH_HEADS;
-  add_spec(&B, V, AMPC_INIT_NORMAL, 0.02f, false, 2, d, pin, "vision.patch_embed.weight");
-  add_spec(&B, V, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "vision.patch_embed.bias");
-  add_spec(&B, V, AMPC_INIT_NORMAL, 0.02f, true, 1, d, 0, "vision.cls_token");
-  add_spec(&B, V, AMPC_INIT_NORMAL, 0.02f, true, 2, np + 1, d, "vision.pos_embed");
-  for (int i = 0; i < c->v_depth; i++)
-    block_specs(&B, c, V, "vision", i, false);
-  add_spec(&B, V, AMPC_INIT_ONES, 0, true, 1, d, 0, "vision.norm.weight");
-  add_spec(&B, V, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "vision.norm.bias");
-  if (c->image_only) {
-    add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->classes, d, "heads.cls.weight");
-    add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, c->classes, 0, "heads.cls.bias");
-    return out->n == cap ? AMPC_OK
-                         : ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: internal count mismatch");
-  }
-  add_spec(&B, Tb, AMPC_INIT_NORMAL, 0.02f, true, 2, c->vocab, d, "text.token_embed.weight");
-  add_spec(&B, Tb, AMPC_INIT_NORMAL, 0.02f, true, 2, c->seq_len, d, "text.pos_embed.weight");
-  for (int i = 0; i < c->t_depth; i++)
-    block_specs(&B, c, Tb, "text", i, false);
-  add_spec(&B, Tb, AMPC_INIT_ONES, 0, true, 1, d, 0, "text.norm.weight");
-  add_spec(&B, Tb, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "text.norm.bias");
-  for (int i = 0; i < c->f_depth; i++)
-    block_specs(&B, c, F, "fusion", i, true);
-  add_spec(&B, F, AMPC_INIT_ONES, 0, true, 1, d, 0, "fusion.norm.weight");
-  add_spec(&B, F, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "fusion.norm.bias");
-  add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->embed, d, "heads.image_proj.weight");
-  add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->embed, d, "heads.text_proj.weight");
-  /* CLIP stores the log of the logit scale, initialised to log(1 / 0.07) */
-  add_spec(&B, H, AMPC_INIT_CONST, 2.6592600f, true, 1, 1, 0, "heads.logit_scale");
-  add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, 1, d, "heads.itm.weight");
-  add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, 1, 0, "heads.itm.bias");
-  add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->classes, d, "heads.cls.weight");
-  add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, c->classes, 0, "heads.cls.bias");
-  if (out->n != cap) {
-    ampc_mm_specs_free(out);
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: internal count mismatch");
-  }
-  return AMPC_OK;
-}
-
-void ampc_mm_specs_free(ampc_mm_specs *s) {
-  if (!s)
-    return;
-  free(s->specs);
-  free(s->names);
-  memset(s, 0, sizeof *s);
-}
-
-/* ---- the model's state ------------------------------------------------------------ */
-
-typedef struct { /* parameter indices of one block */
-  int n1w, n1b, inw, inb, outw, outb, n2w, n2b, f1w, f1b, f2w, f2b;
-} blk_p;
-
-typedef struct { /* saved activations of one block */
-  void *ln1, *y, *x1, *ln2, *h, *g, *out;
-  float *mean1, *rstd1, *mean2, *rstd2;
-  ampc_mha_cache c;
-} blk_a;
-
-struct ampc_mm {
-  ampc_mm_config c;
-  ampc_params *P; /* borrowed: the parameter table (weights read, gradients accumulated) */
-  int64_t B, NV, NP, TT, D, E;
-  ampc_dtype sdt, adt, gdt, pdt, wdt;
-  ampc_acc acc;
-  /* parameter indices */
-  int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;
-  int iproj, tproj, lscale, itm_w, itm_b, cls_w, cls_b;
-  blk_p vb[MAX_DEPTH], tb[MAX_DEPTH], fb[MAX_DEPTH];
-  blk_a va[MAX_DEPTH], ta[MAX_DEPTH], fa[MAX_DEPTH];
-  /* activations */
-  void *patch, *v0, *vfin, *vcls, *iemb, *inorm, *clog;
-  float *vmean, *vrstd;
-  uint8_t *tmask;
-  void *t0, *tfin, *tpool, *temb, *tnorm;
-  float *tmean, *trstd;
-  float *sim;
-  int32_t *neg, *pair_text;
-  void *fkv, *f0, *ffin, *fpool, *itm;
-  uint8_t *fmask;
-  float *fmean, *frstd, *itm_t;
-  /* gradient workspaces */
-  void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
-  void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
-  float *dv32, *dt32, *dsmall32;
-  ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
-  /* what the backward pass needs of the last forward pass */
-  ampc_mm_batch fwd; /* the batch (borrowed: valid until the backward pass) */
-  float fwd_ls;      /* log-temperature used */
-  bool fwd_clamped;  /* it was clamped (zero gradient) */
-  bool have_fwd;     /* a forward pass ran since the last backward pass */
-  /* one allocation for all of the above */
-  void *arena;
-  size_t arena_bytes;
-};
-
-typedef struct {
-  char *base;
-  size_t used;
-  size_t act_end; /* bytes before the gradient workspaces (set by layout) */
-} arena;
-
-static void *take(arena *A, size_t bytes) {
-  const size_t off = (A->used + 63) / 64 * 64;
-  A->used = off + bytes;
-  return A->base ? A->base + off : NULL;
-}
-
-static int pidx(const ampc_params *P, const char *fmt, ...) AMPC_PRINTF(2, 3);
-static int pidx(const ampc_params *P, const char *fmt, ...) {
-  char name[AMPC_PARAM_NAME_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(name, sizeof name, fmt, ap);
-  va_end(ap);
-  return ampc_params_find(P, name);
-}
-
-static int find_block(const ampc_params *P, const char *prefix, int i, bool cross, blk_p *p) {
-  const char *att = cross ? "cross_attn" : "attn";
-  p->n1w = pidx(P, "%s.blocks.%d.norm1.weight", prefix, i);
-  p->n1b = pidx(P, "%s.blocks.%d.norm1.bias", prefix, i);
-  p->inw = pidx(P, "%s.blocks.%d.%s.in_proj_weight", prefix, i, att);
-  p->inb = pidx(P, "%s.blocks.%d.%s.in_proj_bias", prefix, i, att);
-  p->outw = pidx(P, "%s.blocks.%d.%s.out_proj.weight", prefix, i, att);
-  p->outb = pidx(P, "%s.blocks.%d.%s.out_proj.bias", prefix, i, att);
-  p->n2w = pidx(P, "%s.blocks.%d.norm2.weight", prefix, i);
-  p->n2b = pidx(P, "%s.blocks.%d.norm2.bias", prefix, i);
-  p->f1w = pidx(P, "%s.blocks.%d.mlp.fc1.weight", prefix, i);
-  p->f1b = pidx(P, "%s.blocks.%d.mlp.fc1.bias", prefix, i);
-  p->f2w = pidx(P, "%s.blocks.%d.mlp.fc2.weight", prefix, i);
-  p->f2b = pidx(P, "%s.blocks.%d.mlp.fc2.bias", prefix, i);
-  const int *q = &p->n1w;
-  for (int k = 0; k < PER_BLOCK; k++)
-    if (q[k] < 0)
-      return 0;
-  return 1;
-}
-
-/* carve every buffer from the arena (A->base NULL: just count) */
-static void layout(ampc_mm *M, arena *A) {
-  const int64_t B = M->B, NV = M->NV, NP = M->NP, TT = M->TT, D = M->D, E = M->E;
-  const int64_t H = M->c.heads, MLP = M->c.mlp, C = M->c.classes;
-  const size_t ss = ampc_dtype_size(M->sdt), as = ampc_dtype_size(M->adt),
-               gs = ampc_dtype_size(M->gdt), ps = ampc_dtype_size(M->pdt);
-#define TAKE(ptr, n, sz) (ptr) = take(A, (size_t)(n) * (sz))
-  struct {
-    blk_a *a;
-    int64_t depth, b, tq, tk;
-  } groups[3] = {{M->va, M->c.v_depth, B, NV, NV},
-                 {M->ta, M->c.image_only ? 0 : M->c.t_depth, B, TT, TT},
-                 {M->fa, M->c.image_only ? 0 : M->c.f_depth, 2 * B, TT, NV}};
-  for (int g = 0; g < 3; g++) {
-    for (int64_t i = 0; i < groups[g].depth; i++) {
-      blk_a *a = &groups[g].a[i];
-      const int64_t rq = groups[g].b * groups[g].tq, rk = groups[g].b * groups[g].tk;
-      TAKE(a->ln1, rq * D, as);
-      TAKE(a->y, rq * D, as);
-      TAKE(a->x1, rq * D, ss);
-      TAKE(a->ln2, rq * D, as);
-      TAKE(a->h, rq * MLP, as);
-      TAKE(a->g, rq * MLP, as);
-      TAKE(a->out, rq * D, ss);
-      TAKE(a->mean1, rq, sizeof(float));
-      TAKE(a->rstd1, rq, sizeof(float));
-      TAKE(a->mean2, rq, sizeof(float));
-      TAKE(a->rstd2, rq, sizeof(float));
-      TAKE(a->c.q, rq * D, as);
-      TAKE(a->c.k, rk * D, as);
-      TAKE(a->c.v, rk * D, as);
-      TAKE(a->c.o, rq * D, as);
-      TAKE(a->c.scores, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
-      TAKE(a->c.probs, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
-    }
-  }
-  TAKE(M->patch, B * NP * D, as);
-  TAKE(M->v0, B * NV * D, ss);
-  TAKE(M->vfin, B * NV * D, as);
-  TAKE(M->vmean, B * NV, sizeof(float));
-  TAKE(M->vrstd, B * NV, sizeof(float));
-  TAKE(M->vcls, B * D, as);
-  TAKE(M->iemb, B * E, as);
-  TAKE(M->inorm, B * E, as);
-  TAKE(M->clog, B * C, as);
-  TAKE(M->tmask, B * TT, 1);
-  TAKE(M->t0, B * TT * D, ss);
-  TAKE(M->tfin, B * TT * D, as);
-  TAKE(M->tmean, B * TT, sizeof(float));
-  TAKE(M->trstd, B * TT, sizeof(float));
-  TAKE(M->tpool, B * D, as);
-  TAKE(M->temb, B * E, as);
-  TAKE(M->tnorm, B * E, as);
-  TAKE(M->sim, B * B, sizeof(float));
-  TAKE(M->neg, B, sizeof(int32_t));
-  TAKE(M->pair_text, 2 * B, sizeof(int32_t));
-  TAKE(M->fkv, 2 * B * NV * D, as);
-  TAKE(M->f0, 2 * B * TT * D, ss);
-  TAKE(M->fmask, 2 * B * TT, 1);
-  TAKE(M->ffin, 2 * B * TT * D, as);
-  TAKE(M->fmean, 2 * B * TT, sizeof(float));
-  TAKE(M->frstd, 2 * B * TT, sizeof(float));
-  TAKE(M->fpool, 2 * B * D, as);
-  TAKE(M->itm, 2 * B, as);
-  TAKE(M->itm_t, 2 * B, sizeof(float));
-  A->act_end = A->used; /* what follows are gradient workspaces */
-  int64_t R = B * NV;
-  if (2 * B * TT > R)
-    R = 2 * B * TT;
-  TAKE(M->dS, R * D, gs);
-  TAKE(M->dS2, R * D, gs);
-  TAKE(M->dL, R * D, gs);
-  TAKE(M->dH1, R * MLP, gs);
-  TAKE(M->dH2, R * MLP, gs);
-  TAKE(M->dKV, 2 * B * NV * D, gs);
-  TAKE(M->dKVsum, 2 * B * NV * D, sizeof(float));
-  TAKE(M->dclog, B * C, gs);
-  TAKE(M->dvcls, B * D, gs);
-  TAKE(M->dvcls2, B * D, gs);
-  TAKE(M->ditm, 2 * B, gs);
-  TAKE(M->dfpool, 2 * B * D, gs);
-  TAKE(M->dsim, B * B, gs);
-  TAKE(M->dinorm, B * E, gs);
-  TAKE(M->dtnorm, B * E, gs);
-  TAKE(M->diemb, B * E, gs);
-  TAKE(M->dtemb, B * E, gs);
-  TAKE(M->dtpool, B * D, gs);
-  TAKE(M->dv32, B * NV * D, sizeof(float));
-  TAKE(M->dt32, B * TT * D, sizeof(float));
-  TAKE(M->dsmall32, (NV > TT ? NV : TT) * D + D, sizeof(float));
-#undef TAKE
-}
-
-void ampc_mm_free(ampc_mm *M) {
-  if (!M)
-    return;
-  free(M->arena);
-  free(M);
-}
-
-size_t ampc_mm_activation_bytes(const ampc_mm *M) { return M ? M->arena_bytes : 0; }
-const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M) { return &M->c; }
-int64_t ampc_mm_max_batch(const ampc_mm *M) { return M->B; }
-
-static ampc_dtype policy_out(ampc_precision p, ampc_op_id op) {
-  ampc_op_policy r;
-  ampc_policy_get(p, op, &r);
-  return r.output;
-}
-
-/* sizes and dtypes that layout() reads */
-static void set_dims(ampc_mm *M, const ampc_mm_config *c, int64_t max_batch, ampc_precision p,
-                     ampc_dtype wdt) {
-  M->c = *c;
-  M->B = max_batch;
-  M->NP = (c->img / c->patch) * (c->img / c->patch);
-  M->NV = M->NP + 1;
-  M->TT = c->seq_len;
-  M->D = c->dim;
-  M->E = c->embed;
-  M->sdt = policy_out(p, AMPC_OPID_RESIDUAL_ADD);
-  M->adt = policy_out(p, AMPC_OPID_LINEAR);
-  M->pdt = policy_out(p, AMPC_OPID_SOFTMAX);
-  M->wdt = wdt;
-  M->gdt = wdt;
-}
-
-ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_precision p,
-                               size_t *activations, size_t *workspace) {
-  if (!c || batch < 2 || batch > (1 << 20) || (unsigned)p >= AMPC_PRECISION_COUNT ||
-      c->v_depth < 1 || c->v_depth > MAX_DEPTH || c->t_depth > MAX_DEPTH ||
-      c->f_depth > MAX_DEPTH || c->patch < 1 || c->img % c->patch || c->dim < 1 || c->heads < 1 ||
-      c->dim % c->heads)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_plan_bytes: bad arguments (batch %lld)",
-                     (long long)batch);
-  ampc_mm *M = calloc(1, sizeof *M);
-  if (!M)
-    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_plan_bytes: out of memory");
-  set_dims(M, c, batch, p, ampc_precision_lowp(p));
-  arena A = {NULL, 0, 0};
-  layout(M, &A);
-  free(M);
-  if (activations)
-    *activations = A.act_end;
-  if (workspace)
-    *workspace = A.used - A.act_end;
-  return AMPC_OK;
-}
-
-ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_params *P,
-                           const ampc_amp_config *amp, int64_t max_batch) {
-  if (!out || !c || !P || !amp || max_batch < 2 || max_batch > (1 << 20))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_create: bad arguments (batch %lld)",
-                     (long long)max_batch);
-  *out = NULL;
-  ampc_mm *M = calloc(1, sizeof *M);
-  if (!M)
-    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: out of memory");
-  set_dims(M, c, max_batch, amp->precision, P->wdt);
-  M->P = P;
-  M->acc = amp->accumulate;
-  int ok = 1;
-#define IDX(field, name) ok = ok && (M->field = ampc_params_find(P, name)) >= 0
-  IDX(patch_w, "vision.patch_embed.weight");
-  IDX(patch_b, "vision.patch_embed.bias");
-  IDX(cls_tok, "vision.cls_token");
-  IDX(vpos, "vision.pos_embed");
-  IDX(vn_w, "vision.norm.weight");
-  IDX(vn_b, "vision.norm.bias");
-  IDX(cls_w, "heads.cls.weight");
-  IDX(cls_b, "heads.cls.bias");
-  if (!c->image_only) {
-    IDX(tok, "text.token_embed.weight");
-    IDX(tpos, "text.pos_embed.weight");
-    IDX(tn_w, "text.norm.weight");
-    IDX(tn_b, "text.norm.bias");
-    IDX(fn_w, "fusion.norm.weight");
-    IDX(fn_b, "fusion.norm.bias");
-    IDX(iproj, "heads.image_proj.weight");
-    IDX(tproj, "heads.text_proj.weight");
-    IDX(lscale, "heads.logit_scale");
-    IDX(itm_w, "heads.itm.weight");
-    IDX(itm_b, "heads.itm.bias");
-  }
-#undef IDX
-  for (int i = 0; ok && i < c->v_depth; i++)
-    ok = find_block(P, "vision", i, false, &M->vb[i]);
-  for (int i = 0; ok && !c->image_only && i < c->t_depth; i++)
-    ok = find_block(P, "text", i, false, &M->tb[i]);
-  for (int i = 0; ok && !c->image_only && i < c->f_depth; i++)
-    ok = find_block(P, "fusion", i, true, &M->fb[i]);
-  if (!ok ||
-      (!c->image_only &&
-       (P->p[M->tok].shape[0] != c->vocab || P->p[M->tpos].shape[0] != c->seq_len)) ||
-      P->p[M->cls_w].shape[0] != c->classes ||
-      P->p[M->patch_w].shape[1] != c->channels * c->patch * c->patch ||
-      P->p[M->vpos].shape[0] != M->NV) {
-    free(M);
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "ampc_mm_create: the parameter table is not that of model %s", c->name);
-  }
-  arena A = {NULL, 0, 0};
-  layout(M, &A);
-  M->arena = calloc(1, A.used + 64);
-  if (!M->arena) {
-    free(M);
-    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: cannot allocate %zu bytes of activations",
-                     A.used);
-  }
-  M->arena_bytes = A.used;
-  A.base = (char *)(((uintptr_t)M->arena + 63) / 64 * 64);
-  A.used = 0;
-  layout(M, &A);
-  *out = M;
-  return AMPC_OK;
-}
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
@@ -892,6 +408,28 @@ static ampc_status mm_fwd(ampc_mm *M, const ampc_mm_batch *bt, ampc_mm_losses *o
   return AMPC_OK;
 }
 
+/* The text encoder's backward pass from dt32 [b*TT, D] (FP32 sums of the
+ * gradient of its final-norm output: the fusion's and the contrastive head's). */
+static ampc_status text_bwd(ampc_mm *M, int64_t b, const int32_t *tokens, const float *dt32) {
+  const ampc_mm_config *c = &M->c;
+  const int64_t D = M->D, TT = M->TT;
+  const ampc_dtype sdt = M->sdt, wdt = M->wdt, gdt = M->gdt;
+  AMPC_TRY(ampc_store_f32(M->dS2, gdt, dt32, (size_t)(b * TT * D), NULL));
+  const void *tlast = M->ta[c->t_depth - 1].out;
+  AMPC_TRY(ampc_layernorm_backward(b * TT, D, M->dS2, gdt, tlast, sdt, W(M, M->tn_w), wdt, M->tmean,
+                                   M->trstd, M->dS, G(M, M->tn_w), G(M, M->tn_b)));
+  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
+  for (int i = (int)c->t_depth - 1; i >= 0; i--) {
+    const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
+    AMPC_TRY(blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL));
+    tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.blocks.%d", i);
+  }
+  AMPC_TRY(ampc_embedding_backward(b, TT, D, tokens, c->vocab, M->dS, gdt, G(M, M->tok),
+                                   G(M, M->tpos), NULL));
+  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.embeddings");
+  return AMPC_OK;
+}
+
 /* the backward pass, each loss seeded with S * its weight */
 static ampc_status mm_bwd(ampc_mm *M, float S) {
   const ampc_mm_batch *bt = &M->fwd;
@@ -960,21 +498,7 @@ static ampc_status mm_bwd(ampc_mm *M, float S) {
           ampc_elem_load(M->dvcls, gdt, bi * D + j) + ampc_elem_load(M->dvcls2, gdt, bi * D + j);
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
   AMPC_TRY(vision_bwd(M, b, bt->images, dv32));
-  /* text encoder */
-  AMPC_TRY(ampc_store_f32(M->dS2, gdt, dt32, (size_t)(b * TT * D), NULL));
-  const void *tlast = M->ta[c->t_depth - 1].out;
-  AMPC_TRY(ampc_layernorm_backward(b * TT, D, M->dS2, gdt, tlast, sdt, W(M, M->tn_w), wdt, M->tmean,
-                                   M->trstd, M->dS, G(M, M->tn_w), G(M, M->tn_b)));
-  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
-  for (int i = (int)c->t_depth - 1; i >= 0; i--) {
-    const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
-    AMPC_TRY(blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL));
-    tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.blocks.%d", i);
-  }
-  AMPC_TRY(ampc_embedding_backward(b, TT, D, bt->tokens, c->vocab, M->dS, gdt, G(M, M->tok),
-                                   G(M, M->tpos), NULL));
-  tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.embeddings");
-  return AMPC_OK;
+  return text_bwd(M, b, bt->tokens, dt32);
 }
 
 ampc_status ampc_mm_forward(ampc_mm *M, const ampc_mm_batch *bt, ampc_mm_losses *out) {

@@ -1,0 +1,65 @@
+/*
+ * src/model/mm_impl.h: the multimodal model's state, shared by its three
+ * files: mm_config.c (named configurations and parameter specs), mm_layout.c
+ * (the arena layout: plan, create, free) and mm.c (the forward and backward
+ * passes). Not installed.
+ */
+#ifndef AMPC_MM_IMPL_H
+#define AMPC_MM_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ampc/model.h"
+#include "ampc/nn.h"
+
+enum { MAX_DEPTH = 16, PER_BLOCK = 12 };
+
+typedef struct { /* parameter indices of one block */
+  int n1w, n1b, inw, inb, outw, outb, n2w, n2b, f1w, f1b, f2w, f2b;
+} blk_p;
+
+typedef struct { /* saved activations of one block */
+  void *ln1, *y, *x1, *ln2, *h, *g, *out;
+  float *mean1, *rstd1, *mean2, *rstd2;
+  ampc_mha_cache c;
+} blk_a;
+
+struct ampc_mm {
+  ampc_mm_config c;
+  ampc_params *P; /* borrowed: the parameter table (weights read, gradients accumulated) */
+  int64_t B, NV, NP, TT, D, E;
+  ampc_dtype sdt, adt, gdt, pdt, wdt;
+  ampc_acc acc;
+  /* parameter indices */
+  int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;
+  int iproj, tproj, lscale, itm_w, itm_b, cls_w, cls_b;
+  blk_p vb[MAX_DEPTH], tb[MAX_DEPTH], fb[MAX_DEPTH];
+  blk_a va[MAX_DEPTH], ta[MAX_DEPTH], fa[MAX_DEPTH];
+  /* activations */
+  void *patch, *v0, *vfin, *vcls, *iemb, *inorm, *clog;
+  float *vmean, *vrstd;
+  uint8_t *tmask;
+  void *t0, *tfin, *tpool, *temb, *tnorm;
+  float *tmean, *trstd;
+  float *sim;
+  int32_t *neg, *pair_text;
+  void *fkv, *f0, *ffin, *fpool, *itm;
+  uint8_t *fmask;
+  float *fmean, *frstd, *itm_t;
+  /* gradient workspaces */
+  void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
+  void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
+  float *dv32, *dt32, *dsmall32;
+  ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
+  /* what the backward pass needs of the last forward pass */
+  ampc_mm_batch fwd; /* the batch (borrowed: valid until the backward pass) */
+  float fwd_ls;      /* log-temperature used */
+  bool fwd_clamped;  /* it was clamped (zero gradient) */
+  bool have_fwd;     /* a forward pass ran since the last backward pass */
+  /* one allocation for all of the above */
+  void *arena;
+  size_t arena_bytes;
+};
+
+#endif

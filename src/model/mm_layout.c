@@ -1,0 +1,280 @@
+/*
+ * src/model/mm_layout.c: the multimodal model's memory: every activation,
+ * attention cache, layer-norm statistic and gradient workspace is carved
+ * from one arena by layout(), which runs twice, first counting (the memory
+ * account's prediction, ampc_mm_plan_bytes) and then carving (ampc_mm_create),
+ * so predicted and allocated bytes are the same code.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/data.h" /* AMPC_TOKEN_PAD */
+#include "ampc/model.h"
+#include "ampc/nn.h"
+#include "model/mm_impl.h"
+#include "numeric/numeric.h"
+
+typedef struct {
+  char *base;
+  size_t used;
+  size_t act_end; /* bytes before the gradient workspaces (set by layout) */
+} arena;
+
+static void *take(arena *A, size_t bytes) {
+  const size_t off = (A->used + 63) / 64 * 64;
+  A->used = off + bytes;
+  return A->base ? A->base + off : NULL;
+}
+
+static int pidx(const ampc_params *P, const char *fmt, ...) AMPC_PRINTF(2, 3);
+static int pidx(const ampc_params *P, const char *fmt, ...) {
+  char name[AMPC_PARAM_NAME_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  return ampc_params_find(P, name);
+}
+
+static int find_block(const ampc_params *P, const char *prefix, int i, bool cross, blk_p *p) {
+  const char *att = cross ? "cross_attn" : "attn";
+  p->n1w = pidx(P, "%s.blocks.%d.norm1.weight", prefix, i);
+  p->n1b = pidx(P, "%s.blocks.%d.norm1.bias", prefix, i);
+  p->inw = pidx(P, "%s.blocks.%d.%s.in_proj_weight", prefix, i, att);
+  p->inb = pidx(P, "%s.blocks.%d.%s.in_proj_bias", prefix, i, att);
+  p->outw = pidx(P, "%s.blocks.%d.%s.out_proj.weight", prefix, i, att);
+  p->outb = pidx(P, "%s.blocks.%d.%s.out_proj.bias", prefix, i, att);
+  p->n2w = pidx(P, "%s.blocks.%d.norm2.weight", prefix, i);
+  p->n2b = pidx(P, "%s.blocks.%d.norm2.bias", prefix, i);
+  p->f1w = pidx(P, "%s.blocks.%d.mlp.fc1.weight", prefix, i);
+  p->f1b = pidx(P, "%s.blocks.%d.mlp.fc1.bias", prefix, i);
+  p->f2w = pidx(P, "%s.blocks.%d.mlp.fc2.weight", prefix, i);
+  p->f2b = pidx(P, "%s.blocks.%d.mlp.fc2.bias", prefix, i);
+  const int *q = &p->n1w;
+  for (int k = 0; k < PER_BLOCK; k++)
+    if (q[k] < 0)
+      return 0;
+  return 1;
+}
+
+/* carve every buffer from the arena (A->base NULL: just count) */
+static void layout(ampc_mm *M, arena *A) {
+  const int64_t B = M->B, NV = M->NV, NP = M->NP, TT = M->TT, D = M->D, E = M->E;
+  const int64_t H = M->c.heads, MLP = M->c.mlp, C = M->c.classes;
+  const size_t ss = ampc_dtype_size(M->sdt), as = ampc_dtype_size(M->adt),
+               gs = ampc_dtype_size(M->gdt), ps = ampc_dtype_size(M->pdt);
+#define TAKE(ptr, n, sz) (ptr) = take(A, (size_t)(n) * (sz))
+  struct {
+    blk_a *a;
+    int64_t depth, b, tq, tk;
+  } groups[3] = {{M->va, M->c.v_depth, B, NV, NV},
+                 {M->ta, M->c.image_only ? 0 : M->c.t_depth, B, TT, TT},
+                 {M->fa, M->c.image_only ? 0 : M->c.f_depth, 2 * B, TT, NV}};
+  for (int g = 0; g < 3; g++) {
+    for (int64_t i = 0; i < groups[g].depth; i++) {
+      blk_a *a = &groups[g].a[i];
+      const int64_t rq = groups[g].b * groups[g].tq, rk = groups[g].b * groups[g].tk;
+      TAKE(a->ln1, rq * D, as);
+      TAKE(a->y, rq * D, as);
+      TAKE(a->x1, rq * D, ss);
+      TAKE(a->ln2, rq * D, as);
+      TAKE(a->h, rq * MLP, as);
+      TAKE(a->g, rq * MLP, as);
+      TAKE(a->out, rq * D, ss);
+      TAKE(a->mean1, rq, sizeof(float));
+      TAKE(a->rstd1, rq, sizeof(float));
+      TAKE(a->mean2, rq, sizeof(float));
+      TAKE(a->rstd2, rq, sizeof(float));
+      TAKE(a->c.q, rq * D, as);
+      TAKE(a->c.k, rk * D, as);
+      TAKE(a->c.v, rk * D, as);
+      TAKE(a->c.o, rq * D, as);
+      TAKE(a->c.scores, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
+      TAKE(a->c.probs, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
+    }
+  }
+  TAKE(M->patch, B * NP * D, as);
+  TAKE(M->v0, B * NV * D, ss);
+  TAKE(M->vfin, B * NV * D, as);
+  TAKE(M->vmean, B * NV, sizeof(float));
+  TAKE(M->vrstd, B * NV, sizeof(float));
+  TAKE(M->vcls, B * D, as);
+  TAKE(M->iemb, B * E, as);
+  TAKE(M->inorm, B * E, as);
+  TAKE(M->clog, B * C, as);
+  TAKE(M->tmask, B * TT, 1);
+  TAKE(M->t0, B * TT * D, ss);
+  TAKE(M->tfin, B * TT * D, as);
+  TAKE(M->tmean, B * TT, sizeof(float));
+  TAKE(M->trstd, B * TT, sizeof(float));
+  TAKE(M->tpool, B * D, as);
+  TAKE(M->temb, B * E, as);
+  TAKE(M->tnorm, B * E, as);
+  TAKE(M->sim, B * B, sizeof(float));
+  TAKE(M->neg, B, sizeof(int32_t));
+  TAKE(M->pair_text, 2 * B, sizeof(int32_t));
+  TAKE(M->fkv, 2 * B * NV * D, as);
+  TAKE(M->f0, 2 * B * TT * D, ss);
+  TAKE(M->fmask, 2 * B * TT, 1);
+  TAKE(M->ffin, 2 * B * TT * D, as);
+  TAKE(M->fmean, 2 * B * TT, sizeof(float));
+  TAKE(M->frstd, 2 * B * TT, sizeof(float));
+  TAKE(M->fpool, 2 * B * D, as);
+  TAKE(M->itm, 2 * B, as);
+  TAKE(M->itm_t, 2 * B, sizeof(float));
+  A->act_end = A->used; /* what follows are gradient workspaces */
+  int64_t R = B * NV;
+  if (2 * B * TT > R)
+    R = 2 * B * TT;
+  TAKE(M->dS, R * D, gs);
+  TAKE(M->dS2, R * D, gs);
+  TAKE(M->dL, R * D, gs);
+  TAKE(M->dH1, R * MLP, gs);
+  TAKE(M->dH2, R * MLP, gs);
+  TAKE(M->dKV, 2 * B * NV * D, gs);
+  TAKE(M->dKVsum, 2 * B * NV * D, sizeof(float));
+  TAKE(M->dclog, B * C, gs);
+  TAKE(M->dvcls, B * D, gs);
+  TAKE(M->dvcls2, B * D, gs);
+  TAKE(M->ditm, 2 * B, gs);
+  TAKE(M->dfpool, 2 * B * D, gs);
+  TAKE(M->dsim, B * B, gs);
+  TAKE(M->dinorm, B * E, gs);
+  TAKE(M->dtnorm, B * E, gs);
+  TAKE(M->diemb, B * E, gs);
+  TAKE(M->dtemb, B * E, gs);
+  TAKE(M->dtpool, B * D, gs);
+  TAKE(M->dv32, B * NV * D, sizeof(float));
+  TAKE(M->dt32, B * TT * D, sizeof(float));
+  TAKE(M->dsmall32, (NV > TT ? NV : TT) * D + D, sizeof(float));
+#undef TAKE
+}
+
+void ampc_mm_free(ampc_mm *M) {
+  if (!M)
+    return;
+  free(M->arena);
+  free(M);
+}
+
+size_t ampc_mm_activation_bytes(const ampc_mm *M) { return M ? M->arena_bytes : 0; }
+const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M) { return &M->c; }
+int64_t ampc_mm_max_batch(const ampc_mm *M) { return M->B; }
+
+static ampc_dtype policy_out(ampc_precision p, ampc_op_id op) {
+  ampc_op_policy r;
+  ampc_policy_get(p, op, &r);
+  return r.output;
+}
+
+/* sizes and dtypes that layout() reads */
+static void set_dims(ampc_mm *M, const ampc_mm_config *c, int64_t max_batch, ampc_precision p,
+                     ampc_dtype wdt) {
+  M->c = *c;
+  M->B = max_batch;
+  M->NP = (c->img / c->patch) * (c->img / c->patch);
+  M->NV = M->NP + 1;
+  M->TT = c->seq_len;
+  M->D = c->dim;
+  M->E = c->embed;
+  M->sdt = policy_out(p, AMPC_OPID_RESIDUAL_ADD);
+  M->adt = policy_out(p, AMPC_OPID_LINEAR);
+  M->pdt = policy_out(p, AMPC_OPID_SOFTMAX);
+  M->wdt = wdt;
+  M->gdt = wdt;
+}
+
+ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_precision p,
+                               size_t *activations, size_t *workspace) {
+  if (!c || batch < 2 || batch > (1 << 20) || (unsigned)p >= AMPC_PRECISION_COUNT ||
+      c->v_depth < 1 || c->v_depth > MAX_DEPTH || c->t_depth > MAX_DEPTH ||
+      c->f_depth > MAX_DEPTH || c->patch < 1 || c->img % c->patch || c->dim < 1 || c->heads < 1 ||
+      c->dim % c->heads)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_plan_bytes: bad arguments (batch %lld)",
+                     (long long)batch);
+  ampc_mm *M = calloc(1, sizeof *M);
+  if (!M)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_plan_bytes: out of memory");
+  set_dims(M, c, batch, p, ampc_precision_lowp(p));
+  arena A = {NULL, 0, 0};
+  layout(M, &A);
+  free(M);
+  if (activations)
+    *activations = A.act_end;
+  if (workspace)
+    *workspace = A.used - A.act_end;
+  return AMPC_OK;
+}
+
+ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_params *P,
+                           const ampc_amp_config *amp, int64_t max_batch) {
+  if (!out || !c || !P || !amp || max_batch < 2 || max_batch > (1 << 20))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_create: bad arguments (batch %lld)",
+                     (long long)max_batch);
+  *out = NULL;
+  ampc_mm *M = calloc(1, sizeof *M);
+  if (!M)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: out of memory");
+  set_dims(M, c, max_batch, amp->precision, P->wdt);
+  M->P = P;
+  M->acc = amp->accumulate;
+  int ok = 1;
+#define IDX(field, name) ok = ok && (M->field = ampc_params_find(P, name)) >= 0
+  IDX(patch_w, "vision.patch_embed.weight");
+  IDX(patch_b, "vision.patch_embed.bias");
+  IDX(cls_tok, "vision.cls_token");
+  IDX(vpos, "vision.pos_embed");
+  IDX(vn_w, "vision.norm.weight");
+  IDX(vn_b, "vision.norm.bias");
+  IDX(cls_w, "heads.cls.weight");
+  IDX(cls_b, "heads.cls.bias");
+  if (!c->image_only) {
+    IDX(tok, "text.token_embed.weight");
+    IDX(tpos, "text.pos_embed.weight");
+    IDX(tn_w, "text.norm.weight");
+    IDX(tn_b, "text.norm.bias");
+    IDX(fn_w, "fusion.norm.weight");
+    IDX(fn_b, "fusion.norm.bias");
+    IDX(iproj, "heads.image_proj.weight");
+    IDX(tproj, "heads.text_proj.weight");
+    IDX(lscale, "heads.logit_scale");
+    IDX(itm_w, "heads.itm.weight");
+    IDX(itm_b, "heads.itm.bias");
+  }
+#undef IDX
+  for (int i = 0; ok && i < c->v_depth; i++)
+    ok = find_block(P, "vision", i, false, &M->vb[i]);
+  for (int i = 0; ok && !c->image_only && i < c->t_depth; i++)
+    ok = find_block(P, "text", i, false, &M->tb[i]);
+  for (int i = 0; ok && !c->image_only && i < c->f_depth; i++)
+    ok = find_block(P, "fusion", i, true, &M->fb[i]);
+  if (!ok ||
+      (!c->image_only &&
+       (P->p[M->tok].shape[0] != c->vocab || P->p[M->tpos].shape[0] != c->seq_len)) ||
+      P->p[M->cls_w].shape[0] != c->classes ||
+      P->p[M->patch_w].shape[1] != c->channels * c->patch * c->patch ||
+      P->p[M->vpos].shape[0] != M->NV) {
+    free(M);
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_mm_create: the parameter table is not that of model %s", c->name);
+  }
+  arena A = {NULL, 0, 0};
+  layout(M, &A);
+  M->arena = calloc(1, A.used + 64);
+  if (!M->arena) {
+    free(M);
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: cannot allocate %zu bytes of activations",
+                     A.used);
+  }
+  M->arena_bytes = A.used;
+  A.base = (char *)(((uintptr_t)M->arena + 63) / 64 * 64);
+  A.used = 0;
+  layout(M, &A);
+  *out = M;
+  return AMPC_OK;
+}
