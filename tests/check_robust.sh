@@ -177,7 +177,7 @@ flag "Nesterov needs momentum > 0" --optimizer sgd --nesterov --momentum 0
 flag "--log must not name the checkpoint file" --log "$tmp/x.st" --save "$tmp/x.st"
 flag "--threads: expected an integer in [1, 1024], got '0'" --threads 0
 flag "--save-every: expected an integer in [0, 1000000000], got '-1'" --save-every -1
-expect 2 "--batch 100000 is larger than the training split (1729 samples)" \
+expect 2 "batch 100000 is larger than the training split (1729 samples)" \
   "$ampc" train --batch 100000 --steps 1 --quiet
 
 # ---- a log that cannot be written -------------------------------------------------

@@ -1,16 +1,20 @@
 /*
- * ampc/model.h: models trained by the engine. For now the small MLP classifier
- * that exercises the engine in every preset (the multimodal model comes with
- * the main job).
+ * ampc/model.h: the models (DESIGN.md section 1, "model"): forward and
+ * backward passes over a parameter table they borrow (ampc/params.h), with
+ * the dtypes of an autocast preset (ampc/amp.h); no training state (the
+ * trainer and the run are ampc/engine.h and ampc/train.h, a layer above).
+ * The forward pass keeps what the backward pass needs; backward(seed) is
+ * seeded with the loss scale divided by the number of micro-batches. The
+ * small MLP classifier exercises the engine in every preset; the multimodal
+ * image-text model (and its image-only ViTs) is the main job's.
  *
  * MLP: x [b, in] (FP32 data) -> fc1 -> GELU -> fc2 -> GELU -> head -> logits
  * [b, classes] -> cross-entropy. Parameters "fc1.weight" [hidden, in],
  * "fc1.bias" [hidden], "fc2.weight" [hidden, hidden], "fc2.bias", "head.weight"
  * [classes, hidden], "head.bias" (torch.nn.Linear layout and default init
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in))), branch "heads". Dtypes come from the
- * autocast policy of the trainer's preset (linear reads and writes the 16-bit
- * dtype, GELU follows, the loss is FP32); gradients are stored in the working
- * dtype; the backward pass is seeded with the trainer's loss scale.
+ * autocast policy of the preset (linear reads and writes the 16-bit dtype,
+ * GELU follows, the loss is FP32); gradients are stored in the working dtype.
  */
 #ifndef AMPC_MODEL_H
 #define AMPC_MODEL_H
@@ -114,7 +118,7 @@ typedef struct ampc_mm_specs {
 ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out);
 void ampc_mm_specs_free(ampc_mm_specs *s);
 
-typedef struct ampc_mm ampc_mm; /* activations and caches for one trainer */
+typedef struct ampc_mm ampc_mm; /* activations and caches over one parameter table */
 
 /* One batch: images [b, img, img, channels] uint8, tokens [b, seq_len]
  * (AMPC_TOKEN_PAD = 0 is padding), labels [b] (group). */

@@ -3,14 +3,22 @@
  * log contract of section 4). Everything `ampc train` does lives here, so a C
  * program reproduces a CLI run bit for bit:
  *
+ *   ampc_amp_config amp;  ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &amp);
+ *   ampc_optim_config opt = ampc_optim_adamw_defaults();
+ *   opt.warmup_steps = 20, opt.total_steps = 300;    (the schedule is the optimizer's:
+ *                                                     `ampc train` sets warmup min(20, steps)
+ *                                                     and total_steps = steps for cosine)
  *   ampc_run_config rc = ampc_run_config_defaults();
  *   rc.steps = 300, rc.batch = 64, rc.log_path = "run.jsonl", rc.save_path = "ck.safetensors";
  *   ampc_model_desc md;   ampc_model_desc_get("mm-tiny", &dataset, &md);
  *   ampc_run_data data = {.dataset = &dataset, .name = "emoji"};
  *   ampc_run *R;
  *   ampc_run_create(&R, &rc, &amp, &opt, &md, &data);   (builds trainer and model, resumes)
- *   ampc_run_train(R, NULL);                            (the loop; callbacks may print)
+ *   ampc_run_train(R, NULL);                            (the loop, once; callbacks may print)
  *   ampc_run_free(R);
+ *
+ * examples/train_mm.c is a complete program; with the CLI's defaults it
+ * writes the checkpoint `ampc train` writes, bit for bit.
  *
  * Layers: the run sits above the models (src/model/), the trainer's parts
  * (src/amp/, src/optim/), io, diag and report; the CLI (tools/ampc/) only
@@ -72,6 +80,9 @@ typedef struct ampc_model_desc {
  * the MLP). Errors: AMPC_ERR_INVALID_ARG (unknown name). */
 ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out);
 
+/* True for the names ampc_model_desc_get knows (whatever the data). */
+bool ampc_model_known(const char *name);
+
 /* The model a checkpoint of a multimodal run was trained with, read from
  * the metadata the run writes ("ampc.model_config": a JSON object of name,
  * vocab, seq_len, classes and the loss weights), the preset it was trained in
@@ -112,8 +123,10 @@ typedef struct ampc_losses {
 } ampc_losses;
 
 /* What an evaluation measured. Retrieval (multimodal models): new_style and
- * zero_shot. Classes (the ViTs and the MLP): accuracy and mean loss of the
- * class head on `samples` samples of one split. */
+ * zero_shot (accuracy, loss, samples and split are 0). Classes (the ViTs and
+ * the MLP): accuracy and mean loss of the class head on `samples` samples of
+ * one split (new_style and zero_shot are 0). An evaluation covers the whole
+ * split (the emoji set's: 1,729 new-style and 2,384 zero-shot images). */
 typedef enum { AMPC_EVAL_RETRIEVAL = 0, AMPC_EVAL_CLASSES = 1 } ampc_eval_kind;
 typedef struct ampc_eval {
   ampc_eval_kind kind;
@@ -178,16 +191,17 @@ ampc_status ampc_model_plan_bytes(const ampc_model_desc *d, int64_t max_batch, a
 /* Supplies micro-batch k (0-based) of the current step. */
 typedef ampc_status (*ampc_batch_fn)(void *user, int64_t k, ampc_batch *out);
 
-/* One optimizer step with gradient accumulation over n_micro micro-batches:
- * zero_grad; for each micro-batch a forward pass and a backward pass seeded
- * with S / n_micro (S = ampc_trainer_loss_scale); ampc_trainer_step. *mean
- * receives the losses averaged over the micro-batches (each weighted 1 /
- * n_micro in FP32). Errors: those of the model and the trainer. */
 /* The first half of ampc_train_step: zero_grad and the forward and backward
  * passes of every micro-batch, without the trainer's step (so a caller can
  * end a telemetry window, or reduce gradients across processes, before it). */
 ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micro,
                                   ampc_batch_fn next, void *user, ampc_losses *mean);
+
+/* One optimizer step with gradient accumulation over n_micro micro-batches:
+ * zero_grad; for each micro-batch a forward pass and a backward pass seeded
+ * with S / n_micro (S = ampc_trainer_loss_scale); ampc_trainer_step. *mean
+ * receives the losses averaged over the micro-batches (each weighted 1 /
+ * n_micro in FP32). Errors: those of the model and the trainer. */
 ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, ampc_batch_fn next,
                             void *user, ampc_losses *mean, ampc_step_info *info);
 
@@ -205,7 +219,8 @@ void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T);
 
 typedef struct ampc_run_config {
   int64_t steps;           /* optimizer iterations of the whole run (the LR schedule's length) */
-  int64_t stop_at;         /* > 0: end after this iteration as if interrupted (and save) */
+  int64_t stop_at;         /* > 0: end after this iteration as if interrupted (and save);
+                              >= steps: the run's end */
   int64_t batch;           /* samples per iteration */
   int64_t micro_batches;   /* gradient accumulation: batch / micro_batches per pass */
   int64_t eval_every;      /* evaluate every N iterations (0: only at the end) */
@@ -262,7 +277,8 @@ char *ampc_run_config_json(const ampc_run *R);
 /* The configuration lint's warnings (ampc_config_lint) of the run. */
 int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max);
 
-/* Train from the current iteration to min(steps, stop_at): per iteration
+/* Train from the current iteration to min(steps, stop_at), once per run (a
+ * second call fails: a new run resumed from the checkpoint continues): per iteration
  * the sampled micro-batches, ampc_train_step, telemetry on sampled
  * iterations, the step line, evaluation and checkpoints at their cadence;
  * at the end the checkpoint and the summary line. The log (when set) gets

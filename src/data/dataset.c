@@ -349,7 +349,7 @@ ampc_status ampc_dataset_load(const char *path, ampc_dataset *out) {
   memset(out, 0, sizeof *out);
   FILE *fp = fopen(path, "rb");
   if (!fp)
-    return ampc_fail(AMPC_ERR_IO, "%s: cannot open", path);
+    return ampc_fail(AMPC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   long len = -1;
   if (fseek(fp, 0, SEEK_END) == 0)
     len = ftell(fp);

@@ -27,8 +27,21 @@ ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_mo
     return AMPC_OK;
   }
   out->kind = AMPC_MODEL_MM;
+  if (d && (!d->tokens || d->seq_len <= 0)) { /* image-only data: only an image-only model */
+    ampc_mm_config probe;
+    if (ampc_mm_config_get(name, 3, 1, 2, &probe) == AMPC_OK && !probe.image_only)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "model %s needs image-text pairs and the data has no captions (use an "
+                       "image-only model: vit-fm, vit-ref)",
+                       name);
+  }
   return ampc_mm_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
                             &out->mm);
+}
+
+bool ampc_model_known(const char *name) {
+  ampc_mm_config c;
+  return name && (strcmp(name, "mlp") == 0 || ampc_mm_config_get(name, 3, 1, 2, &c) == AMPC_OK);
 }
 
 ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *out, char *precision,
@@ -86,6 +99,8 @@ ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mm_specs *out) {
   memset(out, 0, sizeof *out);
   if (d->kind == AMPC_MODEL_MM)
     return ampc_mm_specs_make(&d->mm, out);
+  if (d->kind != AMPC_MODEL_MLP)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_specs: unknown model kind %d", (int)d->kind);
   out->specs = calloc(AMPC_MLP_NPARAMS, sizeof *out->specs);
   if (!out->specs)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_model_specs: out of memory");
@@ -322,6 +337,8 @@ ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micr
 
 ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, ampc_batch_fn next,
                             void *user, ampc_losses *mean, ampc_step_info *info) {
+  if (!info)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_step: info is NULL");
   AMPC_TRY(ampc_train_accumulate(T, m, n_micro, next, user, mean));
   return ampc_trainer_step(T, info);
 }

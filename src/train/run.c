@@ -15,8 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/stat.h>
 
+#include "ampc/io.h"
 #include "ampc/report.h"
 #include "ampc/train.h"
 
@@ -41,6 +42,8 @@ void ampc_sampler_free(ampc_sampler *s) {
 }
 
 int64_t ampc_sampler_index(ampc_sampler *s, int64_t j) {
+  if (!s || !s->perm || j < 0)
+    return -1;
   const int64_t epoch = j / s->n;
   if (epoch != s->epoch) {
     ampc_rng r;
@@ -78,6 +81,7 @@ struct ampc_run {
   ampc_telemetry *tm;
   ampc_diag *diag;
   cJSON *summary;
+  bool trained; /* ampc_run_train ran (once per run) */
 };
 
 ampc_run_config ampc_run_config_defaults(void) {
@@ -120,7 +124,7 @@ static ampc_status check_data(ampc_run *R) {
     R->ntrain = d->n_train;
     if (rc->batch > R->ntrain)
       return ampc_fail(AMPC_ERR_INVALID_ARG,
-                       "--batch %lld is larger than the training set (%lld samples)",
+                       "batch %lld is larger than the training set (%lld samples)",
                        (long long)rc->batch, (long long)R->ntrain);
     return AMPC_OK;
   }
@@ -132,7 +136,7 @@ static ampc_status check_data(ampc_run *R) {
     R->ntrain += D->split[i] == AMPC_SPLIT_TRAIN;
   if (rc->batch > R->ntrain)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "--batch %lld is larger than the training split (%lld samples)",
+                     "batch %lld is larger than the training split (%lld samples)",
                      (long long)rc->batch, (long long)R->ntrain);
   const ampc_mm_config *mc = &R->md.mm;
   if (!mc->image_only && (D->seq_len <= 0 || !D->tokens))
@@ -155,6 +159,26 @@ static ampc_status check_data(ampc_run *R) {
   return AMPC_OK;
 }
 
+/* the directory a file will be written in must exist (checked before the run,
+ * not after its last step) */
+static ampc_status check_out_dir(const char *what, const char *path) {
+  if (!path)
+    return AMPC_OK;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    slash == dir ? (void)(slash[1] = '\0') : (void)(*slash = '\0');
+  else
+    snprintf(dir, sizeof dir, ".");
+  struct stat sb;
+  if (!path[0] || (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: not a regular file path", what, path);
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: directory %s does not exist", what, path, dir);
+  return AMPC_OK;
+}
+
 static ampc_status check_config(const ampc_run_config *rc) {
   if (rc->steps < 1 || rc->stop_at < 0 || rc->batch < 1 || rc->micro_batches < 1 ||
       rc->eval_every < 0 || rc->log_every < 1 || rc->save_every < 0 || rc->telemetry_every < 0)
@@ -163,8 +187,11 @@ static ampc_status check_config(const ampc_run_config *rc) {
                      "%lld, log every %lld)",
                      (long long)rc->steps, (long long)rc->batch, (long long)rc->micro_batches,
                      (long long)rc->log_every);
+  const ampc_status st = check_out_dir("save_path", rc->save_path);
+  if (st != AMPC_OK)
+    return st;
   if (rc->batch % rc->micro_batches != 0)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "--batch %lld is not a multiple of --micro-batches %lld",
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "batch %lld is not a multiple of micro_batches %lld",
                      (long long)rc->batch, (long long)rc->micro_batches);
   return AMPC_OK;
 }
@@ -192,8 +219,9 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     goto fail;
   if (md->kind == AMPC_MODEL_MM && R->mb < (md->mm.image_only ? 1 : 2))
     FAIL(ampc_fail(AMPC_ERR_INVALID_ARG,
-                   "--batch %lld: the contrastive loss needs at least 2 samples per micro-batch",
-                   (long long)rc->batch));
+                   "batch %lld in %lld micro-batches: the contrastive loss needs at least 2 "
+                   "samples per micro-batch",
+                   (long long)rc->batch, (long long)rc->micro_batches));
   /* the training samples and one micro-batch's buffers */
   R->train_idx = malloc((size_t)R->ntrain * sizeof *R->train_idx);
   R->blab = malloc((size_t)R->mb * sizeof *R->blab);
@@ -231,10 +259,25 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if ((st = ampc_model_create(&R->model, md, &R->T.params, amp, R->mb)) != AMPC_OK)
     goto fail;
   R->have_model = true;
+  if (rc->resume_path) { /* a checkpoint of another model says so, not "tensor missing" */
+    ampc_safetensors *f = NULL;
+    if (ampc_safetensors_read(rc->resume_path, &f) == AMPC_OK) {
+      const char *was = ampc_safetensors_meta(f, "ampc.model");
+      const char *now = md->kind == AMPC_MODEL_MM ? md->mm.name : md->name;
+      if (was && strcmp(was, now) != 0) {
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "cannot resume: %s is a checkpoint of model %s, this run's model is %s",
+                       rc->resume_path, was, now);
+        ampc_safetensors_free(f);
+        goto fail;
+      }
+      ampc_safetensors_free(f);
+    }
+  }
   if (rc->resume_path && (st = ampc_trainer_load(&R->T, rc->resume_path)) != AMPC_OK)
     FAIL(ampc_fail(st, "cannot resume: %s", ampc_last_error()));
   if (R->T.iteration > rc->steps)
-    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "%s is at step %lld, beyond --steps %lld", rc->resume_path,
+    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "%s is at step %lld, beyond steps = %lld", rc->resume_path,
                    (long long)R->T.iteration, (long long)rc->steps));
   R->tm = calloc(1, sizeof *R->tm);
   if (!R->tm)
@@ -256,7 +299,7 @@ const ampc_model_desc *ampc_run_model_desc(const ampc_run *R) { return R ? &R->m
 const ampc_run_config *ampc_run_get_config(const ampc_run *R) { return R ? &R->rc : NULL; }
 
 int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max) {
-  return ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
+  return R ? ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max) : 0;
 }
 
 /* ---- what the diagnosis sees of a step (src/diag/ knows no trainer) ---------------- */
@@ -587,6 +630,11 @@ static ampc_status save(ampc_run *R) {
 ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
   if (!R)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_train: NULL run");
+  if (R->trained)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_run_train: this run has trained already (a new run with "
+                     "resume_path = its checkpoint continues it)");
+  R->trained = true;
   const ampc_run_callbacks none = {0};
   if (!cb)
     cb = &none;

@@ -273,11 +273,10 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     else if (!strcmp(n, "resume"))
       a->resume = v;
     else if (!strcmp(n, "model")) {
-      if (strcmp(v, "mlp") && strcmp(v, "mm-tiny") && strcmp(v, "mm-small") &&
-          strcmp(v, "mm-micro") && strcmp(v, "vit-ref") && strcmp(v, "vit-fm"))
+      if (!ampc_model_known(v)) /* the library's list of models */
         rc = cli_usage_error("train",
                              "--model: unknown model '%s' (available: mm-tiny, mm-small, "
-                             "mm-micro, vit-ref, vit-fm, mlp)",
+                             "mm-micro, vit-ref, vit-fm, vit-micro, mlp)",
                              v);
       a->model = v;
     } else

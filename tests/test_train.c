@@ -1,0 +1,339 @@
+/*
+ * tests/test_train.c: the training run of include/ampc/train.h. The sampler
+ * (each epoch a permutation, a function of (seed, epoch) only); a run on an
+ * image-only dataset without tokens (the CLI once copied from its NULL token
+ * array); a run split by --stop-at and resumed equals the uninterrupted one
+ * bit for bit, and the library's step equals the run's; ampc_train_step's
+ * micro-batch averaging; the errors of ampc_run_create and of the passes.
+ */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ampc/ampc.h"
+
+/* ---- the sampler -------------------------------------------------------------------- */
+
+static void test_sampler_permutations(void **state) {
+  (void)state;
+  enum { N = 37 };
+  ampc_sampler a, b;
+  assert_int_equal(ampc_sampler_init(&a, N, 5), AMPC_OK);
+  assert_int_equal(ampc_sampler_init(&b, N, 5), AMPC_OK);
+  int64_t first[N];
+  for (int e = 0; e < 4; e++) {
+    int seen[N] = {0};
+    int same_as_first = 1;
+    for (int64_t j = 0; j < N; j++) {
+      const int64_t i = ampc_sampler_index(&a, e * N + j);
+      assert_true(i >= 0 && i < N);
+      seen[i]++;
+      if (e == 0)
+        first[j] = i;
+      else
+        same_as_first = same_as_first && first[j] == i;
+    }
+    for (int i = 0; i < N; i++)
+      assert_int_equal(seen[i], 1); /* a permutation */
+    if (e > 0)
+      assert_false(same_as_first); /* each epoch its own */
+  }
+  /* random access: the same index whatever was drawn before (resume) */
+  for (int64_t j = 3 * N + 5; j >= 0; j -= 7)
+    assert_int_equal(ampc_sampler_index(&b, j), ampc_sampler_index(&a, j));
+  ampc_sampler c;
+  assert_int_equal(ampc_sampler_init(&c, N, 6), AMPC_OK);
+  int differ = 0;
+  for (int64_t j = 0; j < N; j++)
+    differ += ampc_sampler_index(&c, j) != ampc_sampler_index(&a, j);
+  assert_true(differ > 0);
+  ampc_sampler_free(&a), ampc_sampler_free(&b), ampc_sampler_free(&c);
+  assert_int_equal(ampc_sampler_init(&a, 0, 1), AMPC_ERR_INVALID_ARG);
+}
+
+/* ---- runs --------------------------------------------------------------------------- */
+
+/* an image-only dataset in memory: 28x28x1 images, 10 classes, no tokens */
+typedef struct {
+  ampc_dataset d;
+  uint8_t images[40 * 28 * 28];
+  int32_t label[40], concept[40];
+  uint8_t split[40], style[40];
+} fm_data;
+
+static void make_fm(fm_data *f) {
+  memset(f, 0, sizeof *f);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < sizeof f->images; i++) {
+    x = x * 1103515245u + 12345u;
+    f->images[i] = (uint8_t)(x >> 24);
+  }
+  for (int i = 0; i < 40; i++) {
+    f->label[i] = i % 10, f->concept[i] = i;
+    f->split[i] = i < 32 ? AMPC_SPLIT_TRAIN : AMPC_SPLIT_TEST;
+  }
+  f->d = (ampc_dataset){.n = 40,
+                        .height = 28,
+                        .width = 28,
+                        .channels = 1,
+                        .n_classes = 10,
+                        .images = f->images,
+                        .tokens = NULL,
+                        .label = f->label,
+                        .concept = f->concept,
+                        .split = f->split,
+                        .style = f->style};
+}
+
+static ampc_run_config small_run(int64_t steps, int64_t batch) {
+  ampc_run_config rc = ampc_run_config_defaults();
+  rc.steps = steps, rc.batch = batch, rc.eval_every = 0, rc.telemetry_every = 2;
+  return rc;
+}
+
+static ampc_optim_config adamw(int64_t steps) {
+  ampc_optim_config o = ampc_optim_adamw_defaults();
+  o.warmup_steps = 1, o.total_steps = steps;
+  return o;
+}
+
+static void test_image_only_data_without_tokens(void **state) {
+  (void)state;
+  fm_data *f = malloc(sizeof *f);
+  assert_non_null(f);
+  make_fm(f);
+  ampc_model_desc md;
+  assert_int_equal(ampc_model_desc_get("vit-fm", &f->d, &md), AMPC_OK);
+  ampc_amp_config amp;
+  ampc_amp_config_preset(AMPC_PRECISION_BF16_MIXED, &amp);
+  const ampc_run_config rc = small_run(3, 8);
+  const ampc_optim_config opt = adamw(3);
+  const ampc_run_data rd = {.dataset = &f->d, .name = "fm"};
+  ampc_run *R = NULL;
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_OK);
+  assert_int_equal(ampc_run_trainer(R)->iteration, 3);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_ERR_INVALID_ARG); /* once per run */
+  char *s = ampc_run_summary_json(R);
+  assert_non_null(s);
+  assert_non_null(strstr(s, "\"test_samples\":8")); /* the 8 test images, evaluated at the end */
+  free(s);
+  ampc_run_free(R);
+  /* the multimodal model refuses data without captions */
+  assert_int_equal(ampc_model_desc_get("mm-micro", &f->d, &md), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "model mm-micro needs image-text pairs"));
+  /* and so does the run, given a description made elsewhere */
+  ampc_dataset shaped = f->d;
+  shaped.vocab = 16, shaped.seq_len = 4, shaped.tokens = f->label; /* any non-NULL */
+  shaped.height = shaped.width = 8, shaped.channels = 3;
+  assert_int_equal(ampc_model_desc_get("mm-micro", &shaped, &md), AMPC_OK);
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "fm has no captions"));
+  free(f);
+}
+
+static int read_file(const char *path, char **out, long *n) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp)
+    return 0;
+  fseek(fp, 0, SEEK_END);
+  *n = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  *out = malloc((size_t)*n + 1);
+  const int ok = *out && fread(*out, 1, (size_t)*n, fp) == (size_t)*n;
+  fclose(fp);
+  return ok;
+}
+
+/* runs of the MLP on blobs: interrupted at 3 and resumed equals 6 straight */
+static void test_resume_is_exact(void **state) {
+  (void)state;
+  enum { IN = 8, NTR = 64, NTE = 16 };
+  static float x[(NTR + NTE) * IN];
+  static int32_t y[NTR + NTE];
+  ampc_synth_blobs(NTR + NTE, IN, 3, 1.0f, 7, x, y);
+  ampc_model_desc md;
+  assert_int_equal(ampc_model_desc_get("mlp", NULL, &md), AMPC_OK);
+  md.mlp = (ampc_mlp_config){.in = IN, .hidden = 16, .classes = 3};
+  const ampc_run_data rd = {.n_train = NTR,
+                            .n_test = NTE,
+                            .dim = IN,
+                            .x_train = x,
+                            .x_test = x + NTR * IN,
+                            .y_train = y,
+                            .y_test = y + NTR};
+  ampc_amp_config amp;
+  ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &amp);
+  const ampc_optim_config opt = adamw(6);
+  char dir[] = "/tmp/ampc_test_train.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char full[64], part[64];
+  snprintf(full, sizeof full, "%s/full.st", dir);
+  snprintf(part, sizeof part, "%s/part.st", dir);
+  ampc_run_config rc = small_run(6, 16);
+  rc.micro_batches = 2;
+  rc.save_path = full;
+  ampc_run *R = NULL;
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_OK);
+  ampc_run_free(R);
+  rc.save_path = part, rc.stop_at = 3;
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_OK);
+  assert_int_equal(ampc_run_trainer(R)->iteration, 3);
+  ampc_run_free(R);
+  rc.stop_at = 0, rc.resume_path = part;
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_trainer(R)->iteration, 3);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_OK);
+  ampc_run_free(R);
+  char *a = NULL, *b = NULL;
+  long na = 0, nb = 0;
+  assert_true(read_file(full, &a, &na));
+  assert_true(read_file(part, &b, &nb));
+  assert_int_equal(na, nb);
+  assert_memory_equal(a, b, (size_t)na);
+  free(a), free(b);
+  /* a resumed checkpoint beyond --steps is refused */
+  rc.steps = 2;
+  ampc_optim_config o2 = adamw(2);
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &o2, &md, &rd), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "beyond steps = 2"));
+  unlink(full), unlink(part), rmdir(dir);
+}
+
+/* ampc_train_accumulate with 2 micro-batches: the mean of the two losses,
+ * each weighted 1/2 in FP32, bit for bit, and the gradient of the mean. In
+ * 32-true that equals one pass over the whole batch up to the order in which
+ * the 8 rows' terms are summed in FP32 (at most about 8 * 2^-24 of the sum of
+ * their magnitudes, which are O(1) here): within 1e-5 (1 + |g|). */
+typedef struct {
+  ampc_batch b[2];
+} two;
+static ampc_status next_two(void *u, int64_t k, ampc_batch *out) {
+  *out = ((two *)u)->b[k];
+  return AMPC_OK;
+}
+
+static void test_micro_batches(void **state) {
+  (void)state;
+  enum { IN = 4, B = 8 };
+  float x[B * IN];
+  int32_t y[B];
+  ampc_synth_blobs(B, IN, 2, 1.0f, 3, x, y);
+  ampc_model_desc md;
+  assert_int_equal(ampc_model_desc_get("mlp", NULL, &md), AMPC_OK);
+  md.mlp = (ampc_mlp_config){.in = IN, .hidden = 8, .classes = 2};
+  ampc_amp_config amp;
+  ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &amp);
+  ampc_optim_config opt = ampc_optim_sgd_defaults();
+  /* gradients only (ampc_train_accumulate): no step, the weights stay where they are */
+  ampc_mm_specs sp;
+  assert_int_equal(ampc_model_specs(&md, &sp), AMPC_OK);
+  ampc_trainer T;
+  assert_int_equal(ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1), AMPC_OK);
+  ampc_model m;
+  assert_int_equal(ampc_model_create(&m, &md, &T.params, &amp, B), AMPC_OK);
+  /* backward before any forward is refused */
+  assert_int_equal(m.ops->backward(&m, 1.0f), AMPC_ERR_INVALID_ARG);
+  two t = {{{.b = B / 2, .features = x, .labels = y},
+            {.b = B / 2, .features = x + (B / 2) * IN, .labels = y + B / 2}}};
+  ampc_losses mean, one[2];
+  assert_int_equal(ampc_train_accumulate(&T, &m, 2, next_two, &t, &mean), AMPC_OK);
+  float *g2 = malloc((size_t)T.params.total * sizeof *g2);
+  memcpy(g2, T.params.grad, (size_t)T.params.total * sizeof *g2);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(m.ops->forward(&m, &t.b[k], &one[k]), AMPC_OK);
+    assert_int_equal(m.ops->backward(&m, 1.0f), AMPC_OK);
+    assert_int_equal(m.ops->backward(&m, 1.0f), AMPC_ERR_INVALID_ARG); /* once per forward */
+  }
+  assert_true(mean.total == 0.5f * one[0].total + 0.5f * one[1].total);
+  two whole = {{{.b = B, .features = x, .labels = y}}};
+  ampc_losses L;
+  assert_int_equal(ampc_train_accumulate(&T, &m, 1, next_two, &whole, &L), AMPC_OK);
+  const float *g1 = T.params.grad;
+  for (int64_t i = 0; i < T.params.total; i++)
+    assert_true(fabs((double)g2[i] - (double)g1[i]) <= 1e-5 * (1.0 + fabs((double)g1[i])));
+  assert_true(fabs((double)L.total - (double)mean.total) <= 1e-6);
+  free(g2);
+  ampc_model_free(&m);
+  ampc_trainer_free(&T);
+  ampc_mm_specs_free(&sp);
+}
+
+static void test_create_errors(void **state) {
+  (void)state;
+  fm_data *f = malloc(sizeof *f);
+  assert_non_null(f);
+  make_fm(f);
+  ampc_model_desc md;
+  assert_int_equal(ampc_model_desc_get("vit-fm", &f->d, &md), AMPC_OK);
+  ampc_amp_config amp;
+  ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &amp);
+  const ampc_optim_config opt = adamw(3);
+  const ampc_run_data rd = {.dataset = &f->d, .name = "fm"};
+  ampc_run *R = (ampc_run *)&R;
+  ampc_run_config rc = small_run(3, 64);
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
+  assert_null(R);
+  assert_non_null(
+      strstr(ampc_last_error(), "batch 64 is larger than the training split (32 samples)"));
+  rc = small_run(3, 9);
+  rc.micro_batches = 2;
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "not a multiple of micro_batches 2"));
+  rc = small_run(0, 8);
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
+  rc = small_run(3, 8);
+  rc.resume_path = "/nonexistent/ck.st";
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_IO);
+  assert_non_null(strstr(ampc_last_error(), "cannot resume: /nonexistent/ck.st"));
+  assert_int_equal(ampc_run_create(NULL, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, NULL), AMPC_ERR_INVALID_ARG);
+  /* the log's directory does not exist: the run says so at its start */
+  rc = small_run(3, 8);
+  rc.log_path = "/nonexistent/dir/log.jsonl";
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_ERR_IO);
+  assert_non_null(strstr(ampc_last_error(), "cannot open log file /nonexistent/dir/log.jsonl"));
+  ampc_run_free(R);
+  assert_int_equal(ampc_run_train(NULL, NULL), AMPC_ERR_INVALID_ARG);
+  /* a checkpoint directory that does not exist: refused before any step */
+  rc = small_run(3, 8);
+  rc.save_path = "/nonexistent/dir/ck.st";
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "directory /nonexistent/dir does not exist"));
+  /* an unknown model kind, a NULL run */
+  ampc_model_desc bad = md;
+  bad.kind = (ampc_model_kind)7;
+  ampc_mm_specs sp;
+  assert_int_equal(ampc_model_specs(&bad, &sp), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "unknown model kind 7"));
+  assert_int_equal(ampc_run_warnings(NULL, NULL, 0), 0);
+  ampc_sampler smp;
+  assert_int_equal(ampc_sampler_init(&smp, 4, 1), AMPC_OK);
+  assert_int_equal(ampc_sampler_index(&smp, -1), -1);
+  ampc_sampler_free(&smp);
+  free(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sampler_permutations),
+      cmocka_unit_test(test_image_only_data_without_tokens),
+      cmocka_unit_test(test_resume_is_exact),
+      cmocka_unit_test(test_micro_batches),
+      cmocka_unit_test(test_create_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
