@@ -84,16 +84,17 @@ grep -q "not a power of two" "$tmp/err" || die "no lint warning for a static sca
 
 # progress lines through a pipe arrive while the run goes on (line-buffered):
 # the first line must reach the reader long before a 100000-step run ends
-rm -f "$tmp/pipe.txt"
-("$ampc" train --model mlp --steps 100000 --eval-every 0 --hidden 16 --batch 8 2>/dev/null |
-  cat >"$tmp/pipe.txt") &
+rm -f "$tmp/pipe.txt" "$tmp/pid"
+("$ampc" train --model mlp --steps 100000 --eval-every 0 --hidden 16 --batch 8 2>/dev/null &
+  echo $! >"$tmp/pid"
+  wait) | cat >"$tmp/pipe.txt" &
 n=0
 while ! grep -q "ampc train:" "$tmp/pipe.txt" 2>/dev/null && [ $n -lt 300 ]; do
   sleep 0.1
   n=$((n + 1))
 done
 grep -q "ampc train:" "$tmp/pipe.txt" 2>/dev/null || die "no progress line through a pipe within 30 s"
-pkill -f "train --model mlp --steps 100000 --eval-every 0 --hidden 16" 2>/dev/null
+[ -s "$tmp/pid" ] && kill "$(cat "$tmp/pid")" 2>/dev/null
 wait
 
 [ $fail = 0 ] && echo "check_train: ok"

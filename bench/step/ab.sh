@@ -4,7 +4,7 @@
 # same machine state: `ampc bench step`, batch 128, STEPS timed steps after
 # WARMUP per process; prints the median over the rounds' medians per binary
 # and their ratio. Used for "no step gets slower" checks of a refactor
-# (issue 14). Never a test.
+# (issue 14). MODELS and PRESETS narrow the set. Never a test.
 set -eu
 old=$1 new=$2 rounds=${3:-3}
 STEPS=${STEPS:-8} WARMUP=${WARMUP:-2}
@@ -17,8 +17,8 @@ one() { "$1" bench step --model "$2" --precision "$3" --batch 128 --steps $STEPS
   sed -n 's/.*"ms_per_step_median":\([0-9.e+-]*\).*/\1/p'; }
 echo "| model | preset | old ms/step | new ms/step | new / old |"
 echo "|---|---|---:|---:|---:|"
-for m in vit-ref mm-tiny; do
-  for p in 32-true 16-mixed bf16-mixed; do
+for m in ${MODELS:-vit-ref mm-tiny}; do
+  for p in ${PRESETS:-32-true 16-mixed bf16-mixed}; do
     : >/tmp/ab.old; : >/tmp/ab.new
     r=0
     while [ $r -lt "$rounds" ]; do
@@ -26,7 +26,7 @@ for m in vit-ref mm-tiny; do
       one "$new" $m $p >>/tmp/ab.new
       r=$((r + 1))
     done
-    a=$(med </tmp/ab.old) b=$(med </tmp/ab.new)
+    a=$(med </tmp/ab.old | awk "{ printf \"%.1f\", \$1 }") b=$(med </tmp/ab.new | awk "{ printf \"%.1f\", \$1 }")
     echo "| $m | $p | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }') |"
   done
 done
