@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/check_layers.sh SRC_DIR OBJECT...: the arrows of DESIGN.md section 1
 # point down. Two checks:
-#  1. includes: no file of src/ includes a header (include/ampc/*.h or
+#  1. includes: no file of src/ and no public header (include/ampc/*.h, each
+#     the header of one layer) includes a header (include/ampc/*.h or
 #     src/<layer>/*.h) of a layer above its own;
 #  2. symbols: no object of the library calls a function or reads a variable
 #     defined in a layer above its own (nm over the library's objects), which
@@ -56,9 +57,12 @@ EXCEPTIONS='
 
 # ---- 1. includes --------------------------------------------------------------------
 found=""
-for f in $(cd "$src" && find src -name '*.[ch]' | sort); do
-  l=$(echo "$f" | cut -d/ -f2)
-  case "$f" in src/internal.h | src/core/status.c) l=base ;; esac
+for f in $(cd "$src" && find src include/ampc -name '*.[ch]' | sort); do
+  case "$f" in
+  include/ampc/*) l=$(hdr_layer "${f#include/ampc/}") ;;
+  *) l=$(echo "$f" | cut -d/ -f2) ;;
+  esac
+  case "$f" in src/internal.h | src/core/status.c) l=base ;; include/ampc/ampc.h) continue ;; esac
   hl=$(height "$l")
   for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$src/$f"); do
     case "$inc" in
