@@ -95,7 +95,7 @@ char *ampc_trainer_config_json(const ampc_trainer *T);
 int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, char (*msgs)[256],
                      int max);
 
-/* ---- checkpoints (src/io/checkpoint.c): safetensors ------------------------- */
+/* ---- checkpoints (src/train/checkpoint.c): safetensors ---------------------- */
 
 /* Save atomically: FP32 master weights (the working weights widened, exactly,
  * when there is no master) under the parameter names; optimizer moments under

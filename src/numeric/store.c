@@ -73,6 +73,6 @@ ampc_status ampc_store_f32(void *dst, ampc_dtype dt, const float *src, size_t n,
                            ampc_round_stats *stats) {
   const ampc_status st = store_impl(dst, dt, src, n, stats);
   if (ampc_tm_active && st == AMPC_OK && n > 0)
-    ampc_tm_count(src, dst, dt, n); /* the telemetry collector (ampc/diag.h) */
+    ampc_tm_count(src, dst, dt, n); /* the rounding tally (ampc/tally.h) */
   return st;
 }

@@ -1,5 +1,5 @@
 /*
- * src/model/mm_eval.c: retrieval (R@1, R@5 in both directions), matching and
+ * src/train/eval.c: retrieval (R@1, R@5 in both directions), matching and
  * group accuracy of the multimodal model on one split of a dataset.
  */
 #include "internal.h"

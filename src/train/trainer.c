@@ -1,5 +1,5 @@
 /*
- * src/core/trainer.c: the training engine's step (unscale, non-finite check,
+ * src/train/trainer.c: the training engine's step (unscale, non-finite check,
  * clip, optimizer or skip, scaler update), its resolved-configuration record
  * and the configuration lint. See include/ampc/engine.h for the contract.
  */
