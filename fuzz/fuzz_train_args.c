@@ -37,8 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   train_args a;
   if (train_parse_args(argc, argv, &a) == 0) {
     /* what the loops divide by or allocate from */
-    if (a.steps < 1 || a.batch < 1 || a.micro < 1 || a.batch % a.micro != 0 || a.log_every < 1 ||
-        a.save_every < 0 || a.eval_every < 0 || !a.model || !a.data)
+    if (a.steps < 1 || a.batch < 1 || a.micro_batches < 1 || a.batch % a.micro_batches != 0 ||
+        a.log_every < 1 || a.save_every < 0 || a.eval_every < 0 || !a.model || !a.data)
       abort();
     if (!strcmp(a.model, "mlp") &&
         (a.batch > a.ntrain || a.mc.in < 1 || a.mc.hidden < 1 || a.mc.classes < 2))

@@ -78,7 +78,7 @@ struct ampc_run {
   int32_t *btok, *blab;
   float *bfeat;
   int64_t it_no; /* 0-based index of the iteration being gathered */
-  ampc_telemetry *tm;
+  ampc_telemetry *telemetry;
   ampc_diag *diag;
   cJSON *summary;
   bool trained; /* ampc_run_train ran (once per run) */
@@ -104,8 +104,8 @@ void ampc_run_free(ampc_run *R) {
     ampc_trainer_free(&R->T);
   ampc_mm_specs_free(&R->specs);
   ampc_sampler_free(&R->smp);
-  ampc_telemetry_end(R->tm);
-  free(R->tm);
+  ampc_telemetry_end(R->telemetry);
+  free(R->telemetry);
   ampc_diag_free(R->diag);
   cJSON_Delete(R->summary);
   free(R->train_idx), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
@@ -279,11 +279,11 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if (R->T.iteration > rc->steps)
     FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "%s is at step %lld, beyond steps = %lld", rc->resume_path,
                    (long long)R->T.iteration, (long long)rc->steps));
-  R->tm = calloc(1, sizeof *R->tm);
-  if (!R->tm)
+  R->telemetry = calloc(1, sizeof *R->telemetry);
+  if (!R->telemetry)
     FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
   if (R->model.ops->set_telemetry)
-    R->model.ops->set_telemetry(&R->model, R->tm);
+    R->model.ops->set_telemetry(&R->model, R->telemetry);
 #undef FAIL
   *out = R;
   return AMPC_OK;
@@ -673,11 +673,11 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     const int64_t it_no = T->iteration;
     const bool sampled = can_sample && (it_no == 0 || (it_no + 1) % rc->telemetry_every == 0);
     if (sampled)
-      TRYR(ampc_telemetry_begin(R->tm));
+      TRYR(ampc_telemetry_begin(R->telemetry));
     R->it_no = it_no;
     ampc_losses mean;
     st = ampc_train_accumulate(T, m, rc->micro_batches, gather, R, &mean);
-    ampc_telemetry_end(R->tm); /* the optimizer's stores are not the model's */
+    ampc_telemetry_end(R->telemetry); /* the optimizer's stores are not the model's */
     ampc_step_info info;
     if (st == AMPC_OK)
       st = ampc_trainer_step(T, &info);
@@ -694,7 +694,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
         tot.sw.would_swallow += T->swallow[i].would_swallow;
       }
     ampc_diag_step ds;
-    ampc_diag_step_fill(&ds, T, &info, (double)mean.total, sampled ? R->tm : NULL);
+    ampc_diag_step_fill(&ds, T, &info, (double)mean.total, sampled ? R->telemetry : NULL);
     TRYR(ampc_diag_add(R->diag, &ds));
     if (log &&
         (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))

@@ -185,8 +185,8 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     return cli_usage_error("train", "--optimizer: expected adamw or sgd, got '%s'", optimizer);
   a->opt.nesterov = nesterov;
   a->mc = (ampc_mlp_config){.in = 16, .hidden = 64, .classes = 5};
-  a->steps = 300, a->batch = 64, a->micro = 1, a->eval_every = 100, a->log_every = 1;
-  a->tm_every = 10;
+  a->steps = 300, a->batch = 64, a->micro_batches = 1, a->eval_every = 100, a->log_every = 1;
+  a->telemetry_every = 10;
   a->ntrain = 4096, a->ntest = 1024, a->sep = 0.8f, a->seed = 1, a->cosine = true;
   a->model = "mm-tiny";
   a->data = "emoji";
@@ -230,13 +230,13 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     else if (!strcmp(n, "batch"))
       rc = parse_i64(flag, v, 1, 1 << 20, &a->batch);
     else if (!strcmp(n, "micro-batches"))
-      rc = parse_i64(flag, v, 1, 1024, &a->micro);
+      rc = parse_i64(flag, v, 1, 1024, &a->micro_batches);
     else if (!strcmp(n, "eval-every"))
       rc = parse_i64(flag, v, 0, 1000000000, &a->eval_every);
     else if (!strcmp(n, "log-every"))
       rc = parse_i64(flag, v, 1, 1000000000, &a->log_every);
     else if (!strcmp(n, "telemetry-every"))
-      rc = parse_i64(flag, v, 0, 1000000000, &a->tm_every);
+      rc = parse_i64(flag, v, 0, 1000000000, &a->telemetry_every);
     else if (!strcmp(n, "save-every"))
       rc = parse_i64(flag, v, 0, 1000000000, &a->save_every);
     else if (!strcmp(n, "seed")) {
@@ -298,9 +298,9 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   a->opt.total_steps = a->cosine ? a->steps : 0;
   if (ampc_optim_config_check(&a->opt) != AMPC_OK)
     return cli_usage_error("train", "%s", ampc_last_error());
-  if (a->batch % a->micro != 0)
+  if (a->batch % a->micro_batches != 0)
     return cli_usage_error("train", "--batch %lld is not a multiple of --micro-batches %lld",
-                           (long long)a->batch, (long long)a->micro);
+                           (long long)a->batch, (long long)a->micro_batches);
   /* output paths: distinct, and checked now rather than after the run */
   if ((a->log && a->save && !strcmp(a->log, a->save)) ||
       (a->log && a->resume && !strcmp(a->log, a->resume)))
@@ -322,7 +322,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   if (!(a->w_itc >= 0.0f && a->w_itm >= 0.0f && a->w_cls >= 0.0f))
     return cli_usage_error("train", "--w-itc/--w-itm/--w-cls must be >= 0");
   if (strcmp(a->model, "mlp") != 0) {
-    if (a->batch < 2 || (a->batch / a->micro) < 2)
+    if (a->batch < 2 || (a->batch / a->micro_batches) < 2)
       return cli_usage_error("train",
                              "--batch %lld: the contrastive loss needs at least 2 "
                              "samples per micro-batch",
@@ -346,15 +346,15 @@ int train_check_args(int argc, char **argv) {
 
 typedef struct printer {
   const train_args *A;
-  FILE *say; /* stdout, or stderr under --json */
+  FILE *out; /* stdout, or stderr under --json */
   bool tty;  /* progress as one rewritten line on a terminal's stderr */
   int64_t every;
 } printer;
 
-static void print_config(FILE *say, ampc_run *R) {
+static void print_config(FILE *out, ampc_run *R) {
   const ampc_trainer *T = ampc_run_trainer(R);
   const ampc_amp_config *am = &T->amp;
-  fprintf(say,
+  fprintf(out,
           "ampc train: %s, precision %s: weights %s, master weights %s, optimizer state %s, "
           "loss scale %s",
           ampc_run_model_desc(R)->name, ampc_precision_name(am->precision),
@@ -362,8 +362,8 @@ static void print_config(FILE *say, ampc_run *R) {
           am->master_weights ? "on (f32)" : (am->lowp == AMPC_F32 ? "n/a" : "off"),
           ampc_dtype_name(am->state_dtype), ampc_loss_scale_mode_name(am->scaler.mode));
   if (am->scaler.mode != AMPC_LOSS_SCALE_NONE)
-    fprintf(say, " (%g)", (double)am->scaler.init_scale);
-  fprintf(say, ", accumulate %s; %lld parameters\n",
+    fprintf(out, " (%g)", (double)am->scaler.init_scale);
+  fprintf(out, ", accumulate %s; %lld parameters\n",
           am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32", (long long)T->params.numel);
   char warns[16][256];
   const int nw = ampc_run_warnings(R, warns, 16);
@@ -384,12 +384,12 @@ static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
             (double)info->next_scale, (long long)p->skipped,
             p->elapsed_s > 0 ? (double)done / p->elapsed_s : 0.0, eta);
   } else if (!pr->A->quiet && (info->iteration % pr->every == 0 || info->iteration == p->end)) {
-    fprintf(pr->say, "step %lld/%lld  loss %.4f", (long long)info->iteration,
+    fprintf(pr->out, "step %lld/%lld  loss %.4f", (long long)info->iteration,
             (long long)pr->A->steps, (double)p->losses->total);
     if (p->losses->n_parts >= 3) /* the multimodal terms */
-      fprintf(pr->say, " (itc %.4f itm %.4f cls %.4f)", (double)p->losses->part[0],
+      fprintf(pr->out, " (itc %.4f itm %.4f cls %.4f)", (double)p->losses->part[0],
               (double)p->losses->part[1], (double)p->losses->part[2]);
-    fprintf(pr->say, "  scale %g  skipped %lld\n", (double)info->next_scale, (long long)p->skipped);
+    fprintf(pr->out, "  scale %g  skipped %lld\n", (double)info->next_scale, (long long)p->skipped);
   }
 }
 
@@ -401,31 +401,31 @@ static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc
   if (pr->A->quiet)
     return;
   if (e->kind == AMPC_EVAL_CLASSES) {
-    fprintf(pr->say, "eval @%lld  %s: accuracy %.4f, loss %.4f (%lld samples)\n",
+    fprintf(pr->out, "eval @%lld  %s: accuracy %.4f, loss %.4f (%lld samples)\n",
             (long long)iteration, e->split == AMPC_SPLIT_NEW_STYLE ? "new style" : "test",
             e->accuracy, e->loss, (long long)e->samples);
     return;
   }
   const ampc_mm_metrics *n = &e->new_style, *z = &e->zero_shot;
-  fprintf(pr->say,
+  fprintf(pr->out,
           "eval @%lld  new style: R@1 i2t %.3f t2i %.3f (chance %.4f), group %.3f  |  "
           "zero-shot: R@1 i2t %.3f t2i %.3f (chance %.3f)\n",
           (long long)iteration, n->i2t_r1, n->t2i_r1, n->concepts ? 1.0 / (double)n->concepts : 0.0,
           n->cls_acc, z->i2t_r1, z->t2i_r1, z->concepts ? 1.0 / (double)z->concepts : 0.0);
 }
 
-static void print_diagnosis(FILE *say, const ampc_diag *d) {
+static void print_diagnosis(FILE *out, const ampc_diag *d) {
   ampc_verdict v[AMPC_VERDICT_COUNT];
   const int n = ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT);
   for (int i = 0; i < n; i++) {
-    fprintf(say, "diagnosis: %s", ampc_verdict_name(v[i].kind));
+    fprintf(out, "diagnosis: %s", ampc_verdict_name(v[i].kind));
     if (v[i].branch >= 0)
-      fprintf(say, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
-    fputc('\n', say);
+      fprintf(out, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
+    fputc('\n', out);
     for (int k = 0; k < v[i].n_evidence; k++)
-      fprintf(say, "  - %s\n", v[i].evidence[k]);
+      fprintf(out, "  - %s\n", v[i].evidence[k]);
     if (v[i].safeguard[0])
-      fprintf(say, "  safeguard: %s\n", v[i].safeguard);
+      fprintf(out, "  safeguard: %s\n", v[i].safeguard);
   }
 }
 
@@ -442,7 +442,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     return rc;
   if (A.threads > 0)
     ampc_set_num_threads(A.threads);
-  FILE *say = A.json ? stderr : stdout;
+  FILE *out = A.json ? stderr : stdout;
   const bool mlp = strcmp(A.model, "mlp") == 0;
   ampc_dataset D;
   memset(&D, 0, sizeof D);
@@ -481,9 +481,9 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     md.mm.w_itc = A.w_itc, md.mm.w_itm = A.w_itm, md.mm.w_cls = A.w_cls;
   }
   ampc_run_config c = ampc_run_config_defaults();
-  c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro;
+  c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro_batches;
   c.eval_every = A.eval_every, c.eval = !A.no_eval, c.log_every = A.log_every;
-  c.save_every = A.save_every, c.telemetry_every = A.tm_every, c.seed = A.seed;
+  c.save_every = A.save_every, c.telemetry_every = A.telemetry_every, c.seed = A.seed;
   c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;
   ampc_run *R = NULL;
   int ret = AMPC_EXIT_OK;
@@ -494,15 +494,15 @@ static int run_one(int argc, char **argv, cJSON **summary) {
                                      : cli_runtime_error("train", "%s", ampc_last_error());
     goto out;
   }
-  print_config(say, R);
-  printer pr = {&A, say, !A.quiet && isatty(fileno(stderr)), A.steps >= 20 ? A.steps / 20 : 1};
+  print_config(out, R);
+  printer pr = {&A, out, !A.quiet && isatty(fileno(stderr)), A.steps >= 20 ? A.steps / 20 : 1};
   const ampc_run_callbacks cb = {&pr, on_step, on_eval};
   if (ampc_run_train(R, &cb) != AMPC_OK) {
     ret = cli_runtime_error("train", "%s", ampc_last_error());
     goto out;
   }
   if (!A.quiet && !A.json)
-    print_diagnosis(say, ampc_run_diag(R));
+    print_diagnosis(out, ampc_run_diag(R));
   char *txt = ampc_run_summary_json(R);
   cJSON *o = txt ? cJSON_Parse(txt) : NULL;
   free(txt);
@@ -517,7 +517,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   } else {
     if (!A.quiet) {
       const ampc_trainer *T = ampc_run_trainer(R);
-      fprintf(say, "done: %lld steps (%lld skipped), %.1f s%s%s\n", (long long)T->iteration,
+      fprintf(out, "done: %lld steps (%lld skipped), %.1f s%s%s\n", (long long)T->iteration,
               (long long)T->scaler.skip_count,
               cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "wall_s")),
               A.save ? ", checkpoint " : "", A.save ? A.save : "");

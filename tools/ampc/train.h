@@ -16,8 +16,8 @@ typedef struct train_args {
   ampc_amp_config amp;
   ampc_optim_config opt;
   ampc_mlp_config mc;
-  int64_t steps, stop_at, batch, micro, eval_every, log_every, save_every, ntrain, ntest;
-  int64_t tm_every; /* telemetry every N iterations (0 = off) */
+  int64_t steps, stop_at, batch, micro_batches, eval_every, log_every, save_every, ntrain, ntest;
+  int64_t telemetry_every; /* telemetry every N iterations (0 = off) */
   float sep;
   float w_itc, w_itm, w_cls;
   uint64_t seed;
