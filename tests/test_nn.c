@@ -120,7 +120,7 @@ static void test_linear_grad(void **state) {
   db[0] = db[1] = db[2] = 0.0f;
   lin_f(&c);
   assert_int_equal(ampc_linear_backward(5, 7, 3, g, AMPC_F32, x, AMPC_F32, w, AMPC_F32, dx, dw, db,
-                                        AMPC_ACC_F32),
+                                        AMPC_ACC_F32, NULL),
                    AMPC_OK);
   for (int i = 0; i < 21; i++)
     dw[i] -= 0.5f;
@@ -152,7 +152,7 @@ static void test_layernorm_grad(void **state) {
   fill(x, M * D), fill(gam, D), fill(bet, D), fill(g, M * D);
   ln_f(&c);
   assert_int_equal(ampc_layernorm_backward(M, D, g, AMPC_F32, x, AMPC_F32, gam, AMPC_F32, c.mean,
-                                           c.rstd, dx, dg, dbt),
+                                           c.rstd, dx, dg, dbt, NULL),
                    AMPC_OK);
   double sg = 0;
   for (int i = 0; i < M * D; i++)
@@ -485,7 +485,7 @@ static void test_layernorm_paths_agree(void **state) {
                                               AMPC_F16, mean[q], rstd[q], q ? &st : NULL),
                        AMPC_OK);
       assert_int_equal(ampc_layernorm_backward(m, d, g, AMPC_F32, x, AMPC_F32, gam, AMPC_F32,
-                                               mean[q], rstd[q], dx[q], dgb[q], dgb[q] + d),
+                                               mean[q], rstd[q], dx[q], dgb[q], dgb[q] + d, NULL),
                        AMPC_OK);
       if (q)
         assert_int_equal(st.count, (uint64_t)n);
@@ -590,7 +590,7 @@ static void test_infonce(void **state) {
   float sim[B * B], ds[B * B], dlt = 0.0f;
   fill(sim, B * B);
   nce_ctx c = {sim, 1.0f, B};
-  assert_int_equal(ampc_infonce_backward(B, sim, AMPC_F32, 1.0f, 1.0f, ds, AMPC_F32, &dlt),
+  assert_int_equal(ampc_infonce_backward(B, sim, AMPC_F32, 1.0f, 1.0f, ds, AMPC_F32, &dlt, NULL),
                    AMPC_OK);
   check_fd("infonce dsim", nce_f, &c, sim, ds, B * B, (4 * B + 8) * 0x1p-24 * 8);
   /* d/d log_temp by finite difference on the scalar */
@@ -691,7 +691,7 @@ static void test_attention(void **state) {
   float dq[AB * ATQ * AHD], dk[AB * ATK * AHD], dv[AB * ATK * AHD];
   assert_int_equal(ampc_attention_backward(AB, ATQ, ATK, AH, ADH, c.q, AHD, c.k, AHD, c.v, AHD,
                                            AMPC_F32, c.p, AMPC_F32, c.g, AHD, AMPC_F32, dq, AHD, dk,
-                                           AHD, dv, AHD, AMPC_ACC_F32),
+                                           AHD, dv, AHD, AMPC_ACC_F32, NULL),
                    AMPC_OK);
   /* masked keys: no probability, no gradient */
   for (int i = 0; i < AH * ATQ; i++)
@@ -787,8 +787,9 @@ static void test_misc_grads(void **state) {
   /* embedding: f is linear in tok and pos */
   float dtok[EV * ED] = {0}, dpos[ET * ED] = {0};
   emb_f(&c);
-  assert_int_equal(ampc_embedding_backward(EB, ET, ED, c.ids, EV, c.g, AMPC_F32, dtok, dpos, NULL),
-                   AMPC_OK);
+  assert_int_equal(
+      ampc_embedding_backward(EB, ET, ED, c.ids, EV, c.g, AMPC_F32, dtok, dpos, NULL, NULL),
+      AMPC_OK);
   const double dfe = 4 * 0x1p-24 * (sum_abs_prod(c.g, c.y, EB * ET * ED) + EB * ET * ED);
   check_fd("embedding dtok", emb_f, &c, c.tok, dtok, EV * ED, dfe);
   check_fd("embedding dpos", emb_f, &c, c.pos, dpos, ET * ED, dfe);
@@ -812,7 +813,8 @@ typedef struct {
 static double pe_f(void *p) {
   pe_ctx *c = p;
   assert_int_equal(ampc_patch_embed_forward(2, 4, 4, 3, 2, 5, c->img, 1.0f / 255.0f, -0.5f, c->w,
-                                            AMPC_F32, c->b, c->y, AMPC_F32, AMPC_ACC_F32, NULL),
+                                            AMPC_F32, c->b, c->y, AMPC_F32, AMPC_ACC_F32, NULL,
+                                            NULL),
                    AMPC_OK);
   return dot(c->g, c->y, 40);
 }
@@ -826,7 +828,7 @@ static void test_patch_grad(void **state) {
   float dw[60] = {0}, db[5] = {0};
   pe_f(&c);
   assert_int_equal(ampc_patch_embed_backward(2, 4, 4, 3, 2, 5, c.img, 1.0f / 255.0f, -0.5f,
-                                             AMPC_F32, c.g, AMPC_F32, dw, db, AMPC_ACC_F32),
+                                             AMPC_F32, c.g, AMPC_F32, dw, db, AMPC_ACC_F32, NULL),
                    AMPC_OK);
   const double df = 16 * 0x1p-24 * (sum_abs_prod(c.g, c.y, 40) + 40);
   check_fd("patch_embed dw", pe_f, &c, c.w, dw, 60, df);
@@ -873,7 +875,7 @@ static void test_mha(void **state) {
     assert_int_equal(ampc_mha_backward(MB, MTQ, tk, MDM, MH, c.xq, self ? c.xq : c.xkv, AMPC_F32,
                                        c.w[0], c.w[1], c.w[2], c.w[3], AMPC_F32, &cache, AMPC_F32,
                                        c.g, AMPC_F32, dxq, self ? NULL : dxkv, dw[0], db[0], dw[1],
-                                       db[1], dw[2], db[2], dw[3], db[3], AMPC_ACC_F32),
+                                       db[1], dw[2], db[2], dw[3], db[3], AMPC_ACC_F32, NULL),
                      AMPC_OK);
     /* per output: four chained products of length dm or tk, a softmax */
     const double df = 64 * 0x1p-24 * (sum_abs_prod(c.g, c.y, MB * MTQ * MDM) + MB * MTQ * MDM);

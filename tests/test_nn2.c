@@ -45,7 +45,7 @@ static void test_embedding(void **state) {
   for (int i = 0; i < V * D; i++)
     dtok[i] = 1.0f;
   memset(dpos, 0, sizeof dpos);
-  assert_int_equal(ampc_embedding_backward(B, T, D, ids, V, dy, AMPC_F32, dtok, dpos, NULL),
+  assert_int_equal(ampc_embedding_backward(B, T, D, ids, V, dy, AMPC_F32, dtok, dpos, NULL, NULL),
                    AMPC_OK);
   for (int v = 0; v < V; v++)
     for (int j = 0; j < D; j++) {
@@ -73,7 +73,7 @@ static void test_embedding_duplicate_ids_fp16(void **state) {
   ampc_f16 dy[2], dtok[4] = {{0}}, dpos[2] = {{0}};
   dy[0] = dy[1] = ampc_f32_to_f16(40000.0f);
   ampc_round_stats st = {0};
-  assert_int_equal(ampc_embedding_backward(1, 2, 1, ids, 4, dy, AMPC_F16, dtok, dpos, &st),
+  assert_int_equal(ampc_embedding_backward(1, 2, 1, ids, 4, dy, AMPC_F16, dtok, dpos, &st, NULL),
                    AMPC_OK);
   assert_int_equal(dtok[3].bits, 0x7C00);
   assert_int_equal(st.overflow, 1);
@@ -93,7 +93,7 @@ static void test_patch_embed(void **state) {
     bias[i] = frand();
   const float sc = 1.0f / 255.0f, sh = -0.5f;
   assert_int_equal(ampc_patch_embed_forward(B, H, W, C, P, D, img, sc, sh, w, AMPC_F32, bias, y,
-                                            AMPC_F32, AMPC_ACC_F32, NULL),
+                                            AMPC_F32, AMPC_ACC_F32, NULL, NULL),
                    AMPC_OK);
   /* the convolution with stride = kernel, written out directly (weight [D, C, P, P]) */
   for (int bi = 0; bi < B; bi++)
@@ -118,7 +118,7 @@ static void test_patch_embed(void **state) {
   for (int i = 0; i < B * NP * D; i++)
     dyv[i] = frand();
   assert_int_equal(ampc_patch_embed_backward(B, H, W, C, P, D, img, sc, sh, AMPC_F32, dyv, AMPC_F32,
-                                             dw, db, AMPC_ACC_F32),
+                                             dw, db, AMPC_ACC_F32, NULL),
                    AMPC_OK);
   for (int o = 0; o < D; o++) {
     double sb = 0;
@@ -127,7 +127,7 @@ static void test_patch_embed(void **state) {
     assert_true(fabs((double)db[o] - sb) <= (B * NP + 1) * 0x1p-24 * B * NP);
   }
   assert_int_equal(ampc_patch_embed_forward(B, 5, W, C, P, D, img, sc, sh, w, AMPC_F32, bias, y,
-                                            AMPC_F32, AMPC_ACC_F32, NULL),
+                                            AMPC_F32, AMPC_ACC_F32, NULL, NULL),
                    AMPC_ERR_INVALID_ARG);
 }
 

@@ -155,7 +155,8 @@ static void test_linear(void **state) {
     assert_int_equal(ampc_linear_forward(m, k, n, xd, dt, wd, dt, bd, y, dt, AMPC_ACC_F32, NULL),
                      AMPC_OK);
     assert_int_equal(
-        ampc_linear_backward(m, k, n, gd, dt, xd, dt, wd, dt, dx, dw, db, AMPC_ACC_F32), AMPC_OK);
+        ampc_linear_backward(m, k, n, gd, dt, xd, dt, wd, dt, dx, dw, db, AMPC_ACC_F32, NULL),
+        AMPC_OK);
     /* one rounding of an FP32-accumulated result each */
     cmp("linear", "y", c, y, dt, 1, NULL);
     cmp("linear", "dx", c, dx, dt, 1, NULL);
@@ -181,8 +182,9 @@ static void test_layer_norm(void **state) {
     float mean[16], rstd[16];
     assert_int_equal(ampc_layernorm_forward(m, d, xd, dt, gm, bt, dt, eps, y, dt, mean, rstd, NULL),
                      AMPC_OK);
-    assert_int_equal(ampc_layernorm_backward(m, d, gd, dt, xd, dt, gm, dt, mean, rstd, dx, dg, db),
-                     AMPC_OK);
+    assert_int_equal(
+        ampc_layernorm_backward(m, d, gd, dt, xd, dt, gm, dt, mean, rstd, dx, dg, db, NULL),
+        AMPC_OK);
     cmp("layer_norm", "y", c, y, dt, 1, NULL);
     /* dx: a difference of terms of size |g gamma|, so relative to the tensor
      * scale: one rounding of the result */
@@ -263,7 +265,7 @@ static void test_losses(void **state) {
     float dlt = 0.0f;
     assert_int_equal(ampc_infonce_forward(bi, sd, dt, lt, &loss), AMPC_OK);
     assert_true(fabs((double)loss - (double)fval(ci, "loss")) <= 1e-5 * (double)fval(ci, "loss"));
-    assert_int_equal(ampc_infonce_backward(bi, sd, dt, lt, 1.0f, ds, dt, &dlt), AMPC_OK);
+    assert_int_equal(ampc_infonce_backward(bi, sd, dt, lt, 1.0f, ds, dt, &dlt, NULL), AMPC_OK);
     cmp("infonce", "dsim", ci, ds, dt, 1, NULL);
     const double want_dlt = (double)fval(ci, "dlog_temp");
     assert_true(fabs((double)dlt - want_dlt) <= 1e-5 * (fabs(want_dlt) + 1.0));
@@ -283,7 +285,8 @@ static void test_embedding(void **state) {
     void *tk = as_dt(tok, v * d, dt), *ps = as_dt(pos, t * d, dt), *gd = as_dt(g, b * t * d, dt);
     void *y = zeros(b * t * d, dt), *dtok = zeros(v * d, dt), *dpos = zeros(t * d, dt);
     assert_int_equal(ampc_embedding_forward(b, t, d, ids, v, tk, ps, dt, y, dt, NULL), AMPC_OK);
-    assert_int_equal(ampc_embedding_backward(b, t, d, ids, v, gd, dt, dtok, dpos, NULL), AMPC_OK);
+    assert_int_equal(ampc_embedding_backward(b, t, d, ids, v, gd, dt, dtok, dpos, NULL, NULL),
+                     AMPC_OK);
     cmp("embedding", "y", c, y, dt, 1, NULL);
     cmp("embedding", "dtok", c, dtok, dt, 1, NULL);
     cmp("embedding", "dpos", c, dpos, dt, 1, NULL);
@@ -306,10 +309,10 @@ static void test_patch_embed(void **state) {
     void *wd = as_dt(w, d * k, dt), *bd = as_dt(bias, d, dt), *gd = as_dt(g, rows * d, dt);
     void *y = zeros(rows * d, dt), *dw = zeros(d * k, dt), *db = zeros(d, dt);
     assert_int_equal(ampc_patch_embed_forward(b, hh, ww, ch, p, d, img, 1.0f / 255.0f, -0.5f, wd,
-                                              dt, bd, y, dt, AMPC_ACC_F32, NULL),
+                                              dt, bd, y, dt, AMPC_ACC_F32, NULL, NULL),
                      AMPC_OK);
     assert_int_equal(ampc_patch_embed_backward(b, hh, ww, ch, p, d, img, 1.0f / 255.0f, -0.5f, dt,
-                                               gd, dt, dw, db, AMPC_ACC_F32),
+                                               gd, dt, dw, db, AMPC_ACC_F32, NULL),
                      AMPC_OK);
     /* the pixels (|x| <= 0.5) are rounded to dt on the way in: each output
      * moves by at most u * 0.5 * sum_k |w_ok| */
@@ -398,7 +401,8 @@ static void test_attention(void **state) {
                                             dt, pr, dt, out, hd, dt, AMPC_ACC_F32, NULL),
                      AMPC_OK);
     assert_int_equal(ampc_attention_backward(b, tq, tk, h, dh, qd, hd, kd, hd, vd, hd, dt, pr, dt,
-                                             gd, hd, dt, dq, hd, dk, hd, dv, hd, AMPC_ACC_F32),
+                                             gd, hd, dt, dq, hd, dk, hd, dv, hd, AMPC_ACC_F32,
+                                             NULL),
                      AMPC_OK);
     /* out = sum_j p_j v_j: rounded scores move p by <= 2 u smax p, rounded p
      * by u p, so out moves by <= u (2 smax + 1) max|v|, plus its own rounding */
@@ -448,7 +452,7 @@ static void test_mha(void **state) {
                      AMPC_OK);
     assert_int_equal(ampc_mha_backward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[1], pd[2], pd[3],
                                        dt, &cache, dt, gd, dt, dxq, dxkv, dp[0], dp[4], dp[1],
-                                       dp[5], dp[2], dp[6], dp[3], dp[7], AMPC_ACC_F32),
+                                       dp[5], dp[2], dp[6], dp[3], dp[7], AMPC_ACC_F32, NULL),
                      AMPC_OK);
     /* in 16 bits every activation on the way is stored rounded: q, k, v
      * (1 each), scores (amplified by exp: 2 |s|max, |s| < 4 here), probs (1),

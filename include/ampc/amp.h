@@ -31,6 +31,7 @@
 
 #include "ampc/dtype.h"
 #include "ampc/gemm.h"
+#include "ampc/nn.h" /* ampc_scratch */
 #include "ampc/status.h"
 
 #ifdef __cplusplus
@@ -188,9 +189,13 @@ bool ampc_scaler_update(ampc_scaler *s, bool found_nonfinite);
  * sqrt(sum u^2) of the finite ones, summed in double over fixed 4096-element
  * chunks in a fixed order (the same bits for any thread count). Method:
  * torch.nn.utils.clip_grad_norm_ after GradScaler.unscale_. Errors:
- * AMPC_ERR_INVALID_ARG for a bad dtype or NULL. */
+ * AMPC_ERR_INVALID_ARG for a bad dtype or NULL. ws: the per-chunk sums
+ * (ampc_scratch, ampc/nn.h; may be NULL). */
 ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
-                                    int64_t *nonfinite, double *norm);
+                                    int64_t *nonfinite, double *norm, ampc_scratch *ws);
+/* Scratch of ampc_grad_unscale_check over n values: one double and one
+ * count per chunk (given NULL or less, it allocates them itself). */
+size_t ampc_grad_unscale_scratch_bytes(int64_t n);
 
 /* The clipping coefficient for global norm `norm` and max_norm (0 = off):
  * 1 when norm <= max_norm, else max_norm / norm formed in double and rounded

@@ -47,6 +47,7 @@ typedef struct ampc_trainer {
   int64_t iteration;           /* steps attempted (applied + skipped) */
   bool telemetry;              /* fill `swallow` at each applied step (default on) */
   ampc_swallow_stats *swallow; /* [params.count]: the last applied step */
+  ampc_scratch unscale_ws;     /* the unscale check's per-chunk sums (allocated at init) */
 } ampc_trainer;
 
 /* What one call to ampc_trainer_step did. */

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "ampc/amp.h"
+#include "ampc/nn.h"
 #include "ampc/params.h"
 #include "ampc/tally.h"
 
@@ -53,6 +54,7 @@ typedef struct ampc_mlp {
   void *logits;            /* [max_batch, classes] adt */
   void *d_big, *d_big2;    /* [max_batch, hidden] gradient workspaces (grad dtype) */
   void *dlogits;           /* [max_batch, classes] grad dtype */
+  ampc_scratch ws;         /* the layers' scratch (counted as workspace) */
 } ampc_mlp;
 
 /* Activation buffers for batches of up to max_batch rows over the parameter

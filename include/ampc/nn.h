@@ -30,6 +30,20 @@
 extern "C" {
 #endif
 
+/* ---- scratch memory -------------------------------------------------------------- */
+
+/* Scratch memory for one layer call, carved by the caller from its arena
+ * (DESIGN.md 1: layers take a workspace; the model's layout counts it, so no
+ * layer allocates during a training step). base is 64-byte aligned and bytes
+ * long; its contents are undefined before and after the call. The layers that
+ * need scratch take it as their last argument and say how much in a
+ * *_scratch_bytes function; given NULL, or less than that, a layer allocates
+ * the rest itself (and frees it before it returns). */
+typedef struct ampc_scratch {
+  void *base;
+  size_t bytes;
+} ampc_scratch;
+
 /* ---- linear: y = x W^T + b (torch.nn.Linear layout: W is [out, in]) ------ */
 
 /* x [m, k] (xdt), w [n, k] (wdt), b [n] (wdt, or NULL), y [m, n] (ydt).
@@ -43,7 +57,9 @@ ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, 
  * dw [n, k] (gdt) += dy^T x; db [n] (gdt, or NULL) += column sums of dy. */
 ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
                                  const void *x, ampc_dtype xdt, const void *w, ampc_dtype wdt,
-                                 void *dx, void *dw, void *db, ampc_acc acc);
+                                 void *dx, void *dw, void *db, ampc_acc acc, ampc_scratch *ws);
+/* Scratch of ampc_linear_backward with n outputs: the FP32 bias column sums. */
+size_t ampc_linear_backward_scratch_bytes(int64_t n);
 
 /* ---- layer norm (Ba, Kiros, Hinton 2016; torch.nn.LayerNorm) --------------- */
 
@@ -60,7 +76,10 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
 ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
                                     const void *x, ampc_dtype xdt, const void *gamma,
                                     ampc_dtype wdt, const float *mean, const float *rstd, void *dx,
-                                    void *dgamma, void *dbeta);
+                                    void *dgamma, void *dbeta, ampc_scratch *ws);
+/* Scratch of ampc_layernorm_backward on m rows of d: the double partial sums
+ * of dgamma and dbeta per block of 32 rows (and 4d floats for d > 2048). */
+size_t ampc_layernorm_backward_scratch_bytes(int64_t m, int64_t d);
 
 /* ---- GELU, erf form (Hendrycks & Gimpel 2016; torch's default) -------------- */
 
@@ -109,7 +128,9 @@ ampc_status ampc_embedding_forward(int64_t b, int64_t t, int64_t d, const int32_
  * as an overflow); dpos [t, d] (gdt, or NULL) += the sum over the batch. */
 ampc_status ampc_embedding_backward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
                                     int64_t vocab, const void *dy, ampc_dtype gdt, void *dtok,
-                                    void *dpos, ampc_round_stats *stats);
+                                    void *dpos, ampc_round_stats *stats, ampc_scratch *ws);
+/* Scratch of ampc_embedding_backward: (id, row) pairs for b*t rows, a row of d floats. */
+size_t ampc_embedding_backward_scratch_bytes(int64_t b, int64_t t, int64_t d);
 
 /* ---- patch embedding (ViT, Dosovitskiy et al. 2021) -------------------------- */
 
@@ -123,13 +144,18 @@ ampc_status ampc_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t 
                                      int64_t d, const uint8_t *images, float px_scale,
                                      float px_shift, const void *w, ampc_dtype wdt,
                                      const void *bias, void *y, ampc_dtype ydt, ampc_acc acc,
-                                     ampc_round_stats *stats);
+                                     ampc_round_stats *stats, ampc_scratch *ws);
+/* Scratch of the patch embedding's passes: the unfolded patches [b*N, c*p*p]
+ * in wdt, one patch in FP32, and the bias sums of the backward pass. */
+size_t ampc_patch_embed_scratch_bytes(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                      int64_t d, ampc_dtype wdt);
 /* dy [b*N, d] (gdt) -> dw [d, c*p*p] (gdt) +=, dbias [d] (gdt, or NULL) +=.
  * (No gradient flows into the images.) */
 ampc_status ampc_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
                                       int64_t d, const uint8_t *images, float px_scale,
                                       float px_shift, ampc_dtype wdt, const void *dy,
-                                      ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc);
+                                      ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc,
+                                      ampc_scratch *ws);
 
 /* ---- masked mean pooling and L2 normalisation --------------------------------- */
 
@@ -176,7 +202,11 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
                                     const void *v, int64_t ldv, ampc_dtype xdt, const void *probs,
                                     ampc_dtype pdt, const void *dout, int64_t lddo, ampc_dtype gdt,
                                     void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
-                                    int64_t lddv, ampc_acc acc);
+                                    int64_t lddv, ampc_acc acc, ampc_scratch *ws);
+/* Scratch of ampc_attention_backward: dP and dS of one sample per thread
+ * (at most ampc_get_num_threads() threads). */
+size_t ampc_attention_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t h,
+                                             int64_t dh);
 
 /* ---- the multi-head attention layer: projections + core ------------------- */
 
@@ -213,7 +243,11 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                               const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
                               ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
                               void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
-                              ampc_acc acc);
+                              ampc_acc acc, ampc_scratch *ws);
+/* Scratch of ampc_mha_backward: its gradient buffers and those of the
+ * linear and attention backward passes it calls. */
+size_t ampc_mha_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                       ampc_dtype gdt);
 
 /* ---- losses, all in FP32; backward seeded with the loss scale S ------------ */
 
@@ -241,7 +275,10 @@ ampc_status ampc_infonce_forward(int64_t b, const void *sim, ampc_dtype xdt, flo
                                  float *loss);
 /* dsim [b, b] (gdt, overwritten) and *dlog_temp (+=, FP32), both times S. */
 ampc_status ampc_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
-                                  float loss_scale, void *dsim, ampc_dtype gdt, float *dlog_temp);
+                                  float loss_scale, void *dsim, ampc_dtype gdt, float *dlog_temp,
+                                  ampc_scratch *ws);
+/* Scratch of ampc_infonce_backward: the 2b row and column log-sum-exps. */
+size_t ampc_infonce_backward_scratch_bytes(int64_t b);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "ampc/amp.h"
@@ -49,16 +50,19 @@ static int64_t sumsq4(const float *u, int64_t len, float inv, double q[4]) {
 }
 
 ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
-                                    int64_t *nonfinite, double *norm) {
+                                    int64_t *nonfinite, double *norm, ampc_scratch *ws) {
   if ((!g && n > 0) || n < 0 || !nonfinite || !norm ||
       (gdt != AMPC_F32 && gdt != AMPC_F16 && gdt != AMPC_BF16))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_grad_unscale_check: bad arguments");
   const int64_t nchunks = (n + CHUNK - 1) / CHUNK;
-  double *part = malloc((size_t)(nchunks > 0 ? nchunks : 1) * sizeof *part);
-  int64_t *bad = malloc((size_t)(nchunks > 0 ? nchunks : 1) * sizeof *bad);
+  const size_t nc = (size_t)(nchunks > 0 ? nchunks : 1);
+  /* the per-chunk sums: from the caller's scratch when it is large enough */
+  const bool own = !ws || !ws->base || ws->bytes < ampc_grad_unscale_scratch_bytes(n);
+  double *part = own ? malloc(nc * sizeof *part) : ws->base;
+  int64_t *bad = own ? malloc(nc * sizeof *bad) : (int64_t *)(void *)(part + nc);
   if (!part || !bad) {
-    free(part);
-    free(bad);
+    if (own)
+      free(part), free(bad);
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_grad_unscale_check: out of memory");
   }
 #pragma omp parallel for schedule(static) if (n > 8 * CHUNK)
@@ -85,11 +89,16 @@ ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, fl
   int64_t nb = 0;
   for (int64_t c = 0; c < nchunks; c++)
     s += part[c], nb += bad[c];
-  free(part);
-  free(bad);
+  if (own)
+    free(part), free(bad);
   *nonfinite = nb;
   *norm = sqrt(s);
   return AMPC_OK;
+}
+
+size_t ampc_grad_unscale_scratch_bytes(int64_t n) {
+  const size_t nc = (size_t)(n > 0 ? (n + CHUNK - 1) / CHUNK : 1);
+  return nc * (sizeof(double) + sizeof(int64_t));
 }
 
 float ampc_clip_coef(double norm, float max_norm) {

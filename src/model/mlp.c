@@ -32,10 +32,16 @@ ampc_status ampc_mlp_specs(const ampc_mlp_config *c, ampc_param_spec specs[AMPC_
 void ampc_mlp_free(ampc_mlp *M) {
   if (!M)
     return;
-  void *bufs[] = {M->x, M->h1, M->a1, M->h2, M->a2, M->logits, M->d_big, M->d_big2, M->dlogits};
+  void *bufs[] = {M->x,      M->h1,    M->a1,     M->h2,      M->a2,
+                  M->logits, M->d_big, M->d_big2, M->dlogits, M->ws.base};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     free(bufs[i]);
   memset(M, 0, sizeof *M);
+}
+
+/* the layers' scratch: the bias sums of the widest linear backward */
+static size_t mlp_scratch_bytes(const ampc_mlp_config *c) {
+  return ampc_linear_backward_scratch_bytes(c->hidden > c->classes ? c->hidden : c->classes);
 }
 
 ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_precision p,
@@ -50,7 +56,7 @@ ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_pr
   if (activations)
     *activations = ((size_t)(batch * c->in) + 4 * bh + bc) * as;
   if (workspace)
-    *workspace = (2 * bh + bc) * gs;
+    *workspace = (2 * bh + bc) * gs + mlp_scratch_bytes(c);
   return AMPC_OK;
 }
 
@@ -82,8 +88,10 @@ ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_params *
   M->logits = malloc(bc * as);
   M->d_big = malloc(bh * gs), M->d_big2 = malloc(bh * gs);
   M->dlogits = malloc(bc * gs);
+  M->ws.bytes = mlp_scratch_bytes(c);
+  M->ws.base = aligned_alloc(64, M->ws.bytes > 0 ? M->ws.bytes : 64);
   if (!M->x || !M->h1 || !M->a1 || !M->h2 || !M->a2 || !M->logits || !M->d_big || !M->d_big2 ||
-      !M->dlogits) {
+      !M->dlogits || !M->ws.base) {
     ampc_mlp_free(M);
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mlp_create: out of memory");
   }
@@ -146,12 +154,14 @@ ampc_status ampc_mlp_backward(ampc_mlp *M, float seed) {
   /* backward, seeded with S (and the 1/micro-batches factor) in FP32 */
   AMPC_TRY(ampc_cross_entropy_backward(b, nc, M->logits, adt, y, seed, M->dlogits, gdt));
   AMPC_TRY(ampc_linear_backward(b, hd, nc, M->dlogits, gdt, M->a2, adt, ampc_param_w(P, 4), wdt,
-                                M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5), acc));
+                                M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5), acc,
+                                &M->ws));
   AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h2, adt, M->d_big2));
   AMPC_TRY(ampc_linear_backward(b, hd, hd, M->d_big2, gdt, M->a1, adt, ampc_param_w(P, 2), wdt,
-                                M->d_big, ampc_param_grad(P, 2), ampc_param_grad(P, 3), acc));
+                                M->d_big, ampc_param_grad(P, 2), ampc_param_grad(P, 3), acc,
+                                &M->ws));
   AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h1, adt, M->d_big2));
   AMPC_TRY(ampc_linear_backward(b, in, hd, M->d_big2, gdt, M->x, adt, ampc_param_w(P, 0), wdt, NULL,
-                                ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc));
+                                ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc, &M->ws));
   return AMPC_OK;
 }

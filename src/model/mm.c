@@ -140,12 +140,12 @@ static ampc_status blk_bwd(ampc_mm *M, const blk_p *p, blk_a *a, int64_t b, int6
   const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt, gdt = M->gdt;
   const ampc_acc acc = M->acc;
   AMPC_TRY(ampc_linear_backward(rq, MLP, D, dout, gdt, a->g, adt, W(M, p->f2w), wdt, M->dH1,
-                                G(M, p->f2w), G(M, p->f2b), acc));
+                                G(M, p->f2w), G(M, p->f2b), acc, &M->ws));
   AMPC_TRY(ampc_gelu_backward(rq * MLP, M->dH1, gdt, a->h, adt, M->dH2));
   AMPC_TRY(ampc_linear_backward(rq, D, MLP, M->dH2, gdt, a->ln2, adt, W(M, p->f1w), wdt, M->dL,
-                                G(M, p->f1w), G(M, p->f1b), acc));
+                                G(M, p->f1w), G(M, p->f1b), acc, &M->ws));
   AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, gdt, a->x1, sdt, W(M, p->n2w), wdt, a->mean2,
-                                   a->rstd2, M->dS2, G(M, p->n2w), G(M, p->n2b)));
+                                   a->rstd2, M->dS2, G(M, p->n2w), G(M, p->n2b), &M->ws));
   AMPC_TRY(ampc_add_forward(rq * D, dout, gdt, M->dS2, gdt, dout, gdt, NULL));
   const size_t ws = ampc_dtype_size(wdt), gsz = ampc_dtype_size(gdt);
   const char *win = W(M, p->inw);
@@ -154,9 +154,9 @@ static ampc_status blk_bwd(ampc_mm *M, const blk_p *p, blk_a *a, int64_t b, int6
       b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, adt, win, win + (size_t)(D * D) * ws,
       win + (size_t)(2 * D * D) * ws, W(M, p->outw), wdt, &a->c, M->pdt, dout, gdt, M->dL, dkv, gin,
       gbin, gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz, gin + (size_t)(2 * D * D) * gsz,
-      gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc));
+      gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc, &M->ws));
   AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, gdt, x, sdt, W(M, p->n1w), wdt, a->mean1, a->rstd1,
-                                   M->dS2, G(M, p->n1w), G(M, p->n1b)));
+                                   M->dS2, G(M, p->n1w), G(M, p->n1b), &M->ws));
   AMPC_TRY(ampc_add_forward(rq * D, dout, gdt, M->dS2, gdt, dout, gdt, NULL));
   return AMPC_OK;
 }
@@ -168,10 +168,14 @@ static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
   const ampc_dtype sdt = M->sdt, adt = M->adt, wdt = M->wdt;
   AMPC_TRY(ampc_patch_embed_forward(b, M->c.img, M->c.img, M->c.channels, M->c.patch, D, images,
                                     1.0f / 127.5f, -1.0f, W(M, M->patch_w), wdt, W(M, M->patch_b),
-                                    M->patch, adt, M->acc, NULL));
+                                    M->patch, adt, M->acc, NULL, &M->ws));
   /* x0 = [cls; patches] + positions, summed in FP32, one rounding per row */
   const void *cls = W(M, M->cls_tok), *pos = W(M, M->vpos);
-  float *pf = malloc((size_t)((NV + 2) * D) * sizeof *pf);
+  /* positions, the source row and the sum in FP32: from the scratch (sized
+   * for it by the layout), else allocated */
+  const size_t pf_bytes = (size_t)((NV + 2) * D) * sizeof(float);
+  const bool pf_heap = M->ws.bytes < pf_bytes;
+  float *pf = pf_heap ? malloc(pf_bytes) : M->ws.base;
   if (!pf)
     return ampc_fail(AMPC_ERR_NOMEM, "vision: cannot allocate %lld floats",
                      (long long)((NV + 2) * D));
@@ -187,7 +191,8 @@ static ampc_status vision_fwd(ampc_mm *M, int64_t b, const uint8_t *images) {
         row[j] = src[j] + pf[t * D + j];
       ampc_store_f32(at(M->v0, sdt, (bi * NV + t) * D), sdt, row, (size_t)D, NULL);
     }
-  free(pf);
+  if (pf_heap)
+    free(pf);
   tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.patch_embed");
   const void *x = M->v0;
   for (int i = 0; i < M->c.v_depth; i++) {
@@ -262,7 +267,7 @@ static ampc_status vision_bwd(ampc_mm *M, int64_t b, const uint8_t *images, cons
   AMPC_TRY(ampc_store_f32(M->dS2, gdt, dv32, (size_t)(b * NV * D), NULL));
   const void *vlast = M->va[c->v_depth - 1].out;
   AMPC_TRY(ampc_layernorm_backward(b * NV, D, M->dS2, gdt, vlast, sdt, W(M, M->vn_w), wdt, M->vmean,
-                                   M->vrstd, M->dS, G(M, M->vn_w), G(M, M->vn_b)));
+                                   M->vrstd, M->dS, G(M, M->vn_w), G(M, M->vn_b), &M->ws));
   tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.norm");
   for (int i = (int)c->v_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
@@ -283,7 +288,7 @@ static ampc_status vision_bwd(ampc_mm *M, int64_t b, const uint8_t *images, cons
            (size_t)(M->NP * D) * gs);
   AMPC_TRY(ampc_patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, images,
                                      1.0f / 127.5f, -1.0f, wdt, M->dS2, gdt, G(M, M->patch_w),
-                                     G(M, M->patch_b), acc));
+                                     G(M, M->patch_b), acc, &M->ws));
   tm_mark(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.patch_embed");
   return AMPC_OK;
 }
@@ -321,7 +326,7 @@ static ampc_status image_only_bwd(ampc_mm *M, float S) {
   AMPC_TRY(
       ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * M->c.w_cls, M->dclog, gdt));
   AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), M->wdt,
-                                M->dvcls, G(M, M->cls_w), G(M, M->cls_b), M->acc));
+                                M->dvcls, G(M, M->cls_w), G(M, M->cls_b), M->acc, &M->ws));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "head");
   float *dv32 = M->dv32;
   memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
@@ -417,7 +422,7 @@ static ampc_status text_bwd(ampc_mm *M, int64_t b, const int32_t *tokens, const 
   AMPC_TRY(ampc_store_f32(M->dS2, gdt, dt32, (size_t)(b * TT * D), NULL));
   const void *tlast = M->ta[c->t_depth - 1].out;
   AMPC_TRY(ampc_layernorm_backward(b * TT, D, M->dS2, gdt, tlast, sdt, W(M, M->tn_w), wdt, M->tmean,
-                                   M->trstd, M->dS, G(M, M->tn_w), G(M, M->tn_b)));
+                                   M->trstd, M->dS, G(M, M->tn_w), G(M, M->tn_b), &M->ws));
   tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
   for (int i = (int)c->t_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
@@ -425,7 +430,7 @@ static ampc_status text_bwd(ampc_mm *M, int64_t b, const int32_t *tokens, const 
     tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.blocks.%d", i);
   }
   AMPC_TRY(ampc_embedding_backward(b, TT, D, tokens, c->vocab, M->dS, gdt, G(M, M->tok),
-                                   G(M, M->tpos), NULL));
+                                   G(M, M->tpos), NULL, &M->ws));
   tm_mark(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.embeddings");
   return AMPC_OK;
 }
@@ -445,15 +450,15 @@ static ampc_status mm_bwd(ampc_mm *M, float S) {
   AMPC_TRY(
       ampc_cross_entropy_backward(b, C, M->clog, adt, bt->labels, S * c->w_cls, M->dclog, gdt));
   AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, gdt, M->vcls, adt, W(M, M->cls_w), wdt, M->dvcls,
-                                G(M, M->cls_w), G(M, M->cls_b), acc));
+                                G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
   /* matching head and fusion */
   AMPC_TRY(ampc_bce_logits_backward(np, M->itm, adt, M->itm_t, S * c->w_itm, M->ditm, gdt));
   AMPC_TRY(ampc_linear_backward(np, D, 1, M->ditm, gdt, M->fpool, adt, W(M, M->itm_w), wdt,
-                                M->dfpool, G(M, M->itm_w), G(M, M->itm_b), acc));
+                                M->dfpool, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
   tm_mark(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
   AMPC_TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, gdt, M->fmask, M->dL));
   AMPC_TRY(ampc_layernorm_backward(np * TT, D, M->dL, gdt, fout, sdt, W(M, M->fn_w), wdt, M->fmean,
-                                   M->frstd, M->dS, G(M, M->fn_w), G(M, M->fn_b)));
+                                   M->frstd, M->dS, G(M, M->fn_w), G(M, M->fn_b), &M->ws));
   float *dkv32 = M->dKVsum;
   memset(dkv32, 0, (size_t)(np * NV * D) * sizeof(float));
   for (int i = (int)c->f_depth - 1; i >= 0; i--) {
@@ -476,7 +481,8 @@ static ampc_status mm_bwd(ampc_mm *M, float S) {
   }
   /* contrastive heads */
   float dls = 0.0f;
-  AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S * c->w_itc, M->dsim, gdt, &dls));
+  AMPC_TRY(
+      ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S * c->w_itc, M->dsim, gdt, &dls, &M->ws));
   if (!clamped) /* the clamp has zero gradient */
     grad_add(G(M, M->lscale), gdt, &dls, 1);
   AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, gdt, b, M->tnorm, adt, E, 0.0f,
@@ -485,10 +491,10 @@ static ampc_status mm_bwd(ampc_mm *M, float S) {
                      M->dtnorm, gdt, E, acc));
   AMPC_TRY(ampc_l2norm_backward(b, E, M->dinorm, gdt, M->iemb, adt, k_l2_eps, M->diemb));
   AMPC_TRY(ampc_linear_backward(b, D, E, M->diemb, gdt, M->vcls, adt, W(M, M->iproj), wdt,
-                                M->dvcls2, G(M, M->iproj), NULL, acc));
+                                M->dvcls2, G(M, M->iproj), NULL, acc, &M->ws));
   AMPC_TRY(ampc_l2norm_backward(b, E, M->dtnorm, gdt, M->temb, adt, k_l2_eps, M->dtemb));
   AMPC_TRY(ampc_linear_backward(b, D, E, M->dtemb, gdt, M->tpool, adt, W(M, M->tproj), wdt,
-                                M->dtpool, G(M, M->tproj), NULL, acc));
+                                M->dtpool, G(M, M->tproj), NULL, acc, &M->ws));
   AMPC_TRY(ampc_mean_pool_backward(b, TT, D, M->dtpool, gdt, M->tmask, M->dL));
   for (int64_t k = 0; k < b * TT * D; k++)
     dt32[k] += ampc_elem_load(M->dL, gdt, k);

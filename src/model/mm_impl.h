@@ -51,6 +51,7 @@ struct ampc_mm {
   void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
   void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
   float *dv32, *dt32, *dsmall32;
+  ampc_scratch ws; /* the layers' scratch, one call at a time (the largest need, see layout) */
   ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
   /* what the backward pass needs of the last forward pass */
   ampc_mm_batch fwd; /* the batch (borrowed: valid until the backward pass) */

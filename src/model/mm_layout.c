@@ -62,6 +62,35 @@ static int find_block(const ampc_params *P, const char *prefix, int i, bool cros
   return 1;
 }
 
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The scratch the layers need (ampc_scratch, ampc/nn.h): the maximum over the
+ * calls of the forward and backward passes at the largest batch. The
+ * attention formula counts the threads there are now; with more threads
+ * later, a call that needs more allocates it (and bench/alloc shows it). */
+static size_t scratch_bytes(const ampc_mm *M) {
+  const ampc_mm_config *c = &M->c;
+  const int64_t B = M->B, NV = M->NV, TT = M->TT, D = M->D, H = c->heads;
+  const ampc_dtype gdt = M->gdt;
+  size_t s = (size_t)((NV + 2) * D) * sizeof(float); /* vision_fwd's position rows */
+  s = max_sz(s,
+             ampc_patch_embed_scratch_bytes(B, c->img, c->img, c->channels, c->patch, D, M->wdt));
+  int64_t n = D > c->mlp ? D : c->mlp; /* the widest linear layer with a bias */
+  n = n > c->classes ? n : c->classes;
+  s = max_sz(s, ampc_linear_backward_scratch_bytes(n));
+  int64_t rows = B * NV; /* layer norm rows */
+  s = max_sz(s, ampc_mha_backward_scratch_bytes(B, NV, NV, D, H, gdt));
+  if (!c->image_only) {
+    rows = rows > 2 * B * TT ? rows : 2 * B * TT;
+    s = max_sz(s, ampc_mha_backward_scratch_bytes(B, TT, TT, D, H, gdt));
+    s = max_sz(s, ampc_mha_backward_scratch_bytes(2 * B, TT, NV, D, H, gdt));
+    s = max_sz(s, ampc_embedding_backward_scratch_bytes(B, TT, D));
+    s = max_sz(s, ampc_infonce_backward_scratch_bytes(B));
+  }
+  s = max_sz(s, ampc_layernorm_backward_scratch_bytes(rows, D));
+  return s;
+}
+
 /* carve every buffer from the arena (A->base NULL: just count) */
 static void layout(ampc_mm *M, arena *A) {
   const int64_t B = M->B, NV = M->NV, NP = M->NP, TT = M->TT, D = M->D, E = M->E;
@@ -152,6 +181,9 @@ static void layout(ampc_mm *M, arena *A) {
   TAKE(M->dv32, B * NV * D, sizeof(float));
   TAKE(M->dt32, B * TT * D, sizeof(float));
   TAKE(M->dsmall32, (NV > TT ? NV : TT) * D + D, sizeof(float));
+  /* the layers' scratch: the largest that any one call of the passes takes */
+  M->ws.bytes = scratch_bytes(M);
+  TAKE(M->ws.base, M->ws.bytes, 1);
 #undef TAKE
 }
 

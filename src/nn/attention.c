@@ -126,7 +126,7 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
                                     const void *v, int64_t ldv, ampc_dtype xdt, const void *probs,
                                     ampc_dtype pdt, const void *dout, int64_t lddo, ampc_dtype gdt,
                                     void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
-                                    int64_t lddv, ampc_acc acc) {
+                                    int64_t lddv, ampc_acc acc, ampc_scratch *ws) {
   const char *fn = "ampc_attention_backward";
   ampc_status st = attn_check(fn, b, tq, tk, h, dh, ldq, ldk, ldv);
   if (st != AMPC_OK)
@@ -148,7 +148,9 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
   const int64_t ss = tq * tk;
   const int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
   /* dP and dS of one sample, per thread */
-  float *dp = malloc((size_t)nt * (size_t)(2 * h * ss) * sizeof *dp);
+  size_t off = 0;
+  nn_buf dpb;
+  float *dp = nn_take(ws, &off, (size_t)nt * (size_t)(2 * h * ss) * sizeof *dp, &dpb);
   if (!dp)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn,
                      (long long)(nt * 2 * h * ss));
@@ -186,10 +188,19 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
         par_fail(&pe, s);
     }
   }
-  free(dp);
+  nn_give(&dpb);
   if (pe.st != AMPC_OK)
     return ampc_fail(pe.st, "%s", pe.msg);
   return st;
+}
+
+size_t ampc_attention_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t h,
+                                             int64_t dh) {
+  (void)dh;
+  if (b < 1 || tq < 1 || tk < 1 || h < 1)
+    return 0;
+  const int64_t nt = b > 1 ? ampc_get_num_threads() : 1; /* nn_threads' largest answer */
+  return nn_pad64((size_t)nt * (size_t)(2 * h * tq * tk) * sizeof(float));
 }
 
 /* ---- the layer: projections around the core ------------------------------- */
@@ -228,7 +239,7 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                               const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
                               ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
                               void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
-                              ampc_acc acc) {
+                              ampc_acc acc, ampc_scratch *ws) {
   const char *fn = "ampc_mha_backward";
   NN_CHECK_POS(fn, b);
   NN_CHECK_POS(fn, tq);
@@ -247,24 +258,32 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
   const int64_t nq = b * tq * dm, nk = b * tk * dm;
   const size_t gs = ampc_dtype_size(gdt);
   /* d(o), dq, dk, dv in gdt; FP32 sums for the input gradients */
-  char *ws = malloc((size_t)(2 * nq + 2 * nk) * gs + (size_t)(nq + nk) * sizeof(float));
-  if (!ws)
+  size_t off = 0;
+  nn_buf bb;
+  char *buf =
+      nn_take(ws, &off, (size_t)(2 * nq + 2 * nk) * gs + (size_t)(nq + nk) * sizeof(float), &bb);
+  if (!buf)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate workspace", fn);
-  void *dO = ws, *dq = ws + nq * gs, *dk = ws + 2 * nq * gs, *dv = ws + (2 * nq + nk) * gs;
-  float *sq = (float *)(void *)(ws + (2 * nq + 2 * nk) * gs), *sk = sq + nq;
+  void *dO = buf, *dq = buf + nq * gs, *dk = buf + 2 * nq * gs, *dv = buf + (2 * nq + nk) * gs;
+  float *sq = (float *)(void *)(buf + (2 * nq + 2 * nk) * gs), *sk = sq + nq;
+  ampc_scratch rest = nn_rest(ws, off); /* for the layers called below, one at a time */
   /* y = o Wo^T + bo */
-  ampc_status st =
-      ampc_linear_backward(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO, dwo, dbo, acc);
+  ampc_status st = ampc_linear_backward(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO, dwo,
+                                        dbo, acc, &rest);
   if (st == AMPC_OK)
-    st = ampc_attention_backward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm,
-                                 adt, cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc);
+    st =
+        ampc_attention_backward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
+                                cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc, &rest);
   /* parameter gradients of the three projections (no input gradient here) */
   if (st == AMPC_OK)
-    st = ampc_linear_backward(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc);
+    st =
+        ampc_linear_backward(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc, &rest);
   if (st == AMPC_OK)
-    st = ampc_linear_backward(b * tk, dm, dm, dk, gdt, xkv, adt, wk, wdt, NULL, dwk, dbk, acc);
+    st = ampc_linear_backward(b * tk, dm, dm, dk, gdt, xkv, adt, wk, wdt, NULL, dwk, dbk, acc,
+                              &rest);
   if (st == AMPC_OK)
-    st = ampc_linear_backward(b * tk, dm, dm, dv, gdt, xkv, adt, wv, wdt, NULL, dwv, dbv, acc);
+    st = ampc_linear_backward(b * tk, dm, dm, dv, gdt, xkv, adt, wv, wdt, NULL, dwv, dbv, acc,
+                              &rest);
   /* input gradients, summed in FP32: dxq = dq Wq (+ dk Wk + dv Wv if self) */
   float *skv = self ? sq : sk;
   if (st == AMPC_OK)
@@ -280,6 +299,18 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
     st = ampc_store_f32(dxq, gdt, sq, (size_t)nq, NULL);
   if (st == AMPC_OK && !self)
     st = ampc_store_f32(dxkv, gdt, sk, (size_t)nk, NULL);
-  free(ws);
+  nn_give(&bb);
   return st;
+}
+
+size_t ampc_mha_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                       ampc_dtype gdt) {
+  if (b < 1 || tq < 1 || tk < 1 || dm < 1 || h < 1 || dm % h)
+    return 0;
+  const int64_t nq = b * tq * dm, nk = b * tk * dm;
+  const size_t own = nn_pad64((size_t)(2 * nq + 2 * nk) * ampc_dtype_size(gdt) +
+                              (size_t)(nq + nk) * sizeof(float));
+  const size_t lin = ampc_linear_backward_scratch_bytes(dm);
+  const size_t att = ampc_attention_backward_scratch_bytes(b, tq, tk, h, dm / h);
+  return own + (lin > att ? lin : att);
 }

@@ -54,7 +54,7 @@ static int cmp_pair(const void *a, const void *b) {
 
 ampc_status ampc_embedding_backward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
                                     int64_t vocab, const void *dy, ampc_dtype gdt, void *dtok,
-                                    void *dpos, ampc_round_stats *stats) {
+                                    void *dpos, ampc_round_stats *stats, ampc_scratch *ws) {
   const char *fn = "ampc_embedding_backward";
   NN_CHECK_POS(fn, b);
   NN_CHECK_POS(fn, t);
@@ -69,11 +69,13 @@ ampc_status ampc_embedding_backward(int64_t b, int64_t t, int64_t d, const int32
     return st;
   const int64_t n = b * t;
   /* (id, row) pairs sorted by id: each id's rows are then contiguous */
-  int64_t *pairs = malloc((size_t)n * 2 * sizeof *pairs);
-  float *sum = malloc((size_t)d * sizeof *sum);
+  size_t off = 0;
+  nn_buf pb, sb;
+  int64_t *pairs = nn_take(ws, &off, (size_t)n * 2 * sizeof *pairs, &pb);
+  float *sum = nn_take(ws, &off, (size_t)d * sizeof *sum, &sb);
   if (!pairs || !sum) {
-    free(pairs);
-    free(sum);
+    nn_give(&pb);
+    nn_give(&sb);
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate workspace", fn);
   }
   for (int64_t r = 0; r < n; r++)
@@ -106,21 +108,23 @@ ampc_status ampc_embedding_backward(int64_t b, int64_t t, int64_t d, const int32
                      NULL);
     }
   }
-  free(pairs);
-  free(sum);
+  nn_give(&pb);
+  nn_give(&sb);
   return AMPC_OK;
 }
 
-/* Unfold images into patch rows [b*N, c*p*p] of dtype wdt (allocated). */
+/* Unfold images into patch rows [b*N, c*p*p] of dtype wdt, taken from ws at
+ * *off (or allocated: *ob says which). */
 static void *unfold(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p, const uint8_t *images,
-                    float sc, float sh, ampc_dtype wdt) {
+                    float sc, float sh, ampc_dtype wdt, ampc_scratch *ws, size_t *off, nn_buf *ob) {
   const int64_t np = (hh / p) * (ww / p), k = c * p * p;
-  void *out = malloc((size_t)(b * np * k) * ampc_dtype_size(wdt));
+  void *out = nn_take(ws, off, (size_t)(b * np * k) * ampc_dtype_size(wdt), ob);
   if (!out)
     return NULL;
-  float *row = malloc((size_t)k * sizeof *row); /* one patch in FP32, rounded once per row */
+  nn_buf rb; /* one patch in FP32, rounded once per row */
+  float *row = nn_take(ws, off, (size_t)k * sizeof *row, &rb);
   if (!row) {
-    free(out);
+    nn_give(ob);
     return NULL;
   }
   const size_t os = ampc_dtype_size(wdt);
@@ -137,8 +141,17 @@ static void *unfold(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p, con
             }
         ampc_store_f32((char *)out + r * k * (int64_t)os, wdt, row, (size_t)k, NULL);
       }
-  free(row);
+  nn_give(&rb);
   return out;
+}
+
+size_t ampc_patch_embed_scratch_bytes(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                      int64_t d, ampc_dtype wdt) {
+  if (b < 1 || p < 1 || c < 1)
+    return 0;
+  const int64_t np = (hh / p) * (ww / p), k = c * p * p;
+  return nn_pad64((size_t)(b * np * k) * ampc_dtype_size(wdt)) +
+         nn_pad64((size_t)k * sizeof(float)) + ampc_linear_backward_scratch_bytes(d);
 }
 
 static ampc_status patch_check(const char *fn, int64_t b, int64_t hh, int64_t ww, int64_t c,
@@ -160,7 +173,7 @@ ampc_status ampc_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t 
                                      int64_t d, const uint8_t *images, float px_scale,
                                      float px_shift, const void *w, ampc_dtype wdt,
                                      const void *bias, void *y, ampc_dtype ydt, ampc_acc acc,
-                                     ampc_round_stats *stats) {
+                                     ampc_round_stats *stats, ampc_scratch *ws) {
   const char *fn = "ampc_patch_embed_forward";
   ampc_status st = patch_check(fn, b, hh, ww, c, p, d, images);
   if (st != AMPC_OK)
@@ -169,19 +182,22 @@ ampc_status ampc_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t 
   NN_CHECK_PTR(fn, y);
   NN_CHECK_DT(fn, wdt);
   NN_CHECK_DT(fn, ydt);
-  void *patches = unfold(b, hh, ww, c, p, images, px_scale, px_shift, wdt);
+  size_t off = 0;
+  nn_buf pb;
+  void *patches = unfold(b, hh, ww, c, p, images, px_scale, px_shift, wdt, ws, &off, &pb);
   if (!patches)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the patch matrix", fn);
   st = ampc_linear_forward(b * (hh / p) * (ww / p), c * p * p, d, patches, wdt, w, wdt, bias, y,
                            ydt, acc, stats);
-  free(patches);
+  nn_give(&pb);
   return st;
 }
 
 ampc_status ampc_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
                                       int64_t d, const uint8_t *images, float px_scale,
                                       float px_shift, ampc_dtype wdt, const void *dy,
-                                      ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc) {
+                                      ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc,
+                                      ampc_scratch *ws) {
   const char *fn = "ampc_patch_embed_backward";
   ampc_status st = patch_check(fn, b, hh, ww, c, p, d, images);
   if (st != AMPC_OK)
@@ -190,13 +206,16 @@ ampc_status ampc_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, int64_t
   NN_CHECK_PTR(fn, dw);
   NN_CHECK_DT(fn, wdt);
   NN_CHECK_DT(fn, gdt);
-  void *patches = unfold(b, hh, ww, c, p, images, px_scale, px_shift, wdt);
+  size_t off = 0;
+  nn_buf pb;
+  void *patches = unfold(b, hh, ww, c, p, images, px_scale, px_shift, wdt, ws, &off, &pb);
   if (!patches)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the patch matrix", fn);
   /* the linear backward with no input gradient; W is not read then */
+  ampc_scratch rest = nn_rest(ws, off); /* after the patches and the row */
   st = ampc_linear_backward(b * (hh / p) * (ww / p), c * p * p, d, dy, gdt, patches, wdt, patches,
-                            wdt, NULL, dw, dbias, acc);
-  free(patches);
+                            wdt, NULL, dw, dbias, acc, &rest);
+  nn_give(&pb);
   return st;
 }
 
@@ -315,4 +334,10 @@ ampc_status ampc_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtyp
   }
   nn_writer_flush(&w);
   return AMPC_OK;
+}
+
+size_t ampc_embedding_backward_scratch_bytes(int64_t b, int64_t t, int64_t d) {
+  if (b < 1 || t < 1 || d < 1)
+    return 0;
+  return nn_pad64((size_t)(b * t) * 2 * sizeof(int64_t)) + nn_pad64((size_t)d * sizeof(float));
 }

@@ -126,7 +126,7 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
 ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
                                     const void *x, ampc_dtype xdt, const void *gamma,
                                     ampc_dtype wdt, const float *mean, const float *rstd, void *dx,
-                                    void *dgamma, void *dbeta) {
+                                    void *dgamma, void *dbeta, ampc_scratch *ws) {
   const char *fn = "ampc_layernorm_backward";
   NN_CHECK_POS(fn, m);
   NN_CHECK_POS(fn, d);
@@ -148,11 +148,13 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
   const int wide = d > LN_ROW;
   const int nt = nn_threads(m * d);
   const int64_t nrb = (m + LN_RB - 1) / LN_RB;
-  double *part = malloc((size_t)(nrb * 2 * d) * sizeof *part);
-  float *heap = wide ? malloc((size_t)(4 * d) * sizeof *heap) : NULL;
+  size_t off = 0;
+  nn_buf pbuf, hbuf = {NULL, 0};
+  double *part = nn_take(ws, &off, (size_t)(nrb * 2 * d) * sizeof *part, &pbuf);
+  float *heap = wide ? nn_take(ws, &off, (size_t)(4 * d) * sizeof *heap, &hbuf) : NULL;
   if (!part || (wide && !heap)) {
-    free(part);
-    free(heap);
+    nn_give(&pbuf);
+    nn_give(&hbuf);
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the row-block sums (%lld x %lld)", fn,
                      (long long)nrb, (long long)d);
   }
@@ -187,7 +189,7 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
       nn_out_done(dx, gdt, i * d, out, d, NULL);
     }
   }
-  free(heap);
+  nn_give(&hbuf);
   for (int64_t j = 0; j < d; j++) {
     double sgm = 0.0, sbt = 0.0;
     for (int64_t rb = 0; rb < nrb; rb++) {
@@ -197,6 +199,14 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
     nn_grad_add(dgamma, gdt, j, (float)sgm);
     nn_grad_add(dbeta, gdt, j, (float)sbt);
   }
-  free(part);
+  nn_give(&pbuf);
   return AMPC_OK;
+}
+
+size_t ampc_layernorm_backward_scratch_bytes(int64_t m, int64_t d) {
+  if (m < 1 || d < 1)
+    return 0;
+  const int64_t nrb = (m + LN_RB - 1) / LN_RB;
+  return nn_pad64((size_t)(nrb * 2 * d) * sizeof(double)) +
+         (d > LN_ROW ? nn_pad64((size_t)(4 * d) * sizeof(float)) : 0);
 }

@@ -58,7 +58,7 @@ ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, 
 
 ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
                                  const void *x, ampc_dtype xdt, const void *w, ampc_dtype wdt,
-                                 void *dx, void *dw, void *db, ampc_acc acc) {
+                                 void *dx, void *dw, void *db, ampc_acc acc, ampc_scratch *ws) {
   const char *fn = "ampc_linear_backward";
   NN_CHECK_POS(fn, m);
   NN_CHECK_POS(fn, k);
@@ -78,9 +78,12 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
     st = ampc_gemm(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, x, xdt, k, 1.0f, dw, gdt, k,
                    acc);
   if (st == AMPC_OK && db) { /* column sums in FP32 (rows in order), one rounding each */
-    float *s = calloc((size_t)n, sizeof *s);
+    size_t off = 0;
+    nn_buf sb;
+    float *s = nn_take(ws, &off, (size_t)n * sizeof *s, &sb);
     if (!s)
       return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)n);
+    memset(s, 0, (size_t)n * sizeof *s);
     /* columns in blocks of 64 shared among the threads, each summed over
      * the rows in order (the same bits for any thread count) */
     const int64_t nblk = (n + 63) / 64;
@@ -98,7 +101,11 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
     }
     for (int64_t j = 0; j < n; j++)
       nn_grad_add(db, gdt, j, s[j]);
-    free(s);
+    nn_give(&sb);
   }
   return st;
+}
+
+size_t ampc_linear_backward_scratch_bytes(int64_t n) {
+  return n > 0 ? nn_pad64((size_t)n * sizeof(float)) : 0;
 }

@@ -131,7 +131,8 @@ ampc_status ampc_infonce_forward(int64_t b, const void *sim, ampc_dtype xdt, flo
 }
 
 ampc_status ampc_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
-                                  float loss_scale, void *dsim, ampc_dtype gdt, float *dlog_temp) {
+                                  float loss_scale, void *dsim, ampc_dtype gdt, float *dlog_temp,
+                                  ampc_scratch *ws) {
   const char *fn = "ampc_infonce_backward";
   NN_CHECK_POS(fn, b);
   NN_CHECK_PTR(fn, sim);
@@ -143,7 +144,9 @@ ampc_status ampc_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, fl
   /* d loss / d logit_ij = (P_ij + Q_ij - 2 [i == j]) / (2b), with P the row
    * softmax and Q the column softmax; logit = scale * sim, so
    * d/dsim = scale * that and d/dlog_temp = sum_ij that * logit_ij */
-  float *lse = malloc((size_t)(2 * b) * sizeof *lse); /* row, then column lse */
+  size_t off = 0;
+  nn_buf lb;
+  float *lse = nn_take(ws, &off, (size_t)(2 * b) * sizeof *lse, &lb); /* row, then column lse */
   if (!lse)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)(2 * b));
   for (int64_t i = 0; i < b; i++) {
@@ -162,8 +165,12 @@ ampc_status ampc_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, fl
       nn_writer_put(&w, loss_scale * scale * g);
     }
   }
-  free(lse);
+  nn_give(&lb);
   nn_writer_flush(&w);
   *dlog_temp += (float)((double)loss_scale * dt);
   return AMPC_OK;
+}
+
+size_t ampc_infonce_backward_scratch_bytes(int64_t b) {
+  return b > 0 ? nn_pad64((size_t)(2 * b) * sizeof(float)) : 0;
 }

@@ -9,6 +9,8 @@
 #include "internal.h"
 #include "numeric/numeric.h"
 
+#include <stdlib.h>
+
 enum { AMPC_NN_CHUNK = 256 };
 
 static inline int nn_dtype_ok(ampc_dtype dt) {
@@ -107,6 +109,44 @@ static inline int nn_threads(int64_t work) {
 /* g[i] += v, formed in FP32 and rounded once into the gradient's dtype */
 static inline void nn_grad_add(void *g, ampc_dtype dt, int64_t i, float v) {
   ampc_elem_store(g, dt, i, ampc_elem_load(g, dt, i) + v);
+}
+
+/* ---- scratch (ampc_scratch, ampc/nn.h) ---- */
+
+/* bytes rounded up to the 64-byte alignment of every carve */
+static inline size_t nn_pad64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+/* A buffer of one layer call: carved from the caller's scratch at *off when
+ * it fits, else allocated (heap: freed by nn_give). */
+typedef struct nn_buf {
+  void *p;
+  int heap;
+} nn_buf;
+
+static inline void *nn_take(ampc_scratch *ws, size_t *off, size_t bytes, nn_buf *b) {
+  if (ws && ws->base && *off + nn_pad64(bytes) <= ws->bytes) {
+    b->p = (char *)ws->base + *off;
+    b->heap = 0;
+    *off += nn_pad64(bytes);
+  } else {
+    b->p = malloc(bytes ? bytes : 1);
+    b->heap = 1;
+  }
+  return b->p;
+}
+
+static inline void nn_give(nn_buf *b) {
+  if (b->heap)
+    free(b->p);
+  b->p = NULL, b->heap = 0;
+}
+
+/* what is left of ws after off bytes (for the layers a layer calls) */
+static inline ampc_scratch nn_rest(const ampc_scratch *ws, size_t off) {
+  ampc_scratch r = {NULL, 0};
+  if (ws && ws->base && off <= ws->bytes)
+    r.base = (char *)ws->base + off, r.bytes = ws->bytes - off;
+  return r;
 }
 
 #endif

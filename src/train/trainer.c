@@ -33,8 +33,13 @@ ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
   if (st != AMPC_OK)
     return st;
   T->swallow = calloc((size_t)n, sizeof *T->swallow);
-  if (!T->swallow) {
+  T->unscale_ws.bytes = ampc_grad_unscale_scratch_bytes(T->params.total);
+  T->unscale_ws.base = malloc(T->unscale_ws.bytes);
+  if (!T->swallow || !T->unscale_ws.base) {
+    free(T->swallow);
+    free(T->unscale_ws.base);
     ampc_params_free(&T->params);
+    memset(T, 0, sizeof *T);
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_init: out of memory");
   }
   ampc_scaler_init(&T->scaler, &amp->scaler);
@@ -47,6 +52,7 @@ void ampc_trainer_free(ampc_trainer *T) {
     return;
   ampc_params_free(&T->params);
   free(T->swallow);
+  free(T->unscale_ws.base);
   memset(T, 0, sizeof *T);
 }
 
@@ -60,8 +66,8 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   ampc_params *P = &T->params;
   ampc_step_info r = {.iteration = T->iteration + 1, .loss_scale = T->scaler.scale};
   const float inv = ampc_scaler_inv_scale(&T->scaler);
-  ampc_status st =
-      ampc_grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite, &r.grad_norm);
+  ampc_status st = ampc_grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite,
+                                           &r.grad_norm, &T->unscale_ws);
   if (st != AMPC_OK)
     return st;
   r.overflow = r.nonfinite > 0;
