@@ -55,15 +55,25 @@ hdr_layer() {
 EXCEPTIONS='
 '
 
-# ---- 1. includes --------------------------------------------------------------------
+# arrow FROM TO MESSAGE: an edge from layer FROM to TO; upward ones fail unless
+# an exception names them
 found=""
+arrow() {
+  [ "$(height "$2")" -gt "$(height "$1")" ] || return 0
+  if echo "$EXCEPTIONS" | grep -q "^$1 -> $2:"; then
+    found="$found|$1 -> $2"
+  else
+    die "$3"
+  fi
+}
+
+# ---- 1. includes --------------------------------------------------------------------
 for f in $(cd "$src" && find src include/ampc -name '*.[ch]' | sort); do
   case "$f" in
   include/ampc/*) l=$(hdr_layer "${f#include/ampc/}") ;;
   *) l=$(echo "$f" | cut -d/ -f2) ;;
   esac
   case "$f" in src/internal.h | src/core/status.c) l=base ;; include/ampc/ampc.h) continue ;; esac
-  hl=$(height "$l")
   for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$src/$f"); do
     case "$inc" in
     ampc/*) to=$(hdr_layer "${inc#ampc/}") ;;
@@ -72,15 +82,7 @@ for f in $(cd "$src" && find src include/ampc -name '*.[ch]' | sort); do
     *) to=$l ;;
     esac
     [ "$to" = top ] && { die "$f includes the umbrella header $inc"; continue; }
-    ht=$(height "$to")
-    if [ "$ht" -gt "$hl" ]; then
-      key="$l -> $to"
-      if echo "$EXCEPTIONS" | grep -q "^$key:"; then
-        found="$found|$key"
-      else
-        die "$f ($l) includes $inc ($to), a layer above it"
-      fi
-    fi
+    arrow "$l" "$to" "$f ($l) includes $inc ($to), a layer above it"
   done
 done
 
@@ -100,19 +102,10 @@ for o in $objs; do
   rel=${o##*/src/}
   l=${rel%%/*}
   case "$rel" in core/status.c.o) l=base ;; esac
-  hl=$(height "$l")
   for sym in $(nm -u "$o" 2>/dev/null | awk '{ print $2 }' | grep '^ampc_'); do
     to=$(awk -v s="$sym" '$1 == s { print $2; exit }' "$defs")
     [ -n "$to" ] || continue
-    ht=$(height "$to")
-    if [ "$ht" -gt "$hl" ]; then
-      key="$l -> $to"
-      if echo "$EXCEPTIONS" | grep -q "^$key:"; then
-        found="$found|$key"
-      else
-        die "src/$rel ($l) uses $sym, defined in $to, a layer above it"
-      fi
-    fi
+    arrow "$l" "$to" "src/$rel ($l) uses $sym, defined in $to, a layer above it"
   done
 done
 

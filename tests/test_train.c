@@ -107,13 +107,19 @@ static ampc_optim_config adamw(int64_t steps) {
   return o;
 }
 
-static void test_image_only_data_without_tokens(void **state) {
-  (void)state;
+/* the image-only dataset and vit-fm's description for it (free the data) */
+static fm_data *new_fm(ampc_model_desc *md) {
   fm_data *f = malloc(sizeof *f);
   assert_non_null(f);
   make_fm(f);
+  assert_int_equal(ampc_model_desc_get("vit-fm", &f->d, md), AMPC_OK);
+  return f;
+}
+
+static void test_image_only_data_without_tokens(void **state) {
+  (void)state;
   ampc_model_desc md;
-  assert_int_equal(ampc_model_desc_get("vit-fm", &f->d, &md), AMPC_OK);
+  fm_data *f = new_fm(&md);
   ampc_amp_config amp;
   ampc_amp_config_preset(AMPC_PRECISION_BF16_MIXED, &amp);
   const ampc_run_config rc = small_run(3, 8);
@@ -273,11 +279,8 @@ static void test_micro_batches(void **state) {
 
 static void test_create_errors(void **state) {
   (void)state;
-  fm_data *f = malloc(sizeof *f);
-  assert_non_null(f);
-  make_fm(f);
   ampc_model_desc md;
-  assert_int_equal(ampc_model_desc_get("vit-fm", &f->d, &md), AMPC_OK);
+  fm_data *f = new_fm(&md);
   ampc_amp_config amp;
   ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &amp);
   const ampc_optim_config opt = adamw(3);
