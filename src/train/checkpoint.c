@@ -159,6 +159,17 @@ static ampc_status load_tensor(const char *path, const ampc_safetensors *f, cons
   return AMPC_OK;
 }
 
+/* FP32 weights w [P->total] into P: the master and the working copy rounded
+ * from it, or (no master) the working weights rounded once */
+static void commit_weights(ampc_params *P, const float *w) {
+  if (P->master) {
+    memcpy(P->master, w, (size_t)P->total * sizeof *w);
+    ampc_params_sync_working(P);
+  } else {
+    ampc_store_f32(P->w, P->wdt, w, (size_t)P->total, NULL);
+  }
+}
+
 ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
   if (!T || !path)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_load: bad arguments");
@@ -247,12 +258,7 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
   for (int i = 0; i < 4; i++)
     rng.s[i] = (uint64_t)w4[i];
   /* commit */
-  if (P->master) {
-    memcpy(P->master, master, (size_t)P->total * sizeof *master);
-    ampc_params_sync_working(P);
-  } else {
-    ampc_store_f32(P->w, P->wdt, master, (size_t)P->total, NULL);
-  }
+  commit_weights(P, master);
   if (nmom >= 1)
     memcpy(P->m, mom[0], (size_t)P->total * ssz);
   if (nmom >= 2)
@@ -284,12 +290,7 @@ ampc_status ampc_params_load(ampc_params *P, const char *path) {
   for (int i = 0; i < P->count && st == AMPC_OK; i++)
     st = load_tensor(path, f, P->p[i].name, &P->p[i], w + P->p[i].offset, AMPC_F32);
   if (st == AMPC_OK) {
-    if (P->master) { /* as ampc_trainer_load: the master, then the working copy from it */
-      memcpy(P->master, w, (size_t)P->total * sizeof *w);
-      ampc_params_sync_working(P);
-    } else {
-      ampc_store_f32(P->w, P->wdt, w, (size_t)P->total, NULL);
-    }
+    commit_weights(P, w);
   }
   free(w);
   ampc_safetensors_free(f);
