@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,103 @@ static void test_shadow_gemm(void **state) {
   assert_string_equal(t->acc_tensor[AMPC_BRANCH_FUSION], "f.fc");
   assert_true(t->acc_err[AMPC_BRANCH_TEXT] < 0.0); /* not sampled */
   free(t), free(x), free(w);
+}
+
+/* The tally is handed to the kernels' workers: with two threads every store
+ * of a GEMM and a layer is counted once, as with one thread; a second
+ * collector's workers count into its own tally, not the first one's (freed at
+ * its end: ASan would see a stale one). */
+enum { TW_M = 96, TW_N = 80, TW_K = 8, TW_GELU = 1 << 17 };
+static void tw_run(ampc_telemetry *t, float *a, float *b, uint16_t *c, float *x, uint16_t *y) {
+  assert_int_equal(ampc_telemetry_begin(t), AMPC_OK);
+  /* the layer first: its workers still hold what the previous GEMM handed them */
+  assert_int_equal(ampc_gelu_forward(TW_GELU, x, AMPC_F32, y, AMPC_F16, NULL), AMPC_OK);
+  ampc_telemetry_mark(t, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "gelu");
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, TW_M, TW_N, TW_K, 1.0f, a, AMPC_F32, TW_K, b,
+                             AMPC_F32, TW_N, 0.0f, c, AMPC_F16, TW_N, AMPC_ACC_F32),
+                   AMPC_OK);
+  ampc_telemetry_mark(t, AMPC_BRANCH_VISION, AMPC_TM_ACT, "gemm");
+}
+static void test_workers_counted(void **state) {
+  (void)state;
+  float *a = malloc(TW_M * TW_K * sizeof *a), *b = malloc(TW_K * TW_N * sizeof *b);
+  float *x = malloc(TW_GELU * sizeof *x);
+  uint16_t *c = malloc(TW_M * TW_N * sizeof *c), *y = malloc(TW_GELU * sizeof *y);
+  assert_true(a && b && x && c && y);
+  for (int i = 0; i < TW_M * TW_K; i++)
+    a[i] = i % TW_K == 0 ? 1.0f : 0.0f; /* C = the first row of B, on every row */
+  for (int i = 0; i < TW_K * TW_N; i++)
+    b[i] = i % 4 == 0 ? 1e-9f : 0.25f; /* a quarter of the first row flushes */
+  for (int i = 0; i < TW_GELU; i++)
+    x[i] = i % 8 == 0 ? 1e5f : 1.0f; /* GELU(1e5) = 1e5 overflows binary16 */
+  const int was = ampc_get_num_threads();
+  for (int nt = 1; nt <= 2; nt++) {
+    ampc_set_num_threads(nt);
+    ampc_telemetry *t1 = new_tm(), *t2 = new_tm();
+    tw_run(t1, a, b, c, x, y);
+    ampc_telemetry_end(t1);
+    tw_run(t2, a, b, c, x, y);
+    for (int r = 0; r < 2; r++) {
+      const ampc_telemetry *t = r ? t2 : t1;
+      const ampc_tm_stats *g = &t->s[AMPC_TM_ACT][AMPC_BRANCH_VISION];
+      assert_int_equal(g->r.count, TW_M * TW_N);
+      assert_int_equal(g->r.underflow, TW_M * TW_N / 4);
+      const ampc_tm_stats *e = &t->s[AMPC_TM_ACT][AMPC_BRANCH_TEXT];
+      assert_int_equal(e->r.count, TW_GELU);
+      assert_int_equal(e->r.overflow, TW_GELU / 8);
+    }
+    ampc_telemetry_end(t2);
+    free(t1), free(t2);
+  }
+  ampc_set_num_threads(was);
+  free(a), free(b), free(x), free(c), free(y);
+}
+
+/* Two threads, each driving its own collector at the same time: each counts
+ * exactly its own stores (the tally has no process-wide owner). */
+typedef struct {
+  int n; /* values this thread stores */
+  pthread_barrier_t *bar;
+  uint64_t count, underflow;
+  int ok;
+} tw_job;
+static void *tw_thread(void *arg) {
+  tw_job *j = arg;
+  ampc_telemetry *t = calloc(1, sizeof *t);
+  float *v = malloc((size_t)j->n * sizeof *v);
+  uint16_t *o = malloc((size_t)j->n * sizeof *o);
+  if (!t || !v || !o)
+    return NULL;
+  for (int i = 0; i < j->n; i++)
+    v[i] = i % 2 ? 1e-9f : 2.0f;
+  j->ok = ampc_telemetry_begin(t) == AMPC_OK;
+  pthread_barrier_wait(j->bar); /* both collectors are on now */
+  for (int rep = 0; rep < 50; rep++)
+    j->ok &= ampc_store_f32(o, AMPC_F16, v, (size_t)j->n, NULL) == AMPC_OK;
+  pthread_barrier_wait(j->bar);
+  ampc_telemetry_mark(t, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "x");
+  j->count = t->s[AMPC_TM_GRAD][AMPC_BRANCH_FUSION].r.count;
+  j->underflow = t->s[AMPC_TM_GRAD][AMPC_BRANCH_FUSION].r.underflow;
+  ampc_telemetry_end(t);
+  free(t), free(v), free(o);
+  return NULL;
+}
+static void test_collectors_per_thread(void **state) {
+  (void)state;
+  pthread_barrier_t bar;
+  assert_int_equal(pthread_barrier_init(&bar, NULL, 2), 0);
+  tw_job j[2] = {{1000, &bar, 0, 0, 0}, {3000, &bar, 0, 0, 0}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, tw_thread, &j[i]), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+  pthread_barrier_destroy(&bar);
+  for (int i = 0; i < 2; i++) {
+    assert_true(j[i].ok);
+    assert_int_equal(j[i].count, 50 * j[i].n);
+    assert_int_equal(j[i].underflow, 50 * j[i].n / 2);
+  }
 }
 
 static void test_one_collector(void **state) {
@@ -492,6 +590,8 @@ int main(void) {
       cmocka_unit_test(test_gemm_and_elem_counts),
       cmocka_unit_test(test_shadow_gemm),
       cmocka_unit_test(test_one_collector),
+      cmocka_unit_test(test_workers_counted),
+      cmocka_unit_test(test_collectors_per_thread),
       cmocka_unit_test(test_verdict_healthy_and_dynamic_skips),
       cmocka_unit_test(test_verdict_static_overflow),
       cmocka_unit_test(test_verdict_floor_and_weights),

@@ -47,11 +47,15 @@ typedef struct ampc_telemetry {
   double acc_err[AMPC_BRANCH_COUNT];
   char acc_tensor[AMPC_BRANCH_COUNT][64];
   int64_t acc_k[AMPC_BRANCH_COUNT];
+  ampc_tally *tally; /* owned between begin and end; bound to the thread that began */
 } ampc_telemetry;
 
-/* Reset *t, drop any counts collected outside a collector, and start counting
- * (t->on = true). Errors: AMPC_ERR_INVALID_ARG if t is NULL or another
- * collector is active. */
+/* Reset *t and start counting the stores of the kernels the calling thread
+ * runs (t->on = true): t gets its own rounding tally (ampc/tally.h), bound to
+ * this thread until ampc_telemetry_end. Beginning t again while it is on
+ * restarts it. Start *t zeroed (or ended) before the first begin. Errors:
+ * AMPC_ERR_INVALID_ARG if t is NULL or another collector is active on this
+ * thread; AMPC_ERR_NOMEM. */
 ampc_status ampc_telemetry_begin(ampc_telemetry *t);
 
 /* Attribute everything counted since the previous mark (or begin) to branch br
@@ -60,7 +64,8 @@ ampc_status ampc_telemetry_begin(ampc_telemetry *t);
  * is NULL or not on. */
 void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, const char *name);
 
-/* Stop counting (counts since the last mark are dropped; mark first). */
+/* Stop counting and free t's tally (counts since the last mark are dropped;
+ * mark first). Call it on the thread that began t. */
 void ampc_telemetry_end(ampc_telemetry *t);
 
 /* The shadow accumulation check of y = x W^T (torch.nn.Linear layout): up to 16

@@ -8,8 +8,11 @@
  * tally on, drains it at the end of each tensor and attributes the counts to
  * a model branch.
  *
- * The tally is process-wide and driven from one thread outside any parallel
- * region (the kernels' OpenMP workers only add to their own slots).
+ * A tally is an object with one owner (a collector, e.g. ampc_telemetry),
+ * not a process-wide switch: the owner binds it to the thread that calls the
+ * kernels, each kernel hands the calling thread's tally to its OpenMP workers,
+ * and the owner drains it from that thread between kernel calls. Two threads
+ * that each drive their own model may each bind their own tally.
  */
 #ifndef AMPC_TALLY_H
 #define AMPC_TALLY_H
@@ -40,12 +43,25 @@ typedef enum ampc_tm_phase {
   AMPC_TM_PHASES
 } ampc_tm_phase;
 
-/* Switch counting on (1) or off (0); returns the previous state. */
-int ampc_tally_set(int on);
+typedef struct ampc_tally ampc_tally;
 
-/* Sum every thread's counts since the last drain into *out (zeroed first)
- * and clear them. Call between parallel regions. */
-void ampc_tally_drain(ampc_tm_stats *out);
+/* A new tally with every count zero (about 660 KB: one slot per thread);
+ * NULL when out of memory. Free with ampc_tally_free (NULL is a no-op; a
+ * tally bound to the calling thread is unbound first). */
+ampc_tally *ampc_tally_create(void);
+void ampc_tally_free(ampc_tally *t);
+
+/* Count the stores of every ampc kernel the calling thread runs from now on
+ * into t (NULL: count nothing); returns the tally bound before. Bind, run,
+ * drain and unbind on the same thread. */
+ampc_tally *ampc_tally_bind(ampc_tally *t);
+
+/* The tally bound to the calling thread, or NULL. */
+ampc_tally *ampc_tally_current(void);
+
+/* Sum every thread's counts in t since its last drain into *out (zeroed
+ * first; all zero for t NULL) and clear them. Call between kernel calls. */
+void ampc_tally_drain(ampc_tally *t, ampc_tm_stats *out);
 
 /* Add the counts of `from` into `into`. */
 void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from);

@@ -65,8 +65,10 @@ ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, fl
       free(part), free(bad);
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_grad_unscale_check: out of memory");
   }
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) if (n > 8 * CHUNK)
   for (int64_t c = 0; c < nchunks; c++) {
+    ampc_tally_adopt(tally);
     const int64_t lo = c * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
     double q[4] = {0.0, 0.0, 0.0, 0.0};
     int64_t nb = 0;

@@ -1,8 +1,10 @@
 /*
- * src/diag/telemetry.c: the process-wide rounding collector behind
- * ampc_telemetry (include/ampc/diag.h): it switches the numeric layer's
- * rounding tally (src/numeric/tally.c) on and off and attributes the counts
- * drained at each mark to a branch and phase; the FP64 shadow GEMM.
+ * src/diag/telemetry.c: the rounding collector behind ampc_telemetry
+ * (include/ampc/diag.h): it owns a rounding tally of the numeric layer
+ * (src/numeric/tally.c), binds it to the calling thread between begin and
+ * end, and attributes the counts drained at each mark to a branch and phase;
+ * the FP64 shadow GEMM. One collector per thread; threads that each drive
+ * their own model may each run one.
  */
 #include "ampc/diag.h"
 
@@ -15,31 +17,38 @@
 #include "internal.h"
 #include "numeric/numeric.h"
 
-static ampc_telemetry *g_owner;
+/* t is collecting on this thread: begun here and not ended */
+static bool live(const ampc_telemetry *t) {
+  return t && t->on && t->tally && ampc_tally_current() == t->tally;
+}
 
 ampc_status ampc_telemetry_begin(ampc_telemetry *t) {
   if (!t)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_telemetry_begin: t is NULL");
-  if (g_owner && g_owner != t)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_telemetry_begin: another collector is active");
+  ampc_tally *bound = ampc_tally_current();
+  if (bound && !(t->on && t->tally == bound))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_telemetry_begin: another collector is active on this thread");
+  ampc_tally *tally = bound ? bound : ampc_tally_create();
+  if (!tally)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_telemetry_begin: cannot allocate the rounding tally");
   memset(t, 0, sizeof *t);
   t->first_nonfinite_branch = t->first_nonfinite_phase = -1;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     t->acc_err[b] = -1.0;
   ampc_tm_stats junk;
-  ampc_tally_drain(&junk);
+  ampc_tally_drain(tally, &junk); /* a restart drops what was counted before */
+  t->tally = tally;
   t->on = true;
-  g_owner = t;
-  (void)ampc_tally_set(1);
+  (void)ampc_tally_bind(tally);
   return AMPC_OK;
 }
 
 void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, const char *name) {
-  if (!t || !t->on || g_owner != t || (unsigned)br >= AMPC_BRANCH_COUNT ||
-      (unsigned)ph >= AMPC_TM_PHASES)
+  if (!live(t) || (unsigned)br >= AMPC_BRANCH_COUNT || (unsigned)ph >= AMPC_TM_PHASES)
     return;
   ampc_tm_stats d;
-  ampc_tally_drain(&d);
+  ampc_tally_drain(t->tally, &d);
   ampc_tm_stats_merge(&t->s[ph][br], &d);
   if ((d.r.inf || d.r.nan) && t->first_nonfinite_branch < 0) {
     snprintf(t->first_nonfinite, sizeof t->first_nonfinite, "%s", name ? name : "?");
@@ -49,20 +58,20 @@ void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, co
 }
 
 void ampc_telemetry_end(ampc_telemetry *t) {
-  if (!t || g_owner != t)
+  if (!t || !t->tally)
     return;
-  (void)ampc_tally_set(0);
-  ampc_tm_stats junk;
-  ampc_tally_drain(&junk);
+  if (ampc_tally_current() == t->tally)
+    (void)ampc_tally_bind(NULL);
+  ampc_tally_free(t->tally);
+  t->tally = NULL;
   t->on = false;
-  g_owner = NULL;
 }
 
 ampc_status ampc_telemetry_shadow_linear(ampc_telemetry *t, ampc_branch br, const char *name,
                                          int64_t m, int64_t k, int64_t n, const void *x,
                                          ampc_dtype xdt, const void *w, ampc_dtype wdt,
                                          ampc_acc acc) {
-  if (!t || !t->on || g_owner != t || (unsigned)br >= AMPC_BRANCH_COUNT || m < 1 || k < 1 || n < 1)
+  if (!live(t) || (unsigned)br >= AMPC_BRANCH_COUNT || m < 1 || k < 1 || n < 1)
     return AMPC_OK;
   const int64_t rows = m < 16 ? m : 16, step = m / rows;
   float *y = malloc((size_t)(rows * n) * sizeof *y);
@@ -71,13 +80,13 @@ ampc_status ampc_telemetry_shadow_linear(ampc_telemetry *t, ampc_branch br, cons
     free(y), free(ref);
     return ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM workspace");
   }
-  const int was = ampc_tally_set(0); /* the shadow's own stores are not the model's */
+  ampc_tally *was = ampc_tally_bind(NULL); /* the shadow's own stores are not the model's */
   ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0f, x, xdt, step * k, w, wdt, k,
                              0.0f, y, AMPC_F32, n, acc);
   if (st == AMPC_OK)
     st = ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0, x, xdt, step * k, w, wdt, k,
                              0.0, NULL, AMPC_F32, n, ref, NULL);
-  (void)ampc_tally_set(was);
+  (void)ampc_tally_bind(was);
   if (st == AMPC_OK) {
     double num = 0.0, den = 0.0;
     for (int64_t i = 0; i < rows * n; i++) {

@@ -150,8 +150,10 @@ static void scale_c(const ampc_gemm_args *g) {
 /* Portable FP32-accumulation path: one FP32 dot product per element. */
 static void gemm_portable(const ampc_gemm_args *g, int nthreads) {
   const int64_t total = g->batch * g->m;
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nthreads)
   for (int64_t r = 0; r < total; r++) {
+    ampc_tally_adopt(tally);
     const int64_t t = r / g->m, i = r % g->m;
     const void *a = AT(g->a, g->adt, t * g->stride_a);
     const void *b = AT(g->b, g->bdt, t * g->stride_b);
@@ -222,8 +224,10 @@ static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
     const void *a = AT(g->a, g->adt, t * g->stride_a);
     const void *b = AT(g->b, g->bdt, t * g->stride_b);
     void *c = ATW(g->c, g->cdt, t * g->stride_c);
+    ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel num_threads(nthreads)
     {
+      ampc_tally_adopt(tally);
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < m; i++)
         for (int64_t p = 0; p < k; p++)

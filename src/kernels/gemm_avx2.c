@@ -257,7 +257,7 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
   const __m256 va = _mm256_set1_ps(g->alpha), vb = _mm256_set1_ps(g->beta);
   const int use_beta = g->beta != 0.0f;
   const ampc_dtype dt = g->cdt;
-  const int tm = ampc_tm_active;
+  ampc_tally *const tm = ampc_tally_tls;
   float tbuf[64];
   void *tdst = NULL;
   int tn = 0;
@@ -281,13 +281,13 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
         _mm256_storeu_ps(tbuf + tn, v);
         tn += 8;
         if (tn == 64) {
-          ampc_tm_count(tbuf, tdst, dt, 64);
+          ampc_tally_count(tm, tbuf, tdst, dt, 64);
           tn = 0;
         }
       }
     }
     if (tn) {
-      ampc_tm_count(tbuf, tdst, dt, (size_t)tn);
+      ampc_tally_count(tm, tbuf, tdst, dt, (size_t)tn);
       tn = 0;
     }
     if (j < ncur) { /* the last 1..7 columns: the same lane arithmetic through a buffer
@@ -308,7 +308,7 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
       memcpy(cp, tmp, rem * es);
       if (tm) {
         _mm256_storeu_ps(tbuf, v);
-        ampc_tm_count(tbuf, cp, dt, rem);
+        ampc_tally_count(tm, tbuf, cp, dt, rem);
       }
     }
   }
@@ -368,7 +368,7 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
                      int64_t task, float *ap, float *bp, float *cs) {
   const int MR = (int)P->mr, NR = (int)P->nr;
   /* with telemetry on, the stores go through the epilogue, which counts them */
-  const int fuse = uk->fn_out != NULL && !ampc_tm_active;
+  const int fuse = uk->fn_out != NULL && !ampc_tally_tls;
   const int64_t es = (int64_t)esz(g->cdt);
   const int64_t per = P->tm * P->tn;
   const int64_t t = task / per, ti = (task % per) / P->tn, tj = task % P->tn;
@@ -441,8 +441,10 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
   float *ws = ampc_gemm_workspace(bytes);
   if (!ws)
     return ampc_fail(AMPC_ERR_NOMEM, "gemm: cannot allocate %zu bytes of workspace", bytes);
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
   {
+    ampc_tally_adopt(tally);
     float *ap = ws + (size_t)omp_get_thread_num() * per_thread;
     float *bp = ap + round16(P.ap_floats);
     float *cs = bp + round16(P.bp_floats);
@@ -498,8 +500,10 @@ ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
     const void *a = at(g->a, g->adt, t * g->stride_a);
     const void *b = at(g->b, g->bdt, t * g->stride_b);
     void *c = (char *)g->c + t * g->stride_c * (int64_t)esz(g->cdt);
+    ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel num_threads(nthreads)
     {
+      ampc_tally_adopt(tally);
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < m4; i++)
         for (int64_t p = 0; p < k; p++)

@@ -77,8 +77,10 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
   const int64_t ss = tq * tk; /* one head's score matrix */
   const int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
   par_err pe = {AMPC_OK, ""};
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t bi = 0; bi < b; bi++) { /* S = scale q k^T, all heads */
+    ampc_tally_adopt(tally);
     ampc_status s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale,
                                               at_(q, xdt, bi * tq * ldq), xdt, ldq, dh,
                                               at_(k, xdt, bi * tk * ldk), xdt, ldk, dh, 0.0f,
@@ -105,6 +107,7 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
   if (st == AMPC_OK) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t bi = 0; bi < b; bi++) {
+      ampc_tally_adopt(tally);
       ampc_status s = ampc_gemm_strided_batched(
           AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, at_(probs, pdt, bi * h * ss), pdt, tk, ss,
           at_(v, xdt, bi * tk * ldv), xdt, ldv, dh, 0.0f, atw_(dst, ddt, bi * tq * ldd), ddt, ldd,
@@ -155,8 +158,10 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn,
                      (long long)(nt * 2 * h * ss));
   par_err pe = {AMPC_OK, ""};
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
+    ampc_tally_adopt(tally);
     float *dpt = dp + (size_t)omp_get_thread_num() * (size_t)(2 * h * ss);
     float *ds = dpt + h * ss;
 #pragma omp for schedule(static)

@@ -57,8 +57,10 @@ ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
   NN_CHECK_DT(fn, ydt);
   const int nt = stats ? 1 : nn_threads(n);
   const float *tab = gelu_table(xdt, 0);
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
+    ampc_tally_adopt(tally);
     float bb[AMPC_NN_CHUNK];
     float *b = nn_out(y, ydt, c0, bb, stats);
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
@@ -87,8 +89,10 @@ ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const 
   NN_CHECK_DT(fn, xdt);
   const int nt = nn_threads(n);
   const float *tab = gelu_table(xdt, 1);
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
+    ampc_tally_adopt(tally);
     float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK], obb[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
     const float *gi = nn_in(dy, gdt, c0, len, gb);
@@ -120,8 +124,10 @@ ampc_status ampc_add_forward(int64_t n, const void *a, ampc_dtype adt, const voi
   NN_CHECK_DT(fn, bdt);
   NN_CHECK_DT(fn, ydt);
   const int nt = stats ? 1 : nn_threads(n);
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
+    ampc_tally_adopt(tally);
     float ab[AMPC_NN_CHUNK], bb[AMPC_NN_CHUNK], obb[AMPC_NN_CHUNK];
     const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
     const float *ai = nn_in(a, adt, c0, len, ab), *bi = nn_in(b, bdt, c0, len, bb);

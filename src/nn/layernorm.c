@@ -101,8 +101,10 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
   float *gb = wide ? heap : gst, *bb = wide ? heap + d : bst;
   nn_load(gamma, wdt, 0, d, gb);
   nn_load(beta, wdt, 0, d, bb);
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t i = 0; i < m; i++) {
+    ampc_tally_adopt(tally);
     float xst[LN_ROW], yst[LN_ROW];
     float *xb = wide ? heap + 2 * d : xst;
     float *yr = nn_out(y, ydt, i * d, wide ? heap + 3 * d : yst, stats);
@@ -163,8 +165,10 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
   nn_load(gamma, wdt, 0, d, gam);
   /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; row
    * blocks shared among the threads (one thread for wide rows) */
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(wide ? 1 : nt) if (!wide && nt > 1)
   for (int64_t rb = 0; rb < nrb; rb++) {
+    ampc_tally_adopt(tally);
     double *restrict pg = part + rb * 2 * d, *restrict pb = pg + d;
     for (int64_t j = 0; j < 2 * d; j++)
       pg[j] = 0.0;

@@ -88,8 +88,10 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
      * the rows in order (the same bits for any thread count) */
     const int64_t nblk = (n + 63) / 64;
     const int nt = nn_threads(m * n);
+    ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t bk = 0; bk < nblk; bk++) {
+      ampc_tally_adopt(tally);
       const int64_t j0 = bk * 64, len = n - j0 < 64 ? n - j0 : 64;
       float row[64];
       float *restrict sj = s + j0;

@@ -90,7 +90,7 @@ static inline const float *nn_in(const void *src, ampc_dtype dt, int64_t off, in
  * only, so this is safe when dst is also an input (in-place). */
 static inline float *nn_out(void *dst, ampc_dtype dt, int64_t off, float *buf,
                             const ampc_round_stats *stats) {
-  return (dt == AMPC_F32 && !stats && !ampc_tm_active) ? (float *)dst + off : buf;
+  return (dt == AMPC_F32 && !stats && !ampc_tally_tls) ? (float *)dst + off : buf;
 }
 static inline void nn_out_done(void *dst, ampc_dtype dt, int64_t off, const float *v, int64_t n,
                                ampc_round_stats *stats) {

@@ -32,8 +32,10 @@ ampc_status ampc_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype
     NN_CHECK_POS(fn, rows_per_mask);
   if (n <= SM_ROW) {
     const int nt = stats ? 1 : nn_threads(m * n);
+    ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < m; i++) {
+      ampc_tally_adopt(tally);
       float xb[SM_ROW], eb[SM_ROW];
       const float *xr = nn_in(x, xdt, i * n, n, xb);
       float *e = nn_out(y, ydt, i * n, eb, stats);
@@ -107,8 +109,10 @@ ampc_status ampc_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dty
   NN_CHECK_DT(fn, ydt);
   if (n <= SM_ROW) {
     const int nt = nn_threads(m * n);
+    ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 0; i < m; i++) {
+      ampc_tally_adopt(tally);
       float gb[SM_ROW], yb[SM_ROW], ob[SM_ROW];
       const float *gr = nn_in(dy, gdt, i * n, n, gb), *yr = nn_in(y, ydt, i * n, n, yb);
       float *out = nn_out(dx, gdt, i * n, ob, NULL);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ampc/dtype.h"
+#include "ampc/tally.h"
 
 static inline uint32_t ampc_f32_bits(float x) {
   uint32_t u;
@@ -164,11 +165,21 @@ static inline float ampc_elem_load(const void *p, ampc_dtype dt, int64_t i) {
   }
 }
 
-/* The rounding tally (src/numeric/tally.c, ampc/tally.h): while ampc_tm_active is
- * set, every rounding of FP32 values src[0..n) into the stored dst[0..n) (dtype
- * dt) is counted in the calling thread's slot. */
-extern int ampc_tm_active;
-void ampc_tm_count(const float *src, const void *dst, ampc_dtype dt, size_t n);
+/* The rounding tally (src/numeric/tally.c, ampc/tally.h). ampc_tally_tls is
+ * the tally bound to this thread (NULL: nothing counts). ampc_tally_count
+ * counts the rounding of FP32 values src[0..n) into the stored dst[0..n)
+ * (dtype dt) in the calling thread's slot of t (t not NULL).
+ * A kernel with a parallel region reads ampc_tally_tls before the region and
+ * calls ampc_tally_adopt with it first thing in each worker (in every loop
+ * iteration of a `parallel for`), so its workers count into the caller's
+ * tally, not into one a previous region left them. */
+#ifdef __cplusplus /* the CUDA oracle test includes this header */
+extern thread_local ampc_tally *ampc_tally_tls;
+#else
+extern _Thread_local ampc_tally *ampc_tally_tls;
+#endif
+void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt, size_t n);
+static inline void ampc_tally_adopt(ampc_tally *t) { ampc_tally_tls = t; }
 
 /* ampc_elem_store without the telemetry: for values that are not results
  * (e.g. a bias broadcast into C before a GEMM with beta = 1 rounds the sum). */
@@ -186,8 +197,9 @@ static inline void ampc_elem_store_uncounted(void *p, ampc_dtype dt, int64_t i, 
 /* Round v once (RNE, non-saturating) to dt and store it as element i. */
 static inline void ampc_elem_store(void *p, ampc_dtype dt, int64_t i, float v) {
   ampc_elem_store_uncounted(p, dt, i, v);
-  if (__builtin_expect(ampc_tm_active, 0))
-    ampc_tm_count(&v, (char *)p + i * (int64_t)ampc_dtype_size(dt), dt, 1);
+  ampc_tally *const t = ampc_tally_tls;
+  if (__builtin_expect(t != NULL, 0))
+    ampc_tally_count(t, &v, (char *)p + i * (int64_t)ampc_dtype_size(dt), dt, 1);
 }
 
 #endif

@@ -72,7 +72,8 @@ static ampc_status store_impl(void *dst, ampc_dtype dt, const float *src, size_t
 ampc_status ampc_store_f32(void *dst, ampc_dtype dt, const float *src, size_t n,
                            ampc_round_stats *stats) {
   const ampc_status st = store_impl(dst, dt, src, n, stats);
-  if (ampc_tm_active && st == AMPC_OK && n > 0)
-    ampc_tm_count(src, dst, dt, n); /* the rounding tally (ampc/tally.h) */
+  ampc_tally *const t = ampc_tally_tls; /* the rounding tally (ampc/tally.h) */
+  if (t && st == AMPC_OK && n > 0)
+    ampc_tally_count(t, src, dst, dt, n);
   return st;
 }

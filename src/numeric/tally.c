@@ -2,24 +2,27 @@
  * src/numeric/tally.c: the rounding tally (DESIGN.md section 1, numeric
  * formats): exact counts of what storing FP32 results into a dtype did
  * (flushed to zero, made subnormal, overflowed, inf, NaN, zeros, max |x|, a
- * histogram of floor(log2 |x|)). The kernels call ampc_tm_count only while
- * ampc_tm_active is set. Each thread adds to its own slot (found through a
- * thread-local pointer, registered on first use), so no atomics run per
- * value; ampc_tally_drain sums and clears the slots from the controlling
- * thread between parallel regions (the OpenMP barrier at the end of each
+ * histogram of floor(log2 |x|)). A tally is an object its owner creates and
+ * binds to the thread that drives the kernels (ampc_tally_bind); the kernels
+ * read the calling thread's tally once and hand it to their OpenMP workers
+ * (ampc_tally_adopt), and count only when it is not NULL. Inside a tally each
+ * thread adds to its own slot, indexed by a number the thread draws once, so
+ * no atomics run per value; ampc_tally_drain sums and clears the slots from
+ * the owning thread between parallel regions (the barrier at the end of each
  * region orders the workers' writes before it). The diagnosis layer
- * (src/diag/telemetry.c) switches the tally on and attributes its counts to
- * branches; nothing here knows about branches.
+ * (src/diag/telemetry.c) owns a tally per collector and attributes its
+ * counts to branches; nothing here knows about branches.
  */
 #include "ampc/tally.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 #include "numeric/numeric.h"
 
-int ampc_tm_active = 0;
+_Thread_local ampc_tally *ampc_tally_tls;
 
 enum { TM_MAX_SLOTS = 64 };
 
@@ -31,19 +34,40 @@ typedef struct tm_slot {
   uint64_t h4[4][AMPC_TM_BINS];
 } tm_slot;
 
-static tm_slot g_slot[TM_MAX_SLOTS];
-static atomic_int g_nslots;
-static _Thread_local tm_slot *tls_slot;
+struct ampc_tally {
+  tm_slot slot[TM_MAX_SLOTS];
+};
 
-static tm_slot *my_slot(void) {
-  if (!tls_slot) {
-    int i = atomic_fetch_add(&g_nslots, 1);
+/* Threads are numbered once, in the order they first count; the number picks
+ * the thread's slot in every tally. The numbering owns no counts. */
+static atomic_int g_nthreads;
+static _Thread_local int tls_ix = -1;
+
+static tm_slot *my_slot(ampc_tally *t) {
+  if (tls_ix < 0) {
+    const int i = atomic_fetch_add(&g_nthreads, 1);
     /* more threads than slots cannot happen with ampc's thread counts; share
      * the last slot rather than lose the counts (a benign miscount at worst) */
-    tls_slot = &g_slot[i < TM_MAX_SLOTS ? i : TM_MAX_SLOTS - 1];
+    tls_ix = i < TM_MAX_SLOTS ? i : TM_MAX_SLOTS - 1;
   }
-  return tls_slot;
+  return &t->slot[tls_ix];
 }
+
+ampc_tally *ampc_tally_create(void) { return calloc(1, sizeof(ampc_tally)); }
+
+void ampc_tally_free(ampc_tally *t) {
+  if (t && ampc_tally_tls == t)
+    ampc_tally_tls = NULL;
+  free(t);
+}
+
+ampc_tally *ampc_tally_bind(ampc_tally *t) {
+  ampc_tally *was = ampc_tally_tls;
+  ampc_tally_tls = t;
+  return was;
+}
+
+ampc_tally *ampc_tally_current(void) { return ampc_tally_tls; }
 
 /* The FP32 side of one value: zeros, histogram, max |x| (as bits: for finite
  * non-negative floats the integer order is the float order). */
@@ -107,8 +131,8 @@ static void count32(tm_slot *slot, const float *src, size_t n) {
   s->r.max_abs = ampc_bits_f32(maxbits);
 }
 
-void ampc_tm_count(const float *src, const void *dst, ampc_dtype dt, size_t n) {
-  tm_slot *slot = my_slot();
+void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt, size_t n) {
+  tm_slot *slot = my_slot(t);
   ampc_tm_stats *s = &slot->s;
   switch (dt) {
   case AMPC_F16: count16(slot, src, dst, n, 0x7C00u, 0x7C00u); break;
@@ -146,11 +170,13 @@ void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from) {
 
 int ampc_tm_bin_of_log2(int e) { return e + 127 < 0 ? 0 : e + 127 > 255 ? 255 : e + 127; }
 
-void ampc_tally_drain(ampc_tm_stats *out) {
+void ampc_tally_drain(ampc_tally *tally, ampc_tm_stats *out) {
   memset(out, 0, sizeof *out);
-  const int n = atomic_load(&g_nslots);
+  if (!tally)
+    return;
+  const int n = atomic_load(&g_nthreads);
   for (int i = 0; i < n && i < TM_MAX_SLOTS; i++) {
-    tm_slot *t = &g_slot[i];
+    tm_slot *t = &tally->slot[i];
     if (t->s.r.count) {
       for (int k = 0; k < 4; k++)
         for (int b = 0; b < AMPC_TM_BINS; b++)
@@ -159,10 +185,4 @@ void ampc_tally_drain(ampc_tm_stats *out) {
       memset(t, 0, sizeof *t);
     }
   }
-}
-
-int ampc_tally_set(int on) {
-  const int was = ampc_tm_active;
-  ampc_tm_active = on ? 1 : 0;
-  return was;
 }

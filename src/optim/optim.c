@@ -295,8 +295,11 @@ ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t 
     k.eps = c->eps;
     k.decay_factor = (float)(1.0 - (double)lr * (double)c->weight_decay);
   }
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(dynamic, 1) if (P->numel > 65536)
-  for (int i = 0; i < P->count; i++)
+  for (int i = 0; i < P->count; i++) {
+    ampc_tally_adopt(tally);
     step_tensor(P, i, &k, sw ? &sw[i] : NULL);
+  }
   return AMPC_OK;
 }
