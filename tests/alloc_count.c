@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
   ampc_amp_config amp;
   ampc_amp_config_preset(p, &amp);
   const ampc_optim_config opt = ampc_optim_adamw_defaults();
-  ampc_mm_specs sp;
+  ampc_mmodel_specs sp;
   ampc_trainer T;
   ampc_model M;
   if (ampc_model_specs(&md, &sp) != AMPC_OK ||
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
   }
   ampc_model_free(&M);
   ampc_trainer_free(&T);
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
   ampc_dataset_free(&D);
   free(im), free(tok), free(lab);
   if (expect >= 0 && g_calls != expect) {

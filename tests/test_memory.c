@@ -29,18 +29,18 @@ static ampc_amp_config preset(ampc_precision p) {
 
 /* predicted == allocated for one model, preset, optimizer and batch */
 static void check_exact(const char *name, ampc_precision p, bool sgd, int64_t batch) {
-  ampc_mm_config c;
-  assert_int_equal(ampc_mm_config_get(name, 11, 5, 3, &c), AMPC_OK);
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get(name, 11, 5, 3, &c), AMPC_OK);
   const ampc_amp_config amp = preset(p);
   const ampc_optim_config opt = sgd ? ampc_optim_sgd_defaults() : ampc_optim_adamw_defaults();
   ampc_mem_account m;
   assert_int_equal(ampc_mem_account_mm(&c, batch, &amp, ampc_optim_moments(&opt), &m), AMPC_OK);
-  ampc_mm_specs sp;
-  assert_int_equal(ampc_mm_specs_make(&c, &sp), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
   ampc_trainer T;
   assert_int_equal(ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1), AMPC_OK);
-  ampc_mm *M = NULL;
-  assert_int_equal(ampc_mm_create(&M, &c, &T.params, &T.amp, batch), AMPC_OK);
+  ampc_mmodel *M = NULL;
+  assert_int_equal(ampc_mmodel_create(&M, &c, &T.params, &T.amp, batch), AMPC_OK);
   const ampc_params *P = &T.params;
   assert_int_equal(m.params, P->numel);
   assert_int_equal(m.elements, P->total);
@@ -50,15 +50,15 @@ static void check_exact(const char *name, ampc_precision p, bool sgd, int64_t ba
   assert_int_equal(m.bytes[AMPC_MEM_MOMENTS],
                    P->bytes[AMPC_ROLE_MOMENT1] + P->bytes[AMPC_ROLE_MOMENT2]);
   assert_int_equal(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE],
-                   ampc_mm_activation_bytes(M));
+                   ampc_mmodel_activation_bytes(M));
   assert_true(m.bytes[AMPC_MEM_ACTIVATIONS] > 0 && m.bytes[AMPC_MEM_WORKSPACE] > 0);
   size_t sum = 0;
   for (int r = 0; r < AMPC_MEM_ROLE_COUNT; r++)
     sum += m.bytes[r];
   assert_int_equal(m.total, sum);
-  ampc_mm_free(M);
+  ampc_mmodel_free(M);
   ampc_trainer_free(&T);
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
 }
 
 static void test_prediction_is_exact(void **state) {
@@ -123,12 +123,12 @@ static void test_per_parameter_table(void **state) {
  * 16-mixed's arena is well below 32-true's but above a quarter of it. */
 static void test_activation_ratio(void **state) {
   (void)state;
-  ampc_mm_config c;
-  assert_int_equal(ampc_mm_config_get("mm-tiny", 3840, 24, 9, &c), AMPC_OK);
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-tiny", 3840, 24, 9, &c), AMPC_OK);
   size_t a32 = 0, w32 = 0, a16 = 0, w16 = 0, abf = 0;
-  assert_int_equal(ampc_mm_plan_bytes(&c, 64, AMPC_PRECISION_32_TRUE, &a32, &w32), AMPC_OK);
-  assert_int_equal(ampc_mm_plan_bytes(&c, 64, AMPC_PRECISION_16_MIXED, &a16, &w16), AMPC_OK);
-  assert_int_equal(ampc_mm_plan_bytes(&c, 64, AMPC_PRECISION_BF16_MIXED, &abf, NULL), AMPC_OK);
+  assert_int_equal(ampc_mmodel_plan_bytes(&c, 64, AMPC_PRECISION_32_TRUE, &a32, &w32), AMPC_OK);
+  assert_int_equal(ampc_mmodel_plan_bytes(&c, 64, AMPC_PRECISION_16_MIXED, &a16, &w16), AMPC_OK);
+  assert_int_equal(ampc_mmodel_plan_bytes(&c, 64, AMPC_PRECISION_BF16_MIXED, &abf, NULL), AMPC_OK);
   const double r = (double)a16 / (double)a32;
   printf("mm-tiny batch 64 activations: 32-true %zu, 16-mixed %zu (ratio %.4f); workspace %zu "
          "vs %zu\n",
@@ -136,15 +136,15 @@ static void test_activation_ratio(void **state) {
   assert_true(r > 0.4 && r < 0.75);
   assert_int_equal(abf, a16);
   assert_true(w16 < w32);
-  assert_int_equal(ampc_mm_plan_bytes(&c, 1, AMPC_PRECISION_32_TRUE, &a32, &w32),
+  assert_int_equal(ampc_mmodel_plan_bytes(&c, 1, AMPC_PRECISION_32_TRUE, &a32, &w32),
                    AMPC_ERR_INVALID_ARG);
 }
 
 /* the planned batch fits; one more does not */
 static void test_plan(void **state) {
   (void)state;
-  ampc_mm_config c;
-  assert_int_equal(ampc_mm_config_get("vit-ref", 0, 0, 9, &c), AMPC_OK);
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("vit-ref", 0, 0, 9, &c), AMPC_OK);
   const ampc_amp_config amp = preset(AMPC_PRECISION_16_MIXED);
   const size_t budget = 200000000, overhead = 30000000;
   int64_t b = 0;

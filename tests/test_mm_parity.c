@@ -84,10 +84,10 @@
 #include "ampc/data.h"
 
 /* a forward pass and, when seed > 0, the backward pass seeded with it */
-static ampc_status fwd_bwd(ampc_mm *M, const ampc_mm_batch *bt, float seed, ampc_mm_losses *L) {
-  ampc_status st = ampc_mm_forward(M, bt, L);
+static ampc_status fwd_bwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, float seed, ampc_mmodel_losses *L) {
+  ampc_status st = ampc_mmodel_forward(M, bt, L);
   if (st == AMPC_OK && seed > 0.0f)
-    st = ampc_mm_backward(M, seed);
+    st = ampc_mmodel_backward(M, seed);
   return st;
 }
 
@@ -101,10 +101,10 @@ static const uint8_t k_used[B][TT] = {{1, 1, 1, 1, 1}, {1, 0, 0, 0, 0}, {1, 1, 1
                                       {1, 1, 0, 0, 0}, {1, 0, 1, 1, 0}, {1, 1, 1, 1, 0}};
 
 typedef struct {
-  ampc_mm_config c;
-  ampc_mm_specs sp;
+  ampc_mmodel_config c;
+  ampc_mmodel_specs sp;
   ampc_trainer T;
-  ampc_mm *M;
+  ampc_mmodel *M;
 } model;
 
 /* FP32 weights: the master copy, or the working copy in 32-true */
@@ -114,11 +114,11 @@ static float *weights32(ampc_trainer *T) {
 
 static ampc_status make_model(model *m, ampc_precision p) {
   memset(m, 0, sizeof *m);
-  ampc_status st = ampc_mm_config_get("mm-micro", VOCAB, TT, CLASSES, &m->c);
+  ampc_status st = ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &m->c);
   if (st != AMPC_OK)
     return st;
   m->c.w_itc = k_w_itc, m->c.w_itm = k_w_itm, m->c.w_cls = k_w_cls;
-  if ((st = ampc_mm_specs_make(&m->c, &m->sp)) != AMPC_OK)
+  if ((st = ampc_mmodel_specs_make(&m->c, &m->sp)) != AMPC_OK)
     return st;
   ampc_amp_config a;
   ampc_amp_config_preset(p, &a);
@@ -138,13 +138,13 @@ static ampc_status make_model(model *m, ampc_precision p) {
       w[q->offset + e] += (float)(0.3 * ampc_rng_normal(&r));
   }
   ampc_params_sync_working(&m->T.params);
-  return ampc_mm_create(&m->M, &m->c, &m->T.params, &m->T.amp, B);
+  return ampc_mmodel_create(&m->M, &m->c, &m->T.params, &m->T.amp, B);
 }
 
 static void free_model(model *m) {
-  ampc_mm_free(m->M);
+  ampc_mmodel_free(m->M);
   ampc_trainer_free(&m->T);
-  ampc_mm_specs_free(&m->sp);
+  ampc_mmodel_specs_free(&m->sp);
 }
 
 static void make_batch(uint8_t *images, int32_t *tokens, int32_t *labels) {
@@ -203,7 +203,7 @@ static int dump(const char *dir) {
       {"labels", AMPC_F32, 1, {B}, flab, sizeof flab},
       {"loss_weights", AMPC_F32, 1, {3}, lw, sizeof lw},
   };
-  const ampc_mm_config *c = &m.c;
+  const ampc_mmodel_config *c = &m.c;
   const int64_t cv[13] = {c->img,     c->patch,   c->channels, c->dim,     c->heads,
                           c->mlp,     c->v_depth, c->t_depth,  c->f_depth, c->vocab,
                           c->seq_len, c->embed,   c->classes};
@@ -225,12 +225,12 @@ static int dump(const char *dir) {
 
   /* ampc's own 32-true result, for the script's comparison */
   ampc_trainer_zero_grad(&m.T);
-  const ampc_mm_batch batch = {B, images, tokens, labels};
-  ampc_mm_losses L;
+  const ampc_mmodel_batch batch = {B, images, tokens, labels};
+  ampc_mmodel_losses L;
   if (fwd_bwd(m.M, &batch, 1.0f, &L) != AMPC_OK)
     return dump_fail("forward/backward");
   int32_t neg[B];
-  ampc_mm_last_negatives(m.M, B, neg);
+  ampc_mmodel_last_negatives(m.M, B, neg);
   const int n = m.T.params.count;
   ampc_st_tensor *gt = calloc((size_t)n, sizeof *gt);
   float **gv = calloc((size_t)n, sizeof *gv);
@@ -364,13 +364,13 @@ static void run_preset(const preset_case *pc) {
   make_batch(images, tokens, labels);
   check_inputs(&m, images, tokens, labels);
   ampc_trainer_zero_grad(&m.T);
-  const ampc_mm_batch batch = {B, images, tokens, labels};
-  ampc_mm_losses L;
+  const ampc_mmodel_batch batch = {B, images, tokens, labels};
+  ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(m.M, &batch, pc->scale, &L), AMPC_OK);
 
   /* hard negatives */
   int32_t neg[B];
-  ampc_mm_last_negatives(m.M, B, neg);
+  ampc_mmodel_last_negatives(m.M, B, neg);
   double *gneg = darr(g_gold, "negatives", B);
   const double margin = num(g_gold, "negative_margin");
   for (int i = 0; i < B; i++)

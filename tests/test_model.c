@@ -21,10 +21,10 @@
 #include "ampc/data.h"
 
 /* a forward pass and, when seed > 0, the backward pass seeded with it */
-static ampc_status fwd_bwd(ampc_mm *M, const ampc_mm_batch *bt, float seed, ampc_mm_losses *L) {
-  ampc_status st = ampc_mm_forward(M, bt, L);
+static ampc_status fwd_bwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, float seed, ampc_mmodel_losses *L) {
+  ampc_status st = ampc_mmodel_forward(M, bt, L);
   if (st == AMPC_OK && seed > 0.0f)
-    st = ampc_mm_backward(M, seed);
+    st = ampc_mmodel_backward(M, seed);
   return st;
 }
 
@@ -49,22 +49,22 @@ static int g_flipped;
 
 /* the loss at the current weights; notes when the hard-negative choice (a
  * discontinuity of the loss) differs from the unperturbed one */
-static float loss_at(ampc_mm *M, const ampc_mm_batch *bt) {
-  ampc_mm_losses L;
+static float loss_at(ampc_mmodel *M, const ampc_mmodel_batch *bt) {
+  ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(M, bt, 0.0f, &L), AMPC_OK);
   int32_t neg[B];
-  ampc_mm_last_negatives(M, B, neg);
+  ampc_mmodel_last_negatives(M, B, neg);
   if (memcmp(neg, g_neg0, sizeof neg) != 0)
     g_flipped = 1;
   return L.total;
 }
 
 static void gradient_check(const char *model) {
-  ampc_mm_config c;
-  assert_int_equal(ampc_mm_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
   c.w_itc = 1.0f, c.w_itm = 0.7f, c.w_cls = 0.5f;
-  ampc_mm_specs sp;
-  assert_int_equal(ampc_mm_specs_make(&c, &sp), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
   ampc_amp_config a;
   ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &a);
   ampc_optim_config o = ampc_optim_adamw_defaults();
@@ -81,16 +81,16 @@ static void gradient_check(const char *model) {
     for (int64_t e = 0; e < p->numel; e++)
       w[p->offset + e] += (float)(0.3 * ampc_rng_normal(&r));
   }
-  ampc_mm *M = NULL;
-  assert_int_equal(ampc_mm_create(&M, &c, &T.params, &T.amp, B), AMPC_OK);
+  ampc_mmodel *M = NULL;
+  assert_int_equal(ampc_mmodel_create(&M, &c, &T.params, &T.amp, B), AMPC_OK);
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mm_batch bt = {B, images, tokens, labels};
+  ampc_mmodel_batch bt = {B, images, tokens, labels};
   ampc_trainer_zero_grad(&T);
-  ampc_mm_losses L;
+  ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(M, &bt, 1.0f, &L), AMPC_OK);
-  ampc_mm_last_negatives(M, B, g_neg0);
+  ampc_mmodel_last_negatives(M, B, g_neg0);
   printf("# losses: total %.5f itc %.5f itm %.5f cls %.5f\n", (double)L.total, (double)L.itc,
          (double)L.itm, (double)L.cls);
   const float *g = T.params.grad;
@@ -144,9 +144,9 @@ static void gradient_check(const char *model) {
   assert_int_equal(bad, 0);
   assert_true(skipped * 10 < checked);
   assert_true(cosine > 0.9999);
-  ampc_mm_free(M);
+  ampc_mmodel_free(M);
   ampc_trainer_free(&T);
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
 }
 
 static void test_gradient_check(void **state) {
@@ -162,10 +162,10 @@ static void test_gradient_check_vit(void **state) {
 
 static void test_mm_tiny_names(void **state) {
   (void)state;
-  ampc_mm_config c;
-  assert_int_equal(ampc_mm_config_get("mm-tiny", 1000, 24, 10, &c), AMPC_OK);
-  ampc_mm_specs sp;
-  assert_int_equal(ampc_mm_specs_make(&c, &sp), AMPC_OK);
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-tiny", 1000, 24, 10, &c), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
   int64_t n = 0;
   for (int i = 0; i < sp.n; i++) {
     int64_t e = 1;
@@ -189,10 +189,10 @@ static void test_mm_tiny_names(void **state) {
     found = found || strcmp(sp.specs[i].name, "fusion.blocks.0.cross_attn.in_proj_weight") == 0;
   assert_true(found);
   /* vit-ref: the 821,642 parameters of issue 8's reference ViT */
-  ampc_mm_config v;
-  assert_int_equal(ampc_mm_config_get("vit-ref", 0, 0, 10, &v), AMPC_OK);
-  ampc_mm_specs vs;
-  assert_int_equal(ampc_mm_specs_make(&v, &vs), AMPC_OK);
+  ampc_mmodel_config v;
+  assert_int_equal(ampc_mmodel_config_get("vit-ref", 0, 0, 10, &v), AMPC_OK);
+  ampc_mmodel_specs vs;
+  assert_int_equal(ampc_mmodel_specs_make(&v, &vs), AMPC_OK);
   int64_t nv = 0;
   for (int i = 0; i < vs.n; i++) {
     int64_t e = 1;
@@ -201,11 +201,11 @@ static void test_mm_tiny_names(void **state) {
     nv += e;
   }
   assert_int_equal(nv, 821642);
-  ampc_mm_specs_free(&vs);
-  ampc_mm_config bad;
-  assert_int_equal(ampc_mm_config_get("mm-huge", 10, 4, 2, &bad), AMPC_ERR_INVALID_ARG);
+  ampc_mmodel_specs_free(&vs);
+  ampc_mmodel_config bad;
+  assert_int_equal(ampc_mmodel_config_get("mm-huge", 10, 4, 2, &bad), AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "mm-huge"));
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
 }
 
 /* 16-mixed: a few steps on one fixed batch lower the loss */
@@ -214,26 +214,26 @@ static void test_training_lowers_loss(void **state) {
   const ampc_precision ps[3] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
                                 AMPC_PRECISION_BF16_MIXED};
   for (int k = 0; k < 3; k++) {
-    ampc_mm_config c;
-    assert_int_equal(ampc_mm_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
-    ampc_mm_specs sp;
-    assert_int_equal(ampc_mm_specs_make(&c, &sp), AMPC_OK);
+    ampc_mmodel_config c;
+    assert_int_equal(ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
+    ampc_mmodel_specs sp;
+    assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
     ampc_amp_config a;
     ampc_amp_config_preset(ps[k], &a);
     ampc_optim_config o = ampc_optim_adamw_defaults();
     o.lr = 3e-3f;
     ampc_trainer T;
     assert_int_equal(ampc_trainer_init(&T, &a, &o, sp.specs, sp.n, 5), AMPC_OK);
-    ampc_mm *M = NULL;
-    assert_int_equal(ampc_mm_create(&M, &c, &T.params, &T.amp, B), AMPC_OK);
+    ampc_mmodel *M = NULL;
+    assert_int_equal(ampc_mmodel_create(&M, &c, &T.params, &T.amp, B), AMPC_OK);
     uint8_t images[B * 8 * 8 * 3];
     int32_t tokens[B * TT], labels[B];
     make_batch(8, images, tokens, labels, 4);
-    ampc_mm_batch bt = {B, images, tokens, labels};
+    ampc_mmodel_batch bt = {B, images, tokens, labels};
     float first = 0, last = 0;
     for (int s = 0; s < 60; s++) {
       ampc_trainer_zero_grad(&T);
-      ampc_mm_losses L;
+      ampc_mmodel_losses L;
       assert_int_equal(fwd_bwd(M, &bt, ampc_trainer_loss_scale(&T), &L), AMPC_OK);
       ampc_step_info info;
       assert_int_equal(ampc_trainer_step(&T, &info), AMPC_OK);
@@ -244,9 +244,9 @@ static void test_training_lowers_loss(void **state) {
     printf("# %s: loss %.4f -> %.4f\n", ampc_precision_name(ps[k]), (double)first, (double)last);
     assert_true(isfinite(last));
     assert_true(last < 0.6f * first);
-    ampc_mm_free(M);
+    ampc_mmodel_free(M);
     ampc_trainer_free(&T);
-    ampc_mm_specs_free(&sp);
+    ampc_mmodel_specs_free(&sp);
   }
 }
 

@@ -244,7 +244,7 @@ static void test_micro_batches(void **state) {
   ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &amp);
   ampc_optim_config opt = ampc_optim_sgd_defaults();
   /* gradients only (ampc_train_accumulate): no step, the weights stay where they are */
-  ampc_mm_specs sp;
+  ampc_mmodel_specs sp;
   assert_int_equal(ampc_model_specs(&md, &sp), AMPC_OK);
   ampc_trainer T;
   assert_int_equal(ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1), AMPC_OK);
@@ -274,7 +274,7 @@ static void test_micro_batches(void **state) {
   free(g2);
   ampc_model_free(&m);
   ampc_trainer_free(&T);
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
 }
 
 static void test_create_errors(void **state) {
@@ -319,7 +319,7 @@ static void test_create_errors(void **state) {
   /* an unknown model kind, a NULL run */
   ampc_model_desc bad = md;
   bad.kind = (ampc_model_kind)7;
-  ampc_mm_specs sp;
+  ampc_mmodel_specs sp;
   assert_int_equal(ampc_model_specs(&bad, &sp), AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "unknown model kind 7"));
   assert_int_equal(ampc_run_warnings(NULL, NULL, 0), 0);

@@ -46,12 +46,12 @@ typedef struct ampc_mlp {
   int64_t max_batch;
   ampc_params *P;          /* borrowed: the parameters */
   ampc_acc acc;            /* GEMM accumulation */
-  ampc_dtype adt;          /* activation dtype of the linear layers */
+  ampc_dtype act_dt;       /* activation dtype of the linear layers */
   int64_t fwd_b;           /* rows of the last forward pass (0: none to differentiate) */
   const int32_t *fwd_y;    /* its labels (borrowed until the backward pass) */
-  void *x;                 /* [max_batch, in] adt */
-  void *h1, *a1, *h2, *a2; /* [max_batch, hidden] adt: pre- and post-GELU */
-  void *logits;            /* [max_batch, classes] adt */
+  void *x;                 /* [max_batch, in] act_dt */
+  void *h1, *a1, *h2, *a2; /* [max_batch, hidden] act_dt: pre- and post-GELU */
+  void *logits;            /* [max_batch, classes] act_dt */
   void *d_big, *d_big2;    /* [max_batch, hidden] gradient workspaces (grad dtype) */
   void *dlogits;           /* [max_batch, classes] grad dtype */
   ampc_scratch ws;         /* the layers' scratch (counted as workspace) */
@@ -87,7 +87,7 @@ ampc_status ampc_mlp_backward(ampc_mlp *M, float seed);
 /* Shapes of a named configuration. mm-tiny: 32x32x3 images, patch 4 (64
  * patches + CLS), width 128, 4 heads, MLP 512, vision depth 4, text depth 3,
  * fusion depth 1, contrastive dim 64. */
-typedef struct ampc_mm_config {
+typedef struct ampc_mmodel_config {
   char name[32];
   int64_t img, patch, channels;      /* image side, patch side, channels */
   int64_t dim, heads, mlp;           /* transformer width, heads, MLP hidden */
@@ -98,7 +98,7 @@ typedef struct ampc_mm_config {
   float w_itc, w_itm, w_cls;         /* composite loss weights */
   bool image_only; /* vit-ref / vit-fm: the vision encoder and the class head only (CE loss;
                       no text, fusion or projections) */
-} ampc_mm_config;
+} ampc_mmodel_config;
 
 /* "mm-tiny", "mm-small" or "mm-micro" (a very small one for gradient checks)
  * with the dataset's vocab, seq_len and classes; weights 1, 1, 1. Image-only:
@@ -106,59 +106,59 @@ typedef struct ampc_mm_config {
  * 821,642 parameters with 10 classes) and "vit-fm" (the same on 28x28x1 with
  * patch 4, for Fashion-MNIST); vocab and seq_len are ignored. Errors:
  * AMPC_ERR_INVALID_ARG naming an unknown model. */
-ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len, int64_t classes,
-                               ampc_mm_config *out);
+ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_len,
+                                   int64_t classes, ampc_mmodel_config *out);
 
 /* The parameter specs of the model (PyTorch-style names:
  * vision.patch_embed.weight, vision.blocks.0.attn.in_proj_weight, ...,
  * heads.logit_scale), with storage for their names. */
-typedef struct ampc_mm_specs {
+typedef struct ampc_mmodel_specs {
   int n;
   ampc_param_spec *specs;
   char (*names)[AMPC_PARAM_NAME_MAX];
-} ampc_mm_specs;
-ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out);
-void ampc_mm_specs_free(ampc_mm_specs *s);
+} ampc_mmodel_specs;
+ampc_status ampc_mmodel_specs_make(const ampc_mmodel_config *c, ampc_mmodel_specs *out);
+void ampc_mmodel_specs_free(ampc_mmodel_specs *s);
 
-typedef struct ampc_mm ampc_mm; /* activations and caches over one parameter table */
+typedef struct ampc_mmodel ampc_mmodel; /* activations and caches over one parameter table */
 
 /* One batch: images [b, img, img, channels] uint8, tokens [b, seq_len]
  * (AMPC_TOKEN_PAD = 0 is padding), labels [b] (group). */
-typedef struct ampc_mm_batch {
+typedef struct ampc_mmodel_batch {
   int64_t b;
   const uint8_t *images;
   const int32_t *tokens;
   const int32_t *labels;
-} ampc_mm_batch;
+} ampc_mmodel_batch;
 
-typedef struct ampc_mm_losses {
+typedef struct ampc_mmodel_losses {
   float total, itc, itm, cls; /* FP32, unscaled, weighted total */
   float itm_acc, cls_acc;     /* matching accuracy on positives + hard negatives; group acc */
-} ampc_mm_losses;
+} ampc_mmodel_losses;
 
 /* Buffers for batches of up to max_batch (>= 2) over the parameter table P
- * (made from ampc_mm_specs_make(c); borrowed), with the dtypes of amp's
+ * (made from ampc_mmodel_specs_make(c); borrowed), with the dtypes of amp's
  * autocast policy and its GEMM accumulation. Errors: AMPC_ERR_INVALID_ARG,
  * AMPC_ERR_NOMEM. */
-ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_params *P,
-                           const ampc_amp_config *amp, int64_t max_batch);
-void ampc_mm_free(ampc_mm *M);
+ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
+                               const ampc_amp_config *amp, int64_t max_batch);
+void ampc_mmodel_free(ampc_mmodel *M);
 /* The configuration and the largest batch the model was created for. */
-const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M);
-int64_t ampc_mm_max_batch(const ampc_mm *M);
+const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M);
+int64_t ampc_mmodel_max_batch(const ampc_mmodel *M);
 /* Bytes of activations, caches and gradient workspaces allocated. */
-size_t ampc_mm_activation_bytes(const ampc_mm *M);
-/* The same count without allocating anything: the bytes ampc_mm_create
+size_t ampc_mmodel_activation_bytes(const ampc_mmodel *M);
+/* The same count without allocating anything: the bytes ampc_mmodel_create
  * would carve from its arena for configuration c, max batch `batch` and
  * preset p (the same layout code, run in counting mode), split into
  * *activations (saved activations, attention caches, layer-norm statistics,
  * embeddings: everything before the gradient workspaces) and *workspace (the
  * backward pass's gradient buffers); their sum equals
- * ampc_mm_activation_bytes. Either pointer may be NULL. Overrides of a preset
+ * ampc_mmodel_activation_bytes. Either pointer may be NULL. Overrides of a preset
  * (master weights, loss scale, accumulation) do not change it. Errors:
  * AMPC_ERR_INVALID_ARG (batch outside [2, 2^20], bad config or preset). */
-ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_precision p,
-                               size_t *activations, size_t *workspace);
+ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
+                                   size_t *activations, size_t *workspace);
 
 /* Forward pass of the composite loss w_itc * InfoNCE(image, text) + w_itm *
  * BCE(matching on the b positive pairs and b in-batch hard negatives: for
@@ -167,14 +167,15 @@ ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_prec
  * CLS. bt's buffers must stay valid until the backward pass. Errors:
  * AMPC_ERR_INVALID_ARG (batch outside [2, max] (image-only: [1, max]), a
  * label outside [0, classes)), those of the layers. */
-ampc_status ampc_mm_forward(ampc_mm *M, const ampc_mm_batch *bt, ampc_mm_losses *out);
+ampc_status ampc_mmodel_forward(ampc_mmodel *M, const ampc_mmodel_batch *bt,
+                                ampc_mmodel_losses *out);
 
 /* Backward pass of the last forward pass, each loss seeded with seed * its
  * weight (seed: the loss scale divided by the number of micro-batches; > 0
  * and finite), accumulating (+=) into P's gradients. Errors:
  * AMPC_ERR_INVALID_ARG (no forward pass since the last backward pass, a bad
  * seed), those of the layers. */
-ampc_status ampc_mm_backward(ampc_mm *M, float seed);
+ampc_status ampc_mmodel_backward(ampc_mmodel *M, float seed);
 
 /* What a model reports while it runs, for the rounding telemetry: the end of
  * each block or head (so the tally's counts since the previous mark belong to
@@ -193,20 +194,20 @@ typedef struct ampc_model_probe {
 } ampc_model_probe;
 
 /* Attach a probe (copied; NULL detaches). */
-void ampc_mm_set_probe(ampc_mm *M, const ampc_model_probe *p);
+void ampc_mmodel_set_probe(ampc_mmodel *M, const ampc_model_probe *p);
 
 /* The hard negatives chosen by the last forward pass: neg[i] is the text
  * paired with image i as a negative (b values). */
-void ampc_mm_last_negatives(const ampc_mm *M, int64_t b, int32_t *neg);
+void ampc_mmodel_last_negatives(const ampc_mmodel *M, int64_t b, int32_t *neg);
 
 /* Embeddings for retrieval: img_emb [b, embed] from images (or NULL), txt_emb
  * [b, embed] from tokens (or NULL), both L2-normalised, FP32; group
  * predictions cls [b] (or NULL, needs images). */
-ampc_status ampc_mm_embed(ampc_mm *M, int64_t b, const uint8_t *images, const int32_t *tokens,
-                          float *img_emb, float *txt_emb, int32_t *cls);
+ampc_status ampc_mmodel_embed(ampc_mmodel *M, int64_t b, const uint8_t *images,
+                              const int32_t *tokens, float *img_emb, float *txt_emb, int32_t *cls);
 
 /* Metrics of the model on one split of an image-text dataset. */
-typedef struct ampc_mm_metrics {
+typedef struct ampc_mmodel_metrics {
   int64_t samples, concepts;  /* images in the split; distinct concepts (captions) */
   double i2t_r1, i2t_r5;      /* image -> text: the image's caption ranked 1st / in top 5 */
   double t2i_r1, t2i_r5;      /* text -> image: an image of the caption's concept ranked
@@ -214,7 +215,7 @@ typedef struct ampc_mm_metrics {
   double itm_acc;             /* matching accuracy on positives and hard negatives */
   double cls_acc;             /* group accuracy of the image classifier */
   double loss, itc, itm, cls; /* mean losses over the evaluation batches */
-} ampc_mm_metrics;
+} ampc_mmodel_metrics;
 
 #ifdef __cplusplus
 }

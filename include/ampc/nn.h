@@ -20,6 +20,7 @@
 #ifndef AMPC_NN_H
 #define AMPC_NN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ampc/dtype.h"
@@ -131,6 +132,50 @@ ampc_status ampc_embedding_backward(int64_t b, int64_t t, int64_t d, const int32
                                     void *dpos, ampc_round_stats *stats, ampc_scratch *ws);
 /* Scratch of ampc_embedding_backward: (id, row) pairs for b*t rows, a row of d floats. */
 size_t ampc_embedding_backward_scratch_bytes(int64_t b, int64_t t, int64_t d);
+
+/* ---- rows: the ViT input, gather, scatter-add, gradient sums, argmax -------- */
+
+/* The ViT input (Dosovitskiy et al. 2021, eq. 1): y [b, np + 1, d] (ydt) with
+ * y[i, 0] = cls [d] + pos[0] and y[i, t] = patches[i, t - 1] + pos[t] for
+ * t = 1..np; patches [b, np, d] (pdt), cls and pos [np + 1, d] (wdt). Each sum
+ * in FP32, one rounding. Errors: AMPC_ERR_INVALID_ARG for a bad shape, NULL
+ * buffer or dtype. */
+ampc_status ampc_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const void *patches,
+                                    ampc_dtype pdt, const void *cls, const void *pos,
+                                    ampc_dtype wdt, void *y, ampc_dtype ydt);
+/* Its backward pass from dy [b, np + 1, d] (gdt): dpatches [b, np, d] (gdt,
+ * overwritten) = dy[:, 1:]; dpos [np + 1, d] += sum over the batch of dy and
+ * dcls [d] += its row 0, each sum in FP32 (batch order), added to the
+ * gradient with one rounding (ampc_grad_add_f32). Any output may be NULL. */
+ampc_status ampc_vit_tokens_backward(int64_t b, int64_t np, int64_t d, const void *dy,
+                                     ampc_dtype gdt, void *dpatches, void *dcls, void *dpos);
+
+/* g[i] = g[i] + v[i] for i < n: the sum in FP32, one rounding into gdt (a
+ * gradient accumulated from FP32 partial sums). */
+ampc_status ampc_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtype gdt);
+
+/* y[r] = x[idx[r]] for r < n, rows of d elements: x [rows, d] (xdt), y [n, d]
+ * (ydt; exact when ydt is at least as wide, else one rounding, not counted by
+ * the tally: a copy, not a result). Errors: an index outside [0, rows). */
+ampc_status ampc_gather_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows, const void *x,
+                             ampc_dtype xdt, void *y, ampc_dtype ydt);
+
+/* The scatter-add of rows (the backward pass of a gather; torch's
+ * index_add_): for r = 0..n-1 in order, row idx[r] of y (FP32, rows of ldy >=
+ * d floats, rows in all) += x[r] (+ x2[r], the two summed first), x and x2
+ * [n, d]; idx NULL means row r. x2 may be NULL. Errors: an index outside
+ * [0, rows); bad shapes or dtypes. */
+ampc_status ampc_scatter_add_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
+                                  const void *x, ampc_dtype xdt, const void *x2, ampc_dtype x2dt,
+                                  float *y, int64_t ldy);
+
+/* idx[i] = the column of row i's largest value in x [m, n] (xdt), the first
+ * on ties; with skip_diag, column i is left out (n >= 2: the hardest
+ * negative of a similarity matrix). A row holding a NaN has no largest value:
+ * idx[i] = -1 (so a classifier's NaN logits are never right, unlike
+ * torch.argmax, which picks the NaN). */
+ampc_status ampc_argmax_rows(int64_t m, int64_t n, const void *x, ampc_dtype xdt, bool skip_diag,
+                             int32_t *idx);
 
 /* ---- patch embedding (ViT, Dosovitskiy et al. 2021) -------------------------- */
 

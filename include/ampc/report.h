@@ -14,7 +14,7 @@
  *
  * The parameter roles follow ampc_params_create exactly (every tensor padded
  * to 16 elements); the model roles follow the model's own allocation plan
- * (ampc_mm_plan_bytes, ampc_mlp_plan_bytes). The per-parameter table is the
+ * (ampc_mmodel_plan_bytes, ampc_mlp_plan_bytes). The per-parameter table is the
  * one of Micikevicius et al. 2018 (Mixed Precision Training, section 3) and
  * Rajbhandari et al. 2020 (ZeRO, section 3.1): with Adam, 32-true holds
  * 4 + 4 + 8 = 16 bytes per parameter and 16-mixed 2 + 2 + 4 + 8 = 16 bytes:
@@ -78,11 +78,11 @@ ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const am
                                    int moments, ampc_mem_account *out);
 
 /* Every role of the multimodal model c at max batch `batch`: the parameter
- * roles from its specs, activations and workspace from ampc_mm_plan_bytes
- * (equal to ampc_mm_activation_bytes of a model created with that batch).
+ * roles from its specs, activations and workspace from ampc_mmodel_plan_bytes
+ * (equal to ampc_mmodel_activation_bytes of a model created with that batch).
  * Errors: AMPC_ERR_INVALID_ARG. */
-ampc_status ampc_mem_account_mm(const ampc_mm_config *c, int64_t batch, const ampc_amp_config *amp,
-                                int moments, ampc_mem_account *out);
+ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
+                                const ampc_amp_config *amp, int moments, ampc_mem_account *out);
 
 /* The same for the MLP classifier (ampc_mlp_plan_bytes). */
 ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
@@ -93,7 +93,7 @@ ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
  * a bisection finds it). *batch = 0 when not even batch 2 fits; *at (may be
  * NULL) receives the account at the chosen batch (at batch 2 when none fits).
  * Errors: AMPC_ERR_INVALID_ARG. */
-ampc_status ampc_mem_plan_mm(const ampc_mm_config *c, const ampc_amp_config *amp, int moments,
+ampc_status ampc_mem_plan_mm(const ampc_mmodel_config *c, const ampc_amp_config *amp, int moments,
                              size_t budget, size_t overhead, int64_t max_batch, int64_t *batch,
                              ampc_mem_account *at);
 

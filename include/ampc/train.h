@@ -72,11 +72,11 @@ typedef struct ampc_model_desc {
   ampc_model_kind kind;
   char name[32]; /* "mlp", "mm-tiny", "vit-ref", ... */
   ampc_mlp_config mlp;
-  ampc_mm_config mm;
+  ampc_mmodel_config mm;
 } ampc_model_desc;
 
 /* The model called `name` ("mlp": in 16, hidden 64, classes 5; or a name of
- * ampc_mm_config_get) for dataset d (vocab, seq_len, classes; may be NULL for
+ * ampc_mmodel_config_get) for dataset d (vocab, seq_len, classes; may be NULL for
  * the MLP). Errors: AMPC_ERR_INVALID_ARG (unknown name). */
 ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out);
 
@@ -130,7 +130,7 @@ typedef struct ampc_losses {
 typedef enum { AMPC_EVAL_RETRIEVAL = 0, AMPC_EVAL_CLASSES = 1 } ampc_eval_kind;
 typedef struct ampc_eval {
   ampc_eval_kind kind;
-  ampc_mm_metrics new_style, zero_shot;
+  ampc_mmodel_metrics new_style, zero_shot;
   double accuracy, loss;
   int64_t samples;
   int split; /* ampc_split evaluated (classes) */
@@ -174,7 +174,7 @@ struct ampc_model {
 
 /* The parameter specs of a model (names stored in *out). Errors:
  * AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
-ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mm_specs *out);
+ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mmodel_specs *out);
 /* Build the model over P (whose specs are ampc_model_specs(d)) for batches of
  * up to max_batch under amp's policy and accumulation. Errors:
  * AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
@@ -306,7 +306,7 @@ ampc_status ampc_model_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval
  * i2t/t2i R@1 and R@5, chance_r1 (0 for no concepts), itm_acc, group_acc,
  * loss, itc, itm, cls): what the log, `ampc eval --json` and the summary
  * print. malloc'd; NULL on allocation failure. */
-char *ampc_mm_metrics_json(const ampc_mm_metrics *m);
+char *ampc_mmodel_metrics_json(const ampc_mmodel_metrics *m);
 
 /* Evaluate the multimodal model M on the samples of `split` of d
  * (src/train/eval.c). Retrieval ranks every image against one caption per
@@ -314,7 +314,7 @@ char *ampc_mm_metrics_json(const ampc_mm_metrics *m);
  * 1/concepts); losses and accuracies come from forward passes on batches of
  * one sample per concept. Errors: AMPC_ERR_INVALID_ARG (empty split, shapes
  * that do not match the model), AMPC_ERR_NOMEM. */
-ampc_status ampc_mm_evaluate(ampc_mm *M, const ampc_dataset *d, int split, ampc_mm_metrics *out);
+ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const ampc_dataset *d, int split, ampc_mmodel_metrics *out);
 
 /* Load only the weights of a checkpoint (FP32 master or working weights
  * widened, rounded once into P's working dtype; no optimizer state) into P.

@@ -79,8 +79,8 @@ ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_params *
   M->max_batch = max_batch;
   M->P = P;
   M->acc = amp->accumulate;
-  M->adt = pol.output;
-  const size_t as = ampc_dtype_size(M->adt), gs = ampc_dtype_size(P->wdt);
+  M->act_dt = pol.output;
+  const size_t as = ampc_dtype_size(M->act_dt), gs = ampc_dtype_size(P->wdt);
   const size_t bh = (size_t)(max_batch * c->hidden), bc = (size_t)(max_batch * c->classes);
   M->x = malloc((size_t)(max_batch * c->in) * as);
   M->h1 = malloc(bh * as), M->a1 = malloc(bh * as);
@@ -105,27 +105,27 @@ ampc_status ampc_mlp_forward(ampc_mlp *M, int64_t b, const float *x, const int32
                      (long long)b, (long long)M->max_batch);
   M->fwd_b = 0;
   const ampc_params *P = M->P;
-  const ampc_dtype wdt = P->wdt, adt = M->adt;
+  const ampc_dtype weight_dt = P->wdt, act_dt = M->act_dt;
   const ampc_acc acc = M->acc;
   const int64_t in = M->cfg.in, hd = M->cfg.hidden, nc = M->cfg.classes;
   /* autocast: the FP32 input is cast to the linear layer's input dtype */
-  AMPC_TRY(ampc_store_f32(M->x, adt, x, (size_t)(b * in), NULL));
-  AMPC_TRY(ampc_linear_forward(b, in, hd, M->x, adt, ampc_param_w(P, 0), wdt, ampc_param_w(P, 1),
-                               M->h1, adt, acc, NULL));
-  AMPC_TRY(ampc_gelu_forward(b * hd, M->h1, adt, M->a1, adt, NULL));
-  AMPC_TRY(ampc_linear_forward(b, hd, hd, M->a1, adt, ampc_param_w(P, 2), wdt, ampc_param_w(P, 3),
-                               M->h2, adt, acc, NULL));
-  AMPC_TRY(ampc_gelu_forward(b * hd, M->h2, adt, M->a2, adt, NULL));
-  AMPC_TRY(ampc_linear_forward(b, hd, nc, M->a2, adt, ampc_param_w(P, 4), wdt, ampc_param_w(P, 5),
-                               M->logits, adt, acc, NULL));
-  AMPC_TRY(ampc_cross_entropy_forward(b, nc, M->logits, adt, y, loss));
+  AMPC_TRY(ampc_store_f32(M->x, act_dt, x, (size_t)(b * in), NULL));
+  AMPC_TRY(ampc_linear_forward(b, in, hd, M->x, act_dt, ampc_param_w(P, 0), weight_dt,
+                               ampc_param_w(P, 1), M->h1, act_dt, acc, NULL));
+  AMPC_TRY(ampc_gelu_forward(b * hd, M->h1, act_dt, M->a1, act_dt, NULL));
+  AMPC_TRY(ampc_linear_forward(b, hd, hd, M->a1, act_dt, ampc_param_w(P, 2), weight_dt,
+                               ampc_param_w(P, 3), M->h2, act_dt, acc, NULL));
+  AMPC_TRY(ampc_gelu_forward(b * hd, M->h2, act_dt, M->a2, act_dt, NULL));
+  AMPC_TRY(ampc_linear_forward(b, hd, nc, M->a2, act_dt, ampc_param_w(P, 4), weight_dt,
+                               ampc_param_w(P, 5), M->logits, act_dt, acc, NULL));
+  AMPC_TRY(ampc_cross_entropy_forward(b, nc, M->logits, act_dt, y, loss));
   if (correct) {
     int64_t hits = 0;
     for (int64_t r = 0; r < b; r++) {
       int64_t best = 0;
-      float bv = ampc_elem_load(M->logits, adt, r * nc);
+      float bv = ampc_elem_load(M->logits, act_dt, r * nc);
       for (int64_t c = 1; c < nc; c++) {
-        const float v = ampc_elem_load(M->logits, adt, r * nc + c);
+        const float v = ampc_elem_load(M->logits, act_dt, r * nc + c);
         if (v > bv)
           bv = v, best = c;
       }
@@ -146,22 +146,23 @@ ampc_status ampc_mlp_backward(ampc_mlp *M, float seed) {
                      "number",
                      (double)seed);
   const ampc_params *P = M->P;
-  const ampc_dtype wdt = P->wdt, adt = M->adt, gdt = P->wdt;
+  const ampc_dtype weight_dt = P->wdt, act_dt = M->act_dt, grad_dt = P->wdt;
   const ampc_acc acc = M->acc;
   const int64_t in = M->cfg.in, hd = M->cfg.hidden, nc = M->cfg.classes, b = M->fwd_b;
   const int32_t *y = M->fwd_y;
   M->fwd_b = 0;
   /* backward, seeded with S (and the 1/micro-batches factor) in FP32 */
-  AMPC_TRY(ampc_cross_entropy_backward(b, nc, M->logits, adt, y, seed, M->dlogits, gdt));
-  AMPC_TRY(ampc_linear_backward(b, hd, nc, M->dlogits, gdt, M->a2, adt, ampc_param_w(P, 4), wdt,
-                                M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5), acc,
+  AMPC_TRY(ampc_cross_entropy_backward(b, nc, M->logits, act_dt, y, seed, M->dlogits, grad_dt));
+  AMPC_TRY(ampc_linear_backward(b, hd, nc, M->dlogits, grad_dt, M->a2, act_dt, ampc_param_w(P, 4),
+                                weight_dt, M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5),
+                                acc, &M->ws));
+  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, grad_dt, M->h2, act_dt, M->d_big2));
+  AMPC_TRY(ampc_linear_backward(b, hd, hd, M->d_big2, grad_dt, M->a1, act_dt, ampc_param_w(P, 2),
+                                weight_dt, M->d_big, ampc_param_grad(P, 2), ampc_param_grad(P, 3),
+                                acc, &M->ws));
+  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, grad_dt, M->h1, act_dt, M->d_big2));
+  AMPC_TRY(ampc_linear_backward(b, in, hd, M->d_big2, grad_dt, M->x, act_dt, ampc_param_w(P, 0),
+                                weight_dt, NULL, ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc,
                                 &M->ws));
-  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h2, adt, M->d_big2));
-  AMPC_TRY(ampc_linear_backward(b, hd, hd, M->d_big2, gdt, M->a1, adt, ampc_param_w(P, 2), wdt,
-                                M->d_big, ampc_param_grad(P, 2), ampc_param_grad(P, 3), acc,
-                                &M->ws));
-  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, gdt, M->h1, adt, M->d_big2));
-  AMPC_TRY(ampc_linear_backward(b, in, hd, M->d_big2, gdt, M->x, adt, ampc_param_w(P, 0), wdt, NULL,
-                                ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc, &M->ws));
   return AMPC_OK;
 }

@@ -20,8 +20,8 @@
 
 /* ---- configurations ------------------------------------------------------------ */
 
-ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len, int64_t classes,
-                               ampc_mm_config *out) {
+ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_len,
+                                   int64_t classes, ampc_mmodel_config *out) {
   const bool image_only =
       name && (!strcmp(name, "vit-ref") || !strcmp(name, "vit-fm") || !strcmp(name, "vit-micro"));
   if (!name || !out || (!image_only && (vocab < 3 || seq_len < 1)) || classes < 2)
@@ -29,19 +29,19 @@ ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len,
                      "model config: bad vocab %lld / seq_len %lld / "
                      "classes %lld",
                      (long long)vocab, (long long)seq_len, (long long)classes);
-  ampc_mm_config c = {.img = 32,
-                      .patch = 4,
-                      .channels = 3,
-                      .dim = 128,
-                      .heads = 4,
-                      .mlp = 512,
-                      .v_depth = 4,
-                      .t_depth = 3,
-                      .f_depth = 1,
-                      .embed = 64,
-                      .w_itc = 1.0f,
-                      .w_itm = 1.0f,
-                      .w_cls = 1.0f};
+  ampc_mmodel_config c = {.img = 32,
+                          .patch = 4,
+                          .channels = 3,
+                          .dim = 128,
+                          .heads = 4,
+                          .mlp = 512,
+                          .v_depth = 4,
+                          .t_depth = 3,
+                          .f_depth = 1,
+                          .embed = 64,
+                          .w_itc = 1.0f,
+                          .w_itm = 1.0f,
+                          .w_cls = 1.0f};
   if (strcmp(name, "mm-tiny") == 0) {
   } else if (strcmp(name, "mm-small") == 0) {
     c.dim = 192, c.heads = 6, c.mlp = 768, c.v_depth = 6, c.t_depth = 4, c.f_depth = 2;
@@ -69,7 +69,7 @@ ampc_status ampc_mm_config_get(const char *name, int64_t vocab, int64_t seq_len,
 /* ---- parameter specs ------------------------------------------------------------ */
 
 typedef struct {
-  ampc_mm_specs *s;
+  ampc_mmodel_specs *s;
   int cap;
 } spec_builder;
 
@@ -78,7 +78,7 @@ static void add_spec(spec_builder *B, ampc_branch br, ampc_init init, float arg,
 
 static void add_spec(spec_builder *B, ampc_branch br, ampc_init init, float arg, bool no_decay,
                      int ndim, int64_t d0, int64_t d1, const char *fmt, ...) {
-  ampc_mm_specs *s = B->s;
+  ampc_mmodel_specs *s = B->s;
   if (s->n >= B->cap)
     return;
   va_list ap;
@@ -98,7 +98,7 @@ static void add_spec(spec_builder *B, ampc_branch br, ampc_init init, float arg,
   s->n++;
 }
 
-static void block_specs(spec_builder *B, const ampc_mm_config *c, ampc_branch br,
+static void block_specs(spec_builder *B, const ampc_mmodel_config *c, ampc_branch br,
                         const char *prefix, int i, bool cross) {
   const int64_t d = c->dim;
   const char *att = cross ? "cross_attn" : "attn";
@@ -122,13 +122,13 @@ static void block_specs(spec_builder *B, const ampc_mm_config *c, ampc_branch br
   add_spec(B, br, AMPC_INIT_ZEROS, 0, true, 1, d, 0, "%s.blocks.%d.mlp.fc2.bias", prefix, i);
 }
 
-static int spec_count(const ampc_mm_config *c) {
+static int spec_count(const ampc_mmodel_config *c) {
   if (c->image_only)
     return 4 + 2 + 2 + PER_BLOCK * (int)c->v_depth;
   return 6 + 4 + 2 + 7 + PER_BLOCK * (int)(c->v_depth + c->t_depth + c->f_depth);
 }
 
-ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out) {
+ampc_status ampc_mmodel_specs_make(const ampc_mmodel_config *c, ampc_mmodel_specs *out) {
   if (!c || !out || c->v_depth < 1 || c->v_depth > MAX_DEPTH ||
       (!c->image_only &&
        (c->t_depth < 1 || c->t_depth > MAX_DEPTH || c->f_depth < 1 || c->f_depth > MAX_DEPTH)) ||
@@ -139,7 +139,7 @@ ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out) {
   out->specs = calloc((size_t)cap, sizeof *out->specs);
   out->names = calloc((size_t)cap, sizeof *out->names);
   if (!out->specs || !out->names) {
-    ampc_mm_specs_free(out);
+    ampc_mmodel_specs_free(out);
     return ampc_fail(AMPC_ERR_NOMEM, "model specs: out of memory");
   }
   spec_builder B = {out, cap};
@@ -180,13 +180,13 @@ ampc_status ampc_mm_specs_make(const ampc_mm_config *c, ampc_mm_specs *out) {
   add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->classes, d, "heads.cls.weight");
   add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, c->classes, 0, "heads.cls.bias");
   if (out->n != cap) {
-    ampc_mm_specs_free(out);
+    ampc_mmodel_specs_free(out);
     return ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: internal count mismatch");
   }
   return AMPC_OK;
 }
 
-void ampc_mm_specs_free(ampc_mm_specs *s) {
+void ampc_mmodel_specs_free(ampc_mmodel_specs *s) {
   if (!s)
     return;
   free(s->specs);

@@ -25,11 +25,11 @@ typedef struct { /* saved activations of one block */
   ampc_mha_cache c;
 } blk_a;
 
-struct ampc_mm {
-  ampc_mm_config c;
+struct ampc_mmodel {
+  ampc_mmodel_config c;
   ampc_params *P; /* borrowed: the parameter table (weights read, gradients accumulated) */
   int64_t B, NV, NP, TT, D, E;
-  ampc_dtype sdt, adt, gdt, pdt, wdt;
+  ampc_dtype stream_dt, act_dt, grad_dt, prob_dt, weight_dt;
   ampc_acc acc;
   /* parameter indices */
   int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;
@@ -43,21 +43,22 @@ struct ampc_mm {
   void *t0, *tfin, *tpool, *temb, *tnorm;
   float *tmean, *trstd;
   float *sim;
-  int32_t *neg, *pair_text;
+  int32_t *neg, *pair_text, *pair_img; /* hard negatives; the text and image of each pair */
+  int32_t *pred;                       /* the classifier's argmax */
   void *fkv, *f0, *ffin, *fpool, *itm;
   uint8_t *fmask;
   float *fmean, *frstd, *itm_t;
   /* gradient workspaces */
   void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
   void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
-  float *dv32, *dt32, *dsmall32;
+  float *dv32, *dt32;
   ampc_scratch ws; /* the layers' scratch, one call at a time (the largest need, see layout) */
   ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
   /* what the backward pass needs of the last forward pass */
-  ampc_mm_batch fwd; /* the batch (borrowed: valid until the backward pass) */
-  float fwd_ls;      /* log-temperature used */
-  bool fwd_clamped;  /* it was clamped (zero gradient) */
-  bool have_fwd;     /* a forward pass ran since the last backward pass */
+  ampc_mmodel_batch fwd; /* the batch (borrowed: valid until the backward pass) */
+  float fwd_ls;          /* log-temperature used */
+  bool fwd_clamped;      /* it was clamped (zero gradient) */
+  bool have_fwd;         /* a forward pass ran since the last backward pass */
   /* one allocation for all of the above */
   void *arena;
   size_t arena_bytes;

@@ -2,7 +2,7 @@
  * src/model/mm_layout.c: the multimodal model's memory: every activation,
  * attention cache, layer-norm statistic and gradient workspace is carved
  * from one arena by layout(), which runs twice, first counting (the memory
- * account's prediction, ampc_mm_plan_bytes) and then carving (ampc_mm_create),
+ * account's prediction, ampc_mmodel_plan_bytes) and then carving (ampc_mmodel_create),
  * so predicted and allocated bytes are the same code.
  */
 #include "internal.h"
@@ -68,22 +68,21 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
  * calls of the forward and backward passes at the largest batch. The
  * attention formula counts the threads there are now; with more threads
  * later, a call that needs more allocates it (and bench/alloc shows it). */
-static size_t scratch_bytes(const ampc_mm *M) {
-  const ampc_mm_config *c = &M->c;
+static size_t scratch_bytes(const ampc_mmodel *M) {
+  const ampc_mmodel_config *c = &M->c;
   const int64_t B = M->B, NV = M->NV, TT = M->TT, D = M->D, H = c->heads;
-  const ampc_dtype gdt = M->gdt;
-  size_t s = (size_t)((NV + 2) * D) * sizeof(float); /* vision_fwd's position rows */
-  s = max_sz(s,
-             ampc_patch_embed_scratch_bytes(B, c->img, c->img, c->channels, c->patch, D, M->wdt));
+  const ampc_dtype grad_dt = M->grad_dt;
+  size_t s =
+      ampc_patch_embed_scratch_bytes(B, c->img, c->img, c->channels, c->patch, D, M->weight_dt);
   int64_t n = D > c->mlp ? D : c->mlp; /* the widest linear layer with a bias */
   n = n > c->classes ? n : c->classes;
   s = max_sz(s, ampc_linear_backward_scratch_bytes(n));
   int64_t rows = B * NV; /* layer norm rows */
-  s = max_sz(s, ampc_mha_backward_scratch_bytes(B, NV, NV, D, H, gdt));
+  s = max_sz(s, ampc_mha_backward_scratch_bytes(B, NV, NV, D, H, grad_dt));
   if (!c->image_only) {
     rows = rows > 2 * B * TT ? rows : 2 * B * TT;
-    s = max_sz(s, ampc_mha_backward_scratch_bytes(B, TT, TT, D, H, gdt));
-    s = max_sz(s, ampc_mha_backward_scratch_bytes(2 * B, TT, NV, D, H, gdt));
+    s = max_sz(s, ampc_mha_backward_scratch_bytes(B, TT, TT, D, H, grad_dt));
+    s = max_sz(s, ampc_mha_backward_scratch_bytes(2 * B, TT, NV, D, H, grad_dt));
     s = max_sz(s, ampc_embedding_backward_scratch_bytes(B, TT, D));
     s = max_sz(s, ampc_infonce_backward_scratch_bytes(B));
   }
@@ -92,11 +91,11 @@ static size_t scratch_bytes(const ampc_mm *M) {
 }
 
 /* carve every buffer from the arena (A->base NULL: just count) */
-static void layout(ampc_mm *M, arena *A) {
+static void layout(ampc_mmodel *M, arena *A) {
   const int64_t B = M->B, NV = M->NV, NP = M->NP, TT = M->TT, D = M->D, E = M->E;
   const int64_t H = M->c.heads, MLP = M->c.mlp, C = M->c.classes;
-  const size_t ss = ampc_dtype_size(M->sdt), as = ampc_dtype_size(M->adt),
-               gs = ampc_dtype_size(M->gdt), ps = ampc_dtype_size(M->pdt);
+  const size_t ss = ampc_dtype_size(M->stream_dt), as = ampc_dtype_size(M->act_dt),
+               gs = ampc_dtype_size(M->grad_dt), ps = ampc_dtype_size(M->prob_dt);
 #define TAKE(ptr, n, sz) (ptr) = take(A, (size_t)(n) * (sz))
   struct {
     blk_a *a;
@@ -147,6 +146,8 @@ static void layout(ampc_mm *M, arena *A) {
   TAKE(M->sim, B * B, sizeof(float));
   TAKE(M->neg, B, sizeof(int32_t));
   TAKE(M->pair_text, 2 * B, sizeof(int32_t));
+  TAKE(M->pair_img, 2 * B, sizeof(int32_t));
+  TAKE(M->pred, B, sizeof(int32_t));
   TAKE(M->fkv, 2 * B * NV * D, as);
   TAKE(M->f0, 2 * B * TT * D, ss);
   TAKE(M->fmask, 2 * B * TT, 1);
@@ -180,23 +181,22 @@ static void layout(ampc_mm *M, arena *A) {
   TAKE(M->dtpool, B * D, gs);
   TAKE(M->dv32, B * NV * D, sizeof(float));
   TAKE(M->dt32, B * TT * D, sizeof(float));
-  TAKE(M->dsmall32, (NV > TT ? NV : TT) * D + D, sizeof(float));
   /* the layers' scratch: the largest that any one call of the passes takes */
   M->ws.bytes = scratch_bytes(M);
   TAKE(M->ws.base, M->ws.bytes, 1);
 #undef TAKE
 }
 
-void ampc_mm_free(ampc_mm *M) {
+void ampc_mmodel_free(ampc_mmodel *M) {
   if (!M)
     return;
   free(M->arena);
   free(M);
 }
 
-size_t ampc_mm_activation_bytes(const ampc_mm *M) { return M ? M->arena_bytes : 0; }
-const ampc_mm_config *ampc_mm_get_config(const ampc_mm *M) { return &M->c; }
-int64_t ampc_mm_max_batch(const ampc_mm *M) { return M->B; }
+size_t ampc_mmodel_activation_bytes(const ampc_mmodel *M) { return M ? M->arena_bytes : 0; }
+const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M) { return &M->c; }
+int64_t ampc_mmodel_max_batch(const ampc_mmodel *M) { return M->B; }
 
 static ampc_dtype policy_out(ampc_precision p, ampc_op_id op) {
   ampc_op_policy r;
@@ -205,8 +205,8 @@ static ampc_dtype policy_out(ampc_precision p, ampc_op_id op) {
 }
 
 /* sizes and dtypes that layout() reads */
-static void set_dims(ampc_mm *M, const ampc_mm_config *c, int64_t max_batch, ampc_precision p,
-                     ampc_dtype wdt) {
+static void set_dims(ampc_mmodel *M, const ampc_mmodel_config *c, int64_t max_batch,
+                     ampc_precision p, ampc_dtype weight_dt) {
   M->c = *c;
   M->B = max_batch;
   M->NP = (c->img / c->patch) * (c->img / c->patch);
@@ -214,24 +214,24 @@ static void set_dims(ampc_mm *M, const ampc_mm_config *c, int64_t max_batch, amp
   M->TT = c->seq_len;
   M->D = c->dim;
   M->E = c->embed;
-  M->sdt = policy_out(p, AMPC_OPID_RESIDUAL_ADD);
-  M->adt = policy_out(p, AMPC_OPID_LINEAR);
-  M->pdt = policy_out(p, AMPC_OPID_SOFTMAX);
-  M->wdt = wdt;
-  M->gdt = wdt;
+  M->stream_dt = policy_out(p, AMPC_OPID_RESIDUAL_ADD);
+  M->act_dt = policy_out(p, AMPC_OPID_LINEAR);
+  M->prob_dt = policy_out(p, AMPC_OPID_SOFTMAX);
+  M->weight_dt = weight_dt;
+  M->grad_dt = weight_dt;
 }
 
-ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_precision p,
-                               size_t *activations, size_t *workspace) {
+ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
+                                   size_t *activations, size_t *workspace) {
   if (!c || batch < 2 || batch > (1 << 20) || (unsigned)p >= AMPC_PRECISION_COUNT ||
       c->v_depth < 1 || c->v_depth > MAX_DEPTH || c->t_depth > MAX_DEPTH ||
       c->f_depth > MAX_DEPTH || c->patch < 1 || c->img % c->patch || c->dim < 1 || c->heads < 1 ||
       c->dim % c->heads)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_plan_bytes: bad arguments (batch %lld)",
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_plan_bytes: bad arguments (batch %lld)",
                      (long long)batch);
-  ampc_mm *M = calloc(1, sizeof *M);
+  ampc_mmodel *M = calloc(1, sizeof *M);
   if (!M)
-    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_plan_bytes: out of memory");
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_plan_bytes: out of memory");
   set_dims(M, c, batch, p, ampc_precision_lowp(p));
   arena A = {NULL, 0, 0};
   layout(M, &A);
@@ -243,15 +243,15 @@ ampc_status ampc_mm_plan_bytes(const ampc_mm_config *c, int64_t batch, ampc_prec
   return AMPC_OK;
 }
 
-ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_params *P,
-                           const ampc_amp_config *amp, int64_t max_batch) {
+ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
+                               const ampc_amp_config *amp, int64_t max_batch) {
   if (!out || !c || !P || !amp || max_batch < 2 || max_batch > (1 << 20))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mm_create: bad arguments (batch %lld)",
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_create: bad arguments (batch %lld)",
                      (long long)max_batch);
   *out = NULL;
-  ampc_mm *M = calloc(1, sizeof *M);
+  ampc_mmodel *M = calloc(1, sizeof *M);
   if (!M)
-    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: out of memory");
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_create: out of memory");
   set_dims(M, c, max_batch, amp->precision, P->wdt);
   M->P = P;
   M->acc = amp->accumulate;
@@ -293,14 +293,14 @@ ampc_status ampc_mm_create(ampc_mm **out, const ampc_mm_config *c, ampc_params *
       P->p[M->vpos].shape[0] != M->NV) {
     free(M);
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "ampc_mm_create: the parameter table is not that of model %s", c->name);
+                     "ampc_mmodel_create: the parameter table is not that of model %s", c->name);
   }
   arena A = {NULL, 0, 0};
   layout(M, &A);
   M->arena = calloc(1, A.used + 64);
   if (!M->arena) {
     free(M);
-    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mm_create: cannot allocate %zu bytes of activations",
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_create: cannot allocate %zu bytes of activations",
                      A.used);
   }
   M->arena_bytes = A.used;

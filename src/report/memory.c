@@ -120,19 +120,19 @@ ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const am
   return AMPC_OK;
 }
 
-ampc_status ampc_mem_account_mm(const ampc_mm_config *c, int64_t batch, const ampc_amp_config *amp,
+ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch, const ampc_amp_config *amp,
                                 int moments, ampc_mem_account *out) {
   ampc_status st = check_amp(amp, moments, out);
   if (st != AMPC_OK)
     return st;
   size_t act = 0, ws = 0;
-  if ((st = ampc_mm_plan_bytes(c, batch, amp->precision, &act, &ws)) != AMPC_OK)
+  if ((st = ampc_mmodel_plan_bytes(c, batch, amp->precision, &act, &ws)) != AMPC_OK)
     return st;
-  ampc_mm_specs sp;
-  if ((st = ampc_mm_specs_make(c, &sp)) != AMPC_OK)
+  ampc_mmodel_specs sp;
+  if ((st = ampc_mmodel_specs_make(c, &sp)) != AMPC_OK)
     return st;
   st = ampc_mem_account_specs(sp.specs, sp.n, amp, moments, out);
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
   if (st != AMPC_OK)
     return st;
   out->batch = batch;
@@ -160,7 +160,7 @@ ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
   return AMPC_OK;
 }
 
-ampc_status ampc_mem_plan_mm(const ampc_mm_config *c, const ampc_amp_config *amp, int moments,
+ampc_status ampc_mem_plan_mm(const ampc_mmodel_config *c, const ampc_amp_config *amp, int moments,
                              size_t budget, size_t overhead, int64_t max_batch, int64_t *batch,
                              ampc_mem_account *at) {
   if (!batch || max_batch < 2)

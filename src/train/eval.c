@@ -34,8 +34,8 @@ static int64_t best_rank(const float *score, int64_t n, const int32_t *item_conc
   return rank;
 }
 
-ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split,
-                             ampc_mm_metrics *out) {
+ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, int split,
+                                 ampc_mmodel_metrics *out) {
   if (!M || !d || !out || !d->tokens)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "evaluate: bad arguments (a dataset with text needed)");
   memset(out, 0, sizeof *out);
@@ -72,9 +72,9 @@ ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split
       tcon[nc++] = cpt;
     }
   }
-  const ampc_mm_config *c = ampc_mm_get_config(M);
+  const ampc_mmodel_config *c = ampc_mmodel_get_config(M);
   const int64_t img_sz = (int64_t)d->height * d->width * d->channels, T = d->seq_len;
-  B = ampc_mm_max_batch(M);
+  B = ampc_mmodel_max_batch(M);
   emb_dim = c->embed;
   if (d->height != c->img || d->width != c->img || d->channels != c->channels ||
       d->seq_len != c->seq_len || d->vocab != c->vocab || d->n_classes != c->classes) {
@@ -99,7 +99,7 @@ ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split
     const int64_t b = n - s < B ? n - s : B;
     for (int64_t k = 0; k < b; k++)
       memcpy(ibuf + k * img_sz, d->images + idx[s + k] * img_sz, (size_t)img_sz);
-    st = ampc_mm_embed(M, b, ibuf, NULL, ie + s * emb_dim, NULL, pred);
+    st = ampc_mmodel_embed(M, b, ibuf, NULL, ie + s * emb_dim, NULL, pred);
     for (int64_t k = 0; k < b && st == AMPC_OK; k++)
       cls_hits += pred[k] == d->label[idx[s + k]];
   }
@@ -108,7 +108,7 @@ ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split
     const int64_t b = nc - s < B ? nc - s : B;
     for (int64_t k = 0; k < b; k++)
       memcpy(tbuf + k * T, d->tokens + uniq[s + k] * T, (size_t)T * sizeof *tbuf);
-    st = ampc_mm_embed(M, b, NULL, tbuf, NULL, te + s * emb_dim, NULL);
+    st = ampc_mmodel_embed(M, b, NULL, tbuf, NULL, te + s * emb_dim, NULL);
   }
   if (st != AMPC_OK)
     goto done;
@@ -150,9 +150,9 @@ ampc_status ampc_mm_evaluate(ampc_mm *M, const struct ampc_dataset *d, int split
       memcpy(tbuf + k * T, d->tokens + i * T, (size_t)T * sizeof *tbuf);
       lbuf[k] = d->label[i];
     }
-    ampc_mm_batch bt = {b, ibuf, tbuf, lbuf};
-    ampc_mm_losses L;
-    st = ampc_mm_forward(M, &bt, &L);
+    ampc_mmodel_batch bt = {b, ibuf, tbuf, lbuf};
+    ampc_mmodel_losses L;
+    st = ampc_mmodel_forward(M, &bt, &L);
     if (st != AMPC_OK)
       break;
     out->loss += (double)L.total * (double)b, out->itc += (double)L.itc * (double)b;

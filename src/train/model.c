@@ -28,20 +28,20 @@ ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_mo
   }
   out->kind = AMPC_MODEL_MM;
   if (d && (!d->tokens || d->seq_len <= 0)) { /* image-only data: only an image-only model */
-    ampc_mm_config probe;
-    if (ampc_mm_config_get(name, 3, 1, 2, &probe) == AMPC_OK && !probe.image_only)
+    ampc_mmodel_config probe;
+    if (ampc_mmodel_config_get(name, 3, 1, 2, &probe) == AMPC_OK && !probe.image_only)
       return ampc_fail(AMPC_ERR_INVALID_ARG,
                        "model %s needs image-text pairs and the data has no captions (use an "
                        "image-only model: vit-fm, vit-ref)",
                        name);
   }
-  return ampc_mm_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
+  return ampc_mmodel_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
                             &out->mm);
 }
 
 bool ampc_model_known(const char *name) {
-  ampc_mm_config c;
-  return name && (strcmp(name, "mlp") == 0 || ampc_mm_config_get(name, 3, 1, 2, &c) == AMPC_OK);
+  ampc_mmodel_config c;
+  return name && (strcmp(name, "mlp") == 0 || ampc_mmodel_config_get(name, 3, 1, 2, &c) == AMPC_OK);
 }
 
 ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *out, char *precision,
@@ -69,7 +69,7 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
     memset(out, 0, sizeof *out);
     out->kind = AMPC_MODEL_MM;
     snprintf(out->name, sizeof out->name, "%s", name->valuestring);
-    st = ampc_mm_config_get(name->valuestring, (int64_t)v->valuedouble, (int64_t)s->valuedouble,
+    st = ampc_mmodel_config_get(name->valuestring, (int64_t)v->valuedouble, (int64_t)s->valuedouble,
                             (int64_t)k->valuedouble, &out->mm);
     if (st != AMPC_OK) {
       st = ampc_fail(AMPC_ERR_FORMAT, "%s: %s", path, ampc_last_error());
@@ -93,12 +93,12 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
   return st;
 }
 
-ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mm_specs *out) {
+ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mmodel_specs *out) {
   if (!d || !out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_specs: NULL argument");
   memset(out, 0, sizeof *out);
   if (d->kind == AMPC_MODEL_MM)
-    return ampc_mm_specs_make(&d->mm, out);
+    return ampc_mmodel_specs_make(&d->mm, out);
   if (d->kind != AMPC_MODEL_MLP)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_specs: unknown model kind %d", (int)d->kind);
   out->specs = calloc(AMPC_MLP_NPARAMS, sizeof *out->specs);
@@ -106,7 +106,7 @@ ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mm_specs *out) {
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_model_specs: out of memory");
   const ampc_status st = ampc_mlp_specs(&d->mlp, out->specs);
   if (st != AMPC_OK) {
-    ampc_mm_specs_free(out);
+    ampc_mmodel_specs_free(out);
     return st;
   }
   out->n = AMPC_MLP_NPARAMS;
@@ -118,7 +118,7 @@ ampc_status ampc_model_plan_bytes(const ampc_model_desc *d, int64_t max_batch, a
   if (!d)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_plan_bytes: NULL argument");
   if (d->kind == AMPC_MODEL_MM)
-    return ampc_mm_plan_bytes(&d->mm, max_batch, p, activations, workspace);
+    return ampc_mmodel_plan_bytes(&d->mm, max_batch, p, activations, workspace);
   return ampc_mlp_plan_bytes(&d->mlp, max_batch, p, activations, workspace);
 }
 
@@ -176,10 +176,10 @@ static const ampc_model_ops k_mlp_ops = {
 /* ---- the multimodal model and the ViTs ------------------------------------------------- */
 
 static ampc_status mm_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *out) {
-  const ampc_mm_batch mb = {bt->b, bt->images, m->desc.mm.image_only ? NULL : bt->tokens,
+  const ampc_mmodel_batch mb = {bt->b, bt->images, m->desc.mm.image_only ? NULL : bt->tokens,
                             bt->labels};
-  ampc_mm_losses L;
-  AMPC_TRY(ampc_mm_forward(m->impl, &mb, &L));
+  ampc_mmodel_losses L;
+  AMPC_TRY(ampc_mmodel_forward(m->impl, &mb, &L));
   memset(out, 0, sizeof *out);
   out->total = L.total;
   static const char *const names[5] = {"loss_itc", "loss_itm", "loss_cls", "itm_acc", "group_acc"};
@@ -191,12 +191,12 @@ static ampc_status mm_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *
 }
 
 static ampc_status mm_backward(ampc_model *m, float seed) {
-  return ampc_mm_backward(m->impl, seed);
+  return ampc_mmodel_backward(m->impl, seed);
 }
 
 /* image-only models: accuracy and mean loss of the class head on a split,
  * in batches of the model's max batch, in dataset order */
-static ampc_status eval_classes(ampc_mm *M, const ampc_dataset *d, int split, int64_t B,
+static ampc_status eval_classes(ampc_mmodel *M, const ampc_dataset *d, int split, int64_t B,
                                 ampc_eval *out) {
   const int64_t img_sz = (int64_t)d->height * d->width * d->channels;
   uint8_t *ib = malloc((size_t)(B * img_sz));
@@ -214,9 +214,9 @@ static ampc_status eval_classes(ampc_mm *M, const ampc_dataset *d, int split, in
       lb[k++] = d->label[i];
     }
     if (k == B || (i == d->n && k > 0)) {
-      ampc_mm_batch bt = {k, ib, NULL, lb};
-      ampc_mm_losses L;
-      st = ampc_mm_forward(M, &bt, &L);
+      ampc_mmodel_batch bt = {k, ib, NULL, lb};
+      ampc_mmodel_losses L;
+      st = ampc_mmodel_forward(M, &bt, &L);
       ls += (double)L.cls * (double)k, hits += (double)L.cls_acc * (double)k, n += k;
       k = 0;
     }
@@ -244,16 +244,16 @@ static ampc_status mm_evaluate(ampc_model *m, const ampc_run_data *rd, ampc_eval
     return eval_classes(m->impl, d, out->split, m->max_batch, out);
   }
   out->kind = AMPC_EVAL_RETRIEVAL;
-  AMPC_TRY(ampc_mm_evaluate(m->impl, d, AMPC_SPLIT_NEW_STYLE, &out->new_style));
-  return ampc_mm_evaluate(m->impl, d, AMPC_SPLIT_ZERO_SHOT, &out->zero_shot);
+  AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_NEW_STYLE, &out->new_style));
+  return ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_ZERO_SHOT, &out->zero_shot);
 }
 
 static void mm_set_telemetry(ampc_model *m, ampc_telemetry *t) {
   const ampc_model_probe p = ampc_telemetry_probe(t);
-  ampc_mm_set_probe(m->impl, t ? &p : NULL);
+  ampc_mmodel_set_probe(m->impl, t ? &p : NULL);
 }
 
-static void mm_destroy(ampc_model *m) { ampc_mm_free(m->impl); }
+static void mm_destroy(ampc_model *m) { ampc_mmodel_free(m->impl); }
 
 static const ampc_model_ops k_mm_ops = {
     .forward = mm_forward,
@@ -271,8 +271,8 @@ ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_para
   m->desc = *d;
   m->max_batch = max_batch;
   if (d->kind == AMPC_MODEL_MM) {
-    ampc_mm *M = NULL;
-    AMPC_TRY(ampc_mm_create(&M, &d->mm, P, amp, max_batch));
+    ampc_mmodel *M = NULL;
+    AMPC_TRY(ampc_mmodel_create(&M, &d->mm, P, amp, max_batch));
     m->impl = M;
     m->ops = &k_mm_ops;
   } else if (d->kind == AMPC_MODEL_MLP) {
@@ -350,7 +350,7 @@ int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
   meta[0] = (ampc_st_meta){"ampc.model", d->kind == AMPC_MODEL_MM ? d->mm.name : d->name};
   if (d->kind != AMPC_MODEL_MM)
     return 1;
-  const ampc_mm_config *mc = &d->mm;
+  const ampc_mmodel_config *mc = &d->mm;
   /* read back by ampc_model_desc_from_checkpoint */
   snprintf(storage->config, sizeof storage->config,
            "{\"model\":\"%s\",\"vocab\":%lld,\"seq_len\":%lld,\"classes\":%lld,\"w_itc\":%g,"
@@ -362,7 +362,7 @@ int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
   return 3;
 }
 
-char *ampc_mm_metrics_json(const ampc_mm_metrics *m) {
+char *ampc_mmodel_metrics_json(const ampc_mmodel_metrics *m) {
   cJSON *x = cJSON_CreateObject();
   if (!x || !m) {
     cJSON_Delete(x);

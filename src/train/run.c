@@ -66,7 +66,7 @@ struct ampc_run {
   ampc_run_config rc;
   ampc_run_data data;
   ampc_model_desc md;
-  ampc_mm_specs specs;
+  ampc_mmodel_specs specs;
   ampc_trainer T;
   ampc_model model;
   bool have_trainer, have_model;
@@ -102,7 +102,7 @@ void ampc_run_free(ampc_run *R) {
     ampc_model_free(&R->model);
   if (R->have_trainer)
     ampc_trainer_free(&R->T);
-  ampc_mm_specs_free(&R->specs);
+  ampc_mmodel_specs_free(&R->specs);
   ampc_sampler_free(&R->smp);
   ampc_telemetry_end(R->telemetry);
   free(R->telemetry);
@@ -138,7 +138,7 @@ static ampc_status check_data(ampc_run *R) {
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "batch %lld is larger than the training split (%lld samples)",
                      (long long)rc->batch, (long long)R->ntrain);
-  const ampc_mm_config *mc = &R->md.mm;
+  const ampc_mmodel_config *mc = &R->md.mm;
   if (!mc->image_only && (D->seq_len <= 0 || !D->tokens))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "%s has no captions: model %s needs image-text pairs (use an image-only "
@@ -378,7 +378,7 @@ static cJSON *config_object(const ampc_run *R) {
     cJSON_AddNumberToObject(run_o, "test_size", (double)R->data.n_test);
   } else {
     const ampc_dataset *D = R->data.dataset;
-    const ampc_mm_config *mc = &R->md.mm;
+    const ampc_mmodel_config *mc = &R->md.mm;
     cJSON_AddStringToObject(run_o, "model", mc->name);
     cJSON_AddStringToObject(run_o, "data", R->data.name ? R->data.name : "");
     cJSON_AddNumberToObject(run_o, "train_samples", (double)R->ntrain);
@@ -462,8 +462,8 @@ static cJSON *step_object(const ampc_step_info *info, const ampc_losses *L, doub
   return o;
 }
 
-static void add_mm_metrics(cJSON *o, const char *name, const ampc_mm_metrics *m) {
-  cJSON *x = parse_owned(ampc_mm_metrics_json(m));
+static void add_mm_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m) {
+  cJSON *x = parse_owned(ampc_mmodel_metrics_json(m));
   if (x)
     cJSON_AddItemToObject(o, name, x);
 }

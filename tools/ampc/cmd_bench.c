@@ -295,8 +295,8 @@ static int run_step(int argc, char **argv) {
   memset(&D, 0, sizeof D);
   if (ampc_dataset_load_default(&D) != AMPC_OK)
     return cli_runtime_error("bench", "%s", ampc_last_error());
-  ampc_mm_config mc;
-  if (ampc_mm_config_get(model, D.vocab, D.seq_len, 10, &mc) != AMPC_OK) {
+  ampc_mmodel_config mc;
+  if (ampc_mmodel_config_get(model, D.vocab, D.seq_len, 10, &mc) != AMPC_OK) {
     ampc_dataset_free(&D);
     return cli_usage_error("bench", "%s", ampc_last_error());
   }
@@ -326,7 +326,7 @@ static int run_step(int argc, char **argv) {
   int32_t *btok = calloc((size_t)(B * tl), sizeof *btok);
   int32_t *blab = malloc((size_t)B * sizeof *blab);
   double *ms = malloc((size_t)steps * sizeof *ms);
-  ampc_mm_specs sp = {0};
+  ampc_mmodel_specs sp = {0};
   ampc_trainer T;
   memset(&T, 0, sizeof T);
   ampc_model M;
@@ -409,7 +409,7 @@ static int run_step(int argc, char **argv) {
 out:
   ampc_model_free(&M);
   ampc_trainer_free(&T);
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
   ampc_dataset_free(&D);
   free(bimg), free(btok), free(blab), free(ms);
   return ret;

@@ -33,8 +33,8 @@ static const char k_usage[] =
     "  --json         print one JSON object\n";
 
 /* one split's metrics, as the training log writes them */
-static void put_metrics(cJSON *o, const char *name, const ampc_mm_metrics *m) {
-  char *txt = ampc_mm_metrics_json(m);
+static void put_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m) {
+  char *txt = ampc_mmodel_metrics_json(m);
   cJSON *x = txt ? cJSON_Parse(txt) : NULL;
   free(txt);
   if (x)
@@ -103,7 +103,7 @@ static int run(int argc, char **argv) {
                              D.vocab, D.seq_len, D.n_classes);
   }
   /* the weights only: no trainer, no optimizer state */
-  ampc_mm_specs sp = {0};
+  ampc_mmodel_specs sp = {0};
   ampc_params P;
   memset(&P, 0, sizeof P);
   ampc_model M;
@@ -134,7 +134,7 @@ static int run(int argc, char **argv) {
            ampc_precision_name(p));
     printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
            "t2i R@1", "t2i R@5", "chance R@1", "ITM acc", "group acc");
-    const ampc_mm_metrics *ms[2] = {&ev.new_style, &ev.zero_shot};
+    const ampc_mmodel_metrics *ms[2] = {&ev.new_style, &ev.zero_shot};
     const char *names[2] = {"new_style", "zero_shot"};
     for (int k = 0; k < 2; k++)
       printf("%-10s %8lld %8.3f %8.3f %8.3f %8.3f %10.4f %9.3f %9.3f\n", names[k],
@@ -143,7 +143,7 @@ static int run(int argc, char **argv) {
   }
   ampc_model_free(&M);
   ampc_params_free(&P);
-  ampc_mm_specs_free(&sp);
+  ampc_mmodel_specs_free(&sp);
   ampc_dataset_free(&D);
   return ret;
 }

@@ -186,7 +186,8 @@ static const char *human(size_t b, char *buf, size_t n) {
 
 /* The multimodal config of a model name with the data's sizes (the embedded
  * emoji dataset's vocab, seq_len and classes; image-only models need none). */
-static int model_config(const char *cmd, const char *name, int64_t classes, ampc_mm_config *mc) {
+static int model_config(const char *cmd, const char *name, int64_t classes,
+                        ampc_mmodel_config *mc) {
   int64_t vocab = 3, seq = 1, ncls = classes;
   const bool image_only =
       !strcmp(name, "vit-ref") || !strcmp(name, "vit-fm") || !strcmp(name, "vit-micro");
@@ -203,7 +204,7 @@ static int model_config(const char *cmd, const char *name, int64_t classes, ampc
       ampc_dataset_free(&D);
     }
   }
-  if (ampc_mm_config_get(name, vocab, seq, ncls, mc) != AMPC_OK)
+  if (ampc_mmodel_config_get(name, vocab, seq, ncls, mc) != AMPC_OK)
     return cli_usage_error(cmd, "--model: %s", ampc_last_error());
   return 0;
 }
@@ -259,7 +260,7 @@ static int run_memory(int argc, char **argv) {
         ampc_mem_account_mlp(&mc, a.batch, &ref, moments, &m32) != AMPC_OK)
       return cli_usage_error(cmd, "%s", ampc_last_error());
   } else {
-    ampc_mm_config mc;
+    ampc_mmodel_config mc;
     if ((rc = model_config(cmd, a.model, a.classes, &mc)) != 0)
       return rc;
     if (a.batch < 2)
@@ -351,7 +352,7 @@ static int run_plan(int argc, char **argv) {
     if (e && !*s)
       return cli_usage_error(cmd, "--precision: bad list '%s'", a.precision);
   }
-  ampc_mm_config mc;
+  ampc_mmodel_config mc;
   const char *data = a.data ? a.data : !strcmp(a.model, "vit-fm") ? "fashion-mnist" : "emoji";
   /* the dataset, loaded as the training loop loads it: its sizes shape the
    * model, its training split bounds the batch, and the process's peak RSS
@@ -366,7 +367,7 @@ static int run_plan(int argc, char **argv) {
   const int64_t vocab = D.vocab, seq = D.seq_len, ncls = a.classes ? a.classes : D.n_classes;
   const bool have_text = D.tokens != NULL;
   ampc_dataset_free(&D);
-  if (ampc_mm_config_get(a.model, vocab, seq, ncls, &mc) != AMPC_OK)
+  if (ampc_mmodel_config_get(a.model, vocab, seq, ncls, &mc) != AMPC_OK)
     return cli_usage_error(cmd, "--model: %s", ampc_last_error());
   if (!mc.image_only && !have_text)
     return cli_usage_error(cmd, "%s has no captions: model %s needs image-text pairs", data,

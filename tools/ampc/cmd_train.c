@@ -406,7 +406,7 @@ static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc
             e->accuracy, e->loss, (long long)e->samples);
     return;
   }
-  const ampc_mm_metrics *n = &e->new_style, *z = &e->zero_shot;
+  const ampc_mmodel_metrics *n = &e->new_style, *z = &e->zero_shot;
   fprintf(pr->out,
           "eval @%lld  new style: R@1 i2t %.3f t2i %.3f (chance %.4f), group %.3f  |  "
           "zero-shot: R@1 i2t %.3f t2i %.3f (chance %.3f)\n",
