@@ -47,6 +47,7 @@ hdr_layer() {
   diag.h) echo diag ;;
   report.h | plot.h) echo report ;;
   engine.h | train.h) echo train ;;
+  dist.h) echo dist ;;
   ampc.h) echo top ;;
   *) echo unknown ;;
   esac

@@ -11,6 +11,7 @@
 #include "ampc/amp.h"
 #include "ampc/data.h"
 #include "ampc/diag.h"
+#include "ampc/dist.h"
 #include "ampc/dtype.h"
 #include "ampc/engine.h"
 #include "ampc/gemm.h"

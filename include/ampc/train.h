@@ -205,6 +205,73 @@ ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micr
 ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, ampc_batch_fn next,
                             void *user, ampc_losses *mean, ampc_step_info *info);
 
+/* ---- data parallelism: the group of processes a step runs in ----------------------- */
+
+/* The data-parallel group, as the run sees it: a table of collective calls
+ * that src/dist/ implements over MPI (ampc_dist_comm, ampc/dist.h), kept here
+ * so that the training layer needs no MPI. Every call is collective: all
+ * ranks make it, in the same order. NULL in the run config: one process. */
+typedef struct ampc_comm {
+  void *user;
+  int rank, size; /* this process, of `size` (rank 0 writes the log and the checkpoint) */
+  /* x[0..n) (in place) = the FP32 sum over ranks, formed left to right in
+   * rank order ((x0 + x1) + x2) + ...: the same bits on every rank, and the
+   * same as a single process summing the same terms in that order */
+  ampc_status (*sum_f32_ordered)(void *user, float *x, int64_t n);
+  /* x[0..n) (dtype dt, in place) = the sum over ranks in dtype dt, each
+   * addition rounded once (the library's order: not fixed) */
+  ampc_status (*sum_working)(void *user, void *x, ampc_dtype dt, int64_t n);
+  ampc_status (*sum_u64)(void *user, uint64_t *x, int64_t n); /* exact sums, in place */
+  ampc_status (*max_f64)(void *user, double *x, int64_t n);   /* maxima, in place */
+  /* fails (AMPC_ERR_INVALID_ARG, naming `what`) unless every rank passed the
+   * same n bytes */
+  ampc_status (*check_same)(void *user, const void *bytes, size_t n, const char *what);
+  /* bytes this rank has sent through the calls above (payload, not MPI's
+   * headers) */
+  uint64_t (*bytes_sent)(void *user);
+} ampc_comm;
+
+/* How gradients of several micro-batches and ranks are summed. */
+typedef enum ampc_grad_reduce {
+  /* each micro-batch's gradient on its own (working dtype), widened and
+   * summed in FP32 (micro-batches in order, then ranks in order), rounded
+   * once into the working dtype: one rounding for the whole sum, and N
+   * ranks x 1 micro-batch give the bits of 1 rank x N micro-batches; an FP32
+   * staging buffer of the parameters' size */
+  AMPC_REDUCE_F32 = 0,
+  /* micro-batches accumulate in place (the layers add into the gradient),
+   * ranks sum in the working dtype (each addition rounded); no staging */
+  AMPC_REDUCE_WORKING = 1,
+} ampc_grad_reduce;
+
+/* How one step's gradient is accumulated. */
+typedef struct ampc_accum {
+  int64_t micro_batches;   /* on this rank (>= 1) */
+  const ampc_comm *comm;   /* NULL: one process */
+  ampc_grad_reduce reduce; /* AMPC_REDUCE_F32 or AMPC_REDUCE_WORKING */
+  float *stage;            /* [params total] FP32; needed by AMPC_REDUCE_F32 when
+                              micro_batches > 1 or comm->size > 1 (else unused) */
+  /* optional: called with this rank's summed gradient (the FP32 stage or
+   * the working-dtype gradient, n values) just before the ranks' sum (the
+   * run's test hooks inject a non-finite value on one rank there) */
+  ampc_status (*before_reduce)(void *user, void *g, ampc_dtype dt, int64_t n);
+  void *hook_user;
+} ampc_accum;
+
+/* Bytes of FP32 staging that accumulation `a` needs over n parameters (0 when
+ * it needs none). */
+size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n);
+
+/* ampc_train_accumulate across micro-batches and ranks: each micro-batch's
+ * backward pass is seeded with S / K, K = micro_batches x ranks (as
+ * DistributedDataParallel averages: the summed gradient is the global
+ * batch's mean), the gradients are summed as a->reduce says, and *mean gets
+ * the losses weighted 1 / K in FP32 and summed over ranks in rank order, so
+ * every rank holds the same gradient and losses. Errors: those of the model
+ * and of the collectives; AMPC_ERR_INVALID_ARG for a missing stage. */
+ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
+                                     ampc_batch_fn next, void *user, ampc_losses *mean);
+
 /* ---- the diagnosis' view of a trainer (src/diag/ is below the trainer) ---------------- */
 
 /* Fill *s from a trainer after ampc_trainer_step returned info, the run's loss
@@ -232,6 +299,12 @@ typedef struct ampc_run_config {
   const char *log_path;    /* JSON Lines metrics log, or NULL */
   const char *save_path;   /* checkpoint, or NULL */
   const char *resume_path; /* checkpoint to continue from, or NULL */
+  /* data parallelism: the group (NULL: one process); batch is the global
+   * batch, split evenly over comm->size ranks (each rank's shard: its
+   * consecutive batch / size samples of the sampler's sequence) */
+  const ampc_comm *comm;
+  ampc_grad_reduce reduce; /* gradient sums over micro-batches and ranks */
+  bool check_replicas;     /* compare every rank's weights after every step */
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,
@@ -314,7 +387,8 @@ char *ampc_mmodel_metrics_json(const ampc_mmodel_metrics *m);
  * 1/concepts); losses and accuracies come from forward passes on batches of
  * one sample per concept. Errors: AMPC_ERR_INVALID_ARG (empty split, shapes
  * that do not match the model), AMPC_ERR_NOMEM. */
-ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const ampc_dataset *d, int split, ampc_mmodel_metrics *out);
+ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const ampc_dataset *d, int split,
+                                 ampc_mmodel_metrics *out);
 
 /* Load only the weights of a checkpoint (FP32 master or working weights
  * widened, rounded once into P's working dtype; no optimizer state) into P.

@@ -36,7 +36,7 @@ ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_mo
                        name);
   }
   return ampc_mmodel_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
-                            &out->mm);
+                                &out->mm);
 }
 
 bool ampc_model_known(const char *name) {
@@ -70,7 +70,7 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
     out->kind = AMPC_MODEL_MM;
     snprintf(out->name, sizeof out->name, "%s", name->valuestring);
     st = ampc_mmodel_config_get(name->valuestring, (int64_t)v->valuedouble, (int64_t)s->valuedouble,
-                            (int64_t)k->valuedouble, &out->mm);
+                                (int64_t)k->valuedouble, &out->mm);
     if (st != AMPC_OK) {
       st = ampc_fail(AMPC_ERR_FORMAT, "%s: %s", path, ampc_last_error());
     } else {
@@ -177,7 +177,7 @@ static const ampc_model_ops k_mlp_ops = {
 
 static ampc_status mm_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *out) {
   const ampc_mmodel_batch mb = {bt->b, bt->images, m->desc.mm.image_only ? NULL : bt->tokens,
-                            bt->labels};
+                                bt->labels};
   ampc_mmodel_losses L;
   AMPC_TRY(ampc_mmodel_forward(m->impl, &mb, &L));
   memset(out, 0, sizeof *out);
@@ -332,6 +332,87 @@ ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micr
       mean->part[i] += w * L.part[i];
     }
   }
+  return AMPC_OK;
+}
+
+size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
+  if (!a || n < 1 || a->reduce != AMPC_REDUCE_F32)
+    return 0;
+  const int size = a->comm ? a->comm->size : 1;
+  return a->micro_batches > 1 || size > 1 ? (size_t)n * sizeof(float) : 0;
+}
+
+/* the FP32 staging: stage = widen(g) for the first micro-batch, stage +=
+ * widen(g) after it (the first is a copy, so a -0 stays -0 as it would in
+ * rank 0's own buffer) */
+static void stage_add(float *stage, const void *g, ampc_dtype dt, int64_t n, bool first) {
+  enum { CH = 1024 };
+  if (first) {
+    ampc_convert(stage, AMPC_F32, g, dt, (size_t)n);
+    return;
+  }
+  float buf[CH];
+  const size_t es = ampc_dtype_size(dt);
+  for (int64_t i0 = 0; i0 < n; i0 += CH) {
+    const int64_t len = n - i0 < CH ? n - i0 : CH;
+    ampc_convert(buf, AMPC_F32, (const char *)g + (size_t)i0 * es, dt, (size_t)len);
+    for (int64_t i = 0; i < len; i++)
+      stage[i0 + i] += buf[i];
+  }
+}
+
+ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
+                                     ampc_batch_fn next, void *user, ampc_losses *mean) {
+  if (!T || !m || !m->ops || !a || a->micro_batches < 1 || !next || !mean ||
+      (a->reduce != AMPC_REDUCE_F32 && a->reduce != AMPC_REDUCE_WORKING))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: bad arguments");
+  const ampc_comm *c = a->comm;
+  const int size = c ? c->size : 1;
+  const int64_t n_micro = a->micro_batches, K = n_micro * size;
+  ampc_params *P = &T->params;
+  const bool staged = ampc_accum_stage_bytes(a, P->total) > 0;
+  if (staged && !a->stage)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: no FP32 staging buffer");
+  ampc_trainer_zero_grad(T);
+  const float S = ampc_trainer_loss_scale(T);
+  const float w = 1.0f / (float)K;
+  memset(mean, 0, sizeof *mean);
+  for (int64_t k = 0; k < n_micro; k++) {
+    if (staged && k > 0)
+      ampc_trainer_zero_grad(T);
+    ampc_batch bt;
+    AMPC_TRY(next(user, k, &bt));
+    ampc_losses L;
+    AMPC_TRY(m->ops->forward(m, &bt, &L));
+    AMPC_TRY(m->ops->backward(m, S / (float)K));
+    if (staged)
+      stage_add(a->stage, P->grad, P->wdt, P->total, k == 0);
+    mean->total += w * L.total;
+    mean->n_parts = L.n_parts;
+    for (int i = 0; i < L.n_parts; i++) {
+      mean->part_name[i] = L.part_name[i];
+      mean->part[i] += w * L.part[i];
+    }
+  }
+  if (a->before_reduce)
+    AMPC_TRY(staged ? a->before_reduce(a->hook_user, a->stage, AMPC_F32, P->total)
+                    : a->before_reduce(a->hook_user, P->grad, P->wdt, P->total));
+  if (size > 1) {
+    if (staged)
+      AMPC_TRY(c->sum_f32_ordered(c->user, a->stage, P->total));
+    else
+      AMPC_TRY(c->sum_working(c->user, P->grad, P->wdt, P->total));
+    float l[1 + AMPC_LOSS_PARTS_MAX];
+    l[0] = mean->total;
+    for (int i = 0; i < mean->n_parts; i++)
+      l[1 + i] = mean->part[i];
+    AMPC_TRY(c->sum_f32_ordered(c->user, l, 1 + mean->n_parts));
+    mean->total = l[0];
+    for (int i = 0; i < mean->n_parts; i++)
+      mean->part[i] = l[1 + i];
+  }
+  if (staged) /* one rounding of the whole sum into the working dtype */
+    AMPC_TRY(ampc_convert(P->grad, P->wdt, a->stage, AMPC_F32, (size_t)P->total));
   return AMPC_OK;
 }
 

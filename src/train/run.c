@@ -71,7 +71,9 @@ struct ampc_run {
   ampc_model model;
   bool have_trainer, have_model;
   ampc_sampler smp;
-  int64_t ntrain, mb; /* training samples; samples per micro-batch */
+  int64_t ntrain, mb; /* training samples; samples per micro-batch (on this rank) */
+  int rank, size;     /* data parallelism (0 and 1: one process) */
+  ampc_accum accum;   /* how a step's gradient is summed */
   int64_t *train_idx; /* [ntrain]: dataset index of training sample i */
   /* one micro-batch, gathered */
   uint8_t *bimg;
@@ -83,6 +85,8 @@ struct ampc_run {
   cJSON *summary;
   bool trained; /* ampc_run_train ran (once per run) */
 };
+
+static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n);
 
 ampc_run_config ampc_run_config_defaults(void) {
   return (ampc_run_config){.steps = 300,
@@ -109,6 +113,7 @@ void ampc_run_free(ampc_run *R) {
   ampc_diag_free(R->diag);
   cJSON_Delete(R->summary);
   free(R->train_idx), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
+  free(R->accum.stage);
   free(R);
 }
 
@@ -190,9 +195,28 @@ static ampc_status check_config(const ampc_run_config *rc) {
   const ampc_status st = check_out_dir("save_path", rc->save_path);
   if (st != AMPC_OK)
     return st;
-  if (rc->batch % rc->micro_batches != 0)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "batch %lld is not a multiple of micro_batches %lld",
-                     (long long)rc->batch, (long long)rc->micro_batches);
+  if (rc->reduce != AMPC_REDUCE_F32 && rc->reduce != AMPC_REDUCE_WORKING)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: bad gradient reduction %d",
+                     (int)rc->reduce);
+  const int size = rc->comm ? rc->comm->size : 1;
+  if (rc->comm &&
+      (size < 1 || rc->comm->rank < 0 || rc->comm->rank >= size || !rc->comm->sum_f32_ordered ||
+       !rc->comm->sum_working || !rc->comm->sum_u64 || !rc->comm->max_f64 || !rc->comm->check_same))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: incomplete communicator");
+  if (size > 1 && rc->batch % size != 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "batch %lld does not divide evenly over %d ranks (the batch is the global "
+                     "batch: pick a multiple of %d)",
+                     (long long)rc->batch, size, size);
+  if ((rc->batch / size) % rc->micro_batches != 0)
+    return size > 1 ? ampc_fail(AMPC_ERR_INVALID_ARG,
+                                "the shard of %lld samples per rank (batch %lld over %d ranks) "
+                                "is not a multiple of micro_batches %lld",
+                                (long long)(rc->batch / size), (long long)rc->batch, size,
+                                (long long)rc->micro_batches)
+                    : ampc_fail(AMPC_ERR_INVALID_ARG,
+                                "batch %lld is not a multiple of micro_batches %lld",
+                                (long long)rc->batch, (long long)rc->micro_batches);
   return AMPC_OK;
 }
 
@@ -209,7 +233,13 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if (!R)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_run_create: out of memory");
   R->rc = *rc, R->data = *data, R->md = *md;
-  R->mb = rc->batch / rc->micro_batches;
+  R->rank = rc->comm ? rc->comm->rank : 0;
+  R->size = rc->comm ? rc->comm->size : 1;
+  R->mb = rc->batch / R->size / rc->micro_batches;
+  R->accum =
+      (ampc_accum){rc->micro_batches, R->size > 1 ? rc->comm : NULL, rc->reduce, NULL, NULL, R};
+  if (getenv("AMPC_FAULT_FAIL") || getenv("AMPC_FAULT_NAN_GRAD"))
+    R->accum.before_reduce = fault_hook;
 #define FAIL(s)                                                                                    \
   do {                                                                                             \
     st = (s);                                                                                      \
@@ -219,9 +249,9 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     goto fail;
   if (md->kind == AMPC_MODEL_MM && R->mb < (md->mm.image_only ? 1 : 2))
     FAIL(ampc_fail(AMPC_ERR_INVALID_ARG,
-                   "batch %lld in %lld micro-batches: the contrastive loss needs at least 2 "
-                   "samples per micro-batch",
-                   (long long)rc->batch, (long long)rc->micro_batches));
+                   "batch %lld in %lld micro-batches on %d ranks: the contrastive loss needs at "
+                   "least 2 samples per micro-batch",
+                   (long long)rc->batch, (long long)rc->micro_batches, R->size));
   /* the training samples and one micro-batch's buffers */
   R->train_idx = malloc((size_t)R->ntrain * sizeof *R->train_idx);
   R->blab = malloc((size_t)R->mb * sizeof *R->blab);
@@ -256,6 +286,9 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if ((st = ampc_trainer_init(&R->T, amp, opt, R->specs.specs, R->specs.n, rc->seed)) != AMPC_OK)
     goto fail;
   R->have_trainer = true;
+  const size_t stage = ampc_accum_stage_bytes(&R->accum, R->T.params.total);
+  if (stage && !(R->accum.stage = malloc(stage)))
+    FAIL(ampc_fail(AMPC_ERR_NOMEM, "cannot allocate the %zu-byte FP32 gradient staging", stage));
   if ((st = ampc_model_create(&R->model, md, &R->T.params, amp, R->mb)) != AMPC_OK)
     goto fail;
   R->have_model = true;
@@ -397,6 +430,13 @@ static cJSON *config_object(const ampc_run *R) {
   cJSON_AddNumberToObject(run_o, "seed", (double)rc->seed);
   cJSON_AddNumberToObject(run_o, "threads", (double)ampc_get_num_threads());
   cJSON_AddStringToObject(run_o, "resumed_from", rc->resume_path ? rc->resume_path : "");
+  /* data parallelism: the ranks, how gradients are summed, and which
+   * samples the contrastive loss contrasts (each rank's own shard) */
+  cJSON *dp = cJSON_AddObjectToObject(run_o, "data_parallel");
+  cJSON_AddNumberToObject(dp, "ranks", (double)R->size);
+  cJSON_AddStringToObject(dp, "reduce", rc->reduce == AMPC_REDUCE_F32 ? "f32" : "working");
+  cJSON_AddNumberToObject(dp, "shard", (double)(rc->batch / R->size));
+  cJSON_AddStringToObject(dp, "negatives", "shard");
   cJSON_AddItemToObject(cj, "run", run_o);
   char warns[16][256];
   const int nw = ampc_config_lint(&R->T.amp, &R->T.opt, warns, 16);
@@ -485,10 +525,10 @@ static void add_eval(cJSON *m, const ampc_run *R, const ampc_eval *e) {
 
 /* the summary's "memory": the parameter roles as allocated, the model's
  * activation and workspace bytes, their total, and the peak RSS */
-static void add_memory(cJSON *summary, const ampc_trainer *T, size_t activations,
-                       size_t workspace) {
+static void add_memory(cJSON *summary, const ampc_trainer *T, size_t activations, size_t workspace,
+                       size_t grad_stage) {
   cJSON *mem = cJSON_AddObjectToObject(summary, "memory");
-  size_t total = activations + workspace;
+  size_t total = activations + workspace + grad_stage;
   for (int r = 0; r < AMPC_ROLE_COUNT; r++)
     total += T->params.bytes[r];
   cJSON_AddNumberToObject(mem, "weights", (double)T->params.bytes[AMPC_ROLE_WEIGHTS]);
@@ -499,6 +539,8 @@ static void add_memory(cJSON *summary, const ampc_trainer *T, size_t activations
       (double)(T->params.bytes[AMPC_ROLE_MOMENT1] + T->params.bytes[AMPC_ROLE_MOMENT2]));
   cJSON_AddNumberToObject(mem, "activations", (double)activations);
   cJSON_AddNumberToObject(mem, "workspace", (double)workspace);
+  if (grad_stage) /* the FP32 sum over micro-batches and ranks */
+    cJSON_AddNumberToObject(mem, "grad_stage", (double)grad_stage);
   cJSON_AddNumberToObject(mem, "total", (double)total);
   cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
 }
@@ -510,6 +552,7 @@ typedef struct run_totals {
   double ms_sum, t_start;
   int64_t ms_n;
   ampc_swallow_stats sw;
+  uint64_t bytes_sent; /* by this rank during the iterations (data parallel) */
 } run_totals;
 
 static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
@@ -537,7 +580,7 @@ static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
                             t->sw.updated ? (double)t->sw.swallowed / (double)t->sw.updated : 0);
     cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
-    add_memory(o, T, act, ws);
+    add_memory(o, T, act, ws, ampc_accum_stage_bytes(&R->accum, T->params.total));
   } else {
     cJSON_AddNumberToObject(o, "ms_per_step_mean", t->ms_n ? t->ms_sum / (double)t->ms_n : 0.0);
     cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
@@ -546,12 +589,17 @@ static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
     for (int r = 0; r < AMPC_ROLE_COUNT; r++)
       pbytes += T->params.bytes[r];
     cJSON_AddNumberToObject(o, "parameter_state_bytes", (double)pbytes);
-    add_memory(o, T, act, ws);
+    add_memory(o, T, act, ws, ampc_accum_stage_bytes(&R->accum, T->params.total));
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
     if (t->have_eval)
       add_eval(cJSON_AddObjectToObject(o, "metrics"), R, &t->ev);
   }
   cJSON_AddStringToObject(o, "checkpoint", R->rc.save_path ? R->rc.save_path : "");
+  if (R->accum.comm) { /* what this rank sent per iteration (payload bytes) */
+    cJSON_AddNumberToObject(o, "ranks", (double)R->size);
+    cJSON_AddNumberToObject(o, "bytes_sent_per_step",
+                            t->ms_n ? (double)t->bytes_sent / (double)t->ms_n : 0.0);
+  }
   cJSON *dj = parse_owned(ampc_diag_json(R->diag));
   if (!dj) {
     cJSON_Delete(o);
@@ -567,11 +615,13 @@ char *ampc_run_summary_json(const ampc_run *R) {
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
-/* micro-batch k of iteration R->it_no: samples it_no * batch + k * mb + r of
- * the sampler's sequence */
+/* micro-batch k of iteration R->it_no on this rank: samples it_no * batch +
+ * rank * (batch / size) + k * mb + r of the sampler's sequence (rank r's
+ * shard is the r-th of `size` consecutive slices of the global batch) */
 static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
   ampc_run *R = user;
-  const int64_t mb = R->mb, base = R->it_no * R->rc.batch + k * mb;
+  const int64_t shard = R->rc.batch / R->size;
+  const int64_t mb = R->mb, base = R->it_no * R->rc.batch + R->rank * shard + k * mb;
   memset(out, 0, sizeof *out);
   out->b = mb;
   out->labels = R->blab;
@@ -620,6 +670,140 @@ static ampc_status save(ampc_run *R) {
   return ampc_trainer_save(&R->T, R->rc.save_path, meta, n);
 }
 
+/* Test hooks of the data-parallel tests (docs/ROBUSTNESS.md):
+ * AMPC_FAULT_NAN_GRAD=R:I makes rank R's gradient non-finite in iteration I
+ * (1-based) before the ranks' sum; AMPC_FAULT_FAIL=R:I makes rank R fail
+ * there, as a bad input would. Unset: nothing. */
+static bool fault_at(const char *var, const ampc_run *R, int64_t it_no) {
+  const char *v = getenv(var);
+  int r = -1;
+  long long it = -1;
+  return v && sscanf(v, "%d:%lld", &r, &it) == 2 && r == R->rank && it == it_no + 1;
+}
+
+static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n) {
+  const ampc_run *R = user;
+  if (fault_at("AMPC_FAULT_FAIL", R, R->it_no))
+    return ampc_fail(AMPC_ERR_IO, "rank %d: injected failure (AMPC_FAULT_FAIL)", R->rank);
+  if (n > 0 && fault_at("AMPC_FAULT_NAN_GRAD", R, R->it_no)) {
+    const float nan = NAN;
+    (void)ampc_convert(g, dt, &nan, AMPC_F32, 1);
+  }
+  return AMPC_OK;
+}
+
+/* Every rank must hold the same state after a step; a difference (a
+ * non-deterministic reduction, a rank that skipped alone) ends the run
+ * rather than letting replicas drift apart. The scaler's state every step,
+ * the weights when check_replicas is set. */
+static ampc_status check_replicas(ampc_run *R, const ampc_step_info *info) {
+  const ampc_comm *c = R->accum.comm;
+  if (!c)
+    return AMPC_OK;
+  const ampc_trainer *T = &R->T;
+  const double st[6] = {(double)T->scaler.scale,      (double)T->scaler.growth_tracker,
+                        (double)T->scaler.skip_count, (double)T->step,
+                        (double)info->skipped,        (double)info->nonfinite};
+  char what[96];
+  snprintf(what, sizeof what, "the loss scaler's state after iteration %lld",
+           (long long)info->iteration);
+  AMPC_TRY(c->check_same(c->user, st, sizeof st, what));
+  if (R->rc.check_replicas) {
+    const ampc_params *P = &T->params;
+    snprintf(what, sizeof what, "the weights after iteration %lld", (long long)info->iteration);
+    AMPC_TRY(c->check_same(c->user, P->w, (size_t)P->total * ampc_dtype_size(P->wdt), what));
+    if (P->master) {
+      snprintf(what, sizeof what, "the master weights after iteration %lld",
+               (long long)info->iteration);
+      AMPC_TRY(c->check_same(c->user, P->master, (size_t)P->total * sizeof(float), what));
+    }
+  }
+  return AMPC_OK;
+}
+
+/* The telemetry of a sampled iteration over all ranks: counts summed, the
+ * largest |x| and accumulation errors the maxima (the first non-finite
+ * tensor and the accumulation tensors stay rank 0's). */
+static ampc_status reduce_telemetry(ampc_run *R) {
+  const ampc_comm *c = R->accum.comm;
+  if (!c)
+    return AMPC_OK;
+  ampc_telemetry *t = R->telemetry;
+  enum { PER = 7 + AMPC_TM_BINS, NS = AMPC_TM_PHASES * AMPC_BRANCH_COUNT };
+  uint64_t *u = malloc(sizeof(uint64_t) * PER * NS);
+  double mx[NS + AMPC_BRANCH_COUNT];
+  if (!u)
+    return ampc_fail(AMPC_ERR_NOMEM, "telemetry: out of memory");
+  for (int i = 0; i < NS; i++) {
+    ampc_tm_stats *s = &t->s[i / AMPC_BRANCH_COUNT][i % AMPC_BRANCH_COUNT];
+    uint64_t *o = u + i * PER;
+    o[0] = s->r.count, o[1] = s->r.underflow, o[2] = s->r.subnormal, o[3] = s->r.overflow;
+    o[4] = s->r.inf, o[5] = s->r.nan, o[6] = s->zeros;
+    memcpy(o + 7, s->hist, sizeof s->hist);
+    mx[i] = (double)s->r.max_abs;
+  }
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    mx[NS + b] = t->acc_err[b];
+  ampc_status st = c->sum_u64(c->user, u, PER * NS);
+  if (st == AMPC_OK)
+    st = c->max_f64(c->user, mx, NS + AMPC_BRANCH_COUNT);
+  if (st == AMPC_OK)
+    for (int i = 0; i < NS; i++) {
+      ampc_tm_stats *s = &t->s[i / AMPC_BRANCH_COUNT][i % AMPC_BRANCH_COUNT];
+      const uint64_t *o = u + i * PER;
+      s->r.count = o[0], s->r.underflow = o[1], s->r.subnormal = o[2], s->r.overflow = o[3];
+      s->r.inf = o[4], s->r.nan = o[5], s->zeros = o[6];
+      memcpy(s->hist, o + 7, sizeof s->hist);
+      s->r.max_abs = (float)mx[i];
+    }
+  /* what one process would keep of its micro-batches in order: the first
+   * (lowest-rank) holder of each branch's largest error names its tensor,
+   * and the first rank that met a non-finite value names that tensor */
+  enum { NB = AMPC_BRANCH_COUNT, NAME = 64 / 8 };
+  double who[NB + 1];
+  for (int b = 0; b < NB; b++)
+    who[b] = t->acc_err[b] >= 0.0 && t->acc_err[b] == mx[NS + b] ? -(double)c->rank : -1e9;
+  who[NB] = t->first_nonfinite_branch >= 0 ? -(double)c->rank : -1e9;
+  if (st == AMPC_OK)
+    st = c->max_f64(c->user, who, NB + 1);
+  uint64_t names[(NB + 1) * (NAME + 2)];
+  memset(names, 0, sizeof names);
+  for (int b = 0; b <= NB; b++) {
+    if (who[b] != -(double)c->rank)
+      continue;
+    uint64_t *o = names + b * (NAME + 2);
+    if (b < NB) {
+      memcpy(o, t->acc_tensor[b], 64);
+      o[NAME] = (uint64_t)t->acc_k[b];
+    } else {
+      memcpy(o, t->first_nonfinite, 64);
+      o[NAME] = (uint64_t)t->first_nonfinite_branch,
+      o[NAME + 1] = (uint64_t)t->first_nonfinite_phase;
+    }
+  }
+  if (st == AMPC_OK)
+    st = c->sum_u64(c->user, names, (NB + 1) * (NAME + 2));
+  if (st == AMPC_OK) {
+    for (int b = 0; b <= NB; b++) {
+      const uint64_t *o = names + b * (NAME + 2);
+      if (who[b] < -1e8)
+        continue; /* no rank has one */
+      if (b < NB) {
+        t->acc_err[b] = mx[NS + b];
+        memcpy(t->acc_tensor[b], o, 64);
+        t->acc_tensor[b][63] = '\0';
+        t->acc_k[b] = (int64_t)o[NAME];
+      } else {
+        memcpy(t->first_nonfinite, o, 64);
+        t->first_nonfinite[63] = '\0';
+        t->first_nonfinite_branch = (int)o[NAME], t->first_nonfinite_phase = (int)o[NAME + 1];
+      }
+    }
+  }
+  free(u);
+  return st;
+}
+
 #define TRYR(call)                                                                                 \
   do {                                                                                             \
     st = (call);                                                                                   \
@@ -645,7 +829,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
   FILE *log = NULL;
   cJSON_Delete(R->summary);
   R->summary = NULL;
-  if (rc->log_path) {
+  const bool lead = R->rank == 0; /* rank 0 writes the log and the checkpoint */
+  if (lead && rc->log_path) {
     cJSON *first = config_object(R);
     if (!first)
       return ampc_fail(AMPC_ERR_NOMEM, "out of memory");
@@ -668,6 +853,9 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     TRYR(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
   /* telemetry only for models that mark their branches */
   const bool can_sample = m->ops->set_telemetry != NULL && rc->telemetry_every > 0;
+  const uint64_t bytes0 = R->accum.comm && R->accum.comm->bytes_sent
+                              ? R->accum.comm->bytes_sent(R->accum.comm->user)
+                              : 0;
   while (T->iteration < end) {
     const double t0 = ampc_now_s();
     const int64_t it_no = T->iteration;
@@ -676,16 +864,22 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       TRYR(ampc_telemetry_begin(R->telemetry));
     R->it_no = it_no;
     ampc_losses mean;
-    st = ampc_train_accumulate(T, m, rc->micro_batches, gather, R, &mean);
+    st = ampc_train_accumulate_dp(T, m, &R->accum, gather, R, &mean);
     ampc_telemetry_end(R->telemetry); /* the optimizer's stores are not the model's */
     ampc_step_info info;
     if (st == AMPC_OK)
       st = ampc_trainer_step(T, &info);
+    if (st == AMPC_OK)
+      st = check_replicas(R, &info);
+    if (st == AMPC_OK && sampled)
+      st = reduce_telemetry(R);
     if (st != AMPC_OK) {
       st = ampc_fail(st, "step %lld: %s", (long long)it_no + 1, ampc_last_error());
       goto out;
     }
     const double ms = (ampc_now_s() - t0) * 1e3;
+    if (R->accum.comm && R->accum.comm->bytes_sent)
+      tot.bytes_sent = R->accum.comm->bytes_sent(R->accum.comm->user) - bytes0;
     tot.ms_sum += ms, tot.ms_n++;
     tot.last = mean;
     if (!info.skipped)
@@ -699,13 +893,13 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     if (log &&
         (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))
       TRYR(log_line(log, rc->log_path, step_object(&info, &mean, ms, &ds)));
-    if (cb->step) {
+    if (lead && cb->step) {
       const ampc_run_progress p = {
           &info, &mean, ms, ampc_now_s() - tot.t_start, end, start_iter, T->scaler.skip_count};
       cb->step(cb->user, R, &p);
     }
     const bool do_eval =
-        rc->eval &&
+        lead && rc->eval &&
         ((rc->eval_every > 0 && info.iteration % rc->eval_every == 0) || info.iteration == end);
     if (do_eval) {
       st = ampc_model_evaluate(m, &R->data, &tot.ev);
@@ -724,11 +918,11 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
         TRYR(log_line(log, rc->log_path, o));
       }
     }
-    if (rc->save_path && rc->save_every > 0 && info.iteration % rc->save_every == 0 &&
+    if (lead && rc->save_path && rc->save_every > 0 && info.iteration % rc->save_every == 0 &&
         info.iteration != end)
       TRYR(save(R));
   }
-  if (rc->save_path)
+  if (lead && rc->save_path)
     TRYR(save(R));
   R->summary = summary_object(R, &tot);
   if (!R->summary)

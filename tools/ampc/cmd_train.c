@@ -73,7 +73,17 @@ static const char k_usage[] =
     "                   multimodal and ViT models)\n"
     "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end (and every "
     "--save-every N)\n"
-    "  --resume FILE    continue from a checkpoint (same model and data flags)\n"
+    "  --resume FILE    continue from a checkpoint (same model and data flags; any\n"
+    "                   number of ranks)\n"
+    "\n"
+    "Data parallel (under mpirun: `mpirun -np 4 ampc train ...`; --batch is the\n"
+    "global batch, split evenly over the ranks; rank 0 prints, logs and saves):\n"
+    "  --allreduce f32|working   how gradients of micro-batches and ranks are summed:\n"
+    "                   f32 (default): each in its own buffer, summed in FP32 in a\n"
+    "                   fixed order, rounded once (N ranks give the bits of 1 rank\n"
+    "                   with --micro-batches N); working: in place and MPI_Allreduce\n"
+    "                   in the gradient dtype (half the bytes for 16-bit gradients)\n"
+    "  --check-replicas compare every rank's weights after every step\n"
     "  --json           print the summary as one JSON object on stdout (with a\n"
     "                   --precision list: {\"runs\":[summary, ...]})\n"
     "  --quiet          no progress lines\n"
@@ -131,10 +141,12 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     if (eq)
       f.value = eq + 1;
     if (!strcmp(f.name, "json") || !strcmp(f.name, "quiet") || !strcmp(f.name, "nesterov") ||
-        !strcmp(f.name, "no-eval")) {
+        !strcmp(f.name, "no-eval") || !strcmp(f.name, "check-replicas")) {
       if (f.value)
         return cli_usage_error("train", "--%s takes no value", f.name);
-      if (f.name[0] == 'j')
+      if (f.name[0] == 'c')
+        a->check_replicas = true;
+      else if (f.name[0] == 'j')
         a->json = true;
       else if (f.name[0] == 'q')
         a->quiet = true;
@@ -272,7 +284,14 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rc = parse_f(flag, v, &a->w_cls);
     else if (!strcmp(n, "resume"))
       a->resume = v;
-    else if (!strcmp(n, "model")) {
+    else if (!strcmp(n, "allreduce")) {
+      if (!strcmp(v, "f32"))
+        a->reduce = AMPC_REDUCE_F32;
+      else if (!strcmp(v, "working"))
+        a->reduce = AMPC_REDUCE_WORKING;
+      else
+        rc = cli_usage_error("train", "--allreduce: expected f32 or working, got '%s'", v);
+    } else if (!strcmp(n, "model")) {
       if (!ampc_model_known(v)) /* the library's list of models */
         rc = cli_usage_error("train",
                              "--model: unknown model '%s' (available: mm-tiny, mm-small, "
@@ -435,11 +454,17 @@ typedef struct blobs {
   int32_t *y;
 } blobs;
 
+/* the job's group (one process unless started by mpirun) */
+static ampc_dist *g_dist;
+
 static int run_one(int argc, char **argv, cJSON **summary) {
   train_args A;
   int rc = train_parse_args(argc, argv, &A);
   if (rc)
     return rc;
+  if (ampc_dist_rank(g_dist) != 0) /* rank 0 prints; the others only their errors */
+    A.quiet = true, A.json = false, summary = NULL;
+  const bool lead = ampc_dist_rank(g_dist) == 0;
   if (A.threads > 0)
     ampc_set_num_threads(A.threads);
   FILE *out = A.json ? stderr : stdout;
@@ -485,6 +510,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   c.eval_every = A.eval_every, c.eval = !A.no_eval, c.log_every = A.log_every;
   c.save_every = A.save_every, c.telemetry_every = A.telemetry_every, c.seed = A.seed;
   c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;
+  c.comm = ampc_dist_comm(g_dist), c.reduce = A.reduce, c.check_replicas = A.check_replicas;
   ampc_run *R = NULL;
   int ret = AMPC_EXIT_OK;
   const ampc_status st = ampc_run_create(&R, &c, &A.amp, &A.opt, &md, &data);
@@ -494,7 +520,8 @@ static int run_one(int argc, char **argv, cJSON **summary) {
                                      : cli_runtime_error("train", "%s", ampc_last_error());
     goto out;
   }
-  print_config(out, R);
+  if (lead)
+    print_config(out, R);
   printer pr = {&A, out, !A.quiet && isatty(fileno(stderr)), A.steps >= 20 ? A.steps / 20 : 1};
   const ampc_run_callbacks cb = {&pr, on_step, on_eval};
   if (ampc_run_train(R, &cb) != AMPC_OK) {
@@ -512,7 +539,9 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   }
   if (summary)
     *summary = cJSON_Duplicate(o, 1);
-  if (A.json) {
+  if (!lead) {
+    cJSON_Delete(o);
+  } else if (A.json) {
     ret = cli_print_json("train", o);
   } else {
     if (!A.quiet) {
@@ -559,7 +588,25 @@ static double field(const cJSON *sum, const char *key) {
 
 /* --precision A,B,...: one run per preset (same seed and data), then a
  * side-by-side table; --log/--save get the preset inserted in their names */
+static int run_list(int argc, char **argv);
+
+/* Under mpirun every rank runs this; a rank that fails ends the job
+ * (MPI_Abort) after its message, so no rank waits for it forever. */
 static int run(int argc, char **argv) {
+  if (ampc_dist_init(NULL, NULL, &g_dist) != AMPC_OK)
+    return cli_runtime_error("train", "%s", ampc_last_error());
+  const int rc = run_list(argc, argv);
+  if (rc != 0 && ampc_dist_size(g_dist) > 1) {
+    fprintf(stderr, "ampc train: rank %d of %d failed (exit %d): ending the job\n",
+            ampc_dist_rank(g_dist), ampc_dist_size(g_dist), rc);
+    ampc_dist_abort(g_dist, rc);
+  }
+  ampc_dist_finalize(g_dist);
+  g_dist = NULL;
+  return rc;
+}
+
+static int run_list(int argc, char **argv) {
   int pi = -1;
   const char *list = NULL;
   for (int i = 1; i < argc; i++) {

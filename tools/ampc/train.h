@@ -23,6 +23,8 @@ typedef struct train_args {
   uint64_t seed;
   int threads;
   bool cosine, json, quiet, progress, no_eval;
+  ampc_grad_reduce reduce; /* --allreduce */
+  bool check_replicas;     /* --check-replicas */
   const char *log, *save, *resume, *model, *data;
 } train_args;
 

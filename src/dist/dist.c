@@ -1,0 +1,239 @@
+/*
+ * src/dist/dist.c: the data-parallel group over MPI (include/ampc/dist.h):
+ * start and end, and the collectives of ampc_comm that the run calls (the
+ * gradient sums, the loss sums, the telemetry reductions, the replica
+ * checks). Without AMPC_HAVE_MPI every group is one process.
+ */
+#include "ampc/dist.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifdef AMPC_HAVE_MPI
+#include <mpi.h>
+#endif
+
+struct ampc_dist {
+  int rank, size;
+  bool mpi_started; /* we called MPI_Init_thread */
+  ampc_comm comm;
+  uint64_t sent; /* payload bytes passed to sending calls */
+  float *tmp;    /* one chunk of the chain sum */
+};
+
+bool ampc_dist_have_mpi(void) {
+#ifdef AMPC_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+int ampc_dist_rank(const ampc_dist *d) { return d ? d->rank : 0; }
+int ampc_dist_size(const ampc_dist *d) { return d ? d->size : 1; }
+
+#ifdef AMPC_HAVE_MPI
+
+enum { CHAIN_CHUNK = 1 << 18 }; /* floats per message of the chain: 1 MiB */
+enum { TAG_CHAIN = 7301 };
+
+static int launched_by_mpi(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+static ampc_status mpi_fail(int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+    snprintf(msg, sizeof msg, "error %d", rc);
+  return ampc_fail(AMPC_ERR_IO, "MPI: %s: %s", what, msg);
+}
+#define MPI_TRY(call, what)                                                                        \
+  do {                                                                                             \
+    const int rc_ = (call);                                                                        \
+    if (rc_ != MPI_SUCCESS)                                                                        \
+      return mpi_fail(rc_, what);                                                                  \
+  } while (0)
+
+/* the chain: rank r receives the running sum of ranks 0..r-1, adds its own
+ * values (running + own, in that order) and passes it on; the last rank
+ * holds the total and broadcasts it */
+static ampc_status sum_f32_ordered(void *user, float *x, int64_t n) {
+  ampc_dist *d = user;
+  const int r = d->rank, last = d->size - 1;
+  for (int64_t i0 = 0; i0 < n; i0 += CHAIN_CHUNK) {
+    const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
+    if (r > 0) {
+      MPI_TRY(MPI_Recv(d->tmp, len, MPI_FLOAT, r - 1, TAG_CHAIN, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+              "the gradient chain (receive)");
+      for (int i = 0; i < len; i++)
+        x[i0 + i] = d->tmp[i] + x[i0 + i];
+    }
+    if (r < last) {
+      MPI_TRY(MPI_Send(x + i0, len, MPI_FLOAT, r + 1, TAG_CHAIN, MPI_COMM_WORLD),
+              "the gradient chain (send)");
+      d->sent += (uint64_t)len * sizeof(float);
+    }
+  }
+  for (int64_t i0 = 0; i0 < n; i0 += CHAIN_CHUNK) {
+    const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
+    MPI_TRY(MPI_Bcast(x + i0, len, MPI_FLOAT, last, MPI_COMM_WORLD), "the gradient broadcast");
+    if (r == last)
+      d->sent += (uint64_t)len * sizeof(float);
+  }
+  return AMPC_OK;
+}
+
+/* a + b in binary16 / bfloat16 with one rounding: both widened (exact),
+ * added in FP32, rounded to nearest even */
+static void add16(void *in, void *inout, int *len, ampc_dtype dt) {
+  enum { CH = 512 };
+  float a[CH], b[CH];
+  uint16_t *x = in, *y = inout;
+  for (int i0 = 0; i0 < *len; i0 += CH) {
+    const int n = *len - i0 < CH ? *len - i0 : CH;
+    ampc_convert(a, AMPC_F32, x + i0, dt, (size_t)n);
+    ampc_convert(b, AMPC_F32, y + i0, dt, (size_t)n);
+    for (int i = 0; i < n; i++)
+      b[i] = a[i] + b[i];
+    ampc_convert(y + i0, dt, b, AMPC_F32, (size_t)n);
+  }
+}
+static void add_f16(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  add16(in, inout, len, AMPC_F16);
+}
+static void add_bf16(void *in, void *inout, int *len, MPI_Datatype *t) {
+  (void)t;
+  add16(in, inout, len, AMPC_BF16);
+}
+
+static ampc_status sum_working(void *user, void *x, ampc_dtype dt, int64_t n) {
+  ampc_dist *d = user;
+  const size_t es = ampc_dtype_size(dt);
+  MPI_Op op = MPI_SUM;
+  MPI_Datatype t = MPI_FLOAT;
+  if (dt == AMPC_F16 || dt == AMPC_BF16) {
+    MPI_TRY(MPI_Op_create(dt == AMPC_F16 ? add_f16 : add_bf16, 1, &op), "MPI_Op_create");
+    t = MPI_UINT16_T;
+  } else if (dt != AMPC_F32) {
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "sum_working: dtype %s is not f32, f16 or bf16",
+                     ampc_dtype_name(dt));
+  }
+  ampc_status st = AMPC_OK;
+  for (int64_t i0 = 0; i0 < n && st == AMPC_OK; i0 += CHAIN_CHUNK) {
+    const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
+    const int rc =
+        MPI_Allreduce(MPI_IN_PLACE, (char *)x + (size_t)i0 * es, len, t, op, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS)
+      st = mpi_fail(rc, "the gradient all-reduce");
+    d->sent += (uint64_t)len * es;
+  }
+  if (op != MPI_SUM)
+    MPI_Op_free(&op);
+  return st;
+}
+
+static ampc_status sum_u64(void *user, uint64_t *x, int64_t n) {
+  ampc_dist *d = user;
+  MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD),
+          "a count all-reduce");
+  d->sent += (uint64_t)n * sizeof *x;
+  return AMPC_OK;
+}
+
+static ampc_status max_f64(void *user, double *x, int64_t n) {
+  ampc_dist *d = user;
+  MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD),
+          "a maximum all-reduce");
+  d->sent += (uint64_t)n * sizeof *x;
+  return AMPC_OK;
+}
+
+/* FNV-1a, 64-bit: equal inputs give equal hashes; the ranks compare the
+ * hash and its complement by their maxima (max h == h and max ~h == ~h on
+ * every rank only when all hashes are equal) */
+static uint64_t fnv1a(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static ampc_status check_same(void *user, const void *bytes, size_t n, const char *what) {
+  ampc_dist *d = user;
+  const uint64_t h = fnv1a(bytes, n) ^ (uint64_t)n;
+  uint64_t v[2] = {h, ~h};
+  MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD),
+          "the replica check");
+  d->sent += sizeof v;
+  if (v[0] != h || v[1] != ~h)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the %d ranks disagree on %s (rank %d's copy differs from another's): the "
+                     "replicas have drifted apart",
+                     d->size, what ? what : "their state", d->rank);
+  return AMPC_OK;
+}
+
+static uint64_t bytes_sent(void *user) { return ((ampc_dist *)user)->sent; }
+
+#endif /* AMPC_HAVE_MPI */
+
+ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
+  if (!out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_dist_init: out is NULL");
+  ampc_dist *d = calloc(1, sizeof *d);
+  if (!d)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_dist_init: out of memory");
+  d->size = 1;
+#ifdef AMPC_HAVE_MPI
+  if (launched_by_mpi()) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    d->mpi_started = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    d->tmp = malloc(CHAIN_CHUNK * sizeof *d->tmp);
+    if (!d->tmp) {
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      return AMPC_ERR_NOMEM;
+    }
+    d->comm = (ampc_comm){d,       d->rank, d->size,    sum_f32_ordered, sum_working,
+                          sum_u64, max_f64, check_same, bytes_sent};
+  }
+#else
+  (void)argc, (void)argv;
+#endif
+  *out = d;
+  return AMPC_OK;
+}
+
+const ampc_comm *ampc_dist_comm(ampc_dist *d) { return d && d->size > 1 ? &d->comm : NULL; }
+
+void ampc_dist_abort(ampc_dist *d, int code) {
+#ifdef AMPC_HAVE_MPI
+  if (d && d->mpi_started && d->size > 1) {
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+#else
+  (void)d, (void)code;
+#endif
+}
+
+void ampc_dist_finalize(ampc_dist *d) {
+  if (!d)
+    return;
+#ifdef AMPC_HAVE_MPI
+  if (d->mpi_started)
+    MPI_Finalize();
+#endif
+  free(d->tmp);
+  free(d);
+}

@@ -1,0 +1,121 @@
+#!/bin/sh
+# tests/check_mpi.sh AMPC MPIEXEC: data-parallel training on MPI (issue 15).
+#
+# 1. Equivalence: `mpirun -np N ampc train --batch B` (each rank B/N samples,
+#    --allreduce f32) leaves the same checkpoint, bit for bit, and the same
+#    step lines (losses, scales, telemetry counts) as one process with
+#    --micro-batches N, for 32-true, 16-mixed and bf16-mixed on 2 ranks and
+#    16-mixed on 3; every rank's weights and master weights are compared
+#    after every step (--check-replicas).
+# 2. A non-finite gradient on rank 1 only (AMPC_FAULT_NAN_GRAD=1:I): the step
+#    is skipped and the scale halved once, on every rank (the run checks the
+#    ranks' scaler states after every step and would fail on a difference).
+# 3. Resume on another world size: a checkpoint saved by 2 ranks continues on
+#    1 rank (--micro-batches 2) to the same bits as the uninterrupted 2-rank
+#    run, and continues on 3 ranks to the bits of 1 rank with --micro-batches 3.
+# 4. --allreduce working: runs, and the replicas stay identical.
+# 5. A rank that fails (AMPC_FAULT_FAIL=1:2, as a bad input would) ends the
+#    job with its message and a non-zero exit within seconds, no hang; a
+#    global batch that does not divide over the ranks is a clear error.
+set -u
+OMP_WAIT_POLICY=passive
+export OMP_WAIT_POLICY
+ampc=$1
+mpiexec=${2:-mpirun}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+die() { echo "FAIL: $*" >&2; fail=1; }
+# root (CI) must say so to Open MPI; more ranks than cores is fine here
+mpi() {
+  n=$1
+  shift
+  "$mpiexec" --allow-run-as-root --oversubscribe -np "$n" "$@"
+}
+common="--steps 6 --no-eval --threads 1 --telemetry-every 3 --quiet"
+
+# the step and summary lines of two logs, timings, sizes and paths left out
+same_log() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+skip = {"ms", "wall_s", "ms_per_step_mean", "peak_rss_bytes", "checkpoint", "ranks",
+        "bytes_sent_per_step"}
+def clean(x):
+    if isinstance(x, dict):
+        return {k: clean(v) for k, v in x.items() if k not in skip}
+    return x
+def lines(p):
+    return [clean(json.loads(l)) for l in open(p) if '"config"' not in l]
+a, b = lines(sys.argv[1]), lines(sys.argv[2])
+if len(a) != len(b):
+    sys.exit("different numbers of lines: %d and %d" % (len(a), len(b)))
+for x, y in zip(a, b):
+    if x != y:
+        keys = [k for k in set(x) | set(y) if x.get(k) != y.get(k)]
+        sys.exit("%s line differs in %s" % (x.get("event"), keys))
+PY
+}
+
+# 1. equivalence
+for case in "2 32-true 16" "2 16-mixed 16" "2 bf16-mixed 16" "3 16-mixed 12"; do
+  set -- $case
+  n=$1 p=$2 b=$3
+  tag="$p.$n"
+  mpi "$n" "$ampc" train $common --precision "$p" --batch "$b" --check-replicas \
+    --save "$tmp/dp.$tag.st" --log "$tmp/dp.$tag.jsonl" >"$tmp/dp.$tag.out" 2>&1 ||
+    { die "$n ranks, $p: exit $?"; cat "$tmp/dp.$tag.out" >&2; continue; }
+  "$ampc" train $common --precision "$p" --batch "$b" --micro-batches "$n" \
+    --save "$tmp/mb.$tag.st" --log "$tmp/mb.$tag.jsonl" >/dev/null 2>&1 ||
+    die "1 rank, $p, $n micro-batches: exit $?"
+  cmp -s "$tmp/dp.$tag.st" "$tmp/mb.$tag.st" ||
+    die "$p: $n ranks and $n micro-batches leave different checkpoints"
+  msg=$(same_log "$tmp/dp.$tag.jsonl" "$tmp/mb.$tag.jsonl" 2>&1) ||
+    die "$p: $n ranks and $n micro-batches log differently: $msg"
+  grep -q '"ranks":'"$n" "$tmp/dp.$tag.jsonl" || die "$p: the config line does not name $n ranks"
+done
+
+# 2. a non-finite gradient on one rank: every rank skips, the scale halves once
+AMPC_FAULT_NAN_GRAD=1:5 mpi 2 "$ampc" train $common --batch 16 --check-replicas \
+  --log "$tmp/nan.jsonl" >"$tmp/nan.out" 2>&1 || { die "NaN on rank 1: exit $?"; cat "$tmp/nan.out" >&2; }
+python3 - "$tmp/nan.jsonl" <<'PY' || die "NaN on rank 1: step 5 was not skipped with the scale halved"
+import json, sys
+steps = {o["step"]: o for o in map(json.loads, open(sys.argv[1])) if o.get("event") == "step"}
+s = steps[5]
+assert s["overflow"] and s["skipped"], s
+assert steps[6]["loss_scale"] == s["loss_scale"] / 2, (s, steps[6])
+assert not steps[6]["skipped"], steps[6]
+PY
+
+# 3. resume on other world sizes
+mpi 2 "$ampc" train $common --batch 12 --save "$tmp/full.st" >/dev/null 2>&1 || die "2 ranks, 6 steps"
+mpi 2 "$ampc" train $common --batch 12 --stop-at 3 --save "$tmp/half.st" >/dev/null 2>&1 ||
+  die "2 ranks, stop at 3"
+"$ampc" train $common --batch 12 --micro-batches 2 --resume "$tmp/half.st" \
+  --save "$tmp/r1.st" >/dev/null 2>&1 || die "resume on 1 rank"
+cmp -s "$tmp/full.st" "$tmp/r1.st" || die "saved on 2 ranks, resumed on 1: not the 2-rank bits"
+mpi 3 "$ampc" train $common --batch 12 --resume "$tmp/half.st" --check-replicas \
+  --save "$tmp/r3.st" >/dev/null 2>&1 || die "resume on 3 ranks"
+"$ampc" train $common --batch 12 --micro-batches 3 --resume "$tmp/half.st" \
+  --save "$tmp/r1m3.st" >/dev/null 2>&1 || die "resume on 1 rank, 3 micro-batches"
+cmp -s "$tmp/r3.st" "$tmp/r1m3.st" ||
+  die "saved on 2 ranks, resumed on 3: not the bits of 1 rank with 3 micro-batches"
+
+# 4. --allreduce working
+mpi 2 "$ampc" train $common --batch 16 --allreduce working --check-replicas \
+  --log "$tmp/w.jsonl" >"$tmp/w.out" 2>&1 || { die "--allreduce working: exit $?"; cat "$tmp/w.out" >&2; }
+grep -q '"reduce":"working"' "$tmp/w.jsonl" || die "--allreduce working: not in the config line"
+
+# 5. a failing rank ends the job; a batch that does not divide
+start=$(date +%s)
+AMPC_FAULT_FAIL=1:2 mpi 2 "$ampc" train $common --batch 16 >"$tmp/f.out" 2>&1 &&
+  die "a failing rank: the job exited 0"
+grep -q "injected failure" "$tmp/f.out" || die "a failing rank: its message is missing"
+[ $(($(date +%s) - start)) -lt 60 ] || die "a failing rank: the job took over 60 s to end"
+mpi 2 "$ampc" train $common --batch 15 >"$tmp/b.out" 2>&1 && die "batch 15 on 2 ranks: exit 0"
+grep -q "does not divide evenly over 2 ranks" "$tmp/b.out" || {
+  die "batch 15 on 2 ranks: no clear message"
+  cat "$tmp/b.out" >&2
+}
+
+[ $fail -eq 0 ] && echo "check_mpi: all cases passed"
+exit $fail
