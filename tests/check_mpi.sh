@@ -17,6 +17,7 @@
 # 5. A rank that fails (AMPC_FAULT_FAIL=1:2, as a bad input would) ends the
 #    job with its message and a non-zero exit within seconds, no hang; a
 #    global batch that does not divide over the ranks is a clear error.
+# 6. --global-negatives: the loss and gradient of the global batch (below).
 set -u
 OMP_WAIT_POLICY=passive
 export OMP_WAIT_POLICY
@@ -104,6 +105,33 @@ cmp -s "$tmp/r3.st" "$tmp/r1m3.st" ||
 mpi 2 "$ampc" train $common --batch 16 --allreduce working --check-replicas \
   --log "$tmp/w.jsonl" >"$tmp/w.out" 2>&1 || { die "--allreduce working: exit $?"; cat "$tmp/w.out" >&2; }
 grep -q '"reduce":"working"' "$tmp/w.jsonl" || die "--allreduce working: not in the config line"
+
+# 6. --global-negatives: InfoNCE over the global batch. 32-true, matching
+#    head off (its hard negatives stay in each rank's shard): step 1 of 2
+#    ranks x 8 has the loss of 1 process x 16 and its gradient norm. Bounds:
+#    the similarities are the same dot products, the loss a double sum in
+#    another order rounded to FP32 (1 ulp: 2^-23 relative, 2^-22 allowed);
+#    the gradients are FP32 sums over the 16 samples split into per-rank
+#    partial sums (reassociation: 16 x 2^-24 ~ 1e-6 relative to the sum of
+#    magnitudes; 1e-5 allowed for cancellation). Without the flag the loss
+#    contrasts 8 samples, not 16 (at initialisation about ln 8 against ln 16).
+gflags="$common --precision 32-true --w-itm 0 --steps 2"
+mpi 2 "$ampc" train $gflags --batch 16 --global-negatives --check-replicas \
+  --log "$tmp/g2.jsonl" >"$tmp/g2.out" 2>&1 || { die "--global-negatives: exit $?"; cat "$tmp/g2.out" >&2; }
+mpi 2 "$ampc" train $gflags --batch 16 --log "$tmp/l2.jsonl" >/dev/null 2>&1 || die "2 ranks, shard negatives"
+"$ampc" train $gflags --batch 16 --log "$tmp/g1.jsonl" >/dev/null 2>&1 || die "1 process, batch 16"
+python3 - "$tmp/g2.jsonl" "$tmp/g1.jsonl" "$tmp/l2.jsonl" <<'PY' || die "--global-negatives: not the global batch's loss and gradient"
+import json, sys
+def step1(p):
+    return [o for o in map(json.loads, open(p)) if o.get("event") == "step" and o["step"] == 1][0]
+def negatives(p):
+    return [o for o in map(json.loads, open(p)) if o.get("event") == "config"][0]["run"]["data_parallel"]["negatives"]
+g, one, loc = step1(sys.argv[1]), step1(sys.argv[2]), step1(sys.argv[3])
+assert negatives(sys.argv[1]) == "global" and negatives(sys.argv[3]) == "shard"
+assert abs(g["loss_itc"] - one["loss_itc"]) <= 2 ** -22 * abs(one["loss_itc"]), (g["loss_itc"], one["loss_itc"])
+assert abs(g["grad_norm"] - one["grad_norm"]) <= 1e-5 * one["grad_norm"], (g["grad_norm"], one["grad_norm"])
+assert abs(loc["loss_itc"] - one["loss_itc"]) > 0.1, (loc["loss_itc"], one["loss_itc"])
+PY
 
 # 5. a failing rank ends the job; a batch that does not divide
 start=$(date +%s)

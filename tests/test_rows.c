@@ -150,6 +150,60 @@ static void test_argmax(void **state) {
   assert_int_equal(ampc_argmax_rows(1, 1, h, AMPC_F16, true, idx), AMPC_ERR_INVALID_ARG);
 }
 
+/* The two row halves of InfoNCE on a square matrix (queries = all keys,
+ * label0 0) are the square loss: forward sum / (2b) = ampc_infonce_forward
+ * (double sums in another order, then FP32: 1 ulp), and the row gradients of
+ * sim and of sim^T add up to ampc_infonce_backward's dsim (FP32 sums of the
+ * same terms in another order: a few ulps of the largest term). A slice with
+ * label0 > 0 scores its rows against their own diagonal offset. */
+static void test_infonce_rows(void **state) {
+  (void)state;
+  enum { B = 5 };
+  float sim[B * B], simt[B * B];
+  for (int i = 0; i < B; i++)
+    for (int j = 0; j < B; j++)
+      sim[i * B + j] = (float)((i * 7 + j * 3) % 11) / 11.0f - 0.4f + (i == j ? 0.3f : 0.0f);
+  for (int i = 0; i < B; i++)
+    for (int j = 0; j < B; j++)
+      simt[j * B + i] = sim[i * B + j];
+  const float lt = 1.5f, S = 8.0f;
+  float sq = 0.0f;
+  assert_int_equal(ampc_infonce_forward(B, sim, AMPC_F32, lt, &sq), AMPC_OK);
+  double s1 = 0.0, s2 = 0.0;
+  assert_int_equal(ampc_infonce_rows_forward(B, B, sim, AMPC_F32, lt, 0, &s1), AMPC_OK);
+  assert_int_equal(ampc_infonce_rows_forward(B, B, simt, AMPC_F32, lt, 0, &s2), AMPC_OK);
+  const float rows = (float)((s1 + s2) / (2.0 * B));
+  assert_true(fabsf(rows - sq) <= 0x1p-23f * fabsf(sq));
+  float dsq[B * B], da[B * B], dc[B * B], dlt_sq = 0.0f, dlt_rows = 0.0f;
+  assert_int_equal(ampc_infonce_backward(B, sim, AMPC_F32, lt, S, dsq, AMPC_F32, &dlt_sq, NULL),
+                   AMPC_OK);
+  const float coef = S / (2.0f * B);
+  assert_int_equal(
+      ampc_infonce_rows_backward(B, B, sim, AMPC_F32, lt, 0, coef, da, AMPC_F32, &dlt_rows, NULL),
+      AMPC_OK);
+  assert_int_equal(
+      ampc_infonce_rows_backward(B, B, simt, AMPC_F32, lt, 0, coef, dc, AMPC_F32, &dlt_rows, NULL),
+      AMPC_OK);
+  float big = 0.0f;
+  for (int i = 0; i < B * B; i++)
+    big = fmaxf(big, fabsf(dsq[i]));
+  for (int i = 0; i < B; i++)
+    for (int j = 0; j < B; j++)
+      assert_true(fabsf(da[i * B + j] + dc[j * B + i] - dsq[i * B + j]) <= 8 * 0x1p-24f * big);
+  assert_true(fabsf(dlt_rows - dlt_sq) <= 1e-5f * fabsf(dlt_sq) + 1e-6f);
+  /* a slice: 2 queries whose positives are keys 3 and 4 */
+  double sl = 0.0, full = 0.0;
+  assert_int_equal(ampc_infonce_rows_forward(2, B, sim + 3 * B, AMPC_F32, lt, 3, &sl), AMPC_OK);
+  double one = 0.0;
+  for (int i = 3; i < 5; i++) {
+    assert_int_equal(ampc_infonce_rows_forward(1, B, sim + i * B, AMPC_F32, lt, i, &one), AMPC_OK);
+    full += one;
+  }
+  assert_true(sl == full);
+  assert_int_equal(ampc_infonce_rows_forward(2, B, sim, AMPC_F32, lt, 4, &sl),
+                   AMPC_ERR_INVALID_ARG); /* label 5 of 5 columns */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vit_tokens_forward),
@@ -157,6 +211,7 @@ int main(void) {
       cmocka_unit_test(test_grad_add),
       cmocka_unit_test(test_gather_scatter),
       cmocka_unit_test(test_argmax),
+      cmocka_unit_test(test_infonce_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

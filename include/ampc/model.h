@@ -196,6 +196,31 @@ typedef struct ampc_model_probe {
 /* Attach a probe (copied; NULL detaches). */
 void ampc_mmodel_set_probe(ampc_mmodel *M, const ampc_model_probe *p);
 
+/* The data-parallel group a multimodal model contrasts over, for CLIP's
+ * global negatives: an interface the model calls and does not own (the
+ * training run implements it on its communicator, ampc/train.h). Every call
+ * is collective. */
+typedef struct ampc_model_group {
+  void *user;
+  int rank, size;
+  /* y [size * bytes] = every rank's x [bytes], in rank order */
+  ampc_status (*allgather)(void *user, const void *x, size_t bytes, void *y);
+  /* x [n] (in place) = the FP32 sum over ranks, in rank order */
+  ampc_status (*sum_f32)(void *user, float *x, int64_t n);
+} ampc_model_group;
+
+/* Contrast over the group's global batch (NULL: each rank's own batch, the
+ * default): the InfoNCE loss of the next passes sees all size x b image and
+ * text embeddings (gathered; their gradients summed back to the rank that
+ * owns each), every rank computing the rows of its own samples; the hard
+ * negatives of the matching head stay within the rank's batch (the fusion
+ * runs on local samples). Allocates the gathered buffers (for b up to the
+ * model's max batch). Errors: AMPC_ERR_INVALID_ARG for an image-only model
+ * or a bad group; AMPC_ERR_NOMEM. */
+ampc_status ampc_mmodel_set_group(ampc_mmodel *M, const ampc_model_group *g);
+/* Bytes of the global-negative buffers (0 when off). */
+size_t ampc_mmodel_group_bytes(const ampc_mmodel *M);
+
 /* The hard negatives chosen by the last forward pass: neg[i] is the text
  * paired with image i as a negative (b values). */
 void ampc_mmodel_last_negatives(const ampc_mmodel *M, int64_t b, int32_t *neg);

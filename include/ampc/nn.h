@@ -325,6 +325,23 @@ ampc_status ampc_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, fl
 /* Scratch of ampc_infonce_backward: the 2b row and column log-sum-exps. */
 size_t ampc_infonce_backward_scratch_bytes(int64_t b);
 
+/* One direction of InfoNCE over a slice of a larger batch, for negatives
+ * gathered from other ranks (CLIP's global batch, Radford et al. 2021): sim
+ * [m, n] (xdt) holds m queries against all n keys, query i's positive is key
+ * label0 + i; *sum = the sum over rows of CE(exp(log_temp) * sim row,
+ * label0 + i), in double (divide by the global count). Errors: labels
+ * outside [0, n). */
+ampc_status ampc_infonce_rows_forward(int64_t m, int64_t n, const void *sim, ampc_dtype xdt,
+                                      float log_temp, int64_t label0, double *sum);
+/* Its backward pass for loss = coef * sum: dsim [m, n] (gdt, overwritten) =
+ * coef * exp(log_temp) * (softmax - onehot) and *dlog_temp += coef * sum_ij
+ * (softmax - onehot)_ij * logit_ij (coef carries the loss scale and the
+ * 1 / count). ws: m floats (ampc_infonce_rows_backward_scratch_bytes). */
+ampc_status ampc_infonce_rows_backward(int64_t m, int64_t n, const void *sim, ampc_dtype xdt,
+                                       float log_temp, int64_t label0, float coef, void *dsim,
+                                       ampc_dtype gdt, float *dlog_temp, ampc_scratch *ws);
+size_t ampc_infonce_rows_backward_scratch_bytes(int64_t m);
+
 #ifdef __cplusplus
 }
 #endif

@@ -223,6 +223,8 @@ typedef struct ampc_comm {
   ampc_status (*sum_working)(void *user, void *x, ampc_dtype dt, int64_t n);
   ampc_status (*sum_u64)(void *user, uint64_t *x, int64_t n); /* exact sums, in place */
   ampc_status (*max_f64)(void *user, double *x, int64_t n);   /* maxima, in place */
+  /* y [size * bytes] = every rank's x [bytes], in rank order */
+  ampc_status (*allgather)(void *user, const void *x, size_t bytes, void *y);
   /* fails (AMPC_ERR_INVALID_ARG, naming `what`) unless every rank passed the
    * same n bytes */
   ampc_status (*check_same)(void *user, const void *bytes, size_t n, const char *what);
@@ -257,6 +259,11 @@ typedef struct ampc_accum {
   ampc_status (*before_reduce)(void *user, void *g, ampc_dtype dt, int64_t n);
   void *hook_user;
 } ampc_accum;
+
+/* Let model m contrast over a data-parallel group (ampc_mmodel_set_group; NULL:
+ * its own batch); its workspace bytes grow by the gathered buffers. Errors:
+ * AMPC_ERR_INVALID_ARG for a model without a contrastive loss. */
+ampc_status ampc_model_set_group(ampc_model *m, const ampc_model_group *g);
 
 /* Bytes of FP32 staging that accumulation `a` needs over n parameters (0 when
  * it needs none). */
@@ -305,6 +312,8 @@ typedef struct ampc_run_config {
   const ampc_comm *comm;
   ampc_grad_reduce reduce; /* gradient sums over micro-batches and ranks */
   bool check_replicas;     /* compare every rank's weights after every step */
+  bool global_negatives;   /* InfoNCE over the global batch (multimodal models;
+                              ampc_mmodel_set_group); else each rank's shard */
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,

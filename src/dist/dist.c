@@ -180,6 +180,16 @@ static ampc_status check_same(void *user, const void *bytes, size_t n, const cha
   return AMPC_OK;
 }
 
+static ampc_status allgather(void *user, const void *x, size_t bytes, void *y) {
+  ampc_dist *d = user;
+  if (bytes > (size_t)INT32_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "allgather: %zu bytes per rank is too many", bytes);
+  MPI_TRY(MPI_Allgather(x, (int)bytes, MPI_BYTE, y, (int)bytes, MPI_BYTE, MPI_COMM_WORLD),
+          "the embeddings' all-gather");
+  d->sent += bytes;
+  return AMPC_OK;
+}
+
 static uint64_t bytes_sent(void *user) { return ((ampc_dist *)user)->sent; }
 
 #endif /* AMPC_HAVE_MPI */
@@ -203,8 +213,16 @@ ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
       MPI_Abort(MPI_COMM_WORLD, 1);
       return AMPC_ERR_NOMEM;
     }
-    d->comm = (ampc_comm){d,       d->rank, d->size,    sum_f32_ordered, sum_working,
-                          sum_u64, max_f64, check_same, bytes_sent};
+    d->comm = (ampc_comm){.user = d,
+                          .rank = d->rank,
+                          .size = d->size,
+                          .sum_f32_ordered = sum_f32_ordered,
+                          .sum_working = sum_working,
+                          .sum_u64 = sum_u64,
+                          .max_f64 = max_f64,
+                          .allgather = allgather,
+                          .check_same = check_same,
+                          .bytes_sent = bytes_sent};
   }
 #else
   (void)argc, (void)argv;

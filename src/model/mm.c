@@ -292,6 +292,70 @@ static ampc_status image_only_bwd(ampc_mmodel *M, float S) {
   return vision_bwd(M, b, bt->images, dv32);
 }
 
+/* ---- global negatives (ampc_mmodel_set_group) ---------------------------------------- */
+
+/* InfoNCE over the group's global batch of G = b x ranks pairs: every rank's
+ * normalised embeddings are gathered; this rank's b images are scored against
+ * all G texts and its b texts against all G images (rows label0 = rank x b
+ * on), so the ranks' rows together are the global similarity matrix and its
+ * transpose. loss = (sum of this rank's row CEs) / (2b): the mean over ranks,
+ * as the run averages it, is the global loss. The local b x b block is kept
+ * in M->sim for the hard negatives. */
+static ampc_status global_itc_fwd(ampc_mmodel *M, int64_t b, float ls, float *itc) {
+  const ampc_model_group *g = &M->group;
+  const int64_t E = M->E, G = b * g->size, r0 = b * g->rank;
+  const ampc_dtype act_dt = M->act_dt;
+  const size_t bytes = (size_t)(b * E) * ampc_dtype_size(act_dt);
+  AMPC_TRY(g->allgather(g->user, M->inorm, bytes, M->iall));
+  AMPC_TRY(g->allgather(g->user, M->tnorm, bytes, M->tall));
+  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->inorm, act_dt, E, M->tall, act_dt, E,
+                     0.0f, M->sim_i2t, AMPC_F32, G, M->acc));
+  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->tnorm, act_dt, E, M->iall, act_dt, E,
+                     0.0f, M->sim_t2i, AMPC_F32, G, M->acc));
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
+  double s1 = 0.0, s2 = 0.0;
+  AMPC_TRY(ampc_infonce_rows_forward(b, G, M->sim_i2t, AMPC_F32, ls, r0, &s1));
+  AMPC_TRY(ampc_infonce_rows_forward(b, G, M->sim_t2i, AMPC_F32, ls, r0, &s2));
+  *itc = (float)((s1 + s2) / (2.0 * (double)b));
+  for (int64_t i = 0; i < b; i++)
+    memcpy(M->sim + i * b, M->sim_i2t + i * G + r0, (size_t)b * sizeof *M->sim);
+  return AMPC_OK;
+}
+
+/* Its backward pass, seeded with S (times the loss weight): the gradients
+ * of this rank's rows w.r.t. all G embeddings (part_i, part_t) are summed
+ * over the ranks; each rank keeps the rows of its own samples and adds the
+ * gradient through its own rows: dinorm = dA tall + sum_r part_i[r0..], in
+ * FP32, one rounding into the gradient dtype. */
+static ampc_status global_itc_bwd(ampc_mmodel *M, int64_t b, float ls, float S, float *dls) {
+  const ampc_model_group *g = &M->group;
+  const int64_t E = M->E, G = b * g->size, r0 = b * g->rank;
+  const ampc_dtype act_dt = M->act_dt, grad_dt = M->grad_dt;
+  const ampc_acc acc = M->acc;
+  const float coef = S / (2.0f * (float)b);
+  AMPC_TRY(ampc_infonce_rows_backward(b, G, M->sim_i2t, AMPC_F32, ls, r0, coef, M->dA, grad_dt, dls,
+                                      &M->ws));
+  AMPC_TRY(ampc_infonce_rows_backward(b, G, M->sim_t2i, AMPC_F32, ls, r0, coef, M->dC, grad_dt, dls,
+                                      &M->ws));
+  /* texts' gradient from this rank's image rows, images' from its text rows */
+  AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dA, grad_dt, G, M->inorm, act_dt, E,
+                     0.0f, M->part_t, AMPC_F32, E, acc));
+  AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dC, grad_dt, G, M->tnorm, act_dt, E,
+                     0.0f, M->part_i, AMPC_F32, E, acc));
+  AMPC_TRY(g->sum_f32(g->user, M->part_t, G * E));
+  AMPC_TRY(g->sum_f32(g->user, M->part_i, G * E));
+  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dA, grad_dt, G, M->tall, act_dt, E,
+                     0.0f, M->dloc_i, AMPC_F32, E, acc));
+  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dC, grad_dt, G, M->iall, act_dt, E,
+                     0.0f, M->dloc_t, AMPC_F32, E, acc));
+  AMPC_TRY(ampc_scatter_add_rows(b, E, NULL, b, M->part_i + r0 * E, AMPC_F32, NULL, AMPC_F32,
+                                 M->dloc_i, E));
+  AMPC_TRY(ampc_scatter_add_rows(b, E, NULL, b, M->part_t + r0 * E, AMPC_F32, NULL, AMPC_F32,
+                                 M->dloc_t, E));
+  AMPC_TRY(ampc_store_f32(M->dinorm, grad_dt, M->dloc_i, (size_t)(b * E), NULL));
+  return ampc_store_f32(M->dtnorm, grad_dt, M->dloc_t, (size_t)(b * E), NULL);
+}
+
 static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmodel_losses *out) {
   if (bt->b < 2 || bt->b > M->B || !bt->images || !bt->tokens || !bt->labels)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
@@ -306,14 +370,18 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
                        (long long)C);
   AMPC_TRY(vision_fwd(M, b, bt->images));
   AMPC_TRY(text_fwd(M, b, bt->tokens));
-  /* contrastive similarities (a GEMM on the normalised embeddings) */
-  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, act_dt, E, M->tnorm, act_dt, E,
-                     0.0f, M->sim, AMPC_F32, b, M->acc));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
   bool clamped = false;
   const float ls = log_scale(M, &clamped);
   ampc_mmodel_losses L = {0};
-  AMPC_TRY(ampc_infonce_forward(b, M->sim, AMPC_F32, ls, &L.itc));
+  if (M->global) {
+    AMPC_TRY(global_itc_fwd(M, b, ls, &L.itc));
+  } else {
+    /* contrastive similarities (a GEMM on the normalised embeddings) */
+    AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, act_dt, E, M->tnorm, act_dt,
+                       E, 0.0f, M->sim, AMPC_F32, b, M->acc));
+    mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
+    AMPC_TRY(ampc_infonce_forward(b, M->sim, AMPC_F32, ls, &L.itc));
+  }
   /* hard negatives: for image i the most similar other text (a row holding
    * a NaN, whose loss is NaN anyway, takes the first other text) */
   AMPC_TRY(ampc_argmax_rows(b, b, M->sim, AMPC_F32, true, M->neg));
@@ -433,14 +501,18 @@ static ampc_status mm_bwd(ampc_mmodel *M, float S) {
                                  TT * D));
   /* contrastive heads */
   float dls = 0.0f;
-  AMPC_TRY(
-      ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S * c->w_itc, M->dsim, grad_dt, &dls, &M->ws));
+  if (M->global) {
+    AMPC_TRY(global_itc_bwd(M, b, ls, S * c->w_itc, &dls));
+  } else {
+    AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S * c->w_itc, M->dsim, grad_dt, &dls,
+                                   &M->ws));
+    AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->tnorm, act_dt,
+                       E, 0.0f, M->dinorm, grad_dt, E, acc));
+    AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->inorm, act_dt,
+                       E, 0.0f, M->dtnorm, grad_dt, E, acc));
+  }
   if (!clamped) /* the clamp has zero gradient */
     AMPC_TRY(ampc_grad_add_f32(1, &dls, G(M, M->lscale), grad_dt));
-  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->tnorm, act_dt, E,
-                     0.0f, M->dinorm, grad_dt, E, acc));
-  AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->inorm, act_dt, E,
-                     0.0f, M->dtnorm, grad_dt, E, acc));
   AMPC_TRY(ampc_l2norm_backward(b, E, M->dinorm, grad_dt, M->iemb, act_dt, k_l2_eps, M->diemb));
   AMPC_TRY(ampc_linear_backward(b, D, E, M->diemb, grad_dt, M->vcls, act_dt, W(M, M->iproj),
                                 weight_dt, M->dvcls2, G(M, M->iproj), NULL, acc, &M->ws));

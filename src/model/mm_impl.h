@@ -53,7 +53,17 @@ struct ampc_mmodel {
   void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
   float *dv32, *dt32;
   ampc_scratch ws; /* the layers' scratch, one call at a time (the largest need, see layout) */
-  ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
+  /* global negatives (ampc_mmodel_set_group; all NULL when off): G = B x ranks */
+  ampc_model_group group;
+  bool global;
+  void *gbuf; /* the one allocation below */
+  size_t gbuf_bytes;
+  void *iall, *tall;        /* [G, E] act_dt: every rank's normalised embeddings */
+  float *sim_i2t, *sim_t2i; /* [B, G]: local images vs all texts, local texts vs all images */
+  void *dA, *dC;            /* [B, G] grad_dt: their gradients */
+  float *part_i, *part_t;   /* [G, E]: the gradient of every embedding from this rank's rows */
+  float *dloc_i, *dloc_t;   /* [B, E] */
+  ampc_model_probe probe;   /* the telemetry's (probe.on NULL: none) */
   /* what the backward pass needs of the last forward pass */
   ampc_mmodel_batch fwd; /* the batch (borrowed: valid until the backward pass) */
   float fwd_ls;          /* log-temperature used */

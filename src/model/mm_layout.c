@@ -187,10 +187,50 @@ static void layout(ampc_mmodel *M, arena *A) {
 #undef TAKE
 }
 
+ampc_status ampc_mmodel_set_group(ampc_mmodel *M, const ampc_model_group *g) {
+  if (!M)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_set_group: M is NULL");
+  free(M->gbuf);
+  M->gbuf = NULL, M->gbuf_bytes = 0, M->global = false;
+  memset(&M->group, 0, sizeof M->group);
+  if (!g || g->size <= 1)
+    return AMPC_OK;
+  if (M->c.image_only)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "global negatives: model %s has no contrastive loss (image-only)", M->c.name);
+  if (g->rank < 0 || g->rank >= g->size || !g->allgather || !g->sum_f32)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_set_group: bad group");
+  const int64_t B = M->B, E = M->E, G = B * g->size;
+  const size_t as = ampc_dtype_size(M->act_dt), gs = ampc_dtype_size(M->grad_dt);
+  const size_t sz[9] = {(size_t)(G * E) * as, (size_t)(G * E) * as, (size_t)(B * G) * 4,
+                        (size_t)(B * G) * 4,  (size_t)(B * G) * gs, (size_t)(B * G) * gs,
+                        (size_t)(G * E) * 4,  (size_t)(G * E) * 4,  (size_t)(2 * B * E) * 4};
+  size_t total = 0;
+  for (int i = 0; i < 9; i++)
+    total += (sz[i] + 63) & ~(size_t)63;
+  char *p = aligned_alloc(64, total);
+  if (!p)
+    return ampc_fail(AMPC_ERR_NOMEM, "global negatives: cannot allocate %zu bytes", total);
+  void *q[9];
+  size_t off = 0;
+  for (int i = 0; i < 9; i++) {
+    q[i] = p + off;
+    off += (sz[i] + 63) & ~(size_t)63;
+  }
+  M->iall = q[0], M->tall = q[1], M->sim_i2t = q[2], M->sim_t2i = q[3], M->dA = q[4];
+  M->dC = q[5], M->part_i = q[6], M->part_t = q[7], M->dloc_i = q[8];
+  M->dloc_t = M->dloc_i + B * E;
+  M->gbuf = p, M->gbuf_bytes = total, M->group = *g, M->global = true;
+  return AMPC_OK;
+}
+
+size_t ampc_mmodel_group_bytes(const ampc_mmodel *M) { return M ? M->gbuf_bytes : 0; }
+
 void ampc_mmodel_free(ampc_mmodel *M) {
   if (!M)
     return;
   free(M->arena);
+  free(M->gbuf);
   free(M);
 }
 

@@ -174,3 +174,67 @@ ampc_status ampc_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, fl
 size_t ampc_infonce_backward_scratch_bytes(int64_t b) {
   return b > 0 ? nn_pad64((size_t)(2 * b) * sizeof(float)) : 0;
 }
+
+ampc_status ampc_infonce_rows_forward(int64_t m, int64_t n, const void *sim, ampc_dtype xdt,
+                                      float log_temp, int64_t label0, double *sum) {
+  const char *fn = "ampc_infonce_rows_forward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, sim);
+  NN_CHECK_PTR(fn, sum);
+  NN_CHECK_DT(fn, xdt);
+  if (label0 < 0 || label0 + m > n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: labels %lld..%lld outside the %lld columns", fn,
+                     (long long)label0, (long long)(label0 + m - 1), (long long)n);
+  const float scale = expf(log_temp);
+  double s = 0.0;
+  for (int64_t i = 0; i < m; i++) {
+    const double diag = (double)(ampc_elem_load(sim, xdt, i * n + label0 + i) * scale);
+    s += row_logsumexp(sim, xdt, i * n, n, 1, scale) - diag;
+  }
+  *sum = s;
+  return AMPC_OK;
+}
+
+ampc_status ampc_infonce_rows_backward(int64_t m, int64_t n, const void *sim, ampc_dtype xdt,
+                                       float log_temp, int64_t label0, float coef, void *dsim,
+                                       ampc_dtype gdt, float *dlog_temp, ampc_scratch *ws) {
+  const char *fn = "ampc_infonce_rows_backward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, sim);
+  NN_CHECK_PTR(fn, dsim);
+  NN_CHECK_PTR(fn, dlog_temp);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, gdt);
+  if (label0 < 0 || label0 + m > n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: labels %lld..%lld outside the %lld columns", fn,
+                     (long long)label0, (long long)(label0 + m - 1), (long long)n);
+  const float scale = expf(log_temp);
+  size_t off = 0;
+  nn_buf lb;
+  float *lse = nn_take(ws, &off, (size_t)m * sizeof *lse, &lb);
+  if (!lse)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)m);
+  for (int64_t i = 0; i < m; i++)
+    lse[i] = (float)row_logsumexp(sim, xdt, i * n, n, 1, scale);
+  /* d sum / d logit_ij = softmax_ij - [j == label0 + i]; times coef */
+  double dt = 0.0;
+  nn_writer w;
+  nn_writer_init(&w, dsim, gdt, 0, NULL);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      const float logit = ampc_elem_load(sim, xdt, i * n + j) * scale;
+      const float g = coef * (expf(logit - lse[i]) - (j == label0 + i ? 1.0f : 0.0f));
+      dt += (double)g * (double)logit;
+      nn_writer_put(&w, scale * g);
+    }
+  nn_give(&lb);
+  nn_writer_flush(&w);
+  *dlog_temp += (float)dt;
+  return AMPC_OK;
+}
+
+size_t ampc_infonce_rows_backward_scratch_bytes(int64_t m) {
+  return m > 0 ? nn_pad64((size_t)m * sizeof(float)) : 0;
+}

@@ -335,6 +335,19 @@ ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micr
   return AMPC_OK;
 }
 
+ampc_status ampc_model_set_group(ampc_model *m, const ampc_model_group *g) {
+  if (!m)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_set_group: m is NULL");
+  if (m->desc.kind != AMPC_MODEL_MM)
+    return g ? ampc_fail(AMPC_ERR_INVALID_ARG, "global negatives: model %s has no contrastive loss",
+                         m->desc.name)
+             : AMPC_OK;
+  const size_t was = ampc_mmodel_group_bytes(m->impl);
+  AMPC_TRY(ampc_mmodel_set_group(m->impl, g));
+  m->workspace_bytes = m->workspace_bytes - was + ampc_mmodel_group_bytes(m->impl);
+  return AMPC_OK;
+}
+
 size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
   if (!a || n < 1 || a->reduce != AMPC_REDUCE_F32)
     return 0;

@@ -88,6 +88,16 @@ struct ampc_run {
 
 static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n);
 
+/* the model's view of the communicator (global negatives) */
+static ampc_status group_allgather(void *user, const void *x, size_t bytes, void *y) {
+  const ampc_comm *c = user;
+  return c->allgather(c->user, x, bytes, y);
+}
+static ampc_status group_sum(void *user, float *x, int64_t n) {
+  const ampc_comm *c = user;
+  return c->sum_f32_ordered(c->user, x, n);
+}
+
 ampc_run_config ampc_run_config_defaults(void) {
   return (ampc_run_config){.steps = 300,
                            .batch = 64,
@@ -292,6 +302,13 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if ((st = ampc_model_create(&R->model, md, &R->T.params, amp, R->mb)) != AMPC_OK)
     goto fail;
   R->have_model = true;
+  if (rc->global_negatives && R->size > 1) {
+    if (!rc->comm->allgather)
+      FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "global negatives: the communicator has no allgather"));
+    const ampc_model_group g = {(void *)rc->comm, R->rank, R->size, group_allgather, group_sum};
+    if ((st = ampc_model_set_group(&R->model, &g)) != AMPC_OK)
+      goto fail;
+  }
   if (rc->resume_path) { /* a checkpoint of another model says so, not "tensor missing" */
     ampc_safetensors *f = NULL;
     if (ampc_safetensors_read(rc->resume_path, &f) == AMPC_OK) {
@@ -436,7 +453,10 @@ static cJSON *config_object(const ampc_run *R) {
   cJSON_AddNumberToObject(dp, "ranks", (double)R->size);
   cJSON_AddStringToObject(dp, "reduce", rc->reduce == AMPC_REDUCE_F32 ? "f32" : "working");
   cJSON_AddNumberToObject(dp, "shard", (double)(rc->batch / R->size));
-  cJSON_AddStringToObject(dp, "negatives", "shard");
+  /* what the contrastive loss contrasts: each rank's shard, or the global
+   * batch (the hard negatives of the matching head stay in the shard) */
+  cJSON_AddStringToObject(dp, "negatives",
+                          rc->global_negatives && R->size > 1 ? "global" : "shard");
   cJSON_AddItemToObject(cj, "run", run_o);
   char warns[16][256];
   const int nw = ampc_config_lint(&R->T.amp, &R->T.opt, warns, 16);

@@ -84,6 +84,9 @@ static const char k_usage[] =
     "                   with --micro-batches N); working: in place and MPI_Allreduce\n"
     "                   in the gradient dtype (half the bytes for 16-bit gradients)\n"
     "  --check-replicas compare every rank's weights after every step\n"
+    "  --global-negatives  InfoNCE over the global batch (every rank's embeddings\n"
+    "                   gathered, as CLIP does; default: each rank's shard); the\n"
+    "                   matching head's hard negatives stay within the shard\n"
     "  --json           print the summary as one JSON object on stdout (with a\n"
     "                   --precision list: {\"runs\":[summary, ...]})\n"
     "  --quiet          no progress lines\n"
@@ -141,10 +144,13 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     if (eq)
       f.value = eq + 1;
     if (!strcmp(f.name, "json") || !strcmp(f.name, "quiet") || !strcmp(f.name, "nesterov") ||
-        !strcmp(f.name, "no-eval") || !strcmp(f.name, "check-replicas")) {
+        !strcmp(f.name, "no-eval") || !strcmp(f.name, "check-replicas") ||
+        !strcmp(f.name, "global-negatives")) {
       if (f.value)
         return cli_usage_error("train", "--%s takes no value", f.name);
-      if (f.name[0] == 'c')
+      if (f.name[0] == 'g')
+        a->global_negatives = true;
+      else if (f.name[0] == 'c')
         a->check_replicas = true;
       else if (f.name[0] == 'j')
         a->json = true;
@@ -511,6 +517,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   c.save_every = A.save_every, c.telemetry_every = A.telemetry_every, c.seed = A.seed;
   c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;
   c.comm = ampc_dist_comm(g_dist), c.reduce = A.reduce, c.check_replicas = A.check_replicas;
+  c.global_negatives = A.global_negatives;
   ampc_run *R = NULL;
   int ret = AMPC_EXIT_OK;
   const ampc_status st = ampc_run_create(&R, &c, &A.amp, &A.opt, &md, &data);

@@ -25,6 +25,7 @@ typedef struct train_args {
   bool cosine, json, quiet, progress, no_eval;
   ampc_grad_reduce reduce; /* --allreduce */
   bool check_replicas;     /* --check-replicas */
+  bool global_negatives;   /* --global-negatives */
   const char *log, *save, *resume, *model, *data;
 } train_args;
 
