@@ -202,7 +202,10 @@ static ampc_status check_config(const ampc_run_config *rc) {
                      "%lld, log every %lld)",
                      (long long)rc->steps, (long long)rc->batch, (long long)rc->micro_batches,
                      (long long)rc->log_every);
-  const ampc_status st = check_out_dir("save_path", rc->save_path);
+  /* only rank 0 writes the checkpoint, so only its file system must have
+   * the directory */
+  const ampc_status st =
+      rc->comm && rc->comm->rank != 0 ? AMPC_OK : check_out_dir("save_path", rc->save_path);
   if (st != AMPC_OK)
     return st;
   if (rc->reduce != AMPC_REDUCE_F32 && rc->reduce != AMPC_REDUCE_WORKING)
