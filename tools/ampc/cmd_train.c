@@ -125,6 +125,9 @@ typedef struct {
   const char *value;
 } flag_value;
 
+/* the job's group (one process unless started by mpirun) */
+static ampc_dist *g_dist;
+
 int train_parse_args(int argc, char **argv, train_args *a) {
   memset(a, 0, sizeof *a);
   const char *precision = "16-mixed", *optimizer = "adamw";
@@ -330,7 +333,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   if ((a->log && a->save && !strcmp(a->log, a->save)) ||
       (a->log && a->resume && !strcmp(a->log, a->resume)))
     return cli_usage_error("train", "--log must not name the checkpoint file (%s)", a->log);
-  if (a->save) {
+  if (a->save && ampc_dist_rank(g_dist) == 0) { /* rank 0 alone writes it */
     struct stat sb;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", a->save);
@@ -460,8 +463,6 @@ typedef struct blobs {
   int32_t *y;
 } blobs;
 
-/* the job's group (one process unless started by mpirun) */
-static ampc_dist *g_dist;
 
 static int run_one(int argc, char **argv, cJSON **summary) {
   train_args A;
