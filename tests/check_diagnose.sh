@@ -5,7 +5,9 @@
 # run's own counts (nothing is injected); the complete runs are healthy. Then
 # `ampc compare` end to end (summary, report, plots) and the usage errors.
 . "$(dirname "$0")/cli_lib.sh"
-common="--threads 1 --no-eval --quiet --batch 16"
+# --on-stall warn: these runs show a failure's signature to the end (the stop
+# policy has its own test, check_stall.sh)
+common="--threads 1 --no-eval --quiet --batch 16 --on-stall warn"
 
 # sig NAME VERDICT [train flags]: the first verdict of the run must be VERDICT
 sig() {

@@ -291,6 +291,12 @@ void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T);
 
 /* ---- the run -------------------------------------------------------------------- */
 
+/* What a run does when it can no longer learn. */
+typedef enum ampc_stall_policy {
+  AMPC_STALL_STOP = 0, /* print, log, save nothing more, fail (DeepSpeed's default) */
+  AMPC_STALL_WARN = 1, /* print and log once, go on */
+} ampc_stall_policy;
+
 typedef struct ampc_run_config {
   int64_t steps;           /* optimizer iterations of the whole run (the LR schedule's length) */
   int64_t stop_at;         /* > 0: end after this iteration as if interrupted (and save);
@@ -312,8 +318,15 @@ typedef struct ampc_run_config {
   const ampc_comm *comm;
   ampc_grad_reduce reduce; /* gradient sums over micro-batches and ranks */
   bool check_replicas;     /* compare every rank's weights after every step */
-  bool global_negatives;   /* InfoNCE over the global batch (multimodal models;
-                              ampc_mmodel_set_group); else each rank's shard */
+  /* A stall: the weights hold a non-finite value (no loss scale brings them
+   * back), or stall_steps consecutive steps overflowed with a dynamic loss
+   * scale at its floor (each one skipped), or the loss was non-finite for
+   * stall_steps consecutive steps (the forward pass does not see the scale).
+   * stall_steps 0: the scaler's hysteresis + 2 (3 with torch's defaults). */
+  ampc_stall_policy on_stall;
+  int64_t stall_steps;
+  bool global_negatives; /* InfoNCE over the global batch (multimodal models;
+                            ampc_mmodel_set_group); else each rank's shard */
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,
@@ -339,7 +352,14 @@ typedef struct ampc_run_callbacks {
   void *user;
   void (*step)(void *user, const ampc_run *R, const ampc_run_progress *p);
   void (*eval)(void *user, const ampc_run *R, int64_t iteration, const ampc_eval *e);
+  /* the run can no longer learn (see ampc_run_config.on_stall): `reason`
+   * says why; ampc_run_diag(R) holds the diagnosis so far */
+  void (*stall)(void *user, const ampc_run *R, int64_t iteration, const char *reason);
 } ampc_run_callbacks;
+
+/* True when the last ampc_run_train stopped because the run stalled
+ * (on_stall AMPC_STALL_STOP; it returned AMPC_ERR_NUMERIC). */
+bool ampc_run_stalled(const ampc_run *R);
 
 /* Check rc, build the trainer (ampc_trainer_init with rc->seed) and the model
  * for micro-batches of batch / micro_batches samples, and resume from

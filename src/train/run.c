@@ -84,6 +84,7 @@ struct ampc_run {
   ampc_diag *diag;
   cJSON *summary;
   bool trained; /* ampc_run_train ran (once per run) */
+  bool stalled; /* it stopped on a stall */
 };
 
 static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n);
@@ -208,6 +209,9 @@ static ampc_status check_config(const ampc_run_config *rc) {
       rc->comm && rc->comm->rank != 0 ? AMPC_OK : check_out_dir("save_path", rc->save_path);
   if (st != AMPC_OK)
     return st;
+  if ((rc->on_stall != AMPC_STALL_STOP && rc->on_stall != AMPC_STALL_WARN) || rc->stall_steps < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: bad stall policy (%d, %lld steps)",
+                     (int)rc->on_stall, (long long)rc->stall_steps);
   if (rc->reduce != AMPC_REDUCE_F32 && rc->reduce != AMPC_REDUCE_WORKING)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: bad gradient reduction %d",
                      (int)rc->reduce);
@@ -345,6 +349,7 @@ fail:
   return st;
 }
 
+bool ampc_run_stalled(const ampc_run *R) { return R && R->stalled; }
 ampc_trainer *ampc_run_trainer(ampc_run *R) { return R ? &R->T : NULL; }
 ampc_model *ampc_run_model(ampc_run *R) { return R ? &R->model : NULL; }
 const ampc_diag *ampc_run_diag(const ampc_run *R) { return R ? R->diag : NULL; }
@@ -827,6 +832,43 @@ static ampc_status reduce_telemetry(ampc_run *R) {
   return st;
 }
 
+/* The live stall check after a step (ampc_run_config.on_stall): the
+ * reason, or NULL. floor_run and bad_loss count consecutive steps. */
+typedef struct stall_state {
+  int64_t floor_run, bad_loss;
+  bool reported;
+  char reason[256];
+} stall_state;
+
+static const char *stall_check(const ampc_run *R, stall_state *ss, const ampc_step_info *info,
+                               float loss) {
+  const ampc_scaler_config *sc = &R->T.amp.scaler;
+  const int64_t n = R->rc.stall_steps > 0 ? R->rc.stall_steps : (int64_t)sc->hysteresis + 2;
+  /* a static scale never moves: each overflow there is as final */
+  const bool at_floor = sc->mode == AMPC_LOSS_SCALE_STATIC ||
+                        (sc->mode == AMPC_LOSS_SCALE_DYNAMIC && info->loss_scale <= sc->min_scale);
+  ss->floor_run = info->overflow && at_floor ? ss->floor_run + 1 : 0;
+  ss->bad_loss = isfinite(loss) ? 0 : ss->bad_loss + 1;
+  if (info->nonfinite_weights > 0)
+    snprintf(ss->reason, sizeof ss->reason,
+             "the weights hold %lld non-finite values after step %lld: no loss scale can bring "
+             "them back",
+             (long long)info->nonfinite_weights, (long long)info->iteration);
+  else if (ss->floor_run >= n)
+    snprintf(ss->reason, sizeof ss->reason,
+             "%lld consecutive steps overflowed with the loss scale at its floor (%g): every "
+             "further step would be skipped",
+             (long long)ss->floor_run, (double)info->loss_scale);
+  else if (ss->bad_loss >= n)
+    snprintf(ss->reason, sizeof ss->reason,
+             "the loss has been non-finite for %lld consecutive steps (the forward pass does not "
+             "see the loss scale)",
+             (long long)ss->bad_loss);
+  else
+    return NULL;
+  return ss->reason;
+}
+
 #define TRYR(call)                                                                                 \
   do {                                                                                             \
     st = (call);                                                                                   \
@@ -876,6 +918,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     TRYR(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
   /* telemetry only for models that mark their branches */
   const bool can_sample = m->ops->set_telemetry != NULL && rc->telemetry_every > 0;
+  stall_state ss = {0};
   const uint64_t bytes0 = R->accum.comm && R->accum.comm->bytes_sent
                               ? R->accum.comm->bytes_sent(R->accum.comm->user)
                               : 0;
@@ -916,6 +959,34 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     if (log &&
         (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))
       TRYR(log_line(log, rc->log_path, step_object(&info, &mean, ms, &ds)));
+    const char *why = ss.reported ? NULL : stall_check(R, &ss, &info, mean.total);
+    if (why) {
+      ss.reported = true;
+      if (log) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "event", "stall");
+        cJSON_AddNumberToObject(o, "step", (double)info.iteration);
+        cJSON_AddStringToObject(o, "reason", why);
+        cJSON_AddStringToObject(o, "policy", rc->on_stall == AMPC_STALL_STOP ? "stop" : "warn");
+        cJSON *dj = parse_owned(ampc_diag_json(R->diag));
+        if (dj)
+          cJSON_AddItemToObject(o, "diagnosis", dj);
+        TRYR(log_line(log, rc->log_path, o));
+      }
+      if (lead && cb->stall)
+        cb->stall(cb->user, R, info.iteration, why);
+      if (rc->on_stall == AMPC_STALL_STOP) {
+        R->stalled = true;
+        R->summary = summary_object(R, &tot);
+        if (log && R->summary)
+          TRYR(log_line(log, rc->log_path, cJSON_Duplicate(R->summary, 1)));
+        st = ampc_fail(AMPC_ERR_NUMERIC,
+                       "stopped at step %lld: %s (on_stall stop: no checkpoint written after "
+                       "this step)",
+                       (long long)info.iteration, why);
+        goto out;
+      }
+    }
     if (lead && cb->step) {
       const ampc_run_progress p = {
           &info, &mean, ms, ampc_now_s() - tot.t_start, end, start_iter, T->scaler.skip_count};
@@ -942,8 +1013,22 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       }
     }
     if (lead && rc->save_path && rc->save_every > 0 && info.iteration % rc->save_every == 0 &&
-        info.iteration != end)
-      TRYR(save(R));
+        info.iteration != end) {
+      /* not over the last good checkpoint while the run looks stuck (an
+       * overflow at the floor, a non-finite loss or weights) */
+      const bool unhealthy = ss.floor_run > 0 || ss.bad_loss > 0 || info.nonfinite_weights > 0;
+      if (!unhealthy || rc->on_stall == AMPC_STALL_WARN) {
+        TRYR(save(R));
+      } else if (log) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "event", "save_skipped");
+        cJSON_AddNumberToObject(o, "step", (double)info.iteration);
+        cJSON_AddStringToObject(o, "reason",
+                                "the step overflowed at the scale floor or its loss or weights "
+                                "are non-finite: the last checkpoint is kept");
+        TRYR(log_line(log, rc->log_path, o));
+      }
+    }
   }
   if (lead && rc->save_path)
     TRYR(save(R));

@@ -8,7 +8,8 @@
 
 #include "internal.h"
 
-enum { AMPC_EXIT_OK = 0, AMPC_EXIT_ERROR = 1, AMPC_EXIT_USAGE = 2 };
+/* 3: `ampc train` stopped a run that could no longer learn (--on-stall stop) */
+enum { AMPC_EXIT_OK = 0, AMPC_EXIT_ERROR = 1, AMPC_EXIT_USAGE = 2, AMPC_EXIT_STALLED = 3 };
 
 typedef struct ampc_command {
   const char *name;

@@ -97,6 +97,9 @@ static int train_argv(const run_t *r, char **common, int nc, char *flags, char *
   int na = 0;
   args[na++] = "ampc";
   args[na++] = "train";
+  /* a comparison shows failing runs to the end (a flag of the user's can
+   * still say --on-stall stop) */
+  args[na++] = "--on-stall=warn";
   for (int i = 0; i < nc; i++)
     args[na++] = common[i];
   const int nf = split(flags, args + na, MAX_ARGS - na);

@@ -75,24 +75,22 @@ static const char k_usage[] =
     "--save-every N)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags; any\n"
     "                   number of ranks)\n"
-    "\n"
-    "Data parallel (under mpirun: `mpirun -np 4 ampc train ...`; --batch is the\n"
-    "global batch, split evenly over the ranks; rank 0 prints, logs and saves):\n"
-    "  --allreduce f32|working   how gradients of micro-batches and ranks are summed:\n"
-    "                   f32 (default): each in its own buffer, summed in FP32 in a\n"
-    "                   fixed order, rounded once (N ranks give the bits of 1 rank\n"
-    "                   with --micro-batches N); working: in place and MPI_Allreduce\n"
-    "                   in the gradient dtype (half the bytes for 16-bit gradients)\n"
-    "  --check-replicas compare every rank's weights after every step\n"
-    "  --global-negatives  InfoNCE over the global batch (every rank's embeddings\n"
-    "                   gathered, as CLIP does; default: each rank's shard); the\n"
-    "                   matching head's hard negatives stay within the shard\n"
+    "  --on-stall stop|warn  on non-finite weights, or N steps in a row that\n"
+    "                   overflow at the scale floor or have a non-finite loss:\n"
+    "                   print and log the diagnosis, then stop (default, exit 3)\n"
+    "                   or go on; --stall-steps N (hysteresis + 2)\n"
     "  --json           print the summary as one JSON object on stdout (with a\n"
     "                   --precision list: {\"runs\":[summary, ...]})\n"
     "  --quiet          no progress lines\n"
     "\n"
+    "Data parallel (mpirun -np N ampc train ...; --batch is global; see README):\n"
+    "  --allreduce f32|working  sum gradients in FP32 in rank order (default: the\n"
+    "                   bits of --micro-batches N) or in the gradient dtype\n"
+    "  --check-replicas  compare the ranks' weights every step\n"
+    "  --global-negatives  InfoNCE over the global batch (CLIP)\n"
+    "\n"
     "Exit status: 0 success, 1 runtime error (unreadable checkpoint, unwritable\n"
-    "log), 2 bad usage (unknown flag, bad value).\n";
+    "log), 2 bad usage (unknown flag, bad value), 3 stalled (--on-stall stop).\n";
 
 static int parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
   char *end = NULL;
@@ -293,6 +291,15 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rc = parse_f(flag, v, &a->w_cls);
     else if (!strcmp(n, "resume"))
       a->resume = v;
+    else if (!strcmp(n, "on-stall")) {
+      if (!strcmp(v, "stop"))
+        a->on_stall = AMPC_STALL_STOP;
+      else if (!strcmp(v, "warn"))
+        a->on_stall = AMPC_STALL_WARN;
+      else
+        rc = cli_usage_error("train", "--on-stall: expected stop or warn, got '%s'", v);
+    } else if (!strcmp(n, "stall-steps"))
+      rc = parse_i64(flag, v, 1, 1000000000, &a->stall_steps);
     else if (!strcmp(n, "allreduce")) {
       if (!strcmp(v, "f32"))
         a->reduce = AMPC_REDUCE_F32;
@@ -457,12 +464,24 @@ static void print_diagnosis(FILE *out, const ampc_diag *d) {
   }
 }
 
+/* a stall: the reason and the diagnosis so far, on stderr at once */
+static void on_stall(void *user, const ampc_run *R, int64_t iteration, const char *reason) {
+  const printer *pr = user;
+  if (pr->tty)
+    fputc('\n', stderr); /* end the \r progress line */
+  fprintf(stderr, "ampc train: the run stalled at step %lld: %s\n", (long long)iteration, reason);
+  print_diagnosis(stderr, ampc_run_diag(R));
+  fprintf(stderr, "ampc train: %s\n",
+          pr->A->on_stall == AMPC_STALL_STOP
+              ? "stopping (--on-stall stop): no checkpoint is written after this step"
+              : "going on (--on-stall warn)");
+}
+
 /* the MLP's data: synthetic Gaussian blobs, train rows then test rows */
 typedef struct blobs {
   float *x;
   int32_t *y;
 } blobs;
-
 
 static int run_one(int argc, char **argv, cJSON **summary) {
   train_args A;
@@ -519,6 +538,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;
   c.comm = ampc_dist_comm(g_dist), c.reduce = A.reduce, c.check_replicas = A.check_replicas;
   c.global_negatives = A.global_negatives;
+  c.on_stall = A.on_stall, c.stall_steps = A.stall_steps;
   ampc_run *R = NULL;
   int ret = AMPC_EXIT_OK;
   const ampc_status st = ampc_run_create(&R, &c, &A.amp, &A.opt, &md, &data);
@@ -531,9 +551,15 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   if (lead)
     print_config(out, R);
   printer pr = {&A, out, !A.quiet && isatty(fileno(stderr)), A.steps >= 20 ? A.steps / 20 : 1};
-  const ampc_run_callbacks cb = {&pr, on_step, on_eval};
+  const ampc_run_callbacks cb = {&pr, on_step, on_eval, on_stall};
   if (ampc_run_train(R, &cb) != AMPC_OK) {
-    ret = cli_runtime_error("train", "%s", ampc_last_error());
+    if (ampc_run_stalled(R)) { /* every rank agrees: no MPI_Abort needed */
+      if (lead)
+        fprintf(stderr, "ampc train: %s\n", ampc_last_error());
+      ret = AMPC_EXIT_STALLED;
+    } else {
+      ret = cli_runtime_error("train", "%s", ampc_last_error());
+    }
     goto out;
   }
   if (!A.quiet && !A.json)

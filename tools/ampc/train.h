@@ -23,9 +23,11 @@ typedef struct train_args {
   uint64_t seed;
   int threads;
   bool cosine, json, quiet, progress, no_eval;
-  ampc_grad_reduce reduce; /* --allreduce */
-  bool check_replicas;     /* --check-replicas */
-  bool global_negatives;   /* --global-negatives */
+  ampc_grad_reduce reduce;    /* --allreduce */
+  bool check_replicas;        /* --check-replicas */
+  bool global_negatives;      /* --global-negatives */
+  ampc_stall_policy on_stall; /* --on-stall */
+  int64_t stall_steps;        /* --stall-steps (0: the default) */
   const char *log, *save, *resume, *model, *data;
 } train_args;
 
