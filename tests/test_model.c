@@ -21,7 +21,8 @@
 #include "ampc/data.h"
 
 /* a forward pass and, when seed > 0, the backward pass seeded with it */
-static ampc_status fwd_bwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, float seed, ampc_mmodel_losses *L) {
+static ampc_status fwd_bwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, float seed,
+                           ampc_mmodel_losses *L) {
   ampc_status st = ampc_mmodel_forward(M, bt, L);
   if (st == AMPC_OK && seed > 0.0f)
     st = ampc_mmodel_backward(M, seed);

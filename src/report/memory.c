@@ -120,8 +120,8 @@ ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const am
   return AMPC_OK;
 }
 
-ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch, const ampc_amp_config *amp,
-                                int moments, ampc_mem_account *out) {
+ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
+                                const ampc_amp_config *amp, int moments, ampc_mem_account *out) {
   ampc_status st = check_amp(amp, moments, out);
   if (st != AMPC_OK)
     return st;
