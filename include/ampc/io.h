@@ -101,6 +101,12 @@ void ampc_safetensors_free(ampc_safetensors *f);
  * does not fit), for messages that name a tensor's shape. */
 void ampc_st_format_shape(char *buf, size_t cap, const int64_t *shape, int ndim);
 
+/* Replace `path` with the n bytes at data atomically, as checkpoints are
+ * written (a temporary file next to it, flushed, fsync'ed, renamed; the
+ * directory fsync'ed): readers see the old file or the new one, never a mix.
+ * Errors: AMPC_ERR_IO naming the step that failed (the file is unchanged). */
+ampc_status ampc_file_write_atomic(const char *path, const void *data, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -419,6 +419,12 @@ fail:
   }
 }
 
+ampc_status ampc_file_write_atomic(const char *path, const void *data, size_t n) {
+  if (!path || (!data && n))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_file_write_atomic: NULL argument");
+  return write_atomic(path, data, n, NULL, 0);
+}
+
 ampc_status ampc_safetensors_write(const char *path, const ampc_st_tensor *t, int n,
                                    const ampc_st_meta *meta, int nmeta) {
   if (!path || !path[0])

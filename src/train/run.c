@@ -869,6 +869,62 @@ static const char *stall_check(const ampc_run *R, stall_state *ss, const ampc_st
   return ss->reason;
 }
 
+/* A resumed run continues the log of the run it resumes, which may have been
+ * killed after its checkpoint: cut the log back to the checkpoint's
+ * iteration first (lines of later steps dropped, and a torn last line or
+ * any line that does not parse), atomically, so that the log reads as if
+ * the run had never been interrupted. No log yet: nothing to do. */
+static ampc_status cut_log(const char *path, int64_t iteration) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return AMPC_OK;
+  char *in = NULL, *out = NULL;
+  long len = -1;
+  if (fseek(f, 0, SEEK_END) == 0)
+    len = ftell(f);
+  if (len > 0 && fseek(f, 0, SEEK_SET) == 0 && (in = malloc((size_t)len + 1)) &&
+      (out = malloc((size_t)len + 1)) && fread(in, 1, (size_t)len, f) != (size_t)len)
+    len = -1;
+  fclose(f);
+  if (len <= 0 || !in || !out) {
+    free(in), free(out);
+    return len == 0 ? AMPC_OK : ampc_fail(AMPC_ERR_IO, "cannot read the log %s to resume it", path);
+  }
+  in[len] = '\0';
+  size_t n_out = 0;
+  for (char *line = in; *line;) {
+    char *nl = strchr(line, '\n');
+    if (!nl)
+      break; /* a torn last line: the killed run's */
+    *nl = '\0';
+    cJSON *o = cJSON_Parse(line);
+    bool keep = o != NULL;
+    if (o) {
+      const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+      const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+      const cJSON *steps = cJSON_GetObjectItemCaseSensitive(o, "steps");
+      if (cJSON_IsNumber(st) && st->valuedouble > (double)iteration)
+        keep = false;
+      if (cJSON_IsString(ev) && strcmp(ev->valuestring, "summary") == 0 && cJSON_IsNumber(steps) &&
+          steps->valuedouble > (double)iteration)
+        keep = false;
+      cJSON_Delete(o);
+    }
+    if (keep) {
+      const size_t l = (size_t)(nl - line);
+      memcpy(out + n_out, line, l);
+      out[n_out + l] = '\n';
+      n_out += l + 1;
+    }
+    line = nl + 1;
+  }
+  ampc_status st = AMPC_OK;
+  if (n_out != (size_t)len) /* something to cut */
+    st = ampc_file_write_atomic(path, out, n_out);
+  free(in), free(out);
+  return st;
+}
+
 #define TRYR(call)                                                                                 \
   do {                                                                                             \
     st = (call);                                                                                   \
@@ -895,6 +951,11 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
   cJSON_Delete(R->summary);
   R->summary = NULL;
   const bool lead = R->rank == 0; /* rank 0 writes the log and the checkpoint */
+  if (lead && rc->log_path && rc->resume_path) {
+    const ampc_status cs = cut_log(rc->log_path, T->iteration);
+    if (cs != AMPC_OK)
+      return cs;
+  }
   if (lead && rc->log_path) {
     cJSON *first = config_object(R);
     if (!first)
