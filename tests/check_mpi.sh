@@ -20,7 +20,10 @@
 # 6. --global-negatives: the loss and gradient of the global batch (below).
 set -u
 OMP_WAIT_POLICY=passive
-export OMP_WAIT_POLICY
+# no cross-memory attach between ranks: containers often forbid the ptrace
+# it needs, and the messages here are small
+OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_WAIT_POLICY OMPI_MCA_btl_vader_single_copy_mechanism
 ampc=$1
 mpiexec=${2:-mpirun}
 tmp=$(mktemp -d)
