@@ -148,5 +148,15 @@ grep -q "does not divide evenly over 2 ranks" "$tmp/b.out" || {
   cat "$tmp/b.out" >&2
 }
 
+# a stall is decided on replicated state: both ranks stop at the same step
+# and end without MPI_Abort (exit 3); a usage error is printed once
+mpi 2 "$ampc" train $common --batch 8 --lr 100 --steps 30 >"$tmp/st.out" 2>&1
+rc=$?
+[ $rc -eq 3 ] || die "a stall on 2 ranks: exit $rc, expected 3"
+grep -q "MPI_ABORT" "$tmp/st.out" && die "a stall on 2 ranks went through MPI_Abort"
+[ "$(grep -c 'the run stalled at step' "$tmp/st.out")" -eq 1 ] || die "a stall on 2 ranks: not reported once"
+mpi 2 "$ampc" train --allreduce bogus >"$tmp/u.out" 2>&1 && die "--allreduce bogus: exit 0"
+[ "$(grep -c "expected f32 or working" "$tmp/u.out")" -eq 1 ] || die "a usage error on 2 ranks: not printed once"
+
 [ $fail -eq 0 ] && echo "check_mpi: all cases passed"
 exit $fail

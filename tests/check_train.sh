@@ -97,5 +97,12 @@ grep -q "ampc train:" "$tmp/pipe.txt" 2>/dev/null || die "no progress line throu
 [ -s "$tmp/pid" ] && kill "$(cat "$tmp/pid")" 2>/dev/null
 wait
 
+# --json with a --precision list: stdout is one JSON object, the per-run
+# headers go to stderr
+"$ampc" train --model mlp --precision 32-true,16-mixed --steps 2 --json >"$tmp/list.json" 2>/dev/null ||
+  die "--precision list --json: exit $?"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["runs"]) == 2' \
+  "$tmp/list.json" || die "--precision list --json: stdout is not one JSON object"
+
 [ $fail = 0 ] && echo "check_train: ok"
 exit $fail

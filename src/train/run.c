@@ -85,6 +85,7 @@ struct ampc_run {
   cJSON *summary;
   bool trained; /* ampc_run_train ran (once per run) */
   bool stalled; /* it stopped on a stall */
+  bool saved;   /* this run wrote its checkpoint at least once */
 };
 
 static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n);
@@ -309,6 +310,12 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if ((st = ampc_model_create(&R->model, md, &R->T.params, amp, R->mb)) != AMPC_OK)
     goto fail;
   R->have_model = true;
+  if (rc->global_negatives && md->kind != AMPC_MODEL_MM)
+    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "global negatives: model %s has no contrastive loss",
+                   md->name));
+  if (rc->global_negatives && md->kind == AMPC_MODEL_MM && md->mm.image_only)
+    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG,
+                   "global negatives: model %s has no contrastive loss (image-only)", md->mm.name));
   if (rc->global_negatives && R->size > 1) {
     if (!rc->comm->allgather)
       FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "global negatives: the communicator has no allgather"));
@@ -463,8 +470,7 @@ static cJSON *config_object(const ampc_run *R) {
   cJSON_AddNumberToObject(dp, "shard", (double)(rc->batch / R->size));
   /* what the contrastive loss contrasts: each rank's shard, or the global
    * batch (the hard negatives of the matching head stay in the shard) */
-  cJSON_AddStringToObject(dp, "negatives",
-                          rc->global_negatives && R->size > 1 ? "global" : "shard");
+  cJSON_AddStringToObject(dp, "negatives", rc->global_negatives ? "global" : "shard");
   cJSON_AddItemToObject(cj, "run", run_o);
   char warns[16][256];
   const int nw = ampc_config_lint(&R->T.amp, &R->T.opt, warns, 16);
@@ -622,7 +628,9 @@ static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
     if (t->have_eval)
       add_eval(cJSON_AddObjectToObject(o, "metrics"), R, &t->ev);
   }
-  cJSON_AddStringToObject(o, "checkpoint", R->rc.save_path ? R->rc.save_path : "");
+  /* a stopped run names its checkpoint only if it wrote one */
+  cJSON_AddStringToObject(o, "checkpoint",
+                          R->rc.save_path && (!R->stalled || R->saved) ? R->rc.save_path : "");
   if (R->accum.comm) { /* what this rank sent per iteration (payload bytes) */
     cJSON_AddNumberToObject(o, "ranks", (double)R->size);
     cJSON_AddNumberToObject(o, "bytes_sent_per_step",
@@ -695,7 +703,9 @@ static ampc_status save(ampc_run *R) {
   ampc_model_meta_storage ms;
   ampc_st_meta meta[3];
   const int n = ampc_model_checkpoint_meta(&R->md, R->data.name, &ms, meta);
-  return ampc_trainer_save(&R->T, R->rc.save_path, meta, n);
+  AMPC_TRY(ampc_trainer_save(&R->T, R->rc.save_path, meta, n));
+  R->saved = true;
+  return AMPC_OK;
 }
 
 /* Test hooks of the data-parallel tests (docs/ROBUSTNESS.md):

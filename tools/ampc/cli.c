@@ -17,7 +17,11 @@ static void vreport(const char *cmd, const char *fmt, va_list ap) {
   fputc('\n', stderr);
 }
 
+bool cli_quiet_usage;
+
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  if (cli_quiet_usage)
+    return AMPC_EXIT_USAGE;
   va_list ap;
   va_start(ap, fmt);
   vreport(cmd, fmt, ap);

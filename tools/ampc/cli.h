@@ -6,6 +6,7 @@
 #ifndef AMPC_CLI_H
 #define AMPC_CLI_H
 
+#include <stdbool.h>
 #include "internal.h"
 
 /* 3: `ampc train` stopped a run that could no longer learn (--on-stall stop) */
@@ -31,6 +32,9 @@ extern const ampc_command ampc_cmd_plan;
 
 /* Print "ampc <cmd>: <message>" and a hint to stderr; returns AMPC_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
+/* true: cli_usage_error prints nothing (the ranks but 0 of a data-parallel
+ * job, which all see the same flags: one copy of the message is enough) */
+extern bool cli_quiet_usage;
 /* Print "ampc <cmd>: <message>" to stderr; returns AMPC_EXIT_ERROR. */
 int cli_runtime_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
 /* True for "-h" and "--help". */

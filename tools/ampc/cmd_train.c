@@ -125,6 +125,8 @@ typedef struct {
 
 /* the job's group (one process unless started by mpirun) */
 static ampc_dist *g_dist;
+/* a --precision list under --json: stdout carries only {"runs":[...]} */
+static bool g_json_list;
 
 int train_parse_args(int argc, char **argv, train_args *a) {
   memset(a, 0, sizeof *a);
@@ -398,8 +400,13 @@ static void print_config(FILE *out, ampc_run *R) {
           ampc_dtype_name(am->state_dtype), ampc_loss_scale_mode_name(am->scaler.mode));
   if (am->scaler.mode != AMPC_LOSS_SCALE_NONE)
     fprintf(out, " (%g)", (double)am->scaler.init_scale);
-  fprintf(out, ", accumulate %s; %lld parameters\n",
-          am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32", (long long)T->params.numel);
+  fprintf(out, ", accumulate %s; %lld parameters", am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32",
+          (long long)T->params.numel);
+  const ampc_run_config *rc = ampc_run_get_config(R);
+  if (rc->comm && rc->comm->size > 1)
+    fprintf(out, "; %d ranks, %lld samples each", rc->comm->size,
+            (long long)(rc->batch / rc->comm->size));
+  fputc('\n', out);
   char warns[16][256];
   const int nw = ampc_run_warnings(R, warns, 16);
   for (int k = 0; k < nw && k < 16; k++)
@@ -493,7 +500,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   const bool lead = ampc_dist_rank(g_dist) == 0;
   if (A.threads > 0)
     ampc_set_num_threads(A.threads);
-  FILE *out = A.json ? stderr : stdout;
+  FILE *out = A.json || g_json_list ? stderr : stdout;
   const bool mlp = strcmp(A.model, "mlp") == 0;
   ampc_dataset D;
   memset(&D, 0, sizeof D);
@@ -629,8 +636,25 @@ static int run_list(int argc, char **argv);
 static int run(int argc, char **argv) {
   if (ampc_dist_init(NULL, NULL, &g_dist) != AMPC_OK)
     return cli_runtime_error("train", "%s", ampc_last_error());
+  /* the flags are the same on every rank: rank 0 alone reports their errors,
+   * and every rank stops (a --precision list is checked run by run) */
+  bool list = false;
+  for (int i = 1; i < argc; i++)
+    list = list || (!strcmp(argv[i], "--precision") && i + 1 < argc && strchr(argv[i + 1], ',')) ||
+           (!strncmp(argv[i], "--precision=", 12) && strchr(argv[i], ','));
+  cli_quiet_usage = ampc_dist_rank(g_dist) != 0;
+  const int check = list ? AMPC_EXIT_OK : train_check_args(argc, argv);
+  cli_quiet_usage = false;
+  if (check != AMPC_EXIT_OK) {
+    ampc_dist_finalize(g_dist); /* every rank stops here: nobody waits */
+    g_dist = NULL;
+    return check;
+  }
   const int rc = run_list(argc, argv);
-  if (rc != 0 && ampc_dist_size(g_dist) > 1) {
+  g_json_list = false;
+  /* a stall is decided on replicated state: every rank stops at the same
+   * step, so they end together without MPI_Abort */
+  if (rc != 0 && rc != AMPC_EXIT_STALLED && ampc_dist_size(g_dist) > 1) {
     fprintf(stderr, "ampc train: rank %d of %d failed (exit %d): ending the job\n",
             ampc_dist_rank(g_dist), ampc_dist_size(g_dist), rc);
     ampc_dist_abort(g_dist, rc);
@@ -673,6 +697,7 @@ static int run_list(int argc, char **argv) {
       av[i] = argv[i];
       if (!strcmp(argv[i], "--json")) { /* one JSON object for the whole list, below */
         json = true;
+        g_json_list = true;
         av[i] = "--quiet";
       }
     }
