@@ -313,26 +313,11 @@ ampc_status ampc_model_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval
 
 ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micro,
                                   ampc_batch_fn next, void *user, ampc_losses *mean) {
-  if (!T || !m || !m->ops || n_micro < 1 || !next || !mean)
+  if (n_micro < 1)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate: bad arguments");
-  ampc_trainer_zero_grad(T);
-  const float S = ampc_trainer_loss_scale(T);
-  const float w = 1.0f / (float)n_micro;
-  memset(mean, 0, sizeof *mean);
-  for (int64_t k = 0; k < n_micro; k++) {
-    ampc_batch bt;
-    AMPC_TRY(next(user, k, &bt));
-    ampc_losses L;
-    AMPC_TRY(m->ops->forward(m, &bt, &L));
-    AMPC_TRY(m->ops->backward(m, S / (float)n_micro));
-    mean->total += w * L.total;
-    mean->n_parts = L.n_parts;
-    for (int i = 0; i < L.n_parts; i++) {
-      mean->part_name[i] = L.part_name[i];
-      mean->part[i] += w * L.part[i];
-    }
-  }
-  return AMPC_OK;
+  /* one process, micro-batches accumulated in place by the layers */
+  const ampc_accum a = {.micro_batches = n_micro, .reduce = AMPC_REDUCE_WORKING};
+  return ampc_train_accumulate_dp(T, m, &a, next, user, mean);
 }
 
 ampc_status ampc_model_set_group(ampc_model *m, const ampc_model_group *g) {
