@@ -4,11 +4,14 @@
  * tiny MLP trainer (in 4, hidden 4, classes 2; 16-mixed, AdamW: the layout of
  * `ampc train --model mlp --in 4 --hidden 4 --classes 2`).
  * Every tensor byte of an accepted file is read, so an offset that escaped
- * the checks would show up under AddressSanitizer.
+ * the checks would show up under AddressSanitizer. The same bytes are then
+ * read as `ampc inspect` does (AMPC_ST_ANY_DTYPE: every safetensors dtype),
+ * and every tensor's values counted (ampc_inspect_values).
  */
 #include "fuzz.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "ampc/ampc.h"
 
@@ -47,6 +50,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   (void)ampc_safetensors_meta(f, "ampc.step");
   (void)ampc_safetensors_meta(f, "ampc.config");
   ampc_safetensors_free(f);
+  /* every dtype of the format, as `ampc inspect` reads a file, and its counts */
+  if (ampc_safetensors_read_mem_ex(data, size, "fuzz.safetensors", AMPC_ST_ANY_DTYPE, &f) ==
+      AMPC_OK) {
+    static ampc_inspect_stats st;
+    for (int i = 0; i < ampc_safetensors_count(f); i++) {
+      const ampc_st_tensor *t = ampc_safetensors_tensor(f, i);
+      if (t->elem_size == 0 || t->nbytes % t->elem_size != 0)
+        abort(); /* the reader checked the byte count against the shape */
+      memset(&st, 0, sizeof st);
+      if (ampc_inspect_values(&st, t->data, t->dtype_name, t->nbytes / t->elem_size, AMPC_F16,
+                              65536.0) == AMPC_OK) {
+        int lo, hi;
+        (void)ampc_inspect_scale_range(&st, AMPC_F8_E4M3, 1e-3, &lo, &hi);
+        if (st.count != t->nbytes / t->elem_size)
+          abort();
+      }
+    }
+    ampc_safetensors_free(f);
+  }
   if (g_have_trainer)
     (void)ampc_trainer_load(&g_T, fuzz_memfile(data, size));
   return (int)(sum & 0u);

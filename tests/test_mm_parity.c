@@ -199,10 +199,10 @@ static int dump(const char *dir) {
     flab[i] = (float)labels[i];
   const float lw[3] = {m.c.w_itc, m.c.w_itm, m.c.w_cls};
   const ampc_st_tensor bt[4] = {
-      {"images", AMPC_F32, 4, {B, IMG, IMG, CH}, fimg, sizeof fimg},
-      {"tokens", AMPC_F32, 2, {B, TT}, ftok, sizeof ftok},
-      {"labels", AMPC_F32, 1, {B}, flab, sizeof flab},
-      {"loss_weights", AMPC_F32, 1, {3}, lw, sizeof lw},
+      {"images", AMPC_F32, 4, {B, IMG, IMG, CH}, fimg, sizeof fimg, NULL, 0},
+      {"tokens", AMPC_F32, 2, {B, TT}, ftok, sizeof ftok, NULL, 0},
+      {"labels", AMPC_F32, 1, {B}, flab, sizeof flab, NULL, 0},
+      {"loss_weights", AMPC_F32, 1, {3}, lw, sizeof lw, NULL, 0},
   };
   const ampc_mmodel_config *c = &m.c;
   const int64_t cv[13] = {c->img,     c->patch,   c->channels, c->dim,     c->heads,

@@ -179,6 +179,70 @@ char *ampc_diag_step_json(const ampc_diag_step *s);
  * no config line, a step line without its fields), AMPC_ERR_NOMEM. */
 ampc_status ampc_diag_read_log(const char *path, ampc_diag **out);
 
+/* ---- inspect: what a format would do to a tensor (issue 20) -------------------
+ * `ampc inspect` (tools/ampc/cmd_inspect.c) over any safetensors file, e.g. the
+ * activations and gradients tools/python/ampc_dump.py writes from PyTorch.
+ * For a value x (unscaled, as stored in the file) and a scale s, v = x s is
+ * rounded once into the format with ampc_round_f64 and classed: zero (x == 0),
+ * non-finite (x is inf or NaN), flushed (v != 0 rounds to 0), subnormal,
+ * normal, overflow (v finite, its rounding past the largest finite value: inf,
+ * NaN for E4M3, or +-max under saturation). The relative error |r - v| / |v|
+ * of the rounding r is summed over the values that neither overflow nor are
+ * zero or non-finite (a flushed value counts 1). For a power-of-two s (as
+ * loss scales are) v is exact, so the counts are exact; other scales round
+ * x s to a double first. Method: the format bands of Micikevicius et al. 2018
+ * (Mixed Precision Training, section 3.2, Fig. 3) counted exactly. */
+
+/* floor(log2 |x|) bins of finite non-zero doubles: -1074 .. 1023 */
+enum { AMPC_INSPECT_LOG2_MIN = -1074, AMPC_INSPECT_BINS = 2098 };
+
+typedef struct ampc_inspect_stats {
+  uint64_t count;                                /* values seen */
+  uint64_t zeros;                                /* x == 0 */
+  uint64_t nonfinite;                            /* x inf or NaN */
+  uint64_t flushed, subnormal, normal, overflow; /* of the finite non-zero x, at the scale */
+  uint64_t err_n;                   /* values in err_sum: flushed + subnormal + normal */
+  double err_sum, err_max;          /* relative rounding error, summed and largest */
+  double max_abs, min_abs;          /* finite non-zero |x| (0, 0 when none) */
+  uint64_t hist[AMPC_INSPECT_BINS]; /* hist[i]: finite non-zero x, floor(log2|x|) == MIN + i */
+  uint64_t pow2[AMPC_INSPECT_BINS]; /* of those, |x| exactly 2^(MIN + i) */
+} ampc_inspect_stats;
+
+/* Add n values to *st (zero it first to start): `data` holds them little-
+ * endian, in the safetensors dtype `src_dtype` ("F64", "F32", "F16", "BF16",
+ * "F8_E4M3", "F8_E5M2"), not necessarily aligned; `fmt` is the format asked
+ * about (any ampc dtype, F32 included) and `scale` a positive finite s.
+ * Errors: AMPC_ERR_UNSUPPORTED for a dtype that is not floating point (integer
+ * and BOOL tensors; the message names the dtype), AMPC_ERR_INVALID_ARG (bad
+ * fmt or scale, NULL with n > 0). */
+ampc_status ampc_inspect_values(ampc_inspect_stats *st, const void *data, const char *src_dtype,
+                                size_t n, ampc_dtype fmt, double scale);
+
+/* Add every count of `from` to `into` (max_abs: the larger; min_abs: the
+ * smaller non-zero; err_max: the larger). */
+void ampc_inspect_merge(ampc_inspect_stats *into, const ampc_inspect_stats *from);
+
+/* Values x with |x| <= 2^m among those counted (from hist and pow2). */
+uint64_t ampc_inspect_count_le_pow2(const ampc_inspect_stats *st, int m);
+
+typedef enum ampc_inspect_range {
+  AMPC_INSPECT_RANGE_OK = 0,    /* [k_lo, k_hi] is non-empty */
+  AMPC_INSPECT_RANGE_EMPTY = 1, /* k_lo > k_hi: no power of two meets both */
+  AMPC_INSPECT_RANGE_ANY = 2    /* no finite non-zero value: every scale does */
+} ampc_inspect_range;
+
+/* The power-of-two scales 2^k for which storing these values (their hist,
+ * pow2 and max_abs: independent of the scale they were counted at) in fmt
+ * overflows nothing and flushes at most max_flush (a fraction in [0, 1]) of
+ * the finite non-zero ones: k_hi is the largest k with round(max_abs 2^k)
+ * finite (exact, by ampc_round_f64), k_lo the smallest k with at most
+ * floor(max_flush * nonzero) values |x| 2^k <= the format's largest
+ * magnitude that rounds to 0 (half its smallest subnormal; the tie rounds to
+ * 0). Both are clamped to [-2200, 2200]. Returns the case; *k_lo and *k_hi
+ * are set in every case (to -2200 and 2200 for ANY). */
+ampc_inspect_range ampc_inspect_scale_range(const ampc_inspect_stats *st, ampc_dtype fmt,
+                                            double max_flush, int *k_lo, int *k_hi);
+
 #ifdef __cplusplus
 }
 #endif

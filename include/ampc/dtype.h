@@ -195,6 +195,16 @@ typedef struct ampc_format_info {
 /* Fill *out for dt. Errors: AMPC_ERR_INVALID_ARG for an invalid dtype or NULL. */
 ampc_status ampc_format_info_get(ampc_dtype dt, ampc_format_info *out);
 
+/* x (a double) rounded once into dt, to nearest with ties to even, returned
+ * as the double value of the result: the same value ampc_convert gives for
+ * every x that is an FP32, without the second rounding that going through
+ * FP32 would add for the other doubles. Non-saturating: a value past the
+ * largest finite one becomes +-inf (NaN for E4M3, which has no inf), as
+ * ampc_convert's default. NaN stays NaN; the sign of zero is kept (a flushed
+ * negative value gives -0). Needs the default rounding mode (FE_TONEAREST).
+ * Returns NaN for an invalid dtype. */
+double ampc_round_f64(ampc_dtype dt, double x);
+
 #ifdef __cplusplus
 }
 #endif

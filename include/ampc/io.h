@@ -39,12 +39,26 @@ enum { AMPC_ST_MAX_DIMS = 8 };
  * parsed as a double (cJSON) holds exactly; larger values are refused. */
 typedef struct ampc_st_tensor {
   const char *name;
-  ampc_dtype dtype;
-  int ndim; /* 0..AMPC_ST_MAX_DIMS; 0 = scalar (one element) */
+  ampc_dtype dtype; /* AMPC_ST_OTHER: a dtype ampc does not compute in (AMPC_ST_ANY_DTYPE) */
+  int ndim;         /* 0..AMPC_ST_MAX_DIMS; 0 = scalar (one element) */
   int64_t shape[AMPC_ST_MAX_DIMS];
   const void *data;
   size_t nbytes;
+  /* Set on read (ignored on write): the file's dtype string ("F32", "F64",
+   * "I64", ...) and the bytes per element. */
+  const char *dtype_name;
+  size_t elem_size;
 } ampc_st_tensor;
+
+/* The dtype of a tensor read with AMPC_ST_ANY_DTYPE whose dtype is not one of
+ * ampc's (F64, I64, U64, I32, U32, I16, U16, I8, U8, BOOL): see dtype_name. */
+#define AMPC_ST_OTHER ((ampc_dtype)-1)
+
+enum {
+  /* ampc_safetensors_read_ex: accept every dtype of the safetensors format,
+   * not only ampc's five; the others get dtype AMPC_ST_OTHER */
+  AMPC_ST_ANY_DTYPE = 1u
+};
 
 /* One __metadata__ entry (both strings NUL-terminated). */
 typedef struct ampc_st_meta {
@@ -85,6 +99,11 @@ ampc_status ampc_safetensors_read(const char *path, ampc_safetensors **out);
  * messages, "<memory>" when NULL). */
 ampc_status ampc_safetensors_read_mem(const void *data, size_t size, const char *name,
                                       ampc_safetensors **out);
+
+/* As the two above, with flags (AMPC_ST_ANY_DTYPE); flags 0 is the same call. */
+ampc_status ampc_safetensors_read_ex(const char *path, unsigned flags, ampc_safetensors **out);
+ampc_status ampc_safetensors_read_mem_ex(const void *data, size_t size, const char *name,
+                                         unsigned flags, ampc_safetensors **out);
 
 /* Number of tensors; the i-th in file order (data offset order); NULL if i is
  * out of range. */

@@ -47,6 +47,25 @@ typedef struct ampc_plot_hist {
 ampc_status ampc_plot_log2_hist(const char *path, const char *title, int lo, int nbins,
                                 const ampc_plot_hist *h, int nh);
 
+/* The bands of another format, or of binary16 at a scale, for
+ * ampc_plot_log2_hist_bands: positions on the log2 axis (reals, not
+ * necessarily integers), flush_below <= normal_from <= overflow_from. The
+ * format name is informative; xlabel is the axis label (PLplot escapes, e.g.
+ * "log#d2#u|x|"; NULL for that). */
+typedef struct ampc_plot_bands {
+  double flush_below;   /* values below round to 0 */
+  double normal_from;   /* subnormal below, normal from here */
+  double overflow_from; /* overflow from here */
+  const char *format;
+  const char *xlabel;
+} ampc_plot_bands;
+
+/* As ampc_plot_log2_hist with the bands given (ampc_plot_log2_hist is this
+ * with binary16's: -25, -14, 16, x label log2|g|). Errors as it, and
+ * AMPC_ERR_INVALID_ARG for bands out of order. */
+ampc_status ampc_plot_log2_hist_bands(const char *path, const char *title, int lo, int nbins,
+                                      const ampc_plot_hist *h, int nh, const ampc_plot_bands *b);
+
 /* The size of the image ampc_plot_lines draws: 900 x 560 pixels. */
 enum { AMPC_PLOT_WIDTH = 900, AMPC_PLOT_HEIGHT = 560 };
 

@@ -54,6 +54,13 @@ _Static_assert(AMPC_DTYPE_COUNT == 5, "update the safetensors dtype tables");
 static const char *const k_st_dtype[AMPC_DTYPE_COUNT] = {"F32", "F16", "BF16", "F8_E4M3",
                                                          "F8_E5M2"};
 static const size_t k_st_size[AMPC_DTYPE_COUNT] = {4, 2, 2, 1, 1};
+/* The other dtypes of the safetensors format (the Rust crate's Dtype), read
+ * with AMPC_ST_ANY_DTYPE only */
+static const struct {
+  const char *name;
+  size_t size;
+} k_st_other[] = {{"F64", 8}, {"I64", 8}, {"U64", 8}, {"I32", 4}, {"U32", 4},
+                  {"I16", 2}, {"U16", 2}, {"I8", 1},  {"U8", 1},  {"BOOL", 1}};
 
 struct ampc_safetensors {
   unsigned char *buf;             /* the whole file, plus one NUL byte */
@@ -566,7 +573,8 @@ static const char *json_uint_problem(int code) {
 
 /* Check one tensor entry of the header and fill r (name, dtype, shape,
  * nbytes, begin, end). data_size is the size of the data region. */
-static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_size, st_rec *r) {
+static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_size, unsigned flags,
+                               st_rec *r) {
   const char *name = e->string;
   if (!cJSON_IsObject(e))
     return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s': entry is not a JSON object", path, name);
@@ -592,13 +600,23 @@ static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_s
   if (!cJSON_IsString(dtype))
     return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s': dtype is not a string", path, name);
   int dt = -1;
+  size_t esize = 0;
+  const char *dname = NULL;
   for (int k = 0; k < AMPC_DTYPE_COUNT; k++)
     if (strcmp(dtype->valuestring, k_st_dtype[k]) == 0)
-      dt = k;
-  if (dt < 0)
+      dt = k, esize = k_st_size[k], dname = k_st_dtype[k];
+  if (dt < 0 && (flags & AMPC_ST_ANY_DTYPE))
+    for (size_t k = 0; k < sizeof k_st_other / sizeof k_st_other[0]; k++)
+      if (strcmp(dtype->valuestring, k_st_other[k].name) == 0)
+        esize = k_st_other[k].size, dname = k_st_other[k].name;
+  if (!dname)
     return ampc_fail(AMPC_ERR_FORMAT,
-                     "%s: tensor '%s': dtype '%s' is not supported (F32, F16, BF16, F8_E4M3, "
-                     "F8_E5M2 are)",
+                     (flags & AMPC_ST_ANY_DTYPE)
+                         ? "%s: tensor '%s': dtype '%s' is not a safetensors dtype (F64, F32, "
+                           "F16, BF16, F8_E4M3, F8_E5M2, I64, U64, I32, U32, I16, U16, I8, U8, "
+                           "BOOL are)"
+                         : "%s: tensor '%s': dtype '%s' is not supported (F32, F16, BF16, "
+                           "F8_E4M3, F8_E5M2 are)",
                      path, name, dtype->valuestring);
 
   if (!cJSON_IsArray(shape))
@@ -619,9 +637,9 @@ static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_s
   char sh[160];
   ampc_st_format_shape(sh, sizeof sh, r->t.shape, ndim);
   uint64_t bytes;
-  if (shape_bytes(r->t.shape, ndim, k_st_size[dt], ST_MAX_INT, &bytes) != 0)
+  if (shape_bytes(r->t.shape, ndim, esize, ST_MAX_INT, &bytes) != 0)
     return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s': shape %s of %s is too large", path, name,
-                     sh, k_st_dtype[dt]);
+                     sh, dname);
 
   if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
     return ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s': data_offsets is not an array of two", path,
@@ -643,7 +661,7 @@ static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_s
     return ampc_fail(AMPC_ERR_FORMAT,
                      "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                      "] do not match shape %s of %s (%" PRIu64 " bytes)",
-                     path, name, be[0], be[1], sh, k_st_dtype[dt], bytes);
+                     path, name, be[0], be[1], sh, dname, bytes);
   if (be[1] > data_size)
     return ampc_fail(AMPC_ERR_FORMAT,
                      "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
@@ -651,7 +669,9 @@ static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_s
                      path, name, be[0], be[1], data_size);
 
   r->name = name;
-  r->t.dtype = (ampc_dtype)dt;
+  r->t.dtype = dt >= 0 ? (ampc_dtype)dt : AMPC_ST_OTHER;
+  r->t.dtype_name = dname;
+  r->t.elem_size = esize;
   r->t.ndim = ndim;
   r->t.nbytes = (size_t)bytes;
   r->begin = be[0];
@@ -680,7 +700,7 @@ static const char *put_str(char *block, size_t *pos, const char *s) {
 }
 
 /* Validate the header of the file image in f->buf (size bytes) and fill f. */
-static ampc_status parse_file(const char *path, ampc_safetensors *f, size_t size) {
+static ampc_status parse_file(const char *path, ampc_safetensors *f, size_t size, unsigned flags) {
   const unsigned char *buf = f->buf;
   uint64_t hlen = 0;
   for (int i = 0; i < 8; i++)
@@ -754,7 +774,7 @@ static ampc_status parse_file(const char *path, ampc_safetensors *f, size_t size
   for (const cJSON *c = root->child; c; c = c->next) {
     if (c == meta)
       continue;
-    if ((st = parse_entry(path, c, data_size, &rec[i])) != AMPC_OK)
+    if ((st = parse_entry(path, c, data_size, flags, &rec[i])) != AMPC_OK)
       goto done;
     rec[i].index = (int)i;
     i++;
@@ -827,6 +847,10 @@ done:
 }
 
 ampc_status ampc_safetensors_read(const char *path, ampc_safetensors **out) {
+  return ampc_safetensors_read_ex(path, 0, out);
+}
+
+ampc_status ampc_safetensors_read_ex(const char *path, unsigned flags, ampc_safetensors **out) {
   if (!out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "safetensors read: NULL output pointer");
   *out = NULL;
@@ -887,7 +911,7 @@ ampc_status ampc_safetensors_read(const char *path, ampc_safetensors **out) {
                      size);
   }
 
-  const ampc_status st = parse_file(path, f, size);
+  const ampc_status st = parse_file(path, f, size, flags);
   if (st != AMPC_OK) {
     ampc_safetensors_free(f);
     return st;
@@ -898,6 +922,11 @@ ampc_status ampc_safetensors_read(const char *path, ampc_safetensors **out) {
 
 ampc_status ampc_safetensors_read_mem(const void *data, size_t size, const char *name,
                                       ampc_safetensors **out) {
+  return ampc_safetensors_read_mem_ex(data, size, name, 0, out);
+}
+
+ampc_status ampc_safetensors_read_mem_ex(const void *data, size_t size, const char *name,
+                                         unsigned flags, ampc_safetensors **out) {
   if (!out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "safetensors read: NULL output pointer");
   *out = NULL;
@@ -919,7 +948,7 @@ ampc_status ampc_safetensors_read_mem(const void *data, size_t size, const char 
   }
   memcpy(f->buf, data, size);
   f->buf[size] = 0;
-  const ampc_status st = parse_file(name, f, size);
+  const ampc_status st = parse_file(name, f, size, flags);
   if (st != AMPC_OK) {
     ampc_safetensors_free(f);
     return st;

@@ -160,3 +160,43 @@ ampc_status ampc_format_info_get(ampc_dtype dt, ampc_format_info *out) {
   }
   return AMPC_OK;
 }
+
+/* ---- one rounding from double (issue 20: ampc inspect of F64 tensors) ------ */
+
+double ampc_round_f64(ampc_dtype dt, double x) {
+  /* p: stored fraction bits, emin: exponent of the smallest normal, max:
+   * largest finite value (IEEE 754-2008 section 3.6 for binary16; the bfloat16
+   * and OCP FP8 (OFP8, 2023) definitions for the others) */
+  int p, emin;
+  double max;
+  bool has_inf = true;
+  switch (dt) {
+  case AMPC_F32: return isfinite(x) ? (double)(float)x : x; /* C11 F.6: nearest even */
+  case AMPC_F16: p = 10, emin = -14, max = 65504.0; break;
+  case AMPC_BF16: p = 7, emin = -126, max = ldexp(255.0, 120); break;
+  case AMPC_F8_E4M3: p = 3, emin = -6, max = 448.0, has_inf = false; break;
+  case AMPC_F8_E5M2: p = 2, emin = -14, max = 57344.0; break;
+  default: return (double)NAN;
+  }
+  if (isnan(x))
+    return x;
+  const double a = fabs(x);
+  if (isinf(a))
+    return has_inf ? x : (double)NAN;
+  if (a == 0.0)
+    return x;
+  int e;
+  (void)frexp(a, &e); /* a = m 2^e, m in [0.5, 1): floor(log2 a) = e - 1 */
+  e -= 1;
+  if (e > 1024 - 2)
+    e = 1024 - 2; /* far past every format's range: overflows below */
+  if (e < emin)
+    e = emin; /* the subnormals' spacing */
+  /* a / q scales by a power of two (exact); rint rounds to nearest even in
+   * the default rounding mode; the carry to the next binade falls out */
+  const double q = ldexp(1.0, e - p);
+  const double r = rint(a / q) * q;
+  if (r > max)
+    return has_inf ? copysign((double)INFINITY, x) : (double)NAN;
+  return copysign(r, x);
+}

@@ -218,6 +218,14 @@ static void rect(double xa, double xb, double ya, double yb, PLINT col, double y
 
 ampc_status ampc_plot_log2_hist(const char *path, const char *title, int lo, int nbins,
                                 const ampc_plot_hist *h, int nh) {
+  const ampc_plot_bands f16 = {-25, -14, 16, "binary16", "log#d2#u|g|"};
+  return ampc_plot_log2_hist_bands(path, title, lo, nbins, h, nh, &f16);
+}
+
+ampc_status ampc_plot_log2_hist_bands(const char *path, const char *title, int lo, int nbins,
+                                      const ampc_plot_hist *h, int nh, const ampc_plot_bands *fb) {
+  if (!fb || !(fb->flush_below <= fb->normal_from && fb->normal_from <= fb->overflow_from))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_plot_log2_hist: bad bands");
   if (!path || !h || nh < 1 || nh > 64 || nbins < 1 || nbins > 4096 || lo < -100000 || lo > 100000)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_plot_log2_hist: bad arguments (%d bins, %d "
@@ -259,10 +267,10 @@ ampc_status ampc_plot_log2_hist(const char *path, const char *title, int lo, int
     double a, b;
     PLINT col;
     const char *name;
-  } bands[4] = {{-1e9, -25, 12, "flushed to 0"},
-                {-25, -14, 11, "subnormal"},
-                {-14, 16, 10, "normal"},
-                {16, 1e9, 13, "overflow"}};
+  } bands[4] = {{-1e9, fb->flush_below, 12, "flushed to 0"},
+                {fb->flush_below, fb->normal_from, 11, "subnormal"},
+                {fb->normal_from, fb->overflow_from, 10, "normal"},
+                {fb->overflow_from, 1e9, 13, "overflow"}};
   for (int i = 0; i < 4; i++) {
     const double a = fmax(bands[i].a, zx1 + 0.5), b = fmin(bands[i].b, x1);
     if (a >= b)
@@ -276,7 +284,7 @@ ampc_status ampc_plot_log2_hist(const char *path, const char *title, int lo, int
   }
   plcol0(1);
   plbox("bcnst", 0.0, 0, "bcnstv", 0.0, 0);
-  pllab("log#d2#u|g|", "fraction of values", title ? title : "");
+  pllab(fb->xlabel ? fb->xlabel : "log#d2#u|x|", "fraction of values", title ? title : "");
   double zmax = 0;
   for (int i = 0; i < nh; i++)
     zmax = fmax(zmax, (double)h[i].zeros / tot[i]);

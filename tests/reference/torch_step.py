@@ -15,7 +15,9 @@ torch.autocast("cpu", dtype=torch.bfloat16) in bf16 mode), backward,
 optimizer.step(). The batch is random (seed 0) with the data's shapes (the
 bundled emoji data: 32x32x3 images, captions of 24 tokens, vocab 3840, 9
 groups; vit-ref gets 10 classes as ampc's bench): speed does not depend on the
-values. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
+values. --dump FILE writes the first step's activations, activation
+gradients and parameter gradients (tools/python/ampc_dump.py) for `ampc
+inspect`. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
 2,113,931) and exits non-zero when they differ from ampc's.
 
 Debian's python3-torch (1.13): run with /usr/bin/python3. Thread settings are
@@ -25,6 +27,7 @@ OMP_WAIT_POLICY, and uses the fastest).
 import argparse
 import json
 import math
+import os
 import resource
 import statistics
 import sys
@@ -156,7 +159,8 @@ class Model(nn.Module):
             self.fusion = Fusion(c)
         self.heads = Heads(c)
 
-    def forward(self, images, tokens, labels):
+    def forward(self, images, tokens, labels, weights=(1.0, 1.0, 1.0)):
+        """The composite loss w_itc itc + w_itm itm + w_cls cls (weights)."""
         H = self.heads
         vfin = self.vision(images)
         vcls = vfin[:, 0]
@@ -182,7 +186,7 @@ class Model(nn.Module):
         itm_logit = H.itm(masked_mean(ffin, valid[txt_idx]))[:, 0].float()
         target = torch.cat([torch.ones(b), torch.zeros(b)])
         itm = F.binary_cross_entropy_with_logits(itm_logit, target)
-        return itc + itm + cls_loss
+        return weights[0] * itc + weights[1] * itm + weights[2] * cls_loss
 
 
 def no_decay(name, p):
@@ -199,6 +203,9 @@ def main(argv):
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: as is)")
     ap.add_argument("--dim", type=int, default=0, help="override the width (MLP = 4 dim)")
     ap.add_argument("--check", action="store_true", help="parameter counts only")
+    ap.add_argument("--dump", metavar="FILE",
+                    help="write the first step's activations and gradients to FILE with "
+                         "tools/python/ampc_dump.py (for ampc inspect)")
     a = ap.parse_args(argv[1:])
     if a.check:
         ok = True
@@ -230,15 +237,26 @@ def main(argv):
     labels = torch.randint(0, c["classes"], (B,), generator=g)
     ms = []
     loss = None
+    dumper = None
+    if a.dump:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "tools", "python"))
+        import ampc_dump
+        dumper = ampc_dump.StepDump(model, a.dump)
     for s in range(-a.warmup, a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
+        if dumper:
+            dumper.__enter__()
         if a.mode == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 loss = model(images, tokens, labels)
         else:
             loss = model(images, tokens, labels)
         loss.backward()
+        if dumper:
+            dumper.__exit__(None, None, None)
+            dumper = None
         opt.step()
         if s >= 0:
             ms.append((time.perf_counter() - t0) * 1e3)

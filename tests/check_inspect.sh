@@ -1,0 +1,87 @@
+#!/bin/sh
+# tests/check_inspect.sh AMPC TEST_INSPECT: `ampc inspect` through the CLI
+# (issue 20): the counts and the auto scale of a constructed file (every
+# dtype the command reads; the values are documented in test_inspect.c's
+# write_files), the plot, and bad input: an empty file, a file that is not
+# safetensors, a directory, no tensors, an integer tensor, bad flags, an
+# unwritable plot: a message naming the file (and tensor), exit 1 (2 for usage).
+set -u
+ampc=$1
+gen=$2
+dir=$(mktemp -d /tmp/ampc_inspect.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+die() { echo "FAIL: $*" >&2; fail=1; }
+"$gen" --write-files "$dir" || exit 1
+m=$dir/mixed.safetensors
+
+# expect CODE PATTERN CMD...: exit code CODE and PATTERN (grep -E) in stdout+stderr
+expect() {
+  code=$1 pat=$2
+  shift 2
+  out=$("$@" 2>&1)
+  rc=$?
+  [ "$rc" -eq "$code" ] || die "'$*' exited $rc, not $code: $out"
+  echo "$out" | grep -Eq -- "$pat" || die "'$*': no /$pat/ in: $out"
+}
+# key JSON NAME: the first number after "NAME": in JSON
+num() { echo "$1" | grep -o "\"$2\":[-0-9.e]*" | head -n 1 | cut -d: -f2; }
+
+# ---- counts and the auto scale -------------------------------------------------
+j=$("$ampc" inspect "$m" --json) || die "inspect --json failed"
+[ "$(num "$j" count)" = 8 ] || die "grad/vision.w: count $(num "$j" count), want 8"
+[ "$(num "$j" zeros)" = 1 ] || die "grad/vision.w: zeros"
+[ "$(num "$j" nonfinite)" = 1 ] || die "grad/vision.w: nonfinite"
+[ "$(num "$j" flushed)" = 2 ] || die "grad/vision.w: flushed $(num "$j" flushed), want 2"
+echo "$j" | grep -q '"name":"act/text.h","dtype":"F16"' || die "act/text.h not listed as F16"
+echo "$j" | grep -q '"dtype":"BF16"' || die "the BF16 tensor is missing"
+a=$("$ampc" inspect "$m" --select grad/ --scale auto --json) || die "--scale auto failed"
+[ "$(num "$a" scale_log2)" = 6 ] || die "auto scale 2^$(num "$a" scale_log2), want 2^6"
+echo "$a" | grep -q '"scale_range":{"status":"ok","min_log2":6,"max_log2":6,"flush_limited_by":"grad/vision.w","overflow_limited_by":"grad/text.w"}' ||
+  die "the file's range is not 2^6 .. 2^6 bounded by grad/vision.w and grad/text.w: $a"
+echo "$a" | grep -q '"name":"grad/vision","tensors":1,"scale_range":{"status":"ok","min_log2":6,"max_log2":14}' ||
+  die "branch grad/vision's range is not 2^6 .. 2^14"
+expect 0 'safe scales: 2\^6 \.\. 2\^6' "$ampc" inspect "$m" --select grad/ --scale auto
+expect 0 'overflow bounds it above: grad/text.w' "$ampc" inspect "$m" --select grad/ --scale auto
+# at 2^7 grad/text.w's 1000 overflows; in bf16 nothing does
+j=$("$ampc" inspect "$m" --select grad/text --scale 128 --json)
+[ "$(num "$j" overflow)" = 1 ] || die "1000 x 128 does not overflow binary16"
+j=$("$ampc" inspect "$m" --select grad/text --scale 2^7 --format bf16 --json)
+[ "$(num "$j" overflow)" = 0 ] || die "1000 x 128 overflows bfloat16"
+# the whole file: act/text.h (65504) caps it at 2^0, below grad/vision.w's 2^6
+expect 0 'no power of two is safe for every tensor' "$ampc" inspect "$m" --scale auto
+expect 0 'act/text.h \(max \|x\| 65504\) overflows above 2\^0' "$ampc" inspect "$m"
+expect 0 'act/text.h' "$ampc" inspect "$m" --tensors
+# FP8: e4m3 of 65504 overflows
+j=$("$ampc" inspect "$m" --select act/text --format e4m3 --json)
+[ "$(num "$j" overflow)" = 1 ] || die "65504 does not overflow e4m3"
+# the plot
+expect 0 "wrote $dir/h.png" "$ampc" inspect "$m" --scale auto --plot "$dir/h.png"
+[ "$(head -c 4 "$dir/h.png" | od -An -c | tr -d ' ')" = '211PNG' ] || die "h.png is not a PNG"
+# integer tensors: an error naming the tensor, or skipped
+expect 1 "ints.safetensors: tensor 'step': dtype I64 is not floating point" "$ampc" inspect "$dir/ints.safetensors"
+expect 0 'integer/BOOL tensors skipped' "$ampc" inspect "$dir/ints.safetensors" --skip-other
+
+# ---- bad input -------------------------------------------------------------------
+: >"$dir/empty.safetensors"
+expect 1 'empty.safetensors: file is 0 bytes' "$ampc" inspect "$dir/empty.safetensors"
+printf 'this is not a safetensors file at all\n' >"$dir/text.safetensors"
+expect 1 'text.safetensors: header length' "$ampc" inspect "$dir/text.safetensors"
+expect 1 "$dir: not a regular file" "$ampc" inspect "$dir"
+expect 1 'missing.safetensors: cannot open' "$ampc" inspect "$dir/missing.safetensors"
+expect 1 'none.safetensors: the file holds no tensors' "$ampc" inspect "$dir/none.safetensors"
+expect 1 'no tensor matches --select' "$ampc" inspect "$m" --select nothing/
+expect 1 'cannot write PNG .*no/such/dir/h.png' "$ampc" inspect "$m" --plot "$dir/no/such/dir/h.png"
+expect 2 'missing FILE' "$ampc" inspect
+expect 2 "unknown dtype 'f12'" "$ampc" inspect "$m" --format f12
+expect 2 "--scale '0'" "$ampc" inspect "$m" --scale 0
+expect 2 "--scale 'nan'" "$ampc" inspect "$m" --scale nan
+expect 2 "--scale 'x'" "$ampc" inspect "$m" --scale x
+expect 2 "--max-flush '2'" "$ampc" inspect "$m" --max-flush 2
+expect 2 "unknown option '--bogus'" "$ampc" inspect "$m" --bogus
+expect 2 'one file at a time' "$ampc" inspect "$m" "$m"
+expect 2 '--scale needs a value' "$ampc" inspect "$m" --scale
+expect 0 'Usage: ampc inspect' "$ampc" inspect --help
+
+[ "$fail" -eq 0 ] && echo "inspect_cli: all checks passed"
+exit "$fail"
