@@ -60,7 +60,33 @@ expect 0 "wrote $dir/h.png" "$ampc" inspect "$m" --scale auto --plot "$dir/h.png
 [ "$(head -c 4 "$dir/h.png" | od -An -c | tr -d ' ')" = '211PNG' ] || die "h.png is not a PNG"
 # integer tensors: an error naming the tensor, or skipped
 expect 1 "ints.safetensors: tensor 'step': dtype I64 is not floating point" "$ampc" inspect "$dir/ints.safetensors"
-expect 0 'integer/BOOL tensors skipped' "$ampc" inspect "$dir/ints.safetensors" --skip-other
+expect 0 '1 tensors that are not floating point skipped' "$ampc" inspect "$dir/ints.safetensors" --skip-other
+# inf/NaN already there: no scale helps, said so
+expect 0 'warning: 1 tensor already holds inf/NaN \(grad/vision.w\)' "$ampc" inspect "$m" --scale auto
+# fractions: zero and inf/nan of all values, flushed of the finite non-zero
+# ones (grad/vision.w: 8 values, 1 zero, 1 NaN, 2 of 6 flushed)
+expect 0 'grad/vision +1 +8 +12.5% +33.33% +0% +0% +12.5%' "$ampc" inspect "$m"
+j=$("$ampc" inspect "$m" --select grad/vision --json)
+[ "$(num "$j" flushed_frac)" = 0.33333333333333331 ] || die "flushed_frac $(num "$j" flushed_frac), want 2/6"
+# every value overflowing: no relative error ('-', null)
+expect 0 'act/text.h +2 +0% +0% +0% +100% +0% +- ' "$ampc" inspect "$m" --select act/text --scale 2^40 --format e5m2
+j=$("$ampc" inspect "$m" --select act/text --scale 2^40 --format e5m2 --json)
+echo "$j" | grep -q '"rel_err_mean":null' || die "rel_err_mean of all-overflow values is not null"
+# --max-flush 1: no lower bound
+expect 0 'safe scales: up to 2\^6 ' "$ampc" inspect "$m" --select grad/ --scale auto --max-flush 1
+j=$("$ampc" inspect "$m" --select grad/ --scale auto --max-flush 1 --json)
+echo "$j" | grep -q '"scale_range":{"status":"ok","min_log2":null,"max_log2":6,' || die "no null lower bound: $j"
+# a recorded loss scale (ampc_dump.py's loss_scale=65536): the advice in training terms
+expect 0 'records loss_scale 65536 \(2\^16\).*training loss scale: 2\^22 \.\. 2\^22' "$ampc" inspect "$dir/scaled.safetensors" --scale auto
+j=$("$ampc" inspect "$dir/scaled.safetensors" --json)
+[ "$(num "$j" recorded_loss_scale)" = 65536 ] || die "recorded_loss_scale not in the JSON"
+# the extremes of 2^K, and a file named like an option after --
+cp "$m" "$dir/-m.safetensors"
+expect 0 'at scale 2\^-1074' "$ampc" inspect --scale 2^-1074 -- "$dir/-m.safetensors"
+expect 0 'at scale 2\^1023' "$ampc" inspect "$m" --scale 2^1023
+expect 2 "K in -1074..1023" "$ampc" inspect "$m" --scale 2^1024
+expect 2 '--select needs a non-empty prefix' "$ampc" inspect "$m" --select ''
+expect 2 '--plot needs a file name' "$ampc" inspect "$m" --plot ''
 
 # ---- bad input -------------------------------------------------------------------
 : >"$dir/empty.safetensors"
@@ -70,7 +96,7 @@ expect 1 'text.safetensors: header length' "$ampc" inspect "$dir/text.safetensor
 expect 1 "$dir: not a regular file" "$ampc" inspect "$dir"
 expect 1 'missing.safetensors: cannot open' "$ampc" inspect "$dir/missing.safetensors"
 expect 1 'none.safetensors: the file holds no tensors' "$ampc" inspect "$dir/none.safetensors"
-expect 1 'no tensor matches --select' "$ampc" inspect "$m" --select nothing/
+expect 1 'no tensor matches --select nothing/, none/' "$ampc" inspect "$m" --select nothing/ --select none/
 expect 1 'cannot write PNG .*no/such/dir/h.png' "$ampc" inspect "$m" --plot "$dir/no/such/dir/h.png"
 expect 2 'missing FILE' "$ampc" inspect
 expect 2 "unknown dtype 'f12'" "$ampc" inspect "$m" --format f12

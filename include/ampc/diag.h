@@ -225,6 +225,11 @@ void ampc_inspect_merge(ampc_inspect_stats *into, const ampc_inspect_stats *from
 /* Values x with |x| <= 2^m among those counted (from hist and pow2). */
 uint64_t ampc_inspect_count_le_pow2(const ampc_inspect_stats *st, int m);
 
+/* 1 when the format facts the counting uses (smallest normal, smallest
+ * subnormal, largest finite value) equal ampc_format_info_get's for every
+ * dtype (a self-check for the tests), else 0. */
+int ampc_inspect_facts_agree(void);
+
 typedef enum ampc_inspect_range {
   AMPC_INSPECT_RANGE_OK = 0,    /* [k_lo, k_hi] is non-empty */
   AMPC_INSPECT_RANGE_EMPTY = 1, /* k_lo > k_hi: no power of two meets both */

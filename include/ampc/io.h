@@ -51,7 +51,8 @@ typedef struct ampc_st_tensor {
 } ampc_st_tensor;
 
 /* The dtype of a tensor read with AMPC_ST_ANY_DTYPE whose dtype is not one of
- * ampc's (F64, I64, U64, I32, U32, I16, U16, I8, U8, BOOL): see dtype_name. */
+ * ampc's (F64, F8_E8M0, C64, I64, U64, I32, U32, I16, U16, I8, U8, BOOL; the
+ * sub-byte F4/F6 types are refused): see dtype_name. */
 #define AMPC_ST_OTHER ((ampc_dtype)-1)
 
 enum {

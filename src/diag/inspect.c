@@ -43,6 +43,35 @@ static double load(int kind, const unsigned char *p, size_t i) {
   }
 }
 
+/* smallest normal and subnormal, largest finite value of each format (the
+ * values ampc_format_info_get computes from the conversions; test_inspect
+ * checks that they agree) */
+typedef struct fmt_facts {
+  double min_normal, min_subnormal, max;
+} fmt_facts;
+
+static int facts_of(ampc_dtype dt, fmt_facts *f) {
+  switch (dt) {
+  case AMPC_F32: *f = (fmt_facts){0x1p-126, 0x1p-149, 0x1.fffffep127}; return 0;
+  case AMPC_F16: *f = (fmt_facts){0x1p-14, 0x1p-24, 65504.0}; return 0;
+  case AMPC_BF16: *f = (fmt_facts){0x1p-126, 0x1p-133, 0x1.fep127}; return 0;
+  case AMPC_F8_E4M3: *f = (fmt_facts){0x1p-6, 0x1p-9, 448.0}; return 0;
+  case AMPC_F8_E5M2: *f = (fmt_facts){0x1p-14, 0x1p-16, 57344.0}; return 0;
+  default: return -1;
+  }
+}
+
+int ampc_inspect_facts_agree(void) {
+  for (int d = 0; d < AMPC_DTYPE_COUNT; d++) {
+    fmt_facts f;
+    ampc_format_info fi;
+    if (facts_of((ampc_dtype)d, &f) != 0 || ampc_format_info_get((ampc_dtype)d, &fi) != AMPC_OK ||
+        f.min_normal != fi.min_normal || f.min_subnormal != fi.min_subnormal || f.max != fi.max)
+      return 0;
+  }
+  return 1;
+}
+
 ampc_status ampc_inspect_values(ampc_inspect_stats *st, const void *data, const char *src_dtype,
                                 size_t n, ampc_dtype fmt, double scale) {
   if (!st || !src_dtype || (!data && n > 0))
@@ -58,10 +87,8 @@ ampc_status ampc_inspect_values(ampc_inspect_stats *st, const void *data, const 
                      "dtype %s is not floating point (F64, F32, F16, BF16, F8_E4M3 and F8_E5M2 "
                      "are)",
                      src_dtype);
-  ampc_format_info fi;
-  ampc_status s = ampc_format_info_get(fmt, &fi);
-  if (s != AMPC_OK)
-    return s;
+  fmt_facts fi;
+  facts_of(fmt, &fi);
   const unsigned char *p = data;
   for (size_t i = 0; i < n; i++) {
     const double x = load(kind, p, i);
@@ -147,8 +174,8 @@ ampc_inspect_range ampc_inspect_scale_range(const ampc_inspect_stats *st, ampc_d
                                             double max_flush, int *k_lo, int *k_hi) {
   *k_lo = -K_LIMIT, *k_hi = K_LIMIT;
   const uint64_t nz = st->count - st->zeros - st->nonfinite;
-  ampc_format_info fi;
-  if (nz == 0 || st->max_abs == 0 || ampc_format_info_get(fmt, &fi) != AMPC_OK)
+  fmt_facts fi;
+  if (nz == 0 || st->max_abs == 0 || facts_of(fmt, &fi) != 0)
     return AMPC_INSPECT_RANGE_ANY;
   /* k_hi: from just above the format's top binade down to the first scale at
    * which max_abs still rounds to a finite value */

@@ -59,8 +59,8 @@ static const size_t k_st_size[AMPC_DTYPE_COUNT] = {4, 2, 2, 1, 1};
 static const struct {
   const char *name;
   size_t size;
-} k_st_other[] = {{"F64", 8}, {"I64", 8}, {"U64", 8}, {"I32", 4}, {"U32", 4},
-                  {"I16", 2}, {"U16", 2}, {"I8", 1},  {"U8", 1},  {"BOOL", 1}};
+} k_st_other[] = {{"F64", 8}, {"I64", 8}, {"U64", 8}, {"I32", 4},  {"U32", 4}, {"I16", 2},
+                  {"U16", 2}, {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"C64", 8}, {"F8_E8M0", 1}};
 
 struct ampc_safetensors {
   unsigned char *buf;             /* the whole file, plus one NUL byte */
@@ -612,9 +612,9 @@ static ampc_status parse_entry(const char *path, const cJSON *e, uint64_t data_s
   if (!dname)
     return ampc_fail(AMPC_ERR_FORMAT,
                      (flags & AMPC_ST_ANY_DTYPE)
-                         ? "%s: tensor '%s': dtype '%s' is not a safetensors dtype (F64, F32, "
-                           "F16, BF16, F8_E4M3, F8_E5M2, I64, U64, I32, U32, I16, U16, I8, U8, "
-                           "BOOL are)"
+                         ? "%s: tensor '%s': dtype '%s' is not a safetensors dtype ampc reads "
+                           "(F64, F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0, C64, I64, U64, I32, "
+                           "U32, I16, U16, I8, U8, BOOL are; the sub-byte F4/F6 are not)"
                          : "%s: tensor '%s': dtype '%s' is not supported (F32, F16, BF16, "
                            "F8_E4M3, F8_E5M2 are)",
                      path, name, dtype->valuestring);

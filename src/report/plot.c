@@ -104,6 +104,19 @@ static void log2_label(PLINT axis, PLFLT value, PLCHAR_NC_VECTOR label, PLINT le
 static double ty(double y, int logy) { return logy ? log2(y) : y; }
 static int usable(double y, int logy) { return isfinite(y) && (!logy || y > 0); }
 
+/* A label as PLplot text: '#' starts PLplot's escape sequences, "##" is a
+ * literal '#' (cut short to fit cap). */
+static const char *pl_text(const char *label, char *buf, size_t cap) {
+  size_t o = 0;
+  for (const char *p = label ? label : ""; *p && o + 2 < cap; p++) {
+    if (*p == '#')
+      buf[o++] = '#';
+    buf[o++] = *p;
+  }
+  buf[o] = 0;
+  return buf;
+}
+
 ampc_status ampc_plot_lines(const char *path, const char *title, const char *xlabel,
                             const char *ylabel, const ampc_plot_series *s, int ns, int logy) {
   if (!path || !s || ns < 1 || ns > 64)
@@ -155,6 +168,7 @@ ampc_status ampc_plot_lines(const char *path, const char *title, const char *xla
   PLINT opts[64], lcol[64], lsty[64], scol[64], snum[64];
   PLFLT lw[64], ssc[64];
   const char *text[64], *sym[64];
+  static char lbuf[64][256]; /* PLplot is single-threaded here anyway (plot.h) */
   for (int i = 0; i < ns; i++) {
     const PLINT col = 2 + i % NCOL;
     /* a line style per series as well as a colour, so series that coincide
@@ -184,7 +198,7 @@ ampc_status ampc_plot_lines(const char *path, const char *title, const char *xla
     opts[i] = s[i].style == 1 ? PL_LEGEND_SYMBOL : PL_LEGEND_LINE;
     lcol[i] = col, lsty[i] = sty, lw[i] = 2.0;
     scol[i] = col, ssc[i] = 1.0, snum[i] = 3, sym[i] = "#(840)";
-    text[i] = s[i].label ? s[i].label : "";
+    text[i] = pl_text(s[i].label, lbuf[i], sizeof lbuf[i]);
   }
   plwidth(1.0);
   pllsty(1);
@@ -292,6 +306,7 @@ ampc_status ampc_plot_log2_hist_bands(const char *path, const char *title, int l
   PLINT opts[64], lcol[64], lsty[64], tcol[64];
   PLFLT lw[64];
   const char *text[64];
+  static char lbuf[64][256];
   const double bw = (zx1 - zx0) / nh;
   for (int i = 0; i < nh; i++) {
     const PLINT col = 2 + i % NCOL;
@@ -311,7 +326,7 @@ ampc_status ampc_plot_log2_hist_bands(const char *path, const char *title, int l
     plline(m, px, py);
     plwidth(1.0);
     opts[i] = PL_LEGEND_LINE, lcol[i] = col, lsty[i] = 1, lw[i] = 2.0, tcol[i] = 1;
-    text[i] = h[i].label ? h[i].label : "";
+    text[i] = pl_text(h[i].label, lbuf[i], sizeof lbuf[i]);
   }
   PLFLT lgw = 0, lgh = 0;
   pllegend(&lgw, &lgh, PL_LEGEND_BOUNDING_BOX,

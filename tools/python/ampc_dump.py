@@ -14,10 +14,12 @@ which loss scales are safe).
 
 Tensor names (ampc inspect groups them into branches by the part after the
 kind, up to the first dot):
-  act/MODULE        the output of every submodule's forward (a tuple output:
-                    act/MODULE.0, act/MODULE.1, ...; a module called again:
-                    MODULE#2, #3, ...)
-  act_grad/MODULE   the gradient of the loss with respect to that output
+  act/MODULE        the output of every submodule's forward (tuples, lists and
+                    dicts, nested: act/MODULE:0, act/MODULE:1:h, ...; a module
+                    called again: MODULE#2, #3, ...)
+  act_grad/MODULE   the gradient of the loss with respect to that output (not
+                    for in-place modules, whose output is their input: listed
+                    in the metadata "inplace_modules", with a warning)
   grad/PARAM        each parameter's .grad after backward
   param/PARAM       each parameter (params=True only)
 Only floating-point tensors are written, each in its own dtype (F32, F64,
@@ -32,11 +34,28 @@ length, a JSON header, the raw little-endian bytes).
 """
 import json
 import struct
+import warnings
 
 import torch
 
 _DTYPES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16",
            torch.bfloat16: "BF16"}
+# what write_safetensors also writes (ampc inspect skips them with --skip-other)
+_ALL_DTYPES = {**_DTYPES, torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
+               torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def _leaves(x, key=""):
+    """(key, tensor) for every tensor in a module's output: tuples and lists
+    by position, dicts by key, nested, joined with ':' (module names use '.')"""
+    if torch.is_tensor(x):
+        yield key, x
+    elif isinstance(x, (tuple, list)):
+        for i, v in enumerate(x):
+            yield from _leaves(v, f"{key}:{i}")
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from _leaves(v, f"{key}:{k}")
 
 
 def _bytes_of(t):
@@ -49,20 +68,25 @@ def _bytes_of(t):
 
 
 def write_safetensors(path, tensors, metadata=None):
-    """Write {name: tensor} (F32, F64, F16 or BF16 CPU tensors) to path. Uses
-    safetensors.torch.save_file when the package is installed."""
+    """Write {name: tensor} to path: floating-point (F32, F64, F16, BF16),
+    integer (I64, I32, I16, I8, U8) and BOOL tensors, as contiguous CPU
+    copies. Uses safetensors.torch.save_file when the package is installed."""
     try:
         from safetensors.torch import save_file
     except ImportError:
         save_file = None
-    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
+    for k, v in tensors.items():
+        if v.dtype not in _ALL_DTYPES:
+            raise TypeError(f"{path}: tensor {k!r} has dtype {v.dtype}, which the safetensors "
+                            f"writer here does not take ({', '.join(_ALL_DTYPES.values())})")
     if save_file is not None:
         save_file(tensors, path, metadata=metadata)
         return
     header, blobs, off = {}, [], 0
     for name, t in tensors.items():
         b = _bytes_of(t)
-        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
+        header[name] = {"dtype": _ALL_DTYPES[t.dtype], "shape": list(t.shape),
                         "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)
@@ -88,7 +112,7 @@ class StepDump:
     def __init__(self, model, path, params=False, loss_scale=None):
         self.model, self.path, self.params = model, path, params
         self.loss_scale = loss_scale
-        self.tensors, self.calls, self.handles = {}, {}, []
+        self.tensors, self.calls, self.handles, self.inplace = {}, {}, [], []
 
     def _name(self, module_name):
         n = self.calls.get(module_name, 0) + 1
@@ -97,15 +121,21 @@ class StepDump:
 
     def _hook(self, module_name):
         def record(mod, inputs, output):
-            del mod, inputs
+            del mod
             name = self._name(module_name)
-            outs = output if isinstance(output, (tuple, list)) else (output,)
-            single = len(outs) == 1
-            for i, o in enumerate(outs):
-                if not torch.is_tensor(o) or o.dtype not in _DTYPES:
+            ins = [t for _, t in _leaves(inputs)]
+            for sub, o in _leaves(output):
+                if o.dtype not in _DTYPES:
                     continue
-                key = name if single else f"{name}.{i}"
+                key = name + sub
                 self.tensors["act/" + key] = o.detach().clone()
+                # an in-place module (ReLU(inplace=True)) returns its input: a
+                # hook on it would see the gradient before the module, so its
+                # act_grad is left out (the previous module's is right)
+                if any(o is t for t in ins):
+                    if name not in self.inplace:
+                        self.inplace.append(name)
+                    continue
                 if o.requires_grad:
                     def save_grad(g, key=key):
                         if g is not None:
@@ -131,6 +161,10 @@ class StepDump:
             if self.params and p.dtype in _DTYPES:
                 self.tensors["param/" + name] = p.detach().clone()
         meta = {"generator": "tools/python/ampc_dump.py", "torch": torch.__version__}
+        if self.inplace:
+            meta["inplace_modules"] = ",".join(self.inplace)
+            warnings.warn("ampc_dump: no act_grad for the in-place module(s) " +
+                          ", ".join(self.inplace) + " (their output is their input)")
         if self.loss_scale is not None:
             meta["loss_scale"] = repr(float(self.loss_scale))
         write_safetensors(self.path, self.tensors, meta)
