@@ -467,6 +467,153 @@ static void test_acc16_semantics(void **state) {
   free(c);
 }
 
+/* one binary16 operand of a kind: 0 signed in [-2, 2], 1 any exponent
+ * -24 .. 15 (subnormals, overflowing products), 2 mostly 1 with tiny or large
+ * values (tiny products on large sums, the 2048 stall), 3 as 1 with inf and
+ * NaN sprinkled in */
+static uint16_t f16_of_kind(int kind) {
+  const double u = urand();
+  double v;
+  if (kind == 0)
+    v = 4.0 * u - 2.0;
+  else if (kind == 2)
+    v = u < 0.8 ? 1.0 : u < 0.9 ? ldexp(1.0 + urand(), -24 + (int)(8 * urand())) : 256.0;
+  else
+    v = ldexp((urand() < 0.5 ? -1.0 : 1.0) * (1.0 + urand()), -24 + (int)(40 * u));
+  uint16_t h = ampc_f32_to_f16((float)v).bits;
+  if (kind == 3 && urand() < 0.02)
+    h = urand() < 0.5 ? 0x7C00 : urand() < 0.5 ? 0xFC00 : 0x7E01;
+  return h;
+}
+
+/* The FP16-accumulation paths give the same bits: the scalar reference, the
+ * AVX2 one and, on CPUs with AVX512-FP16, VFMADDPH: every tail of the 8 x 64
+ * block, both transposes, K from 1 to past the 2048 stall, alpha/beta and
+ * every C dtype, a batch. */
+static void test_acc16_paths_bit_identical(void **state) {
+  (void)state;
+  static const int64_t shapes[][3] = {{1, 1, 1},    {3, 5, 7},      {8, 64, 16},
+                                      {9, 65, 33},  {7, 63, 2},     {16, 128, 5},
+                                      {2, 3, 4099}, {17, 130, 300}, {1, 200, 65}};
+  ampc_acc16_path paths[3] = {AMPC_ACC16_SCALAR};
+  int np = 1;
+  if (ampc_use_avx2())
+    paths[np++] = AMPC_ACC16_AVX2;
+  if (ampc_use_avx512fp16())
+    paths[np++] = AMPC_ACC16_FP16;
+  else
+    print_message("(no AVX512-FP16 on this CPU: the VFMADDPH path is not checked here)\n");
+  int64_t cases = 0;
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int kind = 0; kind < 4; kind++)
+      for (int ops = 0; ops < 4; ops++) {
+        const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], batch = 2;
+        const ampc_op opa = (ops & 1) ? AMPC_OP_T : AMPC_OP_N,
+                      opb = (ops & 2) ? AMPC_OP_T : AMPC_OP_N;
+        const int64_t lda = opa == AMPC_OP_N ? k + 1 : m + 3, ldb = opb == AMPC_OP_N ? n + 2 : k;
+        const int64_t sa = (opa == AMPC_OP_N ? m : k) * lda + 5;
+        const int64_t sb = (opb == AMPC_OP_N ? k : n) * ldb + 1, ldc = n + 1, sc = m * ldc + 3;
+        uint16_t *a = malloc((size_t)(batch * sa) * 2), *b = malloc((size_t)(batch * sb) * 2);
+        assert_true(a && b);
+        for (int64_t i = 0; i < batch * sa; i++)
+          a[i] = f16_of_kind(kind);
+        for (int64_t i = 0; i < batch * sb; i++)
+          b[i] = f16_of_kind(kind);
+        const ampc_dtype cdt = (ampc_dtype)(kind % 3); /* F32, F16, BF16 */
+        const float alpha = kind == 1 ? 0.5f : 1.0f, beta = kind == 2 ? 0.25f : 0.0f;
+        const size_t cb = (size_t)(batch * sc) * ampc_dtype_size(cdt);
+        unsigned char *c0 = malloc(cb), *c1 = malloc(cb);
+        assert_true(c0 && c1);
+        for (size_t i = 0; i < cb; i++)
+          c0[i] = (unsigned char)(i * 7);
+        for (int pi = 0; pi < np; pi++) {
+          unsigned char *c = pi == 0 ? c0 : c1;
+          if (pi > 0)
+            for (size_t i = 0; i < cb; i++)
+              c[i] = (unsigned char)(i * 7);
+          ampc_gemm_force_acc16(paths[pi]);
+          assert_int_equal(ampc_gemm_strided_batched(opa, opb, m, n, k, alpha, a, AMPC_F16, lda, sa,
+                                                     b, AMPC_F16, ldb, sb, beta, c, cdt, ldc, sc,
+                                                     batch, AMPC_ACC_F16),
+                           AMPC_OK);
+          if (pi > 0 && memcmp(c0, c1, cb) != 0) {
+            for (size_t i = 0; i < cb; i++)
+              if (c0[i] != c1[i]) {
+                print_error("path %d differs from scalar: m %lld n %lld k %lld kind %d ops %d at "
+                            "byte %zu\n",
+                            (int)paths[pi], (long long)m, (long long)n, (long long)k, kind, ops, i);
+                break;
+              }
+            fail();
+          }
+          cases++;
+        }
+        free(a), free(b), free(c0), free(c1);
+      }
+  ampc_gemm_force_acc16(AMPC_ACC16_AUTO);
+  print_message("%lld path runs compared bit for bit\n", (long long)cases);
+}
+
+/* F32 x F32 -> F32 runs on ampc's kernel (unless AMPC_GEMM_F32=openblas):
+ * on values binary16 holds exactly it gives the bits of the F16 x F16 -> F32
+ * product (same kernel, packing to FP32, summation order), for both
+ * transposes, several thread counts and every micro-kernel. */
+static void test_f32_same_kernel_as_f16(void **state) {
+  (void)state;
+  if (strcmp(ampc_gemm_f32_path(), "openblas") == 0) {
+    print_message("(F32 products run on OpenBLAS here: %s)\n",
+                  ampc_gemm_active_ukernel() ? "AMPC_GEMM_F32=openblas" : "no vector kernel");
+    return;
+  }
+  const int64_t m = 37, n = 70, k = 300;
+  float *a32 = malloc((size_t)(m * k) * 4), *b32 = malloc((size_t)(k * n) * 4);
+  ampc_f16 *a16 = malloc((size_t)(m * k) * 2), *b16 = malloc((size_t)(k * n) * 2);
+  float *c32 = malloc((size_t)(m * n) * 4), *c16 = malloc((size_t)(m * n) * 4);
+  assert_true(a32 && b32 && a16 && b16 && c32 && c16);
+  for (int64_t i = 0; i < m * k; i++)
+    a16[i] = ampc_f32_to_f16((float)(2.0 * urand() - 1.0)), a32[i] = ampc_f16_to_f32(a16[i]);
+  for (int64_t i = 0; i < k * n; i++)
+    b16[i] = ampc_f32_to_f16((float)(2.0 * urand() - 1.0)), b32[i] = ampc_f16_to_f32(b16[i]);
+  const ampc_gemm_ukernel *uks[2] = {&ampc_gemm_uk_avx2, &ampc_gemm_uk_avx512};
+  const int nuk = ampc_cpu_has_avx512f() ? 2 : 1;
+  for (int u = 0; u < nuk; u++)
+    for (int ops = 0; ops < 4; ops++) {
+      const ampc_op opa = (ops & 1) ? AMPC_OP_T : AMPC_OP_N;
+      const ampc_op opb = (ops & 2) ? AMPC_OP_T : AMPC_OP_N;
+      const int64_t lda = opa == AMPC_OP_N ? k : m, ldb = opb == AMPC_OP_N ? n : k;
+      ampc_gemm_force_ukernel(uks[u]);
+      for (int t = 1; t <= 3; t++) {
+        ampc_set_num_threads(t);
+        assert_int_equal(ampc_gemm(opa, opb, m, n, k, 1.0f, a32, AMPC_F32, lda, b32, AMPC_F32, ldb,
+                                   0.0f, c32, AMPC_F32, n, AMPC_ACC_F32),
+                         AMPC_OK);
+        assert_int_equal(ampc_gemm(opa, opb, m, n, k, 1.0f, a16, AMPC_F16, lda, b16, AMPC_F16, ldb,
+                                   0.0f, c16, AMPC_F32, n, AMPC_ACC_F32),
+                         AMPC_OK);
+        assert_memory_equal(c32, c16, (size_t)(m * n) * 4);
+      }
+    }
+  ampc_gemm_force_ukernel(NULL);
+  ampc_set_num_threads(0);
+  free(a32), free(b32), free(a16), free(b16), free(c32), free(c16);
+}
+
+/* The FMA peak measurement runs and names the paths this CPU has (its
+ * speed is a measurement, never checked here). */
+static void test_fma_peak_runs(void **state) {
+  (void)state;
+  ampc_fma_peak p;
+  assert_int_equal(ampc_gemm_fma_peak(1, 0.0, &p), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_fma_peak(2, 0.01, &p), AMPC_OK);
+  assert_int_equal(p.threads, 2);
+  assert_string_equal(p.f32_isa, ampc_use_avx512() ? "avx512f"
+                                 : ampc_use_avx2() ? "avx2+fma"
+                                                   : "none");
+  assert_true(ampc_use_avx2() ? p.f32_gflops > 0 : p.f32_gflops == 0);
+  assert_string_equal(p.f16_isa, ampc_use_avx512fp16() ? "avx512fp16" : "none");
+  assert_true(ampc_use_avx512fp16() ? p.f16_gflops > 0 : p.f16_gflops == 0);
+}
+
 static void test_acc16_error_grows_with_k(void **state) {
   (void)state;
   const int64_t ks[3] = {64, 1024, 16384}, m = 4, n = 4;
@@ -610,6 +757,9 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_accumulation_ablation_exact),
       cmocka_unit_test(test_acc16_semantics),
+      cmocka_unit_test(test_acc16_paths_bit_identical),
+      cmocka_unit_test(test_f32_same_kernel_as_f16),
+      cmocka_unit_test(test_fma_peak_runs),
       cmocka_unit_test(test_acc16_error_grows_with_k),
       cmocka_unit_test(test_ukernels_bit_identical),
   };

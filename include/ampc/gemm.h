@@ -22,10 +22,14 @@
  *                 specified), then alpha * sum + beta * C formed in FP32 and
  *                 rounded once (RNE) to C's dtype. Error bound, for any order:
  *                 |err| <= K * 2^-24 * sum_p |a_ip * b_pj| (+ the final rounding).
- *                 F32 x F32 -> F32 runs on OpenBLAS cblas_sgemm; every other
- *                 combination on ampc's own blocked kernel (F16C packing and a
- *                 12 x 32 AVX-512F micro-kernel, or a 6 x 16 AVX2+FMA one, or
- *                 a portable scalar loop on other CPUs). The two vector
+ *                 Every combination runs on ampc's own blocked kernel (F16C
+ *                 packing and a 12 x 32 AVX-512F micro-kernel, or a 6 x 16
+ *                 AVX2+FMA one), F32 x F32 -> F32 included, so that 32-true
+ *                 and the 16-bit presets run the same kernel and differ only
+ *                 in storage; F32 x F32 -> F32 runs on OpenBLAS cblas_sgemm
+ *                 instead when AMPC_GEMM_F32=openblas is in the environment
+ *                 (read once) or the CPU has no AVX2 (where the others run a
+ *                 portable scalar loop). The two vector
  *                 kernels sum each element in the same order (p order within
  *                 each KC slice, slices added in order) and give the same
  *                 bits, for any thread count.
@@ -40,9 +44,13 @@
  *                 rounding stated (a*b has at most 22 significant bits and any
  *                 non-zero s is >= 2^-24, so a tie is never created by the
  *                 double step); for F32/BF16 operands it is that single
- *                 rounding except in contrived ties. Slow: scalar code, for
- *                 demonstrating accumulation error only. Workspace:
- *                 (M + N) * K doubles (op(A) and op(B) widened once).
+ *                 rounding except in contrived ties. With F16 A and B on a
+ *                 CPU with AVX512-FP16 it runs on VFMADDPH (that single
+ *                 rounding in hardware: the same bits, at vector speed);
+ *                 otherwise on emulated rounding in double (AVX2 or scalar),
+ *                 for demonstrating accumulation error only. Workspace:
+ *                 (M + N) * K doubles (op(A) and op(B) widened once; halves
+ *                 on AVX512-FP16).
  *
  * Special cases (BLAS conventions): beta == 0 means C is not read (NaN or
  * garbage in C does not propagate); alpha == 0 or K == 0 means A and B are not
@@ -131,6 +139,26 @@ int ampc_get_num_threads(void);
  * VL), "avx2+fma+f16c" (no AVX-512, or AMPC_ISA=avx2 in the environment) or
  * "portable" (no AVX2/F16C, or AMPC_ISA=portable). Read once. */
 const char *ampc_gemm_isa(void);
+
+/* The machine's FMA peak, measured (for the ratios of `ampc bench gemm`):
+ * 12 independent FMA chains per thread, on nthreads threads at once (<= 0:
+ * ampc_get_num_threads()), the best of 5 runs of about seconds / 5 each (load
+ * and a drifting VM clock only slow a run down). f32: FP32 FMA
+ * with the widest vectors ampc's GEMM uses (512-bit with AVX-512, else 256-
+ * bit; 0 without AVX2), f16: VFMADDPH (binary16 FMA, the FP16-accumulation
+ * ablation's instruction; 0 without AVX512-FP16). GFLOP/s, 2 per lane per
+ * FMA, for all the threads together. A measurement: it depends on the
+ * clock and on other load. Errors: AMPC_ERR_INVALID_ARG (NULL, seconds <= 0). */
+typedef struct ampc_fma_peak {
+  double f32_gflops, f16_gflops;
+  const char *f32_isa, *f16_isa; /* "avx512f", "avx2+fma", "avx512fp16", or "none" */
+  int threads;
+} ampc_fma_peak;
+ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out);
+
+/* Where F32 x F32 -> F32 products run: "openblas", or ampc_gemm_isa()'s
+ * name of ampc's kernel (see AMPC_GEMM_F32 above). */
+const char *ampc_gemm_f32_path(void);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/gemm_impl.h"
 #include "numeric/convert_impl.h"
@@ -64,6 +65,76 @@ const char *ampc_gemm_isa(void) {
   const ampc_gemm_ukernel *uk = ampc_gemm_active_ukernel();
   return uk ? uk->isa : "portable";
 }
+
+/* F32 x F32 -> F32 on ampc's blocked kernel (the default: the same kernel,
+ * blocking and summation order as the 16-bit dtypes, so that presets differ
+ * only in storage) or on OpenBLAS (AMPC_GEMM_F32=openblas, read once; also
+ * when there is no vector micro-kernel, where OpenBLAS is the faster one). */
+static int f32_on_openblas(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+    const char *e = getenv("AMPC_GEMM_F32");
+    v = e && strcmp(e, "openblas") == 0;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v || !ampc_gemm_active_ukernel();
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GFLOP/s of loop on nthreads threads at once, each running about `seconds` */
+static double peak_of(double (*loop)(int64_t), int nthreads, double seconds) {
+  int64_t iters = 1 << 16;
+  for (;;) { /* calibrate on one thread */
+    const double t0 = now_s();
+    loop(iters);
+    const double dt = now_s() - t0;
+    if (dt >= seconds / 4 || iters > ((int64_t)1 << 40)) {
+      iters = (int64_t)((double)iters * seconds / (dt > 0 ? dt : 1e-9)) + 1;
+      break;
+    }
+    iters *= 4;
+  }
+  /* the best of 5 runs: other load and a VM's drifting clock only slow a
+   * run down, so the fastest is the closest to what the machine can do */
+  double best = 0;
+  for (int trial = 0; trial < 5; trial++) {
+    double flops = 0;
+    const double t0 = now_s();
+#pragma omp parallel num_threads(nthreads) reduction(+ : flops)
+    flops += loop(iters / 5 + 1);
+    const double g = flops / (now_s() - t0) / 1e9;
+    best = g > best ? g : best;
+  }
+  return best;
+}
+
+ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out) {
+  if (!out || !(seconds > 0))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_gemm_fma_peak: NULL output or seconds <= 0");
+  if (nthreads <= 0)
+    nthreads = ampc_get_num_threads();
+  *out = (ampc_fma_peak){0, 0, "none", "none", nthreads};
+  if (ampc_use_avx512()) {
+    out->f32_isa = "avx512f";
+    out->f32_gflops = peak_of(ampc_peak_f32_avx512, nthreads, seconds);
+  } else if (ampc_use_avx2()) {
+    out->f32_isa = "avx2+fma";
+    out->f32_gflops = peak_of(ampc_peak_f32_avx2, nthreads, seconds);
+  }
+  if (ampc_use_avx512fp16()) {
+    out->f16_isa = "avx512fp16";
+    out->f16_gflops = peak_of(ampc_peak_f16_avx512fp16, nthreads, seconds);
+  }
+  return AMPC_OK;
+}
+
+const char *ampc_gemm_f32_path(void) { return f32_on_openblas() ? "openblas" : ampc_gemm_isa(); }
 
 /* ---- validation ---------------------------------------------------------- */
 
@@ -254,6 +325,9 @@ static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
   return AMPC_OK;
 }
 
+static ampc_acc16_path g_acc16_path;
+void ampc_gemm_force_acc16(ampc_acc16_path path) { g_acc16_path = path; }
+
 static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
   if (g->m == 0 || g->n == 0 || g->batch == 0)
     return AMPC_OK;
@@ -262,11 +336,20 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
     return AMPC_OK;
   }
   const int nthreads = ampc_get_num_threads();
-  if (acc == AMPC_ACC_F16)
-    return ampc_use_avx2() ? ampc_gemm_acc16_avx2(g, nthreads) : gemm_acc16(g, nthreads);
-  if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32 && g->m <= INT32_MAX &&
-      g->n <= INT32_MAX && g->k <= INT32_MAX && g->lda <= INT32_MAX && g->ldb <= INT32_MAX &&
-      g->ldc <= INT32_MAX) {
+  if (acc == AMPC_ACC_F16) {
+    const int f16_in = g->adt == AMPC_F16 && g->bdt == AMPC_F16;
+    ampc_acc16_path path = g_acc16_path;
+    if (path == AMPC_ACC16_AUTO || (path == AMPC_ACC16_FP16 && !f16_in))
+      path = f16_in && ampc_use_avx512fp16() ? AMPC_ACC16_FP16
+             : ampc_use_avx2()               ? AMPC_ACC16_AVX2
+                                             : AMPC_ACC16_SCALAR;
+    return path == AMPC_ACC16_FP16   ? ampc_gemm_acc16_fp16(g, nthreads)
+           : path == AMPC_ACC16_AVX2 ? ampc_gemm_acc16_avx2(g, nthreads)
+                                     : gemm_acc16(g, nthreads);
+  }
+  if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32 && f32_on_openblas() &&
+      g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX && g->lda <= INT32_MAX &&
+      g->ldb <= INT32_MAX && g->ldc <= INT32_MAX) {
     for (int64_t t = 0; t < g->batch; t++)
       cblas_sgemm(CblasRowMajor, g->opa == AMPC_OP_T ? CblasTrans : CblasNoTrans,
                   g->opb == AMPC_OP_T ? CblasTrans : CblasNoTrans, (int)g->m, (int)g->n, (int)g->k,

@@ -542,3 +542,29 @@ ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
   }
   return AMPC_OK;
 }
+
+/* ---- the FMA peak (bench: ampc_gemm_fma_peak) ------------------------------ */
+
+/* iters x 12 independent 256-bit FP32 FMA chains (c = c * 0.5 + 0.5);
+ * returns the FLOPs done. */
+double ampc_peak_f32_avx2(int64_t iters) {
+  const __m256 x = _mm256_set1_ps(0.5f), y = _mm256_set1_ps(0.5f);
+  __m256 c0 = _mm256_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  __m256 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (int64_t i = 0; i < iters; i++) {
+    c0 = _mm256_fmadd_ps(c0, x, y), c1 = _mm256_fmadd_ps(c1, x, y);
+    c2 = _mm256_fmadd_ps(c2, x, y), c3 = _mm256_fmadd_ps(c3, x, y);
+    c4 = _mm256_fmadd_ps(c4, x, y), c5 = _mm256_fmadd_ps(c5, x, y);
+    c6 = _mm256_fmadd_ps(c6, x, y), c7 = _mm256_fmadd_ps(c7, x, y);
+    c8 = _mm256_fmadd_ps(c8, x, y), c9 = _mm256_fmadd_ps(c9, x, y);
+    c10 = _mm256_fmadd_ps(c10, x, y), c11 = _mm256_fmadd_ps(c11, x, y);
+    __asm__ volatile("" : "+x"(c0), "+x"(c1), "+x"(c2), "+x"(c3), "+x"(c4), "+x"(c5));
+    __asm__ volatile("" : "+x"(c6), "+x"(c7), "+x"(c8), "+x"(c9), "+x"(c10), "+x"(c11));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c10, c11)));
+  volatile float sink = out[0];
+  (void)sink;
+  (void)c2, (void)c3, (void)c4, (void)c5, (void)c6, (void)c7, (void)c8, (void)c9;
+  return (double)iters * 12 * 8 * 2;
+}

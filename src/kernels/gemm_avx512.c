@@ -166,3 +166,29 @@ static void kernel_12x32_out(int64_t kc, const float *restrict a, const float *r
 
 const ampc_gemm_ukernel ampc_gemm_uk_avx512 = {MR, NR, kernel_12x32, kernel_12x32_out,
                                                "avx512f+avx2+fma+f16c"};
+
+/* ---- the FMA peak (bench: ampc_gemm_fma_peak) ------------------------------ */
+
+/* iters x 12 independent 512-bit FP32 FMA chains (c = c * 0.5 + 0.5: every
+ * value stays normal); returns the FLOPs done (2 per lane per FMA). */
+double ampc_peak_f32_avx512(int64_t iters) {
+  const __m512 x = _mm512_set1_ps(0.5f), y = _mm512_set1_ps(0.5f);
+  __m512 c0 = _mm512_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (int64_t i = 0; i < iters; i++) {
+    c0 = _mm512_fmadd_ps(c0, x, y), c1 = _mm512_fmadd_ps(c1, x, y);
+    c2 = _mm512_fmadd_ps(c2, x, y), c3 = _mm512_fmadd_ps(c3, x, y);
+    c4 = _mm512_fmadd_ps(c4, x, y), c5 = _mm512_fmadd_ps(c5, x, y);
+    c6 = _mm512_fmadd_ps(c6, x, y), c7 = _mm512_fmadd_ps(c7, x, y);
+    c8 = _mm512_fmadd_ps(c8, x, y), c9 = _mm512_fmadd_ps(c9, x, y);
+    c10 = _mm512_fmadd_ps(c10, x, y), c11 = _mm512_fmadd_ps(c11, x, y);
+    __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
+    __asm__ volatile("" : "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
+  }
+  volatile float sink = _mm512_reduce_add_ps(
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                    _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)),
+                                  _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)))));
+  (void)sink;
+  return (double)iters * 12 * 16 * 2;
+}

@@ -95,6 +95,29 @@ void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
  * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
 ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads);
 
+/* The same on AVX512-FP16 (VFMADDPH), for binary16 A and B only; bit-
+ * identical too (gemm_acc16_fp16.c). Call only when ampc_use_avx512fp16(). */
+ampc_status ampc_gemm_acc16_fp16(const ampc_gemm_args *g, int nthreads);
+
+/* The FMA peak loops (12 independent chains; they return the FLOPs done):
+ * 512-bit and 256-bit FP32 FMA, and VFMADDPH. Call each only on a CPU that
+ * has its ISA. */
+double ampc_peak_f32_avx512(int64_t iters);
+double ampc_peak_f32_avx2(int64_t iters);
+double ampc_peak_f16_avx512fp16(int64_t iters);
+
+/* Which FP16-accumulation path ampc_gemm takes, for tests: AMPC_ACC16_AUTO
+ * (the fastest the CPU, the dtypes and AMPC_ISA allow), or one path forced
+ * (not thread-safe; the path must be supported by the CPU, and FP16 only
+ * takes binary16 A and B, else the automatic choice is made). */
+typedef enum ampc_acc16_path {
+  AMPC_ACC16_AUTO = 0,
+  AMPC_ACC16_SCALAR = 1,
+  AMPC_ACC16_AVX2 = 2,
+  AMPC_ACC16_FP16 = 3
+} ampc_acc16_path;
+void ampc_gemm_force_acc16(ampc_acc16_path path);
+
 /* The calling thread's GEMM workspace, at least `bytes` long and 64-byte
  * aligned, kept between calls and grown (never shrunk) when a GEMM needs
  * more, so a training step's GEMMs allocate nothing once the largest has run

@@ -36,6 +36,10 @@ int ampc_cpu_has_avx512f(void);
  * GELU and exp): ampc_use_avx2(), AVX-512 F/BW/VL, and not AMPC_ISA=avx2. */
 int ampc_use_avx512(void);
 
+/* True when the FP16-accumulation ablation takes its AVX512-FP16 path:
+ * ampc_use_avx512() and the CPU (and OS) have AVX512-FP16 (cached). */
+int ampc_use_avx512fp16(void);
+
 /* The table ampc_convert uses (AVX2 when available unless AMPC_ISA=portable). */
 const ampc_convert_kernels *ampc_convert_active(void);
 

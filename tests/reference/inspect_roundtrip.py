@@ -181,18 +181,36 @@ def main(argv):
                         fail(f"{bname} as {fmt} at 2^{k}: {key} {m[key]} (PyTorch) vs {b[key]} "
                              f"(ampc), {allow} values straddle an edge")
                 agreed += 1
-            mr = inspect(ampc, out, fmt, k, "--select", "grad/")["total"]["scale_range"]
-            ar = inspect(ampc, os.path.join(ddir, "ampc_grads.safetensors"), fmt, k)["total"][
-                "scale_range"]
-            if k == 0:
-                print(f"  {fmt}: safe scales of the gradients 2^{ar.get('min_log2')} .. "
-                      f"2^{ar.get('max_log2')} (ampc), 2^{mr.get('min_log2')} .. "
-                      f"2^{mr.get('max_log2')} (PyTorch)")
-            if (mr.get("min_log2"), mr.get("max_log2")) != (ar.get("min_log2"),
-                                                             ar.get("max_log2")):
-                fail(f"{fmt}: safe scales 2^{mr.get('min_log2')}..2^{mr.get('max_log2')} "
-                     f"(PyTorch) vs 2^{ar.get('min_log2')}..2^{ar.get('max_log2')} (ampc)")
     print(f"PyTorch vs ampc gradients: {agreed} branch x format x scale cases agree")
+
+    # the safe scale range of the file. Its lower end is set by the smallest
+    # values, and the smallest gradients here are rounding noise (the key part
+    # of each attention bias, zero in exact arithmetic) that two correct
+    # implementations do not reproduce. So both files are compared with the
+    # elements that do not agree to 1e-3 relative zeroed in both: the ranges
+    # of what is reproducible must be the same, exactly.
+    keep_t, keep_a, masked = {}, {}, 0
+    for n in agrads:
+        a, t = agrads[n], tg[n]
+        bad = (t - a).abs() > 1e-3 * a.abs()
+        masked += int(bad.sum())
+        keep_t[n] = torch.where(bad, torch.zeros_like(t), t)
+        keep_a[n] = torch.where(bad, torch.zeros_like(a), a)
+    pt, pa = os.path.join(ddir, "t_kept.safetensors"), os.path.join(ddir, "a_kept.safetensors")
+    ampc_dump.write_safetensors(pt, keep_t)
+    ampc_dump.write_safetensors(pa, keep_a)
+    total = sum(x.numel() for x in agrads.values())
+    print(f"safe scale ranges, without the {masked} of {total} gradient values that do not "
+          f"agree to 1e-3:")
+    for fmt in FORMATS:
+        mr = inspect(ampc, pt, fmt, 0)["total"]["scale_range"]
+        ar = inspect(ampc, pa, fmt, 0)["total"]["scale_range"]
+        print(f"  {fmt}: 2^{ar.get('min_log2')} .. 2^{ar.get('max_log2')} (ampc), "
+              f"2^{mr.get('min_log2')} .. 2^{mr.get('max_log2')} (PyTorch)")
+        if (mr.get("min_log2"), mr.get("max_log2")) != (ar.get("min_log2"), ar.get("max_log2")):
+            fail(f"{fmt}: safe scales differ")
+    if masked > total // 100:
+        fail(f"{masked} of {total} gradient values differ by more than 1e-3: not the same step")
     if failures:
         print(f"{len(failures)} failures")
         return 1

@@ -9,6 +9,7 @@
  */
 #include "cli.h"
 
+#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <omp.h>
 #include <stdio.h>
@@ -27,11 +28,16 @@ static const char k_usage[] =
     "Measure GEMM throughput (GFLOP/s = 2*M*N*K / seconds, median of R\n"
     "repetitions, all modes interleaved in each repetition, one warm-up; a\n"
     "repetition repeats a fast GEMM until it lasts >= 20 ms):\n"
-    "  sgemm      OpenBLAS cblas_sgemm, f32 x f32 -> f32\n"
+    "  sgemm      OpenBLAS cblas_sgemm, f32 x f32 -> f32 (called directly)\n"
+    "  f32        ampc, f32 x f32 -> f32 (what 32-true runs; AMPC_GEMM_F32=openblas\n"
+    "             sends it to OpenBLAS)\n"
     "  f16        ampc, f16 x f16 -> f32, FP32 accumulation\n"
     "  bf16       ampc, bf16 x bf16 -> f32, FP32 accumulation\n"
     "  f16-out    ampc, f16 x f16 -> f16, FP32 accumulation\n"
     "  f16-acc16  ampc, f16 x f16 -> f32, FP16 accumulation (the ablation)\n"
+    "and first this machine's FMA peak (12 independent FMA chains per thread):\n"
+    "FP32 with ampc's vector width, and VFMADDPH on CPUs with AVX512-FP16; the\n"
+    "table's last columns are f16 over the FP32 peak, f16-acc16 over VFMADDPH's.\n"
     "on square 256..2048 and the training shapes of mm-tiny (M = 8192 tokens;\n"
     "forward NN products and the transposed weight-gradient products, TN).\n"
     "\n"
@@ -63,6 +69,10 @@ static const char k_usage[] =
     "                 \"ms_per_step_median\":..,\"peak_rss_bytes\":..} (and more keys;\n"
     "                 \"ms_steps\": every timed step in run order)\n";
 
+/* OpenBLAS's own declaration (in its cblas.h on Debian; repeated so that the
+ * build does not depend on which cblas.h is found first) */
+char *openblas_get_corename(void);
+
 typedef struct {
   int64_t m, n, k;
   ampc_op opa, opb;
@@ -84,9 +94,9 @@ typedef struct {
 } mode;
 
 static const mode k_modes[] = {
-    {"sgemm", AMPC_F32, AMPC_F32, AMPC_ACC_F32},     {"f16", AMPC_F16, AMPC_F32, AMPC_ACC_F32},
-    {"bf16", AMPC_BF16, AMPC_F32, AMPC_ACC_F32},     {"f16-out", AMPC_F16, AMPC_F16, AMPC_ACC_F32},
-    {"f16-acc16", AMPC_F16, AMPC_F32, AMPC_ACC_F16},
+    {"sgemm", AMPC_F32, AMPC_F32, AMPC_ACC_F32},   {"f32", AMPC_F32, AMPC_F32, AMPC_ACC_F32},
+    {"f16", AMPC_F16, AMPC_F32, AMPC_ACC_F32},     {"bf16", AMPC_BF16, AMPC_F32, AMPC_ACC_F32},
+    {"f16-out", AMPC_F16, AMPC_F16, AMPC_ACC_F32}, {"f16-acc16", AMPC_F16, AMPC_F32, AMPC_ACC_F16},
 };
 enum { NMODES = sizeof k_modes / sizeof k_modes[0], MAXREPS = 101 };
 
@@ -137,18 +147,41 @@ static int run_gemm(int argc, char **argv) {
   if (only_threads)
     threads[0] = only_threads, nthr = 1;
 
+  /* the machine's own FMA peak at each thread count, for the ratios */
+  ampc_fma_peak peak[2];
+  for (int ti = 0; ti < nthr; ti++)
+    if (ampc_gemm_fma_peak(threads[ti], 0.5, &peak[ti]) != AMPC_OK)
+      return cli_runtime_error("bench", "%s", ampc_last_error());
   cJSON *root = json ? cJSON_CreateObject() : NULL;
   if (json) {
     cJSON_AddStringToObject(root, "gemm_isa", ampc_gemm_isa());
+    cJSON_AddStringToObject(root, "f32_path", ampc_gemm_f32_path());
+    cJSON_AddStringToObject(root, "openblas_core", openblas_get_corename());
+    cJSON *pk = cJSON_AddArrayToObject(root, "fma_peak");
+    for (int ti = 0; ti < nthr; ti++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddNumberToObject(o, "threads", threads[ti]);
+      cJSON_AddNumberToObject(o, "f32_gflops", peak[ti].f32_gflops);
+      cJSON_AddStringToObject(o, "f32_isa", peak[ti].f32_isa);
+      cJSON_AddNumberToObject(o, "f16_gflops", peak[ti].f16_gflops);
+      cJSON_AddStringToObject(o, "f16_isa", peak[ti].f16_isa);
+      cJSON_AddItemToArray(pk, o);
+    }
     cJSON_AddNumberToObject(root, "reps", reps);
   }
   cJSON *results = json ? cJSON_AddArrayToObject(root, "results") : NULL;
   if (!json)
+    for (int ti = 0; ti < nthr; ti++)
+      printf("# FMA peak, %d thread%s: fp32 %.1f GFLOP/s (%s), fp16 VFMADDPH %.1f GFLOP/s (%s)\n",
+             threads[ti], threads[ti] == 1 ? "" : "s", peak[ti].f32_gflops, peak[ti].f32_isa,
+             peak[ti].f16_gflops, peak[ti].f16_isa);
+  if (!json)
     printf(
-        "# ampc bench gemm: GFLOP/s, median of %d reps; gemm isa %s\n"
-        "| M | N | K | op | threads | sgemm | f16 | bf16 | f16-out | f16-acc16 | "
-        "f16/sgemm | bf16/sgemm |\n|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        reps, ampc_gemm_isa());
+        "# ampc bench gemm: GFLOP/s, median of %d reps; gemm isa %s; f32 on %s; OpenBLAS core %s\n"
+        "| M | N | K | op | threads | sgemm | f32 | f16 | bf16 | f16-out | f16-acc16 | "
+        "f32/sgemm | f16/sgemm | bf16/sgemm | f16/peak | acc16/peak16 |\n"
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        reps, ampc_gemm_isa(), ampc_gemm_f32_path(), openblas_get_corename());
   for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
     const shape *sh = &k_shapes[s];
     if (quick && !sh->quick)
@@ -179,8 +212,14 @@ static int run_gemm(int argc, char **argv) {
           const int di = mo->in == AMPC_F32 ? 0 : mo->in == AMPC_F16 ? 1 : 2;
           double t0 = ampc_now_s();
           for (int it = 0; it < inner[md]; it++) {
-            ampc_status st = ampc_gemm(sh->opa, sh->opb, sh->m, sh->n, sh->k, 1.0f, a[di], mo->in,
-                                       lda, b[di], mo->in, ldb, 0.0f, c, mo->out, sh->n, mo->acc);
+            ampc_status st = AMPC_OK;
+            if (md == 0) /* OpenBLAS itself, whatever ampc_gemm's F32 path is */
+              cblas_sgemm(CblasRowMajor, sh->opa == AMPC_OP_T ? CblasTrans : CblasNoTrans,
+                          sh->opb == AMPC_OP_T ? CblasTrans : CblasNoTrans, (int)sh->m, (int)sh->n,
+                          (int)sh->k, 1.0f, a[0], (int)lda, b[0], (int)ldb, 0.0f, c, (int)sh->n);
+            else
+              st = ampc_gemm(sh->opa, sh->opb, sh->m, sh->n, sh->k, 1.0f, a[di], mo->in, lda, b[di],
+                             mo->in, ldb, 0.0f, c, mo->out, sh->n, mo->acc);
             if (st != AMPC_OK) {
               cJSON_Delete(root);
               return cli_runtime_error("bench", "%s", ampc_last_error());
@@ -213,13 +252,19 @@ static int run_gemm(int argc, char **argv) {
           cJSON_AddNumberToObject(o, "threads", threads[ti]);
           cJSON_AddNumberToObject(o, "gflops", gf[md]);
           cJSON_AddNumberToObject(o, "ratio_vs_sgemm", gf[md] / gf[0]);
+          const double pk =
+              k_modes[md].acc == AMPC_ACC_F16 ? peak[ti].f16_gflops : peak[ti].f32_gflops;
+          cJSON_AddNumberToObject(o, "peak_gflops", pk);
+          cJSON_AddNumberToObject(o, "ratio_vs_peak", pk > 0 ? gf[md] / pk : 0);
           cJSON_AddItemToArray(results, o);
         }
       } else {
-        printf(
-            "| %lld | %lld | %lld | %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n",
-            (long long)sh->m, (long long)sh->n, (long long)sh->k, op, threads[ti], gf[0], gf[1],
-            gf[2], gf[3], gf[4], gf[1] / gf[0], gf[2] / gf[0]);
+        printf("| %lld | %lld | %lld | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | "
+               "%.2f | %.2f | %.2f | %.2f |\n",
+               (long long)sh->m, (long long)sh->n, (long long)sh->k, op, threads[ti], gf[0], gf[1],
+               gf[2], gf[3], gf[4], gf[5], gf[1] / gf[0], gf[2] / gf[0], gf[3] / gf[0],
+               peak[ti].f32_gflops > 0 ? gf[2] / peak[ti].f32_gflops : 0,
+               peak[ti].f16_gflops > 0 ? gf[5] / peak[ti].f16_gflops : 0);
         fflush(stdout);
       }
     }
@@ -415,10 +460,6 @@ out:
   return ret;
 }
 
-/* OpenBLAS's own declaration (in its cblas.h on Debian; repeated so that the
- * build does not depend on which cblas.h is found first) */
-char *openblas_get_corename(void);
-
 /* OpenBLAS picks its kernels from the CPU model; on a CPU it does not know
  * (many VMs) it falls back to the SSE3 "Prescott" ones, several times slower
  * than its AVX2/AVX-512 kernels: SGEMM (ampc 32-true) would be benchmarked
@@ -433,7 +474,8 @@ static void warn_slow_openblas(void) {
     return;
   fprintf(stderr,
           "ampc bench: note: OpenBLAS uses its '%s' kernels on this CPU (it does not recognise "
-          "the model), so SGEMM and 32-true run far below this CPU's speed; set "
+          "the model), so SGEMM (and 32-true with AMPC_GEMM_F32=openblas) runs far below this "
+          "CPU's speed; set "
           "OPENBLAS_CORETYPE=%s before running (bench/step/run.sh does)\n",
           core, __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
 }
