@@ -202,6 +202,62 @@ size_t ampc_grad_unscale_scratch_bytes(int64_t n);
  * to FP32 (no epsilon, so a norm of 4 clipped to 1 gives exactly 0.25). */
 float ampc_clip_coef(double norm, float max_norm);
 
+/* ---- FP8 delayed scaling (src/amp/fp8_scaling.c; issue 19) ---------------- *
+ * One tensor's FP8 scaling state in NVIDIA Transformer Engine's delayed-
+ * scaling recipe (transformer_engine.common.recipe.DelayedScaling; its
+ * amax_and_scale_update): quantization uses the scale taken from earlier
+ * steps' amax, not the current tensor's. history[0] collects the current
+ * step's amax; at the step's end ampc_fp8_update takes the amax to use (the
+ * history's maximum, or its most recent entry history[0]), sets
+ * scale = fp8_max * 2^-margin / amax when that amax is finite and > 0 (else
+ * keeps the scale; a quotient that overflows FP32, for an amax below about
+ * 448 / FLT_MAX, is clamped to FLT_MAX, where TE's kernel stores inf),
+ * scale_inv = 1 / scale, and rolls the history (entry i+1 moves to i, the
+ * oldest, history[1], is dropped, history[0] goes to the end, and the new
+ * history[0] is 0): the amax of a step counts in the scales of the next L
+ * updates, its own included. */
+
+typedef enum ampc_amax_algo {
+  AMPC_AMAX_MAX = 0,        /* TE's "max" (the recipe's default) */
+  AMPC_AMAX_MOST_RECENT = 1 /* TE's "most_recent" */
+} ampc_amax_algo;
+
+typedef struct ampc_fp8_meta {
+  int len;         /* history length, >= 1 (TE's amax_history_len, default 1024) */
+  float *history;  /* [len]: history[0] is the current step's amax so far */
+  float scale;     /* multiplies values before the cast to FP8 (starts at 1) */
+  float scale_inv; /* 1 / scale: multiplies the FP8 values back (dequantize) */
+} ampc_fp8_meta;
+
+/* A zero history of len entries (allocated), scale = scale_inv = 1. Errors:
+ * AMPC_ERR_INVALID_ARG (len < 1 or > 2^20, NULL), AMPC_ERR_NOMEM. */
+ampc_status ampc_fp8_meta_init(ampc_fp8_meta *m, int len);
+void ampc_fp8_meta_free(ampc_fp8_meta *m); /* NULL and a freed meta are fine */
+
+/* history[0] = fmaxf(history[0], amax): the largest amax of the step's casts
+ * (fmaxf: a NaN amax is ignored, as TE's amax reductions ignore NaN). */
+void ampc_fp8_record_amax(ampc_fp8_meta *m, float amax);
+
+/* The end-of-step update above for format fp8 (AMPC_F8_E4M3: max 448, or
+ * AMPC_F8_E5M2: 57344) and margin (a power of two exponent, >= 0; scale is
+ * computed in FP32 as TE does: (fp8_max * 2^-margin) / amax). Returns the
+ * amax used. Errors: AMPC_ERR_INVALID_ARG (not an FP8 dtype, bad algo,
+ * margin negative or not finite, NULL). */
+ampc_status ampc_fp8_update(ampc_fp8_meta *m, ampc_dtype fp8, float margin, ampc_amax_algo algo,
+                            float *amax_used);
+
+/* Quantize n FP32 values: dst[i] = fp8(src[i] * scale) (the product in FP32,
+ * then one saturating round to nearest even: values past the format's range
+ * become +-max, as TE's casts clip; NaN stays NaN) and record their amax
+ * (max |src[i]| over the non-NaN values, before scaling) into history[0].
+ * Errors: AMPC_ERR_INVALID_ARG (not an FP8 dtype, NULL with n > 0). */
+ampc_status ampc_fp8_quantize(void *dst, ampc_dtype fp8, const float *src, size_t n,
+                              ampc_fp8_meta *m);
+
+/* dst[i] = fp32(q[i]) * scale_inv (exact widening, one FP32 product). */
+ampc_status ampc_fp8_dequantize(float *dst, const void *q, ampc_dtype fp8, size_t n,
+                                const ampc_fp8_meta *m);
+
 #ifdef __cplusplus
 }
 #endif
