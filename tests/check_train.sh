@@ -104,5 +104,27 @@ wait
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["runs"]) == 2' \
   "$tmp/list.json" || die "--precision list --json: stdout is not one JSON object"
 
+# --weight-update stochastic (issue 19): bf16-true learns where nearest
+# rounding swallows the updates; a stopped and resumed run is bit-identical;
+# refused where it cannot apply
+sr="--model mlp --precision bf16-true --lr 1e-4 --steps 300 --json"
+near=$("$ampc" train $sr 2>/dev/null | field test_accuracy)
+stoch=$("$ampc" train $sr --weight-update stochastic 2>/dev/null | field test_accuracy)
+awk -v n="$near" -v s="$stoch" 'BEGIN { exit !(s > n + 0.2) }' ||
+  die "bf16-true lr 1e-4: stochastic rounding accuracy $stoch is not clearly above nearest $near"
+srf="--model mlp --precision bf16-true --weight-update stochastic --steps 6 --save-every 3 --quiet"
+"$ampc" train $srf --save "$tmp/sr_full.st" 2>&1 | grep -q "weight update stochastic" ||
+  die "--weight-update stochastic: not in the header"
+AMPC_FAULT_FAIL=0:5 "$ampc" train $srf --save "$tmp/sr_part.st" >/dev/null 2>&1
+"$ampc" train $srf --resume "$tmp/sr_part.st" --save "$tmp/sr_part.st" >/dev/null 2>&1 ||
+  die "--weight-update stochastic: resume failed"
+cmp -s "$tmp/sr_full.st" "$tmp/sr_part.st" || die "--weight-update stochastic: resumed run differs"
+expect 2 --model mlp --weight-update stochastic --steps 1
+grep -q 'needs --master-weights off' "$tmp/err" || die "16-mixed + stochastic: $(cat "$tmp/err")"
+expect 2 --model mlp --precision 16-true --weight-update stochastic --steps 1
+grep -q 'needs bfloat16 weights' "$tmp/err" || die "16-true + stochastic: $(cat "$tmp/err")"
+expect 2 --model mlp --weight-update kahan --steps 1
+grep -q 'expected nearest or stochastic' "$tmp/err" || die "--weight-update kahan: $(cat "$tmp/err")"
+
 [ $fail = 0 ] && echo "check_train: ok"
 exit $fail

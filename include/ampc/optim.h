@@ -39,7 +39,27 @@ typedef struct ampc_optim_config {
   int64_t total_steps;       /* cosine decay to min_lr at this step; 0 = constant */
   float min_lr;              /* floor of the cosine */
   float clip_norm;           /* global-norm clipping of unscaled grads; 0 = off */
+  /* BF16 weights without a master: stochastic rounding of each updated
+   * weight (set by the trainer from ampc_amp_config.weight_update), with the
+   * random bits of ampc_sr_bits(round_seed, step, element index) */
+  bool stochastic_round;
+  uint64_t round_seed;
 } ampc_optim_config;
+
+/* 16 random bits for element `index` (its position in the whole parameter
+ * table) at optimizer step `step`: a counter-based hash (the SplitMix64
+ * finaliser of seed, step and index mixed), so the bits do not depend on
+ * threads, chunking or the number of ranks. */
+uint32_t ampc_sr_bits(uint64_t seed, int64_t step, int64_t index);
+
+/* x rounded to bfloat16 stochastically with the 16 random bits r: up (away
+ * from zero) with probability (the 16 bits x loses) / 2^16, so the expected
+ * result is x (Gupta et al. 2015, "Deep Learning with Limited Numerical
+ * Precision"; the bf16 weight-update rounding of e.g. Zamirai et al. 2020).
+ * bfloat16 values come back unchanged; NaN stays NaN (quieted), inf stays
+ * inf; a value above the largest bfloat16 may round to inf. Returns the
+ * bfloat16 bits. */
+uint16_t ampc_bf16_round_stochastic(float x, uint32_t r);
 
 /* torch.optim.AdamW's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8,
  * weight_decay 1e-2), no schedule, no clipping. */

@@ -104,6 +104,14 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
     else
       return ampc_fail(AMPC_ERR_INVALID_ARG, "--accumulate: expected fp32 or fp16, got '%s'",
                        value);
+  } else if (strcmp(name, "weight-update") == 0) {
+    if (strcmp(value, "nearest") == 0)
+      t.weight_update = AMPC_UPDATE_NEAREST;
+    else if (strcmp(value, "stochastic") == 0)
+      t.weight_update = AMPC_UPDATE_STOCHASTIC;
+    else
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "--weight-update: expected nearest or stochastic, got '%s'", value);
   } else if (strcmp(name, "init-scale") == 0) {
     if ((st = parse_float(name, value, &f)) != AMPC_OK)
       return st;
@@ -164,5 +172,14 @@ ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
                      (double)s->init_scale, (double)s->min_scale, (double)s->max_scale);
   if (c->master_weights && c->lowp == AMPC_F32)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "master weights with FP32 working weights");
+  if (c->weight_update == AMPC_UPDATE_STOCHASTIC && (c->lowp != AMPC_F32 && c->master_weights))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--weight-update stochastic rounds the 16-bit weights themselves: it needs "
+                     "--master-weights off (the FP32 master already keeps every update)");
+  if (c->weight_update == AMPC_UPDATE_STOCHASTIC && c->lowp != AMPC_BF16)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--weight-update stochastic needs bfloat16 weights (bf16-true, or "
+                     "bf16-mixed --master-weights off), not %s",
+                     ampc_dtype_name(c->lowp));
   return AMPC_OK;
 }

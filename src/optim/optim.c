@@ -108,6 +108,25 @@ static inline uint32_t raw_bits(const void *p, ampc_dtype dt, int64_t i) {
   return ((const uint16_t *)p)[i];
 }
 
+uint32_t ampc_sr_bits(uint64_t seed, int64_t step, int64_t index) {
+  uint64_t z =
+      seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15u) ^ ((uint64_t)index * 0xD1B54A32D192ED03u);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u; /* SplitMix64's finaliser (Steele et al. 2014) */
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  z ^= z >> 31;
+  return (uint32_t)(z >> 48);
+}
+
+uint16_t ampc_bf16_round_stochastic(float x, uint32_t r) {
+  const uint32_t b = ampc_f32_bits(x);
+  if ((b & 0x7F800000u) == 0x7F800000u) /* inf, NaN: as the nearest rounding does */
+    return ampc_f32bits_to_bf16bits(b);
+  /* add the random bits below bfloat16's last bit to the magnitude and cut
+   * them off: a carry (the value rounds up in magnitude) with probability
+   * (low 16 bits) / 2^16; the sign bit is never reached from a finite value */
+  return (uint16_t)((b + (r & 0xFFFFu)) >> 16);
+}
+
 typedef struct {
   const ampc_optim_config *c;
   float lr, gm, clip;
@@ -115,6 +134,7 @@ typedef struct {
   float one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, decay_factor;
   /* SGD */
   bool first;
+  int64_t t; /* the step, for the stochastic rounding's bits */
 } step_consts;
 
 /*
@@ -203,6 +223,9 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
   const bool has_master = P->master != NULL;
   const ampc_dtype pdt = has_master ? AMPC_F32 : wdt; /* dtype of the updated tensor */
   const bool decay = p->decay && c->weight_decay != 0.0f;
+  /* stochastic rounding: the decayed and updated weight formed in FP32 and
+   * rounded once, stochastically (not twice to nearest) */
+  const bool sr = c->stochastic_round && !has_master && wdt == AMPC_BF16;
   int64_t n_upd = 0, n_sw = 0, n_would = 0, n_nf = 0;
   for (int64_t e = p->offset; e < p->offset + p->numel; e++) {
     float g = ampc_elem_load(P->grad, wdt, e) * k->gm;
@@ -215,7 +238,7 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
     bool nonzero = false;
     if (c->kind == AMPC_OPTIM_ADAMW) {
       if (decay) {
-        w = rnd(w * k->decay_factor, pdt); /* param.mul_(1 - lr * wd) */
+        w = sr ? w * k->decay_factor : rnd(w * k->decay_factor, pdt); /* param.mul_(1 - lr * wd) */
         nonzero = nonzero || (w_old != 0.0f);
       }
       float m = ampc_elem_load(P->m, sdt, e), v = ampc_elem_load(P->v, sdt, e);
@@ -226,7 +249,7 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
       denom = rnd(denom / k->bc2_sqrt, sdt);         /* / bias_correction2_sqrt */
       denom = rnd(denom + k->eps, sdt);              /* .add_(eps) */
       const float upd = -k->step_size * (m / denom); /* addcdiv value */
-      w = rnd(w + upd, pdt);                         /* param.addcdiv_(m, denom) */
+      w = sr ? w + upd : rnd(w + upd, pdt);          /* param.addcdiv_(m, denom) */
       nonzero = nonzero || upd != 0.0f;
       ampc_elem_store(P->m, sdt, e, m);
       ampc_elem_store(P->v, sdt, e, v);
@@ -246,9 +269,12 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
         d = c->nesterov ? rnd(d + c->momentum * buf, sdt) : buf;
       }
       const float upd = -k->lr * d;
-      w = rnd(w + upd, pdt); /* param.add_(d, alpha=-lr) */
+      w = sr ? w + upd : rnd(w + upd, pdt); /* param.add_(d, alpha=-lr) */
       nonzero = upd != 0.0f;
     }
+    if (sr)
+      w = ampc_bits_f32(ampc_bf16bits_to_f32bits(
+          ampc_bf16_round_stochastic(w, ampc_sr_bits(c->round_seed, k->t, e))));
     if (has_master)
       P->master[e] = w;
     ampc_elem_store(P->w, wdt, e, w);
@@ -283,7 +309,7 @@ ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t 
   if ((c->kind == AMPC_OPTIM_ADAMW && (!P->m || !P->v)) ||
       (c->kind == AMPC_OPTIM_SGD && c->momentum != 0.0f && !P->m))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: the table has no moment buffers");
-  step_consts k = {.c = c, .lr = lr, .gm = grad_mult, .clip = clip_coef, .first = t == 1};
+  step_consts k = {.c = c, .lr = lr, .gm = grad_mult, .clip = clip_coef, .first = t == 1, .t = t};
   if (c->kind == AMPC_OPTIM_ADAMW) {
     const double bc1 = 1.0 - pow((double)c->beta1, (double)t);
     const double bc2 = 1.0 - pow((double)c->beta2, (double)t);

@@ -27,6 +27,10 @@ ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
     return st;
   T->amp = *amp;
   T->opt = *opt;
+  /* the weights' stochastic rounding: its bits depend on the run's seed, the
+   * step and the element only (a resumed run draws the same ones) */
+  T->opt.stochastic_round = amp->weight_update == AMPC_UPDATE_STOCHASTIC;
+  T->opt.round_seed = seed ^ 0x5352u; /* "SR": apart from the init's stream */
   ampc_rng_seed(&T->rng, seed);
   st = ampc_params_create(&T->params, specs, n, amp->lowp, amp->master_weights, amp->state_dtype,
                           ampc_optim_moments(opt), &T->rng);
@@ -131,6 +135,8 @@ char *ampc_trainer_config_json(const ampc_trainer *T) {
                           a->master_weights ? "on" : (a->lowp == AMPC_F32 ? "n/a (fp32)" : "off"));
   cJSON_AddStringToObject(j, "optimizer_state_dtype", dt_name(a->state_dtype));
   cJSON_AddStringToObject(j, "accumulate", a->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32");
+  cJSON_AddStringToObject(j, "weight_update",
+                          a->weight_update == AMPC_UPDATE_STOCHASTIC ? "stochastic" : "nearest");
   cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
   if (ls) {
     const ampc_scaler_config *s = &a->scaler;
@@ -208,13 +214,15 @@ int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, c
     LINT("AdamW eps = %g rounds to 0 in %s (the optimizer state dtype): once v underflows the "
          "update divides by zero",
          (double)opt->eps, ampc_dtype_name(sdt));
-  if (opt->weight_decay > 0.0f) {
+  /* with stochastic rounding a small decay is taken on average, not swallowed */
+  if (opt->weight_decay > 0.0f && amp->weight_update != AMPC_UPDATE_STOCHASTIC) {
     const double d = (double)opt->lr * (double)opt->weight_decay;
     const double half_ulp_below_one = ldexp(1.0, -(mant_bits(pdt) + 2));
     if (d < half_ulp_below_one)
       LINT("weight decay: lr * weight_decay = %g is below half an ulp of 1.0 in %s (%g): "
-           "w * (1 - lr * wd) rounds back to w, the decay is swallowed",
-           d, ampc_dtype_name(pdt), half_ulp_below_one);
+           "w * (1 - lr * wd) rounds back to w, the decay is swallowed%s",
+           d, ampc_dtype_name(pdt), half_ulp_below_one,
+           pdt == AMPC_BF16 ? " (--weight-update stochastic keeps it on average)" : "");
   }
   if (round_to(opt->lr, pdt) == 0.0f)
     LINT("lr = %g rounds to 0 in %s", (double)opt->lr, ampc_dtype_name(pdt));

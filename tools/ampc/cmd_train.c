@@ -40,6 +40,7 @@ static const char k_usage[] =
     "  --master-weights on|off   FP32 master copy of the weights\n"
     "  --loss-scale none|dynamic|S   loss scaling (S: a static scale)\n"
     "  --accumulate fp32|fp16    GEMM accumulation\n"
+    "  --weight-update nearest|stochastic  rounding of BF16 weights (bf16-true)\n"
     "  --init-scale S (65536) --growth-factor G (2) --backoff-factor B (0.5)\n"
     "  --growth-interval N (2000) --hysteresis H (1) --min-scale S (1)\n"
     "  --max-scale S (none)      dynamic loss scaler (torch GradScaler defaults)\n"
@@ -114,8 +115,8 @@ static int parse_f(const char *flag, const char *v, float *out) {
 }
 
 static const char *const k_amp_flags[] = {
-    "master-weights", "loss-scale",      "accumulate", "init-scale", "growth-factor",
-    "backoff-factor", "growth-interval", "hysteresis", "min-scale",  "max-scale"};
+    "master-weights",  "loss-scale", "accumulate", "init-scale", "growth-factor", "backoff-factor",
+    "growth-interval", "hysteresis", "min-scale",  "max-scale",  "weight-update"};
 enum { N_AMP_FLAGS = sizeof k_amp_flags / sizeof k_amp_flags[0], MAX_FLAGS = 64 };
 
 typedef struct {
@@ -400,6 +401,8 @@ static void print_config(FILE *out, ampc_run *R) {
           ampc_dtype_name(am->state_dtype), ampc_loss_scale_mode_name(am->scaler.mode));
   if (am->scaler.mode != AMPC_LOSS_SCALE_NONE)
     fprintf(out, " (%g)", (double)am->scaler.init_scale);
+  if (am->weight_update == AMPC_UPDATE_STOCHASTIC)
+    fprintf(out, ", weight update stochastic");
   fprintf(out, ", accumulate %s; %lld parameters", am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32",
           (long long)T->params.numel);
   const ampc_run_config *rc = ampc_run_get_config(R);
