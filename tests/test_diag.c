@@ -448,8 +448,11 @@ static void test_verdict_underflow(void **state) {
 
 static void test_verdict_swallowed_and_accumulation(void **state) {
   (void)state;
-  for (int master = 0; master < 2; master++) {
-    ampc_diag_config c = cfg(AMPC_LOSS_SCALE_DYNAMIC, master, AMPC_F16);
+  /* master 0: in place; 1: an FP32 master; 2: in place with stochastic
+   * rounding (an unchanged weight was rounded down: no verdict) */
+  for (int master = 0; master < 3; master++) {
+    ampc_diag_config c = cfg(AMPC_LOSS_SCALE_DYNAMIC, master == 1, AMPC_F16);
+    c.stochastic_update = master == 2;
     ampc_diag *d = ampc_diag_create(&c);
     for (int i = 1; i <= 20; i++) {
       ampc_diag_step s = step(i, 5.0 - 0.01 * i, 65536.0);
@@ -474,7 +477,7 @@ static void test_verdict_swallowed_and_accumulation(void **state) {
       assert_int_equal(v[0].branch, AMPC_BRANCH_FUSION);
       assert_non_null(strstr(v[0].safeguard, "master"));
     } else {
-      assert_int_equal(n, 1); /* with a master, swallowed 16-bit copies are expected */
+      assert_int_equal(n, 1); /* with a master (or SR), unchanged 16-bit weights are expected */
     }
     assert_int_equal(v[n - 1].kind, AMPC_VERDICT_ACCUMULATION);
     assert_int_equal(v[n - 1].branch, AMPC_BRANCH_VISION);

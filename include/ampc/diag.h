@@ -125,12 +125,14 @@ typedef struct ampc_diag_step {
 
 /* The run's settings that the verdicts depend on. */
 typedef struct ampc_diag_config {
-  char precision[24];  /* preset name, e.g. "16-mixed" */
-  ampc_dtype lowp;     /* working (weights and gradients) dtype */
-  bool master_weights; /* FP32 master copy on */
-  int loss_scale_mode; /* 0 none, 1 static, 2 dynamic (ampc_loss_scale_mode) */
-  double min_scale;    /* dynamic scaler's floor */
-  ampc_acc accumulate; /* GEMM accumulation */
+  char precision[24];     /* preset name, e.g. "16-mixed" */
+  ampc_dtype lowp;        /* working (weights and gradients) dtype */
+  bool master_weights;    /* FP32 master copy on */
+  int loss_scale_mode;    /* 0 none, 1 static, 2 dynamic (ampc_loss_scale_mode) */
+  double min_scale;       /* dynamic scaler's floor */
+  ampc_acc accumulate;    /* GEMM accumulation */
+  bool stochastic_update; /* --weight-update stochastic: an unchanged weight is
+                             a rounding down, not a lost update (no verdict) */
 } ampc_diag_config;
 
 typedef struct ampc_verdict {

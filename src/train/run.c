@@ -377,6 +377,7 @@ void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T) {
   c->loss_scale_mode = (int)T->amp.scaler.mode;
   c->min_scale = (double)T->amp.scaler.min_scale;
   c->accumulate = T->amp.accumulate;
+  c->stochastic_update = T->amp.weight_update == AMPC_UPDATE_STOCHASTIC;
 }
 
 void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_step_info *info,
