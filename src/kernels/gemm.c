@@ -12,7 +12,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/gemm_impl.h"
 #include "numeric/convert_impl.h"
@@ -81,19 +80,13 @@ static int f32_on_openblas(void) {
   return v || !ampc_gemm_active_ukernel();
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* GFLOP/s of loop on nthreads threads at once, each running about `seconds` */
 static double peak_of(double (*loop)(int64_t), int nthreads, double seconds) {
   int64_t iters = 1 << 16;
   for (;;) { /* calibrate on one thread */
-    const double t0 = now_s();
+    const double t0 = ampc_now_s();
     loop(iters);
-    const double dt = now_s() - t0;
+    const double dt = ampc_now_s() - t0;
     if (dt >= seconds / 4 || iters > ((int64_t)1 << 40)) {
       iters = (int64_t)((double)iters * seconds / (dt > 0 ? dt : 1e-9)) + 1;
       break;
@@ -105,10 +98,10 @@ static double peak_of(double (*loop)(int64_t), int nthreads, double seconds) {
   double best = 0;
   for (int trial = 0; trial < 5; trial++) {
     double flops = 0;
-    const double t0 = now_s();
+    const double t0 = ampc_now_s();
 #pragma omp parallel num_threads(nthreads) reduction(+ : flops)
     flops += loop(iters / 5 + 1);
-    const double g = flops / (now_s() - t0) / 1e9;
+    const double g = flops / (ampc_now_s() - t0) / 1e9;
     best = g > best ? g : best;
   }
   return best;
