@@ -12,8 +12,15 @@ for p in 32-true 16-mixed; do
   [ "$(echo "$out" | field bytes_per_param)" = 16 ] || die "$p: not 16 B/param: $out"
 done
 out=$("$ampc" memory --params 1.2e9 --precision 16-mixed --json)
-echo "$out" | grep -q '"roles":{"weights":2400000000,"master":4800000000,"grads":2400000000,"moments":9600000000}' ||
+echo "$out" | grep -q '"roles":{"weights":2400000000,"master":4800000000,"grads":2400000000,"moments":9600000000,"compensation":0}' ||
   die "16-mixed roles: $out"
+# pure bfloat16 (issue 19): no master, BF16 moments: 8 B/param; Kahan updates
+# add a BF16 compensation: 10 B/param, 12 GB instead of 19.2
+out=$("$ampc" memory --params 1.2e9 --precision bf16-true --json)
+[ "$(echo "$out" | field bytes_per_param)" = 8 ] || die "bf16-true: not 8 B/param: $out"
+out=$("$ampc" memory --params 1.2e9 --precision bf16-true --weight-update kahan --json)
+[ "$(echo "$out" | field total_bytes)" = 12000000000 ] || die "bf16-true kahan: not 12 GB: $out"
+echo "$out" | grep -q '"compensation":2400000000' || die "bf16-true kahan roles: $out"
 "$ampc" memory --params 1.2e9 --precision 16-mixed | grep -q "does not shrink" || die "no comparison sentence"
 out=$("$ampc" memory --model mm-tiny --batch 64 --precision 16-mixed --json) || die "memory --model exited $?"
 echo "$out" | grep -q '"activations":[1-9]' || die "no activations role: $out"
@@ -28,6 +35,8 @@ expect2() {
   [ -s "$tmp/err" ] || die "'$*' printed no message"
 }
 expect2 memory
+expect2 memory --params 1e6 --precision 16-mixed --weight-update kahan
+expect2 memory --params 1e6 --precision bf16-true --weight-update kahn
 expect2 memory --params 1e9 --model mm-tiny
 expect2 memory --params lots
 expect2 memory --params 1e9 --optimizer lamb

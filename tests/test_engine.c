@@ -631,6 +631,9 @@ static void assert_same_state(const ampc_trainer *A, const ampc_trainer *B) {
     assert_memory_equal(P->m, Q->m, P->bytes[AMPC_ROLE_MOMENT1]);
   if (P->v)
     assert_memory_equal(P->v, Q->v, P->bytes[AMPC_ROLE_MOMENT2]);
+  assert_true(!P->comp == !Q->comp);
+  if (P->comp)
+    assert_memory_equal(P->comp, Q->comp, P->bytes[AMPC_ROLE_COMPENSATION]);
   assert_int_equal(A->step, B->step);
   assert_int_equal(A->iteration, B->iteration);
   assert_memory_equal(&A->scaler, &B->scaler, sizeof A->scaler);
@@ -639,12 +642,18 @@ static void assert_same_state(const ampc_trainer *A, const ampc_trainer *B) {
 
 static void test_checkpoint_roundtrip_and_resume(void **state) {
   (void)state;
-  const ampc_precision ps[] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
+  /* every preset, and the weight updates without a master (Kahan: the
+   * compensation round-trips too) */
+  const ampc_precision ps[] = {AMPC_PRECISION_32_TRUE,    AMPC_PRECISION_16_MIXED,
                                AMPC_PRECISION_BF16_MIXED, AMPC_PRECISION_16_TRUE,
-                               AMPC_PRECISION_BF16_TRUE};
-  for (size_t p = 0; p < 5; p++) {
+                               AMPC_PRECISION_BF16_TRUE,  AMPC_PRECISION_BF16_TRUE,
+                               AMPC_PRECISION_BF16_TRUE,  AMPC_PRECISION_16_TRUE};
+  const char *const wu[] = {"nearest", "nearest",    "nearest", "nearest",
+                            "nearest", "stochastic", "kahan",   "kahan"};
+  for (size_t p = 0; p < 8; p++) {
     for (int opt = 0; opt < 2; opt++) {
       ampc_amp_config a = preset(ps[p]);
+      assert_int_equal(ampc_amp_config_set(&a, "weight-update", wu[p]), AMPC_OK);
       ampc_amp_config_set(&a, "growth-interval", "3"); /* let the scale move */
       ampc_optim_config o = opt ? ampc_optim_sgd_defaults() : ampc_optim_adamw_defaults();
       if (a.state_dtype == AMPC_F16)
@@ -682,6 +691,17 @@ static void test_checkpoint_roundtrip_and_resume(void **state) {
       assert_string_equal(ampc_safetensors_meta(f, "model"), "mlp");
       assert_string_equal(ampc_safetensors_meta(f, "format"), "pt");
       assert_non_null(strstr(ampc_safetensors_meta(f, "ampc.config"), ampc_precision_name(ps[p])));
+      assert_non_null(strstr(ampc_safetensors_meta(f, "ampc.config"), wu[p]));
+      if (!strcmp(wu[p], "kahan")) {
+        const ampc_st_tensor *kc = ampc_safetensors_find(f, "optimizer.kahan_comp.fc1.weight");
+        assert_non_null(kc);
+        assert_int_equal(kc->dtype, A.params.wdt);
+        /* the compensation holds something after 2K steps */
+        int nz = 0;
+        for (int64_t e = 0; e < A.params.total; e++)
+          nz += (((const uint16_t *)A.params.comp)[e] & 0x7FFF) != 0;
+        assert_true(nz > 0);
+      }
       ampc_safetensors_free(f);
       ampc_mlp_free(&MA), ampc_mlp_free(&MB), ampc_mlp_free(&MC);
       ampc_trainer_free(&A), ampc_trainer_free(&B), ampc_trainer_free(&C);

@@ -6,7 +6,11 @@
  * 1.001), the counter-based bits (deterministic per seed), and the optimizer:
  * w = 1 plus 100 updates of 1e-3 stays 1 with nearest rounding and ends near
  * 1.1 with stochastic rounding (mean over trials), identically for any
- * thread count; the configuration's rules.
+ * thread count; the configuration's rules. Kahan-compensated updates: the
+ * same w ends near 1.1 in bfloat16 (and 1 + 100 x 1e-4 near 1.01 in
+ * binary16), with the error bound of the compensation's roundings, and a
+ * weight decay below half an ulp is kept; the memory account counts the
+ * compensation.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,6 +148,146 @@ static void test_optimizer(void **state) {
   (void)a;
 }
 
+/* SGD without momentum, gradient -1: n steps of lr on 16-bit weights w = 1
+ * with Kahan updates (or nearest). Returns w and w + c of element 0 in
+ * double; every element must be the same (the update is deterministic). */
+static void kahan_run(ampc_dtype dt, bool kahan, float lr, int n, double *w_out, double *sum_out) {
+  enum { N = 1000 };
+  const ampc_param_spec spec = {.name = "w", .ndim = 1, .shape = {N}, .init = AMPC_INIT_ONES};
+  ampc_params P;
+  ampc_rng rng;
+  ampc_rng_seed(&rng, 1);
+  assert_int_equal(ampc_params_create(&P, &spec, 1, dt, false, dt, 0, &rng), AMPC_OK);
+  ampc_optim_config c = ampc_optim_sgd_defaults();
+  c.lr = lr, c.momentum = 0.0f, c.kahan = kahan;
+  if (kahan) {
+    assert_int_equal(ampc_optim_step(&P, &c, 1, lr, 1.0f, 1.0f, NULL), AMPC_ERR_INVALID_ARG);
+    assert_int_equal(ampc_params_add_compensation(&P), AMPC_OK);
+    assert_int_equal(P.bytes[AMPC_ROLE_COMPENSATION], P.bytes[AMPC_ROLE_WEIGHTS]);
+  }
+  uint16_t *g = P.grad, *w = P.w, *cp = P.comp;
+  const uint16_t minus_one = dt == AMPC_BF16 ? 0xBF80 : 0xBC00;
+  for (int64_t i = 0; i < N; i++)
+    g[i] = minus_one;
+  for (int t = 1; t <= n; t++)
+    assert_int_equal(ampc_optim_step(&P, &c, t, lr, 1.0f, 1.0f, NULL), AMPC_OK);
+  for (int64_t i = 1; i < N; i++) {
+    assert_int_equal(w[i], w[0]);
+    if (cp)
+      assert_int_equal(cp[i], cp[0]);
+  }
+  float wf, cf = 0.0f;
+  ampc_convert(&wf, AMPC_F32, w, dt, 1);
+  if (cp)
+    ampc_convert(&cf, AMPC_F32, cp, dt, 1);
+  *w_out = wf;
+  *sum_out = (double)wf + (double)cf;
+  ampc_params_free(&P);
+}
+
+static void test_kahan(void **state) {
+  (void)state;
+  double w, s;
+  kahan_run(AMPC_BF16, false, 1e-3f, 100, &w, &s);
+  assert_true(w == 1.0); /* nearest: every update swallowed */
+  kahan_run(AMPC_BF16, true, 1e-3f, 100, &w, &s);
+  print_message("bf16 w = 1 + 100 x 1e-3 with Kahan: w %.7f, w + c %.7f\n", w, s);
+  /* the target: 1 + 100 u with u = 1e-3f, the FP32 update. Each step rounds
+   * y = u + c in FP32 (|y| < 2^-7: error < 2^-31) and the new compensation
+   * to bfloat16 (|c| <= half an ulp of w in [1, 2) = 2^-8, so error <=
+   * 2^-8 * 2^-9 = 2^-17); w + c drifts from the target by at most
+   * 100 (2^-17 + 2^-31), and w is within 2^-8 of w + c */
+  const double target = 1.0 + 100.0 * (double)1e-3f;
+  const double drift = 100.0 * (ldexp(1, -17) + ldexp(1, -31));
+  assert_true(fabs(s - target) <= drift);
+  assert_true(fabs(w - target) <= ldexp(1, -8) + drift);
+  /* binary16: 1e-4 is below half an ulp at 1 (2^-11); ulp 2^-10, so the
+   * compensation's error is <= 2^-11 * 2^-11 = 2^-22 per step */
+  kahan_run(AMPC_F16, false, 1e-4f, 100, &w, &s);
+  assert_true(w == 1.0);
+  kahan_run(AMPC_F16, true, 1e-4f, 100, &w, &s);
+  print_message("f16 w = 1 + 100 x 1e-4 with Kahan: w %.7f, w + c %.7f\n", w, s);
+  const double t16 = 1.0 + 100.0 * (double)1e-4f, d16 = 100.0 * (ldexp(1, -22) + ldexp(1, -31));
+  assert_true(fabs(s - t16) <= d16);
+  assert_true(fabs(w - t16) <= ldexp(1, -11) + d16);
+}
+
+/* AdamW's decoupled decay alone (zero gradient: Adam's step is 0/eps = 0):
+ * lr * wd = 1e-5 per step is far below half a bfloat16 ulp at 1, so nearest
+ * never moves w = 1; with Kahan, w + c follows (1 - 1e-5)^t. Bound: per step
+ * the change -lr_wd * w is one FP32 product and the compensation one
+ * bfloat16 rounding of a value <= 2^-9 (half an ulp in [0.5, 1)), 2^-18. */
+static void test_kahan_decay(void **state) {
+  (void)state;
+  enum { N = 64, T = 2000 };
+  const ampc_param_spec spec = {.name = "w", .ndim = 1, .shape = {N}, .init = AMPC_INIT_ONES};
+  for (int kahan = 0; kahan < 2; kahan++) {
+    ampc_params P;
+    ampc_rng rng;
+    ampc_rng_seed(&rng, 1);
+    assert_int_equal(ampc_params_create(&P, &spec, 1, AMPC_BF16, false, AMPC_F32, 2, &rng),
+                     AMPC_OK);
+    if (kahan)
+      assert_int_equal(ampc_params_add_compensation(&P), AMPC_OK);
+    ampc_optim_config c = ampc_optim_adamw_defaults();
+    c.weight_decay = 1e-2f, c.kahan = kahan;
+    for (int t = 1; t <= T; t++)
+      assert_int_equal(ampc_optim_step(&P, &c, t, c.lr, 1.0f, 1.0f, NULL), AMPC_OK);
+    float w, cc = 0.0f;
+    ampc_convert(&w, AMPC_F32, P.w, AMPC_BF16, 1);
+    if (kahan)
+      ampc_convert(&cc, AMPC_F32, P.comp, AMPC_BF16, 1);
+    const double target = pow(1.0 - 1e-5, T); /* 0.98020 */
+    if (!kahan) {
+      assert_true(w == 1.0f);
+    } else {
+      print_message("AdamW decay 1e-5 x %d with Kahan: w %.6f, w + c %.6f, exact %.6f\n", T,
+                    (double)w, (double)w + (double)cc, target);
+      assert_true(fabs((double)w + (double)cc - target) <= T * ldexp(1, -18) + 1e-6);
+      assert_true(w < 0.99f);
+    }
+    ampc_params_free(&P);
+  }
+}
+
+static void test_kahan_config_and_memory(void **state) {
+  (void)state;
+  ampc_amp_config c;
+  assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_BF16_TRUE, &c), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&c, "weight-update", "kahan"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_check(&c), AMPC_OK);
+  assert_string_equal(ampc_weight_update_name(c.weight_update), "kahan");
+  /* bf16-true with AdamW (BF16 moments): 2 + 2 + 2 * 2 = 8 bytes per
+   * parameter, plus 2 of compensation; bf16-mixed holds 2 + 4 + 2 + 8 = 16 */
+  ampc_mem_account m;
+  assert_int_equal(ampc_mem_account_params(1000, &c, 2, &m), AMPC_OK);
+  assert_int_equal(m.bytes[AMPC_MEM_COMPENSATION], 2000);
+  assert_true(m.bytes_per_param == 10.0);
+  assert_string_equal(ampc_mem_role_name(AMPC_MEM_COMPENSATION), "compensation");
+  assert_int_equal(ampc_amp_config_set(&c, "weight-update", "nearest"), AMPC_OK);
+  assert_int_equal(ampc_mem_account_params(1000, &c, 2, &m), AMPC_OK);
+  assert_int_equal(m.bytes[AMPC_MEM_COMPENSATION], 0);
+  assert_true(m.bytes_per_param == 8.0);
+  /* 16-true: allowed; with a master or FP32 weights: refused */
+  assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_16_TRUE, &c), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&c, "weight-update", "kahan"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_check(&c), AMPC_OK);
+  assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &c), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&c, "weight-update", "kahan"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_check(&c), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &c), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&c, "weight-update", "kahan"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_check(&c), AMPC_ERR_INVALID_ARG);
+  /* no compensation for FP32 weights or with a master */
+  const ampc_param_spec spec = {.name = "w", .ndim = 1, .shape = {8}, .init = AMPC_INIT_ONES};
+  ampc_params P;
+  ampc_rng rng;
+  ampc_rng_seed(&rng, 1);
+  assert_int_equal(ampc_params_create(&P, &spec, 1, AMPC_BF16, true, AMPC_F32, 2, &rng), AMPC_OK);
+  assert_int_equal(ampc_params_add_compensation(&P), AMPC_ERR_INVALID_ARG);
+  ampc_params_free(&P);
+}
+
 static void test_config(void **state) {
   (void)state;
   ampc_amp_config c;
@@ -151,7 +295,7 @@ static void test_config(void **state) {
   assert_int_equal(c.weight_update, AMPC_UPDATE_NEAREST);
   assert_int_equal(ampc_amp_config_set(&c, "weight-update", "stochastic"), AMPC_OK);
   assert_int_equal(ampc_amp_config_check(&c), AMPC_OK);
-  assert_int_equal(ampc_amp_config_set(&c, "weight-update", "kahan?"), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_amp_config_set(&c, "weight-update", "kahn"), AMPC_ERR_INVALID_ARG);
   /* with an FP32 master, or FP16/FP32 weights: refused */
   assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_BF16_MIXED, &c), AMPC_OK);
   assert_int_equal(ampc_amp_config_set(&c, "weight-update", "stochastic"), AMPC_OK);
@@ -173,6 +317,9 @@ int main(void) {
       cmocka_unit_test(test_bits_deterministic),
       cmocka_unit_test(test_optimizer),
       cmocka_unit_test(test_config),
+      cmocka_unit_test(test_kahan),
+      cmocka_unit_test(test_kahan_decay),
+      cmocka_unit_test(test_kahan_config_and_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

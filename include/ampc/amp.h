@@ -124,11 +124,17 @@ typedef struct ampc_scaler_config {
 /* How the optimizer rounds updated 16-bit weights that have no FP32 master
  * (values go into logs: append only). */
 typedef enum ampc_weight_update {
-  AMPC_UPDATE_NEAREST = 0,   /* round to nearest even: an update below half a
-                                step of the weight is swallowed */
-  AMPC_UPDATE_STOCHASTIC = 1 /* bfloat16 stochastic rounding: up with the
-                                probability of the distance (ampc/optim.h) */
+  AMPC_UPDATE_NEAREST = 0,    /* round to nearest even: an update below half a
+                                 step of the weight is swallowed */
+  AMPC_UPDATE_STOCHASTIC = 1, /* bfloat16 stochastic rounding: up with the
+                                 probability of the distance (ampc/optim.h) */
+  AMPC_UPDATE_KAHAN = 2       /* Kahan-compensated updates: what a rounding drops
+                                 is kept in a 16-bit compensation buffer and
+                                 added to the next update (ampc/optim.h) */
 } ampc_weight_update;
+
+/* "nearest", "stochastic", "kahan"; "?" if invalid. */
+const char *ampc_weight_update_name(ampc_weight_update u);
 
 /* Everything the precision presets decide, after overrides. */
 typedef struct ampc_amp_config {
@@ -138,7 +144,8 @@ typedef struct ampc_amp_config {
   ampc_dtype state_dtype; /* optimizer moments: F32, or lowp in the -true presets */
   ampc_acc accumulate;    /* GEMM accumulation */
   ampc_scaler_config scaler;
-  ampc_weight_update weight_update; /* nearest (every preset); stochastic: BF16, no master */
+  ampc_weight_update weight_update; /* nearest (every preset); stochastic: BF16, no master;
+                                       kahan: 16-bit weights, no master */
 } ampc_amp_config;
 
 /* The preset's configuration (DESIGN.md section 2 table). Errors:
@@ -149,8 +156,9 @@ ampc_status ampc_amp_config_preset(ampc_precision p, ampc_amp_config *out);
  *   master-weights  on | off
  *   loss-scale      none | dynamic | <S>  (a positive finite number: static S)
  *   accumulate      fp32 | fp16
- *   weight-update   nearest | stochastic  (stochastic: BF16 weights without
- *                   an FP32 master only, e.g. bf16-true)
+ *   weight-update   nearest | stochastic | kahan  (stochastic: BF16 weights
+ *                   without an FP32 master only, e.g. bf16-true; kahan: 16-bit
+ *                   weights without a master, bf16-true or 16-true)
  *   init-scale, growth-factor, backoff-factor, growth-interval, hysteresis,
  *   min-scale, max-scale  (numbers; see ampc_scaler_config for the ranges)
  * Errors: AMPC_ERR_INVALID_ARG naming the option and the value (the config is

@@ -131,8 +131,10 @@ typedef struct ampc_diag_config {
   int loss_scale_mode;    /* 0 none, 1 static, 2 dynamic (ampc_loss_scale_mode) */
   double min_scale;       /* dynamic scaler's floor */
   ampc_acc accumulate;    /* GEMM accumulation */
-  bool stochastic_update; /* --weight-update stochastic: an unchanged weight is
-                             a rounding down, not a lost update (no verdict) */
+  bool stochastic_update; /* --weight-update stochastic or kahan: an unchanged
+                             weight was rounded down (SR) or its update is
+                             kept in the compensation (Kahan), not lost: no
+                             swallowed-updates verdict */
 } ampc_diag_config;
 
 typedef struct ampc_verdict {

@@ -44,6 +44,15 @@ typedef struct ampc_optim_config {
    * random bits of ampc_sr_bits(round_seed, step, element index) */
   bool stochastic_round;
   uint64_t round_seed;
+  /* 16-bit weights without a master: Kahan-compensated updates (set by the
+   * trainer from ampc_amp_config.weight_update; the table must have comp).
+   * Per element, with c the compensation (wdt) and d the step's whole change
+   * (decay and update) in FP32:  y = d + c;  w' = round(w + y);
+   * c' = round(y - (w' - w))  (w' - w is exact: two nearby 16-bit values), so
+   * what the rounding of w' dropped is carried into the next step instead of
+   * lost (Kahan 1965; for BF16 training, Zamirai et al. 2020, "Revisiting
+   * BFloat16 Training"). Non-finite w' resets c to 0. */
+  bool kahan;
 } ampc_optim_config;
 
 /* 16 random bits for element `index` (its position in the whole parameter

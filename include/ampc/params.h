@@ -12,6 +12,8 @@
  *   grad    gradients, in the working dtype (backward accumulates into them)
  *   m, v    optimizer moments (AdamW exp_avg, exp_avg_sq; SGD uses m as its
  *           momentum buffer and has no v), dtype state_dtype
+ *   comp    Kahan compensation of the weight update (--weight-update kahan:
+ *           16-bit weights without a master), in wdt; NULL otherwise
  * so zeroing, unscaling, the non-finite check and the optimizer are flat loops
  * over `total` elements, and the bytes of each role are known exactly. Slices
  * start on 64-byte boundaries; the padding between them is kept at zero.
@@ -83,6 +85,7 @@ typedef enum ampc_param_role {
   AMPC_ROLE_GRADS = 2,
   AMPC_ROLE_MOMENT1 = 3,
   AMPC_ROLE_MOMENT2 = 4,
+  AMPC_ROLE_COMPENSATION = 5,
   AMPC_ROLE_COUNT
 } ampc_param_role;
 
@@ -97,6 +100,7 @@ typedef struct ampc_params {
   float *master;                 /* [total] F32, or NULL */
   void *grad;                    /* [total] wdt */
   void *m, *v;                   /* [total] sdt, or NULL when the optimizer has none */
+  void *comp;                    /* [total] wdt Kahan compensation, or NULL */
   size_t bytes[AMPC_ROLE_COUNT]; /* bytes allocated per role (0 when absent) */
 } ampc_params;
 
@@ -122,6 +126,12 @@ ampc_status ampc_params_create(ampc_params *out, const ampc_param_spec *specs, i
                                ampc_dtype wdt, bool master, ampc_dtype sdt, int moments,
                                ampc_rng *rng);
 void ampc_params_free(ampc_params *P);
+
+/* Allocate the Kahan compensation buffer (zeros, wdt, bytes[AMPC_ROLE_
+ * COMPENSATION]) for --weight-update kahan; a no-op when it exists. Errors:
+ * AMPC_ERR_INVALID_ARG (NULL, FP32 weights or a master: nothing to
+ * compensate), AMPC_ERR_NOMEM. */
+ampc_status ampc_params_add_compensation(ampc_params *P);
 
 /* Index of the named tensor, or -1. */
 int ampc_params_find(const ampc_params *P, const char *name);

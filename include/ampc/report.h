@@ -8,6 +8,8 @@
  *   moments      optimizer state: AdamW's two moments or SGD's momentum
  *                buffer, in the state dtype (F32, or the 16-bit dtype in the
  *                -true presets); 0 without an optimizer
+ *   compensation the Kahan compensation of --weight-update kahan (the working
+ *                dtype; 0 otherwise)
  *   activations  the model's saved activations and caches (its arena up to
  *                the gradient workspaces)
  *   workspace    the model's gradient workspaces (the rest of its arena)
@@ -42,19 +44,21 @@ typedef enum ampc_mem_role {
   AMPC_MEM_MASTER = 1,
   AMPC_MEM_GRADS = 2,
   AMPC_MEM_MOMENTS = 3,
-  AMPC_MEM_ACTIVATIONS = 4,
-  AMPC_MEM_WORKSPACE = 5,
+  AMPC_MEM_COMPENSATION = 4, /* the parameter roles end here */
+  AMPC_MEM_ACTIVATIONS = 5,
+  AMPC_MEM_WORKSPACE = 6,
   AMPC_MEM_ROLE_COUNT
 } ampc_mem_role;
 
-/* "weights", "master", "grads", "moments", "activations", "workspace"; "?". */
+/* "weights", "master", "grads", "moments", "compensation", "activations",
+ * "workspace"; "?". */
 const char *ampc_mem_role_name(ampc_mem_role r);
 
 typedef struct ampc_mem_account {
   int64_t params;                    /* parameters (padding excluded) */
   int64_t elements;                  /* elements per parameter role (padding included) */
   int64_t batch;                     /* batch of the model roles (0: parameters only) */
-  double bytes_per_param;            /* (weights + master + grads + moments) / params */
+  double bytes_per_param;            /* the parameter roles' bytes / params */
   size_t bytes[AMPC_MEM_ROLE_COUNT]; /* bytes per role */
   size_t total;                      /* sum of bytes[] */
 } ampc_mem_account;
@@ -65,7 +69,8 @@ ampc_status ampc_mem_optimizer_moments(const char *name, int *moments);
 
 /* The literature's table for n parameters (no padding): bytes per parameter
  * and per role under the resolved precision amp (lowp, master_weights,
- * state_dtype; master is ignored when lowp is F32, as the trainer does) with
+ * state_dtype, weight_update; master is ignored when lowp is F32, as the
+ * trainer does) with
  * `moments` (0..2) state buffers. Model roles are 0. Errors:
  * AMPC_ERR_INVALID_ARG (n < 1, moments out of range, NULL). */
 ampc_status ampc_mem_account_params(int64_t n, const ampc_amp_config *amp, int moments,

@@ -109,9 +109,11 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
       t.weight_update = AMPC_UPDATE_NEAREST;
     else if (strcmp(value, "stochastic") == 0)
       t.weight_update = AMPC_UPDATE_STOCHASTIC;
+    else if (strcmp(value, "kahan") == 0)
+      t.weight_update = AMPC_UPDATE_KAHAN;
     else
       return ampc_fail(AMPC_ERR_INVALID_ARG,
-                       "--weight-update: expected nearest or stochastic, got '%s'", value);
+                       "--weight-update: expected nearest, stochastic or kahan, got '%s'", value);
   } else if (strcmp(name, "init-scale") == 0) {
     if ((st = parse_float(name, value, &f)) != AMPC_OK)
       return st;
@@ -153,6 +155,15 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
   return AMPC_OK;
 }
 
+const char *ampc_weight_update_name(ampc_weight_update u) {
+  switch (u) {
+  case AMPC_UPDATE_NEAREST: return "nearest";
+  case AMPC_UPDATE_STOCHASTIC: return "stochastic";
+  case AMPC_UPDATE_KAHAN: return "kahan";
+  }
+  return "?";
+}
+
 ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
   if (!c || (unsigned)c->precision >= AMPC_PRECISION_COUNT)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "precision config: invalid preset");
@@ -172,10 +183,18 @@ ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
                      (double)s->init_scale, (double)s->min_scale, (double)s->max_scale);
   if (c->master_weights && c->lowp == AMPC_F32)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "master weights with FP32 working weights");
-  if (c->weight_update == AMPC_UPDATE_STOCHASTIC && (c->lowp != AMPC_F32 && c->master_weights))
+  if ((unsigned)c->weight_update > AMPC_UPDATE_KAHAN)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--weight-update: invalid value %d",
+                     (int)c->weight_update);
+  if (c->weight_update != AMPC_UPDATE_NEAREST && (c->lowp != AMPC_F32 && c->master_weights))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "--weight-update stochastic rounds the 16-bit weights themselves: it needs "
-                     "--master-weights off (the FP32 master already keeps every update)");
+                     "--weight-update %s acts on the 16-bit weights themselves: it needs "
+                     "--master-weights off (the FP32 master already keeps every update)",
+                     ampc_weight_update_name(c->weight_update));
+  if (c->weight_update == AMPC_UPDATE_KAHAN && c->lowp == AMPC_F32)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--weight-update kahan needs 16-bit weights (bf16-true or 16-true, or a "
+                     "mixed preset with --master-weights off), not FP32");
   if (c->weight_update == AMPC_UPDATE_STOCHASTIC && c->lowp != AMPC_BF16)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "--weight-update stochastic needs bfloat16 weights (bf16-true, or "

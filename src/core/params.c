@@ -40,7 +40,22 @@ void ampc_params_free(ampc_params *P) {
   free(P->grad);
   free(P->m);
   free(P->v);
+  free(P->comp);
   memset(P, 0, sizeof *P);
+}
+
+ampc_status ampc_params_add_compensation(ampc_params *P) {
+  if (!P || !P->w || P->wdt == AMPC_F32 || P->master)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "Kahan compensation needs 16-bit weights without an FP32 master");
+  if (P->comp)
+    return AMPC_OK;
+  const size_t bytes = (size_t)P->total * ampc_dtype_size(P->wdt);
+  P->comp = alloc_role(bytes);
+  if (!P->comp)
+    return ampc_fail(AMPC_ERR_NOMEM, "out of memory for the Kahan compensation (%zu bytes)", bytes);
+  P->bytes[AMPC_ROLE_COMPENSATION] = bytes;
+  return AMPC_OK;
 }
 
 static int dt_ok(ampc_dtype dt) { return dt == AMPC_F32 || dt == AMPC_F16 || dt == AMPC_BF16; }

@@ -236,7 +236,7 @@ static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
   const char *mw = str(&v, o, "master_weights");
   c->master_weights = mw && strcmp(mw, "on") == 0;
   const char *wu = str(&v, o, "weight_update"); /* absent in older logs: nearest */
-  c->stochastic_update = wu && strcmp(wu, "stochastic") == 0;
+  c->stochastic_update = wu && (strcmp(wu, "stochastic") == 0 || strcmp(wu, "kahan") == 0);
   const char *acc = str(&v, o, "accumulate");
   c->accumulate = acc && strcmp(acc, "fp16") == 0 ? AMPC_ACC_F16 : AMPC_ACC_F32;
   const cJSON *ls = obj(&v, o, "loss_scale");

@@ -366,7 +366,8 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
   }
 
   /* ---- swallowed updates (not under stochastic rounding: there a weight
-   * left unchanged was rounded down, and the update is kept on average) ---- */
+   * left unchanged was rounded down, and the update is kept on average; nor
+   * under Kahan updates, which keep it in the compensation) ---- */
   if (c->lowp != AMPC_F32 && !c->master_weights && !c->stochastic_update) {
     int64_t upd[AMPC_BRANCH_COUNT] = {0}, sw[AMPC_BRANCH_COUNT] = {0}, tu = 0, ts = 0;
     int64_t first = -1;

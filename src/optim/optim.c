@@ -132,6 +132,7 @@ typedef struct {
   float lr, gm, clip;
   /* AdamW */
   float one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, decay_factor;
+  float lr_wd; /* lr * weight_decay in FP32: the decay's change for Kahan updates */
   /* SGD */
   bool first;
   int64_t t; /* the step, for the stochastic rounding's bits */
@@ -226,6 +227,9 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
   /* stochastic rounding: the decayed and updated weight formed in FP32 and
    * rounded once, stochastically (not twice to nearest) */
   const bool sr = c->stochastic_round && !has_master && wdt == AMPC_BF16;
+  /* Kahan: the whole change d formed in FP32 (the decay as -lr*wd*w, not
+   * w*(1 - lr*wd) - w, which would cancel), applied with the compensation */
+  const bool kh = c->kahan && P->comp && !has_master && wdt != AMPC_F32;
   int64_t n_upd = 0, n_sw = 0, n_would = 0, n_nf = 0;
   for (int64_t e = p->offset; e < p->offset + p->numel; e++) {
     float g = ampc_elem_load(P->grad, wdt, e) * k->gm;
@@ -235,9 +239,13 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
     const float w16_old = ampc_elem_load(P->w, wdt, e);
     const float w_old = has_master ? P->master[e] : ampc_elem_load(P->w, wdt, e);
     float w = w_old;
+    float change = 0.0f; /* Kahan: the step's whole change, in FP32 */
     bool nonzero = false;
     if (c->kind == AMPC_OPTIM_ADAMW) {
-      if (decay) {
+      if (decay && kh) {
+        change = -(k->lr_wd * w_old);
+        nonzero = nonzero || (w_old != 0.0f);
+      } else if (decay) {
         w = sr ? w * k->decay_factor : rnd(w * k->decay_factor, pdt); /* param.mul_(1 - lr * wd) */
         nonzero = nonzero || (w_old != 0.0f);
       }
@@ -249,7 +257,10 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
       denom = rnd(denom / k->bc2_sqrt, sdt);         /* / bias_correction2_sqrt */
       denom = rnd(denom + k->eps, sdt);              /* .add_(eps) */
       const float upd = -k->step_size * (m / denom); /* addcdiv value */
-      w = sr ? w + upd : rnd(w + upd, pdt);          /* param.addcdiv_(m, denom) */
+      if (kh)
+        change = change + upd;
+      else
+        w = sr ? w + upd : rnd(w + upd, pdt); /* param.addcdiv_(m, denom) */
       nonzero = nonzero || upd != 0.0f;
       ampc_elem_store(P->m, sdt, e, m);
       ampc_elem_store(P->v, sdt, e, v);
@@ -269,8 +280,16 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
         d = c->nesterov ? rnd(d + c->momentum * buf, sdt) : buf;
       }
       const float upd = -k->lr * d;
-      w = sr ? w + upd : rnd(w + upd, pdt); /* param.add_(d, alpha=-lr) */
+      if (kh)
+        change = upd;
+      else
+        w = sr ? w + upd : rnd(w + upd, pdt); /* param.add_(d, alpha=-lr) */
       nonzero = upd != 0.0f;
+    }
+    if (kh) {
+      const float y = change + ampc_elem_load(P->comp, wdt, e);
+      w = rnd(w_old + y, wdt);
+      ampc_elem_store(P->comp, wdt, e, isfinite(w) ? y - (w - w_old) : 0.0f);
     }
     if (sr)
       w = ampc_bits_f32(ampc_bf16bits_to_f32bits(
@@ -309,6 +328,10 @@ ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t 
   if ((c->kind == AMPC_OPTIM_ADAMW && (!P->m || !P->v)) ||
       (c->kind == AMPC_OPTIM_SGD && c->momentum != 0.0f && !P->m))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: the table has no moment buffers");
+  if (c->kahan && (!P->comp || P->master || P->wdt == AMPC_F32))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_optim_step: Kahan updates need 16-bit weights without a master and "
+                     "the compensation buffer (ampc_params_add_compensation)");
   step_consts k = {.c = c, .lr = lr, .gm = grad_mult, .clip = clip_coef, .first = t == 1, .t = t};
   if (c->kind == AMPC_OPTIM_ADAMW) {
     const double bc1 = 1.0 - pow((double)c->beta1, (double)t);
@@ -320,6 +343,7 @@ ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t 
     k.bc2_sqrt = (float)sqrt(bc2);
     k.eps = c->eps;
     k.decay_factor = (float)(1.0 - (double)lr * (double)c->weight_decay);
+    k.lr_wd = (float)((double)lr * (double)c->weight_decay);
   }
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(dynamic, 1) if (P->numel > 65536)

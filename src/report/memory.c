@@ -21,6 +21,7 @@ const char *ampc_mem_role_name(ampc_mem_role r) {
       [AMPC_MEM_MASTER] = "master",
       [AMPC_MEM_GRADS] = "grads",
       [AMPC_MEM_MOMENTS] = "moments",
+      [AMPC_MEM_COMPENSATION] = "compensation",
       [AMPC_MEM_ACTIVATIONS] = "activations",
       [AMPC_MEM_WORKSPACE] = "workspace",
   };
@@ -51,13 +52,16 @@ static void param_roles(int64_t elements, const ampc_amp_config *amp, int moment
   a->bytes[AMPC_MEM_MASTER] = master ? e * 4 : 0;
   a->bytes[AMPC_MEM_GRADS] = e * wsz;
   a->bytes[AMPC_MEM_MOMENTS] = (size_t)moments * e * ampc_dtype_size(amp->state_dtype);
+  /* as ampc_params_add_compensation: Kahan updates of 16-bit weights, no master */
+  a->bytes[AMPC_MEM_COMPENSATION] =
+      amp->weight_update == AMPC_UPDATE_KAHAN && !master && amp->lowp != AMPC_F32 ? e * wsz : 0;
 }
 
 static void finish(ampc_mem_account *a) {
   size_t p = 0, t = 0;
   for (int r = 0; r < AMPC_MEM_ROLE_COUNT; r++) {
     t += a->bytes[r];
-    if (r <= AMPC_MEM_MOMENTS)
+    if (r < AMPC_MEM_ACTIVATIONS)
       p += a->bytes[r];
   }
   a->total = t;

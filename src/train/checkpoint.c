@@ -3,8 +3,9 @@
  *
  * Tensors: FP32 master weights under the parameter names (a PyTorch user can
  * load_state_dict them), optimizer moments under PyTorch's state names, in the
- * state dtype. Metadata (strings, per the safetensors format): the resolved
- * configuration, the step counters, the scaler state and the RNG state.
+ * state dtype, and the Kahan compensation (--weight-update kahan) as
+ * "optimizer.kahan_comp.<name>" in the working dtype. Metadata (strings, per the safetensors
+ * format): the resolved configuration, the step counters, the scaler state and the RNG state.
  * Loading validates everything before it changes the trainer.
  */
 #include "internal.h"
@@ -37,7 +38,7 @@ ampc_status ampc_trainer_save(const ampc_trainer *T, const char *path, const amp
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_save: bad arguments");
   const ampc_params *P = &T->params;
   const int nmom = ampc_optim_moments(&T->opt);
-  const int nt = P->count * (1 + nmom);
+  const int nt = P->count * (1 + nmom + (P->comp ? 1 : 0));
   ampc_st_tensor *t = calloc((size_t)nt, sizeof *t);
   char(*names)[NAME_CAP] = calloc((size_t)nt, sizeof *names);
   float *wide = NULL;
@@ -81,6 +82,17 @@ ampc_status ampc_trainer_save(const ampc_trainer *T, const char *path, const amp
                               .nbytes = (size_t)p->numel * ssz};
       memcpy(t[k].shape, p->shape, sizeof p->shape);
     }
+  }
+  const size_t wsz = ampc_dtype_size(P->wdt);
+  for (int i = 0; P->comp && i < P->count; i++, k++) {
+    const ampc_param *p = &P->p[i];
+    snprintf(names[k], NAME_CAP, "optimizer.kahan_comp.%s", p->name);
+    t[k] = (ampc_st_tensor){.name = names[k],
+                            .dtype = P->wdt,
+                            .ndim = p->ndim,
+                            .data = (const char *)P->comp + (size_t)p->offset * wsz,
+                            .nbytes = (size_t)p->numel * wsz};
+    memcpy(t[k].shape, p->shape, sizeof p->shape);
   }
   char step[32], iter[32], scaler[256], rng[80];
   snprintf(step, sizeof step, "%" PRId64, T->step);
@@ -185,11 +197,15 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
   char *mom[2] = {NULL, NULL};
   for (int w = 0; w < nmom; w++)
     mom[w] = calloc((size_t)P->total, ssz);
+  /* the Kahan compensation: loaded when the checkpoint has it (a run that
+   * switches to --weight-update kahan starts from zeros) */
+  const size_t wsz = ampc_dtype_size(P->wdt);
+  char *comp = P->comp ? calloc((size_t)P->total, wsz) : NULL;
   int64_t step = 0, iter = 0;
   ampc_scaler sc = T->scaler;
   ampc_rng rng = T->rng;
   cJSON *sj = NULL;
-  if (!master || (nmom >= 1 && !mom[0]) || (nmom >= 2 && !mom[1])) {
+  if (!master || (nmom >= 1 && !mom[0]) || (nmom >= 2 && !mom[1]) || (P->comp && !comp)) {
     st = ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory while loading", path);
     goto done;
   }
@@ -201,6 +217,12 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
       snprintf(name, sizeof name, "%s%s", moment_prefix(&T->opt, w), P->p[i].name);
       st = load_tensor(path, f, name, &P->p[i], mom[w] + (size_t)P->p[i].offset * ssz, P->sdt);
     }
+  }
+  for (int i = 0; comp && i < P->count && st == AMPC_OK; i++) {
+    char name[NAME_CAP];
+    snprintf(name, sizeof name, "optimizer.kahan_comp.%s", P->p[i].name);
+    if (ampc_safetensors_find(f, name))
+      st = load_tensor(path, f, name, &P->p[i], comp + (size_t)P->p[i].offset * wsz, P->wdt);
   }
   if (st != AMPC_OK)
     goto done;
@@ -263,6 +285,8 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
     memcpy(P->m, mom[0], (size_t)P->total * ssz);
   if (nmom >= 2)
     memcpy(P->v, mom[1], (size_t)P->total * ssz);
+  if (comp)
+    memcpy(P->comp, comp, (size_t)P->total * wsz);
   T->step = step;
   T->iteration = iter;
   T->scaler = sc;
@@ -272,6 +296,7 @@ done:
   free(master);
   free(mom[0]);
   free(mom[1]);
+  free(comp);
   ampc_safetensors_free(f);
   return st;
 }

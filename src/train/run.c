@@ -377,7 +377,7 @@ void ampc_diag_config_from(ampc_diag_config *c, const ampc_trainer *T) {
   c->loss_scale_mode = (int)T->amp.scaler.mode;
   c->min_scale = (double)T->amp.scaler.min_scale;
   c->accumulate = T->amp.accumulate;
-  c->stochastic_update = T->amp.weight_update == AMPC_UPDATE_STOCHASTIC;
+  c->stochastic_update = T->amp.weight_update != AMPC_UPDATE_NEAREST;
 }
 
 void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_step_info *info,
@@ -572,6 +572,8 @@ static void add_memory(cJSON *summary, const ampc_trainer *T, size_t activations
   cJSON_AddNumberToObject(
       mem, "moments",
       (double)(T->params.bytes[AMPC_ROLE_MOMENT1] + T->params.bytes[AMPC_ROLE_MOMENT2]));
+  if (T->params.bytes[AMPC_ROLE_COMPENSATION]) /* --weight-update kahan */
+    cJSON_AddNumberToObject(mem, "compensation", (double)T->params.bytes[AMPC_ROLE_COMPENSATION]);
   cJSON_AddNumberToObject(mem, "activations", (double)activations);
   cJSON_AddNumberToObject(mem, "workspace", (double)workspace);
   if (grad_stage) /* the FP32 sum over micro-batches and ranks */

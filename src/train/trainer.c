@@ -31,11 +31,17 @@ ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
    * step and the element only (a resumed run draws the same ones) */
   T->opt.stochastic_round = amp->weight_update == AMPC_UPDATE_STOCHASTIC;
   T->opt.round_seed = seed ^ 0x5352u; /* "SR": apart from the init's stream */
+  T->opt.kahan = amp->weight_update == AMPC_UPDATE_KAHAN;
   ampc_rng_seed(&T->rng, seed);
   st = ampc_params_create(&T->params, specs, n, amp->lowp, amp->master_weights, amp->state_dtype,
                           ampc_optim_moments(opt), &T->rng);
-  if (st != AMPC_OK)
+  if (st == AMPC_OK && T->opt.kahan)
+    st = ampc_params_add_compensation(&T->params);
+  if (st != AMPC_OK) {
+    ampc_params_free(&T->params);
+    memset(T, 0, sizeof *T);
     return st;
+  }
   T->swallow = calloc((size_t)n, sizeof *T->swallow);
   T->unscale_ws.bytes = ampc_grad_unscale_scratch_bytes(T->params.total);
   T->unscale_ws.base = malloc(T->unscale_ws.bytes);
@@ -135,8 +141,7 @@ char *ampc_trainer_config_json(const ampc_trainer *T) {
                           a->master_weights ? "on" : (a->lowp == AMPC_F32 ? "n/a (fp32)" : "off"));
   cJSON_AddStringToObject(j, "optimizer_state_dtype", dt_name(a->state_dtype));
   cJSON_AddStringToObject(j, "accumulate", a->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32");
-  cJSON_AddStringToObject(j, "weight_update",
-                          a->weight_update == AMPC_UPDATE_STOCHASTIC ? "stochastic" : "nearest");
+  cJSON_AddStringToObject(j, "weight_update", ampc_weight_update_name(a->weight_update));
   cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
   if (ls) {
     const ampc_scaler_config *s = &a->scaler;
@@ -171,8 +176,8 @@ char *ampc_trainer_config_json(const ampc_trainer *T) {
   cJSON_AddNumberToObject(j, "parameters", (double)P->numel);
   cJSON *b = cJSON_AddObjectToObject(j, "parameter_bytes");
   if (b) {
-    static const char *const roles[AMPC_ROLE_COUNT] = {"weights", "master", "grads", "exp_avg",
-                                                       "exp_avg_sq"};
+    static const char *const roles[AMPC_ROLE_COUNT] = {"weights", "master",     "grads",
+                                                       "exp_avg", "exp_avg_sq", "kahan_comp"};
     for (int r = 0; r < AMPC_ROLE_COUNT; r++)
       cJSON_AddNumberToObject(b, roles[r], (double)P->bytes[r]);
   }
@@ -214,15 +219,17 @@ int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, c
     LINT("AdamW eps = %g rounds to 0 in %s (the optimizer state dtype): once v underflows the "
          "update divides by zero",
          (double)opt->eps, ampc_dtype_name(sdt));
-  /* with stochastic rounding a small decay is taken on average, not swallowed */
-  if (opt->weight_decay > 0.0f && amp->weight_update != AMPC_UPDATE_STOCHASTIC) {
+  /* with stochastic rounding a small decay is taken on average, with Kahan
+   * updates it is kept in the compensation: not swallowed either way */
+  if (opt->weight_decay > 0.0f && amp->weight_update == AMPC_UPDATE_NEAREST) {
     const double d = (double)opt->lr * (double)opt->weight_decay;
     const double half_ulp_below_one = ldexp(1.0, -(mant_bits(pdt) + 2));
     if (d < half_ulp_below_one)
       LINT("weight decay: lr * weight_decay = %g is below half an ulp of 1.0 in %s (%g): "
            "w * (1 - lr * wd) rounds back to w, the decay is swallowed%s",
            d, ampc_dtype_name(pdt), half_ulp_below_one,
-           pdt == AMPC_BF16 ? " (--weight-update stochastic keeps it on average)" : "");
+           pdt == AMPC_BF16 ? " (--weight-update stochastic or kahan keeps it)"
+                            : (pdt == AMPC_F16 ? " (--weight-update kahan keeps it)" : ""));
   }
   if (round_to(opt->lr, pdt) == 0.0f)
     LINT("lr = %g rounds to 0 in %s", (double)opt->lr, ampc_dtype_name(pdt));

@@ -32,8 +32,9 @@ static const char k_memory_usage[] =
     "The memory account of mixed-precision training, in bytes per role:\n"
     "weights (the preset's working dtype), master (FP32 copy), grads, moments\n"
     "(AdamW: 2 buffers, SGD with momentum: 1, none: 0; FP32, or 16-bit in the\n"
-    "-true presets) and, with --model, the model's activations and gradient\n"
-    "workspace, predicted from the model's own allocation plan (no allocation).\n"
+    "-true presets), compensation (Kahan updates only) and, with --model, the\n"
+    "model's activations and gradient workspace, predicted from the model's own\n"
+    "allocation plan (no allocation).\n"
     "\n"
     "  --params N         parameter count (e.g. 1.2e9): bytes per parameter and total\n"
     "  --model NAME       mm-tiny, mm-small, mm-micro, vit-ref, vit-fm, vit-micro, mlp\n"
@@ -43,6 +44,8 @@ static const char k_memory_usage[] =
     "  --optimizer O      adamw (default) | sgd | none\n"
     "  --precision P      32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
     "  --master-weights on|off   override the preset's FP32 master copy\n"
+    "  --weight-update nearest|stochastic|kahan   kahan adds a compensation buffer\n"
+    "                     in the working dtype (16-bit weights without a master)\n"
     "  --json             one JSON object: bytes_per_param, total_bytes, roles{...}\n"
     "\n"
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
@@ -71,7 +74,7 @@ static const char k_plan_usage[] =
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
 
 typedef struct mem_args {
-  const char *params, *model, *optimizer, *precision, *master, *data, *budget, *overhead;
+  const char *params, *model, *optimizer, *precision, *master, *update, *data, *budget, *overhead;
   int64_t batch, classes, in, hidden, max_batch;
   bool json;
 } mem_args;
@@ -124,6 +127,8 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       a->precision = v;
     else if (!strcmp(name, "master-weights"))
       a->master = v;
+    else if (!strcmp(name, "weight-update"))
+      a->update = v;
     else if (!is_plan && !strcmp(name, "batch"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 20, &a->batch);
     else if (!strcmp(name, "classes"))
@@ -149,7 +154,7 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
 }
 
 /* The resolved precision of one preset name with the --master-weights override. */
-static int resolve_amp(const char *cmd, const char *name, const char *master,
+static int resolve_amp(const char *cmd, const char *name, const char *master, const char *update,
                        ampc_amp_config *amp) {
   ampc_precision p;
   if (ampc_precision_parse(name, &p) != AMPC_OK)
@@ -157,6 +162,8 @@ static int resolve_amp(const char *cmd, const char *name, const char *master,
   ampc_amp_config_preset(p, amp);
   if (master && ampc_amp_config_set(amp, "master-weights", master) != AMPC_OK)
     return cli_usage_error(cmd, "--master-weights: %s", ampc_last_error());
+  if (update && ampc_amp_config_set(amp, "weight-update", update) != AMPC_OK)
+    return cli_usage_error(cmd, "%s", ampc_last_error());
   if (ampc_amp_config_check(amp) != AMPC_OK)
     return cli_usage_error(cmd, "%s", ampc_last_error());
   return 0;
@@ -239,8 +246,8 @@ static int run_memory(int argc, char **argv) {
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
     return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
   ampc_amp_config amp, ref;
-  if ((rc = resolve_amp(cmd, a.precision, a.master, &amp)) != 0 ||
-      (rc = resolve_amp(cmd, "32-true", NULL, &ref)) != 0)
+  if ((rc = resolve_amp(cmd, a.precision, a.master, a.update, &amp)) != 0 ||
+      (rc = resolve_amp(cmd, "32-true", NULL, NULL, &ref)) != 0)
     return rc;
   ampc_mem_account m, m32;
   const bool model = a.model != NULL;
@@ -345,7 +352,7 @@ static int run_plan(int argc, char **argv) {
       return cli_usage_error(cmd, "--precision: bad list '%s'", a.precision);
     memcpy(names[np], s, len);
     names[np][len] = '\0';
-    if ((rc = resolve_amp(cmd, names[np], a.master, &amps[np])) != 0)
+    if ((rc = resolve_amp(cmd, names[np], a.master, a.update, &amps[np])) != 0)
       return rc;
     np++;
     s = e ? e + 1 : s + len;

@@ -40,7 +40,8 @@ static const char k_usage[] =
     "  --master-weights on|off   FP32 master copy of the weights\n"
     "  --loss-scale none|dynamic|S   loss scaling (S: a static scale)\n"
     "  --accumulate fp32|fp16    GEMM accumulation\n"
-    "  --weight-update nearest|stochastic  rounding of BF16 weights (bf16-true)\n"
+    "  --weight-update nearest|stochastic|kahan  update of 16-bit weights without a\n"
+    "                       master (bf16-true; kahan also 16-true)\n"
     "  --init-scale S (65536) --growth-factor G (2) --backoff-factor B (0.5)\n"
     "  --growth-interval N (2000) --hysteresis H (1) --min-scale S (1)\n"
     "  --max-scale S (none)      dynamic loss scaler (torch GradScaler defaults)\n"
@@ -401,8 +402,8 @@ static void print_config(FILE *out, ampc_run *R) {
           ampc_dtype_name(am->state_dtype), ampc_loss_scale_mode_name(am->scaler.mode));
   if (am->scaler.mode != AMPC_LOSS_SCALE_NONE)
     fprintf(out, " (%g)", (double)am->scaler.init_scale);
-  if (am->weight_update == AMPC_UPDATE_STOCHASTIC)
-    fprintf(out, ", weight update stochastic");
+  if (am->weight_update != AMPC_UPDATE_NEAREST)
+    fprintf(out, ", weight update %s", ampc_weight_update_name(am->weight_update));
   fprintf(out, ", accumulate %s; %lld parameters", am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32",
           (long long)T->params.numel);
   const ampc_run_config *rc = ampc_run_get_config(R);
