@@ -4,7 +4,8 @@
 # 1. Equivalence: `mpirun -np N ampc train --batch B` (each rank B/N samples,
 #    --allreduce f32) leaves the same checkpoint, bit for bit, and the same
 #    step lines (losses, scales, telemetry counts) as one process with
-#    --micro-batches N, for 32-true, 16-mixed and bf16-mixed on 2 ranks and
+#    --micro-batches N, for 32-true, 16-mixed, bf16-mixed and fp8-mixed (the
+#    amax of every FP8 cast maximised over the ranks) on 2 ranks and
 #    16-mixed on 3; every rank's weights and master weights are compared
 #    after every step (--check-replicas).
 # 2. A non-finite gradient on rank 1 only (AMPC_FAULT_NAN_GRAD=1:I): the step
@@ -61,7 +62,7 @@ PY
 }
 
 # 1. equivalence
-for case in "2 32-true 16" "2 16-mixed 16" "2 bf16-mixed 16" "3 16-mixed 12"; do
+for case in "2 32-true 16" "2 16-mixed 16" "2 bf16-mixed 16" "2 fp8-mixed 16" "3 16-mixed 12"; do
   set -- $case
   n=$1 p=$2 b=$3
   tag="$p.$n"

@@ -149,5 +149,42 @@ grep -q 'optimizer.kahan_comp.fc1.weight' "$tmp/kh_full.st" ||
 expect 2 --model mlp --weight-update kahan --steps 1
 grep -q 'needs --master-weights off' "$tmp/err" || die "16-mixed + kahan: $(cat "$tmp/err")"
 
+# fp8-mixed (issue 19): the MLP learns as bf16-mixed does; on mm-tiny the
+# log counts the FP8 casts per branch, the checkpoint holds every site's
+# amax history and scales, a stopped and resumed run is bit-identical; a
+# resume with another --fp8-amax-history is refused
+f8=$("$ampc" train --model mlp --precision fp8-mixed --json 2>/dev/null | field test_accuracy)
+b16=$("$ampc" train --model mlp --precision bf16-mixed --json 2>/dev/null | field test_accuracy)
+awk -v f="$f8" -v b="$b16" 'BEGIN { exit !(f > b - 0.03 && f > 0.8) }' ||
+  die "fp8-mixed MLP accuracy $f8 is not within 0.03 of bf16-mixed's $b16"
+f8f="--precision fp8-mixed --steps 6 --save-every 3 --batch 16 --no-eval --threads 2 --quiet"
+"$ampc" train $f8f --save "$tmp/f8_full.st" --log "$tmp/f8.jsonl" >/dev/null 2>&1 ||
+  die "fp8-mixed mm-tiny failed"
+AMPC_FAULT_FAIL=0:5 "$ampc" train $f8f --save "$tmp/f8_part.st" >/dev/null 2>&1
+"$ampc" train $f8f --resume "$tmp/f8_part.st" --save "$tmp/f8_part.st" >/dev/null 2>&1 ||
+  die "fp8-mixed: resume failed"
+cmp -s "$tmp/f8_full.st" "$tmp/f8_part.st" || die "fp8-mixed: resumed run differs"
+python3 - "$tmp/f8.jsonl" "$tmp/f8_full.st" <<'PY' || die "fp8-mixed: log or checkpoint lacks the FP8 state"
+import json, struct, sys
+steps = [o for o in map(json.loads, open(sys.argv[1])) if o.get("event") == "step"]
+cfg = [o for o in map(json.loads, open(sys.argv[1])) if o.get("event") == "config"][0]
+assert cfg["fp8"]["amax_history"] == 1024, cfg
+for b in ("vision", "text", "fusion"):
+    v = steps[-1]["branches"][b]
+    assert v["fp8_values"] > 0 and 0 <= v["fp8_saturated"] <= v["fp8_values"], v
+# step 1 casts with scale 1 (no history yet): gradients flush in E5M2
+assert steps[0]["branches"]["vision"]["fp8_flushed"] > steps[-1]["branches"]["vision"]["fp8_flushed"]
+raw = open(sys.argv[2], "rb").read()
+h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+hist = [k for k in h if k.startswith("fp8.") and k.endswith(".amax_history")]
+assert "fp8.vision.blocks.0.q.amax_history" in h and "fp8.fusion.blocks.0.fc2.scale" in h, hist[:3]
+assert all(h[k]["shape"] == [3, 1024] for k in hist), hist[:3]
+PY
+"$ampc" train $f8f --fp8-amax-history 16 --resume "$tmp/f8_part.st" >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q 'amax history of 1024 steps, this run.s is 16' "$tmp/err" ||
+  die "fp8-mixed resume with another history: $(cat "$tmp/err")"
+expect 2 --model mlp --precision fp8-mixed --fp8-amax-compute mean --steps 1
+grep -q 'expected max or most_recent' "$tmp/err" || die "--fp8-amax-compute mean: $(cat "$tmp/err")"
+
 [ $fail = 0 ] && echo "check_train: ok"
 exit $fail

@@ -851,7 +851,7 @@ static double mha_f(void *ctx) {
   assert_int_equal(ampc_mha_forward(MB, MTQ, tk, MDM, MH, c->xq, c->self ? c->xq : c->xkv, AMPC_F32,
                                     c->w[0], c->bias[0], c->w[1], c->bias[1], c->w[2], c->bias[2],
                                     c->w[3], c->bias[3], AMPC_F32, c->mask, &cache, AMPC_F32, c->y,
-                                    AMPC_ACC_F32, NULL),
+                                    AMPC_ACC_F32, NULL, NULL),
                    AMPC_OK);
   return dot(c->g, c->y, MB * MTQ * MDM);
 }
@@ -875,7 +875,7 @@ static void test_mha(void **state) {
     assert_int_equal(ampc_mha_backward(MB, MTQ, tk, MDM, MH, c.xq, self ? c.xq : c.xkv, AMPC_F32,
                                        c.w[0], c.w[1], c.w[2], c.w[3], AMPC_F32, &cache, AMPC_F32,
                                        c.g, AMPC_F32, dxq, self ? NULL : dxkv, dw[0], db[0], dw[1],
-                                       db[1], dw[2], db[2], dw[3], db[3], AMPC_ACC_F32, NULL),
+                                       db[1], dw[2], db[2], dw[3], db[3], AMPC_ACC_F32, NULL, NULL),
                      AMPC_OK);
     /* per output: four chained products of length dm or tk, a softmax */
     const double df = 64 * 0x1p-24 * (sum_abs_prod(c.g, c.y, MB * MTQ * MDM) + MB * MTQ * MDM);

@@ -448,11 +448,11 @@ static void test_mha(void **state) {
     void *y = zeros(b * tq * dm, dt), *dxq = zeros(b * tq * dm, dt), *dxkv = zeros(b * tk * dm, dt);
     assert_int_equal(ampc_mha_forward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[4], pd[1], pd[5],
                                       pd[2], pd[6], pd[3], pd[7], dt, km, &cache, dt, y,
-                                      AMPC_ACC_F32, NULL),
+                                      AMPC_ACC_F32, NULL, NULL),
                      AMPC_OK);
     assert_int_equal(ampc_mha_backward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[1], pd[2], pd[3],
                                        dt, &cache, dt, gd, dt, dxq, dxkv, dp[0], dp[4], dp[1],
-                                       dp[5], dp[2], dp[6], dp[3], dp[7], AMPC_ACC_F32, NULL),
+                                       dp[5], dp[2], dp[6], dp[3], dp[7], AMPC_ACC_F32, NULL, NULL),
                      AMPC_OK);
     /* in 16 bits every activation on the way is stored rounded: q, k, v
      * (1 each), scores (amplified by exp: 2 |s|max, |s| < 4 here), probs (1),

@@ -45,17 +45,24 @@ typedef enum ampc_precision {
   AMPC_PRECISION_BF16_MIXED = 2,
   AMPC_PRECISION_16_TRUE = 3,
   AMPC_PRECISION_BF16_TRUE = 4,
+  AMPC_PRECISION_FP8_MIXED = 5, /* bf16-mixed with the linear layers' GEMM inputs in FP8
+                                   (E4M3 forward, E5M2 gradients; Transformer Engine's
+                                   HYBRID delayed-scaling recipe) */
   AMPC_PRECISION_COUNT
 } ampc_precision;
 
-/* "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"; "?" if invalid. */
+/* "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "fp8-mixed";
+ * "?" if invalid. */
 const char *ampc_precision_name(ampc_precision p);
 /* Parse a preset name (exactly as above). AMPC_ERR_INVALID_ARG otherwise. */
 ampc_status ampc_precision_parse(const char *name, ampc_precision *out);
 /* The 16-bit (or 32-bit) dtype of the preset's working weights and GEMM inputs. */
 ampc_dtype ampc_precision_lowp(ampc_precision p);
-/* True for the mixed presets (FP32 master weights by default). */
+/* True for the mixed presets (FP32 master weights by default): 16-mixed,
+ * bf16-mixed, fp8-mixed. */
 bool ampc_precision_is_mixed(ampc_precision p);
+/* True for fp8-mixed: the transformer blocks' linear layers run FP8 GEMMs. */
+bool ampc_precision_is_fp8(ampc_precision p);
 
 /* The ops of DESIGN.md section 1 whose dtypes the policy decides. */
 typedef enum ampc_op_id {
@@ -136,6 +143,12 @@ typedef enum ampc_weight_update {
 /* "nearest", "stochastic", "kahan"; "?" if invalid. */
 const char *ampc_weight_update_name(ampc_weight_update u);
 
+/* How FP8 delayed scaling picks the amax of the history (below). */
+typedef enum ampc_amax_algo {
+  AMPC_AMAX_MAX = 0,        /* TE's "max" (the recipe's default) */
+  AMPC_AMAX_MOST_RECENT = 1 /* TE's "most_recent" */
+} ampc_amax_algo;
+
 /* Everything the precision presets decide, after overrides. */
 typedef struct ampc_amp_config {
   ampc_precision precision;
@@ -146,6 +159,11 @@ typedef struct ampc_amp_config {
   ampc_scaler_config scaler;
   ampc_weight_update weight_update; /* nearest (every preset); stochastic: BF16, no master;
                                        kahan: 16-bit weights, no master */
+  /* fp8-mixed's delayed-scaling recipe (TE's recipe.DelayedScaling defaults:
+   * amax_history_len 1024, amax_compute_algo "max", margin 0) */
+  int fp8_amax_history; /* 1 .. 2^20 */
+  ampc_amax_algo fp8_amax_algo;
+  float fp8_margin; /* >= 0: scale = fp8_max * 2^-margin / amax */
 } ampc_amp_config;
 
 /* The preset's configuration (DESIGN.md section 2 table). Errors:
@@ -156,6 +174,8 @@ ampc_status ampc_amp_config_preset(ampc_precision p, ampc_amp_config *out);
  *   master-weights  on | off
  *   loss-scale      none | dynamic | <S>  (a positive finite number: static S)
  *   accumulate      fp32 | fp16
+ *   fp8-amax-history N (1..2^20), fp8-amax-compute max | most_recent,
+ *   fp8-margin M (>= 0)  (fp8-mixed's recipe)
  *   weight-update   nearest | stochastic | kahan  (stochastic: BF16 weights
  *                   without an FP32 master only, e.g. bf16-true; kahan: 16-bit
  *                   weights without a master, bf16-true or 16-true)
@@ -236,11 +256,6 @@ float ampc_clip_coef(double norm, float max_norm);
  * oldest, history[1], is dropped, history[0] goes to the end, and the new
  * history[0] is 0): the amax of a step counts in the scales of the next L
  * updates, its own included. */
-
-typedef enum ampc_amax_algo {
-  AMPC_AMAX_MAX = 0,        /* TE's "max" (the recipe's default) */
-  AMPC_AMAX_MOST_RECENT = 1 /* TE's "most_recent" */
-} ampc_amax_algo;
 
 typedef struct ampc_fp8_meta {
   int len;         /* history length, >= 1 (TE's amax_history_len, default 1024) */

@@ -92,11 +92,14 @@ typedef enum ampc_verdict_kind {
   AMPC_VERDICT_UNDERFLOW,             /* gradients flushed to zero, loss plateau */
   AMPC_VERDICT_SWALLOWED,             /* updates rounded away by 16-bit weights */
   AMPC_VERDICT_ACCUMULATION,          /* GEMM sums measurably worse than FP32 accumulation */
+  AMPC_VERDICT_FP8_SATURATION,        /* FP8 casts clipped at the format's largest value: the
+                                         delayed scale lags a growing amax */
   AMPC_VERDICT_COUNT
 } ampc_verdict_kind;
 
 /* "healthy", "overflow", "nonfinite-independent-of-scale", "underflow",
- * "swallowed-updates", "accumulation-error" ("?" for an invalid kind). */
+ * "swallowed-updates", "accumulation-error", "fp8-saturation" ("?" for an
+ * invalid kind). */
 const char *ampc_verdict_name(ampc_verdict_kind k);
 
 /* One branch at one step. Rounding counts come from the telemetry collector
@@ -108,6 +111,10 @@ typedef struct ampc_diag_branch {
   int64_t acc_k;
   char acc_tensor[64];
   int64_t updated, swallowed, would_swallow;
+  /* fp8-mixed: the step's counted FP8 casts of the branch's linear layers
+   * (x, W forward; dy backward), those that saturated at the format's
+   * largest value and the non-zero ones flushed to 0 (0 in other presets) */
+  int64_t fp8_values, fp8_saturated, fp8_flushed;
 } ampc_diag_branch;
 
 /* What the diagnosis needs of one training iteration (one line of the log). */

@@ -108,6 +108,10 @@ int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, c
  * Errors: as ampc_safetensors_write. */
 ampc_status ampc_trainer_save(const ampc_trainer *T, const char *path, const ampc_st_meta *extra,
                               int nextra);
+/* The same with extra tensors written after the trainer's (names must not
+ * collide with them), e.g. the FP8 scaling state of ampc_fp8_state_tensors. */
+ampc_status ampc_trainer_save_ex(const ampc_trainer *T, const char *path, const ampc_st_meta *extra,
+                                 int nextra, const ampc_st_tensor *tensors, int ntensors);
 
 /* Load a checkpoint into an initialised trainer for the same model: every
  * parameter must be present with the same shape (dtype F32, F16 or BF16;

@@ -31,6 +31,52 @@
 extern "C" {
 #endif
 
+/* ---- FP8 sites (fp8-mixed; issue 19) -----------------------------------------
+ * A model's FP8 linear layers ("sites"): each has the quantizers of its x, W
+ * and dy (ampc_linear_fp8, ampc/nn.h) and their delayed-scaling state (three
+ * ampc_fp8_meta, ampc/amp.h: Transformer Engine's recipe). The model casts
+ * with the current scales during the step; at the step's end
+ * ampc_fp8_sites_update folds each quantizer's amax into its history and
+ * takes the next scales. The models put the linear layers of their
+ * transformer blocks (attention q, k, v, output; MLP fc1, fc2) and of the
+ * MLP's hidden layers in FP8; embeddings, the patch embedding, the
+ * projection heads and classifiers stay in BF16 (TE's practice of keeping
+ * the first and last layers in higher precision). */
+enum { AMPC_FP8_SITE_NAME = 48 };
+typedef struct ampc_fp8_sites {
+  int n;                            /* sites */
+  ampc_linear_fp8 *lin;             /* [n] */
+  ampc_fp8_meta *meta;              /* [3 n]: x, w, dy of site i at 3i, 3i+1, 3i+2 */
+  float *history;                   /* [3 n * len]: the metas' histories, one block */
+  ampc_branch *branch;              /* [n] */
+  char (*name)[AMPC_FP8_SITE_NAME]; /* [n]: e.g. "vision.blocks.0.attn.q" */
+  int len;                          /* amax history length */
+  ampc_amax_algo algo;
+  float margin;
+  ampc_scratch ws; /* the casts' workspace, shared by the sites */
+  bool own_ws;     /* ws allocated by ampc_fp8_sites_init */
+  int64_t updates; /* ampc_fp8_sites_update calls */
+} ampc_fp8_sites;
+
+/* n sites (named later with ampc_fp8_sites_name) with amp's recipe and a
+ * workspace of ws_bytes (allocated here). Errors: AMPC_ERR_INVALID_ARG,
+ * AMPC_ERR_NOMEM. */
+ampc_status ampc_fp8_sites_init(ampc_fp8_sites *S, int n, const ampc_amp_config *amp,
+                                size_t ws_bytes);
+void ampc_fp8_sites_free(ampc_fp8_sites *S); /* a zeroed or freed one is fine */
+/* Name and branch site i. */
+void ampc_fp8_sites_name(ampc_fp8_sites *S, int i, ampc_branch br, const char *name);
+/* The step's end: for every quantizer, record its amax (lin[i].x.amax ...)
+ * into history[0], ampc_fp8_update (new scale, history rolled), copy the
+ * scale into the quantizer and reset its amax to 0. Errors: those of
+ * ampc_fp8_update. */
+ampc_status ampc_fp8_sites_update(ampc_fp8_sites *S);
+/* Per-branch totals of the counted casts since the last call (values,
+ * saturated, flushed; arrays of AMPC_BRANCH_COUNT, overwritten), and reset
+ * the counters. */
+void ampc_fp8_sites_take_counts(ampc_fp8_sites *S, uint64_t *values, uint64_t *saturated,
+                                uint64_t *flushed);
+
 typedef struct ampc_mlp_config {
   int64_t in, hidden, classes;
 } ampc_mlp_config;
@@ -55,6 +101,7 @@ typedef struct ampc_mlp {
   void *d_big, *d_big2;    /* [max_batch, hidden] gradient workspaces (grad dtype) */
   void *dlogits;           /* [max_batch, classes] grad dtype */
   ampc_scratch ws;         /* the layers' scratch (counted as workspace) */
+  ampc_fp8_sites *fp8;     /* fp8-mixed: fc1 and fc2 in FP8 (the head stays BF16); else NULL */
 } ampc_mlp;
 
 /* Activation buffers for batches of up to max_batch rows over the parameter
@@ -143,6 +190,8 @@ typedef struct ampc_mmodel_losses {
 ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                const ampc_amp_config *amp, int64_t max_batch);
 void ampc_mmodel_free(ampc_mmodel *M);
+/* The model's FP8 sites (fp8-mixed), or NULL in the other presets. */
+ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M);
 /* The configuration and the largest batch the model was created for. */
 const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M);
 int64_t ampc_mmodel_max_batch(const ampc_mmodel *M);

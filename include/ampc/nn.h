@@ -62,6 +62,78 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
 /* Scratch of ampc_linear_backward with n outputs: the FP32 bias column sums. */
 size_t ampc_linear_backward_scratch_bytes(int64_t n);
 
+/* ---- FP8 linear layers (fp8-mixed; issue 19) ------------------------------
+ * The GEMM inputs of a linear layer quantized per tensor, as NVIDIA
+ * Transformer Engine's te.Linear under fp8_autocast with the HYBRID format:
+ * x and W to E4M3 in the forward pass, the output gradient dy to E5M2 in the
+ * backward pass, each with the delayed scale its owner took from earlier
+ * steps' amax (ampc_fp8_update, ampc/amp.h). The products run with FP32
+ * accumulation and the dequantization in the GEMM's alpha (scale_inv_a *
+ * scale_inv_b, one FP32 product, as cuBLASLt's A/B scale pointers). The
+ * quantized operands are exact FP8 values held in BF16 containers (every
+ * E4M3 and E5M2 value is a bfloat16 value), so the CPU GEMM gives the sums
+ * an FP8 GEMM with FP32 accumulation defines; memory is not saved on the CPU.
+ * The bias gradient is summed from the unquantized dy (as TE does). */
+
+/* One tensor's quantizer. A cast: v = fp32(x) * scale (one FP32 product),
+ * then one round-to-nearest-even to fmt; finite values past the format's
+ * largest (448, 57344) become +-largest (saturated, as TE's casts); inf and
+ * NaN stay non-finite (E5M2 inf, E4M3 NaN), so the step's non-finite check
+ * still sees an overflow. amax is the max |x| over the values cast (before
+ * scaling; NaN ignored), folded in with max: the owner reads and resets it.
+ * The counters count the casts of the forward x and W and of dy (the
+ * backward pass re-casts x and W with the same scales, uncounted). */
+typedef struct ampc_fp8_q {
+  ampc_dtype fmt;         /* AMPC_F8_E4M3 or AMPC_F8_E5M2 */
+  float scale, scale_inv; /* set by the owner; scale_inv = 1 / scale */
+  float amax;             /* written (max) */
+  uint64_t values;        /* values cast (counted casts) */
+  uint64_t saturated;     /* finite values whose |x * scale| exceeded the largest FP8 value */
+  uint64_t flushed;       /* non-zero finite values that became 0 */
+} ampc_fp8_q;
+
+/* A linear layer's quantizers: x and w (E4M3), dy (E5M2). ws: where the
+ * quantized copies go (ampc_linear_fp8_ws_bytes; may be shared by layers that
+ * run one after another; NULL or too small: allocated per call). */
+typedef struct ampc_linear_fp8 {
+  ampc_fp8_q x, w, dy;
+  ampc_scratch *ws;
+} ampc_linear_fp8;
+
+/* x, w, dy quantizers with scale 1, amax 0, zero counters. */
+void ampc_linear_fp8_init(ampc_linear_fp8 *f, ampc_scratch *ws);
+
+/* Cast a rows x cols matrix src (row stride ld, dtype sdt: F32, F16, BF16)
+ * with q (above) into dst [rows * cols] dense bfloat16 bits; count: update
+ * q's counters. Errors: AMPC_ERR_INVALID_ARG (bad dtype, NULL, sizes). */
+ampc_status ampc_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
+                               int64_t cols, int64_t ld, uint16_t *dst, bool count);
+
+/* Workspace of the FP8 forward and backward passes of one [m, k] -> [m, n]
+ * linear layer: the quantized x, W and dy. */
+size_t ampc_linear_fp8_ws_bytes(int64_t m, int64_t k, int64_t n);
+
+/* ampc_linear_forward with x and W quantized by f (f NULL: exactly
+ * ampc_linear_forward). y = (xq Wq^T) * x.scale_inv * w.scale_inv + b. */
+ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                    const void *w, ampc_dtype wdt, const void *b, void *y,
+                                    ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
+                                    ampc_round_stats *stats);
+/* ampc_linear_backward with dy quantized to E5M2 by f->dy and W, x re-cast
+ * with the forward's scales: dx = (dyq Wq) * dy.scale_inv * w.scale_inv,
+ * dW += (dyq^T xq) * dy.scale_inv * x.scale_inv, db += column sums of dy.
+ * f NULL: exactly ampc_linear_backward. */
+ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                     ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
+                                     ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
+                                     ampc_linear_fp8 *f, ampc_scratch *ws);
+/* c [m, k] (cdt) = (dy [m, n] . W [n, k]) (+ beta * c): the input-gradient
+ * product of a linear layer on its own, with f's dy and w casts when f is
+ * not NULL (count_dy: count the dy cast), else plain. */
+ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
+                                  const void *w, ampc_dtype wdt, float beta, void *c,
+                                  ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f, bool count_dy);
+
 /* ---- layer norm (Ba, Kiros, Hinton 2016; torch.nn.LayerNorm) --------------- */
 
 /* x [m, d] (xdt), gamma/beta [d] (wdt), y [m, d] (ydt); saves mean [m] and
@@ -269,13 +341,16 @@ typedef struct ampc_mha_cache {
  * o = attention core (above, key_mask [b, tk] or NULL), y = o Wo^T + bo.
  * xq [b*tq, dm], xkv [b*tk, dm] (pass xkv = xq, tk = tq for self-attention)
  * and y [b*tq, dm] in adt; weights [dm, dm] and biases [dm] (or NULL) in wdt;
- * dm must be a multiple of h. Errors as the layers it is built from. */
+ * dm must be a multiple of h. fp8: NULL, or the quantizers of the q, k, v
+ * and output projections (4 pointers: fp8-mixed). Errors as the layers it is
+ * built from. */
 ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
                              const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
                              const void *bq, const void *wk, const void *bk, const void *wv,
                              const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
                              const uint8_t *key_mask, const ampc_mha_cache *cache, ampc_dtype pdt,
-                             void *y, ampc_acc acc, ampc_round_stats *stats);
+                             void *y, ampc_acc acc, ampc_linear_fp8 *const *fp8,
+                             ampc_round_stats *stats);
 
 /* dy [b*tq, dm] (gdt). Input gradients are overwritten: dxq [b*tq, dm] and
  * dxkv [b*tk, dm] (gdt); for self-attention (xkv == xq) pass dxkv = NULL and
@@ -288,7 +363,7 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                               const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
                               ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
                               void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
-                              ampc_acc acc, ampc_scratch *ws);
+                              ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws);
 /* Scratch of ampc_mha_backward: its gradient buffers and those of the
  * linear and attention backward passes it calls. */
 size_t ampc_mha_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,

@@ -169,8 +169,30 @@ struct ampc_model {
   ampc_model_desc desc;
   int64_t max_batch;
   size_t activation_bytes, workspace_bytes; /* what the model allocated, by role */
+  ampc_fp8_sites *fp8; /* fp8-mixed: the model's FP8 sites (owned by impl), else NULL */
   void *impl;
 };
+
+/* ---- the FP8 scaling state in checkpoints (fp8-mixed) ------------------------ */
+
+typedef struct ampc_fp8_state_storage {
+  ampc_st_tensor *t;
+  char (*names)[AMPC_FP8_SITE_NAME + 32];
+  float *scales;
+} ampc_fp8_state_storage;
+
+/* The tensors of S's state for ampc_trainer_save_ex: per site
+ * "fp8.<site>.amax_history" F32 [3, history] (x, w, dy; the histories point
+ * into S) and "fp8.<site>.scale" F32 [3] (copied into st). Free st with
+ * ampc_fp8_state_storage_free after saving. Errors: AMPC_ERR_NOMEM. */
+ampc_status ampc_fp8_state_tensors(const ampc_fp8_sites *S, ampc_fp8_state_storage *st,
+                                   ampc_st_tensor **out, int *n);
+void ampc_fp8_state_storage_free(ampc_fp8_state_storage *st);
+/* Restore S's histories and scales from the checkpoint at path (everything
+ * validated before anything changes). A checkpoint without FP8 state (another
+ * preset) leaves S fresh (*found = false). Errors: AMPC_ERR_IO,
+ * AMPC_ERR_FORMAT (a malformed tensor, another --fp8-amax-history). */
+ampc_status ampc_fp8_state_load(ampc_fp8_sites *S, const char *path, bool *found);
 
 /* The parameter specs of a model (names stored in *out). Errors:
  * AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
@@ -199,7 +221,9 @@ ampc_status ampc_train_accumulate(ampc_trainer *T, ampc_model *m, int64_t n_micr
 
 /* One optimizer step with gradient accumulation over n_micro micro-batches:
  * zero_grad; for each micro-batch a forward pass and a backward pass seeded
- * with S / n_micro (S = ampc_trainer_loss_scale); ampc_trainer_step. *mean
+ * with S / n_micro (S = ampc_trainer_loss_scale); ampc_trainer_step; under
+ * fp8-mixed, ampc_fp8_sites_update (the next step's scales, whether or not
+ * this one was skipped). *mean
  * receives the losses averaged over the micro-batches (each weighted 1 /
  * n_micro in FP32). Errors: those of the model and the trainer. */
 ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, ampc_batch_fn next,

@@ -34,6 +34,9 @@ ampc_status ampc_amp_config_preset(ampc_precision p, ampc_amp_config *out) {
   c.accumulate = p == AMPC_PRECISION_16_TRUE ? AMPC_ACC_F16 : AMPC_ACC_F32;
   if (p == AMPC_PRECISION_16_MIXED)
     c.scaler.mode = AMPC_LOSS_SCALE_DYNAMIC;
+  c.fp8_amax_history = 1024;
+  c.fp8_amax_algo = AMPC_AMAX_MAX;
+  c.fp8_margin = 0.0f;
   *out = c;
   return AMPC_OK;
 }
@@ -114,6 +117,26 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
     else
       return ampc_fail(AMPC_ERR_INVALID_ARG,
                        "--weight-update: expected nearest, stochastic or kahan, got '%s'", value);
+  } else if (strcmp(name, "fp8-amax-history") == 0) {
+    if ((st = parse_int(name, value, 1, &t.fp8_amax_history)) != AMPC_OK)
+      return st;
+    if (t.fp8_amax_history > (1 << 20))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--fp8-amax-history: at most 1048576, got '%s'",
+                       value);
+  } else if (strcmp(name, "fp8-amax-compute") == 0) {
+    if (strcmp(value, "max") == 0)
+      t.fp8_amax_algo = AMPC_AMAX_MAX;
+    else if (strcmp(value, "most_recent") == 0 || strcmp(value, "most-recent") == 0)
+      t.fp8_amax_algo = AMPC_AMAX_MOST_RECENT;
+    else
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "--fp8-amax-compute: expected max or most_recent, got '%s'", value);
+  } else if (strcmp(name, "fp8-margin") == 0) {
+    if ((st = parse_float(name, value, &f)) != AMPC_OK)
+      return st;
+    if (!(f >= 0.0f) || f > 100.0f)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--fp8-margin: must be in [0, 100], got '%s'", value);
+    t.fp8_margin = f;
   } else if (strcmp(name, "init-scale") == 0) {
     if ((st = parse_float(name, value, &f)) != AMPC_OK)
       return st;
@@ -183,6 +206,12 @@ ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
                      (double)s->init_scale, (double)s->min_scale, (double)s->max_scale);
   if (c->master_weights && c->lowp == AMPC_F32)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "master weights with FP32 working weights");
+  if (c->fp8_amax_history < 1 || c->fp8_amax_history > (1 << 20) ||
+      (c->fp8_amax_algo != AMPC_AMAX_MAX && c->fp8_amax_algo != AMPC_AMAX_MOST_RECENT) ||
+      !(c->fp8_margin >= 0.0f && c->fp8_margin <= 100.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "FP8 recipe: amax history %d (1..1048576), algorithm %d, margin %g (0..100)",
+                     c->fp8_amax_history, (int)c->fp8_amax_algo, (double)c->fp8_margin);
   if ((unsigned)c->weight_update > AMPC_UPDATE_KAHAN)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--weight-update: invalid value %d",
                      (int)c->weight_update);

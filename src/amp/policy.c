@@ -12,13 +12,13 @@
 static const char *const k_precision_names[AMPC_PRECISION_COUNT] = {
     [AMPC_PRECISION_32_TRUE] = "32-true",       [AMPC_PRECISION_16_MIXED] = "16-mixed",
     [AMPC_PRECISION_BF16_MIXED] = "bf16-mixed", [AMPC_PRECISION_16_TRUE] = "16-true",
-    [AMPC_PRECISION_BF16_TRUE] = "bf16-true",
+    [AMPC_PRECISION_BF16_TRUE] = "bf16-true",   [AMPC_PRECISION_FP8_MIXED] = "fp8-mixed",
 };
 
 static const ampc_dtype k_lowp[AMPC_PRECISION_COUNT] = {
     [AMPC_PRECISION_32_TRUE] = AMPC_F32,     [AMPC_PRECISION_16_MIXED] = AMPC_F16,
     [AMPC_PRECISION_BF16_MIXED] = AMPC_BF16, [AMPC_PRECISION_16_TRUE] = AMPC_F16,
-    [AMPC_PRECISION_BF16_TRUE] = AMPC_BF16,
+    [AMPC_PRECISION_BF16_TRUE] = AMPC_BF16,  [AMPC_PRECISION_FP8_MIXED] = AMPC_BF16,
 };
 
 /* The table: one row per op. */
@@ -57,7 +57,7 @@ ampc_status ampc_precision_parse(const char *name, ampc_precision *out) {
   }
   return ampc_fail(AMPC_ERR_INVALID_ARG,
                    "unknown precision '%s' (expected 32-true, 16-mixed, bf16-mixed, 16-true, "
-                   "bf16-true)",
+                   "bf16-true, fp8-mixed)",
                    name ? name : "(null)");
 }
 
@@ -66,8 +66,11 @@ ampc_dtype ampc_precision_lowp(ampc_precision p) {
 }
 
 bool ampc_precision_is_mixed(ampc_precision p) {
-  return p == AMPC_PRECISION_16_MIXED || p == AMPC_PRECISION_BF16_MIXED;
+  return p == AMPC_PRECISION_16_MIXED || p == AMPC_PRECISION_BF16_MIXED ||
+         p == AMPC_PRECISION_FP8_MIXED;
 }
+
+bool ampc_precision_is_fp8(ampc_precision p) { return p == AMPC_PRECISION_FP8_MIXED; }
 
 const char *ampc_op_name(ampc_op_id op) {
   return (unsigned)op < AMPC_OPID_COUNT ? k_ops[op].name : "?";

@@ -65,6 +65,11 @@ char *ampc_diag_step_json(const ampc_diag_step *s) {
                             d->updated ? (double)d->swallowed / (double)d->updated : 0.0);
     cJSON_AddNumberToObject(h, "would_swallow_fraction",
                             d->updated ? (double)d->would_swallow / (double)d->updated : 0.0);
+    if (d->fp8_values) {
+      cJSON_AddNumberToObject(h, "fp8_values", (double)d->fp8_values);
+      cJSON_AddNumberToObject(h, "fp8_saturated", (double)d->fp8_saturated);
+      cJSON_AddNumberToObject(h, "fp8_flushed", (double)d->fp8_flushed);
+    }
     if (s->telemetry) {
       add_stats(h, "grad", &d->grad);
       add_stats(h, "act", &d->act);
@@ -286,6 +291,13 @@ static const char *parse_step(const cJSON *o, ampc_diag_step *s) {
     d->would_swallow = cnt(&v, h, "would_swallow");
     if (d->swallowed > d->updated || d->would_swallow > d->updated)
       v.bad = v.bad ? v.bad : "swallowed";
+    if (field(h, "fp8_values")) { /* fp8-mixed logs */
+      d->fp8_values = cnt(&v, h, "fp8_values");
+      d->fp8_saturated = cnt(&v, h, "fp8_saturated");
+      d->fp8_flushed = cnt(&v, h, "fp8_flushed");
+      if (d->fp8_saturated > d->fp8_values || d->fp8_flushed > d->fp8_values)
+        v.bad = v.bad ? v.bad : "fp8_saturated";
+    }
     read_stats(&v, obj(&v, h, "grad"), &d->grad);
     read_stats(&v, obj(&v, h, "act"), &d->act);
     const cJSON *ae = field(h, "accumulation_rel_err");

@@ -44,6 +44,13 @@ static const double k_acc_err = 4.8828125e-4;
  * its first applied one is skipped, and at least k_min_skips of them. */
 static const double k_skip_frac = 0.25;
 static const int64_t k_min_skips = 3;
+/* FP8 saturation (fp8-mixed): at least this fraction of a branch's counted
+ * FP8 casts after the first step (which casts with scale 1, before any amax
+ * history exists) clipped at the format's largest value. Delayed scaling
+ * takes the scale from earlier steps' amax, so a tensor whose amax keeps
+ * growing saturates (Micikevicius et al. 2022, "FP8 Formats for Deep
+ * Learning", section 4; TE's recipe.DelayedScaling). */
+static const double k_fp8_sat_frac = 1e-3;
 /* Overflow with the scale at its floor for this many consecutive steps. */
 static const int k_floor_run = 3;
 
@@ -62,6 +69,7 @@ const char *ampc_verdict_name(ampc_verdict_kind k) {
   case AMPC_VERDICT_UNDERFLOW: return "underflow";
   case AMPC_VERDICT_SWALLOWED: return "swallowed-updates";
   case AMPC_VERDICT_ACCUMULATION: return "accumulation-error";
+  case AMPC_VERDICT_FP8_SATURATION: return "fp8-saturation";
   default: return "?";
   }
 }
@@ -433,6 +441,50 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       snprintf(v.safeguard, sizeof v.safeguard, "%s",
                "FP32 accumulation in every GEMM (--accumulate fp32, as a Tensor Core's FP32 "
                "accumulator)");
+      if (nv < max)
+        out[nv++] = v;
+    }
+  }
+  /* ---- FP8 saturation (fp8-mixed) ---- */
+  {
+    int64_t val[AMPC_BRANCH_COUNT] = {0}, sat[AMPC_BRANCH_COUNT] = {0}, fl[AMPC_BRANCH_COUNT] = {0},
+            first[AMPC_BRANCH_COUNT];
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      first[b] = -1;
+    for (int64_t i = 0; i < d->n; i++)
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+        const ampc_diag_branch *x = &d->s[i].br[b];
+        if (d->s[i].step <= 1 || !x->fp8_values)
+          continue;
+        val[b] += x->fp8_values, sat[b] += x->fp8_saturated, fl[b] += x->fp8_flushed;
+        if (first[b] < 0 &&
+            frac((uint64_t)x->fp8_saturated, (uint64_t)x->fp8_values) >= k_fp8_sat_frac)
+          first[b] = d->s[i].step;
+      }
+    int wb = -1;
+    double worst = 0.0;
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      const double f = frac((uint64_t)sat[b], (uint64_t)val[b]);
+      if (val[b] && f >= k_fp8_sat_frac && f > worst)
+        worst = f, wb = b;
+    }
+    if (wb >= 0) {
+      ampc_verdict v = verdict(AMPC_VERDICT_FP8_SATURATION);
+      v.branch = wb, v.step = first[wb];
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        if (val[b])
+          ev(&v,
+             "%s: %lld of %lld FP8 casts after step 1 saturated at the format's largest value "
+             "(%.3g %%), %lld flushed to zero (%.3g %%)",
+             bn[b], (long long)sat[b], (long long)val[b],
+             100.0 * frac((uint64_t)sat[b], (uint64_t)val[b]), (long long)fl[b],
+             100.0 * frac((uint64_t)fl[b], (uint64_t)val[b]));
+      if (first[wb] >= 0)
+        ev(&v, "first step with at least %.2g %% saturated in %s: %lld", 100.0 * k_fp8_sat_frac,
+           bn[wb], (long long)first[wb]);
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               "headroom for a growing amax: --fp8-margin 1 (or 2; each halves the delayed scale); "
+               "else bf16-mixed");
       if (nv < max)
         out[nv++] = v;
     }

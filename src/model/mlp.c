@@ -36,12 +36,23 @@ void ampc_mlp_free(ampc_mlp *M) {
                   M->logits, M->d_big, M->d_big2, M->dlogits, M->ws.base};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     free(bufs[i]);
+  if (M->fp8) {
+    ampc_fp8_sites_free(M->fp8);
+    free(M->fp8);
+  }
   memset(M, 0, sizeof *M);
 }
 
 /* the layers' scratch: the bias sums of the widest linear backward */
 static size_t mlp_scratch_bytes(const ampc_mlp_config *c) {
   return ampc_linear_backward_scratch_bytes(c->hidden > c->classes ? c->hidden : c->classes);
+}
+
+/* fp8-mixed: the casts' workspace of fc1 and fc2 */
+static size_t mlp_fp8_ws_bytes(const ampc_mlp_config *c, int64_t batch) {
+  const size_t a = ampc_linear_fp8_ws_bytes(batch, c->in, c->hidden),
+               b = ampc_linear_fp8_ws_bytes(batch, c->hidden, c->hidden);
+  return a > b ? a : b;
 }
 
 ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_precision p,
@@ -56,7 +67,8 @@ ampc_status ampc_mlp_plan_bytes(const ampc_mlp_config *c, int64_t batch, ampc_pr
   if (activations)
     *activations = ((size_t)(batch * c->in) + 4 * bh + bc) * as;
   if (workspace)
-    *workspace = (2 * bh + bc) * gs + mlp_scratch_bytes(c);
+    *workspace = (2 * bh + bc) * gs + mlp_scratch_bytes(c) +
+                 (ampc_precision_is_fp8(p) ? mlp_fp8_ws_bytes(c, batch) : 0);
   return AMPC_OK;
 }
 
@@ -95,6 +107,17 @@ ampc_status ampc_mlp_create(ampc_mlp *M, const ampc_mlp_config *c, ampc_params *
     ampc_mlp_free(M);
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mlp_create: out of memory");
   }
+  if (ampc_precision_is_fp8(amp->precision)) {
+    M->fp8 = calloc(1, sizeof *M->fp8);
+    st = M->fp8 ? ampc_fp8_sites_init(M->fp8, 2, amp, mlp_fp8_ws_bytes(c, max_batch))
+                : ampc_fail(AMPC_ERR_NOMEM, "ampc_mlp_create: out of memory");
+    if (st != AMPC_OK) {
+      ampc_mlp_free(M);
+      return st;
+    }
+    ampc_fp8_sites_name(M->fp8, 0, AMPC_BRANCH_HEADS, "fc1");
+    ampc_fp8_sites_name(M->fp8, 1, AMPC_BRANCH_HEADS, "fc2");
+  }
   return AMPC_OK;
 }
 
@@ -110,11 +133,12 @@ ampc_status ampc_mlp_forward(ampc_mlp *M, int64_t b, const float *x, const int32
   const int64_t in = M->cfg.in, hd = M->cfg.hidden, nc = M->cfg.classes;
   /* autocast: the FP32 input is cast to the linear layer's input dtype */
   AMPC_TRY(ampc_store_f32(M->x, act_dt, x, (size_t)(b * in), NULL));
-  AMPC_TRY(ampc_linear_forward(b, in, hd, M->x, act_dt, ampc_param_w(P, 0), weight_dt,
-                               ampc_param_w(P, 1), M->h1, act_dt, acc, NULL));
+  ampc_linear_fp8 *f1 = M->fp8 ? &M->fp8->lin[0] : NULL, *f2 = M->fp8 ? &M->fp8->lin[1] : NULL;
+  AMPC_TRY(ampc_linear_forward_fp8(b, in, hd, M->x, act_dt, ampc_param_w(P, 0), weight_dt,
+                                   ampc_param_w(P, 1), M->h1, act_dt, acc, f1, NULL));
   AMPC_TRY(ampc_gelu_forward(b * hd, M->h1, act_dt, M->a1, act_dt, NULL));
-  AMPC_TRY(ampc_linear_forward(b, hd, hd, M->a1, act_dt, ampc_param_w(P, 2), weight_dt,
-                               ampc_param_w(P, 3), M->h2, act_dt, acc, NULL));
+  AMPC_TRY(ampc_linear_forward_fp8(b, hd, hd, M->a1, act_dt, ampc_param_w(P, 2), weight_dt,
+                                   ampc_param_w(P, 3), M->h2, act_dt, acc, f2, NULL));
   AMPC_TRY(ampc_gelu_forward(b * hd, M->h2, act_dt, M->a2, act_dt, NULL));
   AMPC_TRY(ampc_linear_forward(b, hd, nc, M->a2, act_dt, ampc_param_w(P, 4), weight_dt,
                                ampc_param_w(P, 5), M->logits, act_dt, acc, NULL));
@@ -157,12 +181,13 @@ ampc_status ampc_mlp_backward(ampc_mlp *M, float seed) {
                                 weight_dt, M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5),
                                 acc, &M->ws));
   AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, grad_dt, M->h2, act_dt, M->d_big2));
-  AMPC_TRY(ampc_linear_backward(b, hd, hd, M->d_big2, grad_dt, M->a1, act_dt, ampc_param_w(P, 2),
-                                weight_dt, M->d_big, ampc_param_grad(P, 2), ampc_param_grad(P, 3),
-                                acc, &M->ws));
+  ampc_linear_fp8 *f1 = M->fp8 ? &M->fp8->lin[0] : NULL, *f2 = M->fp8 ? &M->fp8->lin[1] : NULL;
+  AMPC_TRY(ampc_linear_backward_fp8(b, hd, hd, M->d_big2, grad_dt, M->a1, act_dt,
+                                    ampc_param_w(P, 2), weight_dt, M->d_big, ampc_param_grad(P, 2),
+                                    ampc_param_grad(P, 3), acc, f2, &M->ws));
   AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, grad_dt, M->h1, act_dt, M->d_big2));
-  AMPC_TRY(ampc_linear_backward(b, in, hd, M->d_big2, grad_dt, M->x, act_dt, ampc_param_w(P, 0),
-                                weight_dt, NULL, ampc_param_grad(P, 0), ampc_param_grad(P, 1), acc,
-                                &M->ws));
+  AMPC_TRY(ampc_linear_backward_fp8(b, in, hd, M->d_big2, grad_dt, M->x, act_dt, ampc_param_w(P, 0),
+                                    weight_dt, NULL, ampc_param_grad(P, 0), ampc_param_grad(P, 1),
+                                    acc, f1, &M->ws));
   return AMPC_OK;
 }

@@ -79,6 +79,11 @@ static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, 
 
 /* ---- one pre-norm transformer block ----------------------------------------------- */
 
+/* FP8 site j (0 q, 1 k, 2 v, 3 out, 4 fc1, 5 fc2) of block p, or NULL */
+static ampc_linear_fp8 *site(ampc_mmodel *M, const blk_p *p, int j) {
+  return M->fp8_on && p->site >= 0 ? &M->fp8.lin[p->site + j] : NULL;
+}
+
 static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, int64_t tq,
                            int64_t tk, const void *x, const void *kv, const uint8_t *kmask,
                            ampc_branch br, const char *name) {
@@ -88,19 +93,21 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
                                   k_ln_eps, a->ln1, act_dt, a->mean1, a->rstd1, NULL));
   const void *win = W(M, p->inw), *bin = W(M, p->inb);
   const size_t ws = ampc_dtype_size(weight_dt);
+  ampc_linear_fp8 *const f8[4] = {site(M, p, 0), site(M, p, 1), site(M, p, 2), site(M, p, 3)};
   AMPC_TRY(ampc_mha_forward(
       b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, act_dt, win, bin,
       (const char *)win + (size_t)(D * D) * ws, (const char *)bin + (size_t)D * ws,
       (const char *)win + (size_t)(2 * D * D) * ws, (const char *)bin + (size_t)(2 * D) * ws,
-      W(M, p->outw), W(M, p->outb), weight_dt, kmask, &a->c, M->prob_dt, a->y, M->acc, NULL));
+      W(M, p->outw), W(M, p->outb), weight_dt, kmask, &a->c, M->prob_dt, a->y, M->acc,
+      M->fp8_on ? f8 : NULL, NULL));
   AMPC_TRY(ampc_add_forward(rq * D, x, stream_dt, a->y, act_dt, a->x1, stream_dt, NULL));
   AMPC_TRY(ampc_layernorm_forward(rq, D, a->x1, stream_dt, W(M, p->n2w), W(M, p->n2b), weight_dt,
                                   k_ln_eps, a->ln2, act_dt, a->mean2, a->rstd2, NULL));
-  AMPC_TRY(ampc_linear_forward(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt, W(M, p->f1b),
-                               a->h, act_dt, M->acc, NULL));
+  AMPC_TRY(ampc_linear_forward_fp8(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt,
+                                   W(M, p->f1b), a->h, act_dt, M->acc, site(M, p, 4), NULL));
   AMPC_TRY(ampc_gelu_forward(rq * MLP, a->h, act_dt, a->g, act_dt, NULL));
-  AMPC_TRY(ampc_linear_forward(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt, W(M, p->f2b),
-                               a->y, act_dt, M->acc, NULL));
+  AMPC_TRY(ampc_linear_forward_fp8(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt, W(M, p->f2b),
+                                   a->y, act_dt, M->acc, site(M, p, 5), NULL));
   AMPC_TRY(ampc_add_forward(rq * D, a->x1, stream_dt, a->y, act_dt, a->out, stream_dt, NULL));
   if (probe_on(M)) {
     char nm[64];
@@ -121,11 +128,14 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt,
                    grad_dt = M->grad_dt;
   const ampc_acc acc = M->acc;
-  AMPC_TRY(ampc_linear_backward(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w), weight_dt,
-                                M->dH1, G(M, p->f2w), G(M, p->f2b), acc, &M->ws));
+  ampc_linear_fp8 *const f8[4] = {site(M, p, 0), site(M, p, 1), site(M, p, 2), site(M, p, 3)};
+  AMPC_TRY(ampc_linear_backward_fp8(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w),
+                                    weight_dt, M->dH1, G(M, p->f2w), G(M, p->f2b), acc,
+                                    site(M, p, 5), &M->ws));
   AMPC_TRY(ampc_gelu_backward(rq * MLP, M->dH1, grad_dt, a->h, act_dt, M->dH2));
-  AMPC_TRY(ampc_linear_backward(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
-                                weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc, &M->ws));
+  AMPC_TRY(ampc_linear_backward_fp8(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
+                                    weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc,
+                                    site(M, p, 4), &M->ws));
   AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, grad_dt, a->x1, stream_dt, W(M, p->n2w), weight_dt,
                                    a->mean2, a->rstd2, M->dS2, G(M, p->n2w), G(M, p->n2b), &M->ws));
   AMPC_TRY(ampc_add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
@@ -137,7 +147,7 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
                              W(M, p->outw), weight_dt, &a->c, M->prob_dt, dout, grad_dt, M->dL, dkv,
                              gin, gbin, gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz,
                              gin + (size_t)(2 * D * D) * gsz, gbin + (size_t)(2 * D) * gsz,
-                             G(M, p->outw), G(M, p->outb), acc, &M->ws));
+                             G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL, &M->ws));
   AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
                                    a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b), &M->ws));
   AMPC_TRY(ampc_add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));

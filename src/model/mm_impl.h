@@ -17,7 +17,10 @@ enum { MAX_DEPTH = 16, PER_BLOCK = 12 };
 
 typedef struct { /* parameter indices of one block */
   int n1w, n1b, inw, inb, outw, outb, n2w, n2b, f1w, f1b, f2w, f2b;
+  int site; /* fp8-mixed: its first FP8 site (q, k, v, out, fc1, fc2 follow), else -1 */
 } blk_p;
+
+enum { SITES_PER_BLOCK = 6 };
 
 typedef struct { /* saved activations of one block */
   void *ln1, *y, *x1, *ln2, *h, *g, *out;
@@ -31,6 +34,10 @@ struct ampc_mmodel {
   int64_t B, NV, NP, TT, D, E;
   ampc_dtype stream_dt, act_dt, grad_dt, prob_dt, weight_dt;
   ampc_acc acc;
+  bool fp8_on;        /* fp8-mixed: the blocks' linear layers in FP8 */
+  ampc_fp8_sites fp8; /* their sites (fp8_on) */
+  void *fp8_ws;       /* [fp8_ws_bytes] the casts' workspace (in the arena) */
+  size_t fp8_ws_bytes;
   /* parameter indices */
   int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;
   int iproj, tproj, lscale, itm_w, itm_b, cls_w, cls_b;

@@ -55,6 +55,7 @@ static int find_block(const ampc_params *P, const char *prefix, int i, bool cros
   p->f1b = pidx(P, "%s.blocks.%d.mlp.fc1.bias", prefix, i);
   p->f2w = pidx(P, "%s.blocks.%d.mlp.fc2.weight", prefix, i);
   p->f2b = pidx(P, "%s.blocks.%d.mlp.fc2.bias", prefix, i);
+  p->site = -1;
   const int *q = &p->n1w;
   for (int k = 0; k < PER_BLOCK; k++)
     if (q[k] < 0)
@@ -184,6 +185,21 @@ static void layout(ampc_mmodel *M, arena *A) {
   /* the layers' scratch: the largest that any one call of the passes takes */
   M->ws.bytes = scratch_bytes(M);
   TAKE(M->ws.base, M->ws.bytes, 1);
+  /* fp8-mixed: the quantized operands of the largest block linear layer
+   * (R rows: the vision tokens, or the fusion's 2B pairs of text queries or
+   * image keys), x, W and dy in BF16 containers */
+  M->fp8_ws_bytes = 0;
+  if (M->fp8_on) {
+    int64_t rows = B * NV;
+    if (!M->c.image_only) {
+      rows = rows > 2 * B * TT ? rows : 2 * B * TT;
+      rows = rows > 2 * B * NV ? rows : 2 * B * NV;
+    }
+    M->fp8_ws_bytes = max_sz(
+        ampc_linear_fp8_ws_bytes(rows, D, D),
+        max_sz(ampc_linear_fp8_ws_bytes(rows, D, MLP), ampc_linear_fp8_ws_bytes(rows, MLP, D)));
+    TAKE(M->fp8_ws, M->fp8_ws_bytes, 1);
+  }
 #undef TAKE
 }
 
@@ -229,12 +245,14 @@ size_t ampc_mmodel_group_bytes(const ampc_mmodel *M) { return M ? M->gbuf_bytes 
 void ampc_mmodel_free(ampc_mmodel *M) {
   if (!M)
     return;
+  ampc_fp8_sites_free(&M->fp8);
   free(M->arena);
   free(M->gbuf);
   free(M);
 }
 
 size_t ampc_mmodel_activation_bytes(const ampc_mmodel *M) { return M ? M->arena_bytes : 0; }
+ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M) { return M && M->fp8_on ? &M->fp8 : NULL; }
 const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M) { return &M->c; }
 int64_t ampc_mmodel_max_batch(const ampc_mmodel *M) { return M->B; }
 
@@ -259,6 +277,7 @@ static void set_dims(ampc_mmodel *M, const ampc_mmodel_config *c, int64_t max_ba
   M->prob_dt = policy_out(p, AMPC_OPID_SOFTMAX);
   M->weight_dt = weight_dt;
   M->grad_dt = weight_dt;
+  M->fp8_on = ampc_precision_is_fp8(p);
 }
 
 ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
@@ -347,6 +366,37 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
   A.base = (char *)(((uintptr_t)M->arena + 63) / 64 * 64);
   A.used = 0;
   layout(M, &A);
+  if (M->fp8_on) { /* the sites: 6 per block, in the order of the towers */
+    const int nb = c->v_depth + (c->image_only ? 0 : c->t_depth + c->f_depth);
+    ampc_status st = ampc_fp8_sites_init(&M->fp8, nb * SITES_PER_BLOCK, amp, 0);
+    if (st != AMPC_OK) {
+      free(M->arena);
+      free(M);
+      return st;
+    }
+    M->fp8.ws.base = M->fp8_ws;
+    M->fp8.ws.bytes = M->fp8_ws_bytes;
+    static const char *const part[SITES_PER_BLOCK] = {"q", "k", "v", "out", "fc1", "fc2"};
+    struct {
+      blk_p *p;
+      int depth;
+      const char *name;
+      ampc_branch br;
+    } towers[3] = {{M->vb, c->v_depth, "vision", AMPC_BRANCH_VISION},
+                   {M->tb, c->image_only ? 0 : c->t_depth, "text", AMPC_BRANCH_TEXT},
+                   {M->fb, c->image_only ? 0 : c->f_depth, "fusion", AMPC_BRANCH_FUSION}};
+    int site = 0;
+    for (int g = 0; g < 3; g++)
+      for (int i = 0; i < towers[g].depth; i++) {
+        towers[g].p[i].site = site;
+        for (int j = 0; j < SITES_PER_BLOCK; j++) {
+          char nm[AMPC_FP8_SITE_NAME];
+          snprintf(nm, sizeof nm, "%s.blocks.%d.%s", towers[g].name, i, part[j]);
+          ampc_fp8_sites_name(&M->fp8, site + j, towers[g].br, nm);
+        }
+        site += SITES_PER_BLOCK;
+      }
+  }
   *out = M;
   return AMPC_OK;
 }

@@ -215,7 +215,8 @@ ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int6
                              const void *bq, const void *wk, const void *bk, const void *wv,
                              const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
                              const uint8_t *key_mask, const ampc_mha_cache *cache, ampc_dtype pdt,
-                             void *y, ampc_acc acc, ampc_round_stats *stats) {
+                             void *y, ampc_acc acc, ampc_linear_fp8 *const *fp8,
+                             ampc_round_stats *stats) {
   const char *fn = "ampc_mha_forward";
   NN_CHECK_POS(fn, dm);
   NN_CHECK_POS(fn, h);
@@ -223,18 +224,23 @@ ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int6
   if (dm % h)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: dm = %lld is not a multiple of h = %lld", fn,
                      (long long)dm, (long long)h);
+  ampc_linear_fp8 *const f[4] = {fp8 ? fp8[0] : NULL, fp8 ? fp8[1] : NULL, fp8 ? fp8[2] : NULL,
+                                 fp8 ? fp8[3] : NULL};
   ampc_status st =
-      ampc_linear_forward(b * tq, dm, dm, xq, adt, wq, wdt, bq, cache->q, adt, acc, NULL);
+      ampc_linear_forward_fp8(b * tq, dm, dm, xq, adt, wq, wdt, bq, cache->q, adt, acc, f[0], NULL);
   if (st == AMPC_OK)
-    st = ampc_linear_forward(b * tk, dm, dm, xkv, adt, wk, wdt, bk, cache->k, adt, acc, NULL);
+    st = ampc_linear_forward_fp8(b * tk, dm, dm, xkv, adt, wk, wdt, bk, cache->k, adt, acc, f[1],
+                                 NULL);
   if (st == AMPC_OK)
-    st = ampc_linear_forward(b * tk, dm, dm, xkv, adt, wv, wdt, bv, cache->v, adt, acc, NULL);
+    st = ampc_linear_forward_fp8(b * tk, dm, dm, xkv, adt, wv, wdt, bv, cache->v, adt, acc, f[2],
+                                 NULL);
   if (st == AMPC_OK)
     st = ampc_attention_forward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
                                 key_mask, cache->scores, pdt, cache->probs, pdt, cache->o, dm, adt,
                                 acc, NULL);
   if (st == AMPC_OK)
-    st = ampc_linear_forward(b * tq, dm, dm, cache->o, adt, wo, wdt, bo, y, adt, acc, stats);
+    st = ampc_linear_forward_fp8(b * tq, dm, dm, cache->o, adt, wo, wdt, bo, y, adt, acc, f[3],
+                                 stats);
   return st;
 }
 
@@ -244,7 +250,7 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                               const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
                               ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
                               void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
-                              ampc_acc acc, ampc_scratch *ws) {
+                              ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws) {
   const char *fn = "ampc_mha_backward";
   NN_CHECK_POS(fn, b);
   NN_CHECK_POS(fn, tq);
@@ -272,34 +278,37 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
   void *dO = buf, *dq = buf + nq * gs, *dk = buf + 2 * nq * gs, *dv = buf + (2 * nq + nk) * gs;
   float *sq = (float *)(void *)(buf + (2 * nq + 2 * nk) * gs), *sk = sq + nq;
   ampc_scratch rest = nn_rest(ws, off); /* for the layers called below, one at a time */
+  ampc_linear_fp8 *const f[4] = {fp8 ? fp8[0] : NULL, fp8 ? fp8[1] : NULL, fp8 ? fp8[2] : NULL,
+                                 fp8 ? fp8[3] : NULL};
   /* y = o Wo^T + bo */
-  ampc_status st = ampc_linear_backward(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO, dwo,
-                                        dbo, acc, &rest);
+  ampc_status st = ampc_linear_backward_fp8(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO,
+                                            dwo, dbo, acc, f[3], &rest);
   if (st == AMPC_OK)
     st =
         ampc_attention_backward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
                                 cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc, &rest);
   /* parameter gradients of the three projections (no input gradient here) */
   if (st == AMPC_OK)
-    st =
-        ampc_linear_backward(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc, &rest);
+    st = ampc_linear_backward_fp8(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc,
+                                  f[0], &rest);
   if (st == AMPC_OK)
-    st = ampc_linear_backward(b * tk, dm, dm, dk, gdt, xkv, adt, wk, wdt, NULL, dwk, dbk, acc,
-                              &rest);
+    st = ampc_linear_backward_fp8(b * tk, dm, dm, dk, gdt, xkv, adt, wk, wdt, NULL, dwk, dbk, acc,
+                                  f[1], &rest);
   if (st == AMPC_OK)
-    st = ampc_linear_backward(b * tk, dm, dm, dv, gdt, xkv, adt, wv, wdt, NULL, dwv, dbv, acc,
-                              &rest);
-  /* input gradients, summed in FP32: dxq = dq Wq (+ dk Wk + dv Wv if self) */
+    st = ampc_linear_backward_fp8(b * tk, dm, dm, dv, gdt, xkv, adt, wv, wdt, NULL, dwv, dbv, acc,
+                                  f[2], &rest);
+  /* input gradients, summed in FP32: dxq = dq Wq (+ dk Wk + dv Wv if self);
+   * under FP8 the casts of dq, dk, dv were counted above */
   float *skv = self ? sq : sk;
   if (st == AMPC_OK)
-    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, b * tq, dm, dm, 1.0f, dq, gdt, dm, wq, wdt, dm, 0.0f, sq,
-                   AMPC_F32, dm, acc);
+    st = ampc_linear_dgrad_fp8(b * tq, dm, dm, dq, gdt, wq, wdt, 0.0f, sq, AMPC_F32, acc, f[0],
+                               false);
   if (st == AMPC_OK)
-    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, b * tk, dm, dm, 1.0f, dk, gdt, dm, wk, wdt, dm,
-                   self ? 1.0f : 0.0f, skv, AMPC_F32, dm, acc);
+    st = ampc_linear_dgrad_fp8(b * tk, dm, dm, dk, gdt, wk, wdt, self ? 1.0f : 0.0f, skv, AMPC_F32,
+                               acc, f[1], false);
   if (st == AMPC_OK)
-    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, b * tk, dm, dm, 1.0f, dv, gdt, dm, wv, wdt, dm, 1.0f, skv,
-                   AMPC_F32, dm, acc);
+    st = ampc_linear_dgrad_fp8(b * tk, dm, dm, dv, gdt, wv, wdt, 1.0f, skv, AMPC_F32, acc, f[2],
+                               false);
   if (st == AMPC_OK)
     st = ampc_store_f32(dxq, gdt, sq, (size_t)nq, NULL);
   if (st == AMPC_OK && !self)

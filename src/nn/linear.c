@@ -3,16 +3,18 @@
  */
 #include "nn/nn_util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { LIN_BIAS_ROW = 4096 }; /* widest bias laid by copying rows */
 
-ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
-                                const void *w, ampc_dtype wdt, const void *b, void *y,
-                                ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats) {
+/* y = alpha * x W^T + b, the bias in bdt */
+static ampc_status linear_fwd(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                              const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt,
+                              float alpha, void *y, ampc_dtype ydt, ampc_acc acc,
+                              ampc_round_stats *stats) {
   const char *fn = "ampc_linear_forward";
-  NN_CHECK_POS(fn, m);
   NN_CHECK_POS(fn, k);
   NN_CHECK_POS(fn, n);
   NN_CHECK_PTR(fn, x);
@@ -36,18 +38,18 @@ ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, 
      * epilogue counts the sums it rounds) */
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++)
-        ampc_elem_store_uncounted(c, cdt, i * n + j, ampc_elem_load(b, wdt, j));
+        ampc_elem_store_uncounted(c, cdt, i * n + j, ampc_elem_load(b, bdt, j));
   } else if (b) { /* the first row rounded once, then copied (the same bits) */
     float row[LIN_BIAS_ROW];
     const size_t rb = (size_t)n * ampc_dtype_size(cdt);
-    nn_load(b, wdt, 0, n, row);
+    nn_load(b, bdt, 0, n, row);
     ampc_convert(c, cdt, row, AMPC_F32, (size_t)n); /* same rounding, not counted */
     const int nt = nn_threads(m * n);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t i = 1; i < m; i++)
       memcpy((char *)c + (size_t)i * rb, c, rb);
   }
-  ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, m, n, k, 1.0f, x, xdt, k, w, wdt, k,
+  ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, w, wdt, k,
                              b ? 1.0f : 0.0f, c, cdt, n, acc);
   if (st == AMPC_OK && stats)
     st = ampc_store_f32(y, ydt, c, (size_t)(m * n), stats);
@@ -56,28 +58,28 @@ ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, 
   return st;
 }
 
-ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
-                                 const void *x, ampc_dtype xdt, const void *w, ampc_dtype wdt,
-                                 void *dx, void *dw, void *db, ampc_acc acc, ampc_scratch *ws) {
-  const char *fn = "ampc_linear_backward";
+ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                const void *w, ampc_dtype wdt, const void *b, void *y,
+                                ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats) {
+  const char *fn = "ampc_linear_forward";
   NN_CHECK_POS(fn, m);
   NN_CHECK_POS(fn, k);
   NN_CHECK_POS(fn, n);
-  NN_CHECK_PTR(fn, dy);
   NN_CHECK_PTR(fn, x);
   NN_CHECK_PTR(fn, w);
-  NN_CHECK_PTR(fn, dw);
-  NN_CHECK_DT(fn, gdt);
+  NN_CHECK_PTR(fn, y);
   NN_CHECK_DT(fn, xdt);
   NN_CHECK_DT(fn, wdt);
+  NN_CHECK_DT(fn, ydt);
+  return linear_fwd(m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, y, ydt, acc, stats);
+}
+
+/* the bias gradient: db [n] += column sums of dy [m, n] */
+static ampc_status bias_grad(int64_t m, int64_t n, const void *dy, ampc_dtype gdt, void *db,
+                             ampc_scratch *ws) {
+  const char *fn = "ampc_linear_backward";
   ampc_status st = AMPC_OK;
-  if (dx) /* dx [m, k] = dy [m, n] . W [n, k] */
-    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, 0.0f, dx, gdt, k,
-                   acc);
-  if (st == AMPC_OK) /* dW [n, k] += dy^T [n, m] . x [m, k] */
-    st = ampc_gemm(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, x, xdt, k, 1.0f, dw, gdt, k,
-                   acc);
-  if (st == AMPC_OK && db) { /* column sums in FP32 (rows in order), one rounding each */
+  { /* column sums in FP32 (rows in order), one rounding each */
     size_t off = 0;
     nn_buf sb;
     float *s = nn_take(ws, &off, (size_t)n * sizeof *s, &sb);
@@ -108,6 +110,207 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
   return st;
 }
 
+ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
+                                 const void *x, ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                 void *dx, void *dw, void *db, ampc_acc acc, ampc_scratch *ws) {
+  const char *fn = "ampc_linear_backward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, k);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, dy);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, w);
+  NN_CHECK_PTR(fn, dw);
+  NN_CHECK_DT(fn, gdt);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, wdt);
+  ampc_status st = AMPC_OK;
+  if (dx) /* dx [m, k] = dy [m, n] . W [n, k] */
+    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, 0.0f, dx, gdt, k,
+                   acc);
+  if (st == AMPC_OK) /* dW [n, k] += dy^T [n, m] . x [m, k] */
+    st = ampc_gemm(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, x, xdt, k, 1.0f, dw, gdt, k,
+                   acc);
+  if (st == AMPC_OK && db)
+    st = bias_grad(m, n, dy, gdt, db, ws);
+  return st;
+}
+
 size_t ampc_linear_backward_scratch_bytes(int64_t n) {
   return n > 0 ? nn_pad64((size_t)n * sizeof(float)) : 0;
+}
+
+/* ---- FP8 (fp8-mixed): casts into BF16 containers, products with the
+ * dequantization in alpha (include/ampc/nn.h) ---- */
+
+void ampc_linear_fp8_init(ampc_linear_fp8 *f, ampc_scratch *ws) {
+  memset(f, 0, sizeof *f);
+  f->x.fmt = f->w.fmt = AMPC_F8_E4M3;
+  f->dy.fmt = AMPC_F8_E5M2;
+  f->x.scale = f->x.scale_inv = f->w.scale = f->w.scale_inv = 1.0f;
+  f->dy.scale = f->dy.scale_inv = 1.0f;
+  f->ws = ws;
+}
+
+size_t ampc_linear_fp8_ws_bytes(int64_t m, int64_t k, int64_t n) {
+  if (m < 1 || k < 1 || n < 1)
+    return 0;
+  return nn_pad64((size_t)(m * k) * 2) + nn_pad64((size_t)(n * k) * 2) +
+         nn_pad64((size_t)(m * n) * 2);
+}
+
+ampc_status ampc_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
+                               int64_t cols, int64_t ld, uint16_t *dst, bool count) {
+  const char *fn = "ampc_fp8_cast_bf16";
+  NN_CHECK_PTR(fn, q);
+  NN_CHECK_PTR(fn, src);
+  NN_CHECK_PTR(fn, dst);
+  NN_CHECK_DT(fn, sdt);
+  if (rows < 0 || cols < 0 || ld < cols || (q->fmt != AMPC_F8_E4M3 && q->fmt != AMPC_F8_E5M2))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad sizes (%lld x %lld, ld %lld) or format", fn,
+                     (long long)rows, (long long)cols, (long long)ld);
+  const bool e4 = q->fmt == AMPC_F8_E4M3;
+  const float fmax = e4 ? 448.0f : 57344.0f, scale = q->scale;
+  float amax = 0.0f;
+  uint64_t sat = 0, flushed = 0;
+  const int nt = nn_threads(rows * cols);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)                              \
+    reduction(max : amax) reduction(+ : sat, flushed)
+  for (int64_t i = 0; i < rows; i++) {
+    float buf[AMPC_NN_CHUNK];
+    for (int64_t j0 = 0; j0 < cols; j0 += AMPC_NN_CHUNK) {
+      const int64_t len = cols - j0 < AMPC_NN_CHUNK ? cols - j0 : AMPC_NN_CHUNK;
+      const float *r = nn_in(src, sdt, i * ld + j0, len, buf);
+      uint16_t *d = dst + i * cols + j0;
+      for (int64_t j = 0; j < len; j++) {
+        const float a = fabsf(r[j]);
+        if (a > amax) /* false for NaN: ignored */
+          amax = a;
+        const float v = r[j] * scale;
+        const uint32_t vb = ampc_f32_bits(v);
+        const bool fin = isfinite(r[j]);
+        /* a finite input saturates (a product past FP32 too); inf and NaN
+         * stay non-finite */
+        const uint8_t c8 =
+            e4 ? ampc_f32bits_to_e4m3bits(vb, fin) : ampc_f32bits_to_e5m2bits(vb, fin);
+        const uint32_t back = e4 ? ampc_e4m3bits_to_f32bits(c8) : ampc_e5m2bits_to_f32bits(c8);
+        d[j] = (uint16_t)(back >> 16); /* exact: an FP8 value is a bfloat16 value */
+        if (count && fin) {
+          sat += !(fabsf(v) <= fmax); /* past the largest, or past FP32 */
+          flushed += r[j] != 0.0f && (back & 0x7FFFFFFFu) == 0;
+        }
+      }
+    }
+  }
+  if (amax > q->amax || (isnan(q->amax)))
+    q->amax = amax;
+  if (count) {
+    q->values += (uint64_t)(rows * cols);
+    q->saturated += sat;
+    q->flushed += flushed;
+  }
+  return AMPC_OK;
+}
+
+ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                    const void *w, ampc_dtype wdt, const void *b, void *y,
+                                    ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
+                                    ampc_round_stats *stats) {
+  if (!f)
+    return ampc_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
+  const char *fn = "ampc_linear_forward_fp8";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, k);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, w);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, wdt);
+  NN_CHECK_DT(fn, ydt);
+  size_t off = 0;
+  nn_buf bb;
+  uint16_t *xq = nn_take(f->ws, &off, ampc_linear_fp8_ws_bytes(m, k, n), &bb);
+  if (!xq)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the FP8 operands", fn);
+  uint16_t *wq = xq + nn_pad64((size_t)(m * k) * 2) / 2;
+  ampc_status st = ampc_fp8_cast_bf16(&f->x, x, xdt, m, k, k, xq, true);
+  if (st == AMPC_OK)
+    st = ampc_fp8_cast_bf16(&f->w, w, wdt, n, k, k, wq, true);
+  if (st == AMPC_OK)
+    st = linear_fwd(m, k, n, xq, AMPC_BF16, wq, AMPC_BF16, b, wdt, f->x.scale_inv * f->w.scale_inv,
+                    y, ydt, acc, stats);
+  nn_give(&bb);
+  return st;
+}
+
+ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
+                                  const void *w, ampc_dtype wdt, float beta, void *c,
+                                  ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f, bool count_dy) {
+  if (!f)
+    return ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, beta, c, cdt, k,
+                     acc);
+  const char *fn = "ampc_linear_dgrad_fp8";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, k);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, dy);
+  NN_CHECK_PTR(fn, w);
+  NN_CHECK_PTR(fn, c);
+  size_t off = 0;
+  nn_buf bb;
+  uint16_t *dyq = nn_take(f->ws, &off, ampc_linear_fp8_ws_bytes(m, k, n), &bb);
+  if (!dyq)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the FP8 operands", fn);
+  uint16_t *wq = dyq + nn_pad64((size_t)(m * n) * 2) / 2;
+  ampc_status st = ampc_fp8_cast_bf16(&f->dy, dy, gdt, m, n, n, dyq, count_dy);
+  if (st == AMPC_OK)
+    st = ampc_fp8_cast_bf16(&f->w, w, wdt, n, k, k, wq, false);
+  if (st == AMPC_OK)
+    st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, f->dy.scale_inv * f->w.scale_inv, dyq, AMPC_BF16,
+                   n, wq, AMPC_BF16, k, beta, c, cdt, k, acc);
+  nn_give(&bb);
+  return st;
+}
+
+ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                     ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
+                                     ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
+                                     ampc_linear_fp8 *f, ampc_scratch *ws) {
+  if (!f)
+    return ampc_linear_backward(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, ws);
+  const char *fn = "ampc_linear_backward_fp8";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, k);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, dy);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, w);
+  NN_CHECK_PTR(fn, dw);
+  NN_CHECK_DT(fn, gdt);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, wdt);
+  size_t off = 0;
+  nn_buf bb;
+  uint16_t *dyq = nn_take(f->ws, &off, ampc_linear_fp8_ws_bytes(m, k, n), &bb);
+  if (!dyq)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the FP8 operands", fn);
+  uint16_t *wq = dyq + nn_pad64((size_t)(m * n) * 2) / 2;
+  uint16_t *xq = wq + nn_pad64((size_t)(n * k) * 2) / 2;
+  ampc_status st = ampc_fp8_cast_bf16(&f->dy, dy, gdt, m, n, n, dyq, true);
+  if (st == AMPC_OK && dx) { /* dx [m, k] = dyq [m, n] . Wq [n, k] */
+    st = ampc_fp8_cast_bf16(&f->w, w, wdt, n, k, k, wq, false);
+    if (st == AMPC_OK)
+      st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, f->dy.scale_inv * f->w.scale_inv, dyq,
+                     AMPC_BF16, n, wq, AMPC_BF16, k, 0.0f, dx, gdt, k, acc);
+  }
+  if (st == AMPC_OK) /* dW [n, k] += dyq^T [n, m] . xq [m, k] */
+    st = ampc_fp8_cast_bf16(&f->x, x, xdt, m, k, k, xq, false);
+  if (st == AMPC_OK)
+    st = ampc_gemm(AMPC_OP_T, AMPC_OP_N, n, k, m, f->dy.scale_inv * f->x.scale_inv, dyq, AMPC_BF16,
+                   n, xq, AMPC_BF16, k, 1.0f, dw, gdt, k, acc);
+  nn_give(&bb);
+  if (st == AMPC_OK && db) /* from the unquantized dy, as TE's fused cast + dbias */
+    st = bias_grad(m, n, dy, gdt, db, ws);
+  return st;
 }

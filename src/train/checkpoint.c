@@ -34,11 +34,16 @@ static const char *moment_prefix(const ampc_optim_config *o, int which) {
 
 ampc_status ampc_trainer_save(const ampc_trainer *T, const char *path, const ampc_st_meta *extra,
                               int nextra) {
-  if (!T || !path || nextra < 0 || (nextra > 0 && !extra))
+  return ampc_trainer_save_ex(T, path, extra, nextra, NULL, 0);
+}
+
+ampc_status ampc_trainer_save_ex(const ampc_trainer *T, const char *path, const ampc_st_meta *extra,
+                                 int nextra, const ampc_st_tensor *xt, int nxt) {
+  if (!T || !path || nextra < 0 || (nextra > 0 && !extra) || nxt < 0 || (nxt > 0 && !xt))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_save: bad arguments");
   const ampc_params *P = &T->params;
   const int nmom = ampc_optim_moments(&T->opt);
-  const int nt = P->count * (1 + nmom + (P->comp ? 1 : 0));
+  const int nt = P->count * (1 + nmom + (P->comp ? 1 : 0)) + nxt;
   ampc_st_tensor *t = calloc((size_t)nt, sizeof *t);
   char(*names)[NAME_CAP] = calloc((size_t)nt, sizeof *names);
   float *wide = NULL;
@@ -94,6 +99,8 @@ ampc_status ampc_trainer_save(const ampc_trainer *T, const char *path, const amp
                             .nbytes = (size_t)p->numel * wsz};
     memcpy(t[k].shape, p->shape, sizeof p->shape);
   }
+  for (int i = 0; i < nxt; i++, k++)
+    t[k] = xt[i];
   char step[32], iter[32], scaler[256], rng[80];
   snprintf(step, sizeof step, "%" PRId64, T->step);
   snprintf(iter, sizeof iter, "%" PRId64, T->iteration);
@@ -318,6 +325,119 @@ ampc_status ampc_params_load(ampc_params *P, const char *path) {
     commit_weights(P, w);
   }
   free(w);
+  ampc_safetensors_free(f);
+  return st;
+}
+
+/* ---- the FP8 scaling state (fp8-mixed) ------------------------------------- */
+
+ampc_status ampc_fp8_state_tensors(const ampc_fp8_sites *S, ampc_fp8_state_storage *st,
+                                   ampc_st_tensor **out, int *n) {
+  if (!S || !st || !out || !n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_fp8_state_tensors: NULL argument");
+  memset(st, 0, sizeof *st);
+  *out = NULL, *n = 0;
+  if (S->n < 1)
+    return AMPC_OK;
+  st->t = calloc((size_t)S->n * 2, sizeof *st->t);
+  st->names = calloc((size_t)S->n * 2, sizeof *st->names);
+  st->scales = calloc((size_t)S->n * 3, sizeof *st->scales);
+  if (!st->t || !st->names || !st->scales) {
+    ampc_fp8_state_storage_free(st);
+    return ampc_fail(AMPC_ERR_NOMEM, "out of memory for the FP8 state");
+  }
+  for (int i = 0; i < S->n; i++) {
+    for (int q = 0; q < 3; q++)
+      st->scales[3 * i + q] = S->meta[3 * i + q].scale;
+    snprintf(st->names[2 * i], sizeof st->names[0], "fp8.%s.amax_history", S->name[i]);
+    snprintf(st->names[2 * i + 1], sizeof st->names[0], "fp8.%s.scale", S->name[i]);
+    st->t[2 * i] = (ampc_st_tensor){.name = st->names[2 * i],
+                                    .dtype = AMPC_F32,
+                                    .ndim = 2,
+                                    .shape = {3, S->len},
+                                    .data = S->history + (size_t)(3 * i) * (size_t)S->len,
+                                    .nbytes = (size_t)3 * (size_t)S->len * 4};
+    st->t[2 * i + 1] = (ampc_st_tensor){.name = st->names[2 * i + 1],
+                                        .dtype = AMPC_F32,
+                                        .ndim = 1,
+                                        .shape = {3},
+                                        .data = st->scales + 3 * i,
+                                        .nbytes = 12};
+  }
+  *out = st->t, *n = 2 * S->n;
+  return AMPC_OK;
+}
+
+void ampc_fp8_state_storage_free(ampc_fp8_state_storage *st) {
+  if (!st)
+    return;
+  free(st->t);
+  free(st->names);
+  free(st->scales);
+  memset(st, 0, sizeof *st);
+}
+
+ampc_status ampc_fp8_state_load(ampc_fp8_sites *S, const char *path, bool *found) {
+  if (!S || !path)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_fp8_state_load: bad arguments");
+  if (found)
+    *found = false;
+  if (S->n < 1)
+    return AMPC_OK;
+  ampc_safetensors *f = NULL;
+  ampc_status st = ampc_safetensors_read(path, &f);
+  if (st != AMPC_OK)
+    return st;
+  char name[AMPC_FP8_SITE_NAME + 32];
+  snprintf(name, sizeof name, "fp8.%s.amax_history", S->name[0]);
+  if (!ampc_safetensors_find(f, name)) { /* a checkpoint of another preset: fresh scales */
+    ampc_safetensors_free(f);
+    return AMPC_OK;
+  }
+  /* validate every tensor first, then commit */
+  const size_t hl = (size_t)3 * (size_t)S->len;
+  for (int i = 0; i < S->n && st == AMPC_OK; i++) {
+    snprintf(name, sizeof name, "fp8.%s.amax_history", S->name[i]);
+    const ampc_st_tensor *h = ampc_safetensors_find(f, name);
+    snprintf(name, sizeof name, "fp8.%s.scale", S->name[i]);
+    const ampc_st_tensor *sc = ampc_safetensors_find(f, name);
+    if (!h || !sc || h->dtype != AMPC_F32 || sc->dtype != AMPC_F32 || h->ndim != 2 ||
+        h->shape[0] != 3 || sc->ndim != 1 || sc->shape[0] != 3)
+      st = ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: the FP8 state of '%s' is missing or malformed (F32 [3, history] and [3])",
+                     path, S->name[i]);
+    else if (h->shape[1] != S->len)
+      st = ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: '%s' has an amax history of %lld steps, this run's is %d "
+                     "(--fp8-amax-history)",
+                     path, S->name[i], (long long)h->shape[1], S->len);
+    for (int q = 0; st == AMPC_OK && q < 3; q++) {
+      float v;
+      memcpy(&v, (const char *)sc->data + 4 * q, 4);
+      if (!(v > 0.0f) || !(v <= FLT_MAX))
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s: FP8 scale %g of '%s' is not positive and finite", path,
+                       (double)v, S->name[i]);
+    }
+  }
+  for (int i = 0; i < S->n && st == AMPC_OK; i++) {
+    snprintf(name, sizeof name, "fp8.%s.amax_history", S->name[i]);
+    memcpy(S->history + (size_t)(3 * i) * (size_t)S->len, ampc_safetensors_find(f, name)->data,
+           hl * 4);
+    snprintf(name, sizeof name, "fp8.%s.scale", S->name[i]);
+    const char *sd = ampc_safetensors_find(f, name)->data;
+    ampc_fp8_q *qs[3] = {&S->lin[i].x, &S->lin[i].w, &S->lin[i].dy};
+    for (int q = 0; q < 3; q++) {
+      float v;
+      memcpy(&v, sd + 4 * q, 4);
+      ampc_fp8_meta *m = &S->meta[3 * i + q];
+      m->scale = v;
+      m->scale_inv = 1.0f / v; /* as ampc_fp8_update */
+      qs[q]->scale = m->scale, qs[q]->scale_inv = m->scale_inv;
+      qs[q]->amax = 0.0f;
+    }
+  }
+  if (st == AMPC_OK && found)
+    *found = true;
   ampc_safetensors_free(f);
   return st;
 }

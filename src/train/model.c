@@ -135,7 +135,9 @@ static ampc_status mlp_backward(ampc_model *m, float seed) {
   return ampc_mlp_backward(m->impl, seed);
 }
 
-static ampc_status mlp_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out) {
+static ampc_status mlp_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out);
+
+static ampc_status mlp_evaluate_impl(ampc_model *m, const ampc_run_data *d, ampc_eval *out) {
   memset(out, 0, sizeof *out);
   out->kind = AMPC_EVAL_CLASSES;
   out->split = AMPC_SPLIT_TEST;
@@ -228,7 +230,7 @@ static ampc_status eval_classes(ampc_mmodel *M, const ampc_dataset *d, int split
   return st;
 }
 
-static ampc_status mm_evaluate(ampc_model *m, const ampc_run_data *rd, ampc_eval *out) {
+static ampc_status mm_evaluate_impl(ampc_model *m, const ampc_run_data *rd, ampc_eval *out) {
   memset(out, 0, sizeof *out);
   const ampc_dataset *d = rd->dataset;
   if (!d)
@@ -253,6 +255,32 @@ static void mm_set_telemetry(ampc_model *m, ampc_telemetry *t) {
   ampc_mmodel_set_probe(m->impl, t ? &p : NULL);
 }
 
+/* Evaluation runs the FP8 casts with the training's scales but must not move
+ * them: the sites' amax and counters are kept aside and put back. */
+static ampc_status fp8_guarded(ampc_model *m, const ampc_run_data *d, ampc_eval *out,
+                               ampc_status (*eval)(ampc_model *, const ampc_run_data *,
+                                                   ampc_eval *)) {
+  if (!m->fp8)
+    return eval(m, d, out);
+  const size_t bytes = (size_t)m->fp8->n * sizeof *m->fp8->lin;
+  ampc_linear_fp8 *keep = malloc(bytes);
+  if (!keep)
+    return ampc_fail(AMPC_ERR_NOMEM, "evaluation: out of memory");
+  memcpy(keep, m->fp8->lin, bytes);
+  const ampc_status st = eval(m, d, out);
+  memcpy(m->fp8->lin, keep, bytes);
+  free(keep);
+  return st;
+}
+
+static ampc_status mlp_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out) {
+  return fp8_guarded(m, d, out, mlp_evaluate_impl);
+}
+
+static ampc_status mm_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out) {
+  return fp8_guarded(m, d, out, mm_evaluate_impl);
+}
+
 static void mm_destroy(ampc_model *m) { ampc_mmodel_free(m->impl); }
 
 static const ampc_model_ops k_mm_ops = {
@@ -275,6 +303,7 @@ ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_para
     AMPC_TRY(ampc_mmodel_create(&M, &d->mm, P, amp, max_batch));
     m->impl = M;
     m->ops = &k_mm_ops;
+    m->fp8 = ampc_mmodel_fp8(M);
   } else if (d->kind == AMPC_MODEL_MLP) {
     ampc_mlp *M = calloc(1, sizeof *M);
     if (!M)
@@ -286,6 +315,7 @@ ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_para
     }
     m->impl = M;
     m->ops = &k_mlp_ops;
+    m->fp8 = M->fp8;
   } else {
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_create: unknown model kind %d",
                      (int)d->kind);
@@ -419,7 +449,8 @@ ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, amp
   if (!info)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_step: info is NULL");
   AMPC_TRY(ampc_train_accumulate(T, m, n_micro, next, user, mean));
-  return ampc_trainer_step(T, info);
+  AMPC_TRY(ampc_trainer_step(T, info));
+  return m->fp8 ? ampc_fp8_sites_update(m->fp8) : AMPC_OK;
 }
 
 /* ---- what a checkpoint and a log say about a model ------------------------------------ */

@@ -86,6 +86,9 @@ struct ampc_run {
   bool trained; /* ampc_run_train ran (once per run) */
   bool stalled; /* it stopped on a stall */
   bool saved;   /* this run wrote its checkpoint at least once */
+  /* fp8-mixed: the iteration's FP8 cast counts per branch (summed over ranks) */
+  uint64_t fp8_values[AMPC_BRANCH_COUNT], fp8_sat[AMPC_BRANCH_COUNT], fp8_flush[AMPC_BRANCH_COUNT];
+  double *fp8_amax; /* [3 * sites]: the amax reduction's buffer */
 };
 
 static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n);
@@ -123,6 +126,7 @@ void ampc_run_free(ampc_run *R) {
   ampc_telemetry_end(R->telemetry);
   free(R->telemetry);
   ampc_diag_free(R->diag);
+  free(R->fp8_amax);
   cJSON_Delete(R->summary);
   free(R->train_idx), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
   free(R->accum.stage);
@@ -310,6 +314,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if ((st = ampc_model_create(&R->model, md, &R->T.params, amp, R->mb)) != AMPC_OK)
     goto fail;
   R->have_model = true;
+  if (R->model.fp8 && !(R->fp8_amax = calloc((size_t)R->model.fp8->n * 3, sizeof(double))))
+    FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory for the FP8 amax reduction"));
   if (rc->global_negatives && md->kind != AMPC_MODEL_MM)
     FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "global negatives: model %s has no contrastive loss",
                    md->name));
@@ -339,6 +345,9 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     }
   }
   if (rc->resume_path && (st = ampc_trainer_load(&R->T, rc->resume_path)) != AMPC_OK)
+    FAIL(ampc_fail(st, "cannot resume: %s", ampc_last_error()));
+  if (rc->resume_path && R->model.fp8 &&
+      (st = ampc_fp8_state_load(R->model.fp8, rc->resume_path, NULL)) != AMPC_OK)
     FAIL(ampc_fail(st, "cannot resume: %s", ampc_last_error()));
   if (R->T.iteration > rc->steps)
     FAIL(ampc_fail(AMPC_ERR_INVALID_ARG, "%s is at step %lld, beyond steps = %lld", rc->resume_path,
@@ -706,7 +715,14 @@ static ampc_status save(ampc_run *R) {
   ampc_model_meta_storage ms;
   ampc_st_meta meta[3];
   const int n = ampc_model_checkpoint_meta(&R->md, R->data.name, &ms, meta);
-  AMPC_TRY(ampc_trainer_save(&R->T, R->rc.save_path, meta, n));
+  ampc_fp8_state_storage fs = {0};
+  ampc_st_tensor *xt = NULL;
+  int nxt = 0;
+  if (R->model.fp8)
+    AMPC_TRY(ampc_fp8_state_tensors(R->model.fp8, &fs, &xt, &nxt));
+  const ampc_status st = ampc_trainer_save_ex(&R->T, R->rc.save_path, meta, n, xt, nxt);
+  ampc_fp8_state_storage_free(&fs);
+  AMPC_TRY(st);
   R->saved = true;
   return AMPC_OK;
 }
@@ -737,6 +753,42 @@ static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n) {
  * non-deterministic reduction, a rank that skipped alone) ends the run
  * rather than letting replicas drift apart. The scaler's state every step,
  * the weights when check_replicas is set. */
+/* fp8-mixed, after each optimizer iteration (skipped or not): the amax of
+ * every cast maximised over the ranks (so every rank takes the same scales,
+ * as Transformer Engine reduces amax over the data-parallel group), the
+ * counts summed, then the next scales (ampc_fp8_sites_update). */
+static ampc_status fp8_end_step(ampc_run *R) {
+  ampc_fp8_sites *S = R->model.fp8;
+  if (!S)
+    return AMPC_OK;
+  ampc_fp8_sites_take_counts(S, R->fp8_values, R->fp8_sat, R->fp8_flush);
+  const ampc_comm *c = R->accum.comm;
+  if (c && c->size > 1) {
+    if (!R->fp8_amax)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "fp8: no amax buffer");
+    for (int i = 0; i < S->n; i++) {
+      R->fp8_amax[3 * i] = (double)S->lin[i].x.amax;
+      R->fp8_amax[3 * i + 1] = (double)S->lin[i].w.amax;
+      R->fp8_amax[3 * i + 2] = (double)S->lin[i].dy.amax;
+    }
+    AMPC_TRY(c->max_f64(c->user, R->fp8_amax, 3 * S->n));
+    for (int i = 0; i < S->n; i++) {
+      S->lin[i].x.amax = (float)R->fp8_amax[3 * i];
+      S->lin[i].w.amax = (float)R->fp8_amax[3 * i + 1];
+      S->lin[i].dy.amax = (float)R->fp8_amax[3 * i + 2];
+    }
+    uint64_t u[3 * AMPC_BRANCH_COUNT];
+    memcpy(u, R->fp8_values, sizeof R->fp8_values);
+    memcpy(u + AMPC_BRANCH_COUNT, R->fp8_sat, sizeof R->fp8_sat);
+    memcpy(u + 2 * AMPC_BRANCH_COUNT, R->fp8_flush, sizeof R->fp8_flush);
+    AMPC_TRY(c->sum_u64(c->user, u, 3 * AMPC_BRANCH_COUNT));
+    memcpy(R->fp8_values, u, sizeof R->fp8_values);
+    memcpy(R->fp8_sat, u + AMPC_BRANCH_COUNT, sizeof R->fp8_sat);
+    memcpy(R->fp8_flush, u + 2 * AMPC_BRANCH_COUNT, sizeof R->fp8_flush);
+  }
+  return ampc_fp8_sites_update(S);
+}
+
 static ampc_status check_replicas(ampc_run *R, const ampc_step_info *info) {
   const ampc_comm *c = R->accum.comm;
   if (!c)
@@ -1010,6 +1062,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     if (st == AMPC_OK)
       st = ampc_trainer_step(T, &info);
     if (st == AMPC_OK)
+      st = fp8_end_step(R);
+    if (st == AMPC_OK)
       st = check_replicas(R, &info);
     if (st == AMPC_OK && sampled)
       st = reduce_telemetry(R);
@@ -1029,6 +1083,11 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       }
     ampc_diag_step ds;
     ampc_diag_step_fill(&ds, T, &info, (double)mean.total, sampled ? R->telemetry : NULL);
+    for (int b = 0; R->model.fp8 && b < AMPC_BRANCH_COUNT; b++) {
+      ds.br[b].fp8_values = (int64_t)R->fp8_values[b];
+      ds.br[b].fp8_saturated = (int64_t)R->fp8_sat[b];
+      ds.br[b].fp8_flushed = (int64_t)R->fp8_flush[b];
+    }
     TRYR(ampc_diag_add(R->diag, &ds));
     if (log &&
         (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))

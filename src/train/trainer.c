@@ -142,6 +142,16 @@ char *ampc_trainer_config_json(const ampc_trainer *T) {
   cJSON_AddStringToObject(j, "optimizer_state_dtype", dt_name(a->state_dtype));
   cJSON_AddStringToObject(j, "accumulate", a->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32");
   cJSON_AddStringToObject(j, "weight_update", ampc_weight_update_name(a->weight_update));
+  if (ampc_precision_is_fp8(a->precision)) {
+    cJSON *f8 = cJSON_AddObjectToObject(j, "fp8");
+    if (f8) {
+      cJSON_AddStringToObject(f8, "format", "hybrid (e4m3 forward, e5m2 gradients)");
+      cJSON_AddNumberToObject(f8, "amax_history", a->fp8_amax_history);
+      cJSON_AddStringToObject(f8, "amax_compute",
+                              a->fp8_amax_algo == AMPC_AMAX_MAX ? "max" : "most_recent");
+      cJSON_AddNumberToObject(f8, "margin", short_float(a->fp8_margin));
+    }
+  }
   cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
   if (ls) {
     const ampc_scaler_config *s = &a->scaler;

@@ -35,8 +35,9 @@ static const char k_usage[] =
     "an MLP classifier on synthetic Gaussian blobs (the engine's smoke test).\n"
     "\n"
     "Precision (presets as PyTorch Lightning's precision=):\n"
-    "  --precision P        32-true | 16-mixed | bf16-mixed | 16-true | bf16-true\n"
-    "                       (default 16-mixed)\n"
+    "  --precision P        32-true | 16-mixed | bf16-mixed | 16-true | bf16-true |\n"
+    "                       fp8-mixed (default 16-mixed)\n"
+    "  --fp8-amax-history N (1024) --fp8-amax-compute max|most_recent --fp8-margin M\n"
     "  --master-weights on|off   FP32 master copy of the weights\n"
     "  --loss-scale none|dynamic|S   loss scaling (S: a static scale)\n"
     "  --accumulate fp32|fp16    GEMM accumulation\n"
@@ -81,8 +82,7 @@ static const char k_usage[] =
     "                   overflow at the scale floor or have a non-finite loss:\n"
     "                   print and log the diagnosis, then stop (default, exit 3)\n"
     "                   or go on; --stall-steps N (hysteresis + 2)\n"
-    "  --json           print the summary as one JSON object on stdout (with a\n"
-    "                   --precision list: {\"runs\":[summary, ...]})\n"
+    "  --json           the summary as one JSON object on stdout ({\"runs\":[...]})\n"
     "  --quiet          no progress lines\n"
     "\n"
     "Data parallel (mpirun -np N ampc train ...; --batch is global; see README):\n"
@@ -116,8 +116,9 @@ static int parse_f(const char *flag, const char *v, float *out) {
 }
 
 static const char *const k_amp_flags[] = {
-    "master-weights",  "loss-scale", "accumulate", "init-scale", "growth-factor", "backoff-factor",
-    "growth-interval", "hysteresis", "min-scale",  "max-scale",  "weight-update"};
+    "master-weights", "loss-scale",       "accumulate",       "init-scale", "growth-factor",
+    "backoff-factor", "growth-interval",  "hysteresis",       "min-scale",  "max-scale",
+    "weight-update",  "fp8-amax-history", "fp8-amax-compute", "fp8-margin"};
 enum { N_AMP_FLAGS = sizeof k_amp_flags / sizeof k_amp_flags[0], MAX_FLAGS = 64 };
 
 typedef struct {
