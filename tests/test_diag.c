@@ -489,6 +489,44 @@ static void test_verdict_swallowed_and_accumulation(void **state) {
 
 /* ---- the log round trip ---- */
 
+/* fp8-mixed: saturation in one branch after step 1 names it (step 1, which
+ * casts with scale 1, does not count); below 1e-3 of the casts: healthy; the
+ * counts survive the log round trip */
+static void test_verdict_fp8_saturation(void **state) {
+  (void)state;
+  for (int bad = 0; bad < 2; bad++) {
+    ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, true, AMPC_BF16);
+    ampc_diag *d = ampc_diag_create(&c);
+    for (int i = 1; i <= 20; i++) {
+      ampc_diag_step s = step(i, 5.0 - 0.1 * i, 1.0);
+      for (int b = 0; b < 3; b++) {
+        s.br[b].fp8_values = 100000;
+        s.br[b].fp8_saturated = i == 1 ? 50000 : (b == AMPC_BRANCH_TEXT && bad && i >= 8 ? 500 : 10);
+        s.br[b].fp8_flushed = 7;
+      }
+      assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+      if (i == 8) { /* the JSON of a step carries the counts, and reads back */
+        char *txt = ampc_diag_step_json(&s);
+        assert_non_null(strstr(txt, "\"fp8_saturated\":" ));
+        free(txt);
+      }
+    }
+    ampc_verdict v[AMPC_VERDICT_COUNT];
+    const int n = verdicts(d, v);
+    assert_int_equal(n, 1);
+    if (!bad) {
+      assert_int_equal(v[0].kind, AMPC_VERDICT_HEALTHY);
+    } else {
+      assert_int_equal(v[0].kind, AMPC_VERDICT_FP8_SATURATION);
+      assert_int_equal(v[0].branch, AMPC_BRANCH_TEXT);
+      assert_int_equal(v[0].step, 8);
+      assert_string_equal(ampc_verdict_name(v[0].kind), "fp8-saturation");
+      assert_non_null(strstr(v[0].safeguard, "--fp8-margin"));
+    }
+    ampc_diag_free(d);
+  }
+}
+
 static void test_log_round_trip(void **state) {
   (void)state;
   char path[] = "/tmp/ampc_test_diag_XXXXXX";
@@ -504,6 +542,9 @@ static void test_log_round_trip(void **state) {
   ampc_diag *d = ampc_diag_create(&c);
   for (int i = 1; i <= 30; i++) {
     ampc_diag_step s = step(i, i < 5 ? 6.0 - 0.3 * i : 4.8, 1.0);
+    s.br[AMPC_BRANCH_FUSION].fp8_values = 1000 + i; /* fp8-mixed counts round-trip */
+    s.br[AMPC_BRANCH_FUSION].fp8_saturated = i;
+    s.br[AMPC_BRANCH_FUSION].fp8_flushed = 2 * i;
     if (i % 5 == 0) {
       const int fl[4] = {700, 20, 0, 0};
       sample(&s, fl);
@@ -601,6 +642,7 @@ int main(void) {
       cmocka_unit_test(test_verdict_forward_overflow),
       cmocka_unit_test(test_verdict_underflow),
       cmocka_unit_test(test_verdict_swallowed_and_accumulation),
+      cmocka_unit_test(test_verdict_fp8_saturation),
       cmocka_unit_test(test_log_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
