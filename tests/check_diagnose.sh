@@ -43,6 +43,15 @@ sig acc16 accumulation-error --steps 2 --batch 4 --telemetry-every 1 --accumulat
 # lr 100: the weights grow until activations pass 65504 in the forward pass
 sig bigact nonfinite-independent-of-scale --steps 8 --optimizer sgd --lr 100 --telemetry-every 1
 grep -q 'forward pass, vision' "$tmp/bigact.diag" || die "bigact: no forward overflow in vision"
+# fp8-mixed: healthy at the defaults; at lr 1e-2 without warmup the weights
+# move so fast that each step's amax outgrows the scale taken from the last
+# one (delayed scaling lags): the fusion branch saturates ~1 % of its casts;
+# a margin of 2 (the scale / 4) gives the headroom
+sig fp8 healthy --steps 8 --precision fp8-mixed
+sig fp8sat fp8-saturation --steps 12 --precision fp8-mixed --lr 1e-2 --warmup 0
+grep -q '"branch":"fusion"' "$tmp/fp8sat.diag" || die "fp8sat: the fusion branch is not named"
+grep -q 'fp8-margin' "$tmp/fp8sat.diag" || die "fp8sat: no --fp8-margin safeguard"
+sig fp8margin healthy --steps 12 --precision fp8-mixed --lr 1e-2 --warmup 0 --fp8-margin 2
 
 # the text report names the verdict, the evidence and the safeguard
 "$ampc" diagnose "$tmp/noscale.jsonl" >"$tmp/out" 2>&1 || die "diagnose (text) exited $?"

@@ -501,13 +501,14 @@ static void test_verdict_fp8_saturation(void **state) {
       ampc_diag_step s = step(i, 5.0 - 0.1 * i, 1.0);
       for (int b = 0; b < 3; b++) {
         s.br[b].fp8_values = 100000;
-        s.br[b].fp8_saturated = i == 1 ? 50000 : (b == AMPC_BRANCH_TEXT && bad && i >= 8 ? 500 : 10);
+        s.br[b].fp8_saturated =
+            i == 1 ? 50000 : (b == AMPC_BRANCH_TEXT && bad && i >= 8 ? 500 : 10);
         s.br[b].fp8_flushed = 7;
       }
       assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
       if (i == 8) { /* the JSON of a step carries the counts, and reads back */
         char *txt = ampc_diag_step_json(&s);
-        assert_non_null(strstr(txt, "\"fp8_saturated\":" ));
+        assert_non_null(strstr(txt, "\"fp8_saturated\":"));
         free(txt);
       }
     }

@@ -51,7 +51,7 @@ static void test_cast(void **state) {
     const float fmax = f ? 57344.0f : 448.0f;
     for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
       ampc_fp8_q q = {.fmt = fmt, .scale = scales[si], .scale_inv = 1.0f / scales[si]};
-      uint16_t out[32];
+      uint16_t out[48];
       assert_int_equal(ampc_fp8_cast_bf16(&q, xs, AMPC_F32, 1, n, n, out, true), AMPC_OK);
       uint64_t sat = 0, fl = 0;
       for (int i = 0; i < n; i++) {
@@ -91,6 +91,47 @@ static void test_cast(void **state) {
   assert_int_equal(ampc_fp8_cast_bf16(&q, src, AMPC_BF16, 2, 3, 2, o, true), AMPC_ERR_INVALID_ARG);
   q.fmt = AMPC_BF16;
   assert_int_equal(ampc_fp8_cast_bf16(&q, src, AMPC_BF16, 1, 1, 1, o, true), AMPC_ERR_INVALID_ARG);
+}
+
+/* the vector cast against the exact conversion on a sweep of FP32 bit
+ * patterns (every exponent, 2^20 patterns in all, both signs, specials) */
+static void test_cast_sweep(void **state) {
+  (void)state;
+  enum { N = 1 << 20 };
+  float *x = malloc(N * sizeof *x);
+  uint16_t *o = malloc(N * sizeof *o);
+  assert_non_null(x);
+  assert_non_null(o);
+  for (uint32_t i = 0; i < N; i++) {
+    const uint32_t b = i * 4099u; /* odd step: covers 2^32 / 4099 ~ every 4099th pattern */
+    memcpy(&x[i], &b, 4);
+  }
+  for (int f = 0; f < 2; f++) {
+    const ampc_dtype fmt = f ? AMPC_F8_E5M2 : AMPC_F8_E4M3;
+    const float scales[] = {1.0f, 0.75f};
+    for (int si = 0; si < 2; si++) {
+      ampc_fp8_q q = {.fmt = fmt, .scale = scales[si], .scale_inv = 1.0f / scales[si]};
+      assert_int_equal(ampc_fp8_cast_bf16(&q, x, AMPC_F32, 1, N, N, o, true), AMPC_OK);
+      uint64_t sat = 0, fl = 0;
+      for (uint32_t i = 0; i < N; i++) {
+        const float got = bf(o[i]);
+        if (!isfinite(x[i])) {
+          assert_true(isnan(x[i]) || f == 0 ? isnan(got) : got == x[i]);
+          continue;
+        }
+        const float want = exact_cast(x[i], scales[si], fmt);
+        if (memcmp(&got, &want, 4) != 0)
+          fail_msg("%s: x = %a (0x%08x) scale %g: got %a, want %a", f ? "e5m2" : "e4m3",
+                   (double)x[i], i * 4099u, (double)scales[si], (double)got, (double)want);
+        sat += !(fabsf(x[i] * scales[si]) <= (f ? 57344.0f : 448.0f));
+        fl += x[i] != 0.0f && got == 0.0f;
+      }
+      assert_int_equal(q.saturated, sat);
+      assert_int_equal(q.flushed, fl);
+    }
+  }
+  free(x);
+  free(o);
 }
 
 /* deterministic values of a wide range */
@@ -270,6 +311,7 @@ static void test_sites_update_and_preset(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cast),
+      cmocka_unit_test(test_cast_sweep),
       cmocka_unit_test(test_linear_fp8_vs_reference),
       cmocka_unit_test(test_sites_update_and_preset),
   };
