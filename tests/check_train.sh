@@ -183,6 +183,40 @@ PY
 "$ampc" train $f8f --fp8-amax-history 16 --resume "$tmp/f8_part.st" >/dev/null 2>"$tmp/err"
 [ $? = 1 ] && grep -q 'amax history of 1024 steps, this run.s is 16' "$tmp/err" ||
   die "fp8-mixed resume with another history: $(cat "$tmp/err")"
+# damaged FP8 or Kahan state is refused (exit 1, the file and tensor named),
+# not silently replaced by fresh state
+drop() { # drop FILE OUT TENSOR: the checkpoint without that tensor
+  python3 - "$@" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+del h[sys.argv[3]]
+data, out = raw[8 + n:], b""  # repacked in file order: no hole where it was
+for k, v in sorted(((k, v) for k, v in h.items() if k != "__metadata__"),
+                   key=lambda kv: kv[1]["data_offsets"][0]):
+    a, b = v["data_offsets"]
+    v["data_offsets"] = [len(out), len(out) + b - a]
+    out += data[a:b]
+hb = json.dumps(h).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + out)
+PY
+}
+drop "$tmp/f8_part.st" "$tmp/f8_bad.st" fp8.vision.blocks.0.q.amax_history
+"$ampc" train $f8f --resume "$tmp/f8_bad.st" >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q "f8_bad.st: the FP8 state of 'vision.blocks.0.q' is missing" "$tmp/err" ||
+  die "fp8-mixed resume without one site's history: $(cat "$tmp/err")"
+drop "$tmp/kh_part.st" "$tmp/kh_bad.st" optimizer.kahan_comp.fc2.weight
+"$ampc" train $khf --resume "$tmp/kh_bad.st" >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q "kahan_comp.fc2.weight' is missing" "$tmp/err" ||
+  die "kahan resume without one compensation tensor: $(cat "$tmp/err")"
+# the recipe flags belong to fp8-mixed; FP8 needs FP32 accumulation
+expect 2 --model mlp --precision bf16-mixed --fp8-margin 1 --steps 1
+grep -q 'bf16-mixed has no FP8 casts' "$tmp/err" || die "bf16-mixed --fp8-margin: $(cat "$tmp/err")"
+expect 2 --model mlp --precision fp8-mixed --accumulate fp16 --steps 1
+grep -q 'fp8-mixed needs --accumulate fp32' "$tmp/err" || die "fp8 + fp16 acc: $(cat "$tmp/err")"
+expect 2 --model mlp --precision fp8-mixed --fp8-margin 9 --steps 1
 expect 2 --model mlp --precision fp8-mixed --fp8-amax-compute mean --steps 1
 grep -q 'expected max or most_recent' "$tmp/err" || die "--fp8-amax-compute mean: $(cat "$tmp/err")"
 

@@ -494,7 +494,7 @@ static void test_verdict_swallowed_and_accumulation(void **state) {
  * counts survive the log round trip */
 static void test_verdict_fp8_saturation(void **state) {
   (void)state;
-  for (int bad = 0; bad < 2; bad++) {
+  for (int bad = 0; bad < 3; bad++) {
     ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, true, AMPC_BF16);
     ampc_diag *d = ampc_diag_create(&c);
     for (int i = 1; i <= 20; i++) {
@@ -502,8 +502,9 @@ static void test_verdict_fp8_saturation(void **state) {
       for (int b = 0; b < 3; b++) {
         s.br[b].fp8_values = 100000;
         s.br[b].fp8_saturated =
-            i == 1 ? 50000 : (b == AMPC_BRANCH_TEXT && bad && i >= 8 ? 500 : 10);
-        s.br[b].fp8_flushed = 7;
+            i == 1 ? 50000 : (b == AMPC_BRANCH_TEXT && bad == 1 && i >= 8 ? 500 : 10);
+        /* bad 2: the vision branch flushes 20 % of its casts */
+        s.br[b].fp8_flushed = i == 1 ? 90000 : (b == AMPC_BRANCH_VISION && bad == 2 ? 20000 : 7);
       }
       assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
       if (i == 8) { /* the JSON of a step carries the counts, and reads back */
@@ -517,6 +518,11 @@ static void test_verdict_fp8_saturation(void **state) {
     assert_int_equal(n, 1);
     if (!bad) {
       assert_int_equal(v[0].kind, AMPC_VERDICT_HEALTHY);
+    } else if (bad == 2) {
+      assert_int_equal(v[0].kind, AMPC_VERDICT_FP8_UNDERFLOW);
+      assert_int_equal(v[0].branch, AMPC_BRANCH_VISION);
+      assert_string_equal(ampc_verdict_name(v[0].kind), "fp8-underflow");
+      assert_non_null(strstr(v[0].evidence[0], "20 %"));
     } else {
       assert_int_equal(v[0].kind, AMPC_VERDICT_FP8_SATURATION);
       assert_int_equal(v[0].branch, AMPC_BRANCH_TEXT);

@@ -94,12 +94,14 @@ typedef enum ampc_verdict_kind {
   AMPC_VERDICT_ACCUMULATION,          /* GEMM sums measurably worse than FP32 accumulation */
   AMPC_VERDICT_FP8_SATURATION,        /* FP8 casts clipped at the format's largest value: the
                                          delayed scale lags a growing amax */
+  AMPC_VERDICT_FP8_UNDERFLOW,         /* FP8 casts flushed to zero: the scale is too small
+                                         for the tensor (margin, or a stale history max) */
   AMPC_VERDICT_COUNT
 } ampc_verdict_kind;
 
 /* "healthy", "overflow", "nonfinite-independent-of-scale", "underflow",
- * "swallowed-updates", "accumulation-error", "fp8-saturation" ("?" for an
- * invalid kind). */
+ * "swallowed-updates", "accumulation-error", "fp8-saturation", "fp8-underflow"
+ * ("?" for an invalid kind). */
 const char *ampc_verdict_name(ampc_verdict_kind k);
 
 /* One branch at one step. Rounding counts come from the telemetry collector

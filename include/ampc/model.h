@@ -64,6 +64,10 @@ typedef struct ampc_fp8_sites {
 ampc_status ampc_fp8_sites_init(ampc_fp8_sites *S, int n, const ampc_amp_config *amp,
                                 size_t ws_bytes);
 void ampc_fp8_sites_free(ampc_fp8_sites *S); /* a zeroed or freed one is fine */
+/* The bytes ampc_fp8_sites_init allocates for n sites with a history of len
+ * (the amax histories dominate: 12 len bytes per site), its workspace
+ * aside: the memory account's fp8_state role. */
+size_t ampc_fp8_sites_state_bytes(int n, int len);
 /* Name and branch site i. */
 void ampc_fp8_sites_name(ampc_fp8_sites *S, int i, ampc_branch br, const char *name);
 /* The step's end: for every quantizer, record its amax (lin[i].x.amax ...)
@@ -192,6 +196,9 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
 void ampc_mmodel_free(ampc_mmodel *M);
 /* The model's FP8 sites (fp8-mixed), or NULL in the other presets. */
 ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M);
+/* FP8 sites of the multimodal model c under fp8-mixed: 6 per transformer
+ * block (q, k, v, out, fc1, fc2) of every tower. */
+int ampc_mmodel_fp8_site_count(const ampc_mmodel_config *c);
 /* The configuration and the largest batch the model was created for. */
 const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M);
 int64_t ampc_mmodel_max_batch(const ampc_mmodel *M);

@@ -12,7 +12,10 @@
  *                dtype; 0 otherwise)
  *   activations  the model's saved activations and caches (its arena up to
  *                the gradient workspaces)
- *   workspace    the model's gradient workspaces (the rest of its arena)
+ *   workspace    the model's gradient workspaces (the rest of its arena;
+ *                under fp8-mixed also the casts' BF16 containers)
+ *   fp8_state    fp8-mixed: every FP8 cast's amax history and scale
+ *                (ampc_fp8_sites_state_bytes; --fp8-amax-history)
  *
  * The parameter roles follow ampc_params_create exactly (every tensor padded
  * to 16 elements); the model roles follow the model's own allocation plan
@@ -47,11 +50,12 @@ typedef enum ampc_mem_role {
   AMPC_MEM_COMPENSATION = 4, /* the parameter roles end here */
   AMPC_MEM_ACTIVATIONS = 5,
   AMPC_MEM_WORKSPACE = 6,
+  AMPC_MEM_FP8_STATE = 7, /* fp8-mixed: the amax histories and scales (model accounts) */
   AMPC_MEM_ROLE_COUNT
 } ampc_mem_role;
 
 /* "weights", "master", "grads", "moments", "compensation", "activations",
- * "workspace"; "?". */
+ * "workspace", "fp8_state"; "?". */
 const char *ampc_mem_role_name(ampc_mem_role r);
 
 typedef struct ampc_mem_account {

@@ -65,8 +65,11 @@ static ampc_status parse_int(const char *name, const char *v, int lo, int *out) 
   char *end = NULL;
   errno = 0;
   const long x = strtol(v, &end, 10);
-  if (end == v || *end != '\0' || errno == ERANGE || x < lo || x > 1000000000L)
+  if (end == v || *end != '\0')
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--%s: '%s' is not an integer >= %d", name, v, lo);
+  if (errno == ERANGE || x < lo || x > 1000000000L)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--%s: %s is out of range (%d .. 1000000000)", name, v,
+                     lo);
   *out = (int)x;
   return AMPC_OK;
 }
@@ -126,7 +129,7 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
   } else if (strcmp(name, "fp8-amax-compute") == 0) {
     if (strcmp(value, "max") == 0)
       t.fp8_amax_algo = AMPC_AMAX_MAX;
-    else if (strcmp(value, "most_recent") == 0 || strcmp(value, "most-recent") == 0)
+    else if (strcmp(value, "most_recent") == 0)
       t.fp8_amax_algo = AMPC_AMAX_MOST_RECENT;
     else
       return ampc_fail(AMPC_ERR_INVALID_ARG,
@@ -208,18 +211,30 @@ ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
     return ampc_fail(AMPC_ERR_INVALID_ARG, "master weights with FP32 working weights");
   if (c->fp8_amax_history < 1 || c->fp8_amax_history > (1 << 20) ||
       (c->fp8_amax_algo != AMPC_AMAX_MAX && c->fp8_amax_algo != AMPC_AMAX_MOST_RECENT) ||
-      !(c->fp8_margin >= 0.0f && c->fp8_margin <= 100.0f))
+      !(c->fp8_margin >= 0.0f && c->fp8_margin <= 8.0f))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "FP8 recipe: amax history %d (1..1048576), algorithm %d, margin %g (0..100)",
+                     "FP8 recipe: amax history %d (1..1048576), algorithm %d, margin %g (0..8)",
                      c->fp8_amax_history, (int)c->fp8_amax_algo, (double)c->fp8_margin);
+  const bool fp8 = ampc_precision_is_fp8(c->precision);
+  if (!fp8 &&
+      (c->fp8_amax_history != 1024 || c->fp8_amax_algo != AMPC_AMAX_MAX || c->fp8_margin != 0.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--fp8-amax-history / --fp8-amax-compute / --fp8-margin set the FP8 recipe of "
+                     "fp8-mixed; %s has no FP8 casts",
+                     ampc_precision_name(c->precision));
+  if (fp8 && c->accumulate != AMPC_ACC_F32)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "fp8-mixed needs --accumulate fp32: the FP8 operands are scaled up to the "
+                     "format's range (448, 57344), their products overflow a binary16 sum (FP8 "
+                     "Tensor Cores accumulate in FP32)");
   if ((unsigned)c->weight_update > AMPC_UPDATE_KAHAN)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--weight-update: invalid value %d",
                      (int)c->weight_update);
   if (c->weight_update != AMPC_UPDATE_NEAREST && (c->lowp != AMPC_F32 && c->master_weights))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "--weight-update %s acts on the 16-bit weights themselves: it needs "
+                     "--weight-update %s acts on the 16-bit weights themselves: with %s it needs "
                      "--master-weights off (the FP32 master already keeps every update)",
-                     ampc_weight_update_name(c->weight_update));
+                     ampc_weight_update_name(c->weight_update), ampc_precision_name(c->precision));
   if (c->weight_update == AMPC_UPDATE_KAHAN && c->lowp == AMPC_F32)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "--weight-update kahan needs 16-bit weights (bf16-true or 16-true, or a "

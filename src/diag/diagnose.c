@@ -51,6 +51,10 @@ static const int64_t k_min_skips = 3;
  * growing saturates (Micikevicius et al. 2022, "FP8 Formats for Deep
  * Learning", section 4; TE's recipe.DelayedScaling). */
 static const double k_fp8_sat_frac = 1e-3;
+/* FP8 underflow: at least this fraction of a branch's counted casts after
+ * step 1 were non-zero and became 0 (healthy fp8-mixed runs of mm-tiny flush
+ * 0.0007-0.2 %, with --fp8-margin 2 up to 4 %). */
+static const double k_fp8_flush_frac = 0.1;
 /* Overflow with the scale at its floor for this many consecutive steps. */
 static const int k_floor_run = 3;
 
@@ -70,6 +74,7 @@ const char *ampc_verdict_name(ampc_verdict_kind k) {
   case AMPC_VERDICT_SWALLOWED: return "swallowed-updates";
   case AMPC_VERDICT_ACCUMULATION: return "accumulation-error";
   case AMPC_VERDICT_FP8_SATURATION: return "fp8-saturation";
+  case AMPC_VERDICT_FP8_UNDERFLOW: return "fp8-underflow";
   default: return "?";
   }
 }
@@ -485,6 +490,27 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       snprintf(v.safeguard, sizeof v.safeguard, "%s",
                "headroom for a growing amax: --fp8-margin 1 (or 2; each halves the delayed scale); "
                "else bf16-mixed");
+      if (nv < max)
+        out[nv++] = v;
+    }
+    int fb = -1;
+    double fworst = 0.0;
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      const double f = frac((uint64_t)fl[b], (uint64_t)val[b]);
+      if (val[b] && f >= k_fp8_flush_frac && f > fworst)
+        fworst = f, fb = b;
+    }
+    if (fb >= 0) {
+      ampc_verdict v = verdict(AMPC_VERDICT_FP8_UNDERFLOW);
+      v.branch = fb;
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        if (val[b])
+          ev(&v, "%s: %lld of %lld FP8 casts after step 1 flushed to zero (%.3g %%)", bn[b],
+             (long long)fl[b], (long long)val[b], 100.0 * frac((uint64_t)fl[b], (uint64_t)val[b]));
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               "a larger FP8 scale: a smaller --fp8-margin, or --fp8-amax-compute most_recent / a "
+               "shorter --fp8-amax-history when an old large amax holds the scale down; else "
+               "bf16-mixed");
       if (nv < max)
         out[nv++] = v;
     }

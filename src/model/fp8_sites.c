@@ -64,6 +64,14 @@ ampc_status ampc_fp8_sites_init(ampc_fp8_sites *S, int n, const ampc_amp_config 
   return AMPC_OK;
 }
 
+size_t ampc_fp8_sites_state_bytes(int n, int len) {
+  if (n < 1 || len < 1)
+    return 0;
+  const size_t N = (size_t)n;
+  return N * sizeof(ampc_linear_fp8) + 3 * N * sizeof(ampc_fp8_meta) +
+         3 * N * (size_t)len * sizeof(float) + N * sizeof(ampc_branch) + N * AMPC_FP8_SITE_NAME;
+}
+
 void ampc_fp8_sites_name(ampc_fp8_sites *S, int i, ampc_branch br, const char *name) {
   if (!S || i < 0 || i >= S->n)
     return;

@@ -252,6 +252,12 @@ void ampc_mmodel_free(ampc_mmodel *M) {
 }
 
 size_t ampc_mmodel_activation_bytes(const ampc_mmodel *M) { return M ? M->arena_bytes : 0; }
+int ampc_mmodel_fp8_site_count(const ampc_mmodel_config *c) {
+  if (!c)
+    return 0;
+  return SITES_PER_BLOCK * (c->v_depth + (c->image_only ? 0 : c->t_depth + c->f_depth));
+}
+
 ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M) { return M && M->fp8_on ? &M->fp8 : NULL; }
 const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M) { return &M->c; }
 int64_t ampc_mmodel_max_batch(const ampc_mmodel *M) { return M->B; }
@@ -367,8 +373,7 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
   A.used = 0;
   layout(M, &A);
   if (M->fp8_on) { /* the sites: 6 per block, in the order of the towers */
-    const int nb = c->v_depth + (c->image_only ? 0 : c->t_depth + c->f_depth);
-    ampc_status st = ampc_fp8_sites_init(&M->fp8, nb * SITES_PER_BLOCK, amp, 0);
+    ampc_status st = ampc_fp8_sites_init(&M->fp8, ampc_mmodel_fp8_site_count(c), amp, 0);
     if (st != AMPC_OK) {
       free(M->arena);
       free(M);

@@ -24,6 +24,7 @@ const char *ampc_mem_role_name(ampc_mem_role r) {
       [AMPC_MEM_COMPENSATION] = "compensation",
       [AMPC_MEM_ACTIVATIONS] = "activations",
       [AMPC_MEM_WORKSPACE] = "workspace",
+      [AMPC_MEM_FP8_STATE] = "fp8_state",
   };
   return (unsigned)r < AMPC_MEM_ROLE_COUNT ? names[r] : "?";
 }
@@ -142,6 +143,9 @@ ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
   out->batch = batch;
   out->bytes[AMPC_MEM_ACTIVATIONS] = act;
   out->bytes[AMPC_MEM_WORKSPACE] = ws;
+  if (ampc_precision_is_fp8(amp->precision))
+    out->bytes[AMPC_MEM_FP8_STATE] =
+        ampc_fp8_sites_state_bytes(ampc_mmodel_fp8_site_count(c), amp->fp8_amax_history);
   finish(out);
   return AMPC_OK;
 }
@@ -160,6 +164,8 @@ ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
   out->batch = batch;
   out->bytes[AMPC_MEM_ACTIVATIONS] = act;
   out->bytes[AMPC_MEM_WORKSPACE] = ws;
+  if (ampc_precision_is_fp8(amp->precision)) /* fc1 and fc2 */
+    out->bytes[AMPC_MEM_FP8_STATE] = ampc_fp8_sites_state_bytes(2, amp->fp8_amax_history);
   finish(out);
   return AMPC_OK;
 }

@@ -15,6 +15,7 @@
 #include <float.h>
 #include <limits.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,11 +226,21 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
       st = load_tensor(path, f, name, &P->p[i], mom[w] + (size_t)P->p[i].offset * ssz, P->sdt);
     }
   }
-  for (int i = 0; comp && i < P->count && st == AMPC_OK; i++) {
+  /* all or nothing: a checkpoint without any compensation (another
+   * --weight-update) starts from zeros; one with some must hold all, finite */
+  bool any_comp = false;
+  for (int i = 0; i < ampc_safetensors_count(f); i++)
+    any_comp = any_comp || !strncmp(ampc_safetensors_tensor(f, i)->name, "optimizer.kahan_comp.",
+                                    strlen("optimizer.kahan_comp."));
+  for (int i = 0; comp && any_comp && i < P->count && st == AMPC_OK; i++) {
     char name[NAME_CAP];
     snprintf(name, sizeof name, "optimizer.kahan_comp.%s", P->p[i].name);
-    if (ampc_safetensors_find(f, name))
-      st = load_tensor(path, f, name, &P->p[i], comp + (size_t)P->p[i].offset * wsz, P->wdt);
+    char *dst = comp + (size_t)P->p[i].offset * wsz;
+    st = load_tensor(path, f, name, &P->p[i], dst, P->wdt);
+    for (int64_t e = 0; st == AMPC_OK && e < P->p[i].numel; e++)
+      if (!isfinite(ampc_elem_load(dst, P->wdt, e)))
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' holds a non-finite compensation", path,
+                       name);
   }
   if (st != AMPC_OK)
     goto done;
@@ -377,6 +388,17 @@ void ampc_fp8_state_storage_free(ampc_fp8_state_storage *st) {
   memset(st, 0, sizeof *st);
 }
 
+/* true when name is "fp8.<site>.amax_history" or "fp8.<site>.scale" of a site of S */
+static bool fp8_known(const ampc_fp8_sites *S, const char *name) {
+  for (int i = 0; i < S->n; i++) {
+    const size_t l = strlen(S->name[i]);
+    if (!strncmp(name + 4, S->name[i], l) &&
+        (!strcmp(name + 4 + l, ".amax_history") || !strcmp(name + 4 + l, ".scale")))
+      return true;
+  }
+  return false;
+}
+
 ampc_status ampc_fp8_state_load(ampc_fp8_sites *S, const char *path, bool *found) {
   if (!S || !path)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_fp8_state_load: bad arguments");
@@ -388,12 +410,30 @@ ampc_status ampc_fp8_state_load(ampc_fp8_sites *S, const char *path, bool *found
   ampc_status st = ampc_safetensors_read(path, &f);
   if (st != AMPC_OK)
     return st;
-  char name[AMPC_FP8_SITE_NAME + 32];
-  snprintf(name, sizeof name, "fp8.%s.amax_history", S->name[0]);
-  if (!ampc_safetensors_find(f, name)) { /* a checkpoint of another preset: fresh scales */
-    ampc_safetensors_free(f);
-    return AMPC_OK;
+  /* all or nothing: a checkpoint of another preset has no fp8.* tensor (the
+   * scales start fresh); one of fp8-mixed must hold every site, and nothing
+   * it does not know */
+  int nfp8 = 0;
+  for (int i = 0; i < ampc_safetensors_count(f) && st == AMPC_OK; i++) {
+    const char *nm = ampc_safetensors_tensor(f, i)->name;
+    if (strncmp(nm, "fp8.", 4) != 0)
+      continue;
+    nfp8++;
+    if (!fp8_known(S, nm))
+      st = ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: tensor '%s' is not the FP8 state of a linear layer of this model", path,
+                     nm);
   }
+  const char *cfg = ampc_safetensors_meta(f, "ampc.config");
+  if (st == AMPC_OK && nfp8 == 0 && cfg && strstr(cfg, "\"precision\":\"fp8-mixed\""))
+    st = ampc_fail(AMPC_ERR_FORMAT,
+                   "%s: an fp8-mixed checkpoint without its FP8 scaling state (fp8.* tensors)",
+                   path);
+  if (st != AMPC_OK || nfp8 == 0) {
+    ampc_safetensors_free(f);
+    return st;
+  }
+  char name[AMPC_FP8_SITE_NAME + 32];
   /* validate every tensor first, then commit */
   const size_t hl = (size_t)3 * (size_t)S->len;
   for (int i = 0; i < S->n && st == AMPC_OK; i++) {
@@ -402,21 +442,36 @@ ampc_status ampc_fp8_state_load(ampc_fp8_sites *S, const char *path, bool *found
     snprintf(name, sizeof name, "fp8.%s.scale", S->name[i]);
     const ampc_st_tensor *sc = ampc_safetensors_find(f, name);
     if (!h || !sc || h->dtype != AMPC_F32 || sc->dtype != AMPC_F32 || h->ndim != 2 ||
-        h->shape[0] != 3 || sc->ndim != 1 || sc->shape[0] != 3)
+        h->shape[0] != 3 || sc->ndim != 1 || sc->shape[0] != 3) {
       st = ampc_fail(AMPC_ERR_FORMAT,
                      "%s: the FP8 state of '%s' is missing or malformed (F32 [3, history] and [3])",
                      path, S->name[i]);
-    else if (h->shape[1] != S->len)
+      break;
+    }
+    if (h->shape[1] != S->len) {
       st = ampc_fail(AMPC_ERR_FORMAT,
                      "%s: '%s' has an amax history of %lld steps, this run's is %d "
                      "(--fp8-amax-history)",
                      path, S->name[i], (long long)h->shape[1], S->len);
+      break;
+    }
+    /* an amax is >= 0 and never NaN (NaN is not recorded); inf is (a cast of
+     * an overflowed tensor) */
+    for (size_t e = 0; e < hl && st == AMPC_OK; e++) {
+      float v;
+      memcpy(&v, (const char *)h->data + 4 * e, 4);
+      if (!(v >= 0.0f))
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s: amax history of '%s' holds %g (an amax is >= 0)", path,
+                       S->name[i], (double)v);
+    }
     for (int q = 0; st == AMPC_OK && q < 3; q++) {
       float v;
       memcpy(&v, (const char *)sc->data + 4 * q, 4);
-      if (!(v > 0.0f) || !(v <= FLT_MAX))
-        st = ampc_fail(AMPC_ERR_FORMAT, "%s: FP8 scale %g of '%s' is not positive and finite", path,
-                       (double)v, S->name[i]);
+      if (!(v > 0.0f) || !(v <= FLT_MAX) || !(1.0f / v <= FLT_MAX))
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "%s: FP8 scale %g of '%s' is not a positive finite number with a finite "
+                       "inverse",
+                       path, (double)v, S->name[i]);
     }
   }
   for (int i = 0; i < S->n && st == AMPC_OK; i++) {

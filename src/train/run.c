@@ -570,9 +570,10 @@ static void add_eval(cJSON *m, const ampc_run *R, const ampc_eval *e) {
 /* the summary's "memory": the parameter roles as allocated, the model's
  * activation and workspace bytes, their total, and the peak RSS */
 static void add_memory(cJSON *summary, const ampc_trainer *T, size_t activations, size_t workspace,
-                       size_t grad_stage) {
+                       size_t grad_stage, const ampc_fp8_sites *fp8) {
   cJSON *mem = cJSON_AddObjectToObject(summary, "memory");
-  size_t total = activations + workspace + grad_stage;
+  const size_t fp8_state = fp8 ? ampc_fp8_sites_state_bytes(fp8->n, fp8->len) : 0;
+  size_t total = activations + workspace + grad_stage + fp8_state;
   for (int r = 0; r < AMPC_ROLE_COUNT; r++)
     total += T->params.bytes[r];
   cJSON_AddNumberToObject(mem, "weights", (double)T->params.bytes[AMPC_ROLE_WEIGHTS]);
@@ -587,6 +588,8 @@ static void add_memory(cJSON *summary, const ampc_trainer *T, size_t activations
   cJSON_AddNumberToObject(mem, "workspace", (double)workspace);
   if (grad_stage) /* the FP32 sum over micro-batches and ranks */
     cJSON_AddNumberToObject(mem, "grad_stage", (double)grad_stage);
+  if (fp8_state) /* fp8-mixed: the amax histories and scales */
+    cJSON_AddNumberToObject(mem, "fp8_state", (double)fp8_state);
   cJSON_AddNumberToObject(mem, "total", (double)total);
   cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
 }
@@ -626,7 +629,7 @@ static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
                             t->sw.updated ? (double)t->sw.swallowed / (double)t->sw.updated : 0);
     cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
-    add_memory(o, T, act, ws, ampc_accum_stage_bytes(&R->accum, T->params.total));
+    add_memory(o, T, act, ws, ampc_accum_stage_bytes(&R->accum, T->params.total), R->model.fp8);
   } else {
     cJSON_AddNumberToObject(o, "ms_per_step_mean", t->ms_n ? t->ms_sum / (double)t->ms_n : 0.0);
     cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
@@ -635,7 +638,7 @@ static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
     for (int r = 0; r < AMPC_ROLE_COUNT; r++)
       pbytes += T->params.bytes[r];
     cJSON_AddNumberToObject(o, "parameter_state_bytes", (double)pbytes);
-    add_memory(o, T, act, ws, ampc_accum_stage_bytes(&R->accum, T->params.total));
+    add_memory(o, T, act, ws, ampc_accum_stage_bytes(&R->accum, T->params.total), R->model.fp8);
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
     if (t->have_eval)
       add_eval(cJSON_AddObjectToObject(o, "metrics"), R, &t->ev);

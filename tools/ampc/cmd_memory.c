@@ -42,7 +42,9 @@ static const char k_memory_usage[] =
     "  --classes C        classes of the head (default: the emoji data's 9; vit-fm 10;\n"
     "                     mlp 5); --in N (16) --hidden N (64) for mlp\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
-    "  --precision P      32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
+    "  --precision P      32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true |\n"
+    "                     fp8-mixed (with --model: an fp8_state role, the amax\n"
+    "                     histories; --fp8-amax-history N (1024) sizes it)\n"
     "  --master-weights on|off   override the preset's FP32 master copy\n"
     "  --weight-update nearest|stochastic|kahan   kahan adds a compensation buffer\n"
     "                     in the working dtype (16-bit weights without a master)\n"
@@ -74,7 +76,8 @@ static const char k_plan_usage[] =
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
 
 typedef struct mem_args {
-  const char *params, *model, *optimizer, *precision, *master, *update, *data, *budget, *overhead;
+  const char *params, *model, *optimizer, *precision, *master, *update, *fp8hist, *data, *budget,
+      *overhead;
   int64_t batch, classes, in, hidden, max_batch;
   bool json;
 } mem_args;
@@ -129,6 +132,8 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       a->master = v;
     else if (!strcmp(name, "weight-update"))
       a->update = v;
+    else if (!strcmp(name, "fp8-amax-history"))
+      a->fp8hist = v;
     else if (!is_plan && !strcmp(name, "batch"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 20, &a->batch);
     else if (!strcmp(name, "classes"))
@@ -155,7 +160,7 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
 
 /* The resolved precision of one preset name with the --master-weights override. */
 static int resolve_amp(const char *cmd, const char *name, const char *master, const char *update,
-                       ampc_amp_config *amp) {
+                       const char *fp8hist, ampc_amp_config *amp) {
   ampc_precision p;
   if (ampc_precision_parse(name, &p) != AMPC_OK)
     return cli_usage_error(cmd, "--precision: %s", ampc_last_error());
@@ -163,6 +168,8 @@ static int resolve_amp(const char *cmd, const char *name, const char *master, co
   if (master && ampc_amp_config_set(amp, "master-weights", master) != AMPC_OK)
     return cli_usage_error(cmd, "--master-weights: %s", ampc_last_error());
   if (update && ampc_amp_config_set(amp, "weight-update", update) != AMPC_OK)
+    return cli_usage_error(cmd, "%s", ampc_last_error());
+  if (fp8hist && ampc_amp_config_set(amp, "fp8-amax-history", fp8hist) != AMPC_OK)
     return cli_usage_error(cmd, "%s", ampc_last_error());
   if (ampc_amp_config_check(amp) != AMPC_OK)
     return cli_usage_error(cmd, "%s", ampc_last_error());
@@ -246,8 +253,8 @@ static int run_memory(int argc, char **argv) {
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
     return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
   ampc_amp_config amp, ref;
-  if ((rc = resolve_amp(cmd, a.precision, a.master, a.update, &amp)) != 0 ||
-      (rc = resolve_amp(cmd, "32-true", NULL, NULL, &ref)) != 0)
+  if ((rc = resolve_amp(cmd, a.precision, a.master, a.update, a.fp8hist, &amp)) != 0 ||
+      (rc = resolve_amp(cmd, "32-true", NULL, NULL, NULL, &ref)) != 0)
     return rc;
   ampc_mem_account m, m32;
   const bool model = a.model != NULL;
@@ -300,7 +307,8 @@ static int run_memory(int argc, char **argv) {
     printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
            a.precision, a.optimizer);
   print_table(&m, model);
-  const size_t p = m.total - m.bytes[AMPC_MEM_ACTIVATIONS] - m.bytes[AMPC_MEM_WORKSPACE];
+  const size_t p = m.total - m.bytes[AMPC_MEM_ACTIVATIONS] - m.bytes[AMPC_MEM_WORKSPACE] -
+                   m.bytes[AMPC_MEM_FP8_STATE];
   const size_t p32 = m32.total - m32.bytes[AMPC_MEM_ACTIVATIONS] - m32.bytes[AMPC_MEM_WORKSPACE];
   const double r = (double)m.total / (double)m32.total;
   if (!model && fabs(r - 1.0) < 1e-9)
@@ -352,7 +360,7 @@ static int run_plan(int argc, char **argv) {
       return cli_usage_error(cmd, "--precision: bad list '%s'", a.precision);
     memcpy(names[np], s, len);
     names[np][len] = '\0';
-    if ((rc = resolve_amp(cmd, names[np], a.master, a.update, &amps[np])) != 0)
+    if ((rc = resolve_amp(cmd, names[np], a.master, a.update, a.fp8hist, &amps[np])) != 0)
       return rc;
     np++;
     s = e ? e + 1 : s + len;

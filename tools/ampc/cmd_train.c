@@ -171,6 +171,9 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     if (!f.value) {
       if (i + 1 >= argc)
         return cli_usage_error("train", "--%s needs a value", f.name);
+      if (!strncmp(argv[i + 1], "--", 2)) /* no value is a flag: "--lr --steps 5" */
+        return cli_usage_error("train", "--%s needs a value (got the flag %s)", f.name,
+                               argv[i + 1]);
       f.value = argv[++i];
     }
     if (!strcmp(f.name, "precision")) {
@@ -405,6 +408,9 @@ static void print_config(FILE *out, ampc_run *R) {
     fprintf(out, " (%g)", (double)am->scaler.init_scale);
   if (am->weight_update != AMPC_UPDATE_NEAREST)
     fprintf(out, ", weight update %s", ampc_weight_update_name(am->weight_update));
+  if (ampc_precision_is_fp8(am->precision))
+    fprintf(out, ", FP8 e4m3/e5m2 (amax history %d, %s, margin %g)", am->fp8_amax_history,
+            am->fp8_amax_algo == AMPC_AMAX_MAX ? "max" : "most_recent", (double)am->fp8_margin);
   fprintf(out, ", accumulate %s; %lld parameters", am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32",
           (long long)T->params.numel);
   const ampc_run_config *rc = ampc_run_get_config(R);
