@@ -7,6 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 enum { LIN_BIAS_ROW = 4096 }; /* widest bias laid by copying rows */
 
@@ -194,7 +197,57 @@ ampc_status ampc_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, i
       const float *r = nn_in(src, sdt, i * ld + j0, len, buf);
       uint16_t *d = dst + i * cols + j0;
       uint32_t nf = 0, ns = 0, nfl = 0;
-      for (int64_t j = 0; j < len; j++) {
+      int64_t j = 0;
+#if defined(__SSE2__)
+      { /* 4 lanes of the scalar loop below, op for op (MAXPS/MINPS keep the
+         * second operand for a NaN, as the scalar ternaries do) */
+        const __m128 vabs = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF)),
+                     vflt = _mm_set1_ps(FLT_MAX), vsc = _mm_set1_ps(scale),
+                     vmax = _mm_set1_ps(fmax), vtiny = _mm_set1_ps(tiny), vmag = _mm_set1_ps(magic),
+                     vzero = _mm_setzero_ps();
+        const __m128i vhalf = _mm_set1_epi32((int)half), vlow = _mm_set1_epi32((int)~low),
+                      vone = _mm_set1_epi32(1), vsign = _mm_set1_epi32((int)0x80000000u),
+                      vdrop = _mm_cvtsi32_si128((int)drop);
+        __m128 vam = _mm_set1_ps(amax);
+        /* per-lane counts: a true compare is -1, subtracted */
+        __m128i cnf = _mm_setzero_si128(), cns = _mm_setzero_si128(), cfl = _mm_setzero_si128();
+        for (; j + 4 <= len; j += 4) {
+          const __m128 x = _mm_loadu_ps(r + j);
+          const __m128 ar = _mm_and_ps(x, vabs);
+          vam = _mm_max_ps(ar, vam);
+          cnf = _mm_sub_epi32(cnf, _mm_castps_si128(_mm_cmpnle_ps(ar, vflt)));
+          const __m128 v = _mm_mul_ps(x, vsc);
+          const __m128 av = _mm_and_ps(v, vabs);
+          cns = _mm_sub_epi32(cns, _mm_castps_si128(_mm_cmpnle_ps(av, vmax)));
+          const __m128 a = _mm_min_ps(av, vmax);
+          const __m128 sub = _mm_sub_ps(_mm_add_ps(a, vmag), vmag);
+          __m128i b = _mm_castps_si128(a);
+          b = _mm_and_si128(
+              _mm_add_epi32(_mm_add_epi32(b, vhalf), _mm_and_si128(_mm_srl_epi32(b, vdrop), vone)),
+              vlow);
+          const __m128 lt = _mm_cmplt_ps(a, vtiny);
+          const __m128 m = _mm_or_ps(_mm_and_ps(lt, sub), _mm_andnot_ps(lt, _mm_castsi128_ps(b)));
+          const __m128i qb =
+              _mm_or_si128(_mm_castps_si128(m), _mm_and_si128(_mm_castps_si128(v), vsign));
+          /* the upper halves, sign-extended so that the signed pack is exact */
+          const __m128i h = _mm_srai_epi32(qb, 16);
+          _mm_storel_epi64((__m128i *)(void *)(d + j), _mm_packs_epi32(h, h));
+          cfl = _mm_sub_epi32(
+              cfl, _mm_castps_si128(_mm_and_ps(_mm_cmpneq_ps(ar, vzero), _mm_cmpeq_ps(m, vzero))));
+        }
+        float lanes[4];
+        uint32_t c[3][4];
+        _mm_storeu_ps(lanes, vam);
+        _mm_storeu_si128((__m128i *)(void *)c[0], cnf);
+        _mm_storeu_si128((__m128i *)(void *)c[1], cns);
+        _mm_storeu_si128((__m128i *)(void *)c[2], cfl);
+        for (int l = 0; l < 4; l++) {
+          amax = lanes[l] > amax ? lanes[l] : amax;
+          nf += c[0][l], ns += c[1][l], nfl += c[2][l];
+        }
+      }
+#endif
+      for (; j < len; j++) {
         const float ar = fabsf(r[j]);
         amax = ar > amax ? ar : amax; /* NaN: ignored */
         nf += !(ar <= FLT_MAX);
@@ -211,13 +264,13 @@ ampc_status ampc_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, i
         nfl += (ar != 0.0f) & (m == 0.0f);
       }
       if (nf) { /* inf and NaN inputs: not counted, and kept non-finite */
-        for (int64_t j = 0; j < len; j++) {
-          if (fabsf(r[j]) <= FLT_MAX)
+        for (int64_t t = 0; t < len; t++) {
+          if (fabsf(r[t]) <= FLT_MAX)
             continue;
-          const uint32_t vb = ampc_f32_bits(r[j] * scale);
+          const uint32_t vb = ampc_f32_bits(r[t] * scale);
           const uint8_t c8 = e4 ? ampc_f32bits_to_e4m3bits(vb, 0) : ampc_f32bits_to_e5m2bits(vb, 0);
           const uint32_t back = e4 ? ampc_e4m3bits_to_f32bits(c8) : ampc_e5m2bits_to_f32bits(c8);
-          d[j] = (uint16_t)(back >> 16);
+          d[t] = (uint16_t)(back >> 16);
           ns--; /* counted as past the largest above */
         }
       }
