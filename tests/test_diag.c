@@ -534,6 +534,86 @@ static void test_verdict_fp8_saturation(void **state) {
   }
 }
 
+/* a run against its FP32 twin: per-step differences over the last tenth of
+ * the steps; each cause from the run's own counts */
+static ampc_diag *twin(double offset, int kind, bool master, ampc_dtype lowp) {
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, master, lowp);
+  ampc_diag *d = ampc_diag_create(&c);
+  for (int i = 1; i <= 100; i++) {
+    /* a noisy curve the twins share, plus the run's offset */
+    const double noise = 0.3 * sin(1.7 * i);
+    ampc_diag_step s = step(i, 5.0 - 0.02 * i + noise + offset, 1.0);
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      s.br[b].updated = 1000, s.br[b].swallowed = kind == 3 ? 600 : 0;
+    if (i % 10 == 0) {
+      const int none[4] = {0, 0, 0, 0}, many[4] = {300, 0, 0, 0}; /* 3 % of vision flushed */
+      sample(&s, kind == 2 ? many : none);
+      if (kind == 1)
+        for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+          s.br[b].acc_err = 3e-3;
+    }
+    if (kind == 4 && i == 50)
+      s.overflow = true, s.nonfinite_grads = 7;
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  return d;
+}
+
+static void test_compare_with_baseline(void **state) {
+  (void)state;
+  ampc_diag *base = twin(0.0, 0, false, AMPC_F32);
+  ampc_diag_gap g;
+  ampc_verdict v;
+  int n = -1;
+  /* the same curve: no gap (difference exactly 0) */
+  ampc_diag *same = twin(0.0, 0, true, AMPC_F16);
+  assert_int_equal(ampc_diag_compare(same, base, 0.01, &g, &v, &n), AMPC_OK);
+  assert_int_equal(n, 0);
+  assert_true(g.window == 10 && g.first_step == 91 && g.last_step == 100);
+  assert_true(g.diff == 0.0 && !g.significant && g.finite);
+  /* +0.02 on a loss near 3.1: 0.6 %, below the 1 % margin; at margin 0.1 % a gap */
+  ampc_diag *small = twin(0.02, 0, true, AMPC_F16);
+  assert_int_equal(ampc_diag_compare(small, base, 0.01, &g, &v, &n), AMPC_OK);
+  assert_int_equal(n, 0);
+  assert_true(fabs(g.diff - 0.02) < 1e-12 && g.diff_se < 1e-12);
+  assert_int_equal(ampc_diag_compare(small, base, 0.001, &g, &v, &n), AMPC_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(v.kind, AMPC_VERDICT_PRECISION_GAP);
+  /* +0.2 (about 6 %): the cause from the run's counts */
+  static const ampc_verdict_kind want[4] = {AMPC_VERDICT_PRECISION_GAP, AMPC_VERDICT_ACCUMULATION,
+                                            AMPC_VERDICT_UNDERFLOW, AMPC_VERDICT_SWALLOWED};
+  for (int k = 0; k < 4; k++) {
+    ampc_diag *r = twin(0.2, k, k != 3, AMPC_F16);
+    assert_int_equal(ampc_diag_compare(r, base, 0.01, &g, &v, &n), AMPC_OK);
+    assert_int_equal(n, 1);
+    assert_true(g.significant && g.finite);
+    assert_int_equal(v.kind, want[k]);
+    assert_non_null(strstr(v.evidence[0], "against the FP32 baseline"));
+    if (k == 2)
+      assert_int_equal(v.branch, AMPC_BRANCH_VISION);
+    ampc_diag_free(r);
+  }
+  /* a non-finite step: no cross-run verdict (the run's own verdicts say why) */
+  ampc_diag *nf = twin(0.2, 4, true, AMPC_F16);
+  assert_int_equal(ampc_diag_compare(nf, base, 0.01, &g, &v, &n), AMPC_OK);
+  assert_true(n == 0 && !g.finite && g.significant);
+  /* errors: margin, too few common steps */
+  assert_int_equal(ampc_diag_compare(nf, base, 0.0, &g, &v, &n), AMPC_ERR_INVALID_ARG);
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, true, AMPC_F16);
+  ampc_diag *shortrun = ampc_diag_create(&c);
+  for (int i = 1; i <= 4; i++) {
+    ampc_diag_step s = step(i, 5.0, 1.0);
+    assert_int_equal(ampc_diag_add(shortrun, &s), AMPC_OK);
+  }
+  assert_int_equal(ampc_diag_compare(shortrun, base, 0.01, &g, &v, &n), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "4 steps in common"));
+  ampc_diag_free(shortrun);
+  ampc_diag_free(nf);
+  ampc_diag_free(small);
+  ampc_diag_free(same);
+  ampc_diag_free(base);
+}
+
 static void test_log_round_trip(void **state) {
   (void)state;
   char path[] = "/tmp/ampc_test_diag_XXXXXX";
@@ -650,6 +730,7 @@ int main(void) {
       cmocka_unit_test(test_verdict_underflow),
       cmocka_unit_test(test_verdict_swallowed_and_accumulation),
       cmocka_unit_test(test_verdict_fp8_saturation),
+      cmocka_unit_test(test_compare_with_baseline),
       cmocka_unit_test(test_log_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -96,12 +96,14 @@ typedef enum ampc_verdict_kind {
                                          delayed scale lags a growing amax */
   AMPC_VERDICT_FP8_UNDERFLOW,         /* FP8 casts flushed to zero: the scale is too small
                                          for the tensor (margin, or a stale history max) */
+  AMPC_VERDICT_PRECISION_GAP,         /* cross-run: worse than the FP32 twin by more than the
+                                         margin, no non-finite value, no single cause named */
   AMPC_VERDICT_COUNT
 } ampc_verdict_kind;
 
 /* "healthy", "overflow", "nonfinite-independent-of-scale", "underflow",
- * "swallowed-updates", "accumulation-error", "fp8-saturation", "fp8-underflow"
- * ("?" for an invalid kind). */
+ * "swallowed-updates", "accumulation-error", "fp8-saturation", "fp8-underflow",
+ * "precision-gap" ("?" for an invalid kind). */
 const char *ampc_verdict_name(ampc_verdict_kind k);
 
 /* One branch at one step. Rounding counts come from the telemetry collector
@@ -185,6 +187,33 @@ const ampc_diag_config *ampc_diag_get_config(const ampc_diag *d);
  * and "act" rounding counts with a sparse "log2_hist", the accumulation
  * error), "first_nonfinite". NULL on allocation failure. */
 char *ampc_diag_step_json(const ampc_diag_step *s);
+
+/* ---- a run against its FP32 twin (issue 18) ----------------------------------
+ * The same model, data, seed and steps in FP32 ("the baseline") and in a
+ * 16-bit preset see the same batches, so the per-step loss difference d_t =
+ * loss_run(t) - loss_base(t) cancels the batch-to-batch noise the two share.
+ * Over the last `window` steps both logs have (a tenth of them, at least 5):
+ * mean d and its standard error se = sd(d) / sqrt(window). The gap is real
+ * when mean d > margin * |mean baseline loss| and mean d > 3 se. */
+typedef struct ampc_diag_gap {
+  int64_t window, first_step, last_step; /* the steps compared */
+  double run_loss, base_loss;            /* mean training loss over them */
+  double diff, diff_se;                  /* mean per-step difference, its standard error */
+  double rel;                            /* diff / |base_loss| */
+  bool finite; /* no non-finite loss, gradient or weight anywhere in the run */
+  bool significant;
+} ampc_diag_gap;
+
+/* Compare run with baseline at relative margin (> 0, e.g. 0.01). Fills *gap
+ * and returns the number of verdicts written to *out (0 or 1): when the gap
+ * is significant and the run finite, accumulation-error if the run's sampled
+ * GEMMs err past the accumulation threshold, underflow if a branch flushed at
+ * least 1 % of its sampled gradient values, swallowed-updates if its 16-bit
+ * weights (no master, nearest rounding) left >= 25 % of the updates
+ * unchanged, else precision-gap; each with the gap as evidence. Errors: AMPC_ERR_INVALID_ARG (NULL,
+ * margin <= 0, fewer than 5 common steps). */
+ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *baseline, double margin,
+                              ampc_diag_gap *gap, ampc_verdict *out, int *n_out);
 
 /* Read a metrics log (JSON Lines, DESIGN.md section 4) written by ampc train:
  * its config line and step lines. Errors (message names the file and line):

@@ -75,6 +75,7 @@ const char *ampc_verdict_name(ampc_verdict_kind k) {
   case AMPC_VERDICT_ACCUMULATION: return "accumulation-error";
   case AMPC_VERDICT_FP8_SATURATION: return "fp8-saturation";
   case AMPC_VERDICT_FP8_UNDERFLOW: return "fp8-underflow";
+  case AMPC_VERDICT_PRECISION_GAP: return "precision-gap";
   default: return "?";
   }
 }
@@ -529,4 +530,139 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
     out[nv++] = v;
   }
   return nv;
+}
+
+/* ---- a run against its FP32 twin ------------------------------------------ */
+
+/* index of the step numbered `step` in d (steps are in order), or -1 */
+static int64_t find_step(const ampc_diag *d, int64_t step) {
+  int64_t lo = 0, hi = d->n - 1;
+  while (lo <= hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (d->s[mid].step == step)
+      return mid;
+    if (d->s[mid].step < step)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}
+
+ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, double margin,
+                              ampc_diag_gap *gap, ampc_verdict *out, int *n_out) {
+  if (!run || !base || !gap || !out || !n_out || !(margin > 0.0) || !isfinite(margin))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_diag_compare: bad arguments (margin %g)", margin);
+  memset(gap, 0, sizeof *gap);
+  *n_out = 0;
+  /* the steps both logs have, in the run's order */
+  int64_t common = 0;
+  for (int64_t i = 0; i < run->n; i++)
+    common += find_step(base, run->s[i].step) >= 0;
+  if (common < 5)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the run and its baseline have %lld steps in common (at least 5 needed: the "
+                     "same --steps and --log-every)",
+                     (long long)common);
+  int64_t w = common / 10;
+  w = w < 5 ? 5 : w;
+  gap->finite = true;
+  for (int64_t i = 0; i < run->n; i++) {
+    const ampc_diag_step *s = &run->s[i];
+    if (!isfinite(s->loss) || s->overflow || s->nonfinite_grads || s->nonfinite_weights)
+      gap->finite = false;
+  }
+  double sd = 0.0, sd2 = 0.0, sr = 0.0, sb = 0.0;
+  int64_t k = 0;
+  for (int64_t i = run->n - 1; i >= 0 && k < w; i--) {
+    const int64_t j = find_step(base, run->s[i].step);
+    if (j < 0)
+      continue;
+    const double a = run->s[i].loss, b = base->s[j].loss, d = a - b;
+    if (!isfinite(d)) {
+      gap->finite = false;
+      continue;
+    }
+    if (k == 0)
+      gap->last_step = run->s[i].step;
+    gap->first_step = run->s[i].step;
+    sd += d, sd2 += d * d, sr += a, sb += b;
+    k++;
+  }
+  gap->window = k;
+  if (k < 2) {
+    gap->finite = false;
+    return AMPC_OK;
+  }
+  gap->diff = sd / (double)k;
+  const double var = (sd2 - (double)k * gap->diff * gap->diff) / (double)(k - 1);
+  gap->diff_se = sqrt(var > 0.0 ? var : 0.0) / sqrt((double)k);
+  gap->run_loss = sr / (double)k, gap->base_loss = sb / (double)k;
+  gap->rel = gap->base_loss != 0.0 ? gap->diff / fabs(gap->base_loss) : 0.0;
+  gap->significant = gap->diff > margin * fabs(gap->base_loss) && gap->diff > 3.0 * gap->diff_se;
+  if (!gap->significant || !gap->finite)
+    return AMPC_OK;
+  /* the cause, from the run's own evidence */
+  double acc = -1.0;
+  int acc_b = -1;
+  for (int64_t i = 0; i < run->n; i++)
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      if (run->s[i].telemetry && run->s[i].br[b].acc_err > acc)
+        acc = run->s[i].br[b].acc_err, acc_b = b;
+  double fl = 0.0;
+  int fl_b = -1;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    const double f = frac(run->grad_sum[b].r.underflow, run->grad_sum[b].r.count);
+    if (f > fl)
+      fl = f, fl_b = b;
+  }
+  int64_t upd = 0, swl = 0;
+  for (int64_t i = 0; i < run->n; i++)
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      upd += run->s[i].br[b].updated, swl += run->s[i].br[b].swallowed;
+  const bool in_place = run->c.lowp != AMPC_F32 && !run->c.master_weights;
+  const double swf = frac((uint64_t)swl, (uint64_t)upd);
+  ampc_verdict v;
+  if (acc > k_acc_err) {
+    v = verdict(AMPC_VERDICT_ACCUMULATION);
+    v.branch = acc_b;
+    snprintf(v.safeguard, sizeof v.safeguard, "%s",
+             "FP32 accumulation in every GEMM (--accumulate fp32, as a Tensor Core's FP32 "
+             "accumulator)");
+  } else if (fl >= k_flush_frac) {
+    v = verdict(AMPC_VERDICT_UNDERFLOW);
+    v.branch = fl_b;
+    snprintf(v.safeguard, sizeof v.safeguard, "%s",
+             "loss scaling (--loss-scale dynamic), or a larger scale");
+  } else if (in_place && !run->c.stochastic_update && swf >= k_swallow_frac) {
+    v = verdict(AMPC_VERDICT_SWALLOWED);
+    snprintf(v.safeguard, sizeof v.safeguard, "%s",
+             "FP32 master weights (--master-weights on), or for bfloat16 --weight-update "
+             "stochastic / kahan");
+  } else {
+    v = verdict(AMPC_VERDICT_PRECISION_GAP);
+    snprintf(v.safeguard, sizeof v.safeguard, "%s",
+             "no single safeguard is indicated: compare with --master-weights on, "
+             "--accumulate fp32, --loss-scale dynamic one at a time, or bf16-mixed");
+  }
+  ev(&v,
+     "training loss over steps %lld-%lld: %.5g against the FP32 baseline's %.5g, %+.3g "
+     "(%+.2f %%) per step +- %.2g (standard error), past the margin of %.3g %% and 3 "
+     "standard errors",
+     (long long)gap->first_step, (long long)gap->last_step, gap->run_loss, gap->base_loss,
+     gap->diff, 100.0 * gap->rel, gap->diff_se, 100.0 * margin);
+  ev(&v, "no non-finite loss, gradient or weight in the run");
+  if (acc >= 0.0)
+    ev(&v, "largest sampled GEMM relative error %.3g (%s; threshold 2^-11 = 4.9e-4)", acc,
+       acc_b >= 0 ? ampc_branch_name((ampc_branch)acc_b) : "-");
+  ev(&v,
+     "largest branch share of sampled gradient values flushed to zero: %.3g %% (%s; "
+     "threshold 1 %%)",
+     100.0 * fl, fl_b >= 0 ? ampc_branch_name((ampc_branch)fl_b) : "-");
+  if (in_place)
+    ev(&v, "%.3g %% of the non-zero updates left the 16-bit weight unchanged%s", 100.0 * swf,
+       run->c.stochastic_update ? " (kept by stochastic rounding or the Kahan compensation)" : "");
+  out[0] = v;
+  *n_out = 1;
+  return AMPC_OK;
 }

@@ -323,6 +323,26 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
   }
   fprintf(md, "# ampc compare\n\n| run | flags | final loss | eval | skipped | verdicts | ms/step "
               "| peak RSS (MiB) |\n|---|---|---:|---|---:|---|---:|---:|\n");
+  /* the FP32 twin: the first 32-true run (the cross-run verdicts of issue 18) */
+  int base = -1;
+  for (int r = 0; r < n && base < 0; r++)
+    if (runs[r].status == 0 && runs[r].diag &&
+        !strcmp(ampc_diag_get_config(runs[r].diag)->precision, "32-true"))
+      base = r;
+  ampc_diag_gap *gaps = calloc((size_t)n, sizeof *gaps);
+  ampc_verdict *gv = calloc((size_t)n, sizeof *gv);
+  int *ngv = calloc((size_t)n, sizeof *ngv);
+  bool *have_gap = calloc((size_t)n, sizeof *have_gap);
+  if (!gaps || !gv || !ngv || !have_gap) {
+    free(gaps), free(gv), free(ngv), free(have_gap);
+    fclose(md);
+    cJSON_Delete(root);
+    return cli_runtime_error("compare", "out of memory");
+  }
+  for (int r = 0; r < n; r++)
+    have_gap[r] = base >= 0 && r != base && runs[r].status == 0 && runs[r].diag &&
+                  ampc_diag_compare(runs[r].diag, runs[base].diag, 0.01, &gaps[r], &gv[r],
+                                    &ngv[r]) == AMPC_OK;
   for (int r = 0; r < n; r++) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "label", runs[r].label);
@@ -365,6 +385,21 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
       cJSON_AddNumberToObject(o, "exit_status", runs[r].status);
     if (dg)
       cJSON_AddItemToObject(o, "diagnosis", cJSON_Duplicate(dg, 1));
+    if (have_gap[r]) {
+      cJSON *g = cJSON_AddObjectToObject(o, "vs_fp32");
+      cJSON_AddStringToObject(g, "baseline", runs[base].label);
+      cJSON_AddNumberToObject(g, "loss", gaps[r].run_loss);
+      cJSON_AddNumberToObject(g, "baseline_loss", gaps[r].base_loss);
+      cJSON_AddNumberToObject(g, "diff", gaps[r].diff);
+      cJSON_AddNumberToObject(g, "diff_se", gaps[r].diff_se);
+      cJSON_AddNumberToObject(g, "rel", gaps[r].rel);
+      cJSON_AddNumberToObject(g, "window", (double)gaps[r].window);
+      cJSON_AddBoolToObject(g, "significant", gaps[r].significant);
+      if (ngv[r])
+        cJSON_AddStringToObject(g, "verdict", ampc_verdict_name(gv[r].kind));
+      else
+        cJSON_AddNullToObject(g, "verdict");
+    }
     cJSON_AddItemToArray(arr, o);
     char evtxt[256];
     fmt_eval(evtxt, sizeof evtxt, cJSON_GetObjectItemCaseSensitive(o, "eval"));
@@ -375,6 +410,22 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
       fprintf(md, "| %s | `%s` | %.4f | %s | %.0f | %s | %.0f | %.1f |\n", runs[r].label,
               runs[r].flags, loss, evtxt, jnum(s, "skipped_steps"), vtxt, ms,
               jnum(s, "peak_rss_bytes") / 1048576.0);
+  }
+  if (base >= 0) {
+    fprintf(md,
+            "\n## Against the FP32 baseline (%s)\n\nThe same batches in each run: the "
+            "per-step loss difference over the last tenth of the steps; a verdict when it "
+            "exceeds 1 %% and 3 standard errors with no non-finite value (`ampc diagnose "
+            "LABEL.jsonl --baseline %s.jsonl`).\n\n| run | loss | FP32 loss | difference "
+            "| verdict |\n|---|---:|---:|---:|---|\n",
+            runs[base].label, runs[base].label);
+    for (int r = 0; r < n; r++)
+      if (have_gap[r])
+        fprintf(md, "| %s | %.5g | %.5g | %+.3g (%+.2f %%) +- %.2g | %s |\n", runs[r].label,
+                gaps[r].run_loss, gaps[r].base_loss, gaps[r].diff, 100.0 * gaps[r].rel,
+                gaps[r].diff_se,
+                ngv[r] ? ampc_verdict_name(gv[r].kind)
+                       : (gaps[r].finite ? "within the margin" : "non-finite (own verdicts)"));
   }
   fprintf(md, "\nPlots: `loss.png`, `scale.png`, `grad_hist.png` (the last only when a run "
               "sampled rounding telemetry). Logs: `LABEL.jsonl` (`ampc diagnose "
@@ -396,7 +447,15 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
       if (cJSON_IsString(sg))
         fprintf(md, "  - safeguard: %s\n", sg->valuestring);
     }
+    if (have_gap[r] && ngv[r]) {
+      fprintf(md, "- **%s** (against %s)\n", ampc_verdict_name(gv[r].kind), runs[base].label);
+      for (int k = 0; k < gv[r].n_evidence; k++)
+        fprintf(md, "  - %s\n", gv[r].evidence[k]);
+      if (gv[r].safeguard[0])
+        fprintf(md, "  - safeguard: %s\n", gv[r].safeguard);
+    }
   }
+  free(gaps), free(gv), free(ngv), free(have_gap);
   const int bad = ferror(md);
   if (fclose(md) != 0 || bad) {
     cJSON_Delete(root);

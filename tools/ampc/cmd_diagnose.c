@@ -12,7 +12,7 @@
 #include "ampc/ampc.h"
 
 static const char k_usage[] =
-    "Usage: ampc diagnose LOG [--json]\n"
+    "Usage: ampc diagnose LOG [--baseline FP32_LOG [--margin F]] [--json]\n"
     "\n"
     "Read the metrics log of `ampc train --log LOG` and name what went wrong, if\n"
     "anything, from exact counts: each verdict comes with its evidence (steps,\n"
@@ -29,9 +29,18 @@ static const char k_usage[] =
     "                                   largest value (the delayed scale lags)\n"
     "  fp8-underflow                    fp8-mixed casts flushed to zero (the scale\n"
     "                                   is too small for the tensor)\n"
+    "  precision-gap                    (--baseline) worse than the FP32 twin with\n"
+    "                                   no single cause in the counts\n"
     "Rounding counts come from the steps sampled by --telemetry-every (default\n"
     "every 10 steps).\n"
     "\n"
+    "  --baseline FP32_LOG  also compare LOG with its FP32 twin (the same model,\n"
+    "           data, seed and steps in 32-true): the per-step loss difference\n"
+    "           over the last tenth of the steps; worse by more than the margin\n"
+    "           and 3 standard errors, with no non-finite value, gives\n"
+    "           accumulation-error (the sampled GEMM error says so), underflow\n"
+    "           (a branch flushed >= 1 % of its gradients) or precision-gap\n"
+    "  --margin F  relative margin of --baseline (0.01 = 1 %, the default)\n"
     "  --json   print one JSON object: {\"verdict\":..,\"verdicts\":[{\"verdict\":..,\n"
     "           \"branch\":..,\"step\":..,\"tensor\":..,\"evidence\":[..],\n"
     "           \"safeguard\":..}],\"evidence\":[..],\"steps\":..}\n"
@@ -39,8 +48,49 @@ static const char k_usage[] =
     "Exit status: 0 diagnosed (whatever the verdict), 1 unreadable or malformed\n"
     "log, 2 bad usage.\n";
 
+static void print_verdict(const ampc_verdict *v) {
+  printf("verdict: %s", ampc_verdict_name(v->kind));
+  if (v->branch >= 0)
+    printf("  branch: %s", ampc_branch_name((ampc_branch)v->branch));
+  if (v->step >= 0)
+    printf("  step: %lld", (long long)v->step);
+  if (v->tensor[0])
+    printf("  tensor: %s", v->tensor);
+  putchar('\n');
+  for (int k = 0; k < v->n_evidence; k++)
+    printf("  - %s\n", v->evidence[k]);
+  if (v->safeguard[0])
+    printf("  safeguard: %s\n", v->safeguard);
+}
+
+static cJSON *gap_json(const ampc_diag_gap *g, const ampc_verdict *v, int nv, const char *path) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "log", path);
+  cJSON_AddNumberToObject(o, "window", (double)g->window);
+  cJSON_AddNumberToObject(o, "first_step", (double)g->first_step);
+  cJSON_AddNumberToObject(o, "last_step", (double)g->last_step);
+  cJSON_AddNumberToObject(o, "loss", g->run_loss);
+  cJSON_AddNumberToObject(o, "baseline_loss", g->base_loss);
+  cJSON_AddNumberToObject(o, "diff", g->diff);
+  cJSON_AddNumberToObject(o, "diff_se", g->diff_se);
+  cJSON_AddNumberToObject(o, "rel", g->rel);
+  cJSON_AddBoolToObject(o, "finite", g->finite);
+  cJSON_AddBoolToObject(o, "significant", g->significant);
+  if (nv > 0) {
+    cJSON_AddStringToObject(o, "verdict", ampc_verdict_name(v->kind));
+    cJSON *e = cJSON_AddArrayToObject(o, "evidence");
+    for (int k = 0; k < v->n_evidence; k++)
+      cJSON_AddItemToArray(e, cJSON_CreateString(v->evidence[k]));
+    cJSON_AddStringToObject(o, "safeguard", v->safeguard);
+  } else {
+    cJSON_AddNullToObject(o, "verdict");
+  }
+  return o;
+}
+
 static int run(int argc, char **argv) {
-  const char *path = NULL;
+  const char *path = NULL, *base_path = NULL;
+  double margin = 0.01;
   int json = 0;
   for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
@@ -48,7 +98,19 @@ static int run(int argc, char **argv) {
       return AMPC_EXIT_OK;
     } else if (!strcmp(argv[i], "--json"))
       json = 1;
-    else if (argv[i][0] == '-' && argv[i][1] != '\0')
+    else if (!strcmp(argv[i], "--baseline") || !strcmp(argv[i], "--margin")) {
+      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
+        return cli_usage_error("diagnose", "%s needs a value", argv[i]);
+      if (argv[i][2] == 'b') {
+        base_path = argv[++i];
+      } else {
+        char *end = NULL;
+        margin = strtod(argv[++i], &end);
+        if (end == argv[i] || *end || !(margin > 0.0 && margin < 10.0))
+          return cli_usage_error("diagnose", "--margin: expected a number in (0, 10), got '%s'",
+                                 argv[i]);
+      }
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0')
       return cli_usage_error("diagnose", "unknown option '%s'", argv[i]);
     else if (path)
       return cli_usage_error("diagnose", "one log at a time (got '%s' and '%s')", path, argv[i]);
@@ -57,9 +119,24 @@ static int run(int argc, char **argv) {
   }
   if (!path)
     return cli_usage_error("diagnose", "missing LOG (a metrics log from `ampc train --log`)");
-  ampc_diag *d = NULL;
+  ampc_diag *d = NULL, *b = NULL;
   if (ampc_diag_read_log(path, &d) != AMPC_OK)
     return cli_runtime_error("diagnose", "%s", ampc_last_error());
+  ampc_diag_gap gap;
+  ampc_verdict gv;
+  int ngv = 0;
+  if (base_path) {
+    if (ampc_diag_read_log(base_path, &b) != AMPC_OK) {
+      ampc_diag_free(d);
+      return cli_runtime_error("diagnose", "%s", ampc_last_error());
+    }
+    const ampc_status st = ampc_diag_compare(d, b, margin, &gap, &gv, &ngv);
+    ampc_diag_free(b);
+    if (st != AMPC_OK) {
+      ampc_diag_free(d);
+      return cli_runtime_error("diagnose", "%s against %s: %s", path, base_path, ampc_last_error());
+    }
+  }
   int ret = AMPC_EXIT_OK;
   if (json) {
     char *txt = ampc_diag_json(d);
@@ -67,6 +144,8 @@ static int run(int argc, char **argv) {
     free(txt);
     if (o)
       cJSON_AddNumberToObject(o, "steps", (double)ampc_diag_steps(d));
+    if (o && base_path)
+      cJSON_AddItemToObject(o, "baseline", gap_json(&gap, &gv, ngv, base_path));
     ret = cli_print_json("diagnose", o);
   } else {
     ampc_verdict v[AMPC_VERDICT_COUNT];
@@ -77,19 +156,20 @@ static int run(int argc, char **argv) {
       sampled += ampc_diag_step_at(d, i)->telemetry;
     printf("%s: %s run, %lld steps logged (%lld sampled by telemetry)\n", path, c->precision,
            (long long)ampc_diag_steps(d), (long long)sampled);
-    for (int i = 0; i < n; i++) {
-      printf("verdict: %s", ampc_verdict_name(v[i].kind));
-      if (v[i].branch >= 0)
-        printf("  branch: %s", ampc_branch_name((ampc_branch)v[i].branch));
-      if (v[i].step >= 0)
-        printf("  step: %lld", (long long)v[i].step);
-      if (v[i].tensor[0])
-        printf("  tensor: %s", v[i].tensor);
-      putchar('\n');
-      for (int k = 0; k < v[i].n_evidence; k++)
-        printf("  - %s\n", v[i].evidence[k]);
-      if (v[i].safeguard[0])
-        printf("  safeguard: %s\n", v[i].safeguard);
+    for (int i = 0; i < n; i++)
+      print_verdict(&v[i]);
+    if (base_path) {
+      printf("against the FP32 baseline %s: training loss %.5g vs %.5g over steps %lld-%lld, "
+             "%+.3g per step (%+.2f %%) +- %.2g\n",
+             base_path, gap.run_loss, gap.base_loss, (long long)gap.first_step,
+             (long long)gap.last_step, gap.diff, 100.0 * gap.rel, gap.diff_se);
+      if (ngv)
+        print_verdict(&gv);
+      else if (!gap.finite)
+        printf("no cross-run verdict: the run has non-finite values (its own verdicts above)\n");
+      else
+        printf("within the margin (%.3g %%, or 3 standard errors): no precision gap\n",
+               100.0 * margin);
     }
   }
   ampc_diag_free(d);
