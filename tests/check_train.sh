@@ -149,6 +149,32 @@ grep -q 'optimizer.kahan_comp.fc1.weight' "$tmp/kh_full.st" ||
 expect 2 --model mlp --weight-update kahan --steps 1
 grep -q 'needs --master-weights off' "$tmp/err" || die "16-mixed + kahan: $(cat "$tmp/err")"
 
+# --loss-multiplier (issue 18's sweep): in FP32, differentiating 2^-20 * loss
+# with eps scaled alike takes the same steps: the same losses and weights
+lmf="--model mlp --precision 32-true --steps 50 --quiet"
+"$ampc" train $lmf --log "$tmp/lm1.jsonl" --save "$tmp/lm1.st" >/dev/null 2>&1 || die "lm 1 failed"
+"$ampc" train $lmf --loss-multiplier 2^-20 --log "$tmp/lm20.jsonl" --save "$tmp/lm20.st" \
+  >/dev/null 2>&1 || die "--loss-multiplier 2^-20 failed"
+python3 - "$tmp/lm1.jsonl" "$tmp/lm20.jsonl" "$tmp/lm1.st" "$tmp/lm20.st" <<'PY' ||
+import json, struct, sys
+def losses(p):
+    return [o["loss"] for o in map(json.loads, open(p)) if o.get("event") == "step"]
+assert losses(sys.argv[1]) == losses(sys.argv[2])
+cfg = [o for o in map(json.loads, open(sys.argv[2])) if o.get("event") == "config"][0]
+assert cfg["run"]["loss_multiplier"] == 2 ** -20, cfg["run"]
+def weights(p):
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in h.items() if k != "__metadata__" and not k.startswith("optimizer.")}
+assert weights(sys.argv[3]) == weights(sys.argv[4])
+PY
+  die "--loss-multiplier 2^-20 in FP32: not the same losses and weights as 1"
+expect 2 --model mlp --loss-multiplier 2 --steps 1
+expect 2 --model mlp --loss-multiplier 2^-61 --steps 1
+expect 2 --model mlp --loss-multiplier 0 --steps 1
+
 # fp8-mixed (issue 19): the MLP learns as bf16-mixed does; on mm-tiny the
 # log counts the FP8 casts per branch, the checkpoint holds every site's
 # amax history and scales, a stopped and resumed run is bit-identical; a

@@ -282,6 +282,10 @@ typedef struct ampc_accum {
    * run's test hooks inject a non-finite value on one rank there) */
   ampc_status (*before_reduce)(void *user, void *g, ampc_dtype dt, int64_t n);
   void *hook_user;
+  /* the loss multiplier lambda (issue 18's sweep; 0 or 1: none): every
+   * backward seed is multiplied by it, so the stored gradients are lambda
+   * times the loss's (the reported losses are not) */
+  float loss_multiplier;
 } ampc_accum;
 
 /* Let model m contrast over a data-parallel group (ampc_mmodel_set_group; NULL:
@@ -351,6 +355,13 @@ typedef struct ampc_run_config {
   int64_t stall_steps;
   bool global_negatives; /* InfoNCE over the global batch (multimodal models;
                             ampc_mmodel_set_group); else each rank's shard */
+  /* lambda in (0, 1] (0: 1): the backward pass differentiates lambda * loss
+   * while AdamW's eps and the clipping norm are scaled by lambda too, so an
+   * FP32 run takes the same steps (bit for bit for a power of two, short of
+   * FP32 underflow) and every difference a 16-bit run shows comes from
+   * gradients shrunk into its underflow range (issue 18's sweep). The
+   * logged losses are the unmultiplied ones. */
+  float loss_multiplier;
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,

@@ -404,6 +404,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   ampc_trainer_zero_grad(T);
   const float S = ampc_trainer_loss_scale(T);
   const float w = 1.0f / (float)K;
+  const float lm = a->loss_multiplier > 0.0f ? a->loss_multiplier : 1.0f;
   memset(mean, 0, sizeof *mean);
   for (int64_t k = 0; k < n_micro; k++) {
     if (staged && k > 0)
@@ -412,7 +413,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     AMPC_TRY(next(user, k, &bt));
     ampc_losses L;
     AMPC_TRY(m->ops->forward(m, &bt, &L));
-    AMPC_TRY(m->ops->backward(m, S / (float)K));
+    AMPC_TRY(m->ops->backward(m, (S / (float)K) * lm));
     if (staged)
       stage_add(a->stage, P->grad, P->wdt, P->total, k == 0);
     mean->total += w * L.total;

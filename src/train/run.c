@@ -201,6 +201,10 @@ static ampc_status check_out_dir(const char *what, const char *path) {
 }
 
 static ampc_status check_config(const ampc_run_config *rc) {
+  if (!(rc->loss_multiplier >= 0.0f && rc->loss_multiplier <= 1.0f) ||
+      (rc->loss_multiplier > 0.0f && rc->loss_multiplier < 0x1p-60f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--loss-multiplier %g: must be in [2^-60, 1] (0: none)",
+                     (double)rc->loss_multiplier);
   if (rc->steps < 1 || rc->stop_at < 0 || rc->batch < 1 || rc->micro_batches < 1 ||
       rc->eval_every < 0 || rc->log_every < 1 || rc->save_every < 0 || rc->telemetry_every < 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
@@ -258,8 +262,13 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   R->rank = rc->comm ? rc->comm->rank : 0;
   R->size = rc->comm ? rc->comm->size : 1;
   R->mb = rc->batch / R->size / rc->micro_batches;
-  R->accum =
-      (ampc_accum){rc->micro_batches, R->size > 1 ? rc->comm : NULL, rc->reduce, NULL, NULL, R};
+  R->accum = (ampc_accum){rc->micro_batches,
+                          R->size > 1 ? rc->comm : NULL,
+                          rc->reduce,
+                          NULL,
+                          NULL,
+                          R,
+                          rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f};
   if (getenv("AMPC_FAULT_FAIL") || getenv("AMPC_FAULT_NAN_GRAD"))
     R->accum.before_reduce = fault_hook;
 #define FAIL(s)                                                                                    \
@@ -305,7 +314,12 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   /* the trainer, the model, the resumed state */
   if ((st = ampc_model_specs(md, &R->specs)) != AMPC_OK)
     goto fail;
-  if ((st = ampc_trainer_init(&R->T, amp, opt, R->specs.specs, R->specs.n, rc->seed)) != AMPC_OK)
+  /* the loss multiplier's companions: eps and the clipping norm scaled with
+   * the gradients, so that an FP32 run's updates do not change */
+  ampc_optim_config opt_l = *opt;
+  opt_l.eps = opt->eps * R->accum.loss_multiplier;
+  opt_l.clip_norm = opt->clip_norm * R->accum.loss_multiplier;
+  if ((st = ampc_trainer_init(&R->T, amp, &opt_l, R->specs.specs, R->specs.n, rc->seed)) != AMPC_OK)
     goto fail;
   R->have_trainer = true;
   const size_t stage = ampc_accum_stage_bytes(&R->accum, R->T.params.total);
@@ -469,6 +483,7 @@ static cJSON *config_object(const ampc_run *R) {
   cJSON_AddNumberToObject(run_o, "steps", (double)rc->steps);
   cJSON_AddNumberToObject(run_o, "batch", (double)rc->batch);
   cJSON_AddNumberToObject(run_o, "micro_batches", (double)rc->micro_batches);
+  cJSON_AddNumberToObject(run_o, "loss_multiplier", (double)R->accum.loss_multiplier);
   cJSON_AddNumberToObject(run_o, "seed", (double)rc->seed);
   cJSON_AddNumberToObject(run_o, "threads", (double)ampc_get_num_threads());
   cJSON_AddStringToObject(run_o, "resumed_from", rc->resume_path ? rc->resume_path : "");

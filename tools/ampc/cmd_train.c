@@ -29,10 +29,9 @@ static const char k_usage[] =
     "Train a model with mixed precision. Models: --model mm-tiny (default), mm-small,\n"
     "mm-micro: the multimodal image-text model (ViT vision encoder, text encoder,\n"
     "cross-attention fusion; loss w_itc InfoNCE + w_itm matching BCE + w_cls group\n"
-    "CE) on --data emoji (the bundled emoji image-caption pairs; default) or a\n"
-    "dataset file from `ampc data emoji`; --model vit-ref, vit-fm: image-only ViTs\n"
-    "(class CE on CLS; vit-fm is the default for --data fashion-mnist); --model mlp:\n"
-    "an MLP classifier on synthetic Gaussian blobs (the engine's smoke test).\n"
+    "CE) on --data emoji (the bundled emoji pairs; default) or a file from `ampc\n"
+    "data emoji`; --model vit-ref, vit-fm: image-only ViTs (vit-fm: the default for\n"
+    "--data fashion-mnist); --model mlp: an MLP on synthetic Gaussian blobs.\n"
     "\n"
     "Precision (presets as PyTorch Lightning's precision=):\n"
     "  --precision P        32-true | 16-mixed | bf16-mixed | 16-true | bf16-true |\n"
@@ -58,8 +57,9 @@ static const char k_usage[] =
     "  --steps N (300)  --stop-at N (end after step N as if interrupted, saving\n"
     "                   the checkpoint; the LR schedule still spans --steps)\n"
     "  --batch B (64)  --micro-batches K (1: gradient accumulation)\n"
+    "  --loss-multiplier L|2^K  backward of L * loss (eps, clip norm scaled by L)\n"
     "  --seed S (1)  --threads N (all cores)  --eval-every N (100; and at the end)\n"
-    "  --no-eval        no evaluation at all (short diagnostic runs)\n"
+    "  --no-eval        no evaluation at all\n"
     "  --in N (16) --hidden N (64) --classes N (5) --train-size N (4096)\n"
     "  --test-size N (1024) --separation X (0.8)   mlp model and data sizes\n"
     "  --data emoji|fashion-mnist[:DIR]|FILE   the bundled emoji pairs (default), Debian's\n"
@@ -218,6 +218,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   a->model = "mm-tiny";
   a->data = "emoji";
   a->w_itc = a->w_itm = a->w_cls = 1.0f;
+  a->loss_multiplier = 1.0f;
   int64_t warmup = -1; /* default: 20 for the transformer models, 0 for mlp */
   for (int k = 0; k < nrest; k++) {
     const char *n = rest[k].name, *v = rest[k].value;
@@ -258,7 +259,23 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rc = parse_i64(flag, v, 1, 1 << 20, &a->batch);
     else if (!strcmp(n, "micro-batches"))
       rc = parse_i64(flag, v, 1, 1024, &a->micro_batches);
-    else if (!strcmp(n, "eval-every"))
+    else if (!strcmp(n, "loss-multiplier")) {
+      /* a number or 2^K */
+      float lm = 0.0f;
+      if (!strncmp(v, "2^", 2)) {
+        int64_t e2 = 0;
+        rc = parse_i64(flag, v + 2, -60, 0, &e2);
+        lm = ldexpf(1.0f, (int)e2);
+      } else {
+        rc = parse_f(flag, v, &lm);
+      }
+      if (!rc && !(lm >= 0x1p-60f && lm <= 1.0f))
+        rc = cli_usage_error("train",
+                             "--loss-multiplier: expected a number in [2^-60, 1] (or "
+                             "2^K, K in -60..0), got '%s'",
+                             v);
+      a->loss_multiplier = lm;
+    } else if (!strcmp(n, "eval-every"))
       rc = parse_i64(flag, v, 0, 1000000000, &a->eval_every);
     else if (!strcmp(n, "log-every"))
       rc = parse_i64(flag, v, 1, 1000000000, &a->log_every);
@@ -551,6 +568,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   }
   ampc_run_config c = ampc_run_config_defaults();
   c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro_batches;
+  c.loss_multiplier = A.loss_multiplier;
   c.eval_every = A.eval_every, c.eval = !A.no_eval, c.log_every = A.log_every;
   c.save_every = A.save_every, c.telemetry_every = A.telemetry_every, c.seed = A.seed;
   c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;

@@ -20,6 +20,7 @@ typedef struct train_args {
   int64_t telemetry_every; /* telemetry every N iterations (0 = off) */
   float sep;
   float w_itc, w_itm, w_cls;
+  float loss_multiplier; /* --loss-multiplier (1) */
   uint64_t seed;
   int threads;
   bool cosine, json, quiet, progress, no_eval;
