@@ -174,6 +174,8 @@ PY
 expect 2 --model mlp --loss-multiplier 2 --steps 1
 expect 2 --model mlp --loss-multiplier 2^-61 --steps 1
 expect 2 --model mlp --loss-multiplier 0 --steps 1
+"$ampc" train --model mlp --optimizer sgd --loss-multiplier 2^-4 --steps 1 >/dev/null 2>"$tmp/err"
+[ $? != 0 ] && grep -q 'needs AdamW' "$tmp/err" || die "--loss-multiplier with SGD: $(cat "$tmp/err")"
 
 # fp8-mixed (issue 19): the MLP learns as bf16-mixed does; on mm-tiny the
 # log counts the FP8 casts per branch, the checkpoint holds every site's

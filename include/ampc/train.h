@@ -358,7 +358,8 @@ typedef struct ampc_run_config {
   /* lambda in (0, 1] (0: 1): the backward pass differentiates lambda * loss
    * while AdamW's eps and the clipping norm are scaled by lambda too, so an
    * FP32 run takes the same steps (bit for bit for a power of two, short of
-   * FP32 underflow) and every difference a 16-bit run shows comes from
+   * FP32 underflow; AdamW only: SGD's step is not scale-invariant, refused)
+   * and every difference a 16-bit run shows comes from
    * gradients shrunk into its underflow range (issue 18's sweep). The
    * logged losses are the unmultiplied ones. */
   float loss_multiplier;

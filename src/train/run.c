@@ -316,6 +316,10 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     goto fail;
   /* the loss multiplier's companions: eps and the clipping norm scaled with
    * the gradients, so that an FP32 run's updates do not change */
+  if (R->accum.loss_multiplier != 1.0f && opt->kind != AMPC_OPTIM_ADAMW)
+    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG,
+                   "--loss-multiplier needs AdamW: its update is invariant to the gradients' "
+                   "scale once eps is scaled too; SGD's steps would shrink with the multiplier"));
   ampc_optim_config opt_l = *opt;
   opt_l.eps = opt->eps * R->accum.loss_multiplier;
   opt_l.clip_norm = opt->clip_norm * R->accum.loss_multiplier;
