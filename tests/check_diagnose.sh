@@ -73,8 +73,16 @@ PY
 grep -q 'no precision gap' "$tmp/out" || die "bf16-mixed vs 32-true: $(cat "$tmp/out")"
 "$ampc" diagnose "$tmp/tw-bf16-true.jsonl" --baseline "$tmp/nonexistent.jsonl" >/dev/null 2>&1
 [ $? = 1 ] || die "diagnose --baseline of a missing file: not exit 1"
-"$ampc" diagnose "$tmp/tw-bf16-true.jsonl" --baseline "$tmp/healthy.jsonl" >/dev/null 2>"$tmp/err"
-[ $? = 0 ] || grep -q 'steps in common' "$tmp/err" || die "diagnose --baseline of other steps: $(cat "$tmp/err")"
+# a baseline that is not the run's 32-true twin is refused, naming why
+"$ampc" diagnose "$tmp/tw-bf16-true.jsonl" --baseline "$tmp/tw-bf16-mixed.jsonl" >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q 'must be the run.s 32-true twin' "$tmp/err" ||
+  die "diagnose --baseline bf16-mixed: $(cat "$tmp/err")"
+"$ampc" train --model mlp --precision 32-true --lr 1e-4 --steps 300 --seed 2 --quiet \
+  --log "$tmp/tw-seed2.jsonl" >/dev/null 2>&1 || die "mlp seed 2: exit $?"
+"$ampc" diagnose "$tmp/tw-bf16-true.jsonl" --baseline "$tmp/tw-seed2.jsonl" >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q "'seed' differs" "$tmp/err" || die "diagnose --baseline seed 2: $(cat "$tmp/err")"
+"$ampc" diagnose "$tmp/tw-bf16-true.jsonl" --margin 0.05 >/dev/null 2>&1
+[ $? = 2 ] || die "diagnose --margin without --baseline: not exit 2"
 "$ampc" diagnose "$tmp/tw-bf16-true.jsonl" --baseline "$tmp/tw-32-true.jsonl" --margin 0 >/dev/null 2>&1
 [ $? = 2 ] || die "diagnose --margin 0: not exit 2"
 "$ampc" diagnose "$tmp/tw-bf16-true.jsonl" --baseline >/dev/null 2>&1

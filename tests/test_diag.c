@@ -538,6 +538,8 @@ static void test_verdict_fp8_saturation(void **state) {
  * the steps; each cause from the run's own counts */
 static ampc_diag *twin(double offset, int kind, bool master, ampc_dtype lowp) {
   ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, master, lowp);
+  if (lowp == AMPC_F32)
+    snprintf(c.precision, sizeof c.precision, "32-true");
   ampc_diag *d = ampc_diag_create(&c);
   for (int i = 1; i <= 100; i++) {
     /* a noisy curve the twins share, plus the run's offset */
@@ -596,7 +598,10 @@ static void test_compare_with_baseline(void **state) {
   /* a non-finite step: no cross-run verdict (the run's own verdicts say why) */
   ampc_diag *nf = twin(0.2, 4, true, AMPC_F16);
   assert_int_equal(ampc_diag_compare(nf, base, 0.01, &g, &v, &n), AMPC_OK);
-  assert_true(n == 0 && !g.finite && g.significant);
+  assert_true(n == 0 && !g.finite);
+  /* the baseline must be a 32-true run */
+  assert_int_equal(ampc_diag_compare(base, same, 0.01, &g, &v, &n), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "32-true twin"));
   /* errors: margin, too few common steps */
   assert_int_equal(ampc_diag_compare(nf, base, 0.0, &g, &v, &n), AMPC_ERR_INVALID_ARG);
   ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, true, AMPC_F16);
@@ -606,7 +611,7 @@ static void test_compare_with_baseline(void **state) {
     assert_int_equal(ampc_diag_add(shortrun, &s), AMPC_OK);
   }
   assert_int_equal(ampc_diag_compare(shortrun, base, 0.01, &g, &v, &n), AMPC_ERR_INVALID_ARG);
-  assert_non_null(strstr(ampc_last_error(), "4 steps in common"));
+  assert_non_null(strstr(ampc_last_error(), "4 step(s) in common"));
   ampc_diag_free(shortrun);
   ampc_diag_free(nf);
   ampc_diag_free(small);

@@ -136,12 +136,16 @@ typedef struct ampc_diag_step {
 
 /* The run's settings that the verdicts depend on. */
 typedef struct ampc_diag_config {
-  char precision[24];     /* preset name, e.g. "16-mixed" */
-  ampc_dtype lowp;        /* working (weights and gradients) dtype */
-  bool master_weights;    /* FP32 master copy on */
-  int loss_scale_mode;    /* 0 none, 1 static, 2 dynamic (ampc_loss_scale_mode) */
-  double min_scale;       /* dynamic scaler's floor */
-  ampc_acc accumulate;    /* GEMM accumulation */
+  char precision[24];  /* preset name, e.g. "16-mixed" */
+  ampc_dtype lowp;     /* working (weights and gradients) dtype */
+  bool master_weights; /* FP32 master copy on */
+  int loss_scale_mode; /* 0 none, 1 static, 2 dynamic (ampc_loss_scale_mode) */
+  double min_scale;    /* dynamic scaler's floor */
+  ampc_acc accumulate; /* GEMM accumulation */
+  /* what must match for two runs to be twins (ampc_diag_compare): model,
+   * data, steps, batch, seed, optimizer settings as "key=value;" pairs from
+   * the log's config line; "" when not read from a log (then unchecked) */
+  char twin_key[480];
   bool stochastic_update; /* --weight-update stochastic or kahan: an unchanged
                              weight was rounded down (SR) or its update is
                              kept in the compensation (Kahan), not lost: no

@@ -252,6 +252,38 @@ static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
                        : strcmp(mode, "dynamic") == 0 ? AMPC_LOSS_SCALE_DYNAMIC
                                                       : -1;
   c->min_scale = num(&v, ls, "min_scale", 1.0);
+  /* the twin key: the run's and optimizer's settings that a precision
+   * comparison must hold fixed (eps and the clip norm are left out: a loss
+   * multiplier scales them) */
+  static const char *const run_keys[] = {
+      "model",   "data",          "steps",      "batch", "seed",  "in",   "hidden",
+      "classes", "micro_batches", "train_size", "w_itc", "w_itm", "w_cls"};
+  static const char *const opt_keys[] = {"kind",         "lr",          "weight_decay",
+                                         "beta1",        "beta2",       "momentum",
+                                         "warmup_steps", "total_steps", "min_lr"};
+  const cJSON *run = cJSON_GetObjectItemCaseSensitive(o, "run");
+  const cJSON *opt = cJSON_GetObjectItemCaseSensitive(o, "optimizer");
+  size_t used = 0;
+  for (int g = 0; g < 2; g++) {
+    const cJSON *src = g ? opt : run;
+    const int nk =
+        g ? (int)(sizeof opt_keys / sizeof *opt_keys) : (int)(sizeof run_keys / sizeof *run_keys);
+    for (int k = 0; src && k < nk; k++) {
+      const char *key = g ? opt_keys[k] : run_keys[k];
+      const cJSON *it = cJSON_GetObjectItemCaseSensitive(src, key);
+      char val[64] = "";
+      if (cJSON_IsString(it))
+        snprintf(val, sizeof val, "%.60s", it->valuestring);
+      else if (cJSON_IsNumber(it))
+        snprintf(val, sizeof val, "%.9g", it->valuedouble);
+      else
+        continue;
+      const int w = snprintf(c->twin_key + used, sizeof c->twin_key - used, "%s=%s;", key, val);
+      if (w < 0 || (size_t)w >= sizeof c->twin_key - used)
+        break;
+      used += (size_t)w;
+    }
+  }
   return c->loss_scale_mode < 0 || v.bad ? AMPC_ERR_FORMAT : AMPC_OK;
 }
 

@@ -555,23 +555,52 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_diag_compare: bad arguments (margin %g)", margin);
   memset(gap, 0, sizeof *gap);
   *n_out = 0;
-  /* the steps both logs have, in the run's order */
-  int64_t common = 0;
-  for (int64_t i = 0; i < run->n; i++)
-    common += find_step(base, run->s[i].step) >= 0;
-  if (common < 5)
+  if (strcmp(base->c.precision, "32-true") != 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "the run and its baseline have %lld steps in common (at least 5 needed: the "
-                     "same --steps and --log-every)",
-                     (long long)common);
-  int64_t w = common / 10;
-  w = w < 5 ? 5 : w;
+                     "the baseline is a %s run; it must be the run's 32-true twin",
+                     base->c.precision);
+  /* twins: the same model, data, steps, batch, seed and optimizer */
+  if (run->c.twin_key[0] && base->c.twin_key[0] && strcmp(run->c.twin_key, base->c.twin_key)) {
+    const char *p = run->c.twin_key, *q = base->c.twin_key;
+    while (*p && *p == *q)
+      p++, q++;
+    while (p > run->c.twin_key && p[-1] != ';')
+      p--;
+    const char *e = strchr(p, '=');
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "not the run's twin: the setting '%.*s' differs (the run and its 32-true "
+                     "baseline need the same model, data, steps, batch, seed and optimizer)",
+                     e ? (int)(e - p) : 16, p);
+  }
   gap->finite = true;
   for (int64_t i = 0; i < run->n; i++) {
     const ampc_diag_step *s = &run->s[i];
     if (!isfinite(s->loss) || s->overflow || s->nonfinite_grads || s->nonfinite_weights)
       gap->finite = false;
   }
+  if (!gap->finite) /* no cross-run verdict: the run's own verdicts say why */
+    return AMPC_OK;
+  for (int64_t i = 0; i < base->n; i++)
+    if (!isfinite(base->s[i].loss) || base->s[i].nonfinite_weights)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "the baseline has a non-finite loss or weights at step %lld",
+                       (long long)base->s[i].step);
+  if (run->n > 0 && find_step(base, run->s[run->n - 1].step) < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the baseline has no step %lld, the run's last (a cut log, or another "
+                     "--log-every?)",
+                     (long long)run->s[run->n - 1].step);
+  /* the steps both logs have, in the run's order */
+  int64_t common = 0;
+  for (int64_t i = 0; i < run->n; i++)
+    common += find_step(base, run->s[i].step) >= 0;
+  if (common < 5)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the run and its baseline have %lld step(s) in common; at least 5 are "
+                     "needed",
+                     (long long)common);
+  int64_t w = common / 10;
+  w = w < 5 ? 5 : w;
   double sd = 0.0, sd2 = 0.0, sr = 0.0, sb = 0.0;
   int64_t k = 0;
   for (int64_t i = run->n - 1; i >= 0 && k < w; i--) {
@@ -655,10 +684,17 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
   if (acc >= 0.0)
     ev(&v, "largest sampled GEMM relative error %.3g (%s; threshold 2^-11 = 4.9e-4)", acc,
        acc_b >= 0 ? ampc_branch_name((ampc_branch)acc_b) : "-");
-  ev(&v,
-     "largest branch share of sampled gradient values flushed to zero: %.3g %% (%s; "
-     "threshold 1 %%)",
-     100.0 * fl, fl_b >= 0 ? ampc_branch_name((ampc_branch)fl_b) : "-");
+  uint64_t sampled = 0;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    sampled += run->grad_sum[b].r.count;
+  if (sampled)
+    ev(&v,
+       "largest branch share of sampled gradient values flushed to zero: %.3g %% (%s; "
+       "threshold 1 %%)",
+       100.0 * fl, fl_b >= 0 ? ampc_branch_name((ampc_branch)fl_b) : "-");
+  else
+    ev(&v, "no rounding telemetry in the run (the model does not sample it, or "
+           "--telemetry-every 0): flushing not measured");
   if (in_place)
     ev(&v, "%.3g %% of the non-zero updates left the 16-bit weight unchanged%s", 100.0 * swf,
        run->c.stochastic_update ? " (kept by stochastic rounding or the Kahan compensation)" : "");

@@ -202,8 +202,8 @@ static ampc_status check_out_dir(const char *what, const char *path) {
 
 static ampc_status check_config(const ampc_run_config *rc) {
   if (!(rc->loss_multiplier >= 0.0f && rc->loss_multiplier <= 1.0f) ||
-      (rc->loss_multiplier > 0.0f && rc->loss_multiplier < 0x1p-60f))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "--loss-multiplier %g: must be in [2^-60, 1] (0: none)",
+      (rc->loss_multiplier > 0.0f && rc->loss_multiplier < 0x1p-40f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--loss-multiplier %g: must be in [2^-40, 1] (0: none)",
                      (double)rc->loss_multiplier);
   if (rc->steps < 1 || rc->stop_at < 0 || rc->batch < 1 || rc->micro_batches < 1 ||
       rc->eval_every < 0 || rc->log_every < 1 || rc->save_every < 0 || rc->telemetry_every < 0)
@@ -356,6 +356,18 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
         st = ampc_fail(AMPC_ERR_FORMAT,
                        "cannot resume: %s is a checkpoint of model %s, this run's model is %s",
                        rc->resume_path, was, now);
+        ampc_safetensors_free(f);
+        goto fail;
+      }
+      /* Adam's moments are in units of the multiplied gradients: the
+       * multiplier must stay what it was (absent: 1) */
+      const char *lm = ampc_safetensors_meta(f, "ampc.loss_multiplier");
+      const float was_lm = lm ? (float)strtod(lm, NULL) : 1.0f;
+      if (was_lm != R->accum.loss_multiplier) {
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "cannot resume: %s was trained with --loss-multiplier %g, this run has "
+                       "%g (the optimizer state is in units of the multiplied gradients)",
+                       rc->resume_path, (double)was_lm, (double)R->accum.loss_multiplier);
         ampc_safetensors_free(f);
         goto fail;
       }
@@ -735,8 +747,13 @@ static ampc_diag *diag_start(const ampc_diag_config *c, const char *resumed_log,
 /* the checkpoint's metadata naming the model (ampc_model_desc_from_checkpoint reads it) */
 static ampc_status save(ampc_run *R) {
   ampc_model_meta_storage ms;
-  ampc_st_meta meta[3];
-  const int n = ampc_model_checkpoint_meta(&R->md, R->data.name, &ms, meta);
+  ampc_st_meta meta[4];
+  int n = ampc_model_checkpoint_meta(&R->md, R->data.name, &ms, meta);
+  char lm[32];
+  if (R->accum.loss_multiplier != 1.0f) { /* checked on resume */
+    snprintf(lm, sizeof lm, "%.9g", (double)R->accum.loss_multiplier);
+    meta[n++] = (ampc_st_meta){"ampc.loss_multiplier", lm};
+  }
   ampc_fp8_state_storage fs = {0};
   ampc_st_tensor *xt = NULL;
   int nxt = 0;

@@ -339,10 +339,15 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
     cJSON_Delete(root);
     return cli_runtime_error("compare", "out of memory");
   }
-  for (int r = 0; r < n; r++)
-    have_gap[r] = base >= 0 && r != base && runs[r].status == 0 && runs[r].diag &&
-                  ampc_diag_compare(runs[r].diag, runs[base].diag, 0.01, &gaps[r], &gv[r],
-                                    &ngv[r]) == AMPC_OK;
+  char(*gap_err)[200] = calloc((size_t)n, sizeof *gap_err);
+  for (int r = 0; r < n; r++) {
+    if (base < 0 || r == base || runs[r].status != 0 || !runs[r].diag)
+      continue;
+    have_gap[r] = gap_err && ampc_diag_compare(runs[r].diag, runs[base].diag, 0.01, &gaps[r],
+                                               &gv[r], &ngv[r]) == AMPC_OK;
+    if (!have_gap[r] && gap_err)
+      snprintf(gap_err[r], sizeof gap_err[r], "%s", ampc_last_error());
+  }
   for (int r = 0; r < n; r++) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "label", runs[r].label);
@@ -388,6 +393,9 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
     if (have_gap[r]) {
       cJSON *g = cJSON_AddObjectToObject(o, "vs_fp32");
       cJSON_AddStringToObject(g, "baseline", runs[base].label);
+      cJSON_AddBoolToObject(g, "finite", gaps[r].finite);
+      cJSON_AddNumberToObject(g, "first_step", (double)gaps[r].first_step);
+      cJSON_AddNumberToObject(g, "last_step", (double)gaps[r].last_step);
       cJSON_AddNumberToObject(g, "loss", gaps[r].run_loss);
       cJSON_AddNumberToObject(g, "baseline_loss", gaps[r].base_loss);
       cJSON_AddNumberToObject(g, "diff", gaps[r].diff);
@@ -399,6 +407,10 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
         cJSON_AddStringToObject(g, "verdict", ampc_verdict_name(gv[r].kind));
       else
         cJSON_AddNullToObject(g, "verdict");
+    } else if (gap_err && gap_err[r][0]) {
+      cJSON *g = cJSON_AddObjectToObject(o, "vs_fp32");
+      cJSON_AddStringToObject(g, "baseline", runs[base].label);
+      cJSON_AddStringToObject(g, "error", gap_err[r]);
     }
     cJSON_AddItemToArray(arr, o);
     char evtxt[256];
@@ -413,19 +425,27 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
   }
   if (base >= 0) {
     fprintf(md,
-            "\n## Against the FP32 baseline (%s)\n\nThe same batches in each run: the "
-            "per-step loss difference over the last tenth of the steps; a verdict when it "
+            "\n## Against the FP32 baseline (%s)\n\nThe same batches in each twin (the same "
+            "model, data, steps, batch, seed and optimizer, checked): the per-step loss "
+            "difference over the last tenth of the steps; a verdict when it "
             "exceeds 1 %% and 3 standard errors with no non-finite value (`ampc diagnose "
             "LABEL.jsonl --baseline %s.jsonl`).\n\n| run | loss | FP32 loss | difference "
             "| verdict |\n|---|---:|---:|---:|---|\n",
             runs[base].label, runs[base].label);
-    for (int r = 0; r < n; r++)
-      if (have_gap[r])
+    for (int r = 0; r < n; r++) {
+      if (have_gap[r] && !gaps[r].finite)
+        fprintf(md, "| %s | - | - | - | not compared: non-finite values (its own verdicts) |\n",
+                runs[r].label);
+      else if (have_gap[r])
         fprintf(md, "| %s | %.5g | %.5g | %+.3g (%+.2f %%) +- %.2g | %s |\n", runs[r].label,
                 gaps[r].run_loss, gaps[r].base_loss, gaps[r].diff, 100.0 * gaps[r].rel,
                 gaps[r].diff_se,
-                ngv[r] ? ampc_verdict_name(gv[r].kind)
-                       : (gaps[r].finite ? "within the margin" : "non-finite (own verdicts)"));
+                ngv[r]               ? ampc_verdict_name(gv[r].kind)
+                : gaps[r].diff < 0.0 ? "no gap (below the FP32 loss)"
+                                     : "no gap (within the margin)");
+      else if (gap_err && gap_err[r][0])
+        fprintf(md, "| %s | - | - | - | not compared: %s |\n", runs[r].label, gap_err[r]);
+    }
   }
   fprintf(md, "\nPlots: `loss.png`, `scale.png`, `grad_hist.png` (the last only when a run "
               "sampled rounding telemetry). Logs: `LABEL.jsonl` (`ampc diagnose "
@@ -455,7 +475,7 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
         fprintf(md, "  - safeguard: %s\n", gv[r].safeguard);
     }
   }
-  free(gaps), free(gv), free(ngv), free(have_gap);
+  free(gaps), free(gv), free(ngv), free(have_gap), free(gap_err);
   const int bad = ferror(md);
   if (fclose(md) != 0 || bad) {
     cJSON_Delete(root);

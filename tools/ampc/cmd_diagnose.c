@@ -39,14 +39,19 @@ static const char k_usage[] =
     "           over the last tenth of the steps; worse by more than the margin\n"
     "           and 3 standard errors, with no non-finite value, gives\n"
     "           accumulation-error (the sampled GEMM error says so), underflow\n"
-    "           (a branch flushed >= 1 % of its gradients) or precision-gap\n"
-    "  --margin F  relative margin of --baseline (0.01 = 1 %, the default)\n"
+    "           (a branch flushed >= 1 % of its gradients), swallowed-updates\n"
+    "           (16-bit weights left >= 25 % of updates unchanged) or precision-gap\n"
+    "  --margin F  relative margin of --baseline, in [0.0001, 1] (0.01 = 1 %, the\n"
+    "           default); the baseline must be 32-true with the same model, data,\n"
+    "           steps, batch, seed and optimizer (checked from the config lines)\n"
     "  --json   print one JSON object: {\"verdict\":..,\"verdicts\":[{\"verdict\":..,\n"
     "           \"branch\":..,\"step\":..,\"tensor\":..,\"evidence\":[..],\n"
-    "           \"safeguard\":..}],\"evidence\":[..],\"steps\":..}\n"
+    "           \"safeguard\":..}],\"evidence\":[..],\"steps\":..}, with --baseline\n"
+    "           also \"baseline\":{\"finite\",\"window\",\"loss\",\"baseline_loss\",\"diff\",\n"
+    "           \"diff_se\",\"rel\",\"significant\",\"verdict\",...}\n"
     "\n"
     "Exit status: 0 diagnosed (whatever the verdict), 1 unreadable or malformed\n"
-    "log, 2 bad usage.\n";
+    "log, or a baseline that is not the run's FP32 twin; 2 bad usage.\n";
 
 static void print_verdict(const ampc_verdict *v) {
   printf("verdict: %s", ampc_verdict_name(v->kind));
@@ -66,6 +71,11 @@ static void print_verdict(const ampc_verdict *v) {
 static cJSON *gap_json(const ampc_diag_gap *g, const ampc_verdict *v, int nv, const char *path) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "log", path);
+  cJSON_AddBoolToObject(o, "finite", g->finite);
+  if (!g->finite) { /* nothing compared: the run's own verdicts say why */
+    cJSON_AddNullToObject(o, "verdict");
+    return o;
+  }
   cJSON_AddNumberToObject(o, "window", (double)g->window);
   cJSON_AddNumberToObject(o, "first_step", (double)g->first_step);
   cJSON_AddNumberToObject(o, "last_step", (double)g->last_step);
@@ -74,7 +84,6 @@ static cJSON *gap_json(const ampc_diag_gap *g, const ampc_verdict *v, int nv, co
   cJSON_AddNumberToObject(o, "diff", g->diff);
   cJSON_AddNumberToObject(o, "diff_se", g->diff_se);
   cJSON_AddNumberToObject(o, "rel", g->rel);
-  cJSON_AddBoolToObject(o, "finite", g->finite);
   cJSON_AddBoolToObject(o, "significant", g->significant);
   if (nv > 0) {
     cJSON_AddStringToObject(o, "verdict", ampc_verdict_name(v->kind));
@@ -91,6 +100,7 @@ static cJSON *gap_json(const ampc_diag_gap *g, const ampc_verdict *v, int nv, co
 static int run(int argc, char **argv) {
   const char *path = NULL, *base_path = NULL;
   double margin = 0.01;
+  bool have_margin = false;
   int json = 0;
   for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
@@ -98,17 +108,31 @@ static int run(int argc, char **argv) {
       return AMPC_EXIT_OK;
     } else if (!strcmp(argv[i], "--json"))
       json = 1;
-    else if (!strcmp(argv[i], "--baseline") || !strcmp(argv[i], "--margin")) {
-      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
+    else if (!strncmp(argv[i], "--baseline", 10) || !strncmp(argv[i], "--margin", 8)) {
+      const bool is_base = argv[i][2] == 'b';
+      const size_t fl = is_base ? 10 : 8;
+      const char *val = NULL;
+      if (argv[i][fl] == '=')
+        val = argv[i] + fl + 1;
+      else if (argv[i][fl] != '\0')
+        return cli_usage_error("diagnose", "unknown option '%s'", argv[i]);
+      else if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
         return cli_usage_error("diagnose", "%s needs a value", argv[i]);
-      if (argv[i][2] == 'b') {
-        base_path = argv[++i];
+      else
+        val = argv[++i];
+      if (is_base) {
+        if (base_path)
+          return cli_usage_error("diagnose", "--baseline given twice");
+        base_path = val;
       } else {
         char *end = NULL;
-        margin = strtod(argv[++i], &end);
-        if (end == argv[i] || *end || !(margin > 0.0 && margin < 10.0))
-          return cli_usage_error("diagnose", "--margin: expected a number in (0, 10), got '%s'",
-                                 argv[i]);
+        margin = strtod(val, &end);
+        have_margin = true;
+        if (end == val || *end || !(margin >= 1e-4 && margin <= 1.0))
+          return cli_usage_error("diagnose",
+                                 "--margin: expected a number in [0.0001, 1] (a fraction of "
+                                 "the baseline's loss), got '%s'",
+                                 val);
       }
     } else if (argv[i][0] == '-' && argv[i][1] != '\0')
       return cli_usage_error("diagnose", "unknown option '%s'", argv[i]);
@@ -119,6 +143,8 @@ static int run(int argc, char **argv) {
   }
   if (!path)
     return cli_usage_error("diagnose", "missing LOG (a metrics log from `ampc train --log`)");
+  if (have_margin && !base_path)
+    return cli_usage_error("diagnose", "--margin applies to --baseline");
   ampc_diag *d = NULL, *b = NULL;
   if (ampc_diag_read_log(path, &d) != AMPC_OK)
     return cli_runtime_error("diagnose", "%s", ampc_last_error());
@@ -158,17 +184,22 @@ static int run(int argc, char **argv) {
            (long long)ampc_diag_steps(d), (long long)sampled);
     for (int i = 0; i < n; i++)
       print_verdict(&v[i]);
-    if (base_path) {
+    if (base_path && !gap.finite) {
+      printf("against the FP32 baseline %s: no cross-run verdict, the run has non-finite "
+             "values (its own verdicts above)\n",
+             base_path);
+    } else if (base_path) {
       printf("against the FP32 baseline %s: training loss %.5g vs %.5g over steps %lld-%lld, "
              "%+.3g per step (%+.2f %%) +- %.2g\n",
              base_path, gap.run_loss, gap.base_loss, (long long)gap.first_step,
              (long long)gap.last_step, gap.diff, 100.0 * gap.rel, gap.diff_se);
       if (ngv)
         print_verdict(&gv);
-      else if (!gap.finite)
-        printf("no cross-run verdict: the run has non-finite values (its own verdicts above)\n");
+      else if (gap.diff < 0.0)
+        printf("no precision gap: the run ends below the FP32 loss\n");
       else
-        printf("within the margin (%.3g %%, or 3 standard errors): no precision gap\n",
+        printf("no precision gap: not worse than FP32 by more than the margin (%.3g %%) and 3 "
+               "standard errors\n",
                100.0 * margin);
     }
   }

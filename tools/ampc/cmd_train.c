@@ -43,8 +43,7 @@ static const char k_usage[] =
     "  --weight-update nearest|stochastic|kahan  update of 16-bit weights without a\n"
     "                       master (bf16-true; kahan also 16-true)\n"
     "  --init-scale S (65536) --growth-factor G (2) --backoff-factor B (0.5)\n"
-    "  --growth-interval N (2000) --hysteresis H (1) --min-scale S (1)\n"
-    "  --max-scale S (none)      dynamic loss scaler (torch GradScaler defaults)\n"
+    "  --growth-interval N (2000) --hysteresis H (1) --min-scale S (1) --max-scale S\n"
     "\n"
     "Optimizer:\n"
     "  --optimizer adamw|sgd (adamw)  --lr LR (1e-3; sgd 1e-2)\n"
@@ -57,7 +56,8 @@ static const char k_usage[] =
     "  --steps N (300)  --stop-at N (end after step N as if interrupted, saving\n"
     "                   the checkpoint; the LR schedule still spans --steps)\n"
     "  --batch B (64)  --micro-batches K (1: gradient accumulation)\n"
-    "  --loss-multiplier L|2^K  backward of L * loss (eps, clip norm scaled by L)\n"
+    "  --loss-multiplier L|2^K  backward of L*loss, L in [2^-40, 1], eps and clip\n"
+    "                   norm scaled by L (AdamW only; grad_norm is L's)\n"
     "  --seed S (1)  --threads N (all cores)  --eval-every N (100; and at the end)\n"
     "  --no-eval        no evaluation at all\n"
     "  --in N (16) --hidden N (64) --classes N (5) --train-size N (4096)\n"
@@ -264,15 +264,15 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       float lm = 0.0f;
       if (!strncmp(v, "2^", 2)) {
         int64_t e2 = 0;
-        rc = parse_i64(flag, v + 2, -60, 0, &e2);
+        rc = parse_i64(flag, v + 2, -40, 0, &e2);
         lm = ldexpf(1.0f, (int)e2);
       } else {
         rc = parse_f(flag, v, &lm);
       }
-      if (!rc && !(lm >= 0x1p-60f && lm <= 1.0f))
+      if (!rc && !(lm >= 0x1p-40f && lm <= 1.0f))
         rc = cli_usage_error("train",
-                             "--loss-multiplier: expected a number in [2^-60, 1] (or "
-                             "2^K, K in -60..0), got '%s'",
+                             "--loss-multiplier: expected a number in [2^-40, 1] (or "
+                             "2^K, K in -40..0), got '%s'",
                              v);
       a->loss_multiplier = lm;
     } else if (!strcmp(n, "eval-every"))
@@ -425,6 +425,9 @@ static void print_config(FILE *out, ampc_run *R) {
     fprintf(out, " (%g)", (double)am->scaler.init_scale);
   if (am->weight_update != AMPC_UPDATE_NEAREST)
     fprintf(out, ", weight update %s", ampc_weight_update_name(am->weight_update));
+  const float lmul = ampc_run_get_config(R)->loss_multiplier;
+  if (lmul > 0.0f && lmul != 1.0f)
+    fprintf(out, ", loss multiplier %g", (double)lmul);
   if (ampc_precision_is_fp8(am->precision))
     fprintf(out, ", FP8 e4m3/e5m2 (amax history %d, %s, margin %g)", am->fp8_amax_history,
             am->fp8_amax_algo == AMPC_AMAX_MAX ? "max" : "most_recent", (double)am->fp8_margin);
