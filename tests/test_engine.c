@@ -710,6 +710,79 @@ static void test_checkpoint_roundtrip_and_resume(void **state) {
   }
 }
 
+/* --loss-scale per-branch: every branch's scale, tracker and credit round-trip
+ * (the MLP's parameters are all heads; the other branches' scales still
+ * move, by the pick below and by growth), a resumed run continues bit for
+ * bit, and a malformed branch state is refused with the file named */
+static void test_checkpoint_per_branch_scaler(void **state) {
+  (void)state;
+  ampc_amp_config a = preset(AMPC_PRECISION_16_MIXED);
+  assert_int_equal(ampc_amp_config_set(&a, "loss-scale", "per-branch"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&a, "growth-interval", "3"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&a, "hysteresis", "2"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_check(&a), AMPC_OK);
+  ampc_optim_config o = ampc_optim_adamw_defaults();
+  enum { K = 5 };
+  const float amax[K][AMPC_BRANCH_COUNT] = {{3.0f, -1.0f, 0.5f, -1.0f},
+                                            {-1.0f, -1.0f, -1.0f, -1.0f},
+                                            {-1.0f, 100.0f, -1.0f, -1.0f},
+                                            {-1.0f, -1.0f, -1.0f, -1.0f},
+                                            {7.0f, -1.0f, -1.0f, -1.0f}};
+  float la[2 * K], sa[2 * K], lb[2 * K], sb[2 * K];
+  ampc_trainer A, B, C;
+  ampc_mlp MA, MB, MC;
+  make(&A, &MA, &a, &o);
+  for (int s = 0; s < 2 * K; s++) {
+    if (s < K)
+      memcpy(A.branch_amax, amax[s], sizeof amax[s]);
+    run_steps(&A, &MA, s, 1, la, sa);
+  }
+  make(&B, &MB, &a, &o);
+  for (int s = 0; s < K; s++) {
+    memcpy(B.branch_amax, amax[s], sizeof amax[s]);
+    run_steps(&B, &MB, s, 1, lb, sb);
+  }
+  /* the picks moved the scales apart */
+  assert_true(B.scaler.branch_scale[AMPC_BRANCH_VISION] != B.scaler.branch_scale[AMPC_BRANCH_TEXT]);
+  assert_true(B.scaler.branch_picks >= 3);
+  char path[128];
+  tmp_path(path, sizeof path, "ck_branch.safetensors");
+  assert_int_equal(ampc_trainer_save(&B, path, NULL, 0), AMPC_OK);
+  make(&C, &MC, &a, &o);
+  assert_int_equal(ampc_trainer_load(&C, path), AMPC_OK);
+  assert_same_state(&B, &C);
+  run_steps(&C, &MC, K, K, lb, sb);
+  assert_memory_equal(la, lb, sizeof la);
+  assert_memory_equal(sa, sb, sizeof sa);
+  assert_same_state(&A, &C);
+  /* a dynamic run resumed from it starts its own scaler (as between modes) */
+  ampc_amp_config d = preset(AMPC_PRECISION_16_MIXED);
+  ampc_trainer D;
+  ampc_mlp MD;
+  make(&D, &MD, &d, &o);
+  const ampc_scaler fresh = D.scaler;
+  assert_int_equal(ampc_trainer_load(&D, path), AMPC_OK);
+  assert_true(D.scaler.scale == fresh.scale);
+  /* a branch scale that is not a power of two: refused, nothing changed */
+  B.scaler.branch_scale[AMPC_BRANCH_TEXT] = 3.0f;
+  char bad[128];
+  tmp_path(bad, sizeof bad, "ck_branch_bad.safetensors");
+  assert_int_equal(ampc_trainer_save(&B, bad, NULL, 0), AMPC_OK);
+  ampc_trainer E;
+  ampc_mlp ME;
+  make(&E, &ME, &a, &o);
+  const ampc_scaler before = E.scaler;
+  assert_int_equal(ampc_trainer_load(&E, bad), AMPC_ERR_FORMAT);
+  assert_non_null(strstr(ampc_last_error(), bad));
+  assert_non_null(strstr(ampc_last_error(), "branch_scales"));
+  assert_memory_equal(&before, &E.scaler, sizeof before);
+  ampc_mlp_free(&MA), ampc_mlp_free(&MB), ampc_mlp_free(&MC), ampc_mlp_free(&MD);
+  ampc_mlp_free(&ME);
+  ampc_trainer_free(&A), ampc_trainer_free(&B), ampc_trainer_free(&C), ampc_trainer_free(&D);
+  ampc_trainer_free(&E);
+  unlink(path), unlink(bad);
+}
+
 static void test_checkpoint_errors_leave_trainer_unchanged(void **state) {
   (void)state;
   ampc_amp_config a = preset(AMPC_PRECISION_16_MIXED);
@@ -782,6 +855,7 @@ int main(void) {
       cmocka_unit_test(test_pure_fp16_adam_breaks),
       cmocka_unit_test(test_mlp_accumulation),
       cmocka_unit_test(test_checkpoint_roundtrip_and_resume),
+      cmocka_unit_test(test_checkpoint_per_branch_scaler),
       cmocka_unit_test(test_checkpoint_errors_leave_trainer_unchanged),
   };
   return cmocka_run_group_tests(tests, setup_data, NULL);

@@ -161,6 +161,97 @@ static void test_gradient_check_vit(void **state) {
   gradient_check("vit-micro");
 }
 
+/* Per-branch seeds (--loss-scale per-branch): equal seeds give
+ * ampc_mmodel_backward's bits; seeds that differ by powers of two store
+ * every gradient of branch b times seed[b] exactly (every backward op is
+ * linear in its upstream gradient, and a power of two commutes with each
+ * rounding while nothing leaves the format's normal range: bfloat16 has
+ * FP32's exponent range, so no gradient here comes near it), so each
+ * gradient divided by its branch's seed equals the one-seed gradient, bit
+ * for bit. */
+static float load1(const void *base, ampc_dtype dt, int64_t i) {
+  float v = 0.0f;
+  assert_int_equal(
+      ampc_convert(&v, AMPC_F32, (const char *)base + (size_t)i * ampc_dtype_size(dt), dt, 1),
+      AMPC_OK);
+  return v;
+}
+
+static void branch_seeds_exact(const char *model, ampc_precision prec) {
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
+  ampc_amp_config a;
+  ampc_amp_config_preset(prec, &a);
+  ampc_optim_config o = ampc_optim_adamw_defaults();
+  ampc_trainer T;
+  assert_int_equal(ampc_trainer_init(&T, &a, &o, sp.specs, sp.n, 5), AMPC_OK);
+  ampc_params *P = &T.params;
+  ampc_mmodel *M = NULL;
+  assert_int_equal(ampc_mmodel_create(&M, &c, P, &T.amp, B), AMPC_OK);
+  uint8_t images[B * 8 * 8 * 3];
+  int32_t tokens[B * TT], labels[B];
+  make_batch(8, images, tokens, labels, 3);
+  ampc_mmodel_batch bt = {B, images, tokens, labels};
+  const size_t gsz = ampc_dtype_size(P->wdt), bytes = (size_t)P->total * gsz;
+  char *g1 = malloc(bytes);
+  assert_non_null(g1);
+  ampc_mmodel_losses L;
+  /* one seed */
+  ampc_trainer_zero_grad(&T);
+  assert_int_equal(fwd_bwd(M, &bt, 8.0f, &L), AMPC_OK);
+  memcpy(g1, P->grad, bytes);
+  /* the same seed per branch: the same bits */
+  const float same[AMPC_BRANCH_COUNT] = {8.0f, 8.0f, 8.0f, 8.0f};
+  ampc_trainer_zero_grad(&T);
+  assert_int_equal(ampc_mmodel_forward(M, &bt, &L), AMPC_OK);
+  assert_int_equal(ampc_mmodel_backward_branches(M, same), AMPC_OK);
+  assert_memory_equal(g1, P->grad, bytes);
+  /* vision 2^10, text 2^-3, fusion 2^17, heads 2^3 (the losses' seed) */
+  const float seeds[AMPC_BRANCH_COUNT] = {1024.0f, 0.125f, 131072.0f, 8.0f};
+  ampc_trainer_zero_grad(&T);
+  assert_int_equal(ampc_mmodel_forward(M, &bt, &L), AMPC_OK);
+  assert_int_equal(ampc_mmodel_backward_branches(M, seeds), AMPC_OK);
+  int64_t nonzero = 0, branches_seen = 0;
+  bool seen[AMPC_BRANCH_COUNT] = {false, false, false, false};
+  for (int i = 0; i < P->count; i++) {
+    const ampc_param *p = &P->p[i];
+    const float f = seeds[p->branch] / 8.0f;
+    for (int64_t e = 0; e < p->numel; e++) {
+      const float want = load1(g1, P->wdt, p->offset + e);
+      const float got = load1(P->grad, P->wdt, p->offset + e) / f;
+      if (want != got)
+        printf("# %s[%lld]: %.9g, per-branch %.9g / %g\n", p->name, (long long)e, (double)want,
+               (double)(got * f), (double)f);
+      assert_true(want == got);
+      nonzero += want != 0.0f;
+      if (want != 0.0f && !seen[p->branch])
+        seen[p->branch] = true, branches_seen++;
+    }
+  }
+  printf("# %s %s: %lld non-zero gradients, %lld branches, each /seed[b] bit-equal\n", model,
+         ampc_precision_name(prec), (long long)nonzero, (long long)branches_seen);
+  assert_true(nonzero > P->total / 2);
+  assert_int_equal(branches_seen, c.image_only ? 2 : 4);
+  /* a seed that is not positive and finite is refused */
+  const float bad[AMPC_BRANCH_COUNT] = {1.0f, 0.0f, 1.0f, 1.0f};
+  assert_int_equal(ampc_mmodel_forward(M, &bt, &L), AMPC_OK);
+  assert_int_equal(ampc_mmodel_backward_branches(M, bad), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "text seed"));
+  free(g1);
+  ampc_mmodel_free(M);
+  ampc_trainer_free(&T);
+  ampc_mmodel_specs_free(&sp);
+}
+
+static void test_backward_branches_exact(void **state) {
+  (void)state;
+  branch_seeds_exact("mm-micro", AMPC_PRECISION_32_TRUE);
+  branch_seeds_exact("mm-micro", AMPC_PRECISION_BF16_MIXED);
+  branch_seeds_exact("vit-micro", AMPC_PRECISION_BF16_MIXED);
+}
+
 static void test_mm_tiny_names(void **state) {
   (void)state;
   ampc_mmodel_config c;
@@ -253,9 +344,8 @@ static void test_training_lowers_loss(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_mm_tiny_names),
-      cmocka_unit_test(test_gradient_check),
-      cmocka_unit_test(test_gradient_check_vit),
+      cmocka_unit_test(test_mm_tiny_names),        cmocka_unit_test(test_gradient_check),
+      cmocka_unit_test(test_gradient_check_vit),   cmocka_unit_test(test_backward_branches_exact),
       cmocka_unit_test(test_training_lowers_loss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -323,6 +323,100 @@ static void test_lint(void **state) {
   assert_non_null(strstr(m, "1e-05"));
 }
 
+/* --loss-scale per-branch: each branch its own dynamic state, one global
+ * skip, and the histogram pick to S_b 2^(12 - floor(log2 amax)) */
+static void test_per_branch_state_machine(void **state) {
+  (void)state;
+  ampc_amp_config a;
+  assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &a), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&a, "loss-scale", "per-branch"), AMPC_OK);
+  assert_int_equal(a.scaler.mode, AMPC_LOSS_SCALE_PER_BRANCH);
+  assert_string_equal(ampc_loss_scale_mode_name(a.scaler.mode), "per-branch");
+  a.scaler.growth_interval = 2;
+  a.scaler.hysteresis = 2;
+  a.scaler.min_scale = 4.0f;
+  a.scaler.max_scale = 1048576.0f; /* 2^20 */
+  assert_int_equal(ampc_amp_config_check(&a), AMPC_OK);
+  ampc_scaler s;
+  ampc_scaler_init(&s, &a.scaler);
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    assert_true(ampc_scaler_branch_scale(&s, (ampc_branch)b) == 65536.0f);
+  const bool none[4] = {false, false, false, false};
+  bool nf[4] = {false, false, true, false}; /* the fusion overflows */
+  /* hysteresis 2: the first overflow uses the fusion's credit, all skip */
+  assert_true(ampc_scaler_update_branches(&s, nf, NULL));
+  assert_true(s.branch_scale[AMPC_BRANCH_FUSION] == 65536.0f);
+  assert_int_equal(s.branch_hysteresis[AMPC_BRANCH_FUSION], 1);
+  assert_int_equal(s.branch_hysteresis[AMPC_BRANCH_VISION], 2);
+  assert_true(ampc_scaler_update_branches(&s, nf, NULL));
+  assert_true(s.branch_scale[AMPC_BRANCH_FUSION] == 32768.0f); /* backs off */
+  assert_true(s.branch_scale[AMPC_BRANCH_VISION] == 65536.0f); /* the others keep theirs */
+  assert_int_equal(s.skip_count, 2);
+  assert_int_equal(s.overflow_count, 2);
+  /* two clean steps: every branch grows once (interval 2), credit restored */
+  assert_false(ampc_scaler_update_branches(&s, none, NULL));
+  assert_int_equal(s.branch_tracker[AMPC_BRANCH_TEXT], 1);
+  assert_false(ampc_scaler_update_branches(&s, none, NULL));
+  assert_true(s.branch_scale[AMPC_BRANCH_VISION] == 131072.0f);
+  assert_true(s.branch_scale[AMPC_BRANCH_FUSION] == 65536.0f);
+  assert_int_equal(s.branch_hysteresis[AMPC_BRANCH_FUSION], 2);
+  assert_true(s.scale == s.branch_scale[AMPC_BRANCH_HEADS]);
+  /* the pick: amax 3.0 at 2^17 has floor(log2) 1, so S = 2^17 2^(12-1) =
+   * 2^28, clamped to 2^20; amax 2^20 (12 - 20 = -8) gives 2^17 / 2^8 = 2^9;
+   * unknown (-1) and 0 keep their scale */
+  float amax[4] = {3.0f, 1048576.0f, -1.0f, 0.0f};
+  const float t_before = s.branch_scale[AMPC_BRANCH_TEXT];
+  assert_true(t_before == 131072.0f);
+  assert_false(ampc_scaler_update_branches(&s, none, amax));
+  assert_true(s.branch_scale[AMPC_BRANCH_VISION] == 1048576.0f);
+  assert_true(s.branch_scale[AMPC_BRANCH_TEXT] == 512.0f);
+  assert_true(s.branch_scale[AMPC_BRANCH_FUSION] == 65536.0f); /* tracker 1 of 2 */
+  assert_true(s.branch_scale[AMPC_BRANCH_HEADS] == 131072.0f);
+  assert_int_equal(s.branch_tracker[AMPC_BRANCH_VISION], 0);
+  assert_int_equal(s.branch_tracker[AMPC_BRANCH_FUSION], 1);
+  assert_int_equal(s.branch_picks, 2);
+  /* 512 2^(12 - 12) stays: a pick that does not move the scale is not counted */
+  float amax2[4] = {-1.0f, 4096.0f, -1.0f, -1.0f};
+  assert_false(ampc_scaler_update_branches(&s, none, amax2));
+  assert_true(s.branch_scale[AMPC_BRANCH_TEXT] == 512.0f);
+  assert_int_equal(s.branch_picks, 2);
+  /* the floor: an amax of 2^30 at 512 wants 2^-9, clamped to min 4 */
+  float amax3[4] = {-1.0f, 1073741824.0f, -1.0f, -1.0f};
+  assert_false(ampc_scaler_update_branches(&s, none, amax3));
+  assert_true(s.branch_scale[AMPC_BRANCH_TEXT] == 4.0f);
+  /* an overflow step picks nothing, even with an amax */
+  nf[AMPC_BRANCH_FUSION] = false, nf[AMPC_BRANCH_TEXT] = true;
+  assert_true(ampc_scaler_update_branches(&s, nf, amax));
+  assert_true(s.branch_scale[AMPC_BRANCH_VISION] == 1048576.0f);
+  assert_true(s.branch_scale[AMPC_BRANCH_TEXT] == 4.0f); /* credit first */
+  /* other modes: the branches are one scale, any overflow is the overflow */
+  ampc_scaler d;
+  ampc_scaler_config dc = dyn(1024.0f, 2.0f, 0.5f, 100);
+  ampc_scaler_init(&d, &dc);
+  assert_true(ampc_scaler_update_branches(&d, nf, NULL));
+  assert_true(d.scale == 512.0f);
+  assert_true(ampc_scaler_branch_scale(&d, AMPC_BRANCH_VISION) == 512.0f);
+  /* per-branch needs powers of two: the boundary ratios must be exact */
+  ampc_amp_config b2 = a;
+  b2.scaler.init_scale = 1000.0f;
+  assert_int_equal(ampc_amp_config_check(&b2), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "--init-scale is 1000"));
+  b2 = a;
+  b2.scaler.backoff_factor = 0.75f;
+  assert_int_equal(ampc_amp_config_check(&b2), AMPC_ERR_INVALID_ARG);
+  b2 = a;
+  b2.scaler.max_scale = 1e6f;
+  assert_int_equal(ampc_amp_config_check(&b2), AMPC_ERR_INVALID_ARG);
+  b2 = a;
+  b2.scaler.max_scale = FLT_MAX; /* no ceiling: the scales stop at 2^127 */
+  assert_int_equal(ampc_amp_config_check(&b2), AMPC_OK);
+  ampc_scaler big;
+  ampc_scaler_init(&big, &b2.scaler);
+  float tiny[4] = {1e-30f, -1.0f, -1.0f, -1.0f};
+  assert_false(ampc_scaler_update_branches(&big, none, tiny));
+  assert_true(big.branch_scale[AMPC_BRANCH_VISION] == ldexpf(1.0f, 127));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gradscaler_update_values),
@@ -336,6 +430,7 @@ int main(void) {
       cmocka_unit_test(test_lr_schedule),
       cmocka_unit_test(test_presets_and_overrides),
       cmocka_unit_test(test_lint),
+      cmocka_unit_test(test_per_branch_state_machine),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,7 +31,8 @@
 
 #include "ampc/dtype.h"
 #include "ampc/gemm.h"
-#include "ampc/nn.h" /* ampc_scratch */
+#include "ampc/nn.h"     /* ampc_scratch */
+#include "ampc/params.h" /* ampc_branch */
 #include "ampc/status.h"
 
 #ifdef __cplusplus
@@ -108,9 +109,12 @@ const char *ampc_op_name(ampc_op_id op);
 
 /* Loss-scaling mode (values go into logs and checkpoints: append only). */
 typedef enum ampc_loss_scale_mode {
-  AMPC_LOSS_SCALE_NONE = 0,    /* S = 1, no check-and-skip (a plain PyTorch loop) */
-  AMPC_LOSS_SCALE_STATIC = 1,  /* fixed S; a non-finite step is skipped (apex/DeepSpeed) */
-  AMPC_LOSS_SCALE_DYNAMIC = 2, /* GradScaler semantics (below) */
+  AMPC_LOSS_SCALE_NONE = 0,       /* S = 1, no check-and-skip (a plain PyTorch loop) */
+  AMPC_LOSS_SCALE_STATIC = 1,     /* fixed S; a non-finite step is skipped (apex/DeepSpeed) */
+  AMPC_LOSS_SCALE_DYNAMIC = 2,    /* GradScaler semantics (below) */
+  AMPC_LOSS_SCALE_PER_BRANCH = 3, /* one dynamic scale per model branch (vision, text,
+                                     fusion, heads), each picked from the branch's gradient
+                                     histogram; the skip stays global (below) */
 } ampc_loss_scale_mode;
 
 /* Loss-scaler settings. Defaults (ampc_amp_config_preset) are
@@ -172,7 +176,8 @@ ampc_status ampc_amp_config_preset(ampc_precision p, ampc_amp_config *out);
 
 /* Apply one override by its command-line name (without the dashes):
  *   master-weights  on | off
- *   loss-scale      none | dynamic | <S>  (a positive finite number: static S)
+ *   loss-scale      none | dynamic | per-branch | <S>  (a positive finite
+ *                   number: static S)
  *   accumulate      fp32 | fp16
  *   fp8-amax-history N (1..2^20), fp8-amax-compute max | most_recent,
  *   fp8-margin M (>= 0)  (fp8-mixed's recipe)
@@ -189,7 +194,7 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
  * Errors: AMPC_ERR_INVALID_ARG with a message naming the values. */
 ampc_status ampc_amp_config_check(const ampc_amp_config *c);
 
-/* "none", "static", "dynamic". */
+/* "none", "static", "dynamic", "per-branch". */
 const char *ampc_loss_scale_mode_name(ampc_loss_scale_mode m);
 
 /* ---- the loss scaler (src/amp/loss_scaler.c) ------------------------------ */
@@ -197,12 +202,24 @@ const char *ampc_loss_scale_mode_name(ampc_loss_scale_mode m);
 /* State. Everything here goes into checkpoints. */
 typedef struct ampc_scaler {
   ampc_scaler_config cfg;
-  float scale;            /* S for the next backward pass (FP32) */
+  float scale;            /* S for the next backward pass (FP32); per-branch: the heads'
+                             scale, which seeds the losses */
   int growth_tracker;     /* clean steps since the last growth or overflow */
   int hysteresis_left;    /* overflows still tolerated before a backoff */
   int64_t overflow_count; /* steps whose gradients were non-finite */
   int64_t skip_count;     /* optimizer steps skipped */
+  /* per-branch mode: each branch's own dynamic state (indexed by ampc_branch) */
+  float branch_scale[AMPC_BRANCH_COUNT];
+  int branch_tracker[AMPC_BRANCH_COUNT];
+  int branch_hysteresis[AMPC_BRANCH_COUNT];
+  int64_t branch_picks; /* scales moved by ampc_scaler_update_branches' histogram pick */
 } ampc_scaler;
+
+/* The top of the FP32 exponent range the per-branch pick aims a branch's
+ * largest scaled gradient at: max |g| S_b in [2^12, 2^13), 8 to 16 times
+ * below binary16's largest value (65504), room for the amax of the steps
+ * between two samples (on mm-tiny it varies by 2-4x from step to step). */
+enum { AMPC_BRANCH_PICK_TOP_LOG2 = 12 };
 
 /* Initialise from cfg (S = init_scale, or 1 for mode none). */
 void ampc_scaler_init(ampc_scaler *s, const ampc_scaler_config *cfg);
@@ -220,6 +237,35 @@ float ampc_scaler_inv_scale(const ampc_scaler *s);
  * and tracker = 0. Mode none never skips (a non-finite gradient reaches the
  * weights, as in a PyTorch loop without a GradScaler). */
 bool ampc_scaler_update(ampc_scaler *s, bool found_nonfinite);
+
+/* The scale of branch br's gradients: S_br in per-branch mode, else S. */
+float ampc_scaler_branch_scale(const ampc_scaler *s, ampc_branch br);
+
+/* Per-branch loss scaling (issue 18; no framework has it built in: the idea
+ * is apex's one-scale-per-loss `num_losses` carried to the branches of a
+ * fused model, with the scale of each chosen as Transformer Engine's delayed
+ * scaling chooses an FP8 tensor's, from the amax of earlier steps). The
+ * backward pass stores branch b's gradients (activation and parameter
+ * gradients) multiplied by S_b: the losses are seeded with S_heads, and where
+ * a gradient crosses from branch a into branch b it is multiplied by S_b /
+ * S_a in FP32 before it is rounded (a power of two: exact). The unscale
+ * multiplies each parameter's gradient by its own branch's 1/S_b.
+ *
+ * After each step, nonfinite[b] says whether branch b's gradients held an
+ * inf or NaN, and amax[b] (or amax NULL, or an entry < 0: unknown) is the
+ * largest |value| the backward pass stored in branch b before rounding (the
+ * top of its gradient histogram, from the rounding telemetry on sampled
+ * steps). If any branch is non-finite the step is skipped (one global skip)
+ * and each non-finite branch backs off as a dynamic scaler does (hysteresis
+ * per branch; the finite ones keep their scale and reset their tracker). On
+ * a clean step every branch counts toward growth as a dynamic scaler does,
+ * and a branch whose amax is known, finite and > 0 is then moved to S_b 2^(12
+ * - floor(log2 amax)) (clamped to [min_scale, max_scale]; tracker reset), so
+ * its largest value lands in [2^12, 2^13), whichever way that moves S_b.
+ * Returns true when the step must be skipped. s->scale follows S_heads.
+ * Other modes: ampc_scaler_update(s, any nonfinite). */
+bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANCH_COUNT],
+                                 const float *amax);
 
 /* ---- unscale, non-finite check, global norm (src/amp/unscale.c) ----------- */
 

@@ -139,7 +139,7 @@ typedef struct ampc_diag_config {
   char precision[24];  /* preset name, e.g. "16-mixed" */
   ampc_dtype lowp;     /* working (weights and gradients) dtype */
   bool master_weights; /* FP32 master copy on */
-  int loss_scale_mode; /* 0 none, 1 static, 2 dynamic (ampc_loss_scale_mode) */
+  int loss_scale_mode; /* 0 none, 1 static, 2 dynamic, 3 per-branch (ampc_loss_scale_mode) */
   double min_scale;    /* dynamic scaler's floor */
   ampc_acc accumulate; /* GEMM accumulation */
   /* what must match for two runs to be twins (ampc_diag_compare): model,

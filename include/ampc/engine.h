@@ -48,6 +48,11 @@ typedef struct ampc_trainer {
   bool telemetry;              /* fill `swallow` at each applied step (default on) */
   ampc_swallow_stats *swallow; /* [params.count]: the last applied step */
   ampc_scratch unscale_ws;     /* the unscale check's per-chunk sums (allocated at init) */
+  /* per-branch loss scaling: the largest |gradient| each branch stored in this
+   * step's backward pass before rounding (the top of its telemetry histogram),
+   * or -1 when unknown; set by the caller before ampc_trainer_step, which
+   * hands it to ampc_scaler_update_branches and resets it to -1 */
+  float branch_amax[AMPC_BRANCH_COUNT];
 } ampc_trainer;
 
 /* What one call to ampc_trainer_step did. */
@@ -65,6 +70,11 @@ typedef struct ampc_step_info {
   float clip_coef;    /* 1 when not clipped */
   int64_t nonfinite_weights; /* weights (or masters) inf or NaN after the step (counted
                                 when telemetry is on; 0 when skipped) */
+  /* each branch's scale (all equal to loss_scale unless --loss-scale per-branch) */
+  float branch_scale[AMPC_BRANCH_COUNT];      /* the backward pass used */
+  float next_branch_scale[AMPC_BRANCH_COUNT]; /* for the next step */
+  unsigned branch_nonfinite; /* bit b: branch b's gradients held inf/NaN (per-branch) */
+  bool branch_picked;        /* a per-branch scale moved to its histogram's pick */
 } ampc_step_info;
 
 /* Resolve everything and build the table: params in amp->lowp, FP32 master iff
@@ -75,8 +85,11 @@ ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
                               uint64_t seed);
 void ampc_trainer_free(ampc_trainer *T);
 
-/* S to seed the backward pass with (1 when loss scaling is off). */
+/* S to seed the backward pass with (1 when loss scaling is off; per-branch:
+ * the heads' S, which seeds the losses). */
 float ampc_trainer_loss_scale(const ampc_trainer *T);
+/* S_b of branch b's gradients (ampc_scaler_branch_scale). */
+float ampc_trainer_branch_scale(const ampc_trainer *T, ampc_branch b);
 void ampc_trainer_zero_grad(ampc_trainer *T);
 /* Unscale, check, clip, update or skip, scaler update (see the top). */
 ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info);

@@ -232,6 +232,17 @@ ampc_status ampc_mmodel_forward(ampc_mmodel *M, const ampc_mmodel_batch *bt,
  * AMPC_ERR_INVALID_ARG (no forward pass since the last backward pass, a bad
  * seed), those of the layers. */
 ampc_status ampc_mmodel_backward(ampc_mmodel *M, float seed);
+/* The same with one seed per branch (per-branch loss scaling, ampc/amp.h):
+ * the losses are seeded with seed[heads] (times their weights), and a
+ * gradient crossing from branch a into branch b is multiplied by seed[b] /
+ * seed[a] in FP32 before its one rounding (the heads' input gradients into
+ * the fusion and the encoders, the fusion's cross-attention key/value
+ * gradient into the vision encoder, its input gradient into the text
+ * encoder), so every gradient of branch b is stored times seed[b]. The ratios
+ * should be powers of two (exact). Telemetry: the key/value gradient is
+ * counted with the fusion block that stores it. All seeds equal:
+ * ampc_mmodel_backward, bit for bit. Errors: as ampc_mmodel_backward. */
+ampc_status ampc_mmodel_backward_branches(ampc_mmodel *M, const float seed[AMPC_BRANCH_COUNT]);
 
 /* What a model reports while it runs, for the rounding telemetry: the end of
  * each block or head (so the tally's counts since the previous mark belong to

@@ -364,6 +364,18 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                               ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
                               void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
                               ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws);
+/* The same with dxkv = dxkv_scale x (the FP32 sum), rounded once: the
+ * crossing of a gradient into another branch under per-branch loss scaling
+ * (ampc/amp.h; a power of two keeps it exact). dxkv_scale > 0 and finite; 1
+ * is ampc_mha_backward. */
+ampc_status ampc_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                 const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                                 const void *wk, const void *wv, const void *wo, ampc_dtype wdt,
+                                 const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
+                                 ampc_dtype gdt, void *dxq, void *dxkv, float dxkv_scale, void *dwq,
+                                 void *dbq, void *dwk, void *dbk, void *dwv, void *dbv, void *dwo,
+                                 void *dbo, ampc_acc acc, ampc_linear_fp8 *const *fp8,
+                                 ampc_scratch *ws);
 /* Scratch of ampc_mha_backward: its gradient buffers and those of the
  * linear and attention backward passes it calls. */
 size_t ampc_mha_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,

@@ -108,6 +108,12 @@ typedef struct ampc_swallow_stats {
 ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t t, float lr,
                             float grad_mult, float clip_coef, ampc_swallow_stats *sw);
 
+/* The same with each parameter's gradient multiplied by grad_mult[its
+ * branch] (per-branch loss scaling: 1/S_b of its branch, ampc/amp.h). */
+ampc_status ampc_optim_step_branches(ampc_params *P, const ampc_optim_config *c, int64_t t,
+                                     float lr, const float grad_mult[AMPC_BRANCH_COUNT],
+                                     float clip_coef, ampc_swallow_stats *sw);
+
 /* Moment buffers the optimizer needs: 2 for AdamW, 1 for SGD with momentum, else 0. */
 int ampc_optim_moments(const ampc_optim_config *c);
 

@@ -158,6 +158,10 @@ typedef struct ampc_model_ops {
    * divided by the number of micro-batches), accumulating (+=) into the
    * parameter table's gradients */
   ampc_status (*backward)(ampc_model *m, float seed);
+  /* the same with one seed per branch (--loss-scale per-branch;
+   * ampc_mmodel_backward_branches); NULL for a model whose parameters are
+   * all in one branch (the MLP: heads), which is seeded with seed[heads] */
+  ampc_status (*backward_branches)(ampc_model *m, const float seed[AMPC_BRANCH_COUNT]);
   ampc_status (*evaluate)(ampc_model *m, const ampc_run_data *d, ampc_eval *out);
   /* attach a telemetry collector (NULL: the model does not mark branches) */
   void (*set_telemetry)(ampc_model *m, ampc_telemetry *t);

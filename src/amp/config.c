@@ -46,6 +46,7 @@ const char *ampc_loss_scale_mode_name(ampc_loss_scale_mode m) {
   case AMPC_LOSS_SCALE_NONE: return "none";
   case AMPC_LOSS_SCALE_STATIC: return "static";
   case AMPC_LOSS_SCALE_DYNAMIC: return "dynamic";
+  case AMPC_LOSS_SCALE_PER_BRANCH: return "per-branch";
   }
   return "?";
 }
@@ -93,10 +94,13 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
       t.scaler.mode = AMPC_LOSS_SCALE_NONE;
     } else if (strcmp(value, "dynamic") == 0) {
       t.scaler.mode = AMPC_LOSS_SCALE_DYNAMIC;
+    } else if (strcmp(value, "per-branch") == 0) {
+      t.scaler.mode = AMPC_LOSS_SCALE_PER_BRANCH;
     } else {
       if (parse_float(name, value, &f) != AMPC_OK || !(f > 0.0f))
         return ampc_fail(AMPC_ERR_INVALID_ARG,
-                         "--loss-scale: expected none, dynamic or a positive finite number, "
+                         "--loss-scale: expected none, dynamic, per-branch or a positive finite "
+                         "number, "
                          "got '%s'",
                          value);
       t.scaler.mode = AMPC_LOSS_SCALE_STATIC;
@@ -207,6 +211,25 @@ ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "loss scale %g is outside [--min-scale %g, --max-scale %g]",
                      (double)s->init_scale, (double)s->min_scale, (double)s->max_scale);
+  if (s->mode == AMPC_LOSS_SCALE_PER_BRANCH) {
+    /* the ratios S_b / S_a at the branch boundaries must be exact */
+    const float v[4] = {s->init_scale, s->growth_factor, s->backoff_factor, s->min_scale};
+    const char *n[4] = {"--init-scale", "--growth-factor", "--backoff-factor", "--min-scale"};
+    for (int i = 0; i < 4; i++) {
+      int e = 0;
+      if (frexpf(v[i], &e) != 0.5f)
+        return ampc_fail(AMPC_ERR_INVALID_ARG,
+                         "--loss-scale per-branch needs powers of two (the gradients crossing "
+                         "from one branch into another are multiplied by the ratio of their "
+                         "scales, which must be exact): %s is %g",
+                         n[i], (double)v[i]);
+    }
+    int e = 0;
+    if (s->max_scale != FLT_MAX && frexpf(s->max_scale, &e) != 0.5f)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "--loss-scale per-branch needs powers of two: --max-scale is %g",
+                       (double)s->max_scale);
+  }
   if (c->master_weights && c->lowp == AMPC_F32)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "master weights with FP32 working weights");
   if (c->fp8_amax_history < 1 || c->fp8_amax_history > (1 << 20) ||

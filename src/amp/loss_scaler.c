@@ -23,6 +23,18 @@ void ampc_scaler_init(ampc_scaler *s, const ampc_scaler_config *cfg) {
   s->hysteresis_left = cfg->hysteresis > 0 ? cfg->hysteresis : 1;
   s->overflow_count = 0;
   s->skip_count = 0;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    s->branch_scale[b] = s->scale;
+    s->branch_tracker[b] = 0;
+    s->branch_hysteresis[b] = s->hysteresis_left;
+  }
+  s->branch_picks = 0;
+}
+
+float ampc_scaler_branch_scale(const ampc_scaler *s, ampc_branch br) {
+  if (s->cfg.mode == AMPC_LOSS_SCALE_PER_BRANCH && (unsigned)br < AMPC_BRANCH_COUNT)
+    return s->branch_scale[br];
+  return s->scale;
 }
 
 float ampc_scaler_inv_scale(const ampc_scaler *s) { return (float)(1.0 / (double)s->scale); }
@@ -37,7 +49,8 @@ bool ampc_scaler_update(ampc_scaler *s, bool found_nonfinite) {
     if (found_nonfinite)
       s->skip_count++;
     return found_nonfinite;
-  case AMPC_LOSS_SCALE_DYNAMIC: break;
+  case AMPC_LOSS_SCALE_DYNAMIC:
+  case AMPC_LOSS_SCALE_PER_BRANCH: break;
   }
   if (found_nonfinite) {
     s->skip_count++;
@@ -58,4 +71,68 @@ bool ampc_scaler_update(ampc_scaler *s, bool found_nonfinite) {
     s->growth_tracker = 0;
   }
   return false;
+}
+
+/* The largest power of two <= x (x >= 2^-126 and finite): the per-branch
+ * scales stay powers of two, so a ceiling of FLT_MAX caps them at 2^127. */
+static float pow2_floor(float x) {
+  int e = 0;
+  (void)frexpf(x, &e); /* x = m 2^e, m in [0.5, 1) */
+  return ldexpf(1.0f, e - 1);
+}
+
+bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANCH_COUNT],
+                                 const float *amax) {
+  bool any = false;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    any = any || nonfinite[b];
+  if (s->cfg.mode != AMPC_LOSS_SCALE_PER_BRANCH)
+    return ampc_scaler_update(s, any);
+  const ampc_scaler_config *c = &s->cfg;
+  const float lo = c->min_scale, hi = pow2_floor(c->max_scale);
+  if (any) {
+    s->overflow_count++;
+    s->skip_count++;
+  }
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    float S = s->branch_scale[b];
+    if (any) { /* the step is skipped: no growth anywhere */
+      s->branch_tracker[b] = 0;
+      if (nonfinite[b]) {
+        if (s->branch_hysteresis[b] > 1) {
+          s->branch_hysteresis[b]--;
+        } else {
+          const float next = S * c->backoff_factor;
+          S = next > lo ? next : lo;
+        }
+      }
+      s->branch_scale[b] = S;
+      continue;
+    }
+    s->branch_hysteresis[b] = c->hysteresis > 0 ? c->hysteresis : 1;
+    if (++s->branch_tracker[b] >= c->growth_interval) {
+      const float next = S * c->growth_factor;
+      if (isfinite(next))
+        S = next < hi ? next : hi;
+      s->branch_tracker[b] = 0;
+    }
+    const float a = amax ? amax[b] : -1.0f;
+    if (a > 0.0f && isfinite(a)) {
+      int e = 0;
+      (void)frexpf(a, &e); /* floor(log2 a) = e - 1 */
+      const int shift = AMPC_BRANCH_PICK_TOP_LOG2 - (e - 1);
+      /* S_b 2^shift in double (no FP32 overflow on the way), then clamped */
+      const double want = ldexp((double)s->branch_scale[b], shift);
+      const float next = want <= (double)lo ? lo : want >= (double)hi ? hi : (float)want;
+      if (next != s->branch_scale[b])
+        s->branch_picks++;
+      S = next;
+      s->branch_tracker[b] = 0;
+    }
+    s->branch_scale[b] = S;
+  }
+  s->scale = s->branch_scale[AMPC_BRANCH_HEADS];
+  s->growth_tracker = s->branch_tracker[AMPC_BRANCH_HEADS];
+  s->hysteresis_left = s->branch_hysteresis[AMPC_BRANCH_HEADS];
+  return any;
 }

@@ -246,11 +246,12 @@ static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
   c->accumulate = acc && strcmp(acc, "fp16") == 0 ? AMPC_ACC_F16 : AMPC_ACC_F32;
   const cJSON *ls = obj(&v, o, "loss_scale");
   const char *mode = str(&v, ls, "mode");
-  c->loss_scale_mode = !mode                          ? -1
-                       : strcmp(mode, "none") == 0    ? AMPC_LOSS_SCALE_NONE
-                       : strcmp(mode, "static") == 0  ? AMPC_LOSS_SCALE_STATIC
-                       : strcmp(mode, "dynamic") == 0 ? AMPC_LOSS_SCALE_DYNAMIC
-                                                      : -1;
+  c->loss_scale_mode = !mode                             ? -1
+                       : strcmp(mode, "none") == 0       ? AMPC_LOSS_SCALE_NONE
+                       : strcmp(mode, "static") == 0     ? AMPC_LOSS_SCALE_STATIC
+                       : strcmp(mode, "dynamic") == 0    ? AMPC_LOSS_SCALE_DYNAMIC
+                       : strcmp(mode, "per-branch") == 0 ? AMPC_LOSS_SCALE_PER_BRANCH
+                                                         : -1;
   c->min_scale = num(&v, ls, "min_scale", 1.0);
   /* the twin key: the run's and optimizer's settings that a precision
    * comparison must hold fixed (eps and the clip norm are left out: a loss

@@ -192,8 +192,9 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
           first_nf_fwd = i;
     if (!nf_tm && s->telemetry && s->first_nonfinite_branch >= 0)
       nf_tm = s;
-    const bool at_floor =
-        c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC && s->loss_scale <= c->min_scale;
+    const bool at_floor = (c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC ||
+                           c->loss_scale_mode == AMPC_LOSS_SCALE_PER_BRANCH) &&
+                          s->loss_scale <= c->min_scale;
     floor_run = s->overflow && at_floor ? floor_run + 1 : 0;
     if (floor_run > floor_run_max)
       floor_run_max = floor_run, floor_run_at = s->step - floor_run + 1;
@@ -288,9 +289,10 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
     while (lead < d->n && d->s[lead].skipped)
       lead++;
     const int64_t later_skips = n_skip - lead, later_steps = d->n - lead;
-    const bool bad = c->loss_scale_mode != AMPC_LOSS_SCALE_DYNAMIC ||
-                     (later_skips >= k_min_skips &&
-                      frac((uint64_t)later_skips, (uint64_t)later_steps) >= k_skip_frac);
+    const bool dyn = c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC ||
+                     c->loss_scale_mode == AMPC_LOSS_SCALE_PER_BRANCH;
+    const bool bad = !dyn || (later_skips >= k_min_skips &&
+                              frac((uint64_t)later_skips, (uint64_t)later_steps) >= k_skip_frac);
     if (bad) {
       ampc_verdict v = verdict(AMPC_VERDICT_OVERFLOW);
       const ampc_diag_step *s = &d->s[first_over];
@@ -315,8 +317,7 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
         ev(&v, "no sampled step named the tensor (run with --telemetry-every 1 to name it)");
       }
       snprintf(v.safeguard, sizeof v.safeguard, "%s",
-               c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC
-                   ? "dynamic loss scaling with a longer growth interval or more hysteresis "
+               dyn ? "dynamic loss scaling with a longer growth interval or more hysteresis "
                      "(--growth-interval, --hysteresis)"
                    : "dynamic loss scaling (--loss-scale dynamic): it backs off until the "
                      "gradients fit binary16");

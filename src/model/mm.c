@@ -122,6 +122,14 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
 
 /* dout [b*tq, D] (grad_dt): in, the gradient of the block's output; out, of its
  * input x. dkv [b*tk, D] (grad_dt, overwritten) for cross-attention, else NULL. */
+/* The factor a gradient crossing from branch `from` into branch `to` is
+ * multiplied by (per-branch loss scaling; 1 otherwise): a power of two. */
+static float cross(const ampc_mmodel *M, ampc_branch to, ampc_branch from) {
+  return M->bseed[to] / M->bseed[from];
+}
+
+/* dkv (cross-attention: the gradient of kv, which belongs to the vision
+ * branch) is stored multiplied by cross(vision, fusion) */
 static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, int64_t tq,
                            int64_t tk, const void *x, const void *kv, void *dout, void *dkv) {
   const int64_t D = M->D, rq = b * tq, MLP = M->c.mlp;
@@ -142,12 +150,13 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   const size_t ws = ampc_dtype_size(weight_dt), gsz = ampc_dtype_size(grad_dt);
   const char *win = W(M, p->inw);
   char *gin = G(M, p->inw), *gbin = G(M, p->inb);
-  AMPC_TRY(ampc_mha_backward(b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, act_dt, win,
-                             win + (size_t)(D * D) * ws, win + (size_t)(2 * D * D) * ws,
-                             W(M, p->outw), weight_dt, &a->c, M->prob_dt, dout, grad_dt, M->dL, dkv,
-                             gin, gbin, gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz,
-                             gin + (size_t)(2 * D * D) * gsz, gbin + (size_t)(2 * D) * gsz,
-                             G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL, &M->ws));
+  AMPC_TRY(ampc_mha_backward_ex(b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, act_dt, win,
+                                win + (size_t)(D * D) * ws, win + (size_t)(2 * D * D) * ws,
+                                W(M, p->outw), weight_dt, &a->c, M->prob_dt, dout, grad_dt, M->dL,
+                                dkv, dkv ? cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_FUSION) : 1.0f,
+                                gin, gbin, gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz,
+                                gin + (size_t)(2 * D * D) * gsz, gbin + (size_t)(2 * D) * gsz,
+                                G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL, &M->ws));
   AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
                                    a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b), &M->ws));
   AMPC_TRY(ampc_add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
@@ -284,16 +293,28 @@ static ampc_status image_only_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt,
   return AMPC_OK;
 }
 
-static ampc_status image_only_bwd(ampc_mmodel *M, float S) {
+/* dx [m, k] = r (dy [m, n] W [n, k]): a linear layer's input gradient,
+ * crossing into another branch with the factor r (rounded once) */
+static ampc_status dgrad(ampc_mmodel *M, int64_t m, int64_t k, int64_t n, float r, const void *dy,
+                         const void *w, void *dx) {
+  return ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, r, dy, M->grad_dt, n, w, M->weight_dt, k, 0.0f,
+                   dx, M->grad_dt, k, M->acc);
+}
+
+static ampc_status image_only_bwd(ampc_mmodel *M) {
   const ampc_mmodel_batch *bt = &M->fwd;
   const int64_t b = bt->b, D = M->D, NV = M->NV, C = M->c.classes;
   const ampc_dtype act_dt = M->act_dt, grad_dt = M->grad_dt;
+  const float S = M->bseed[AMPC_BRANCH_HEADS];
   AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels, S * M->c.w_cls, M->dclog,
                                        grad_dt));
   AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
-                                M->weight_dt, M->dvcls, G(M, M->cls_w), G(M, M->cls_b), M->acc,
+                                M->weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), M->acc,
                                 &M->ws));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "head");
+  AMPC_TRY(dgrad(M, b, D, C, cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_HEADS), M->dclog,
+                 W(M, M->cls_w), M->dvcls));
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.cls");
   float *dv32 = M->dv32;
   memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
   for (int64_t bi = 0; bi < b; bi++) /* the CLS rows (exact widening) */
@@ -466,8 +487,11 @@ static ampc_status text_bwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, co
   return AMPC_OK;
 }
 
-/* the backward pass, each loss seeded with S * its weight */
-static ampc_status mm_bwd(ampc_mmodel *M, float S) {
+/* the backward pass, each loss seeded with S * its weight (S: the heads'
+ * seed); the gradients crossing into the fusion and the encoders are
+ * rescaled to their branch's seed (cross) */
+static ampc_status mm_bwd(ampc_mmodel *M) {
+  const float S = M->bseed[AMPC_BRANCH_HEADS];
   const ampc_mmodel_batch *bt = &M->fwd;
   const ampc_mmodel_config *c = &M->c;
   const int64_t b = bt->b, D = M->D, NV = M->NV, TT = M->TT, E = M->E, C = c->classes;
@@ -482,12 +506,15 @@ static ampc_status mm_bwd(ampc_mmodel *M, float S) {
   AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels, S * c->w_cls, M->dclog,
                                        grad_dt));
   AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
-                                weight_dt, M->dvcls, G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
+                                weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
   /* matching head and fusion */
   AMPC_TRY(ampc_bce_logits_backward(np, M->itm, act_dt, M->itm_t, S * c->w_itm, M->ditm, grad_dt));
   AMPC_TRY(ampc_linear_backward(np, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
-                                weight_dt, M->dfpool, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
+                                weight_dt, NULL, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
+  /* the heads' input gradients: into the fusion (counted with its blocks) */
+  AMPC_TRY(dgrad(M, np, D, 1, cross(M, AMPC_BRANCH_FUSION, AMPC_BRANCH_HEADS), M->ditm,
+                 W(M, M->itm_w), M->dfpool));
   AMPC_TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, grad_dt, M->fmask, M->dL));
   AMPC_TRY(ampc_layernorm_backward(np * TT, D, M->dL, grad_dt, fout, stream_dt, W(M, M->fn_w),
                                    weight_dt, M->fmean, M->frstd, M->dS, G(M, M->fn_w),
@@ -509,6 +536,10 @@ static ampc_status mm_bwd(ampc_mmodel *M, float S) {
                                  NV * D));
   AMPC_TRY(ampc_scatter_add_rows(np, TT * D, M->pair_text, b, M->dS, grad_dt, NULL, grad_dt, dt32,
                                  TT * D));
+  const float r_tf = cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_FUSION);
+  if (r_tf != 1.0f) /* the fusion's input gradient crosses into the text encoder */
+    for (int64_t i = 0; i < b * TT * D; i++)
+      dt32[i] *= r_tf;
   /* contrastive heads */
   float dls = 0.0f;
   if (M->global) {
@@ -525,16 +556,25 @@ static ampc_status mm_bwd(ampc_mmodel *M, float S) {
     AMPC_TRY(ampc_grad_add_f32(1, &dls, G(M, M->lscale), grad_dt));
   AMPC_TRY(ampc_l2norm_backward(b, E, M->dinorm, grad_dt, M->iemb, act_dt, k_l2_eps, M->diemb));
   AMPC_TRY(ampc_linear_backward(b, D, E, M->diemb, grad_dt, M->vcls, act_dt, W(M, M->iproj),
-                                weight_dt, M->dvcls2, G(M, M->iproj), NULL, acc, &M->ws));
+                                weight_dt, NULL, G(M, M->iproj), NULL, acc, &M->ws));
   AMPC_TRY(ampc_l2norm_backward(b, E, M->dtnorm, grad_dt, M->temb, act_dt, k_l2_eps, M->dtemb));
   AMPC_TRY(ampc_linear_backward(b, D, E, M->dtemb, grad_dt, M->tpool, act_dt, W(M, M->tproj),
-                                weight_dt, M->dtpool, G(M, M->tproj), NULL, acc, &M->ws));
+                                weight_dt, NULL, G(M, M->tproj), NULL, acc, &M->ws));
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
+  /* the heads' input gradients into the encoders: the CLS rows (group head
+   * and image projection) and the text pool */
+  const float r_vh = cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_HEADS);
+  AMPC_TRY(dgrad(M, b, D, C, r_vh, M->dclog, W(M, M->cls_w), M->dvcls));
+  AMPC_TRY(dgrad(M, b, D, E, r_vh, M->diemb, W(M, M->iproj), M->dvcls2));
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.cls");
+  AMPC_TRY(dgrad(M, b, D, E, cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_HEADS), M->dtemb,
+                 W(M, M->tproj), M->dtpool));
   AMPC_TRY(ampc_mean_pool_backward(b, TT, D, M->dtpool, grad_dt, M->tmask, M->dL));
+  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.pool");
   AMPC_TRY(ampc_scatter_add_rows(b * TT, D, NULL, b * TT, M->dL, grad_dt, NULL, grad_dt, dt32, D));
   /* the CLS rows: both heads' gradients, summed first */
   AMPC_TRY(
       ampc_scatter_add_rows(b, D, NULL, b, M->dvcls, grad_dt, M->dvcls2, grad_dt, dv32, NV * D));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
   AMPC_TRY(vision_bwd(M, b, bt->images, dv32));
   return text_bwd(M, b, bt->tokens, dt32);
 }
@@ -560,7 +600,25 @@ ampc_status ampc_mmodel_backward(ampc_mmodel *M, float seed) {
                      "number",
                      (double)seed);
   M->have_fwd = false;
-  return M->c.image_only ? image_only_bwd(M, seed) : mm_bwd(M, seed);
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    M->bseed[b] = seed;
+  return M->c.image_only ? image_only_bwd(M) : mm_bwd(M);
+}
+
+ampc_status ampc_mmodel_backward_branches(ampc_mmodel *M, const float seed[AMPC_BRANCH_COUNT]) {
+  if (!M || !M->have_fwd || !seed)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_mmodel_backward_branches: no forward pass to differentiate");
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    if (!(seed[b] > 0.0f) || !isfinite(seed[b]))
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "ampc_mmodel_backward_branches: the %s seed %g is not a positive finite "
+                       "number",
+                       ampc_branch_name((ampc_branch)b), (double)seed[b]);
+  M->have_fwd = false;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    M->bseed[b] = seed[b];
+  return M->c.image_only ? image_only_bwd(M) : mm_bwd(M);
 }
 
 ampc_status ampc_mmodel_embed(ampc_mmodel *M, int64_t b, const uint8_t *images,

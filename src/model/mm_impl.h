@@ -76,6 +76,10 @@ struct ampc_mmodel {
   float fwd_ls;          /* log-temperature used */
   bool fwd_clamped;      /* it was clamped (zero gradient) */
   bool have_fwd;         /* a forward pass ran since the last backward pass */
+  /* the backward pass's seed per branch (ampc_mmodel_backward_branches): the
+   * losses start from bseed[heads]; a gradient crossing from branch a into
+   * branch b is multiplied by bseed[b] / bseed[a] (all equal: one scale) */
+  float bseed[AMPC_BRANCH_COUNT];
   /* one allocation for all of the above */
   void *arena;
   size_t arena_bytes;

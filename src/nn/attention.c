@@ -251,7 +251,22 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                               ampc_dtype gdt, void *dxq, void *dxkv, void *dwq, void *dbq,
                               void *dwk, void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
                               ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws) {
+  return ampc_mha_backward_ex(b, tq, tk, dm, h, xq, xkv, adt, wq, wk, wv, wo, wdt, cache, pdt, dy,
+                              gdt, dxq, dxkv, 1.0f, dwq, dbq, dwk, dbk, dwv, dbv, dwo, dbo, acc,
+                              fp8, ws);
+}
+
+ampc_status ampc_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                 const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                                 const void *wk, const void *wv, const void *wo, ampc_dtype wdt,
+                                 const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
+                                 ampc_dtype gdt, void *dxq, void *dxkv, float dxkv_scale, void *dwq,
+                                 void *dbq, void *dwk, void *dbk, void *dwv, void *dbv, void *dwo,
+                                 void *dbo, ampc_acc acc, ampc_linear_fp8 *const *fp8,
+                                 ampc_scratch *ws) {
   const char *fn = "ampc_mha_backward";
+  if (!(dxkv_scale > 0.0f) || !isfinite(dxkv_scale) || (dxkv_scale != 1.0f && !dxkv))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad dxkv scale %g", fn, (double)dxkv_scale);
   NN_CHECK_POS(fn, b);
   NN_CHECK_POS(fn, tq);
   NN_CHECK_POS(fn, tk);
@@ -311,6 +326,9 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                                false);
   if (st == AMPC_OK)
     st = ampc_store_f32(dxq, gdt, sq, (size_t)nq, NULL);
+  if (st == AMPC_OK && !self && dxkv_scale != 1.0f)
+    for (int64_t i = 0; i < nk; i++)
+      sk[i] *= dxkv_scale;
   if (st == AMPC_OK && !self)
     st = ampc_store_f32(dxkv, gdt, sk, (size_t)nk, NULL);
   nn_give(&bb);

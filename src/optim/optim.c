@@ -322,6 +322,15 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
 
 ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t t, float lr,
                             float grad_mult, float clip_coef, ampc_swallow_stats *sw) {
+  const float gm[AMPC_BRANCH_COUNT] = {grad_mult, grad_mult, grad_mult, grad_mult};
+  return ampc_optim_step_branches(P, c, t, lr, gm, clip_coef, sw);
+}
+
+ampc_status ampc_optim_step_branches(ampc_params *P, const ampc_optim_config *c, int64_t t,
+                                     float lr, const float grad_mult[AMPC_BRANCH_COUNT],
+                                     float clip_coef, ampc_swallow_stats *sw) {
+  if (!grad_mult)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: NULL gradient multipliers");
   if (!P || !c || t < 1 || !(lr >= 0.0f))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: bad arguments (t = %lld)",
                      (long long)t);
@@ -332,7 +341,8 @@ ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t 
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_optim_step: Kahan updates need 16-bit weights without a master and "
                      "the compensation buffer (ampc_params_add_compensation)");
-  step_consts k = {.c = c, .lr = lr, .gm = grad_mult, .clip = clip_coef, .first = t == 1, .t = t};
+  step_consts k = {
+      .c = c, .lr = lr, .gm = grad_mult[0], .clip = clip_coef, .first = t == 1, .t = t};
   if (c->kind == AMPC_OPTIM_ADAMW) {
     const double bc1 = 1.0 - pow((double)c->beta1, (double)t);
     const double bc2 = 1.0 - pow((double)c->beta2, (double)t);
@@ -349,7 +359,10 @@ ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t 
 #pragma omp parallel for schedule(dynamic, 1) if (P->numel > 65536)
   for (int i = 0; i < P->count; i++) {
     ampc_tally_adopt(tally);
-    step_tensor(P, i, &k, sw ? &sw[i] : NULL);
+    step_consts ki = k;
+    if ((unsigned)P->p[i].branch < AMPC_BRANCH_COUNT)
+      ki.gm = grad_mult[P->p[i].branch];
+    step_tensor(P, i, &ki, sw ? &sw[i] : NULL);
   }
   return AMPC_OK;
 }

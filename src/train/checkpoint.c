@@ -102,14 +102,26 @@ ampc_status ampc_trainer_save_ex(const ampc_trainer *T, const char *path, const 
   }
   for (int i = 0; i < nxt; i++, k++)
     t[k] = xt[i];
-  char step[32], iter[32], scaler[256], rng[80];
+  char step[32], iter[32], scaler[640], rng[80];
   snprintf(step, sizeof step, "%" PRId64, T->step);
   snprintf(iter, sizeof iter, "%" PRId64, T->iteration);
-  snprintf(scaler, sizeof scaler,
-           "{\"scale\":%.9g,\"growth_tracker\":%d,\"hysteresis_left\":%d,"
-           "\"overflow_count\":%" PRId64 ",\"skip_count\":%" PRId64 "}",
-           (double)T->scaler.scale, T->scaler.growth_tracker, T->scaler.hysteresis_left,
-           T->scaler.overflow_count, T->scaler.skip_count);
+  const ampc_scaler *sc = &T->scaler;
+  int sn = snprintf(scaler, sizeof scaler,
+                    "{\"scale\":%.9g,\"growth_tracker\":%d,\"hysteresis_left\":%d,"
+                    "\"overflow_count\":%" PRId64 ",\"skip_count\":%" PRId64,
+                    (double)sc->scale, sc->growth_tracker, sc->hysteresis_left, sc->overflow_count,
+                    sc->skip_count);
+  if (sc->cfg.mode == AMPC_LOSS_SCALE_PER_BRANCH) /* each branch's state, in ampc_branch order */
+    sn += snprintf(scaler + sn, sizeof scaler - (size_t)sn,
+                   ",\"branch_scales\":[%.9g,%.9g,%.9g,%.9g],"
+                   "\"branch_growth_tracker\":[%d,%d,%d,%d],"
+                   "\"branch_hysteresis_left\":[%d,%d,%d,%d],\"branch_picks\":%" PRId64,
+                   (double)sc->branch_scale[0], (double)sc->branch_scale[1],
+                   (double)sc->branch_scale[2], (double)sc->branch_scale[3], sc->branch_tracker[0],
+                   sc->branch_tracker[1], sc->branch_tracker[2], sc->branch_tracker[3],
+                   sc->branch_hysteresis[0], sc->branch_hysteresis[1], sc->branch_hysteresis[2],
+                   sc->branch_hysteresis[3], sc->branch_picks);
+  snprintf(scaler + sn, sizeof scaler - (size_t)sn, "}");
   snprintf(rng, sizeof rng, "%016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64, T->rng.s[0],
            T->rng.s[1], T->rng.s[2], T->rng.s[3]);
   int nm = 0;
@@ -277,7 +289,45 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
   const cJSON *mode =
       cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cj, "loss_scale"), "mode");
   const bool was_dynamic = cJSON_IsString(mode) && strcmp(mode->valuestring, "dynamic") == 0;
+  const bool was_per_branch = cJSON_IsString(mode) && strcmp(mode->valuestring, "per-branch") == 0;
   cJSON_Delete(cj);
+  if (was_per_branch && T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH) {
+    /* every branch's scale, tracker and credit, all or nothing */
+    const cJSON *a[3] = {cJSON_GetObjectItemCaseSensitive(sj, "branch_scales"),
+                         cJSON_GetObjectItemCaseSensitive(sj, "branch_growth_tracker"),
+                         cJSON_GetObjectItemCaseSensitive(sj, "branch_hysteresis_left")};
+    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(sj, "branch_picks");
+    bool ok = cJSON_IsNumber(jp) && jp->valuedouble >= 0 && jp->valuedouble <= kmax_count;
+    for (int k = 0; k < 3; k++)
+      ok = ok && cJSON_IsArray(a[k]) && cJSON_GetArraySize(a[k]) == AMPC_BRANCH_COUNT;
+    for (int b = 0; ok && b < AMPC_BRANCH_COUNT; b++) {
+      const cJSON *v0 = cJSON_GetArrayItem(a[0], b), *v1 = cJSON_GetArrayItem(a[1], b),
+                  *v2 = cJSON_GetArrayItem(a[2], b);
+      int e = 0;
+      ok = cJSON_IsNumber(v0) && cJSON_IsNumber(v1) && cJSON_IsNumber(v2) &&
+           v0->valuedouble > 0.0 && v0->valuedouble <= (double)FLT_MAX &&
+           frexpf((float)v0->valuedouble, &e) == 0.5f && v1->valuedouble >= 0 &&
+           v1->valuedouble <= INT_MAX && v2->valuedouble >= 0 && v2->valuedouble <= INT_MAX;
+      if (ok) {
+        float S = (float)v0->valuedouble;
+        S = S < sc.cfg.min_scale ? sc.cfg.min_scale : S > sc.cfg.max_scale ? sc.cfg.max_scale : S;
+        sc.branch_scale[b] = S;
+        sc.branch_tracker[b] = (int)v1->valuedouble;
+        sc.branch_hysteresis[b] = (int)v2->valuedouble;
+      }
+    }
+    if (!ok) {
+      st = ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: ampc.scaler of a per-branch run lacks valid branch_scales (powers of "
+                     "two), branch_growth_tracker, branch_hysteresis_left or branch_picks",
+                     path);
+      goto done;
+    }
+    sc.branch_picks = (int64_t)jp->valuedouble;
+    sc.scale = sc.branch_scale[AMPC_BRANCH_HEADS];
+    sc.growth_tracker = sc.branch_tracker[AMPC_BRANCH_HEADS];
+    sc.hysteresis_left = sc.branch_hysteresis[AMPC_BRANCH_HEADS];
+  }
   if (was_dynamic && T->amp.scaler.mode == AMPC_LOSS_SCALE_DYNAMIC) {
     sc.scale = (float)js->valuedouble; /* written with %.9g: reads back exactly */
     if (sc.scale < sc.cfg.min_scale)

@@ -196,6 +196,10 @@ static ampc_status mm_backward(ampc_model *m, float seed) {
   return ampc_mmodel_backward(m->impl, seed);
 }
 
+static ampc_status mm_backward_branches(ampc_model *m, const float seed[AMPC_BRANCH_COUNT]) {
+  return ampc_mmodel_backward_branches(m->impl, seed);
+}
+
 /* image-only models: accuracy and mean loss of the class head on a split,
  * in batches of the model's max batch, in dataset order */
 static ampc_status eval_classes(ampc_mmodel *M, const ampc_dataset *d, int split, int64_t B,
@@ -286,6 +290,7 @@ static void mm_destroy(ampc_model *m) { ampc_mmodel_free(m->impl); }
 static const ampc_model_ops k_mm_ops = {
     .forward = mm_forward,
     .backward = mm_backward,
+    .backward_branches = mm_backward_branches,
     .evaluate = mm_evaluate,
     .set_telemetry = mm_set_telemetry,
     .destroy = mm_destroy,
@@ -403,6 +408,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: no FP32 staging buffer");
   ampc_trainer_zero_grad(T);
   const float S = ampc_trainer_loss_scale(T);
+  const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
   const float w = 1.0f / (float)K;
   const float lm = a->loss_multiplier > 0.0f ? a->loss_multiplier : 1.0f;
   memset(mean, 0, sizeof *mean);
@@ -413,7 +419,14 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     AMPC_TRY(next(user, k, &bt));
     ampc_losses L;
     AMPC_TRY(m->ops->forward(m, &bt, &L));
-    AMPC_TRY(m->ops->backward(m, (S / (float)K) * lm));
+    if (per_branch && m->ops->backward_branches) {
+      float seeds[AMPC_BRANCH_COUNT];
+      for (int br = 0; br < AMPC_BRANCH_COUNT; br++)
+        seeds[br] = (ampc_trainer_branch_scale(T, (ampc_branch)br) / (float)K) * lm;
+      AMPC_TRY(m->ops->backward_branches(m, seeds));
+    } else {
+      AMPC_TRY(m->ops->backward(m, (S / (float)K) * lm));
+    }
     if (staged)
       stage_add(a->stage, P->grad, P->wdt, P->total, k == 0);
     mean->total += w * L.total;

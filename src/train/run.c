@@ -545,7 +545,7 @@ static ampc_status log_line(FILE *f, const char *path, cJSON *o) {
 }
 
 static cJSON *step_object(const ampc_step_info *info, const ampc_losses *L, double ms,
-                          const ampc_diag_step *ds) {
+                          const ampc_diag_step *ds, bool per_branch) {
   cJSON *o = cJSON_CreateObject();
   if (!o)
     return NULL;
@@ -554,6 +554,15 @@ static cJSON *step_object(const ampc_step_info *info, const ampc_losses *L, doub
   cJSON_AddNumberToObject(o, "optimizer_step", (double)info->step);
   cJSON_AddNumberToObject(o, "loss", (double)L->total);
   cJSON_AddNumberToObject(o, "loss_scale", (double)info->loss_scale);
+  if (per_branch) { /* --loss-scale per-branch: each branch's scale and overflow */
+    cJSON *bs = cJSON_AddObjectToObject(o, "branch_scales");
+    cJSON *bo = cJSON_AddArrayToObject(o, "overflow_branches");
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      cJSON_AddNumberToObject(bs, ampc_branch_name((ampc_branch)b), (double)info->branch_scale[b]);
+      if (info->branch_nonfinite & (1u << b))
+        cJSON_AddItemToArray(bo, cJSON_CreateString(ampc_branch_name((ampc_branch)b)));
+    }
+  }
   cJSON_AddBoolToObject(o, "overflow", info->overflow);
   cJSON_AddBoolToObject(o, "skipped", info->skipped);
   cJSON_AddNumberToObject(o, "growth_tracker", info->growth_tracker);
@@ -949,8 +958,14 @@ static const char *stall_check(const ampc_run *R, stall_state *ss, const ampc_st
   const ampc_scaler_config *sc = &R->T.amp.scaler;
   const int64_t n = R->rc.stall_steps > 0 ? R->rc.stall_steps : (int64_t)sc->hysteresis + 2;
   /* a static scale never moves: each overflow there is as final */
-  const bool at_floor = sc->mode == AMPC_LOSS_SCALE_STATIC ||
-                        (sc->mode == AMPC_LOSS_SCALE_DYNAMIC && info->loss_scale <= sc->min_scale);
+  bool floor_branch = false; /* per-branch: an overflowing branch already at the floor */
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    floor_branch = floor_branch ||
+                   ((info->branch_nonfinite & (1u << b)) && info->branch_scale[b] <= sc->min_scale);
+  const bool at_floor =
+      sc->mode == AMPC_LOSS_SCALE_STATIC ||
+      (sc->mode == AMPC_LOSS_SCALE_DYNAMIC && info->loss_scale <= sc->min_scale) ||
+      (sc->mode == AMPC_LOSS_SCALE_PER_BRANCH && floor_branch);
   ss->floor_run = info->overflow && at_floor ? ss->floor_run + 1 : 0;
   ss->bad_loss = isfinite(loss) ? 0 : ss->bad_loss + 1;
   if (info->nonfinite_weights > 0)
@@ -1097,6 +1112,14 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     ampc_losses mean;
     st = ampc_train_accumulate_dp(T, m, &R->accum, gather, R, &mean);
     ampc_telemetry_end(R->telemetry); /* the optimizer's stores are not the model's */
+    if (st == AMPC_OK && sampled)
+      st = reduce_telemetry(R);
+    /* per-branch loss scaling picks each branch's next scale from the top of
+     * its gradient histogram on sampled steps */
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      const ampc_tm_stats *g = &R->telemetry->s[AMPC_TM_GRAD][b];
+      T->branch_amax[b] = sampled && g->r.count > 0 ? g->r.max_abs : -1.0f;
+    }
     ampc_step_info info;
     if (st == AMPC_OK)
       st = ampc_trainer_step(T, &info);
@@ -1104,8 +1127,6 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       st = fp8_end_step(R);
     if (st == AMPC_OK)
       st = check_replicas(R, &info);
-    if (st == AMPC_OK && sampled)
-      st = reduce_telemetry(R);
     if (st != AMPC_OK) {
       st = ampc_fail(st, "step %lld: %s", (long long)it_no + 1, ampc_last_error());
       goto out;
@@ -1130,7 +1151,9 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     TRYR(ampc_diag_add(R->diag, &ds));
     if (log &&
         (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))
-      TRYR(log_line(log, rc->log_path, step_object(&info, &mean, ms, &ds)));
+      TRYR(log_line(
+          log, rc->log_path,
+          step_object(&info, &mean, ms, &ds, T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH)));
     const char *why = ss.reported ? NULL : stall_check(R, &ss, &info, mean.total);
     if (why) {
       ss.reported = true;

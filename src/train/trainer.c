@@ -53,6 +53,8 @@ ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_init: out of memory");
   }
   ampc_scaler_init(&T->scaler, &amp->scaler);
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    T->branch_amax[b] = -1.0f;
   T->telemetry = true;
   return AMPC_OK;
 }
@@ -68,6 +70,10 @@ void ampc_trainer_free(ampc_trainer *T) {
 
 float ampc_trainer_loss_scale(const ampc_trainer *T) { return T->scaler.scale; }
 
+float ampc_trainer_branch_scale(const ampc_trainer *T, ampc_branch b) {
+  return ampc_scaler_branch_scale(&T->scaler, b);
+}
+
 void ampc_trainer_zero_grad(ampc_trainer *T) { ampc_params_zero_grad(&T->params); }
 
 ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
@@ -76,8 +82,33 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   ampc_params *P = &T->params;
   ampc_step_info r = {.iteration = T->iteration + 1, .loss_scale = T->scaler.scale};
   const float inv = ampc_scaler_inv_scale(&T->scaler);
-  ampc_status st = ampc_grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite,
-                                           &r.grad_norm, &T->unscale_ws);
+  const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
+  float binv[AMPC_BRANCH_COUNT];
+  bool bnf[AMPC_BRANCH_COUNT] = {false, false, false, false};
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    r.branch_scale[b] = ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
+    binv[b] = (float)(1.0 / (double)r.branch_scale[b]);
+  }
+  ampc_status st = AMPC_OK;
+  if (!per_branch) {
+    st = ampc_grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite, &r.grad_norm,
+                                 &T->unscale_ws);
+  } else { /* each tensor with its branch's 1/S_b; the norm from the tensors' sums */
+    const size_t gsz = ampc_dtype_size(P->wdt);
+    double sumsq = 0.0;
+    for (int i = 0; i < P->count && st == AMPC_OK; i++) {
+      const ampc_param *p = &P->p[i];
+      const int b = (unsigned)p->branch < AMPC_BRANCH_COUNT ? (int)p->branch : AMPC_BRANCH_HEADS;
+      int64_t nf = 0;
+      double norm = 0.0;
+      st = ampc_grad_unscale_check((const char *)P->grad + (size_t)p->offset * gsz, P->wdt,
+                                   p->numel, binv[b], &nf, &norm, &T->unscale_ws);
+      sumsq += norm * norm;
+      r.nonfinite += nf;
+      bnf[b] = bnf[b] || nf > 0;
+    }
+    r.grad_norm = sqrt(sumsq);
+  }
   if (st != AMPC_OK)
     return st;
   r.overflow = r.nonfinite > 0;
@@ -91,8 +122,10 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     /* (only with loss scaling off can a non-finite step reach here: the
      * finite values are clipped by their own norm, the others stay non-finite) */
     r.clip_coef = ampc_clip_coef(finite_norm, T->opt.clip_norm);
-    st = ampc_optim_step(P, &T->opt, T->step + 1, r.lr, inv, r.clip_coef,
-                         T->telemetry ? T->swallow : NULL);
+    st = per_branch ? ampc_optim_step_branches(P, &T->opt, T->step + 1, r.lr, binv, r.clip_coef,
+                                               T->telemetry ? T->swallow : NULL)
+                    : ampc_optim_step(P, &T->opt, T->step + 1, r.lr, inv, r.clip_coef,
+                                      T->telemetry ? T->swallow : NULL);
     if (st != AMPC_OK)
       return st;
     T->step++;
@@ -100,8 +133,19 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
       for (int i = 0; i < P->count; i++)
         r.nonfinite_weights += T->swallow[i].nonfinite;
   }
-  const bool skipped = ampc_scaler_update(&T->scaler, r.overflow);
+  if (!per_branch)
+    bnf[AMPC_BRANCH_HEADS] = r.overflow;
+  r.branch_nonfinite = 0;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    r.branch_nonfinite |= bnf[b] ? 1u << b : 0u;
+  const int64_t picks = T->scaler.branch_picks;
+  const bool skipped = ampc_scaler_update_branches(&T->scaler, bnf, T->branch_amax);
   (void)skipped; /* equal to skip by construction */
+  r.branch_picked = T->scaler.branch_picks > picks;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    r.next_branch_scale[b] = ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
+    T->branch_amax[b] = -1.0f; /* used once */
+  }
   T->iteration++;
   r.skipped = skip;
   r.step = T->step;

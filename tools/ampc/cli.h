@@ -17,6 +17,8 @@ typedef struct ampc_command {
   const char *summary;
   const char *usage;                 /* full help text printed by `ampc <name> --help` */
   int (*run)(int argc, char **argv); /* argv[0] is the command name */
+  const char *usage_more;            /* the help text's continuation, or NULL (C99 compilers
+                                        need not take a literal over 4095 characters) */
 } ampc_command;
 
 extern const ampc_command ampc_cmd_formats;

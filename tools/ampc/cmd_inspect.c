@@ -640,4 +640,4 @@ done:
 }
 
 const ampc_command ampc_cmd_inspect = {
-    "inspect", "what FP16/BF16/FP8 would do to a safetensors file's tensors", k_usage, run};
+    "inspect", "what FP16/BF16/FP8 would do to a safetensors file's tensors", k_usage, run, NULL};

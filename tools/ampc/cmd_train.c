@@ -38,13 +38,18 @@ static const char k_usage[] =
     "                       fp8-mixed (default 16-mixed)\n"
     "  --fp8-amax-history N (1024) --fp8-amax-compute max|most_recent --fp8-margin M\n"
     "  --master-weights on|off   FP32 master copy of the weights\n"
-    "  --loss-scale none|dynamic|S   loss scaling (S: a static scale)\n"
+    "  --loss-scale none|dynamic|per-branch|S   loss scaling (S: a static scale;\n"
+    "                       per-branch: one dynamic scale per branch, vision, text,\n"
+    "                       fusion, heads, each picked from its gradient histogram on\n"
+    "                       the sampled steps; one global skip)\n"
     "  --accumulate fp32|fp16    GEMM accumulation\n"
     "  --weight-update nearest|stochastic|kahan  update of 16-bit weights without a\n"
     "                       master (bf16-true; kahan also 16-true)\n"
     "  --init-scale S (65536) --growth-factor G (2) --backoff-factor B (0.5)\n"
     "  --growth-interval N (2000) --hysteresis H (1) --min-scale S (1) --max-scale S\n"
-    "\n"
+    "\n";
+
+static const char k_usage_more[] =
     "Optimizer:\n"
     "  --optimizer adamw|sgd (adamw)  --lr LR (1e-3; sgd 1e-2)\n"
     "  --weight-decay WD (adamw 0.01, sgd 0)  --beta1 B1 (0.9)  --beta2 B2 (0.999)\n"
@@ -791,5 +796,6 @@ const ampc_command ampc_cmd_train = {
     .name = "train",
     .summary = "train a model with mixed precision (presets, loss scaling, checkpoints)",
     .usage = k_usage,
+    .usage_more = k_usage_more,
     .run = run,
 };

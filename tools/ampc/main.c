@@ -75,6 +75,8 @@ int main(int argc, char **argv) {
       for (int j = 2; j < argc && strcmp(argv[j], "--") != 0; j++) {
         if (cli_is_help(argv[j])) {
           fputs(c->usage, stdout);
+          if (c->usage_more)
+            fputs(c->usage_more, stdout);
           return finish(AMPC_EXIT_OK);
         }
       }
