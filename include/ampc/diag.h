@@ -124,8 +124,9 @@ typedef struct ampc_diag_branch {
 /* What the diagnosis needs of one training iteration (one line of the log). */
 typedef struct ampc_diag_step {
   int64_t step;
-  double loss;       /* unscaled training loss (may be non-finite) */
-  double loss_scale; /* S the backward pass used */
+  double loss;                            /* unscaled training loss (may be non-finite) */
+  double loss_scale;                      /* S the backward pass used */
+  double branch_scale[AMPC_BRANCH_COUNT]; /* each branch's S (per-branch; else loss_scale) */
   bool overflow, skipped;
   int64_t nonfinite_grads, nonfinite_weights;
   bool telemetry; /* rounding counts present */

@@ -299,6 +299,12 @@ static const char *parse_step(const cJSON *o, ampc_diag_step *s) {
     v.bad = "loss";
   s->loss = cJSON_IsNumber(l) ? l->valuedouble : (double)NAN;
   s->loss_scale = num(&v, o, "loss_scale", 1.0);
+  const cJSON *bsc = field(o, "branch_scales"); /* --loss-scale per-branch */
+  if (bsc && !cJSON_IsObject(bsc))
+    v.bad = "branch_scales";
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    s->branch_scale[b] =
+        bsc ? num(&v, bsc, ampc_branch_name((ampc_branch)b), s->loss_scale) : s->loss_scale;
   s->overflow = flag(&v, o, "overflow");
   s->skipped = flag(&v, o, "skipped");
   s->nonfinite_grads = cnt(&v, o, "nonfinite_grads");

@@ -425,6 +425,8 @@ void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_st
   s->step = info->iteration;
   s->loss = loss;
   s->loss_scale = (double)info->loss_scale;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    s->branch_scale[b] = (double)info->branch_scale[b];
   s->overflow = info->overflow, s->skipped = info->skipped;
   s->nonfinite_grads = info->nonfinite;
   s->nonfinite_weights = info->nonfinite_weights;

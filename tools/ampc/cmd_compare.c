@@ -171,10 +171,11 @@ static double jnum(const cJSON *o, const char *k) {
 /* ---- plots ---------------------------------------------------------------------- */
 
 static int plot_loss_and_scale(const char *dir, run_t *runs, int n) {
-  ampc_plot_series ls[MAX_RUNS], ss[2 * MAX_RUNS];
-  double *bufs[4 * MAX_RUNS] = {0};
+  ampc_plot_series ls[MAX_RUNS], ss[(2 + AMPC_BRANCH_COUNT) * MAX_RUNS];
+  double *bufs[(5 + AMPC_BRANCH_COUNT) * MAX_RUNS] = {0};
   int nl = 0, ns = 0, nb = 0, ok = 1;
   char *skip_labels[MAX_RUNS] = {0};
+  char branch_labels[MAX_RUNS][AMPC_BRANCH_COUNT][96];
   for (int r = 0; r < n; r++) {
     if (!runs[r].diag)
       continue;
@@ -194,7 +195,26 @@ static int plot_loss_and_scale(const char *dir, run_t *runs, int n) {
         sx[k++] = (double)s->step;
     }
     ls[nl++] = (ampc_plot_series){runs[r].label, m, x, y, 0};
-    ss[ns++] = (ampc_plot_series){runs[r].label, m, x, sy, 0};
+    if (ampc_diag_get_config(runs[r].diag)->loss_scale_mode == AMPC_LOSS_SCALE_PER_BRANCH) {
+      /* one line per branch: the heads' is the losses' seed (loss_scale) */
+      for (int b = 0; b < AMPC_BRANCH_COUNT && ok; b++) {
+        double *by = malloc((size_t)(m + 1) * sizeof *by);
+        if (!by) {
+          ok = 0;
+          break;
+        }
+        bufs[nb++] = by;
+        for (int64_t i = 0; i < m; i++)
+          by[i] = ampc_diag_step_at(runs[r].diag, i)->branch_scale[b];
+        snprintf(branch_labels[r][b], sizeof branch_labels[r][b], "%s: %s", runs[r].label,
+                 ampc_branch_name((ampc_branch)b));
+        ss[ns++] = (ampc_plot_series){branch_labels[r][b], m, x, by, 0};
+      }
+      if (!ok)
+        break;
+    } else {
+      ss[ns++] = (ampc_plot_series){runs[r].label, m, x, sy, 0};
+    }
     if (k > 0) {
       double *ky = malloc((size_t)k * sizeof *ky);
       skip_labels[r] = malloc(96);
