@@ -561,6 +561,73 @@ static ampc_diag *twin(double offset, int kind, bool master, ampc_dtype lowp) {
   return d;
 }
 
+/* a composite loss whose weighted term fails while the total does not move:
+ * loss_itm 10 % above the baseline's, the total identical (the term is
+ * weighted 2^-28 in the run the docs show); the term with the largest real
+ * gap is named, and a dynamic run's underflow points to per-branch scales */
+static ampc_diag *twin_parts(double itm_offset, double itc_offset, int mode) {
+  ampc_diag_config c = cfg(mode, mode != AMPC_LOSS_SCALE_NONE, mode ? AMPC_F16 : AMPC_F32);
+  if (!mode)
+    snprintf(c.precision, sizeof c.precision, "32-true");
+  ampc_diag *d = ampc_diag_create(&c);
+  for (int i = 1; i <= 100; i++) {
+    const double noise = 0.3 * sin(1.7 * i);
+    ampc_diag_step s = step(i, 5.0 - 0.02 * i + noise, 1.0);
+    s.n_parts = 3;
+    snprintf(s.part_name[0], sizeof s.part_name[0], "loss_itc");
+    snprintf(s.part_name[1], sizeof s.part_name[1], "loss_itm");
+    snprintf(s.part_name[2], sizeof s.part_name[2], "loss_cls");
+    s.part[0] = 2.5 + 0.1 * noise + itc_offset;
+    s.part[1] = 0.62 + 0.01 * cos(0.3 * i) + itm_offset;
+    s.part[2] = s.loss;
+    if (i % 10 == 0) {
+      const int many[4] = {0, 300, 0, 0}; /* 3 % of the text gradients flushed */
+      const int none[4] = {0, 0, 0, 0};
+      sample(&s, mode ? many : none);
+    }
+    assert_int_equal(ampc_diag_add(d, &s), AMPC_OK);
+  }
+  return d;
+}
+
+static void test_compare_loss_terms(void **state) {
+  (void)state;
+  ampc_diag *base = twin_parts(0.0, 0.0, AMPC_LOSS_SCALE_NONE);
+  ampc_diag_gap g;
+  ampc_verdict v;
+  int n = -1;
+  ampc_diag *same = twin_parts(0.0, 0.0, AMPC_LOSS_SCALE_DYNAMIC);
+  assert_int_equal(ampc_diag_compare(same, base, 0.01, &g, &v, &n), AMPC_OK);
+  assert_int_equal(n, 0);
+  assert_string_equal(g.quantity, "loss");
+  /* loss_itm +0.062 (10 %), loss_itc +0.05 (2 %): the larger relative gap */
+  ampc_diag *r = twin_parts(0.062, 0.05, AMPC_LOSS_SCALE_DYNAMIC);
+  assert_int_equal(ampc_diag_compare(r, base, 0.01, &g, &v, &n), AMPC_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(g.quantity, "loss_itm");
+  assert_true(g.significant && fabs(g.diff - 0.062) < 1e-9 && fabs(g.rel - 0.1) < 2e-3);
+  assert_int_equal(v.kind, AMPC_VERDICT_UNDERFLOW);
+  assert_int_equal(v.branch, AMPC_BRANCH_TEXT);
+  assert_non_null(strstr(v.evidence[0], "loss term loss_itm"));
+  assert_non_null(strstr(v.evidence[1], "total loss is within the margin"));
+  assert_non_null(strstr(v.safeguard, "--loss-scale per-branch"));
+  /* a term absent from the baseline is not compared */
+  ampc_diag_config c = cfg(AMPC_LOSS_SCALE_NONE, false, AMPC_F32);
+  snprintf(c.precision, sizeof c.precision, "32-true");
+  ampc_diag *plain = ampc_diag_create(&c);
+  for (int i = 1; i <= 100; i++) {
+    ampc_diag_step s = step(i, 5.0 - 0.02 * i + 0.3 * sin(1.7 * i), 1.0);
+    assert_int_equal(ampc_diag_add(plain, &s), AMPC_OK);
+  }
+  assert_int_equal(ampc_diag_compare(r, plain, 0.01, &g, &v, &n), AMPC_OK);
+  assert_int_equal(n, 0);
+  assert_string_equal(g.quantity, "loss");
+  ampc_diag_free(plain);
+  ampc_diag_free(r);
+  ampc_diag_free(same);
+  ampc_diag_free(base);
+}
+
 static void test_compare_with_baseline(void **state) {
   (void)state;
   ampc_diag *base = twin(0.0, 0, false, AMPC_F32);
@@ -736,6 +803,7 @@ int main(void) {
       cmocka_unit_test(test_verdict_swallowed_and_accumulation),
       cmocka_unit_test(test_verdict_fp8_saturation),
       cmocka_unit_test(test_compare_with_baseline),
+      cmocka_unit_test(test_compare_loss_terms),
       cmocka_unit_test(test_log_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

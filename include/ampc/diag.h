@@ -121,10 +121,17 @@ typedef struct ampc_diag_branch {
   int64_t fp8_values, fp8_saturated, fp8_flushed;
 } ampc_diag_branch;
 
+enum { AMPC_DIAG_PARTS = 8, AMPC_DIAG_PART_NAME = 24 };
+
 /* What the diagnosis needs of one training iteration (one line of the log). */
 typedef struct ampc_diag_step {
   int64_t step;
-  double loss;                            /* unscaled training loss (may be non-finite) */
+  double loss; /* unscaled training loss (may be non-finite) */
+  /* the composite loss's terms, unweighted, as the log names them ("loss_itc",
+   * "loss_itm", "loss_cls"; none for the MLP) */
+  int n_parts;
+  char part_name[AMPC_DIAG_PARTS][AMPC_DIAG_PART_NAME];
+  double part[AMPC_DIAG_PARTS];
   double loss_scale;                      /* S the backward pass used */
   double branch_scale[AMPC_BRANCH_COUNT]; /* each branch's S (per-branch; else loss_scale) */
   bool overflow, skipped;
@@ -199,8 +206,13 @@ char *ampc_diag_step_json(const ampc_diag_step *s);
  * loss_run(t) - loss_base(t) cancels the batch-to-batch noise the two share.
  * Over the last `window` steps both logs have (a tenth of them, at least 5):
  * mean d and its standard error se = sd(d) / sqrt(window). The gap is real
- * when mean d > margin * |mean baseline loss| and mean d > 3 se. */
+ * when mean d > margin * |mean baseline loss| and mean d > 3 se. The total
+ * loss is compared first; when its gap is not real, each term of a composite
+ * loss (loss_itc, loss_itm, ...) is compared the same way and the term with
+ * the largest real relative gap is reported (a weighted term can fail while
+ * the total, dominated by another, does not move). */
 typedef struct ampc_diag_gap {
+  char quantity[AMPC_DIAG_PART_NAME];    /* "loss" (the total), or the loss term compared */
   int64_t window, first_step, last_step; /* the steps compared */
   double run_loss, base_loss;            /* mean training loss over them */
   double diff, diff_se;                  /* mean per-step difference, its standard error */

@@ -305,6 +305,14 @@ static const char *parse_step(const cJSON *o, ampc_diag_step *s) {
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     s->branch_scale[b] =
         bsc ? num(&v, bsc, ampc_branch_name((ampc_branch)b), s->loss_scale) : s->loss_scale;
+  for (const cJSON *it = o->child; it && s->n_parts < AMPC_DIAG_PARTS; it = it->next) {
+    /* the loss terms: "loss_<term>" (not loss_scale), a number or null */
+    if (!it->string || strncmp(it->string, "loss_", 5) != 0 || !strcmp(it->string, "loss_scale") ||
+        strlen(it->string) >= AMPC_DIAG_PART_NAME || (!cJSON_IsNumber(it) && !cJSON_IsNull(it)))
+      continue;
+    snprintf(s->part_name[s->n_parts], AMPC_DIAG_PART_NAME, "%s", it->string);
+    s->part[s->n_parts++] = cJSON_IsNumber(it) ? it->valuedouble : (double)NAN;
+  }
   s->overflow = flag(&v, o, "overflow");
   s->skipped = flag(&v, o, "skipped");
   s->nonfinite_grads = cnt(&v, o, "nonfinite_grads");

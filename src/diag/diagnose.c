@@ -550,11 +550,59 @@ static int64_t find_step(const ampc_diag *d, int64_t step) {
   return -1;
 }
 
+/* step i's loss (part NULL) or its loss term `part` (NaN when absent) */
+static double quantity_at(const ampc_diag_step *s, const char *part) {
+  if (!part)
+    return s->loss;
+  for (int t = 0; t < s->n_parts; t++)
+    if (!strcmp(s->part_name[t], part))
+      return s->part[t];
+  return (double)NAN;
+}
+
+/* The gap statistic over the last w common steps (ampc/diag.h) of the total
+ * loss (part NULL) or of one loss term. */
+static void window_gap(const ampc_diag *run, const ampc_diag *base, int64_t w, double margin,
+                       const char *part, ampc_diag_gap *gap) {
+  memset(gap, 0, sizeof *gap);
+  snprintf(gap->quantity, sizeof gap->quantity, "%s", part ? part : "loss");
+  gap->finite = true;
+  double sd = 0.0, sd2 = 0.0, sr = 0.0, sb = 0.0;
+  int64_t k = 0;
+  for (int64_t i = run->n - 1; i >= 0 && k < w; i--) {
+    const int64_t j = find_step(base, run->s[i].step);
+    if (j < 0)
+      continue;
+    const double a = quantity_at(&run->s[i], part), b = quantity_at(&base->s[j], part), d = a - b;
+    if (!isfinite(d)) {
+      gap->finite = false;
+      continue;
+    }
+    if (k == 0)
+      gap->last_step = run->s[i].step;
+    gap->first_step = run->s[i].step;
+    sd += d, sd2 += d * d, sr += a, sb += b;
+    k++;
+  }
+  gap->window = k;
+  if (k < 2) {
+    gap->finite = false;
+    return;
+  }
+  gap->diff = sd / (double)k;
+  const double var = (sd2 - (double)k * gap->diff * gap->diff) / (double)(k - 1);
+  gap->diff_se = sqrt(var > 0.0 ? var : 0.0) / sqrt((double)k);
+  gap->run_loss = sr / (double)k, gap->base_loss = sb / (double)k;
+  gap->rel = gap->base_loss != 0.0 ? gap->diff / fabs(gap->base_loss) : 0.0;
+  gap->significant = gap->diff > margin * fabs(gap->base_loss) && gap->diff > 3.0 * gap->diff_se;
+}
+
 ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, double margin,
                               ampc_diag_gap *gap, ampc_verdict *out, int *n_out) {
   if (!run || !base || !gap || !out || !n_out || !(margin > 0.0) || !isfinite(margin))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_diag_compare: bad arguments (margin %g)", margin);
   memset(gap, 0, sizeof *gap);
+  snprintf(gap->quantity, sizeof gap->quantity, "loss");
   *n_out = 0;
   if (strcmp(base->c.precision, "32-true") != 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
@@ -602,35 +650,20 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
                      (long long)common);
   int64_t w = common / 10;
   w = w < 5 ? 5 : w;
-  double sd = 0.0, sd2 = 0.0, sr = 0.0, sb = 0.0;
-  int64_t k = 0;
-  for (int64_t i = run->n - 1; i >= 0 && k < w; i--) {
-    const int64_t j = find_step(base, run->s[i].step);
-    if (j < 0)
-      continue;
-    const double a = run->s[i].loss, b = base->s[j].loss, d = a - b;
-    if (!isfinite(d)) {
-      gap->finite = false;
-      continue;
-    }
-    if (k == 0)
-      gap->last_step = run->s[i].step;
-    gap->first_step = run->s[i].step;
-    sd += d, sd2 += d * d, sr += a, sb += b;
-    k++;
-  }
-  gap->window = k;
-  if (k < 2) {
-    gap->finite = false;
+  window_gap(run, base, w, margin, NULL, gap);
+  if (!gap->finite)
     return AMPC_OK;
+  if (!gap->significant && run->n > 0) {
+    /* the terms of a composite loss, the largest real relative gap */
+    const ampc_diag_step *last = &run->s[run->n - 1];
+    for (int t = 0; t < last->n_parts; t++) {
+      ampc_diag_gap g;
+      window_gap(run, base, w, margin, last->part_name[t], &g);
+      if (g.finite && g.significant && (!gap->significant || g.rel > gap->rel))
+        *gap = g;
+    }
   }
-  gap->diff = sd / (double)k;
-  const double var = (sd2 - (double)k * gap->diff * gap->diff) / (double)(k - 1);
-  gap->diff_se = sqrt(var > 0.0 ? var : 0.0) / sqrt((double)k);
-  gap->run_loss = sr / (double)k, gap->base_loss = sb / (double)k;
-  gap->rel = gap->base_loss != 0.0 ? gap->diff / fabs(gap->base_loss) : 0.0;
-  gap->significant = gap->diff > margin * fabs(gap->base_loss) && gap->diff > 3.0 * gap->diff_se;
-  if (!gap->significant || !gap->finite)
+  if (!gap->significant)
     return AMPC_OK;
   /* the cause, from the run's own evidence */
   double acc = -1.0;
@@ -662,8 +695,14 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
   } else if (fl >= k_flush_frac) {
     v = verdict(AMPC_VERDICT_UNDERFLOW);
     v.branch = fl_b;
-    snprintf(v.safeguard, sizeof v.safeguard, "%s",
-             "loss scaling (--loss-scale dynamic), or a larger scale");
+    if (run->c.loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC)
+      snprintf(v.safeguard, sizeof v.safeguard,
+               "a scale per branch (--loss-scale per-branch): one dynamic scale is held down "
+               "by the largest branch's gradients while the %s branch's flush",
+               fl_b >= 0 ? ampc_branch_name((ampc_branch)fl_b) : "smallest");
+    else
+      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+               "loss scaling (--loss-scale dynamic), or a larger scale");
   } else if (in_place && !run->c.stochastic_update && swf >= k_swallow_frac) {
     v = verdict(AMPC_VERDICT_SWALLOWED);
     snprintf(v.safeguard, sizeof v.safeguard, "%s",
@@ -675,12 +714,16 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
              "no single safeguard is indicated: compare with --master-weights on, "
              "--accumulate fp32, --loss-scale dynamic one at a time, or bf16-mixed");
   }
+  const bool total = !strcmp(gap->quantity, "loss");
   ev(&v,
-     "training loss over steps %lld-%lld: %.5g against the FP32 baseline's %.5g, %+.3g "
+     "%s%s over steps %lld-%lld: %.5g against the FP32 baseline's %.5g, %+.3g "
      "(%+.2f %%) per step +- %.2g (standard error), past the margin of %.3g %% and 3 "
      "standard errors",
-     (long long)gap->first_step, (long long)gap->last_step, gap->run_loss, gap->base_loss,
-     gap->diff, 100.0 * gap->rel, gap->diff_se, 100.0 * margin);
+     total ? "training loss" : "loss term ", total ? "" : gap->quantity, (long long)gap->first_step,
+     (long long)gap->last_step, gap->run_loss, gap->base_loss, gap->diff, 100.0 * gap->rel,
+     gap->diff_se, 100.0 * margin);
+  if (!total)
+    ev(&v, "the total loss is within the margin: the other terms dominate it");
   ev(&v, "no non-finite loss, gradient or weight in the run");
   if (acc >= 0.0)
     ev(&v, "largest sampled GEMM relative error %.3g (%s; threshold 2^-11 = 4.9e-4)", acc,

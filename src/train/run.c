@@ -1145,6 +1145,12 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       }
     ampc_diag_step ds;
     ampc_diag_step_fill(&ds, T, &info, (double)mean.total, sampled ? R->telemetry : NULL);
+    for (int i = 0; i < mean.n_parts && ds.n_parts < AMPC_DIAG_PARTS; i++)
+      if (!strncmp(mean.part_name[i], "loss_", 5) &&
+          strlen(mean.part_name[i]) < AMPC_DIAG_PART_NAME) {
+        snprintf(ds.part_name[ds.n_parts], AMPC_DIAG_PART_NAME, "%s", mean.part_name[i]);
+        ds.part[ds.n_parts++] = (double)mean.part[i];
+      }
     for (int b = 0; R->model.fp8 && b < AMPC_BRANCH_COUNT; b++) {
       ds.br[b].fp8_values = (int64_t)R->fp8_values[b];
       ds.br[b].fp8_saturated = (int64_t)R->fp8_sat[b];

@@ -414,6 +414,7 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
       cJSON *g = cJSON_AddObjectToObject(o, "vs_fp32");
       cJSON_AddStringToObject(g, "baseline", runs[base].label);
       cJSON_AddBoolToObject(g, "finite", gaps[r].finite);
+      cJSON_AddStringToObject(g, "quantity", gaps[r].quantity);
       cJSON_AddNumberToObject(g, "first_step", (double)gaps[r].first_step);
       cJSON_AddNumberToObject(g, "last_step", (double)gaps[r].last_step);
       cJSON_AddNumberToObject(g, "loss", gaps[r].run_loss);
@@ -449,22 +450,23 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
             "model, data, steps, batch, seed and optimizer, checked): the per-step loss "
             "difference over the last tenth of the steps; a verdict when it "
             "exceeds 1 %% and 3 standard errors with no non-finite value (`ampc diagnose "
-            "LABEL.jsonl --baseline %s.jsonl`).\n\n| run | loss | FP32 loss | difference "
-            "| verdict |\n|---|---:|---:|---:|---|\n",
+            "LABEL.jsonl --baseline %s.jsonl`). The total loss is compared, or, when it "
+            "shows no gap, the loss term with the largest one.\n\n| run | compared | loss | "
+            "FP32 loss | difference | verdict |\n|---|---|---:|---:|---:|---|\n",
             runs[base].label, runs[base].label);
     for (int r = 0; r < n; r++) {
       if (have_gap[r] && !gaps[r].finite)
-        fprintf(md, "| %s | - | - | - | not compared: non-finite values (its own verdicts) |\n",
+        fprintf(md, "| %s | - | - | - | - | not compared: non-finite values (its own verdicts) |\n",
                 runs[r].label);
       else if (have_gap[r])
-        fprintf(md, "| %s | %.5g | %.5g | %+.3g (%+.2f %%) +- %.2g | %s |\n", runs[r].label,
-                gaps[r].run_loss, gaps[r].base_loss, gaps[r].diff, 100.0 * gaps[r].rel,
-                gaps[r].diff_se,
+        fprintf(md, "| %s | %s | %.5g | %.5g | %+.3g (%+.2f %%) +- %.2g | %s |\n", runs[r].label,
+                gaps[r].quantity, gaps[r].run_loss, gaps[r].base_loss, gaps[r].diff,
+                100.0 * gaps[r].rel, gaps[r].diff_se,
                 ngv[r]               ? ampc_verdict_name(gv[r].kind)
                 : gaps[r].diff < 0.0 ? "no gap (below the FP32 loss)"
                                      : "no gap (within the margin)");
       else if (gap_err && gap_err[r][0])
-        fprintf(md, "| %s | - | - | - | not compared: %s |\n", runs[r].label, gap_err[r]);
+        fprintf(md, "| %s | - | - | - | - | not compared: %s |\n", runs[r].label, gap_err[r]);
     }
   }
   fprintf(md, "\nPlots: `loss.png`, `scale.png`, `grad_hist.png` (the last only when a run "

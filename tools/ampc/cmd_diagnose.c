@@ -76,6 +76,7 @@ static cJSON *gap_json(const ampc_diag_gap *g, const ampc_verdict *v, int nv, co
     cJSON_AddNullToObject(o, "verdict");
     return o;
   }
+  cJSON_AddStringToObject(o, "quantity", g->quantity);
   cJSON_AddNumberToObject(o, "window", (double)g->window);
   cJSON_AddNumberToObject(o, "first_step", (double)g->first_step);
   cJSON_AddNumberToObject(o, "last_step", (double)g->last_step);
@@ -189,10 +190,12 @@ static int run(int argc, char **argv) {
              "values (its own verdicts above)\n",
              base_path);
     } else if (base_path) {
-      printf("against the FP32 baseline %s: training loss %.5g vs %.5g over steps %lld-%lld, "
+      printf("against the FP32 baseline %s: %s%s %.5g vs %.5g over steps %lld-%lld, "
              "%+.3g per step (%+.2f %%) +- %.2g\n",
-             base_path, gap.run_loss, gap.base_loss, (long long)gap.first_step,
-             (long long)gap.last_step, gap.diff, 100.0 * gap.rel, gap.diff_se);
+             base_path, strcmp(gap.quantity, "loss") ? "loss term " : "training loss",
+             strcmp(gap.quantity, "loss") ? gap.quantity : "", gap.run_loss, gap.base_loss,
+             (long long)gap.first_step, (long long)gap.last_step, gap.diff, 100.0 * gap.rel,
+             gap.diff_se);
       if (ngv)
         print_verdict(&gv);
       else if (gap.diff < 0.0)
