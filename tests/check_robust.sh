@@ -165,7 +165,7 @@ after_emoji "emojibase not an array"
 # ---- flags: unknown, out of range, contradictory (exit 2, naming the flag) ---------
 flag() { w=$1; shift; expect 2 "$w" "$ampc" train --model mlp --steps 2 --quiet "$@"; }
 flag "--precision: unknown precision '8-mixed'" --precision 8-mixed
-flag "--loss-scale: expected none, dynamic, per-branch or a positive finite number, got '-3'" --loss-scale -3
+flag "--loss-scale: expected none, dynamic, per-branch, per-loss or a positive finite number, got '-3'" --loss-scale -3
 flag "--steps: expected an integer in [1, 1000000000], got '0'" --steps 0
 flag "--batch 5000 is larger than the training set (4096 samples)" --batch 5000
 flag "--lr -1: must be a positive finite number" --lr -1

@@ -209,6 +209,49 @@ expect 2 --model mlp --loss-scale per-branch --init-scale 1000 --steps 1
 grep -q 'powers of two' "$tmp/err" || die "per-branch with init 1000: $(cat "$tmp/err")"
 expect 2 --model mlp --loss-scale per-brunch --steps 1
 
+# --loss-scale per-loss (apex's num_losses): one scale per loss term, a
+# backward pass each; only the overflowing term backs off; resume is
+# bit-identical; fp8-mixed refuses it; between the dynamic modes a resume
+# carries the scale over (per-branch -> dynamic: the smallest branch scale)
+plf="--loss-scale per-loss --steps 12 --save-every 6 --batch 8 --telemetry-every 2 --no-eval --threads 2 --quiet"
+"$ampc" train $plf --save "$tmp/pl_full.st" --log "$tmp/pl.jsonl" >/dev/null 2>&1 || die "per-loss failed"
+AMPC_FAULT_FAIL=0:9 "$ampc" train $plf --save "$tmp/pl_part.st" >/dev/null 2>&1
+"$ampc" train $plf --resume "$tmp/pl_part.st" --save "$tmp/pl_part.st" >/dev/null 2>&1 ||
+  die "per-loss: resume failed"
+cmp -s "$tmp/pl_full.st" "$tmp/pl_part.st" || die "per-loss: resumed run differs"
+python3 - "$tmp/pl.jsonl" <<'PY' || die "per-loss: the log lacks the terms' scales, or an overflow moved another term"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [o for o in rows if o.get("event") == "step"]
+assert all(set(o["loss_scales"]) == {"loss_itc", "loss_itm", "loss_cls"} for o in steps)
+assert all(o["loss_scale"] == min(o["loss_scales"].values()) for o in steps)
+for a, b in zip(steps, steps[1:]):
+    for t, v in a["loss_scales"].items():
+        if t in a["overflow_terms"]:
+            assert b["loss_scales"][t] == v / 2, (a["step"], t)
+        else:
+            assert b["loss_scales"][t] == v, (a["step"], t)  # growth interval 2000
+assert any(o["overflow_terms"] for o in steps), "no term overflowed at 2^16"
+summ = rows[-1]
+assert set(summ["final_loss_scales"]) == {"loss_itc", "loss_itm", "loss_cls"}, summ
+PY
+"$ampc" train --model vit-ref --loss-scale per-loss --steps 2 --batch 8 --no-eval --threads 2 --quiet \
+  --log "$tmp/plv.jsonl" >/dev/null 2>&1 || die "per-loss vit-ref failed"
+grep -q '"loss_scales":{"loss_cls":' "$tmp/plv.jsonl" || die "per-loss vit-ref: not the cls term alone"
+expect 2 --precision fp8-mixed --loss-scale per-loss --steps 1
+grep -q 'per-loss runs a backward pass per loss term' "$tmp/err" || die "fp8 + per-loss: $(cat "$tmp/err")"
+"$ampc" train $pbf --stop-at 6 --save "$tmp/pb6.st" >/dev/null 2>&1 || die "per-branch 6 steps failed"
+"$ampc" train $pbf --loss-scale dynamic --resume "$tmp/pb6.st" --log "$tmp/pbd.jsonl" >/dev/null 2>&1 ||
+  die "per-branch -> dynamic resume failed"
+python3 - "$tmp/pb6.st" "$tmp/pbd.jsonl" <<'PY' || die "per-branch -> dynamic: the smallest branch scale did not carry over"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+sc = json.loads(json.loads(raw[8:8 + n])["__metadata__"]["ampc.scaler"])
+steps = [json.loads(l) for l in open(sys.argv[2]) if '"event":"step"' in l]
+assert steps[0]["loss_scale"] == min(sc["branch_scales"]), (steps[0]["loss_scale"], sc)
+PY
+
 # fp8-mixed (issue 19): the MLP learns as bf16-mixed does; on mm-tiny the
 # log counts the FP8 casts per branch, the checkpoint holds every site's
 # amax history and scales, a stopped and resumed run is bit-identical; a

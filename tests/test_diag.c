@@ -662,6 +662,20 @@ static void test_compare_with_baseline(void **state) {
       assert_int_equal(v.branch, AMPC_BRANCH_VISION);
     ampc_diag_free(r);
   }
+  /* an overflow the scaler skipped does not end the comparison */
+  {
+    ampc_diag_config c5 = cfg(AMPC_LOSS_SCALE_DYNAMIC, true, AMPC_F16);
+    ampc_diag *sk = ampc_diag_create(&c5);
+    for (int i = 1; i <= 100; i++) {
+      ampc_diag_step s = step(i, 5.0 - 0.02 * i + 0.3 * sin(1.7 * i) + 0.2, 1.0);
+      if (i <= 2)
+        s.overflow = true, s.skipped = true, s.nonfinite_grads = 9;
+      assert_int_equal(ampc_diag_add(sk, &s), AMPC_OK);
+    }
+    assert_int_equal(ampc_diag_compare(sk, base, 0.01, &g, &v, &n), AMPC_OK);
+    assert_true(g.finite && g.significant && n == 1);
+    ampc_diag_free(sk);
+  }
   /* a non-finite step: no cross-run verdict (the run's own verdicts say why) */
   ampc_diag *nf = twin(0.2, 4, true, AMPC_F16);
   assert_int_equal(ampc_diag_compare(nf, base, 0.01, &g, &v, &n), AMPC_OK);

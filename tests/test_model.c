@@ -252,6 +252,89 @@ static void test_backward_branches_exact(void **state) {
   branch_seeds_exact("vit-micro", AMPC_PRECISION_BF16_MIXED);
 }
 
+/* Per-loss seeds (--loss-scale per-loss): the passes keep the forward pass,
+ * so a second pass with the same seeds gives the same bits; the three
+ * one-term passes add up (in FP64 here) to the all-terms pass within the
+ * FP32 roundings of the different summation order; a term seeded 0
+ * contributes nothing (the cls term alone leaves the text and fusion at 0) */
+static void test_backward_losses(void **state) {
+  (void)state;
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
+  ampc_amp_config a;
+  ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &a);
+  ampc_optim_config o = ampc_optim_adamw_defaults();
+  ampc_trainer T;
+  assert_int_equal(ampc_trainer_init(&T, &a, &o, sp.specs, sp.n, 5), AMPC_OK);
+  ampc_params *P = &T.params;
+  ampc_mmodel *M = NULL;
+  assert_int_equal(ampc_mmodel_create(&M, &c, P, &T.amp, B), AMPC_OK);
+  uint8_t images[B * 8 * 8 * 3];
+  int32_t tokens[B * TT], labels[B];
+  make_batch(8, images, tokens, labels, 3);
+  ampc_mmodel_batch bt = {B, images, tokens, labels};
+  const size_t bytes = (size_t)P->total * sizeof(float);
+  float *all = malloc(bytes), *one = malloc(bytes);
+  double *sum = calloc((size_t)P->total, sizeof *sum);
+  assert_true(all && one && sum);
+  ampc_mmodel_losses L;
+  ampc_trainer_zero_grad(&T);
+  assert_int_equal(fwd_bwd(M, &bt, 1.0f, &L), AMPC_OK);
+  memcpy(all, P->grad, bytes);
+  assert_int_equal(ampc_mmodel_forward(M, &bt, &L), AMPC_OK);
+  for (int k = 0; k < AMPC_MM_LOSSES; k++) {
+    float seed[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f};
+    seed[k] = 1.0f;
+    ampc_trainer_zero_grad(&T);
+    assert_int_equal(ampc_mmodel_backward_losses(M, seed), AMPC_OK);
+    memcpy(one, P->grad, bytes);
+    ampc_trainer_zero_grad(&T); /* the same pass again, on the same forward pass */
+    assert_int_equal(ampc_mmodel_backward_losses(M, seed), AMPC_OK);
+    assert_memory_equal(one, P->grad, bytes);
+    int64_t nz_text = 0;
+    for (int i = 0; i < P->count; i++)
+      for (int64_t e = 0; e < P->p[i].numel; e++) {
+        sum[P->p[i].offset + e] += (double)one[P->p[i].offset + e];
+        nz_text += P->p[i].branch == AMPC_BRANCH_TEXT && one[P->p[i].offset + e] != 0.0f;
+      }
+    if (k == AMPC_MM_LOSS_CLS)
+      assert_int_equal(nz_text, 0); /* the group head sees the image only */
+    else
+      assert_true(nz_text > 0);
+  }
+  /* relative to each tensor's largest gradient: the terms' partial sums
+   * cancel in places, so an element's own magnitude is no scale for the
+   * rounding differences (a few FP32 ulps of the largest partials) */
+  double worst = 0.0;
+  for (int i = 0; i < P->count; i++) {
+    const ampc_param *p = &P->p[i];
+    double mx = 0.0, d = 0.0;
+    for (int64_t e = p->offset; e < p->offset + p->numel; e++) {
+      mx = fmax(mx, fabs((double)all[e]));
+      d = fmax(d, fabs(sum[e] - (double)all[e]));
+    }
+    if (mx > 0.0)
+      worst = fmax(worst, d / mx);
+  }
+  printf("# per-loss passes sum to the all-terms pass: worst difference %.3g of the tensor's "
+         "largest gradient\n",
+         worst);
+  assert_true(worst < 1e-5);
+  /* errors: negative, non-finite, all zero; no forward pass */
+  const float neg[3] = {-1.0f, 1.0f, 1.0f}, zero[3] = {0.0f, 0.0f, 0.0f};
+  assert_int_equal(ampc_mmodel_backward_losses(M, neg), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_mmodel_backward_losses(M, zero), AMPC_ERR_INVALID_ARG);
+  const float one_seed[3] = {1.0f, 0.0f, 0.0f};
+  assert_int_equal(ampc_mmodel_backward(M, 1.0f), AMPC_OK); /* consumes the forward pass */
+  assert_int_equal(ampc_mmodel_backward_losses(M, one_seed), AMPC_ERR_INVALID_ARG);
+  free(all), free(one), free(sum);
+  ampc_mmodel_free(M);
+  ampc_trainer_free(&T);
+  ampc_mmodel_specs_free(&sp);
+}
+
 static void test_mm_tiny_names(void **state) {
   (void)state;
   ampc_mmodel_config c;
@@ -344,9 +427,9 @@ static void test_training_lowers_loss(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_mm_tiny_names),        cmocka_unit_test(test_gradient_check),
-      cmocka_unit_test(test_gradient_check_vit),   cmocka_unit_test(test_backward_branches_exact),
-      cmocka_unit_test(test_training_lowers_loss),
+      cmocka_unit_test(test_mm_tiny_names),      cmocka_unit_test(test_gradient_check),
+      cmocka_unit_test(test_gradient_check_vit), cmocka_unit_test(test_backward_branches_exact),
+      cmocka_unit_test(test_backward_losses),    cmocka_unit_test(test_training_lowers_loss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -417,6 +417,38 @@ static void test_per_branch_state_machine(void **state) {
   assert_true(big.branch_scale[AMPC_BRANCH_VISION] == ldexpf(1.0f, 127));
 }
 
+/* --loss-scale per-loss: one GradScaler per loss term, one global skip, no
+ * histogram pick even when an amax is passed */
+static void test_per_loss_state_machine(void **state) {
+  (void)state;
+  ampc_amp_config a;
+  assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &a), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&a, "loss-scale", "per-loss"), AMPC_OK);
+  assert_string_equal(ampc_loss_scale_mode_name(a.scaler.mode), "per-loss");
+  a.scaler.init_scale = 1000.0f; /* no power of two needed: no ratios */
+  a.scaler.growth_interval = 2;
+  assert_int_equal(ampc_amp_config_check(&a), AMPC_OK);
+  ampc_scaler s;
+  ampc_scaler_init(&s, &a.scaler);
+  const bool none[4] = {false, false, false, false}, itm[4] = {false, true, false, false};
+  const float amax[4] = {3.0f, 3.0f, 3.0f, 3.0f};
+  assert_true(ampc_scaler_update_branches(&s, itm, amax));
+  assert_true(ampc_scaler_term_scale(&s, 0) == 1000.0f);
+  assert_true(ampc_scaler_term_scale(&s, 1) == 500.0f);
+  assert_false(ampc_scaler_update_branches(&s, none, amax));
+  assert_false(ampc_scaler_update_branches(&s, none, amax));
+  assert_true(ampc_scaler_term_scale(&s, 0) == 2000.0f); /* growth, not a pick */
+  assert_true(ampc_scaler_term_scale(&s, 1) == 1000.0f);
+  assert_int_equal(s.branch_picks, 0);
+  assert_int_equal(s.skip_count, 1);
+  assert_true(s.scale == ampc_scaler_term_scale(&s, 0));
+  /* fp8-mixed refuses it */
+  ampc_amp_config f;
+  assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_FP8_MIXED, &f), AMPC_OK);
+  assert_int_equal(ampc_amp_config_set(&f, "loss-scale", "per-loss"), AMPC_OK);
+  assert_int_equal(ampc_amp_config_check(&f), AMPC_ERR_INVALID_ARG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gradscaler_update_values),
@@ -431,6 +463,7 @@ int main(void) {
       cmocka_unit_test(test_presets_and_overrides),
       cmocka_unit_test(test_lint),
       cmocka_unit_test(test_per_branch_state_machine),
+      cmocka_unit_test(test_per_loss_state_machine),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

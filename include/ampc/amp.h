@@ -115,6 +115,9 @@ typedef enum ampc_loss_scale_mode {
   AMPC_LOSS_SCALE_PER_BRANCH = 3, /* one dynamic scale per model branch (vision, text,
                                      fusion, heads), each picked from the branch's gradient
                                      histogram; the skip stays global (below) */
+  AMPC_LOSS_SCALE_PER_LOSS = 4,   /* one dynamic scale per loss term (apex's num_losses):
+                                     a backward pass per term, each unscaled into an FP32
+                                     gradient sum; the skip stays global (below) */
 } ampc_loss_scale_mode;
 
 /* Loss-scaler settings. Defaults (ampc_amp_config_preset) are
@@ -176,8 +179,8 @@ ampc_status ampc_amp_config_preset(ampc_precision p, ampc_amp_config *out);
 
 /* Apply one override by its command-line name (without the dashes):
  *   master-weights  on | off
- *   loss-scale      none | dynamic | per-branch | <S>  (a positive finite
- *                   number: static S)
+ *   loss-scale      none | dynamic | per-branch | per-loss | <S>  (a positive
+ *                   finite number: static S)
  *   accumulate      fp32 | fp16
  *   fp8-amax-history N (1..2^20), fp8-amax-compute max | most_recent,
  *   fp8-margin M (>= 0)  (fp8-mixed's recipe)
@@ -194,7 +197,7 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
  * Errors: AMPC_ERR_INVALID_ARG with a message naming the values. */
 ampc_status ampc_amp_config_check(const ampc_amp_config *c);
 
-/* "none", "static", "dynamic", "per-branch". */
+/* "none", "static", "dynamic", "per-branch", "per-loss". */
 const char *ampc_loss_scale_mode_name(ampc_loss_scale_mode m);
 
 /* ---- the loss scaler (src/amp/loss_scaler.c) ------------------------------ */
@@ -208,7 +211,9 @@ typedef struct ampc_scaler {
   int hysteresis_left;    /* overflows still tolerated before a backoff */
   int64_t overflow_count; /* steps whose gradients were non-finite */
   int64_t skip_count;     /* optimizer steps skipped */
-  /* per-branch mode: each branch's own dynamic state (indexed by ampc_branch) */
+  /* per-branch mode: each branch's own dynamic state (indexed by ampc_branch);
+   * per-loss mode: each loss term's (indexed by the model's terms: itc, itm,
+   * cls for the multimodal models, one term for the others) */
   float branch_scale[AMPC_BRANCH_COUNT];
   int branch_tracker[AMPC_BRANCH_COUNT];
   int branch_hysteresis[AMPC_BRANCH_COUNT];
@@ -266,6 +271,16 @@ float ampc_scaler_branch_scale(const ampc_scaler *s, ampc_branch br);
  * Other modes: ampc_scaler_update(s, any nonfinite). */
 bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANCH_COUNT],
                                  const float *amax);
+
+/* Per-loss loss scaling (apex amp's num_losses / loss_id: one dynamic scaler
+ * per loss; Micikevicius et al. 2018 use one): loss term k's backward pass is
+ * seeded with its own S_k, its gradients are unscaled by 1/S_k into an FP32
+ * sum, and the step is skipped when any term's gradients held inf or NaN.
+ * The scale of term k (< AMPC_BRANCH_COUNT; its state sits in the same arrays
+ * as the branches' do in per-branch mode); updated by
+ * ampc_scaler_update_branches with nonfinite[k] per term and amax NULL (no
+ * pick: each term is a GradScaler). Other modes: S. */
+float ampc_scaler_term_scale(const ampc_scaler *s, int k);
 
 /* ---- unscale, non-finite check, global norm (src/amp/unscale.c) ----------- */
 

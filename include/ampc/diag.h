@@ -217,7 +217,8 @@ typedef struct ampc_diag_gap {
   double run_loss, base_loss;            /* mean training loss over them */
   double diff, diff_se;                  /* mean per-step difference, its standard error */
   double rel;                            /* diff / |base_loss| */
-  bool finite; /* no non-finite loss, gradient or weight anywhere in the run */
+  bool finite; /* no non-finite loss or weight anywhere in the run, and every step with
+                  non-finite gradients skipped (an overflow the scaler handled) */
   bool significant;
 } ampc_diag_gap;
 

@@ -53,6 +53,13 @@ typedef struct ampc_trainer {
    * or -1 when unknown; set by the caller before ampc_trainer_step, which
    * hands it to ampc_scaler_update_branches and resets it to -1 */
   float branch_amax[AMPC_BRANCH_COUNT];
+  /* per-loss loss scaling: the step's gradient as an FP32 sum of the terms'
+   * unscaled gradients (P->total values; NULL: P->grad, scaled by S), and
+   * which terms' gradients held inf or NaN; set by the caller before
+   * ampc_trainer_step, which uses them once and resets them */
+  const float *grad32;
+  bool term_nonfinite[AMPC_BRANCH_COUNT];
+  bool term_on[AMPC_BRANCH_COUNT]; /* the terms the model has (its loss_scale: the smallest) */
 } ampc_trainer;
 
 /* What one call to ampc_trainer_step did. */
@@ -71,7 +78,8 @@ typedef struct ampc_step_info {
   int64_t nonfinite_weights; /* weights (or masters) inf or NaN after the step (counted
                                 when telemetry is on; 0 when skipped) */
   /* each branch's scale (all equal to loss_scale unless --loss-scale per-branch) */
-  float branch_scale[AMPC_BRANCH_COUNT];      /* the backward pass used */
+  float branch_scale[AMPC_BRANCH_COUNT];      /* the backward pass used (per-loss: each
+                                                 loss term's, in the model's term order) */
   float next_branch_scale[AMPC_BRANCH_COUNT]; /* for the next step */
   unsigned branch_nonfinite; /* bit b: branch b's gradients held inf/NaN (per-branch) */
   bool branch_picked;        /* a per-branch scale moved to its histogram's pick */
@@ -88,6 +96,8 @@ void ampc_trainer_free(ampc_trainer *T);
 /* S to seed the backward pass with (1 when loss scaling is off; per-branch:
  * the heads' S, which seeds the losses). */
 float ampc_trainer_loss_scale(const ampc_trainer *T);
+/* S_k of loss term k (per-loss; ampc_scaler_term_scale). */
+float ampc_trainer_term_scale(const ampc_trainer *T, int k);
 /* S_b of branch b's gradients (ampc_scaler_branch_scale). */
 float ampc_trainer_branch_scale(const ampc_trainer *T, ampc_branch b);
 void ampc_trainer_zero_grad(ampc_trainer *T);

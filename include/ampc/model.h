@@ -244,6 +244,19 @@ ampc_status ampc_mmodel_backward(ampc_mmodel *M, float seed);
  * ampc_mmodel_backward, bit for bit. Errors: as ampc_mmodel_backward. */
 ampc_status ampc_mmodel_backward_branches(ampc_mmodel *M, const float seed[AMPC_BRANCH_COUNT]);
 
+/* The loss terms, in the order of the per-loss seeds below. */
+enum { AMPC_MM_LOSS_ITC = 0, AMPC_MM_LOSS_ITM = 1, AMPC_MM_LOSS_CLS = 2, AMPC_MM_LOSSES = 3 };
+
+/* The backward pass with one seed per loss term (per-loss loss scaling,
+ * ampc/amp.h): term k seeded with seed[k] (times its weight), 0 for a term
+ * left out, one seed for every branch. Unlike the other backward passes it
+ * keeps the forward pass, so each term can have its own pass (apex's
+ * loss_id): the passes read the saved activations and write only gradients
+ * and workspaces. Image-only models have the cls term only. Errors:
+ * AMPC_ERR_INVALID_ARG (no forward pass, a seed negative or not finite,
+ * every seed 0), those of the layers. */
+ampc_status ampc_mmodel_backward_losses(ampc_mmodel *M, const float seed[AMPC_MM_LOSSES]);
+
 /* What a model reports while it runs, for the rounding telemetry: the end of
  * each block or head (so the tally's counts since the previous mark belong to
  * that branch and pass), and one sampled linear product per transformer MLP

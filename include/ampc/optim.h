@@ -114,6 +114,13 @@ ampc_status ampc_optim_step_branches(ampc_params *P, const ampc_optim_config *c,
                                      float lr, const float grad_mult[AMPC_BRANCH_COUNT],
                                      float clip_coef, ampc_swallow_stats *sw);
 
+/* The same reading the gradients from `grad` (dtype gdt: F32, F16 or BF16;
+ * the table's layout, P->total values) instead of P->grad: per-loss scaling
+ * hands the optimizer the FP32 sum of its terms' unscaled gradients. */
+ampc_status ampc_optim_step_from(ampc_params *P, const ampc_optim_config *c, int64_t t, float lr,
+                                 const float grad_mult[AMPC_BRANCH_COUNT], float clip_coef,
+                                 ampc_swallow_stats *sw, const void *grad, ampc_dtype gdt);
+
 /* Moment buffers the optimizer needs: 2 for AdamW, 1 for SGD with momentum, else 0. */
 int ampc_optim_moments(const ampc_optim_config *c);
 

@@ -162,6 +162,11 @@ typedef struct ampc_model_ops {
    * ampc_mmodel_backward_branches); NULL for a model whose parameters are
    * all in one branch (the MLP: heads), which is seeded with seed[heads] */
   ampc_status (*backward_branches)(ampc_model *m, const float seed[AMPC_BRANCH_COUNT]);
+  /* one seed per loss term (m->n_terms of them; --loss-scale per-loss;
+   * ampc_mmodel_backward_losses), keeping the forward pass for the next
+   * term's pass; NULL for a one-term model (the MLP), whose one pass is
+   * backward(seed[0]) */
+  ampc_status (*backward_losses)(ampc_model *m, const float *seed);
   ampc_status (*evaluate)(ampc_model *m, const ampc_run_data *d, ampc_eval *out);
   /* attach a telemetry collector (NULL: the model does not mark branches) */
   void (*set_telemetry)(ampc_model *m, ampc_telemetry *t);
@@ -174,6 +179,11 @@ struct ampc_model {
   int64_t max_batch;
   size_t activation_bytes, workspace_bytes; /* what the model allocated, by role */
   ampc_fp8_sites *fp8; /* fp8-mixed: the model's FP8 sites (owned by impl), else NULL */
+  /* the loss terms backward_losses seeds (per-loss scaling): n_terms, each
+   * with its log name and whether it contributes (weight != 0, present) */
+  int n_terms;
+  const char *term_name[AMPC_MM_LOSSES];
+  bool term_on[AMPC_MM_LOSSES];
   void *impl;
 };
 
@@ -290,6 +300,9 @@ typedef struct ampc_accum {
    * backward seed is multiplied by it, so the stored gradients are lambda
    * times the loss's (the reported losses are not) */
   float loss_multiplier;
+  /* --loss-scale per-loss: a backward pass per loss term, each unscaled into
+   * the FP32 stage (always needed then), which the trainer's step reads */
+  bool per_loss;
 } ampc_accum;
 
 /* Let model m contrast over a data-parallel group (ampc_mmodel_set_group; NULL:

@@ -47,6 +47,7 @@ const char *ampc_loss_scale_mode_name(ampc_loss_scale_mode m) {
   case AMPC_LOSS_SCALE_STATIC: return "static";
   case AMPC_LOSS_SCALE_DYNAMIC: return "dynamic";
   case AMPC_LOSS_SCALE_PER_BRANCH: return "per-branch";
+  case AMPC_LOSS_SCALE_PER_LOSS: return "per-loss";
   }
   return "?";
 }
@@ -96,11 +97,13 @@ ampc_status ampc_amp_config_set(ampc_amp_config *c, const char *name, const char
       t.scaler.mode = AMPC_LOSS_SCALE_DYNAMIC;
     } else if (strcmp(value, "per-branch") == 0) {
       t.scaler.mode = AMPC_LOSS_SCALE_PER_BRANCH;
+    } else if (strcmp(value, "per-loss") == 0) {
+      t.scaler.mode = AMPC_LOSS_SCALE_PER_LOSS;
     } else {
       if (parse_float(name, value, &f) != AMPC_OK || !(f > 0.0f))
         return ampc_fail(AMPC_ERR_INVALID_ARG,
-                         "--loss-scale: expected none, dynamic, per-branch or a positive finite "
-                         "number, "
+                         "--loss-scale: expected none, dynamic, per-branch, per-loss or a positive "
+                         "finite number, "
                          "got '%s'",
                          value);
       t.scaler.mode = AMPC_LOSS_SCALE_STATIC;
@@ -245,6 +248,10 @@ ampc_status ampc_amp_config_check(const ampc_amp_config *c) {
                      "--fp8-amax-history / --fp8-amax-compute / --fp8-margin set the FP8 recipe of "
                      "fp8-mixed; %s has no FP8 casts",
                      ampc_precision_name(c->precision));
+  if (fp8 && c->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--loss-scale per-loss runs a backward pass per loss term; fp8-mixed's "
+                     "delayed scaling records each cast once per step (and needs no loss scale)");
   if (fp8 && c->accumulate != AMPC_ACC_F32)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "fp8-mixed needs --accumulate fp32: the FP8 operands are scaled up to the "

@@ -31,6 +31,12 @@ void ampc_scaler_init(ampc_scaler *s, const ampc_scaler_config *cfg) {
   s->branch_picks = 0;
 }
 
+float ampc_scaler_term_scale(const ampc_scaler *s, int k) {
+  if (s->cfg.mode == AMPC_LOSS_SCALE_PER_LOSS && k >= 0 && k < AMPC_BRANCH_COUNT)
+    return s->branch_scale[k];
+  return s->scale;
+}
+
 float ampc_scaler_branch_scale(const ampc_scaler *s, ampc_branch br) {
   if (s->cfg.mode == AMPC_LOSS_SCALE_PER_BRANCH && (unsigned)br < AMPC_BRANCH_COUNT)
     return s->branch_scale[br];
@@ -50,7 +56,8 @@ bool ampc_scaler_update(ampc_scaler *s, bool found_nonfinite) {
       s->skip_count++;
     return found_nonfinite;
   case AMPC_LOSS_SCALE_DYNAMIC:
-  case AMPC_LOSS_SCALE_PER_BRANCH: break;
+  case AMPC_LOSS_SCALE_PER_BRANCH:
+  case AMPC_LOSS_SCALE_PER_LOSS: break;
   }
   if (found_nonfinite) {
     s->skip_count++;
@@ -86,7 +93,7 @@ bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANC
   bool any = false;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     any = any || nonfinite[b];
-  if (s->cfg.mode != AMPC_LOSS_SCALE_PER_BRANCH)
+  if (s->cfg.mode != AMPC_LOSS_SCALE_PER_BRANCH && s->cfg.mode != AMPC_LOSS_SCALE_PER_LOSS)
     return ampc_scaler_update(s, any);
   const ampc_scaler_config *c = &s->cfg;
   const float lo = c->min_scale, hi = pow2_floor(c->max_scale);
@@ -116,7 +123,8 @@ bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANC
         S = next < hi ? next : hi;
       s->branch_tracker[b] = 0;
     }
-    const float a = amax ? amax[b] : -1.0f;
+    /* the pick is per-branch's; per-loss terms are plain GradScalers */
+    const float a = amax && c->mode == AMPC_LOSS_SCALE_PER_BRANCH ? amax[b] : -1.0f;
     if (a > 0.0f && isfinite(a)) {
       int e = 0;
       (void)frexpf(a, &e); /* floor(log2 a) = e - 1 */
@@ -131,8 +139,10 @@ bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANC
     }
     s->branch_scale[b] = S;
   }
-  s->scale = s->branch_scale[AMPC_BRANCH_HEADS];
-  s->growth_tracker = s->branch_tracker[AMPC_BRANCH_HEADS];
-  s->hysteresis_left = s->branch_hysteresis[AMPC_BRANCH_HEADS];
+  /* per-branch: the heads' scale seeds the losses; per-loss: term 0's */
+  const int lead = s->cfg.mode == AMPC_LOSS_SCALE_PER_BRANCH ? AMPC_BRANCH_HEADS : 0;
+  s->scale = s->branch_scale[lead];
+  s->growth_tracker = s->branch_tracker[lead];
+  s->hysteresis_left = s->branch_hysteresis[lead];
   return any;
 }

@@ -251,6 +251,7 @@ static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
                        : strcmp(mode, "static") == 0     ? AMPC_LOSS_SCALE_STATIC
                        : strcmp(mode, "dynamic") == 0    ? AMPC_LOSS_SCALE_DYNAMIC
                        : strcmp(mode, "per-branch") == 0 ? AMPC_LOSS_SCALE_PER_BRANCH
+                       : strcmp(mode, "per-loss") == 0   ? AMPC_LOSS_SCALE_PER_LOSS
                                                          : -1;
   c->min_scale = num(&v, ls, "min_scale", 1.0);
   /* the twin key: the run's and optimizer's settings that a precision

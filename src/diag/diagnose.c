@@ -193,7 +193,8 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
     if (!nf_tm && s->telemetry && s->first_nonfinite_branch >= 0)
       nf_tm = s;
     const bool at_floor = (c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC ||
-                           c->loss_scale_mode == AMPC_LOSS_SCALE_PER_BRANCH) &&
+                           c->loss_scale_mode == AMPC_LOSS_SCALE_PER_BRANCH ||
+                           c->loss_scale_mode == AMPC_LOSS_SCALE_PER_LOSS) &&
                           s->loss_scale <= c->min_scale;
     floor_run = s->overflow && at_floor ? floor_run + 1 : 0;
     if (floor_run > floor_run_max)
@@ -290,7 +291,8 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       lead++;
     const int64_t later_skips = n_skip - lead, later_steps = d->n - lead;
     const bool dyn = c->loss_scale_mode == AMPC_LOSS_SCALE_DYNAMIC ||
-                     c->loss_scale_mode == AMPC_LOSS_SCALE_PER_BRANCH;
+                     c->loss_scale_mode == AMPC_LOSS_SCALE_PER_BRANCH ||
+                     c->loss_scale_mode == AMPC_LOSS_SCALE_PER_LOSS;
     const bool bad = !dyn || (later_skips >= k_min_skips &&
                               frac((uint64_t)later_skips, (uint64_t)later_steps) >= k_skip_frac);
     if (bad) {
@@ -370,11 +372,19 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       if (isfinite(l0) && isfinite(lm) && isfinite(l1))
         ev(&v, "loss %.4f (first tenth) -> %.4f (middle) -> %.4f (last fifth)%s", l0, lm, l1,
            plateau ? ": a plateau" : "");
+      const int lsm = c->loss_scale_mode;
       snprintf(v.safeguard, sizeof v.safeguard, "%s",
-               c->loss_scale_mode == AMPC_LOSS_SCALE_NONE
+               lsm == AMPC_LOSS_SCALE_NONE
                    ? "loss scaling (--loss-scale dynamic): it shifts the gradients into "
                      "binary16's range before they are stored"
-                   : "a larger loss scale (raise --init-scale / --max-scale, or dynamic scaling)");
+               : lsm == AMPC_LOSS_SCALE_STATIC
+                   ? "a larger loss scale (raise the static scale), or dynamic scaling"
+               : lsm == AMPC_LOSS_SCALE_DYNAMIC
+                   ? "a scale per branch or per loss (--loss-scale per-branch | per-loss) "
+                     "when one branch's gradients hold the shared scale down; compare with "
+                     "the FP32 twin (--baseline) to see whether the flushed values matter"
+                   : "raise --max-scale if a scale sits at it; compare with the FP32 twin "
+                     "(--baseline): the flushed share alone overstates the harm");
       if (nv < max)
         out[nv++] = v;
     }
@@ -624,7 +634,11 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
   gap->finite = true;
   for (int64_t i = 0; i < run->n; i++) {
     const ampc_diag_step *s = &run->s[i];
-    if (!isfinite(s->loss) || s->overflow || s->nonfinite_grads || s->nonfinite_weights)
+    /* an overflow the scaler skipped is the scaler at work (its leading steps
+     * find the scale): only non-finite values that reached the loss or the
+     * weights end the comparison */
+    if (!isfinite(s->loss) || ((s->overflow || s->nonfinite_grads) && !s->skipped) ||
+        s->nonfinite_weights)
       gap->finite = false;
   }
   if (!gap->finite) /* no cross-run verdict: the run's own verdicts say why */
@@ -724,7 +738,7 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
      gap->diff_se, 100.0 * margin);
   if (!total)
     ev(&v, "the total loss is within the margin: the other terms dominate it");
-  ev(&v, "no non-finite loss, gradient or weight in the run");
+  ev(&v, "no non-finite loss or weight in the run, and every non-finite gradient skipped");
   if (acc >= 0.0)
     ev(&v, "largest sampled GEMM relative error %.3g (%s; threshold 2^-11 = 4.9e-4)", acc,
        acc_b >= 0 ? ampc_branch_name((ampc_branch)acc_b) : "-");

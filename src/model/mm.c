@@ -305,9 +305,8 @@ static ampc_status image_only_bwd(ampc_mmodel *M) {
   const ampc_mmodel_batch *bt = &M->fwd;
   const int64_t b = bt->b, D = M->D, NV = M->NV, C = M->c.classes;
   const ampc_dtype act_dt = M->act_dt, grad_dt = M->grad_dt;
-  const float S = M->bseed[AMPC_BRANCH_HEADS];
-  AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels, S * M->c.w_cls, M->dclog,
-                                       grad_dt));
+  AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels,
+                                       M->lseed[AMPC_MM_LOSS_CLS] * M->c.w_cls, M->dclog, grad_dt));
   AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
                                 M->weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), M->acc,
                                 &M->ws));
@@ -491,7 +490,6 @@ static ampc_status text_bwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, co
  * seed); the gradients crossing into the fusion and the encoders are
  * rescaled to their branch's seed (cross) */
 static ampc_status mm_bwd(ampc_mmodel *M) {
-  const float S = M->bseed[AMPC_BRANCH_HEADS];
   const ampc_mmodel_batch *bt = &M->fwd;
   const ampc_mmodel_config *c = &M->c;
   const int64_t b = bt->b, D = M->D, NV = M->NV, TT = M->TT, E = M->E, C = c->classes;
@@ -503,12 +501,14 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   const void *fout = c->f_depth > 0 ? M->fa[c->f_depth - 1].out : M->f0;
   const ampc_acc acc = M->acc;
   /* group head */
-  AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels, S * c->w_cls, M->dclog,
-                                       grad_dt));
+  const float *S = M->lseed;
+  AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels,
+                                       S[AMPC_MM_LOSS_CLS] * c->w_cls, M->dclog, grad_dt));
   AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
                                 weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
   /* matching head and fusion */
-  AMPC_TRY(ampc_bce_logits_backward(np, M->itm, act_dt, M->itm_t, S * c->w_itm, M->ditm, grad_dt));
+  AMPC_TRY(ampc_bce_logits_backward(np, M->itm, act_dt, M->itm_t, S[AMPC_MM_LOSS_ITM] * c->w_itm,
+                                    M->ditm, grad_dt));
   AMPC_TRY(ampc_linear_backward(np, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
                                 weight_dt, NULL, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
@@ -543,10 +543,10 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   /* contrastive heads */
   float dls = 0.0f;
   if (M->global) {
-    AMPC_TRY(global_itc_bwd(M, b, ls, S * c->w_itc, &dls));
+    AMPC_TRY(global_itc_bwd(M, b, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc, &dls));
   } else {
-    AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S * c->w_itc, M->dsim, grad_dt, &dls,
-                                   &M->ws));
+    AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc, M->dsim,
+                                   grad_dt, &dls, &M->ws));
     AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->tnorm, act_dt,
                        E, 0.0f, M->dinorm, grad_dt, E, acc));
     AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->inorm, act_dt,
@@ -602,6 +602,31 @@ ampc_status ampc_mmodel_backward(ampc_mmodel *M, float seed) {
   M->have_fwd = false;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     M->bseed[b] = seed;
+  for (int k = 0; k < AMPC_MM_LOSSES; k++)
+    M->lseed[k] = seed;
+  return M->c.image_only ? image_only_bwd(M) : mm_bwd(M);
+}
+
+ampc_status ampc_mmodel_backward_losses(ampc_mmodel *M, const float seed[AMPC_MM_LOSSES]) {
+  if (!M || !M->have_fwd || !seed)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_mmodel_backward_losses: no forward pass to differentiate");
+  static const char *const names[AMPC_MM_LOSSES] = {"itc", "itm", "cls"};
+  bool any = false;
+  for (int k = 0; k < AMPC_MM_LOSSES; k++) {
+    if (!(seed[k] >= 0.0f) || !isfinite(seed[k]))
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "ampc_mmodel_backward_losses: the %s seed %g is not a finite number >= 0",
+                       names[k], (double)seed[k]);
+    any = any || seed[k] > 0.0f;
+  }
+  if (!any)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_backward_losses: every seed is 0");
+  /* the forward pass stays: another term's backward pass may follow */
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    M->bseed[b] = 1.0f;
+  for (int k = 0; k < AMPC_MM_LOSSES; k++)
+    M->lseed[k] = seed[k];
   return M->c.image_only ? image_only_bwd(M) : mm_bwd(M);
 }
 
@@ -618,6 +643,8 @@ ampc_status ampc_mmodel_backward_branches(ampc_mmodel *M, const float seed[AMPC_
   M->have_fwd = false;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     M->bseed[b] = seed[b];
+  for (int k = 0; k < AMPC_MM_LOSSES; k++)
+    M->lseed[k] = seed[AMPC_BRANCH_HEADS];
   return M->c.image_only ? image_only_bwd(M) : mm_bwd(M);
 }
 

@@ -80,6 +80,7 @@ struct ampc_mmodel {
    * losses start from bseed[heads]; a gradient crossing from branch a into
    * branch b is multiplied by bseed[b] / bseed[a] (all equal: one scale) */
   float bseed[AMPC_BRANCH_COUNT];
+  float lseed[AMPC_MM_LOSSES]; /* each loss term's seed (itc, itm, cls) */
   /* one allocation for all of the above */
   void *arena;
   size_t arena_bytes;

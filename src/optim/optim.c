@@ -129,6 +129,8 @@ uint16_t ampc_bf16_round_stochastic(float x, uint32_t r) {
 
 typedef struct {
   const ampc_optim_config *c;
+  const void *grad; /* the gradients read (P->grad, or an FP32 sum) */
+  ampc_dtype gdt;   /* their dtype */
   float lr, gm, clip;
   /* AdamW */
   float one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, decay_factor;
@@ -159,7 +161,7 @@ static void adamw_f32_tensor(ampc_params *P, int i, const step_consts *k) {
                   *restrict vv = P->v;
   for (int64_t e0 = p->offset; e0 < p->offset + p->numel; e0 += CHUNK) {
     const int64_t n = p->offset + p->numel - e0 < CHUNK ? p->offset + p->numel - e0 : CHUNK;
-    ampc_convert(g, AMPC_F32, (const char *)P->grad + e0 * (int64_t)ampc_dtype_size(P->wdt), P->wdt,
+    ampc_convert(g, AMPC_F32, (const char *)k->grad + e0 * (int64_t)ampc_dtype_size(k->gdt), k->gdt,
                  (size_t)n);
     int64_t j = 0;
 #if defined(__SSE2__)
@@ -232,7 +234,7 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
   const bool kh = c->kahan && P->comp && !has_master && wdt != AMPC_F32;
   int64_t n_upd = 0, n_sw = 0, n_would = 0, n_nf = 0;
   for (int64_t e = p->offset; e < p->offset + p->numel; e++) {
-    float g = ampc_elem_load(P->grad, wdt, e) * k->gm;
+    float g = ampc_elem_load(k->grad, k->gdt, e) * k->gm;
     if (k->clip != 1.0f)
       g = g * k->clip;
     const uint32_t w16_before = raw_bits(P->w, wdt, e);
@@ -329,8 +331,15 @@ ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t 
 ampc_status ampc_optim_step_branches(ampc_params *P, const ampc_optim_config *c, int64_t t,
                                      float lr, const float grad_mult[AMPC_BRANCH_COUNT],
                                      float clip_coef, ampc_swallow_stats *sw) {
-  if (!grad_mult)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: NULL gradient multipliers");
+  return ampc_optim_step_from(P, c, t, lr, grad_mult, clip_coef, sw, P ? P->grad : NULL,
+                              P ? P->wdt : AMPC_F32);
+}
+
+ampc_status ampc_optim_step_from(ampc_params *P, const ampc_optim_config *c, int64_t t, float lr,
+                                 const float grad_mult[AMPC_BRANCH_COUNT], float clip_coef,
+                                 ampc_swallow_stats *sw, const void *grad, ampc_dtype gdt) {
+  if (!grad_mult || !grad || (gdt != AMPC_F32 && gdt != AMPC_F16 && gdt != AMPC_BF16))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: bad gradients or multipliers");
   if (!P || !c || t < 1 || !(lr >= 0.0f))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_optim_step: bad arguments (t = %lld)",
                      (long long)t);
@@ -341,8 +350,14 @@ ampc_status ampc_optim_step_branches(ampc_params *P, const ampc_optim_config *c,
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_optim_step: Kahan updates need 16-bit weights without a master and "
                      "the compensation buffer (ampc_params_add_compensation)");
-  step_consts k = {
-      .c = c, .lr = lr, .gm = grad_mult[0], .clip = clip_coef, .first = t == 1, .t = t};
+  step_consts k = {.c = c,
+                   .grad = grad,
+                   .gdt = gdt,
+                   .lr = lr,
+                   .gm = grad_mult[0],
+                   .clip = clip_coef,
+                   .first = t == 1,
+                   .t = t};
   if (c->kind == AMPC_OPTIM_ADAMW) {
     const double bc1 = 1.0 - pow((double)c->beta1, (double)t);
     const double bc2 = 1.0 - pow((double)c->beta2, (double)t);

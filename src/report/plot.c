@@ -144,8 +144,8 @@ ampc_status ampc_plot_lines(const char *path, const char *title, const char *xla
     y0 -= 0.5, y1 += 0.5;
   const double pad = 0.05 * (y1 - y0);
   y0 -= pad, y1 += pad;
-  if (logy)
-    y0 = floor(y0), y1 = ceil(y1);
+  if (logy) /* whole powers of two, never a line on the frame */
+    y0 = floor(y0 - 0.25), y1 = ceil(y1 + 0.25);
   uint8_t *rgb = malloc((size_t)W * H * 3);
   PLFLT *px = malloc((size_t)(maxn > 0 ? maxn : 1) * sizeof *px);
   PLFLT *py = malloc((size_t)(maxn > 0 ? maxn : 1) * sizeof *py);

@@ -111,16 +111,19 @@ ampc_status ampc_trainer_save_ex(const ampc_trainer *T, const char *path, const 
                     "\"overflow_count\":%" PRId64 ",\"skip_count\":%" PRId64,
                     (double)sc->scale, sc->growth_tracker, sc->hysteresis_left, sc->overflow_count,
                     sc->skip_count);
-  if (sc->cfg.mode == AMPC_LOSS_SCALE_PER_BRANCH) /* each branch's state, in ampc_branch order */
+  /* each branch's state, in ampc_branch order, or each loss term's */
+  const char *slot = sc->cfg.mode == AMPC_LOSS_SCALE_PER_BRANCH ? "branch"
+                     : sc->cfg.mode == AMPC_LOSS_SCALE_PER_LOSS ? "term"
+                                                                : NULL;
+  if (slot)
     sn += snprintf(scaler + sn, sizeof scaler - (size_t)sn,
-                   ",\"branch_scales\":[%.9g,%.9g,%.9g,%.9g],"
-                   "\"branch_growth_tracker\":[%d,%d,%d,%d],"
-                   "\"branch_hysteresis_left\":[%d,%d,%d,%d],\"branch_picks\":%" PRId64,
-                   (double)sc->branch_scale[0], (double)sc->branch_scale[1],
-                   (double)sc->branch_scale[2], (double)sc->branch_scale[3], sc->branch_tracker[0],
-                   sc->branch_tracker[1], sc->branch_tracker[2], sc->branch_tracker[3],
-                   sc->branch_hysteresis[0], sc->branch_hysteresis[1], sc->branch_hysteresis[2],
-                   sc->branch_hysteresis[3], sc->branch_picks);
+                   ",\"%s_scales\":[%.9g,%.9g,%.9g,%.9g],\"%s_growth_tracker\":[%d,%d,%d,%d],"
+                   "\"%s_hysteresis_left\":[%d,%d,%d,%d],\"%s_picks\":%" PRId64,
+                   slot, (double)sc->branch_scale[0], (double)sc->branch_scale[1],
+                   (double)sc->branch_scale[2], (double)sc->branch_scale[3], slot,
+                   sc->branch_tracker[0], sc->branch_tracker[1], sc->branch_tracker[2],
+                   sc->branch_tracker[3], slot, sc->branch_hysteresis[0], sc->branch_hysteresis[1],
+                   sc->branch_hysteresis[2], sc->branch_hysteresis[3], slot, sc->branch_picks);
   snprintf(scaler + sn, sizeof scaler - (size_t)sn, "}");
   snprintf(rng, sizeof rng, "%016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64, T->rng.s[0],
            T->rng.s[1], T->rng.s[2], T->rng.s[3]);
@@ -283,20 +286,30 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
   }
   /* the dynamic scaler's state carries over only into a dynamic scaler; a run
    * resumed with another loss-scale mode (none, a static S, another preset)
-   * starts its scaler from its own configuration */
+   * starts its scaler from its own configuration (between dynamic,
+   * per-branch and per-loss the scale itself carries over: below) */
   const char *cfg = ampc_safetensors_meta(f, "ampc.config");
   cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
   const cJSON *mode =
       cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cj, "loss_scale"), "mode");
   const bool was_dynamic = cJSON_IsString(mode) && strcmp(mode->valuestring, "dynamic") == 0;
   const bool was_per_branch = cJSON_IsString(mode) && strcmp(mode->valuestring, "per-branch") == 0;
+  const bool was_per_loss = cJSON_IsString(mode) && strcmp(mode->valuestring, "per-loss") == 0;
   cJSON_Delete(cj);
-  if (was_per_branch && T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH) {
-    /* every branch's scale, tracker and credit, all or nothing */
-    const cJSON *a[3] = {cJSON_GetObjectItemCaseSensitive(sj, "branch_scales"),
-                         cJSON_GetObjectItemCaseSensitive(sj, "branch_growth_tracker"),
-                         cJSON_GetObjectItemCaseSensitive(sj, "branch_hysteresis_left")};
-    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(sj, "branch_picks");
+  const bool pb = was_per_branch && T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
+  const bool pl = was_per_loss && T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS;
+  if (pb || pl) {
+    /* every branch's (or loss term's) scale, tracker and credit, all or nothing */
+    const char *slot = pb ? "branch" : "term";
+    char key[4][40];
+    snprintf(key[0], sizeof key[0], "%s_scales", slot);
+    snprintf(key[1], sizeof key[1], "%s_growth_tracker", slot);
+    snprintf(key[2], sizeof key[2], "%s_hysteresis_left", slot);
+    snprintf(key[3], sizeof key[3], "%s_picks", slot);
+    const cJSON *a[3] = {cJSON_GetObjectItemCaseSensitive(sj, key[0]),
+                         cJSON_GetObjectItemCaseSensitive(sj, key[1]),
+                         cJSON_GetObjectItemCaseSensitive(sj, key[2])};
+    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(sj, key[3]);
     bool ok = cJSON_IsNumber(jp) && jp->valuedouble >= 0 && jp->valuedouble <= kmax_count;
     for (int k = 0; k < 3; k++)
       ok = ok && cJSON_IsArray(a[k]) && cJSON_GetArraySize(a[k]) == AMPC_BRANCH_COUNT;
@@ -306,27 +319,32 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
       int e = 0;
       ok = cJSON_IsNumber(v0) && cJSON_IsNumber(v1) && cJSON_IsNumber(v2) &&
            v0->valuedouble > 0.0 && v0->valuedouble <= (double)FLT_MAX &&
-           frexpf((float)v0->valuedouble, &e) == 0.5f && v1->valuedouble >= 0 &&
+           (pl || frexpf((float)v0->valuedouble, &e) == 0.5f) && v1->valuedouble >= 0 &&
+           v1->valuedouble == floor(v1->valuedouble) && v2->valuedouble == floor(v2->valuedouble) &&
            v1->valuedouble <= INT_MAX && v2->valuedouble >= 0 && v2->valuedouble <= INT_MAX;
       if (ok) {
         float S = (float)v0->valuedouble;
         S = S < sc.cfg.min_scale ? sc.cfg.min_scale : S > sc.cfg.max_scale ? sc.cfg.max_scale : S;
         sc.branch_scale[b] = S;
         sc.branch_tracker[b] = (int)v1->valuedouble;
-        sc.branch_hysteresis[b] = (int)v2->valuedouble;
+        const int hmax = sc.cfg.hysteresis > 0 ? sc.cfg.hysteresis : 1;
+        const int h = (int)v2->valuedouble;
+        sc.branch_hysteresis[b] = h < 1 ? 1 : h > hmax ? hmax : h;
       }
     }
     if (!ok) {
       st = ampc_fail(AMPC_ERR_FORMAT,
-                     "%s: ampc.scaler of a per-branch run lacks valid branch_scales (powers of "
-                     "two), branch_growth_tracker, branch_hysteresis_left or branch_picks",
-                     path);
+                     "%s: ampc.scaler of a per-%s run lacks valid %s_scales (%s), "
+                     "%s_growth_tracker, %s_hysteresis_left or %s_picks",
+                     path, pb ? "branch" : "loss", slot, pb ? "powers of two" : "positive, finite",
+                     slot, slot, slot);
       goto done;
     }
     sc.branch_picks = (int64_t)jp->valuedouble;
-    sc.scale = sc.branch_scale[AMPC_BRANCH_HEADS];
-    sc.growth_tracker = sc.branch_tracker[AMPC_BRANCH_HEADS];
-    sc.hysteresis_left = sc.branch_hysteresis[AMPC_BRANCH_HEADS];
+    const int lead = pb ? AMPC_BRANCH_HEADS : 0;
+    sc.scale = sc.branch_scale[lead];
+    sc.growth_tracker = sc.branch_tracker[lead];
+    sc.hysteresis_left = sc.branch_hysteresis[lead];
   }
   if (was_dynamic && T->amp.scaler.mode == AMPC_LOSS_SCALE_DYNAMIC) {
     sc.scale = (float)js->valuedouble; /* written with %.9g: reads back exactly */
@@ -336,6 +354,43 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
       sc.scale = sc.cfg.max_scale;
     sc.growth_tracker = (int)jt->valuedouble;
     sc.hysteresis_left = (int)jh->valuedouble;
+  }
+  {
+    /* between the dynamic modes (dynamic, per-branch, per-loss) the scale
+     * carries over: a per-branch or per-loss checkpoint gives its smallest
+     * scale (no branch or term overflows at it), a dynamic one its scale to
+     * every branch or term; the trackers start again */
+    const ampc_loss_scale_mode now = T->amp.scaler.mode;
+    const bool now_slots = now == AMPC_LOSS_SCALE_PER_BRANCH || now == AMPC_LOSS_SCALE_PER_LOSS;
+    double carry = -1.0;
+    if (was_dynamic && now_slots) {
+      carry = js->valuedouble;
+    } else if ((was_per_branch || was_per_loss) && !pb && !pl &&
+               (now == AMPC_LOSS_SCALE_DYNAMIC || now_slots)) {
+      const cJSON *arr =
+          cJSON_GetObjectItemCaseSensitive(sj, was_per_branch ? "branch_scales" : "term_scales");
+      for (int b = 0; cJSON_IsArray(arr) && b < cJSON_GetArraySize(arr); b++) {
+        const cJSON *x = cJSON_GetArrayItem(arr, b);
+        if (cJSON_IsNumber(x) && x->valuedouble > 0.0 && x->valuedouble <= (double)FLT_MAX &&
+            (carry < 0.0 || x->valuedouble < carry))
+          carry = x->valuedouble;
+      }
+    }
+    int e = 0;
+    float S = carry > 0.0 ? (float)carry : 0.0f;
+    if (S > 0.0f) {
+      S = S < sc.cfg.min_scale ? sc.cfg.min_scale : S > sc.cfg.max_scale ? sc.cfg.max_scale : S;
+      if (now == AMPC_LOSS_SCALE_PER_BRANCH && frexpf(S, &e) != 0.5f)
+        S = 0.0f; /* per-branch keeps powers of two: start from its own init */
+    }
+    if (S > 0.0f && now == AMPC_LOSS_SCALE_DYNAMIC) {
+      sc.scale = S;
+      sc.growth_tracker = 0;
+    } else if (S > 0.0f && now_slots) {
+      for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+        sc.branch_scale[b] = S, sc.branch_tracker[b] = 0;
+      sc.scale = S, sc.growth_tracker = 0;
+    }
   }
   sc.overflow_count = (int64_t)jo->valuedouble;
   sc.skip_count = (int64_t)jk->valuedouble;

@@ -200,6 +200,10 @@ static ampc_status mm_backward_branches(ampc_model *m, const float seed[AMPC_BRA
   return ampc_mmodel_backward_branches(m->impl, seed);
 }
 
+static ampc_status mm_backward_losses(ampc_model *m, const float *seed) {
+  return ampc_mmodel_backward_losses(m->impl, seed);
+}
+
 /* image-only models: accuracy and mean loss of the class head on a split,
  * in batches of the model's max batch, in dataset order */
 static ampc_status eval_classes(ampc_mmodel *M, const ampc_dataset *d, int split, int64_t B,
@@ -291,6 +295,7 @@ static const ampc_model_ops k_mm_ops = {
     .forward = mm_forward,
     .backward = mm_backward,
     .backward_branches = mm_backward_branches,
+    .backward_losses = mm_backward_losses,
     .evaluate = mm_evaluate,
     .set_telemetry = mm_set_telemetry,
     .destroy = mm_destroy,
@@ -309,6 +314,13 @@ ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_para
     m->impl = M;
     m->ops = &k_mm_ops;
     m->fp8 = ampc_mmodel_fp8(M);
+    static const char *const terms[AMPC_MM_LOSSES] = {"loss_itc", "loss_itm", "loss_cls"};
+    const float w[AMPC_MM_LOSSES] = {d->mm.w_itc, d->mm.w_itm, d->mm.w_cls};
+    m->n_terms = AMPC_MM_LOSSES;
+    for (int k = 0; k < AMPC_MM_LOSSES; k++) {
+      m->term_name[k] = terms[k];
+      m->term_on[k] = w[k] != 0.0f && (!d->mm.image_only || k == AMPC_MM_LOSS_CLS);
+    }
   } else if (d->kind == AMPC_MODEL_MLP) {
     ampc_mlp *M = calloc(1, sizeof *M);
     if (!M)
@@ -321,6 +333,9 @@ ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_para
     m->impl = M;
     m->ops = &k_mlp_ops;
     m->fp8 = M->fp8;
+    m->n_terms = 1;
+    m->term_name[0] = "loss";
+    m->term_on[0] = true;
   } else {
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_create: unknown model kind %d",
                      (int)d->kind);
@@ -369,6 +384,8 @@ ampc_status ampc_model_set_group(ampc_model *m, const ampc_model_group *g) {
 }
 
 size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
+  if (a && n >= 1 && a->per_loss) /* the FP32 sum of the terms' unscaled gradients */
+    return (size_t)n * sizeof(float);
   if (!a || n < 1 || a->reduce != AMPC_REDUCE_F32)
     return 0;
   const int size = a->comm ? a->comm->size : 1;
@@ -378,6 +395,24 @@ size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
 /* the FP32 staging: stage = widen(g) for the first micro-batch, stage +=
  * widen(g) after it (the first is a copy, so a -0 stays -0 as it would in
  * rank 0's own buffer) */
+/* per-loss: stage (+)= widen(g) * inv (1/S_k of the term, one FP32 product) */
+static void stage_add_unscaled(float *stage, const void *g, ampc_dtype dt, int64_t n, float inv,
+                               bool first) {
+  enum { CH = 1024 };
+  float buf[CH];
+  const size_t es = ampc_dtype_size(dt);
+  for (int64_t i0 = 0; i0 < n; i0 += CH) {
+    const int64_t len = n - i0 < CH ? n - i0 : CH;
+    ampc_convert(buf, AMPC_F32, (const char *)g + (size_t)i0 * es, dt, (size_t)len);
+    if (first)
+      for (int64_t i = 0; i < len; i++)
+        stage[i0 + i] = buf[i] * inv;
+    else
+      for (int64_t i = 0; i < len; i++)
+        stage[i0 + i] += buf[i] * inv;
+  }
+}
+
 static void stage_add(float *stage, const void *g, ampc_dtype dt, int64_t n, bool first) {
   enum { CH = 1024 };
   if (first) {
@@ -406,6 +441,14 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   const bool staged = ampc_accum_stage_bytes(a, P->total) > 0;
   if (staged && !a->stage)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: no FP32 staging buffer");
+  if (a->per_loss != (T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_train_accumulate_dp: the accumulation's per_loss and the trainer's "
+                     "--loss-scale disagree");
+  for (int t = 0; t < AMPC_BRANCH_COUNT; t++) {
+    T->term_nonfinite[t] = false;
+    T->term_on[t] = a->per_loss && t < m->n_terms && m->term_on[t];
+  }
   ampc_trainer_zero_grad(T);
   const float S = ampc_trainer_loss_scale(T);
   const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
@@ -419,7 +462,35 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     AMPC_TRY(next(user, k, &bt));
     ampc_losses L;
     AMPC_TRY(m->ops->forward(m, &bt, &L));
-    if (per_branch && m->ops->backward_branches) {
+    if (a->per_loss) {
+      /* one backward pass per loss term, each at its own scale, checked and
+       * unscaled into the FP32 stage (apex's loss_id with FP32 master grads) */
+      bool first_add = k == 0;
+      for (int t = 0; t < m->n_terms; t++) {
+        if (!m->term_on[t])
+          continue;
+        const float St = ampc_trainer_term_scale(T, t);
+        ampc_trainer_zero_grad(T);
+        if (m->ops->backward_losses) {
+          float seeds[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f};
+          seeds[t] = (St / (float)K) * lm;
+          AMPC_TRY(m->ops->backward_losses(m, seeds));
+        } else {
+          AMPC_TRY(m->ops->backward(m, (St / (float)K) * lm));
+        }
+        int64_t nf = 0;
+        double norm = 0.0;
+        AMPC_TRY(
+            ampc_grad_unscale_check(P->grad, P->wdt, P->total, 1.0f, &nf, &norm, &T->unscale_ws));
+        if (nf > 0)
+          T->term_nonfinite[t] = true;
+        stage_add_unscaled(a->stage, P->grad, P->wdt, P->total, (float)(1.0 / (double)St),
+                           first_add);
+        first_add = false;
+      }
+      if (first_add) /* no term on: a zero gradient */
+        memset(a->stage, 0, (size_t)P->total * sizeof(float));
+    } else if (per_branch && m->ops->backward_branches) {
       float seeds[AMPC_BRANCH_COUNT];
       for (int br = 0; br < AMPC_BRANCH_COUNT; br++)
         seeds[br] = (ampc_trainer_branch_scale(T, (ampc_branch)br) / (float)K) * lm;
@@ -427,7 +498,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     } else {
       AMPC_TRY(m->ops->backward(m, (S / (float)K) * lm));
     }
-    if (staged)
+    if (staged && !a->per_loss)
       stage_add(a->stage, P->grad, P->wdt, P->total, k == 0);
     mean->total += w * L.total;
     mean->n_parts = L.n_parts;
@@ -452,6 +523,20 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     mean->total = l[0];
     for (int i = 0; i < mean->n_parts; i++)
       mean->part[i] = l[1 + i];
+  }
+  if (a->per_loss) {
+    /* the unscaled FP32 sum goes to the optimizer as it is; a term that
+     * overflowed on any rank overflowed for all */
+    if (size > 1) {
+      double nfv[AMPC_BRANCH_COUNT];
+      for (int t = 0; t < AMPC_BRANCH_COUNT; t++)
+        nfv[t] = T->term_nonfinite[t] ? 1.0 : 0.0;
+      AMPC_TRY(c->max_f64(c->user, nfv, AMPC_BRANCH_COUNT));
+      for (int t = 0; t < AMPC_BRANCH_COUNT; t++)
+        T->term_nonfinite[t] = nfv[t] > 0.0;
+    }
+    T->grad32 = a->stage;
+    return AMPC_OK;
   }
   if (staged) /* one rounding of the whole sum into the working dtype */
     AMPC_TRY(ampc_convert(P->grad, P->wdt, a->stage, AMPC_F32, (size_t)P->total));

@@ -268,7 +268,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
                           NULL,
                           NULL,
                           R,
-                          rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f};
+                          rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f,
+                          amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS};
   if (getenv("AMPC_FAULT_FAIL") || getenv("AMPC_FAULT_NAN_GRAD"))
     R->accum.before_reduce = fault_hook;
 #define FAIL(s)                                                                                    \
@@ -547,7 +548,9 @@ static ampc_status log_line(FILE *f, const char *path, cJSON *o) {
 }
 
 static cJSON *step_object(const ampc_step_info *info, const ampc_losses *L, double ms,
-                          const ampc_diag_step *ds, bool per_branch) {
+                          const ampc_diag_step *ds, ampc_loss_scale_mode mode,
+                          const ampc_model *m) {
+  const bool per_branch = mode == AMPC_LOSS_SCALE_PER_BRANCH;
   cJSON *o = cJSON_CreateObject();
   if (!o)
     return NULL;
@@ -560,9 +563,22 @@ static cJSON *step_object(const ampc_step_info *info, const ampc_losses *L, doub
     cJSON *bs = cJSON_AddObjectToObject(o, "branch_scales");
     cJSON *bo = cJSON_AddArrayToObject(o, "overflow_branches");
     for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      if (ds->br[b].parameters == 0) /* a branch the model does not have */
+        continue;
       cJSON_AddNumberToObject(bs, ampc_branch_name((ampc_branch)b), (double)info->branch_scale[b]);
       if (info->branch_nonfinite & (1u << b))
         cJSON_AddItemToArray(bo, cJSON_CreateString(ampc_branch_name((ampc_branch)b)));
+    }
+  }
+  if (mode == AMPC_LOSS_SCALE_PER_LOSS) { /* each loss term's scale and overflow */
+    cJSON *ts = cJSON_AddObjectToObject(o, "loss_scales");
+    cJSON *to = cJSON_AddArrayToObject(o, "overflow_terms");
+    for (int t = 0; t < m->n_terms && t < AMPC_BRANCH_COUNT; t++) {
+      if (!m->term_on[t])
+        continue;
+      cJSON_AddNumberToObject(ts, m->term_name[t], (double)info->branch_scale[t]);
+      if (info->branch_nonfinite & (1u << t))
+        cJSON_AddItemToArray(to, cJSON_CreateString(m->term_name[t]));
     }
   }
   cJSON_AddBoolToObject(o, "overflow", info->overflow);
@@ -661,6 +677,22 @@ static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
   cJSON_AddNumberToObject(o, "skipped_steps", (double)T->scaler.skip_count);
   cJSON_AddNumberToObject(o, "overflow_steps", (double)T->scaler.overflow_count);
   cJSON_AddNumberToObject(o, "final_loss_scale", (double)T->scaler.scale);
+  if (T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH) { /* the branches the model has */
+    cJSON *bs = cJSON_AddObjectToObject(o, "final_branch_scales");
+    bool has[AMPC_BRANCH_COUNT] = {false, false, false, false};
+    for (int i = 0; i < T->params.count; i++)
+      if ((unsigned)T->params.p[i].branch < AMPC_BRANCH_COUNT)
+        has[T->params.p[i].branch] = true;
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      if (has[b])
+        cJSON_AddNumberToObject(bs, ampc_branch_name((ampc_branch)b),
+                                (double)T->scaler.branch_scale[b]);
+  } else if (T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS) {
+    cJSON *ts = cJSON_AddObjectToObject(o, "final_loss_scales");
+    for (int k = 0; k < R->model.n_terms && k < AMPC_BRANCH_COUNT; k++)
+      if (R->model.term_on[k])
+        cJSON_AddNumberToObject(ts, R->model.term_name[k], (double)T->scaler.branch_scale[k]);
+  }
   cJSON_AddNumberToObject(o, "final_train_loss", (double)t->last.total);
   const size_t act = R->model.activation_bytes, ws = R->model.workspace_bytes;
   if (mlp) {
@@ -967,7 +999,8 @@ static const char *stall_check(const ampc_run *R, stall_state *ss, const ampc_st
   const bool at_floor =
       sc->mode == AMPC_LOSS_SCALE_STATIC ||
       (sc->mode == AMPC_LOSS_SCALE_DYNAMIC && info->loss_scale <= sc->min_scale) ||
-      (sc->mode == AMPC_LOSS_SCALE_PER_BRANCH && floor_branch);
+      ((sc->mode == AMPC_LOSS_SCALE_PER_BRANCH || sc->mode == AMPC_LOSS_SCALE_PER_LOSS) &&
+       floor_branch);
   ss->floor_run = info->overflow && at_floor ? ss->floor_run + 1 : 0;
   ss->bad_loss = isfinite(loss) ? 0 : ss->bad_loss + 1;
   if (info->nonfinite_weights > 0)
@@ -1159,9 +1192,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     TRYR(ampc_diag_add(R->diag, &ds));
     if (log &&
         (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))
-      TRYR(log_line(
-          log, rc->log_path,
-          step_object(&info, &mean, ms, &ds, T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH)));
+      TRYR(log_line(log, rc->log_path,
+                    step_object(&info, &mean, ms, &ds, T->amp.scaler.mode, &R->model)));
     const char *why = ss.reported ? NULL : stall_check(R, &ss, &info, mean.total);
     if (why) {
       ss.reported = true;

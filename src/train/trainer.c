@@ -70,6 +70,10 @@ void ampc_trainer_free(ampc_trainer *T) {
 
 float ampc_trainer_loss_scale(const ampc_trainer *T) { return T->scaler.scale; }
 
+float ampc_trainer_term_scale(const ampc_trainer *T, int k) {
+  return ampc_scaler_term_scale(&T->scaler, k);
+}
+
 float ampc_trainer_branch_scale(const ampc_trainer *T, ampc_branch b) {
   return ampc_scaler_branch_scale(&T->scaler, b);
 }
@@ -83,14 +87,28 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   ampc_step_info r = {.iteration = T->iteration + 1, .loss_scale = T->scaler.scale};
   const float inv = ampc_scaler_inv_scale(&T->scaler);
   const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
+  const bool per_loss = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS;
+  if (per_loss != (T->grad32 != NULL))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_trainer_step: per-loss scaling takes its gradient from grad32 (the "
+                     "FP32 sum of the terms' unscaled gradients), and only it");
   float binv[AMPC_BRANCH_COUNT];
   bool bnf[AMPC_BRANCH_COUNT] = {false, false, false, false};
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
-    r.branch_scale[b] = ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
-    binv[b] = (float)(1.0 / (double)r.branch_scale[b]);
+    r.branch_scale[b] = per_loss ? ampc_scaler_term_scale(&T->scaler, b)
+                                 : ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
+    binv[b] = per_loss ? 1.0f : (float)(1.0 / (double)r.branch_scale[b]);
   }
   ampc_status st = AMPC_OK;
-  if (!per_branch) {
+  if (per_loss) { /* already unscaled, term by term */
+    st = ampc_grad_unscale_check(T->grad32, AMPC_F32, P->total, 1.0f, &r.nonfinite, &r.grad_norm,
+                                 &T->unscale_ws);
+    bool any = false;
+    for (int k = 0; k < AMPC_BRANCH_COUNT; k++)
+      bnf[k] = T->term_nonfinite[k], any = any || bnf[k];
+    if (r.nonfinite > 0 && !any) /* a sum over ranks that overflowed FP32: the first term */
+      bnf[0] = true;
+  } else if (!per_branch) {
     st = ampc_grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite, &r.grad_norm,
                                  &T->unscale_ws);
   } else { /* each tensor with its branch's 1/S_b; the norm from the tensors' sums */
@@ -122,10 +140,12 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     /* (only with loss scaling off can a non-finite step reach here: the
      * finite values are clipped by their own norm, the others stay non-finite) */
     r.clip_coef = ampc_clip_coef(finite_norm, T->opt.clip_norm);
-    st = per_branch ? ampc_optim_step_branches(P, &T->opt, T->step + 1, r.lr, binv, r.clip_coef,
-                                               T->telemetry ? T->swallow : NULL)
-                    : ampc_optim_step(P, &T->opt, T->step + 1, r.lr, inv, r.clip_coef,
-                                      T->telemetry ? T->swallow : NULL);
+    st = per_loss     ? ampc_optim_step_from(P, &T->opt, T->step + 1, r.lr, binv, r.clip_coef,
+                                         T->telemetry ? T->swallow : NULL, T->grad32, AMPC_F32)
+         : per_branch ? ampc_optim_step_branches(P, &T->opt, T->step + 1, r.lr, binv, r.clip_coef,
+                                                 T->telemetry ? T->swallow : NULL)
+                      : ampc_optim_step(P, &T->opt, T->step + 1, r.lr, inv, r.clip_coef,
+                                        T->telemetry ? T->swallow : NULL);
     if (st != AMPC_OK)
       return st;
     T->step++;
@@ -133,7 +153,7 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
       for (int i = 0; i < P->count; i++)
         r.nonfinite_weights += T->swallow[i].nonfinite;
   }
-  if (!per_branch)
+  if (!per_branch && !per_loss)
     bnf[AMPC_BRANCH_HEADS] = r.overflow;
   r.branch_nonfinite = 0;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
@@ -143,13 +163,27 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   (void)skipped; /* equal to skip by construction */
   r.branch_picked = T->scaler.branch_picks > picks;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
-    r.next_branch_scale[b] = ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
+    r.next_branch_scale[b] = per_loss ? ampc_scaler_term_scale(&T->scaler, b)
+                                      : ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
     T->branch_amax[b] = -1.0f; /* used once */
+    T->term_nonfinite[b] = false;
   }
+  T->grad32 = NULL;
   T->iteration++;
   r.skipped = skip;
   r.step = T->step;
   r.next_scale = T->scaler.scale;
+  if (per_loss) { /* the smallest of the model's terms' scales */
+    bool have = false;
+    for (int k = 0; k < AMPC_BRANCH_COUNT; k++)
+      if (T->term_on[k]) {
+        if (!have || r.branch_scale[k] < r.loss_scale)
+          r.loss_scale = r.branch_scale[k];
+        if (!have || r.next_branch_scale[k] < r.next_scale)
+          r.next_scale = r.next_branch_scale[k];
+        have = true;
+      }
+  }
   r.growth_tracker = T->scaler.growth_tracker;
   *info = r;
   return AMPC_OK;

@@ -449,7 +449,8 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
             "\n## Against the FP32 baseline (%s)\n\nThe same batches in each twin (the same "
             "model, data, steps, batch, seed and optimizer, checked): the per-step loss "
             "difference over the last tenth of the steps; a verdict when it "
-            "exceeds 1 %% and 3 standard errors with no non-finite value (`ampc diagnose "
+            "exceeds 1 %% and 3 standard errors with no non-finite loss or weight and every "
+            "overflow skipped (`ampc diagnose "
             "LABEL.jsonl --baseline %s.jsonl`). The total loss is compared, or, when it "
             "shows no gap, the loss term with the largest one.\n\n| run | compared | loss | "
             "FP32 loss | difference | verdict |\n|---|---|---:|---:|---:|---|\n",
