@@ -79,6 +79,20 @@ for case in "2 32-true 16" "2 16-mixed 16" "2 bf16-mixed 16" "2 fp8-mixed 16" "3
   grep -q '"ranks":'"$n" "$tmp/dp.$tag.jsonl" || die "$p: the config line does not name $n ranks"
 done
 
+# per-branch and per-loss scaling on 2 ranks: the ranks hold the same weights
+# after every step (each branch's telemetry and each term's overflow are
+# reduced over the ranks), and a second run gives the same checkpoint
+for ls in per-branch per-loss; do
+  for k in 1 2; do
+    mpi 2 "$ampc" train $common --loss-scale $ls --batch 16 --check-replicas \
+      --save "$tmp/$ls.$k.st" --log "$tmp/$ls.$k.jsonl" >"$tmp/$ls.out" 2>&1 ||
+      { die "2 ranks, --loss-scale $ls: exit $?"; cat "$tmp/$ls.out" >&2; }
+  done
+  cmp -s "$tmp/$ls.1.st" "$tmp/$ls.2.st" || die "2 ranks, --loss-scale $ls: not deterministic"
+done
+grep -q '"loss_scales":{"loss_itc"' "$tmp/per-loss.1.jsonl" || die "2 ranks per-loss: no loss_scales"
+grep -q '"branch_scales":{"vision"' "$tmp/per-branch.1.jsonl" || die "2 ranks per-branch: no branch_scales"
+
 # 2. a non-finite gradient on one rank: every rank skips, the scale halves once
 AMPC_FAULT_NAN_GRAD=1:5 mpi 2 "$ampc" train $common --batch 16 --check-replicas \
   --log "$tmp/nan.jsonl" >"$tmp/nan.out" 2>&1 || { die "NaN on rank 1: exit $?"; cat "$tmp/nan.out" >&2; }
