@@ -500,83 +500,106 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   const bool clamped = M->fwd_clamped;
   const void *fout = c->f_depth > 0 ? M->fa[c->f_depth - 1].out : M->f0;
   const ampc_acc acc = M->acc;
-  /* group head */
+  /* a term seeded 0 (ampc_mmodel_backward_losses) is skipped with every pass
+   * only it reaches: its gradient is 0 there */
   const float *S = M->lseed;
-  AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels,
-                                       S[AMPC_MM_LOSS_CLS] * c->w_cls, M->dclog, grad_dt));
-  AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
-                                weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
-  /* matching head and fusion */
-  AMPC_TRY(ampc_bce_logits_backward(np, M->itm, act_dt, M->itm_t, S[AMPC_MM_LOSS_ITM] * c->w_itm,
-                                    M->ditm, grad_dt));
-  AMPC_TRY(ampc_linear_backward(np, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
-                                weight_dt, NULL, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
-  /* the heads' input gradients: into the fusion (counted with its blocks) */
-  AMPC_TRY(dgrad(M, np, D, 1, cross(M, AMPC_BRANCH_FUSION, AMPC_BRANCH_HEADS), M->ditm,
-                 W(M, M->itm_w), M->dfpool));
-  AMPC_TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, grad_dt, M->fmask, M->dL));
-  AMPC_TRY(ampc_layernorm_backward(np * TT, D, M->dL, grad_dt, fout, stream_dt, W(M, M->fn_w),
-                                   weight_dt, M->fmean, M->frstd, M->dS, G(M, M->fn_w),
-                                   G(M, M->fn_b), &M->ws));
-  float *dkv32 = M->dKVsum;
-  memset(dkv32, 0, (size_t)(np * NV * D) * sizeof(float));
-  for (int i = (int)c->f_depth - 1; i >= 0; i--) {
-    const void *xin = i == 0 ? M->f0 : M->fa[i - 1].out;
-    AMPC_TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV));
-    mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "fusion.blocks.%d", i);
-    AMPC_TRY(
-        ampc_scatter_add_rows(np * NV, D, NULL, np * NV, M->dKV, grad_dt, NULL, grad_dt, dkv32, D));
+  const bool do_cls = S[AMPC_MM_LOSS_CLS] != 0.0f, do_itm = S[AMPC_MM_LOSS_ITM] != 0.0f,
+             do_itc = S[AMPC_MM_LOSS_ITC] != 0.0f;
+  /* group head */
+  if (do_cls) {
+    AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels,
+                                         S[AMPC_MM_LOSS_CLS] * c->w_cls, M->dclog, grad_dt));
+    AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
+                                  weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
   }
-  /* scatter the fusion gradients back to the encoders' outputs, in FP32 */
+  /* matching head and fusion */
+  if (do_itm) {
+    AMPC_TRY(ampc_bce_logits_backward(np, M->itm, act_dt, M->itm_t, S[AMPC_MM_LOSS_ITM] * c->w_itm,
+                                      M->ditm, grad_dt));
+    AMPC_TRY(ampc_linear_backward(np, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
+                                  weight_dt, NULL, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
+  }
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
+  float *dkv32 = M->dKVsum;
   float *dv32 = M->dv32, *dt32 = M->dt32;
   memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
   memset(dt32, 0, (size_t)(b * TT * D) * sizeof(float));
-  AMPC_TRY(ampc_scatter_add_rows(np, NV * D, M->pair_img, b, dkv32, AMPC_F32, NULL, grad_dt, dv32,
-                                 NV * D));
-  AMPC_TRY(ampc_scatter_add_rows(np, TT * D, M->pair_text, b, M->dS, grad_dt, NULL, grad_dt, dt32,
-                                 TT * D));
-  const float r_tf = cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_FUSION);
-  if (r_tf != 1.0f) /* the fusion's input gradient crosses into the text encoder */
-    for (int64_t i = 0; i < b * TT * D; i++)
-      dt32[i] *= r_tf;
+  if (do_itm) {
+    /* the heads' input gradients: into the fusion (counted with its blocks) */
+    AMPC_TRY(dgrad(M, np, D, 1, cross(M, AMPC_BRANCH_FUSION, AMPC_BRANCH_HEADS), M->ditm,
+                   W(M, M->itm_w), M->dfpool));
+    AMPC_TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, grad_dt, M->fmask, M->dL));
+    AMPC_TRY(ampc_layernorm_backward(np * TT, D, M->dL, grad_dt, fout, stream_dt, W(M, M->fn_w),
+                                     weight_dt, M->fmean, M->frstd, M->dS, G(M, M->fn_w),
+                                     G(M, M->fn_b), &M->ws));
+    memset(dkv32, 0, (size_t)(np * NV * D) * sizeof(float));
+    for (int i = (int)c->f_depth - 1; i >= 0; i--) {
+      const void *xin = i == 0 ? M->f0 : M->fa[i - 1].out;
+      AMPC_TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV));
+      mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "fusion.blocks.%d", i);
+      AMPC_TRY(ampc_scatter_add_rows(np * NV, D, NULL, np * NV, M->dKV, grad_dt, NULL, grad_dt,
+                                     dkv32, D));
+    }
+    /* scatter the fusion gradients back to the encoders' outputs, in FP32 */
+    AMPC_TRY(ampc_scatter_add_rows(np, NV * D, M->pair_img, b, dkv32, AMPC_F32, NULL, grad_dt, dv32,
+                                   NV * D));
+    AMPC_TRY(ampc_scatter_add_rows(np, TT * D, M->pair_text, b, M->dS, grad_dt, NULL, grad_dt, dt32,
+                                   TT * D));
+    const float r_tf = cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_FUSION);
+    if (r_tf != 1.0f) /* the fusion's input gradient crosses into the text encoder */
+      for (int64_t i = 0; i < b * TT * D; i++)
+        dt32[i] *= r_tf;
+  }
   /* contrastive heads */
   float dls = 0.0f;
-  if (M->global) {
-    AMPC_TRY(global_itc_bwd(M, b, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc, &dls));
-  } else {
-    AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc, M->dsim,
-                                   grad_dt, &dls, &M->ws));
-    AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->tnorm, act_dt,
-                       E, 0.0f, M->dinorm, grad_dt, E, acc));
-    AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->inorm, act_dt,
-                       E, 0.0f, M->dtnorm, grad_dt, E, acc));
+  if (do_itc) {
+    if (M->global) {
+      AMPC_TRY(global_itc_bwd(M, b, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc, &dls));
+    } else {
+      AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc,
+                                     M->dsim, grad_dt, &dls, &M->ws));
+      AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->tnorm, act_dt,
+                         E, 0.0f, M->dinorm, grad_dt, E, acc));
+      AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->inorm, act_dt,
+                         E, 0.0f, M->dtnorm, grad_dt, E, acc));
+    }
+    if (!clamped) /* the clamp has zero gradient */
+      AMPC_TRY(ampc_grad_add_f32(1, &dls, G(M, M->lscale), grad_dt));
+    AMPC_TRY(ampc_l2norm_backward(b, E, M->dinorm, grad_dt, M->iemb, act_dt, k_l2_eps, M->diemb));
+    AMPC_TRY(ampc_linear_backward(b, D, E, M->diemb, grad_dt, M->vcls, act_dt, W(M, M->iproj),
+                                  weight_dt, NULL, G(M, M->iproj), NULL, acc, &M->ws));
+    AMPC_TRY(ampc_l2norm_backward(b, E, M->dtnorm, grad_dt, M->temb, act_dt, k_l2_eps, M->dtemb));
+    AMPC_TRY(ampc_linear_backward(b, D, E, M->dtemb, grad_dt, M->tpool, act_dt, W(M, M->tproj),
+                                  weight_dt, NULL, G(M, M->tproj), NULL, acc, &M->ws));
   }
-  if (!clamped) /* the clamp has zero gradient */
-    AMPC_TRY(ampc_grad_add_f32(1, &dls, G(M, M->lscale), grad_dt));
-  AMPC_TRY(ampc_l2norm_backward(b, E, M->dinorm, grad_dt, M->iemb, act_dt, k_l2_eps, M->diemb));
-  AMPC_TRY(ampc_linear_backward(b, D, E, M->diemb, grad_dt, M->vcls, act_dt, W(M, M->iproj),
-                                weight_dt, NULL, G(M, M->iproj), NULL, acc, &M->ws));
-  AMPC_TRY(ampc_l2norm_backward(b, E, M->dtnorm, grad_dt, M->temb, act_dt, k_l2_eps, M->dtemb));
-  AMPC_TRY(ampc_linear_backward(b, D, E, M->dtemb, grad_dt, M->tpool, act_dt, W(M, M->tproj),
-                                weight_dt, NULL, G(M, M->tproj), NULL, acc, &M->ws));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
   /* the heads' input gradients into the encoders: the CLS rows (group head
    * and image projection) and the text pool */
   const float r_vh = cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_HEADS);
-  AMPC_TRY(dgrad(M, b, D, C, r_vh, M->dclog, W(M, M->cls_w), M->dvcls));
-  AMPC_TRY(dgrad(M, b, D, E, r_vh, M->diemb, W(M, M->iproj), M->dvcls2));
+  if (do_cls)
+    AMPC_TRY(dgrad(M, b, D, C, r_vh, M->dclog, W(M, M->cls_w), M->dvcls));
+  if (do_itc)
+    AMPC_TRY(dgrad(M, b, D, E, r_vh, M->diemb, W(M, M->iproj), M->dvcls2));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.cls");
-  AMPC_TRY(dgrad(M, b, D, E, cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_HEADS), M->dtemb,
-                 W(M, M->tproj), M->dtpool));
-  AMPC_TRY(ampc_mean_pool_backward(b, TT, D, M->dtpool, grad_dt, M->tmask, M->dL));
+  if (do_itc) {
+    AMPC_TRY(dgrad(M, b, D, E, cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_HEADS), M->dtemb,
+                   W(M, M->tproj), M->dtpool));
+    AMPC_TRY(ampc_mean_pool_backward(b, TT, D, M->dtpool, grad_dt, M->tmask, M->dL));
+  }
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.pool");
-  AMPC_TRY(ampc_scatter_add_rows(b * TT, D, NULL, b * TT, M->dL, grad_dt, NULL, grad_dt, dt32, D));
+  if (do_itc)
+    AMPC_TRY(
+        ampc_scatter_add_rows(b * TT, D, NULL, b * TT, M->dL, grad_dt, NULL, grad_dt, dt32, D));
   /* the CLS rows: both heads' gradients, summed first */
-  AMPC_TRY(
-      ampc_scatter_add_rows(b, D, NULL, b, M->dvcls, grad_dt, M->dvcls2, grad_dt, dv32, NV * D));
+  if (do_cls && do_itc)
+    AMPC_TRY(
+        ampc_scatter_add_rows(b, D, NULL, b, M->dvcls, grad_dt, M->dvcls2, grad_dt, dv32, NV * D));
+  else if (do_cls || do_itc)
+    AMPC_TRY(ampc_scatter_add_rows(b, D, NULL, b, do_cls ? M->dvcls : M->dvcls2, grad_dt, NULL,
+                                   grad_dt, dv32, NV * D));
   AMPC_TRY(vision_bwd(M, b, bt->images, dv32));
-  return text_bwd(M, b, bt->tokens, dt32);
+  /* the text encoder has gradients from the contrastive and matching terms */
+  return do_itc || do_itm ? text_bwd(M, b, bt->tokens, dt32) : AMPC_OK;
 }
 
 ampc_status ampc_mmodel_forward(ampc_mmodel *M, const ampc_mmodel_batch *bt,
