@@ -234,6 +234,7 @@ for a, b in zip(steps, steps[1:]):
 assert any(o["overflow_terms"] for o in steps), "no term overflowed at 2^16"
 summ = rows[-1]
 assert set(summ["final_loss_scales"]) == {"loss_itc", "loss_itm", "loss_cls"}, summ
+assert summ["final_loss_scale"] == min(summ["final_loss_scales"].values()), summ
 PY
 "$ampc" train --model vit-ref --loss-scale per-loss --steps 2 --batch 8 --no-eval --threads 2 --quiet \
   --log "$tmp/plv.jsonl" >/dev/null 2>&1 || die "per-loss vit-ref failed"

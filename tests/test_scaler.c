@@ -442,6 +442,16 @@ static void test_per_loss_state_machine(void **state) {
   assert_int_equal(s.branch_picks, 0);
   assert_int_equal(s.skip_count, 1);
   assert_true(s.scale == ampc_scaler_term_scale(&s, 0));
+  /* the ceiling is max_scale itself (no power-of-two rounding here) */
+  ampc_amp_config cap = a;
+  cap.scaler.max_scale = 1500.0f;
+  cap.scaler.growth_interval = 1;
+  ampc_scaler c2;
+  ampc_scaler_init(&c2, &cap.scaler);
+  assert_false(ampc_scaler_update_branches(&c2, none, NULL));
+  assert_true(ampc_scaler_term_scale(&c2, 0) == 1500.0f);
+  assert_false(ampc_scaler_update_branches(&c2, none, NULL));
+  assert_true(ampc_scaler_term_scale(&c2, 0) == 1500.0f);
   /* fp8-mixed refuses it */
   ampc_amp_config f;
   assert_int_equal(ampc_amp_config_preset(AMPC_PRECISION_FP8_MIXED, &f), AMPC_OK);

@@ -96,7 +96,10 @@ bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANC
   if (s->cfg.mode != AMPC_LOSS_SCALE_PER_BRANCH && s->cfg.mode != AMPC_LOSS_SCALE_PER_LOSS)
     return ampc_scaler_update(s, any);
   const ampc_scaler_config *c = &s->cfg;
-  const float lo = c->min_scale, hi = pow2_floor(c->max_scale);
+  /* per-branch keeps powers of two (a ceiling of FLT_MAX caps at 2^127);
+   * per-loss caps at max_scale itself, as a dynamic scaler does */
+  const float lo = c->min_scale,
+              hi = c->mode == AMPC_LOSS_SCALE_PER_BRANCH ? pow2_floor(c->max_scale) : c->max_scale;
   if (any) {
     s->overflow_count++;
     s->skip_count++;

@@ -676,7 +676,14 @@ static cJSON *summary_object(const ampc_run *R, const run_totals *t) {
   cJSON_AddNumberToObject(o, "optimizer_steps", (double)T->step);
   cJSON_AddNumberToObject(o, "skipped_steps", (double)T->scaler.skip_count);
   cJSON_AddNumberToObject(o, "overflow_steps", (double)T->scaler.overflow_count);
-  cJSON_AddNumberToObject(o, "final_loss_scale", (double)T->scaler.scale);
+  float final_scale = T->scaler.scale;
+  if (T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS) { /* the smallest of the model's terms */
+    bool have = false;
+    for (int k = 0; k < R->model.n_terms && k < AMPC_BRANCH_COUNT; k++)
+      if (R->model.term_on[k] && (!have || T->scaler.branch_scale[k] < final_scale))
+        final_scale = T->scaler.branch_scale[k], have = true;
+  }
+  cJSON_AddNumberToObject(o, "final_loss_scale", (double)final_scale);
   if (T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH) { /* the branches the model has */
     cJSON *bs = cJSON_AddObjectToObject(o, "final_branch_scales");
     bool has[AMPC_BRANCH_COUNT] = {false, false, false, false};
