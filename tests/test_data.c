@@ -173,7 +173,7 @@ typedef struct tiny {
   uint8_t images[5 * 2 * 3 * 3];
   int32_t tokens[5 * 4], label[5], concept[5];
   uint8_t split[5], style[5];
-  char *words[6], *class_names[3], *captions[5];
+  char *words[6], *class_names[3], *captions[5], *style_names[3];
 } tiny;
 
 static void tiny_init(tiny *t, int with_text) {
@@ -189,7 +189,7 @@ static void tiny_init(tiny *t, int with_text) {
     t->label[i] = i % 3;
     t->concept[i] = 100 + i / 2;
     t->split[i] = (uint8_t)(i % 4);
-    t->style[i] = (uint8_t)(i & 1);
+    t->style[i] = (uint8_t)(with_text ? i % 3 : i & 1);
     t->captions[i] = (char *)cap[i];
   }
   for (int i = 0; i < 6; i++)
@@ -214,6 +214,11 @@ static void tiny_init(tiny *t, int with_text) {
     d->tokens = t->tokens;
     d->words = t->words;
     d->captions = t->captions;
+    static const char *sn[3] = {"google", "twitter", "openmoji"};
+    for (int i = 0; i < 3; i++)
+      t->style_names[i] = (char *)sn[i];
+    d->style_names = t->style_names;
+    d->n_styles = 3;
   }
 }
 
@@ -244,6 +249,12 @@ static void assert_same_dataset(const ampc_dataset *a, const ampc_dataset *b) {
   assert_true(!a->captions == !b->captions);
   for (int32_t i = 0; a->captions && i < a->n; i++)
     assert_string_equal(a->captions[i], b->captions[i]);
+  assert_true(!a->style_names == !b->style_names);
+  if (a->style_names) {
+    assert_int_equal(a->n_styles, b->n_styles);
+    for (int32_t i = 0; i < a->n_styles; i++)
+      assert_string_equal(a->style_names[i], b->style_names[i]);
+  }
 }
 
 static void test_round_trip(void **state) {
@@ -264,7 +275,7 @@ static void test_round_trip(void **state) {
     unsigned char *b2 = read_all(p2, &l2);
     assert_int_equal(l1, l2);
     assert_memory_equal(b1, b2, l1);
-    assert_memory_equal(b1, "AMPCDS01\x01\x00\x00\x00\x05\x00\x00\x00", 16);
+    assert_memory_equal(b1, "AMPCDS01\x02\x00\x00\x00\x05\x00\x00\x00", 16);
     ampc_dataset m;
     assert_int_equal(ampc_dataset_load_mem(b1, l1, "mem", &m), AMPC_OK);
     assert_same_dataset(&t.d, &m);
@@ -293,9 +304,10 @@ static void test_round_trip(void **state) {
  * header is 40 bytes, then 9 sections [tag][u64 raw][u64 packed][zlib]. */
 typedef struct raw_file {
   unsigned char header[40];
-  char tag[9][4];
-  unsigned char *data[9]; /* decompressed */
-  size_t len[9];
+  char tag[10][4];
+  unsigned char *data[10]; /* decompressed */
+  size_t len[10];
+  int nsec; /* 10 (version 2) or 9 (version 1) */
 } raw_file;
 
 static uint64_t le64(const unsigned char *p) {
@@ -308,7 +320,8 @@ static uint64_t le64(const unsigned char *p) {
 static void raw_parse(raw_file *r, const unsigned char *b, size_t n) {
   memcpy(r->header, b, 40);
   size_t pos = 40;
-  for (int k = 0; k < 9; k++) {
+  r->nsec = 10;
+  for (int k = 0; k < 10; k++) {
     memcpy(r->tag[k], b + pos, 4);
     r->len[k] = (size_t)le64(b + pos + 4);
     uLong packed = (uLong)le64(b + pos + 12);
@@ -325,12 +338,12 @@ static void raw_parse(raw_file *r, const unsigned char *b, size_t n) {
 
 static unsigned char *raw_build(const raw_file *r, size_t *n) {
   size_t cap = 40, pos = 40;
-  for (int k = 0; k < 9; k++)
+  for (int k = 0; k < r->nsec; k++)
     cap += 20 + compressBound((uLong)r->len[k]);
   unsigned char *b = malloc(cap);
   assert_non_null(b);
   memcpy(b, r->header, 40);
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < r->nsec; k++) {
     uLongf z = (uLongf)(cap - pos - 20);
     assert_int_equal(compress2(b + pos + 20, &z, r->data[k], (uLong)r->len[k], 6), Z_OK);
     memcpy(b + pos, r->tag[k], 4);
@@ -345,7 +358,7 @@ static unsigned char *raw_build(const raw_file *r, size_t *n) {
 }
 
 static void raw_free(raw_file *r) {
-  for (int k = 0; k < 9; k++)
+  for (int k = 0; k < 10; k++)
     free(r->data[k]);
 }
 
@@ -388,8 +401,8 @@ static void test_corrupt(void **state) {
   b[3] = 'X';
   expect_format(b, n, "magic");
   memcpy(b, good, n);
-  put32(b + 8, 2);
-  expect_format(b, n, "version 2");
+  put32(b + 8, 3);
+  expect_format(b, n, "version 3");
   /* absurd sizes in the header: refused by the limits */
   const uint32_t absurd[][2] = {{12, 0x7FFFFFFFu}, {12, 0}, {16, 100000},     {24, 5},
                                 {32, 1},           {36, 0}, {12, 0x80000000u}};
@@ -455,11 +468,34 @@ static void test_corrupt(void **state) {
   MUTATE(2, 4 * 3, 3, "label 3");           /* label = n_classes */
   MUTATE(3, 4 * 1 + 3, 0xFF, "concept id"); /* negative concept */
   MUTATE(4, 2, 4, "unknown split 4");
-  MUTATE(5, 0, 2, "unknown style 2");
+  MUTATE(5, 0, 3, "unknown style 3");
   MUTATE(6, 0, 0, "VOCB");              /* one string too many */
   MUTATE(7, r.len[7] - 1, 'z', "CLAS"); /* last class name not terminated */
   MUTATE(8, 0, 0, "CAPT");
+  MUTATE(9, r.len[9] - 1, 'z', "STYN"); /* last style name not terminated */
 #undef MUTATE
+  /* version 1: no STYN section, styles 0 / 1 read as google / twitter */
+  {
+    raw_file v1 = r;
+    v1.nsec = 9;
+    put32(v1.header + 8, 1);
+    x = raw_build(&v1, &m);
+    expect_format(x, m, "unknown style 2"); /* sample 2 has style 2 */
+    free(x);
+    const unsigned char keep = r.data[5][2];
+    r.data[5][2] = 1;
+    v1.data[5] = r.data[5];
+    x = raw_build(&v1, &m);
+    ampc_dataset old;
+    assert_int_equal(ampc_dataset_load_mem(x, m, "v1", &old), AMPC_OK);
+    assert_null(old.style_names);
+    assert_string_equal(ampc_dataset_style_name(&old, 1), "twitter");
+    assert_null(ampc_dataset_style_name(&old, 2));
+    assert_int_equal(ampc_dataset_find_style(&old, "google"), 0);
+    ampc_dataset_free(&old);
+    free(x);
+    r.data[5][2] = keep;
+  }
   /* a section that inflates to more or fewer bytes than its header says */
   for (int delta = -1; delta <= 1; delta += 2) {
     r.len[0] += (size_t)delta;
@@ -907,6 +943,80 @@ static void test_emoji_prepare(void **state) {
   assert_same_dataset(&d, &back);
   ampc_dataset_free(&back);
   ampc_dataset_free(&d);
+
+  /* three styles: openmoji's PNGs by emojibase hexcode; Cote d'Ivoire has none */
+  assert_int_equal(mkdir(tmp_path("o"), 0700), 0);
+  assert_int_equal(mkdir(tmp_path("o/64"), 0700), 0);
+  static const char *const om[4] = {"1F600", "263A", "1F4A9", "1F1E6-1F1FD"};
+  for (int i = 0; i < 4; i++) {
+    char name[128];
+    snprintf(name, sizeof name, "o/64/%s.png", om[i]);
+    solid_png(tmp_path(name), 5, 6, (unsigned char)(100 + i));
+  }
+  char o[512];
+  snprintf(o, sizeof o, "%s", tmp_path("o"));
+  const ampc_emoji_source src3[3] = {{"google", g}, {"openmoji", o}, {"twitter", t}};
+  if (ampc_emoji_prepare_styles(src3, 3, b, 2, &d, &s) != AMPC_OK)
+    fail_msg("%s", ampc_last_error());
+  assert_int_equal(s.styles, 3);
+  assert_int_equal(s.concepts, 4);
+  assert_int_equal(s.skipped_no_image, 2);
+  /* Cote d'Ivoire and pizza have no openmoji image (pizza no twitter one either;
+   * the first style in the given order that lacks it is counted) */
+  assert_int_equal(s.missing_in_style[1], 2);
+  assert_int_equal(s.missing_in_style[2], 0);
+  assert_int_equal(d.n, 12);
+  assert_int_equal(d.n_styles, 3);
+  assert_string_equal(d.style_names[0], "google");
+  assert_string_equal(d.style_names[1], "openmoji");
+  assert_string_equal(d.style_names[2], "twitter");
+  {
+    /* concepts: 0 grinning, 1 smiling, 2 poo (held out), 3 Aland */
+    const int c3[12] = {0, 1, 3, 0, 1, 3, 0, 1, 3, 2, 2, 2};
+    const int sp3[12] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2};
+    const int st3[12] = {0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 1, 2};
+    const int om_of[4] = {0, 1, 2, 3}; /* concept -> index in om[] */
+    for (int i = 0; i < 12; i++) {
+      assert_int_equal(d.concept[i], c3[i]);
+      assert_int_equal(d.split[i], sp3[i]);
+      assert_int_equal(d.style[i], st3[i]);
+      if (st3[i] == 1) {
+        const uint8_t want[3] = {5, 6, (uint8_t)(100 + om_of[c3[i]])};
+        assert_memory_equal(d.images + (size_t)i * 3072 + 3 * 517, want, 3);
+      }
+    }
+    /* it saves and loads with its style names */
+    assert_int_equal(ampc_dataset_save(&d, tmp_path("three.ampcds")), AMPC_OK);
+    assert_int_equal(ampc_dataset_load(tmp_path("three.ampcds"), &back), AMPC_OK);
+    assert_same_dataset(&d, &back);
+    ampc_dataset_free(&back);
+    /* hold out google instead: twitter joins the training styles */
+    assert_int_equal(ampc_dataset_find_style(&d, "google"), 0);
+    assert_int_equal(ampc_dataset_find_style(&d, "apple"), -1);
+    assert_int_equal(ampc_dataset_hold_out_style(&d, 0), AMPC_OK);
+    for (int i = 0; i < 12; i++)
+      assert_int_equal(d.split[i], i >= 9 ? 2 : st3[i] == 0 ? 1 : 0);
+    assert_int_equal(ampc_dataset_hold_out_style(&d, 3), AMPC_ERR_INVALID_ARG);
+  }
+  ampc_dataset_free(&d);
+  {
+    /* one style: holding it out leaves nothing to train on */
+    const ampc_emoji_source one[1] = {{"google", g}};
+    solid_png(tmp_path("g/img/google/64/1f355.png"), 1, 2, 3); /* pizza: google only */
+    assert_int_equal(ampc_emoji_prepare_styles(one, 1, b, -1, &d, NULL), AMPC_OK);
+    assert_int_equal(ampc_dataset_hold_out_style(&d, 0), AMPC_ERR_INVALID_ARG);
+    assert_non_null(strstr(ampc_last_error(), "nothing to train on"));
+    ampc_dataset_free(&d);
+    /* unknown, repeated, or no emoji-datasource style */
+    const ampc_emoji_source bad1[1] = {{"noto", g}};
+    assert_int_equal(ampc_emoji_prepare_styles(bad1, 1, b, -1, &d, NULL), AMPC_ERR_INVALID_ARG);
+    assert_non_null(strstr(ampc_last_error(), "unknown style 'noto'"));
+    const ampc_emoji_source bad2[2] = {{"google", g}, {"google", g}};
+    assert_int_equal(ampc_emoji_prepare_styles(bad2, 2, b, -1, &d, NULL), AMPC_ERR_INVALID_ARG);
+    const ampc_emoji_source bad3[1] = {{"openmoji", o}};
+    assert_int_equal(ampc_emoji_prepare_styles(bad3, 1, b, -1, &d, NULL), AMPC_ERR_INVALID_ARG);
+    assert_non_null(strstr(ampc_last_error(), "emoji-datasource"));
+  }
 
   /* a concept whose image is missing, or bad JSON: errors naming the file */
   remove(tmp_path("t/img/twitter/64/1f4a9.png"));

@@ -87,7 +87,7 @@ static void gradient_check(const char *model) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
   ampc_trainer_zero_grad(&T);
   ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(M, &bt, 1.0f, &L), AMPC_OK);
@@ -193,7 +193,7 @@ static void branch_seeds_exact(const char *model, ampc_precision prec) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
   const size_t gsz = ampc_dtype_size(P->wdt), bytes = (size_t)P->total * gsz;
   char *g1 = malloc(bytes);
   assert_non_null(g1);
@@ -274,7 +274,7 @@ static void test_backward_losses(void **state) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
   const size_t bytes = (size_t)P->total * sizeof(float);
   float *all = malloc(bytes), *one = malloc(bytes);
   double *sum = calloc((size_t)P->total, sizeof *sum);
@@ -404,7 +404,7 @@ static void test_training_lowers_loss(void **state) {
     uint8_t images[B * 8 * 8 * 3];
     int32_t tokens[B * TT], labels[B];
     make_batch(8, images, tokens, labels, 4);
-    ampc_mmodel_batch bt = {B, images, tokens, labels};
+    ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
     float first = 0, last = 0;
     for (int s = 0; s < 60; s++) {
       ampc_trainer_zero_grad(&T);

@@ -148,6 +148,139 @@ static void test_image_only_data_without_tokens(void **state) {
   free(f);
 }
 
+/* ---- several styles per concept --------------------------------------------------- */
+
+/* mm-micro's data: 12 concepts in 3 styles, 8x8x3 images, 4 tokens of 16 */
+enum { MS_C = 12, MS_S = 3, MS_N = MS_C * MS_S };
+typedef struct {
+  ampc_dataset d;
+  uint8_t images[MS_N * 8 * 8 * 3];
+  int32_t tokens[MS_N * 4], label[MS_N], concept[MS_N];
+  uint8_t split[MS_N], style[MS_N];
+  char *words[16], *style_names[MS_S];
+} ms_data;
+
+static void make_ms(ms_data *m) {
+  memset(m, 0, sizeof *m);
+  static char wbuf[16][4];
+  for (int i = 0; i < 16; i++) {
+    snprintf(wbuf[i], sizeof wbuf[i], "w%d", i);
+    m->words[i] = wbuf[i];
+  }
+  static const char *sn[MS_S] = {"google", "openmoji", "twitter"};
+  for (int k = 0; k < MS_S; k++)
+    m->style_names[k] = (char *)sn[k];
+  uint32_t x = 777;
+  for (size_t i = 0; i < sizeof m->images; i++) {
+    x = x * 1103515245u + 12345u;
+    m->images[i] = (uint8_t)(x >> 24);
+  }
+  for (int i = 0; i < MS_N; i++) { /* style-major, as ampc data emoji writes */
+    const int c = i % MS_C, st = i / MS_C;
+    m->concept[i] = c, m->style[i] = (uint8_t)st, m->label[i] = c % 3;
+    m->split[i] = st == 2 ? AMPC_SPLIT_NEW_STYLE : AMPC_SPLIT_TRAIN;
+    for (int t = 0; t < 4; t++)
+      m->tokens[i * 4 + t] = 2 + (c + 3 * t) % 14;
+  }
+  m->d = (ampc_dataset){.n = MS_N,
+                        .height = 8,
+                        .width = 8,
+                        .channels = 3,
+                        .seq_len = 4,
+                        .vocab = 16,
+                        .n_classes = 3,
+                        .images = m->images,
+                        .tokens = m->tokens,
+                        .label = m->label,
+                        .concept = m->concept,
+                        .split = m->split,
+                        .style = m->style,
+                        .words = m->words,
+                        .n_styles = MS_S,
+                        .style_names = m->style_names};
+}
+
+static void test_styles_sampler(void **state) {
+  (void)state;
+  ms_data *m = malloc(sizeof *m);
+  assert_non_null(m);
+  make_ms(m);
+  ampc_model_desc md;
+  assert_int_equal(ampc_model_desc_get("mm-micro", &m->d, &md), AMPC_OK);
+  ampc_amp_config amp;
+  ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &amp);
+  ampc_run_config rc = small_run(4, MS_C);
+  rc.eval = false;
+  const ampc_optim_config opt = adamw(4);
+  const ampc_run_data rd = {.dataset = &m->d, .name = "ms"};
+  ampc_run *R = NULL, *R2 = NULL;
+  /* a batch of 13 > 12 concepts would repeat one: refused */
+  rc.batch = MS_C + 1;
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "training concepts (12)"));
+  rc.batch = MS_C;
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_create(&R2, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  int per_style[MS_S] = {0, 0, 0};
+  for (int64_t it = 0; it < 40; it++) {
+    int64_t idx[MS_C], idx2[MS_C];
+    int seen[MS_C] = {0};
+    assert_int_equal(ampc_run_batch_samples(R, it, idx), AMPC_OK);
+    assert_int_equal(ampc_run_batch_samples(R2, 39 - it, idx2), AMPC_OK); /* random access */
+    for (int r = 0; r < MS_C; r++) {
+      assert_true(idx[r] >= 0 && idx[r] < MS_N);
+      assert_int_equal(m->split[idx[r]], AMPC_SPLIT_TRAIN); /* never the held-out style */
+      seen[m->concept[idx[r]]]++;
+      per_style[m->style[idx[r]]]++;
+    }
+    for (int c = 0; c < MS_C; c++)
+      assert_int_equal(seen[c], 1); /* one image per concept: an epoch per batch here */
+  }
+  for (int64_t it = 0; it < 40; it++) { /* the same sequence, whatever the order asked */
+    int64_t a[MS_C], b[MS_C];
+    assert_int_equal(ampc_run_batch_samples(R, it, a), AMPC_OK);
+    assert_int_equal(ampc_run_batch_samples(R2, it, b), AMPC_OK);
+    assert_memory_equal(a, b, sizeof a);
+  }
+  /* both training styles are drawn, about equally (480 draws, p = 1/2: the
+   * count is within 6 standard deviations, 65.7, of 240) */
+  assert_int_equal(per_style[2], 0);
+  assert_true(per_style[0] > 240 - 66 && per_style[0] < 240 + 66);
+  assert_int_equal(per_style[0] + per_style[1], 40 * MS_C);
+  ampc_run_free(R), ampc_run_free(R2);
+  /* holding out another style moves the sampler to the other two */
+  assert_int_equal(ampc_dataset_hold_out_style(&m->d, 0), AMPC_OK);
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  for (int64_t it = 0; it < 5; it++) {
+    int64_t idx[MS_C];
+    assert_int_equal(ampc_run_batch_samples(R, it, idx), AMPC_OK);
+    for (int r = 0; r < MS_C; r++)
+      assert_int_not_equal(m->style[idx[r]], 0);
+  }
+  ampc_run_free(R);
+  /* training with shifts and sampled negatives: finite, and deterministic */
+  rc.augment_shift = 2, rc.itm_sample_negatives = true;
+  char *sum[2];
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+    assert_int_equal(ampc_run_train(R, NULL), AMPC_OK);
+    assert_int_equal(ampc_run_trainer(R)->iteration, 4);
+    sum[k] = ampc_run_summary_json(R);
+    assert_non_null(sum[k]);
+    char *q = strstr(sum[k], "\"wall_s\""); /* cut the timings off */
+    if (q)
+      *q = '\0';
+    q = strstr(sum[k], "\"ms_per_step_mean\"");
+    if (q)
+      *q = '\0';
+    ampc_run_free(R);
+  }
+  assert_string_equal(sum[0], sum[1]);
+  assert_null(strstr(sum[0], "nan"));
+  free(sum[0]), free(sum[1]);
+  free(m);
+}
+
 static int read_file(const char *path, char **out, long *n) {
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -334,6 +467,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sampler_permutations),
       cmocka_unit_test(test_image_only_data_without_tokens),
+      cmocka_unit_test(test_styles_sampler),
       cmocka_unit_test(test_resume_is_exact),
       cmocka_unit_test(test_micro_batches),
       cmocka_unit_test(test_create_errors),

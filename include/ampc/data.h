@@ -43,10 +43,14 @@ typedef struct ampc_dataset {
   int32_t *label;     /* [n] class in [0, n_classes) */
   int32_t *concept;   /* [n] concept id (or the sample index) */
   uint8_t *split;     /* [n] ampc_split */
-  uint8_t *style;     /* [n] 0 = google, 1 = twitter (0 for image-only) */
+  uint8_t *style;     /* [n] artwork style, an index into style_names (0 for image-only) */
   char **words;       /* [vocab] token strings, or NULL */
   char **class_names; /* [n_classes] or NULL */
   char **captions;    /* [n] the caption text, or NULL */
+  int32_t n_styles;   /* entries of style_names (0 when it is NULL) */
+  char **style_names; /* [n_styles] ("google", "twitter", "openmoji", ...), or NULL: then
+                       * style is 0 or 1, read as google / twitter (dataset files of
+                       * version 1, image-only datasets) */
   void *owner_;       /* internal: backing allocation */
 } ampc_dataset;
 
@@ -73,6 +77,21 @@ void ampc_dataset_free(ampc_dataset *d);
  * valid: the message says which field), AMPC_ERR_IO (naming the file),
  * AMPC_ERR_NOMEM. */
 ampc_status ampc_dataset_save(const ampc_dataset *d, const char *path);
+
+/* The name of style `style` of d ("google", "twitter", "apple", "facebook",
+ * "openmoji"): d->style_names[style], or for a dataset without style names
+ * (version-1 files) "google" / "twitter" for 0 / 1 of an image-text dataset.
+ * NULL when d has no such style. */
+const char *ampc_dataset_style_name(const ampc_dataset *d, int style);
+/* The index of the style called `name`, or -1. */
+int ampc_dataset_find_style(const ampc_dataset *d, const char *name);
+/* Choose which artwork style is held out (the "new style" split): every image
+ * of a training concept becomes AMPC_SPLIT_NEW_STYLE when its style is `style`
+ * and AMPC_SPLIT_TRAIN otherwise; zero-shot and test samples are unchanged.
+ * So the model trains on every other style and is evaluated on one it never
+ * saw. Errors: AMPC_ERR_INVALID_ARG (not an image-text dataset, no such
+ * style, or nothing would be left to train on or to evaluate). */
+ampc_status ampc_dataset_hold_out_style(ampc_dataset *d, int style);
 
 /* ---- preparing the emoji dataset (src/data/emoji_prep.c) ------------------ */
 
@@ -104,7 +123,9 @@ typedef struct ampc_emoji_prep_stats {
   int32_t skipped_duplicate;    /* emojibase entry already joined to another */
   int32_t skipped_no_group;     /* emojibase entry without a `group` */
   int32_t skipped_component;    /* group 2, "component" (skin tones, hair) */
-  int32_t skipped_no_image;     /* google or twitter image missing */
+  int32_t skipped_no_image;     /* an image missing in one of the styles */
+  int32_t missing_in_style[8];  /* of those, by the first style (in the given order) lacking it */
+  int32_t styles;               /* styles in the dataset */
   int32_t concepts, train_concepts, zero_shot_concepts;
   int32_t max_caption_words;  /* longest caption before truncation */
   int32_t truncated_captions; /* captions longer than AMPC_EMOJI_SEQ_LEN */
@@ -116,13 +137,44 @@ typedef struct ampc_emoji_prep_stats {
  *   twitter_dir    emoji-datasource-twitter: emoji.json, img/twitter/64/<image>
  *   emojibase_dir  emojibase-data: en/data.json
  * The join, captions, vocabulary, classes, splits and sample order are
- * documented in docs/DATA.md. out is allocated as by ampc_dataset_load (free
+ * documented in docs/DATA.md; the same as ampc_emoji_prepare_styles with
+ * google, twitter and twitter held out. out is allocated as by ampc_dataset_load (free
  * with ampc_dataset_free); stats may be NULL. Errors: AMPC_ERR_IO (a file is
  * missing), AMPC_ERR_FORMAT (bad JSON or PNG, naming the file),
  * AMPC_ERR_NOMEM. */
 ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
                                const char *emojibase_dir, ampc_dataset *out,
                                ampc_emoji_prep_stats *stats);
+
+enum { AMPC_EMOJI_MAX_STYLES = 8 };
+
+/* One artwork style for ampc_emoji_prepare_styles: its name and the root of
+ * its unpacked package ("package/" of the .tgz):
+ *   "google", "twitter", "apple", "facebook"
+ *       emoji-datasource-<name>@16.0.0: emoji.json (has_img_<name>),
+ *       img/<name>/64/<image>
+ *   "openmoji"
+ *       a directory 64/ of 64x64 PNGs named <HEXCODE>.png by the emojibase
+ *       hexcode (upper case), which `ampc data emoji` renders from the
+ *       openmoji@17.0.0 package's color/svg/<HEXCODE>.svg */
+typedef struct ampc_emoji_source {
+  const char *style;
+  const char *dir;
+} ampc_emoji_source;
+
+/* Build the emoji dataset from n_src styles (1..AMPC_EMOJI_MAX_STYLES, each
+ * at most once, at least one emoji-datasource style: the first of them lists
+ * the emoji, in its emoji.json's order) and emojibase-data (en/data.json).
+ * A concept is kept when every style has its image. Samples: for each style
+ * in the given order its images of the training concepts (split TRAIN, or
+ * NEW_STYLE for style index held_out; -1: none held out), then for each style
+ * its images of the held-out concepts (ZERO_SHOT). style_names are the
+ * styles' names. The other rules are those of ampc_emoji_prepare (docs/DATA.md).
+ * Errors: AMPC_ERR_INVALID_ARG (unknown or repeated style, no datasource
+ * style), AMPC_ERR_IO, AMPC_ERR_FORMAT (naming the file), AMPC_ERR_NOMEM. */
+ampc_status ampc_emoji_prepare_styles(const ampc_emoji_source *src, int n_src,
+                                      const char *emojibase_dir, int held_out, ampc_dataset *out,
+                                      ampc_emoji_prep_stats *stats);
 
 /* Fashion-MNIST from the gzipped IDX files in dir (Debian's
  * dataset-fashion-mnist: /usr/share/datasets/fashion-mnist/): 60000 training

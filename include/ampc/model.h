@@ -180,6 +180,11 @@ typedef struct ampc_mmodel_batch {
   const uint8_t *images;
   const int32_t *tokens;
   const int32_t *labels;
+  /* the matching head's negative text for image i: 0 = the hardest in-batch
+   * one (largest contrastive similarity, deterministic: evaluation); else
+   * drawn from softmax_j(sim[i, j] * logit scale) over j != i with this seed,
+   * as ALBEF samples its hard negatives (Li et al. 2021, section 3.2) */
+  uint64_t neg_seed;
 } ampc_mmodel_batch;
 
 typedef struct ampc_mmodel_losses {

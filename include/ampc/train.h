@@ -109,6 +109,7 @@ typedef struct ampc_batch {
   const int32_t *tokens;
   const int32_t *labels;
   const float *features;
+  uint64_t neg_seed; /* ampc_mmodel_batch.neg_seed (0: hardest negatives) */
 } ampc_batch;
 
 /* The losses of one forward pass (FP32, unscaled): the weighted total and the
@@ -380,6 +381,16 @@ typedef struct ampc_run_config {
    * gradients shrunk into its underflow range (issue 18's sweep). The
    * logged losses are the unmultiplied ones. */
   float loss_multiplier;
+  /* > 0: each training image is translated by up to this many pixels in x
+   * and y (uniform, from the seed and the sample's position in the run, so
+   * a resume is bit-identical), the border filled with its top-left pixel;
+   * 0: off. Images of several styles of one concept (the emoji set's training
+   * styles) are drawn one per concept per epoch, whatever this is. */
+  int augment_shift;
+  /* true: the matching head's negatives are drawn from the in-batch
+   * similarities (ALBEF; ampc_mmodel_batch.neg_seed, from the seed, the
+   * iteration, the rank and the micro-batch); false: the hardest one */
+  bool itm_sample_negatives;
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,
@@ -446,6 +457,14 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb);
 char *ampc_run_summary_json(const ampc_run *R);
 
 /* The parts of a run, for printing and for tests. */
+/* The samples iteration `iteration` (0-based) trains on, across every rank
+ * and micro-batch: out [batch] gets their dataset indices (the MLP: rows of
+ * the training features), in the order the ranks' shards and micro-batches
+ * take them. The sampler draws a permutation of the training concepts per
+ * epoch (seeded by rc->seed and the epoch) and one of each concept's
+ * training-style images, so no batch holds two images of one concept.
+ * Errors: AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_run_batch_samples(ampc_run *R, int64_t iteration, int64_t *out);
 ampc_trainer *ampc_run_trainer(ampc_run *R);
 ampc_model *ampc_run_model(ampc_run *R);
 const ampc_diag *ampc_run_diag(const ampc_run *R);

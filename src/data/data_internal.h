@@ -21,19 +21,25 @@
 #define AMPC_DS_MAX_SEQ_LEN 1024
 #define AMPC_DS_MAX_VOCAB (1 << 24)
 #define AMPC_DS_MAX_CLASSES 65536
+#define AMPC_DS_MAX_STYLES 255 /* style ids are uint8 */
+
+/* The string tables: 0 vocabulary words, 1 class names, 2 captions, 3 style
+ * names (counts vocab, n_classes, n, n_styles). */
+#define AMPC__DS_TEXTS 4
 
 /* Check the size fields of d (n, height, width, channels, seq_len, vocab,
- * n_classes) against the limits above. Returns NULL when they are fine, else a
+ * n_classes, n_styles) against the limits above. Returns NULL when they are fine, else a
  * static description of the first bad field. */
 const char *ampc__dataset_check_sizes(const ampc_dataset *d);
 
 /* Allocate the arrays of d from its size fields (already checked) in one
  * block: images, tokens (when seq_len > 0), label, concept, split, style, and
  * the string tables. text_bytes[k] (k = 0 vocabulary words, 1 class names,
- * 2 captions) is the byte size of a NUL-separated blob for that table, 0 for
- * none (the pointer array is then NULL too); text[k] receives the blob.
- * Everything is zeroed. Errors: AMPC_ERR_NOMEM. */
-ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[3], char *text[3]);
+ * 2 captions, 3 style names) is the byte size of a NUL-separated blob for that
+ * table, 0 for none (the pointer array is then NULL too); text[k] receives the
+ * blob. Everything is zeroed. Errors: AMPC_ERR_NOMEM. */
+ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[AMPC__DS_TEXTS],
+                                char *text[AMPC__DS_TEXTS]);
 
 /* Point out[0..count) at the count NUL-terminated strings that fill blob
  * [len bytes] exactly. Returns 0 on success, -1 when the blob holds a

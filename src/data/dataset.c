@@ -3,8 +3,9 @@
  * the embedded default and the shared allocation helpers.
  *
  * Layout (all integers little-endian):
- *   "AMPCDS01", u32 version (1), u32 n, height, width, channels, seq_len,
- *   vocab, n_classes, then 9 sections in a fixed order, each
+ *   "AMPCDS01", u32 version (2; 1 is still read), u32 n, height, width,
+ *   channels, seq_len, vocab, n_classes, then 10 sections in a fixed order (9
+ *   in version 1, which has no style names), each
  *   [4-byte tag][u64 uncompressed length][u64 compressed length][zlib stream].
  *
  * The loader trusts nothing: it checks the header against fixed limits and
@@ -21,6 +22,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,7 @@
 #include "data/data_internal.h"
 
 #define DS_MAGIC "AMPCDS01"
-#define DS_VERSION 1u
+#define DS_VERSION 2u
 #define DS_HEADER_BYTES 40u
 #define DS_SECTION_HEADER_BYTES 20u
 #define DS_ZLIB_LEVEL 9
@@ -48,10 +50,11 @@ enum {
   SEC_WORDS,
   SEC_CLASSES,
   SEC_CAPTIONS,
+  SEC_STYLE_NAMES, /* version 2 */
   SEC_COUNT
 };
 static const char k_tags[SEC_COUNT][5] = {"IMGS", "TOKS", "LABL", "CONC", "SPLT",
-                                          "STYL", "VOCB", "CLAS", "CAPT"};
+                                          "STYL", "VOCB", "CLAS", "CAPT", "STYN"};
 
 /* ---- allocation ------------------------------------------------------------ */
 
@@ -70,16 +73,19 @@ const char *ampc__dataset_check_sizes(const ampc_dataset *d) {
     return "vocabulary size";
   if (d->n_classes < 1 || d->n_classes > AMPC_DS_MAX_CLASSES)
     return "class count";
+  if (d->n_styles < 0 || d->n_styles > AMPC_DS_MAX_STYLES)
+    return "style count";
   return NULL;
 }
 
 static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
 
-ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[3], char *text[3]) {
+ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[AMPC__DS_TEXTS],
+                                char *text[AMPC__DS_TEXTS]) {
   const size_t n = (size_t)d->n;
   const size_t img = n * (size_t)d->height * (size_t)d->width * (size_t)d->channels;
   const size_t tok = n * (size_t)d->seq_len * sizeof(int32_t);
-  const int32_t counts[3] = {d->vocab, d->n_classes, d->n};
+  const int32_t counts[AMPC__DS_TEXTS] = {d->vocab, d->n_classes, d->n, d->n_styles};
   size_t off[16], total = 0;
   int k = 0;
 #define CARVE(bytes)                                                                               \
@@ -87,15 +93,15 @@ ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[3], cha
     off[k++] = total;                                                                              \
     total = align16(total + (bytes));                                                              \
   } while (0)
-  CARVE(img);                 /* 0 images */
-  CARVE(tok);                 /* 1 tokens */
-  CARVE(n * sizeof(int32_t)); /* 2 label */
-  CARVE(n * sizeof(int32_t)); /* 3 concept */
-  CARVE(n);                   /* 4 split */
-  CARVE(n);                   /* 5 style */
-  for (int t = 0; t < 3; t++) /* 6..8 pointer tables, 9..11 blobs */
+  CARVE(img);                              /* 0 images */
+  CARVE(tok);                              /* 1 tokens */
+  CARVE(n * sizeof(int32_t));              /* 2 label */
+  CARVE(n * sizeof(int32_t));              /* 3 concept */
+  CARVE(n);                                /* 4 split */
+  CARVE(n);                                /* 5 style */
+  for (int t = 0; t < AMPC__DS_TEXTS; t++) /* 6..9 pointer tables, 10..13 blobs */
     CARVE(text_bytes[t] ? (size_t)counts[t] * sizeof(char *) : 0);
-  for (int t = 0; t < 3; t++)
+  for (int t = 0; t < AMPC__DS_TEXTS; t++)
     CARVE(text_bytes[t]);
 #undef CARVE
   unsigned char *base = calloc(1, total ? total : 1);
@@ -108,14 +114,15 @@ ampc_status ampc__dataset_alloc(ampc_dataset *d, const size_t text_bytes[3], cha
   d->concept = (int32_t *)(void *)(base + off[3]);
   d->split = base + off[4];
   d->style = base + off[5];
-  char **tables[3];
-  for (int t = 0; t < 3; t++) {
+  char **tables[AMPC__DS_TEXTS];
+  for (int t = 0; t < AMPC__DS_TEXTS; t++) {
     tables[t] = text_bytes[t] ? (char **)(void *)(base + off[6 + t]) : NULL;
-    text[t] = text_bytes[t] ? (char *)(base + off[9 + t]) : NULL;
+    text[t] = text_bytes[t] ? (char *)(base + off[6 + AMPC__DS_TEXTS + t]) : NULL;
   }
   d->words = tables[0];
   d->class_names = tables[1];
   d->captions = tables[2];
+  d->style_names = tables[3];
   return AMPC_OK;
 }
 
@@ -137,6 +144,57 @@ void ampc_dataset_free(ampc_dataset *d) {
     return;
   free(d->owner_);
   memset(d, 0, sizeof *d);
+}
+
+/* ---- styles ------------------------------------------------------------------ */
+
+const char *ampc_dataset_style_name(const ampc_dataset *d, int style) {
+  if (!d || style < 0)
+    return NULL;
+  if (d->style_names)
+    return style < d->n_styles ? d->style_names[style] : NULL;
+  static const char *const legacy[2] = {"google", "twitter"};
+  return style < 2 && d->tokens ? legacy[style] : NULL;
+}
+
+int ampc_dataset_find_style(const ampc_dataset *d, const char *name) {
+  if (!d || !name)
+    return -1;
+  const int n = d->style_names ? d->n_styles : 2;
+  for (int s = 0; s < n; s++) {
+    const char *nm = ampc_dataset_style_name(d, s);
+    if (nm && strcmp(nm, name) == 0)
+      return s;
+  }
+  return -1;
+}
+
+ampc_status ampc_dataset_hold_out_style(ampc_dataset *d, int style) {
+  if (!d || !d->split || !d->style)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_dataset_hold_out_style: no dataset");
+  if (!d->tokens || style < 0 || !ampc_dataset_style_name(d, style))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_dataset_hold_out_style: style %d is not a style of this image-text "
+                     "dataset",
+                     style);
+  int64_t held = 0, train = 0;
+  for (int32_t i = 0; i < d->n; i++) {
+    if (d->split[i] != AMPC_SPLIT_TRAIN && d->split[i] != AMPC_SPLIT_NEW_STYLE)
+      continue;
+    const bool out = d->style[i] == style;
+    held += out, train += !out;
+  }
+  if (held == 0 || train == 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "holding out style '%s' leaves %s (%lld held-out and %lld training images "
+                     "of the training concepts)",
+                     ampc_dataset_style_name(d, style),
+                     held == 0 ? "nothing to evaluate" : "nothing to train on", (long long)held,
+                     (long long)train);
+  for (int32_t i = 0; i < d->n; i++)
+    if (d->split[i] == AMPC_SPLIT_TRAIN || d->split[i] == AMPC_SPLIT_NEW_STYLE)
+      d->split[i] = d->style[i] == style ? AMPC_SPLIT_NEW_STYLE : AMPC_SPLIT_TRAIN;
+  return AMPC_OK;
 }
 
 /* ---- little-endian helpers ------------------------------------------------ */
@@ -180,7 +238,7 @@ static const char *check_contents(const ampc_dataset *d, char *buf, size_t bufsz
       snprintf(buf, bufsz, "unknown split %u of sample %d", (unsigned)d->split[i], (int)i);
       return buf;
     }
-    if (d->style[i] > 1) {
+    if (d->style[i] >= (d->style_names ? d->n_styles : 2)) {
       snprintf(buf, bufsz, "unknown style %u of sample %d", (unsigned)d->style[i], (int)i);
       return buf;
     }
@@ -227,9 +285,10 @@ ampc_status ampc_dataset_load_mem(const void *data, size_t size, const char *nam
     return ampc_fail(AMPC_ERR_FORMAT, "%s: not an ampc dataset (magic is not \"%s\")", name,
                      DS_MAGIC);
   const uint32_t version = rd32(p + 8);
-  if (version != DS_VERSION)
-    return ampc_fail(AMPC_ERR_FORMAT, "%s: dataset version %u, this build reads version %u", name,
-                     version, DS_VERSION);
+  if (version != 1u && version != DS_VERSION)
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: dataset version %u, this build reads versions 1 and %u",
+                     name, version, DS_VERSION);
+  const int nsec = version == 1u ? SEC_STYLE_NAMES : SEC_COUNT; /* version 1: no style names */
   uint32_t f[7];
   for (int i = 0; i < 7; i++) {
     f[i] = rd32(p + 12 + 4 * i);
@@ -262,10 +321,12 @@ ampc_status ampc_dataset_load_mem(const void *data, size_t size, const char *nam
       n,
       UINT64_MAX, /* string sections: any length (checked after inflating) */
       UINT64_MAX,
+      UINT64_MAX,
       UINT64_MAX};
   section sec[SEC_COUNT];
+  memset(sec, 0, sizeof sec);
   size_t pos = DS_HEADER_BYTES;
-  for (int k = 0; k < SEC_COUNT; k++) {
+  for (int k = 0; k < nsec; k++) {
     if (size - pos < DS_SECTION_HEADER_BYTES)
       return ampc_fail(AMPC_ERR_FORMAT, "%s: truncated before the header of section %s", name,
                        k_tags[k]);
@@ -301,16 +362,35 @@ ampc_status ampc_dataset_load_mem(const void *data, size_t size, const char *nam
     return ampc_fail(AMPC_ERR_FORMAT, "%s: captions are tokenized but there is no vocabulary",
                      name);
 
-  size_t text_bytes[3];
-  char *text[3];
-  for (int t = 0; t < 3; t++)
+  size_t text_bytes[AMPC__DS_TEXTS];
+  char *text[AMPC__DS_TEXTS];
+  for (int t = 0; t < AMPC__DS_TEXTS; t++)
     text_bytes[t] = (size_t)sec[SEC_WORDS + t].raw;
+  /* the style names are counted in the stream (inflated on its own first) */
+  if (text_bytes[3] > 0) {
+    char *names = malloc(text_bytes[3]);
+    if (!names)
+      return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", name);
+    ampc_status sn = inflate_exact(&sec[SEC_STYLE_NAMES], names, name, SEC_STYLE_NAMES);
+    int64_t count = 0;
+    for (size_t i = 0; i < text_bytes[3]; i++)
+      count += names[i] == '\0';
+    const bool ends = names[text_bytes[3] - 1] == '\0';
+    free(names);
+    if (sn != AMPC_OK)
+      return sn;
+    if (!ends || count > AMPC_DS_MAX_STYLES)
+      return ampc_fail(AMPC_ERR_FORMAT,
+                       "%s: section STYN must hold 1 to %d NUL-terminated style names", name,
+                       AMPC_DS_MAX_STYLES);
+    d.n_styles = (int32_t)count;
+  }
   ampc_status st = ampc__dataset_alloc(&d, text_bytes, text);
   if (st != AMPC_OK)
     return ampc_fail(st, "%s: cannot allocate the dataset (%d samples)", name, (int)d.n);
   void *dst[SEC_COUNT] = {d.images, d.tokens, d.label, d.concept, d.split,
-                          d.style,  text[0],  text[1], text[2]};
-  for (int k = 0; k < SEC_COUNT && st == AMPC_OK; k++)
+                          d.style,  text[0],  text[1], text[2],   text[3]};
+  for (int k = 0; k < nsec && st == AMPC_OK; k++)
     st = inflate_exact(&sec[k], dst[k], name, k);
   if (st != AMPC_OK) {
     ampc_dataset_free(&d);
@@ -324,9 +404,9 @@ ampc_status ampc_dataset_load_mem(const void *data, size_t size, const char *nam
     d.label[i] = (int32_t)rd32((const unsigned char *)&d.label[i]);
     d.concept[i] = (int32_t)rd32((const unsigned char *)&d.concept[i]);
   }
-  char **tables[3] = {d.words, d.class_names, d.captions};
-  const int32_t counts[3] = {d.vocab, d.n_classes, d.n};
-  for (int t = 0; t < 3; t++)
+  char **tables[AMPC__DS_TEXTS] = {d.words, d.class_names, d.captions, d.style_names};
+  const int32_t counts[AMPC__DS_TEXTS] = {d.vocab, d.n_classes, d.n, d.n_styles};
+  for (int t = 0; t < AMPC__DS_TEXTS; t++)
     if (text[t] && ampc__split_strings(text[t], text_bytes[t], counts[t], tables[t]) != 0) {
       ampc_dataset_free(&d);
       return ampc_fail(AMPC_ERR_FORMAT,
@@ -482,16 +562,18 @@ ampc_status ampc_dataset_save(const ampc_dataset *d, const char *path) {
     wr32(le + 4 * (nt + i), (uint32_t)d->label[i]);
     wr32(le + 4 * (nt + n + i), (uint32_t)d->concept[i]);
   }
-  char *blob[3] = {NULL, NULL, NULL};
-  size_t blen[3] = {0, 0, 0};
+  char *blob[AMPC__DS_TEXTS] = {NULL, NULL, NULL, NULL};
+  size_t blen[AMPC__DS_TEXTS] = {0, 0, 0, 0};
   ampc_status st = join_strings(d->words, d->vocab, &blob[0], &blen[0], "words");
   if (st == AMPC_OK)
     st = join_strings(d->class_names, d->n_classes, &blob[1], &blen[1], "class_names");
   if (st == AMPC_OK)
     st = join_strings(d->captions, d->n, &blob[2], &blen[2], "captions");
+  if (st == AMPC_OK)
+    st = join_strings(d->style_names, d->n_styles, &blob[3], &blen[3], "style_names");
   if (st != AMPC_OK) {
     free(le);
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < AMPC__DS_TEXTS; t++)
       free(blob[t]);
     return st;
   }
@@ -522,8 +604,8 @@ ampc_status ampc_dataset_save(const ampc_dataset *d, const char *path) {
     st = write_failed(tmp);
     goto done;
   }
-  const void *src[SEC_COUNT] = {
-      d->images, le, le + 4 * nt, le + 4 * (nt + n), d->split, d->style, blob[0], blob[1], blob[2]};
+  const void *src[SEC_COUNT] = {d->images, le,      le + 4 * nt, le + 4 * (nt + n), d->split,
+                                d->style,  blob[0], blob[1],     blob[2],           blob[3]};
   const size_t len[SEC_COUNT] = {n * (size_t)d->height * (size_t)d->width * (size_t)d->channels,
                                  4 * nt,
                                  4 * n,
@@ -532,7 +614,8 @@ ampc_status ampc_dataset_save(const ampc_dataset *d, const char *path) {
                                  n,
                                  blen[0],
                                  blen[1],
-                                 blen[2]};
+                                 blen[2],
+                                 blen[3]};
   for (int k = 0; k < SEC_COUNT && st == AMPC_OK; k++)
     st = write_section(fp, k, src[k], len[k], tmp);
   if (st != AMPC_OK)
@@ -559,7 +642,7 @@ done:
     remove(tmp);
   free(tmp);
   free(le);
-  for (int t = 0; t < 3; t++)
+  for (int t = 0; t < AMPC__DS_TEXTS; t++)
     free(blob[t]);
   return st;
 }

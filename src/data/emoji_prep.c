@@ -126,6 +126,7 @@ static base_entry *find_base(base_entry *idx, size_t n, const char *hex) {
 typedef struct concept {
   const char *unified; /* inside the google emoji.json tree */
   const char *image;
+  const char *hexcode; /* the emojibase key (upper case), inside the index */
   int group;
   int held_out;
   ampc__wordlist words; /* caption words, deduplicated, truncated to the sequence length */
@@ -152,39 +153,126 @@ static const char *str_field(const cJSON *o, const char *k) {
   return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
-                               const char *emojibase_dir, ampc_dataset *out,
-                               ampc_emoji_prep_stats *stats) {
+/* Which kind of package a style comes from. */
+typedef struct style_kind {
+  const char *name;
+  int datasource; /* 1: emoji-datasource-<name> (emoji.json, img/<name>/64/<image>);
+                   * 0: openmoji, rendered to 64/<HEXCODE>.png by `ampc data emoji` */
+} style_kind;
+static const style_kind k_styles[] = {
+    {"google", 1}, {"twitter", 1}, {"apple", 1}, {"facebook", 1}, {"openmoji", 0}};
+enum { N_KNOWN_STYLES = (int)(sizeof k_styles / sizeof k_styles[0]) };
+
+static const style_kind *find_kind(const char *name) {
+  for (int k = 0; name && k < N_KNOWN_STYLES; k++)
+    if (strcmp(k_styles[k].name, name) == 0)
+      return &k_styles[k];
+  return NULL;
+}
+
+static int file_exists(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  if (fp)
+    fclose(fp);
+  return fp != NULL;
+}
+
+/* per-style state of the preparation */
+typedef struct style_src {
+  const style_kind *kind;
+  const char *dir;
+  char *json_path, *img_dir;
+  cJSON *json;          /* emoji.json of a datasource package */
+  const char **has_img; /* sorted `unified` codes with has_img_<style> */
+  int n_has;
+} style_src;
+
+ampc_status ampc_emoji_prepare_styles(const ampc_emoji_source *src, int n_src,
+                                      const char *emojibase_dir, int held_out, ampc_dataset *out,
+                                      ampc_emoji_prep_stats *stats) {
   enum { D = AMPC_EMOJI_SIZE, L = AMPC_EMOJI_SEQ_LEN, IMG = D * D * 3 };
-  if (!google_dir || !twitter_dir || !emojibase_dir || !out)
+  if (!src || !emojibase_dir || !out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_emoji_prepare: NULL argument");
   memset(out, 0, sizeof *out);
+  if (n_src < 1 || n_src > AMPC_EMOJI_MAX_STYLES || held_out < -1 || held_out >= n_src)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "emoji prep: %d styles (1 to %d) with held-out style %d",
+                     n_src, AMPC_EMOJI_MAX_STYLES, held_out);
   ampc_emoji_prep_stats S;
   memset(&S, 0, sizeof S);
   ampc_status st = AMPC_OK;
-  cJSON *gj = NULL, *tj = NULL, *bj = NULL;
-  char *gpath = NULL, *tpath = NULL, *bpath = NULL, *gimg = NULL, *timg = NULL, *file = NULL;
+  style_src ss[AMPC_EMOJI_MAX_STYLES];
+  memset(ss, 0, sizeof ss);
+  int list = -1; /* the datasource package whose emoji.json lists the emoji */
+  for (int k = 0; k < n_src; k++) {
+    ss[k].kind = find_kind(src[k].style);
+    ss[k].dir = src[k].dir;
+    if (!ss[k].kind || !src[k].dir)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "emoji prep: unknown style '%s' (google, twitter, apple, facebook, "
+                       "openmoji) or no directory",
+                       src[k].style ? src[k].style : "(null)");
+    for (int j = 0; j < k; j++)
+      if (ss[j].kind == ss[k].kind)
+        return ampc_fail(AMPC_ERR_INVALID_ARG, "emoji prep: style '%s' is given twice",
+                         src[k].style);
+    if (ss[k].kind->datasource && list < 0)
+      list = k;
+  }
+  if (list < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "emoji prep: at least one emoji-datasource style (google, twitter, apple, "
+                     "facebook) is needed: its emoji.json lists the emoji");
+  cJSON *bj = NULL;
+  char *bpath = NULL, *file = NULL;
   base_entry *idx = NULL;
-  const char **twitter_ok = NULL;
   concept *con = NULL;
   uint8_t *pixels = NULL;
   vocab_entry *voc = NULL;
   const char **all = NULL;
-  int nt = 0, nc = 0;
+  int nc = 0;
   size_t nidx = 0;
   int32_t nvoc = 0;
+  const int NS = n_src;
 
-  gpath = join_path(google_dir, "emoji.json");
-  tpath = join_path(twitter_dir, "emoji.json");
   bpath = join_path(emojibase_dir, "en/data.json");
-  gimg = join_path(google_dir, "img/google/64");
-  timg = join_path(twitter_dir, "img/twitter/64");
-  if (!gpath || !tpath || !bpath || !gimg || !timg) {
+  if (!bpath) {
     st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory");
     goto done;
   }
-  if ((st = read_json(gpath, &gj)) != AMPC_OK || (st = read_json(tpath, &tj)) != AMPC_OK ||
-      (st = read_json(bpath, &bj)) != AMPC_OK)
+  for (int k = 0; k < NS; k++) {
+    style_src *x = &ss[k];
+    if (x->kind->datasource) {
+      char sub[64];
+      snprintf(sub, sizeof sub, "img/%s/64", x->kind->name);
+      x->json_path = join_path(x->dir, "emoji.json");
+      x->img_dir = join_path(x->dir, sub);
+    } else {
+      x->img_dir = join_path(x->dir, "64");
+    }
+    if ((x->kind->datasource && !x->json_path) || !x->img_dir) {
+      st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory");
+      goto done;
+    }
+    if (!x->kind->datasource)
+      continue;
+    if ((st = read_json(x->json_path, &x->json)) != AMPC_OK)
+      goto done;
+    /* the emoji that this package has an image for */
+    char flag[64];
+    snprintf(flag, sizeof flag, "has_img_%s", x->kind->name);
+    x->has_img = calloc((size_t)cJSON_GetArraySize(x->json) + 1, sizeof *x->has_img);
+    if (!x->has_img) {
+      st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory");
+      goto done;
+    }
+    for (cJSON *e = x->json->child; e; e = e->next) {
+      const char *u = str_field(e, "unified");
+      if (u && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, flag)))
+        x->has_img[x->n_has++] = u;
+    }
+    qsort(x->has_img, (size_t)x->n_has, sizeof *x->has_img, cmp_str);
+  }
+  if ((st = read_json(bpath, &bj)) != AMPC_OK)
     goto done;
 
   /* emojibase entries by upper-case hexcode */
@@ -204,20 +292,9 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
   }
   qsort(idx, nidx, sizeof *idx, cmp_base);
 
-  /* emoji that the twitter package has an image for */
-  twitter_ok = calloc((size_t)cJSON_GetArraySize(tj) + 1, sizeof *twitter_ok);
-  if (!twitter_ok) {
-    st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory");
-    goto done;
-  }
-  for (cJSON *e = tj->child; e; e = e->next) {
-    const char *u = str_field(e, "unified");
-    if (u && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "has_img_twitter")))
-      twitter_ok[nt++] = u;
-  }
-  qsort(twitter_ok, (size_t)nt, sizeof *twitter_ok, cmp_str);
-
-  /* the concepts, in the file order of the google emoji.json */
+  /* the concepts, in the file order of the listing package's emoji.json */
+  const cJSON *gj = ss[list].json;
+  const char *gpath = ss[list].json_path;
   S.datasource_entries = cJSON_GetArraySize(gj);
   con = calloc((size_t)S.datasource_entries + 1, sizeof *con);
   if (!con) {
@@ -225,7 +302,7 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
     goto done;
   }
   int entry = 0;
-  for (cJSON *e = gj->child; e; e = e->next, entry++) {
+  for (const cJSON *e = gj->child; e; e = e->next, entry++) {
     const char *u = str_field(e, "unified"), *q = str_field(e, "non_qualified");
     const char *image = str_field(e, "image");
     if (!u || !image || !*image || strchr(image, '/')) {
@@ -262,14 +339,34 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
       S.skipped_component++;
       continue;
     }
-    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "has_img_google")) ||
-        !bsearch(&u, twitter_ok, (size_t)nt, sizeof *twitter_ok, cmp_str)) {
+    /* an image in every style */
+    int missing = -1;
+    for (int k = 0; k < NS && missing < 0; k++) {
+      const style_src *x = &ss[k];
+      if (x->kind->datasource) {
+        if (!bsearch(&u, x->has_img, (size_t)x->n_has, sizeof *x->has_img, cmp_str))
+          missing = k;
+      } else {
+        char name[KEY_MAX + 8];
+        snprintf(name, sizeof name, "%s.png", b->key);
+        free(file);
+        if (!(file = join_path(x->img_dir, name))) {
+          st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory");
+          goto done;
+        }
+        if (!file_exists(file))
+          missing = k;
+      }
+    }
+    if (missing >= 0) {
       S.skipped_no_image++;
+      S.missing_in_style[missing]++;
       continue;
     }
     concept *c = &con[nc++];
     c->unified = u;
     c->image = image;
+    c->hexcode = b->key;
     c->group = group;
     c->held_out = fnv1a(u) % 10u == 0;
     /* caption: label words, then tag words, deduplicated in order */
@@ -306,26 +403,30 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
       S.train_concepts++;
   }
   S.concepts = nc;
+  S.styles = NS;
   if (S.train_concepts == 0 || nc == 0) {
     st = ampc_fail(AMPC_ERR_FORMAT, "%s: no usable emoji after the join", gpath);
     goto done;
   }
 
   /* images: [concept][style][D*D*3] */
-  pixels = malloc((size_t)nc * 2 * IMG);
+  pixels = malloc((size_t)nc * (size_t)NS * IMG);
   if (!pixels) {
-    st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory for %d images", 2 * nc);
+    st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory for %d images", NS * nc);
     goto done;
   }
   for (int i = 0; i < nc; i++)
-    for (int s = 0; s < 2; s++) {
+    for (int k = 0; k < NS; k++) {
+      char name[KEY_MAX + 8];
+      snprintf(name, sizeof name, "%s.png", con[i].hexcode);
       free(file);
-      file = join_path(s ? timg : gimg, con[i].image);
+      file = join_path(ss[k].img_dir, ss[k].kind->datasource ? con[i].image : name);
       if (!file) {
         st = ampc_fail(AMPC_ERR_NOMEM, "emoji prep: out of memory");
         goto done;
       }
-      if ((st = ampc_emoji_png_load(file, pixels + ((size_t)i * 2 + (size_t)s) * IMG)) != AMPC_OK)
+      if ((st = ampc_emoji_png_load(file, pixels + ((size_t)i * (size_t)NS + (size_t)k) * IMG)) !=
+          AMPC_OK)
         goto done;
     }
 
@@ -370,10 +471,11 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
     class_of[g] = seen ? ncls++ : -1;
   }
 
-  /* samples: train (google, training concepts), new style (twitter, training
-   * concepts), zero-shot (google then twitter, held-out concepts) */
-  const int32_t n = 2 * nc;
-  size_t text_bytes[3] = {0, 0, 0};
+  /* samples: for each style in the given order, its images of the training
+   * concepts (split train, or new style for the held-out style); then for each
+   * style its images of the held-out concepts (zero-shot) */
+  const int32_t n = NS * nc;
+  size_t text_bytes[AMPC__DS_TEXTS] = {0, 0, 0, 0};
   text_bytes[0] = sizeof "<pad>" + sizeof "<unk>";
   for (int32_t i = 0; i < nvoc; i++)
     text_bytes[0] += strlen(voc[i].word) + 1;
@@ -384,8 +486,10 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
     size_t len = 0;
     for (int k = 0; k < con[i].words.n; k++)
       len += strlen(con[i].words.w[k]) + 1; /* words and a space or the final NUL */
-    text_bytes[2] += 2 * len;
+    text_bytes[2] += (size_t)NS * len;
   }
+  for (int k = 0; k < NS; k++)
+    text_bytes[3] += strlen(ss[k].kind->name) + 1;
   ampc_dataset d = {0};
   d.n = n;
   d.height = D;
@@ -394,7 +498,8 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
   d.seq_len = L;
   d.vocab = nvoc + 2;
   d.n_classes = ncls;
-  char *text[3];
+  d.n_styles = NS;
+  char *text[AMPC__DS_TEXTS];
   if (ampc__dataset_check_sizes(&d) != NULL) {
     st = ampc_fail(AMPC_ERR_FORMAT, "emoji prep: dataset sizes out of range");
     goto done;
@@ -417,25 +522,33 @@ ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
       memcpy(w, k_group_names[g], l);
       w += l;
     }
+  w = text[3];
+  for (int k = 0; k < NS; k++) {
+    const size_t l = strlen(ss[k].kind->name) + 1;
+    memcpy(w, ss[k].kind->name, l);
+    w += l;
+  }
   qsort(voc, (size_t)nvoc, sizeof *voc, cmp_vocab_word); /* for lookups by word */
   if (ampc__split_strings(text[0], text_bytes[0], d.vocab, d.words) != 0 ||
-      ampc__split_strings(text[1], text_bytes[1], d.n_classes, d.class_names) != 0) {
+      ampc__split_strings(text[1], text_bytes[1], d.n_classes, d.class_names) != 0 ||
+      ampc__split_strings(text[3], text_bytes[3], d.n_styles, d.style_names) != 0) {
     ampc_dataset_free(&d);
     st = ampc_fail(AMPC_ERR_FORMAT, "emoji prep: internal error building the string tables");
     goto done;
   }
   char *cap = text[2];
   int32_t s = 0;
-  for (int block = 0; block < 4; block++) {
-    const int held = block >= 2, style = block & 1;
-    const uint8_t split = block == 0   ? AMPC_SPLIT_TRAIN
-                          : block == 1 ? AMPC_SPLIT_NEW_STYLE
-                                       : AMPC_SPLIT_ZERO_SHOT;
+  for (int block = 0; block < 2 * NS; block++) {
+    const int held = block >= NS, style = block % NS;
+    const uint8_t split = held                ? AMPC_SPLIT_ZERO_SHOT
+                          : style == held_out ? AMPC_SPLIT_NEW_STYLE
+                                              : AMPC_SPLIT_TRAIN;
     for (int i = 0; i < nc; i++) {
       const concept *c = &con[i];
       if (c->held_out != held)
         continue;
-      memcpy(d.images + (size_t)s * IMG, pixels + ((size_t)i * 2 + (size_t)style) * IMG, IMG);
+      memcpy(d.images + (size_t)s * IMG, pixels + ((size_t)i * (size_t)NS + (size_t)style) * IMG,
+             IMG);
       d.label[s] = class_of[c->group];
       d.concept[s] = i;
       d.split[s] = split;
@@ -464,16 +577,24 @@ done:
   free(all);
   free(voc);
   free(pixels);
-  free(twitter_ok);
   free(idx);
-  cJSON_Delete(gj);
-  cJSON_Delete(tj);
+  for (int k = 0; k < NS; k++) {
+    free(ss[k].has_img);
+    cJSON_Delete(ss[k].json);
+    free(ss[k].json_path);
+    free(ss[k].img_dir);
+  }
   cJSON_Delete(bj);
-  free(gpath);
-  free(tpath);
   free(bpath);
-  free(gimg);
-  free(timg);
   free(file);
   return st;
+}
+
+ampc_status ampc_emoji_prepare(const char *google_dir, const char *twitter_dir,
+                               const char *emojibase_dir, ampc_dataset *out,
+                               ampc_emoji_prep_stats *stats) {
+  if (!google_dir || !twitter_dir || !emojibase_dir || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_emoji_prepare: NULL argument");
+  const ampc_emoji_source src[2] = {{"google", google_dir}, {"twitter", twitter_dir}};
+  return ampc_emoji_prepare_styles(src, 2, emojibase_dir, 1, out, stats);
 }

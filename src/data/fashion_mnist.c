@@ -142,10 +142,10 @@ ampc_status ampc_fashion_mnist_load(const char *dir, ampc_dataset *out) {
   d.seq_len = 0;
   d.vocab = 0;
   d.n_classes = FM_CLASSES;
-  size_t text_bytes[3] = {0, 0, 0};
+  size_t text_bytes[AMPC__DS_TEXTS] = {0, 0, 0, 0};
   for (int k = 0; k < FM_CLASSES; k++)
     text_bytes[1] += strlen(k_fm_names[k]) + 1;
-  char *text[3];
+  char *text[AMPC__DS_TEXTS];
   if ((st = ampc__dataset_alloc(&d, text_bytes, text)) != AMPC_OK)
     goto done;
   char *w = text[1];

@@ -235,6 +235,45 @@ static float log_scale(const ampc_mmodel *M, bool *clamped) {
   return *clamped ? k_max_log_scale : ls;
 }
 
+/* ALBEF's negatives: for each image i, a text j != i drawn with probability
+ * softmax_j(sim[i, j] * exp(ls)) (FP64 weights over the FP32 similarities);
+ * a row whose similarities are not all finite keeps its argmax pick. */
+static void sample_negatives(ampc_mmodel *M, int64_t b, float ls, uint64_t seed) {
+  ampc_rng r;
+  ampc_rng_seed(&r, seed);
+  const double scale = exp((double)ls);
+  const float *sim = M->sim;
+  for (int64_t i = 0; i < b; i++) {
+    const uint64_t u = ampc_rng_next(&r); /* one draw per row, whatever happens */
+    double mx = -INFINITY;
+    bool finite = true;
+    for (int64_t j = 0; j < b; j++)
+      if (j != i) {
+        finite = finite && isfinite(sim[i * b + j]);
+        if ((double)sim[i * b + j] > mx)
+          mx = (double)sim[i * b + j];
+      }
+    if (!finite)
+      continue;
+    double z = 0.0;
+    for (int64_t j = 0; j < b; j++)
+      if (j != i)
+        z += exp(((double)sim[i * b + j] - mx) * scale);
+    const double t = (double)(u >> 11) * 0x1p-53 * z;
+    double acc = 0.0;
+    int64_t pick = -1;
+    for (int64_t j = 0; j < b && pick < 0; j++)
+      if (j != i) {
+        acc += exp(((double)sim[i * b + j] - mx) * scale);
+        if (acc > t)
+          pick = j;
+      }
+    if (pick < 0) /* t rounded to the top: the last candidate */
+      pick = i == b - 1 ? b - 2 : b - 1;
+    M->neg[i] = (int32_t)pick;
+  }
+}
+
 /* ---- the whole model ------------------------------------------------------------------ */
 
 /* The vision encoder's backward pass from dv32 [b*NV, D] (FP32 sums of the
@@ -418,6 +457,8 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
   for (int64_t i = 0; i < b; i++)
     if (M->neg[i] < 0)
       M->neg[i] = i == 0 ? 1 : 0;
+  if (bt->neg_seed != 0)
+    sample_negatives(M, b, ls, bt->neg_seed);
   /* fusion on 2b pairs: (i, i) positives then (i, neg[i]) negatives */
   const int64_t np = 2 * b;
   for (int64_t pr = 0; pr < np; pr++) {

@@ -60,6 +60,55 @@ int64_t ampc_sampler_index(ampc_sampler *s, int64_t j) {
   return s->perm[j % s->n];
 }
 
+/* ---- grouping, style picks and augmentation ---------------------------------------- */
+
+typedef struct concept_sample {
+  int64_t concept, index;
+} concept_sample;
+static int cmp_concept_sample(const void *a, const void *b) {
+  const concept_sample *x = a, *y = b;
+  if (x->concept != y->concept)
+  return x->concept < y->concept ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+static int cmp_first_member(const void *a, const void *b) {
+  const int64_t *x = a, *y = b; /* {first index, group start, count} */
+  return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* train_idx and grp_off from the training samples, grouped by concept id; the
+ * groups in the order of their first sample, each group's samples in dataset
+ * order (one sample per concept: train_idx is the training split in order) */
+static ampc_status group_by_concept(struct ampc_run *R, const ampc_dataset *D);
+
+/* a 64-bit hash of (seed, the sample's position in the run's sequence):
+ * which style of a concept is drawn, and the shift (splitmix64's finaliser) */
+static uint64_t draw_hash(uint64_t seed, int64_t pos) {
+  uint64_t z = seed * 0xD1B54A32D192ED03ull + (uint64_t)pos * 0x9E3779B97F4A7C15ull + 0x5851F42Dull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* dst = src [h, w, c] uint8 translated by (dx, dy) in [-s, s]^2 (from the bits
+ * r), the uncovered border filled with src's top-left pixel (the background:
+ * white for the emoji, black for Fashion-MNIST). A translation keeps what an
+ * emoji means (a flip or a colour change would not: direction and colour are
+ * in the captions). */
+static void shift_image(uint8_t *dst, const uint8_t *src, int32_t h, int32_t w, int32_t c, int s,
+                        uint64_t r) {
+  const int span = 2 * s + 1;
+  const int dx = (int)(r % (uint64_t)span) - s,
+            dy = (int)((r / (uint64_t)span) % (uint64_t)span) - s;
+  for (int32_t y = 0; y < h; y++)
+    for (int32_t x = 0; x < w; x++) {
+      const int32_t sy = y - dy, sx = x - dx;
+      const uint8_t *p =
+          sy >= 0 && sy < h && sx >= 0 && sx < w ? src + ((size_t)sy * w + sx) * c : src;
+      memcpy(dst + ((size_t)y * w + x) * c, p, (size_t)c);
+    }
+}
+
 /* ---- the run's state --------------------------------------------------------------- */
 
 struct ampc_run {
@@ -74,7 +123,12 @@ struct ampc_run {
   int64_t ntrain, mb; /* training samples; samples per micro-batch (on this rank) */
   int rank, size;     /* data parallelism (0 and 1: one process) */
   ampc_accum accum;   /* how a step's gradient is summed */
-  int64_t *train_idx; /* [ntrain]: dataset index of training sample i */
+  int64_t *train_idx; /* [ntrain]: dataset index of training sample i, grouped by concept */
+  /* the sampler draws concepts (groups): group g's samples (its images in each
+   * training style) are train_idx[grp_off[g] .. grp_off[g + 1]); one of them is
+   * picked per draw, so a batch never holds two images of one concept (which
+   * the contrastive loss would take for negatives of each other) */
+  int64_t ngroup, *grp_off;
   /* one micro-batch, gathered */
   uint8_t *bimg;
   int32_t *btok, *blab;
@@ -90,6 +144,40 @@ struct ampc_run {
   uint64_t fp8_values[AMPC_BRANCH_COUNT], fp8_sat[AMPC_BRANCH_COUNT], fp8_flush[AMPC_BRANCH_COUNT];
   double *fp8_amax; /* [3 * sites]: the amax reduction's buffer */
 };
+
+static ampc_status group_by_concept(struct ampc_run *R, const ampc_dataset *D) {
+  const int64_t n = R->ntrain;
+  concept_sample *cs = malloc((size_t)n * sizeof *cs);
+  int64_t *grp = malloc((size_t)n * 3 * sizeof *grp);
+  R->grp_off = malloc((size_t)(n + 1) * sizeof *R->grp_off);
+  if (!cs || !grp || !R->grp_off) {
+    free(cs), free(grp);
+    return ampc_fail(AMPC_ERR_NOMEM, "out of memory");
+  }
+  for (int64_t i = 0, k = 0; i < D->n; i++)
+    if (D->split[i] == AMPC_SPLIT_TRAIN)
+  cs[k].concept = D->concept[i], cs[k++].index = i;
+  qsort(cs, (size_t)n, sizeof *cs, cmp_concept_sample);
+  int64_t ng = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (i == 0 || cs[i].concept != cs[i - 1].concept) {
+      grp[3 * ng] = cs[i].index, grp[3 * ng + 1] = i, grp[3 * ng + 2] = 0;
+      ng++;
+    }
+  for (int64_t g = 0; g < ng; g++)
+    grp[3 * g + 2] = (g + 1 < ng ? grp[3 * (g + 1) + 1] : n) - grp[3 * g + 1];
+  qsort(grp, (size_t)ng, 3 * sizeof *grp, cmp_first_member);
+  int64_t k = 0;
+  for (int64_t g = 0; g < ng; g++) {
+    R->grp_off[g] = k;
+    for (int64_t m = 0; m < grp[3 * g + 2]; m++)
+      R->train_idx[k++] = cs[grp[3 * g + 1] + m].index;
+  }
+  R->grp_off[ng] = k;
+  R->ngroup = ng;
+  free(cs), free(grp);
+  return AMPC_OK;
+}
 
 static ampc_status fault_hook(void *user, void *g, ampc_dtype dt, int64_t n);
 
@@ -128,7 +216,7 @@ void ampc_run_free(ampc_run *R) {
   ampc_diag_free(R->diag);
   free(R->fp8_amax);
   cJSON_Delete(R->summary);
-  free(R->train_idx), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
+  free(R->train_idx), free(R->grp_off), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
   free(R->accum.stage);
   free(R);
 }
@@ -291,9 +379,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
   const ampc_dataset *D = data->dataset;
   if (md->kind == AMPC_MODEL_MM) {
-    for (int64_t i = 0, k = 0; i < D->n; i++)
-      if (D->split[i] == AMPC_SPLIT_TRAIN)
-        R->train_idx[k++] = i;
+    if ((st = group_by_concept(R, D)) != AMPC_OK)
+      goto fail;
     const int64_t img_sz = (int64_t)D->height * D->width * D->channels;
     R->bimg = malloc((size_t)(R->mb * img_sz));
     if (!R->bimg)
@@ -306,11 +393,21 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   } else {
     for (int64_t i = 0; i < R->ntrain; i++)
       R->train_idx[i] = i;
+    R->ngroup = R->ntrain;
+    R->grp_off = malloc((size_t)(R->ntrain + 1) * sizeof *R->grp_off);
+    if (!R->grp_off)
+      FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
+    for (int64_t i = 0; i <= R->ntrain; i++)
+      R->grp_off[i] = i;
     R->bfeat = malloc((size_t)(R->mb * data->dim) * sizeof *R->bfeat);
     if (!R->bfeat)
       FAIL(ampc_fail(AMPC_ERR_NOMEM, "out of memory"));
   }
-  if ((st = ampc_sampler_init(&R->smp, R->ntrain, rc->seed)) != AMPC_OK)
+  if (rc->batch > R->ngroup)
+    FAIL(ampc_fail(AMPC_ERR_INVALID_ARG,
+                   "batch %lld is larger than the number of training concepts (%lld)",
+                   (long long)rc->batch, (long long)R->ngroup));
+  if ((st = ampc_sampler_init(&R->smp, R->ngroup, rc->seed)) != AMPC_OK)
     goto fail;
   /* the trainer, the model, the resumed state */
   if ((st = ampc_model_specs(md, &R->specs)) != AMPC_OK)
@@ -490,6 +587,10 @@ static cJSON *config_object(const ampc_run *R) {
     cJSON_AddStringToObject(run_o, "model", mc->name);
     cJSON_AddStringToObject(run_o, "data", R->data.name ? R->data.name : "");
     cJSON_AddNumberToObject(run_o, "train_samples", (double)R->ntrain);
+    cJSON_AddNumberToObject(run_o, "train_concepts", (double)R->ngroup);
+    cJSON_AddNumberToObject(run_o, "augment_shift", (double)R->rc.augment_shift);
+    cJSON_AddStringToObject(run_o, "itm_negatives",
+                            R->rc.itm_sample_negatives ? "sampled" : "hardest");
     cJSON_AddNumberToObject(run_o, "vocab", (double)D->vocab);
     cJSON_AddNumberToObject(run_o, "seq_len", (double)D->seq_len);
     cJSON_AddNumberToObject(run_o, "classes", (double)D->n_classes);
@@ -750,6 +851,27 @@ char *ampc_run_summary_json(const ampc_run *R) {
 /* micro-batch k of iteration R->it_no on this rank: samples it_no * batch +
  * rank * (batch / size) + k * mb + r of the sampler's sequence (rank r's
  * shard is the r-th of `size` consecutive slices of the global batch) */
+/* The dataset index of the sample at position pos of the run's sequence
+ * (iteration * batch + slot): the sampler's concept, then one of its
+ * training-style images; *h gets the position's hash (the shift's bits). */
+static int64_t sample_at(ampc_run *R, int64_t pos, uint64_t *h) {
+  const int64_t g = ampc_sampler_index(&R->smp, pos);
+  const int64_t n_in = R->grp_off[g + 1] - R->grp_off[g];
+  *h = draw_hash(R->rc.seed, pos);
+  return R->train_idx[R->grp_off[g] + (n_in > 1 ? (int64_t)(*h % (uint64_t)n_in) : 0)];
+}
+
+ampc_status ampc_run_batch_samples(ampc_run *R, int64_t iteration, int64_t *out) {
+  if (!R || !out || iteration < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_batch_samples: bad arguments");
+  for (int64_t r = 0; r < R->rc.batch; r++) {
+    uint64_t h;
+    const int64_t src = sample_at(R, iteration * R->rc.batch + r, &h);
+    out[r] = src; /* the dataset's sample (the MLP: the training feature row) */
+  }
+  return AMPC_OK;
+}
+
 static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
   ampc_run *R = user;
   const int64_t shard = R->rc.batch / R->size;
@@ -770,14 +892,21 @@ static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
   const ampc_dataset *D = R->data.dataset;
   const int64_t img_sz = (int64_t)D->height * D->width * D->channels, L = D->seq_len;
   for (int64_t r = 0; r < mb; r++) {
-    const int64_t src = R->train_idx[ampc_sampler_index(&R->smp, base + r)];
-    memcpy(R->bimg + r * img_sz, D->images + src * img_sz, (size_t)img_sz);
+    uint64_t h;
+    const int64_t src = sample_at(R, base + r, &h);
+    if (R->rc.augment_shift > 0)
+      shift_image(R->bimg + r * img_sz, D->images + src * img_sz, D->height, D->width, D->channels,
+                  R->rc.augment_shift, h >> 32);
+    else
+      memcpy(R->bimg + r * img_sz, D->images + src * img_sz, (size_t)img_sz);
     if (R->btok) /* image-only data (Fashion-MNIST) has no tokens to copy */
       memcpy(R->btok + r * L, D->tokens + src * L, (size_t)L * sizeof *R->btok);
     R->blab[r] = D->label[src];
   }
   out->images = R->bimg;
   out->tokens = R->btok;
+  if (R->rc.itm_sample_negatives) /* never 0, which asks for the hardest negatives */
+    out->neg_seed = draw_hash(R->rc.seed ^ 0xA5A5A5A5ull, base) | 1u;
   return AMPC_OK;
 }
 

@@ -64,3 +64,21 @@ int cli_load_data(const char *cmd, const char *name, ampc_dataset *d) {
     return cli_runtime_error(cmd, "%s", ampc_last_error());
   return 0;
 }
+
+int cli_hold_out_style(const char *cmd, const char *style, ampc_dataset *d) {
+  const int k = ampc_dataset_find_style(d, style);
+  if (k < 0) {
+    char names[256] = "";
+    const int n = d->style_names ? d->n_styles : (d->tokens ? 2 : 0);
+    for (int s = 0; s < n; s++) {
+      const size_t used = strlen(names);
+      snprintf(names + used, sizeof names - used, "%s%s", s ? ", " : "",
+               ampc_dataset_style_name(d, s));
+    }
+    return cli_usage_error(cmd, "--hold-out-style: the data has no style '%s' (its styles: %s)",
+                           style, n ? names : "none, it is image-only");
+  }
+  if (ampc_dataset_hold_out_style(d, k) != AMPC_OK)
+    return cli_usage_error(cmd, "--hold-out-style: %s", ampc_last_error());
+  return 0;
+}

@@ -51,5 +51,8 @@ int cli_print_json(const char *cmd, struct cJSON *obj);
  * after printing "ampc <cmd>: <why>" (the message names the file). */
 struct ampc_dataset;
 int cli_load_data(const char *cmd, const char *name, struct ampc_dataset *d);
+/* Make `style` the held-out (new-style) split of d (ampc_dataset_hold_out_style);
+ * a usage error (exit 2) naming the data's styles when it has no such style. */
+int cli_hold_out_style(const char *cmd, const char *style, struct ampc_dataset *d);
 
 #endif

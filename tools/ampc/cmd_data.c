@@ -13,6 +13,7 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -28,19 +29,19 @@
 extern char **environ;
 
 static const char k_usage[] =
-    "Usage: ampc data emoji --out FILE [--from DIR] [--json]\n"
+    "Usage: ampc data emoji --out FILE [--styles LIST] [--hold-out STYLE] [--from DIR] [--json]\n"
     "       ampc data info [FILE] [--json]\n"
     "       ampc data info --fashion-mnist [DIR] [--json]\n"
     "\n"
     "emoji   Prepare the emoji image-text dataset (docs/DATA.md): fetch the npm\n"
-    "        packages emoji-datasource-google@16.0.0, emoji-datasource-twitter@16.0.0\n"
-    "        and emojibase-data@17.0.0 with `npm pack` (or take the three .tgz files\n"
-    "        from --from DIR), unpack them with tar, join the emoji, decode and\n"
-    "        downsample the images, tokenize the captions and write FILE. The\n"
-    "        report (join counts, skipped emoji, concepts per split) goes to\n"
-    "        stdout. The repository ships the result as data/emoji.ampcds, which\n"
-    "        is compiled into the library.\n"
-    "info    Summarise a dataset: samples per split, classes with counts,\n"
+    "        packages of the artwork styles and emojibase-data@17.0.0 with `npm pack`\n"
+    "        (or take the .tgz files from --from DIR), unpack them with tar (and\n"
+    "        render openmoji's SVGs to 64x64 PNGs with rsvg-convert), join the emoji,\n"
+    "        decode and downsample the images, tokenize the captions and write FILE.\n"
+    "        The report (join counts, skipped emoji, concepts per split) goes to\n"
+    "        stdout. The repository ships the default as data/emoji.ampcds, which is\n"
+    "        compiled into the library.\n"
+    "info    Summarise a dataset: samples per split and style, classes with counts,\n"
     "        vocabulary size and example captions. Without FILE: the dataset\n"
     "        embedded in the library. --fashion-mnist reads Fashion-MNIST's gzipped\n"
     "        IDX files from DIR (default /usr/share/datasets/fashion-mnist, Debian's\n"
@@ -48,18 +49,41 @@ static const char k_usage[] =
     "\n"
     "Options:\n"
     "  --out FILE            where `emoji` writes the dataset\n"
-    "  --from DIR            directory holding the three .tgz files (no npm)\n"
+    "  --styles LIST         comma-separated artwork styles (default google,openmoji,twitter,\n"
+    "                        the bundled file's), each once, in sample order:\n"
+    "                          google    emoji-datasource-google@16.0.0 (Noto, Apache-2.0)\n"
+    "                          twitter   emoji-datasource-twitter@16.0.0 (Twemoji, CC-BY-4.0)\n"
+    "                          openmoji  openmoji@17.0.0 (CC-BY-SA-4.0; needs rsvg-convert,\n"
+    "                                    Debian's librsvg2-bin)\n"
+    "                          apple     emoji-datasource-apple@16.0.0 (images (c) Apple Inc.,\n"
+    "                                    not licensed for redistribution: for your own use)\n"
+    "                          facebook  emoji-datasource-facebook@16.0.0 (images (c) Meta, no\n"
+    "                                    clear licence: for your own use)\n"
+    "  --hold-out STYLE      the style whose images of the training concepts form the\n"
+    "                        new-style split (default twitter when listed, else none;\n"
+    "                        `ampc train --hold-out-style` can choose another later)\n"
+    "  --from DIR            directory holding the .tgz files (<package>-<version>.tgz; no npm)\n"
     "  --fashion-mnist [DIR] `info` on Fashion-MNIST\n"
     "  --json                print one JSON object\n"
     "  -h, --help            show this help\n";
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
-static const char *const k_packages[3][2] = {
-    {"emoji-datasource-google", "16.0.0"},
-    {"emoji-datasource-twitter", "16.0.0"},
-    {"emojibase-data", "17.0.0"},
+/* the artwork styles' packages (docs/DATA.md, data/LICENSES.md) */
+typedef struct style_pkg {
+  const char *style, *package, *version;
+  int redistributable; /* may the images be shared (the bundled file's styles) */
+} style_pkg;
+static const style_pkg k_style_pkgs[] = {
+    {"google", "emoji-datasource-google", "16.0.0", 1},
+    {"twitter", "emoji-datasource-twitter", "16.0.0", 1},
+    {"openmoji", "openmoji", "17.0.0", 1},
+    {"apple", "emoji-datasource-apple", "16.0.0", 0},
+    {"facebook", "emoji-datasource-facebook", "16.0.0", 0},
 };
+enum { N_STYLE_PKGS = (int)(sizeof k_style_pkgs / sizeof k_style_pkgs[0]) };
+static const char *const k_emojibase[2] = {"emojibase-data", "17.0.0"};
+#define DEFAULT_STYLES "google,openmoji,twitter"
 static const char *const k_split_names[4] = {"train", "new_style", "zero_shot", "test"};
 
 /* ---- child processes and the temporary directory -------------------------- */
@@ -123,14 +147,59 @@ static cJSON *stats_json(const ampc_emoji_prep_stats *s) {
   return o;
 }
 
+/* Render every color/svg/<HEX>.svg of the unpacked openmoji package `pkg`
+ * to pkg/64/<HEX>.png (64x64) with rsvg-convert. 0 on success. */
+static int render_openmoji(const char *pkg) {
+  char svgdir[4200], pngdir[4200];
+  if (!path_fmt(svgdir, sizeof svgdir, "%s/color/svg", pkg) ||
+      !path_fmt(pngdir, sizeof pngdir, "%s/64", pkg))
+    return cli_runtime_error("data", "%s: directory name too long", pkg);
+  DIR *dir = opendir(svgdir);
+  if (!dir)
+    return cli_runtime_error("data", "%s: cannot open (is this the openmoji package?)", svgdir);
+  if (mkdir(pngdir, 0700) != 0) {
+    closedir(dir);
+    return cli_runtime_error("data", "%s: cannot create", pngdir);
+  }
+  fprintf(stderr, "ampc data: rendering openmoji's SVGs to 64x64 PNGs with rsvg-convert\n");
+  int rc = AMPC_EXIT_OK, count = 0;
+  for (struct dirent *e; rc == AMPC_EXIT_OK && (e = readdir(dir)) != NULL;) {
+    const size_t len = strlen(e->d_name);
+    if (len < 5 || strcmp(e->d_name + len - 4, ".svg") != 0 || e->d_name[0] == '.')
+      continue;
+    char in[8400], out[8400];
+    if (!path_fmt(in, sizeof in, "%s/%s", svgdir, e->d_name) ||
+        !path_fmt(out, sizeof out, "%s/%.*s.png", pngdir, (int)(len - 4), e->d_name)) {
+      rc = cli_runtime_error("data", "%s: file name too long", e->d_name);
+      break;
+    }
+    char *argv[] = {"rsvg-convert", "-w", "64", "-h", "64", "-f", "png", "-o", out, in, NULL};
+    const int r = spawn_wait(argv);
+    if (r == -1 && count == 0)
+      rc = cli_runtime_error("data", "cannot run rsvg-convert, which the openmoji style needs "
+                                     "(apt-get install librsvg2-bin)");
+    else if (r != 0)
+      rc = cli_runtime_error("data", "%s: rsvg-convert failed (exit %d)", in, r);
+    count++;
+  }
+  closedir(dir);
+  if (rc == AMPC_EXIT_OK)
+    fprintf(stderr, "ampc data: rendered %d openmoji images\n", count);
+  return rc;
+}
+
 static int run_emoji(int argc, char **argv) {
-  const char *out = NULL, *from = NULL;
+  const char *out = NULL, *from = NULL, *styles_arg = DEFAULT_STYLES, *hold_arg = NULL;
   int json = 0;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
       out = argv[++i];
     else if (strcmp(argv[i], "--from") == 0 && i + 1 < argc)
       from = argv[++i];
+    else if (strcmp(argv[i], "--styles") == 0 && i + 1 < argc)
+      styles_arg = argv[++i];
+    else if (strcmp(argv[i], "--hold-out") == 0 && i + 1 < argc)
+      hold_arg = argv[++i];
     else if (strcmp(argv[i], "--json") == 0)
       json = 1;
     else
@@ -138,6 +207,50 @@ static int run_emoji(int argc, char **argv) {
   }
   if (!out)
     return cli_usage_error("data", "'data emoji' needs --out FILE");
+  /* the styles */
+  const style_pkg *sty[AMPC_EMOJI_MAX_STYLES];
+  int ns = 0, held = -1;
+  {
+    char list[256];
+    if (!path_fmt(list, sizeof list, "%s", styles_arg))
+      return cli_usage_error("data", "--styles: list too long");
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+      const style_pkg *sp = NULL;
+      for (int k = 0; k < N_STYLE_PKGS; k++)
+        if (strcmp(k_style_pkgs[k].style, tok) == 0)
+          sp = &k_style_pkgs[k];
+      if (!sp)
+        return cli_usage_error("data",
+                               "--styles: unknown style '%s' (google, twitter, openmoji, apple, "
+                               "facebook)",
+                               tok);
+      for (int j = 0; j < ns; j++)
+        if (sty[j] == sp)
+          return cli_usage_error("data", "--styles: '%s' is listed twice", tok);
+      if (ns == AMPC_EMOJI_MAX_STYLES)
+        return cli_usage_error("data", "--styles: at most %d styles", AMPC_EMOJI_MAX_STYLES);
+      sty[ns++] = sp;
+    }
+    if (ns == 0)
+      return cli_usage_error("data", "--styles: no style given");
+    const char *h = hold_arg ? hold_arg : "twitter";
+    for (int j = 0; j < ns; j++)
+      if (strcmp(sty[j]->style, h) == 0)
+        held = j;
+    if (hold_arg && strcmp(hold_arg, "none") != 0 && held < 0)
+      return cli_usage_error("data", "--hold-out: '%s' is not one of --styles %s", hold_arg,
+                             styles_arg);
+    if (held >= 0 && ns == 1)
+      return cli_usage_error("data", "--hold-out %s would leave no style to train on",
+                             sty[held]->style);
+  }
+  for (int j = 0; j < ns; j++)
+    if (!sty[j]->redistributable)
+      fprintf(stderr,
+              "ampc data: note: the %s images (%s) may not be redistributed: keep %s for your "
+              "own use, do not commit or share it (data/LICENSES.md)\n",
+              sty[j]->style, sty[j]->package, out);
 
   const char *tmpdir = getenv("TMPDIR");
   char tmp[2048];
@@ -146,27 +259,35 @@ static int run_emoji(int argc, char **argv) {
   if (!mkdtemp(tmp))
     return cli_runtime_error("data", "%s: cannot create a temporary directory", tmp);
   int rc = AMPC_EXIT_OK;
-  char tgz[3][4096], pkg[3][4096];
-  for (int k = 0; k < 3; k++)
-    if (!path_fmt(tgz[k], sizeof tgz[k], "%s/%s-%s.tgz", from ? from : tmp, k_packages[k][0],
-                  k_packages[k][1])) {
+  const int npk = ns + 1; /* the styles, then emojibase-data */
+  char tgz[AMPC_EMOJI_MAX_STYLES + 1][4096], pkg[AMPC_EMOJI_MAX_STYLES + 1][4096];
+  char spec[AMPC_EMOJI_MAX_STYLES + 1][128];
+  for (int k = 0; k < npk; k++) {
+    const char *name = k < ns ? sty[k]->package : k_emojibase[0];
+    const char *ver = k < ns ? sty[k]->version : k_emojibase[1];
+    snprintf(spec[k], sizeof spec[k], "%s@%s", name, ver);
+    if (!path_fmt(tgz[k], sizeof tgz[k], "%s/%s-%s.tgz", from ? from : tmp, name, ver)) {
       rc = cli_runtime_error("data", "%s: directory name too long", from ? from : tmp);
       goto done;
     }
+  }
   if (!from) {
-    char spec[3][128];
-    for (int k = 0; k < 3; k++)
-      snprintf(spec[k], sizeof spec[k], "%s@%s", k_packages[k][0], k_packages[k][1]);
-    char *npm[] = {"npm",   "pack",  "--silent", "--pack-destination", tmp, spec[0],
-                   spec[1], spec[2], NULL};
-    fprintf(stderr, "ampc data: npm pack %s %s %s\n", spec[0], spec[1], spec[2]);
+    char *npm[AMPC_EMOJI_MAX_STYLES + 7] = {"npm", "pack", "--silent", "--pack-destination", tmp};
+    int na = 5;
+    for (int k = 0; k < npk; k++)
+      npm[na++] = spec[k];
+    npm[na] = NULL;
+    fprintf(stderr, "ampc data: npm pack");
+    for (int k = 0; k < npk; k++)
+      fprintf(stderr, " %s", spec[k]);
+    fprintf(stderr, "\n");
     if (spawn_wait(npm) != 0) {
       rc = cli_runtime_error("data", "`npm pack` failed (is npm installed and the registry "
                                      "reachable? or pass --from DIR with the .tgz files)");
       goto done;
     }
   }
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < npk; k++) {
     if (access(tgz[k], R_OK) != 0) {
       rc = cli_runtime_error("data", "%s: cannot read", tgz[k]);
       goto done;
@@ -179,10 +300,16 @@ static int run_emoji(int argc, char **argv) {
       rc = cli_runtime_error("data", "%s: cannot unpack with tar into %s", tgz[k], dest);
       goto done;
     }
+    if (k < ns && strcmp(sty[k]->style, "openmoji") == 0 &&
+        (rc = render_openmoji(pkg[k])) != AMPC_EXIT_OK)
+      goto done;
   }
+  ampc_emoji_source src[AMPC_EMOJI_MAX_STYLES];
+  for (int k = 0; k < ns; k++)
+    src[k].style = sty[k]->style, src[k].dir = pkg[k];
   ampc_dataset d;
   ampc_emoji_prep_stats s;
-  if (ampc_emoji_prepare(pkg[0], pkg[1], pkg[2], &d, &s) != AMPC_OK ||
+  if (ampc_emoji_prepare_styles(src, ns, pkg[ns], held, &d, &s) != AMPC_OK ||
       ampc_dataset_save(&d, out) != AMPC_OK) {
     rc = cli_runtime_error("data", "%s", ampc_last_error());
     ampc_dataset_free(&d);
@@ -200,6 +327,16 @@ static int run_emoji(int argc, char **argv) {
     cJSON *sp = cJSON_AddObjectToObject(o, "splits");
     for (int k = 0; k < 3; k++)
       cJSON_AddNumberToObject(sp, k_split_names[k], per_split[k]);
+    cJSON *sa = cJSON_AddArrayToObject(o, "styles");
+    cJSON *mi = cJSON_AddObjectToObject(o, "missing_in_style");
+    for (int k = 0; k < ns; k++) {
+      cJSON_AddItemToArray(sa, cJSON_CreateString(sty[k]->style));
+      cJSON_AddNumberToObject(mi, sty[k]->style, s.missing_in_style[k]);
+    }
+    if (held >= 0)
+      cJSON_AddStringToObject(o, "held_out_style", sty[held]->style);
+    else
+      cJSON_AddNullToObject(o, "held_out_style");
     rc = cli_print_json("data", o);
   } else {
     printf("emoji-datasource entries  %d (emojibase-data entries %d)\n", s.datasource_entries,
@@ -207,9 +344,19 @@ static int run_emoji(int argc, char **argv) {
     printf("joined                    %d on unified + %d on non_qualified\n", s.joined_unified,
            s.joined_non_qualified);
     printf("skipped                   %d unmatched, %d duplicate, %d without group, "
-           "%d component, %d without both images\n",
+           "%d component, %d without an image in every style\n",
            s.skipped_unmatched, s.skipped_duplicate, s.skipped_no_group, s.skipped_component,
            s.skipped_no_image);
+    printf("styles                    ");
+    for (int k = 0; k < ns; k++)
+      printf("%s%s%s", k ? ", " : "", sty[k]->style, k == held ? " (held out)" : "");
+    printf("\n");
+    if (s.skipped_no_image > 0) {
+      printf("first missing image in    ");
+      for (int k = 0; k < ns; k++)
+        printf("%s%s %d", k ? ", " : "", sty[k]->style, s.missing_in_style[k]);
+      printf("\n");
+    }
     printf("concepts                  %d (%d training, %d held out for zero-shot)\n", s.concepts,
            s.train_concepts, s.zero_shot_concepts);
     printf("captions                  longest %d words, %d truncated to %d tokens\n",
@@ -315,6 +462,22 @@ static int run_info(int argc, char **argv) {
     for (int k = 0; k < 4; k++)
       if (per_split[k])
         cJSON_AddNumberToObject(sp, k_split_names[k], per_split[k]);
+    if (d.tokens) { /* image-text data: samples per artwork style and split */
+      cJSON *sa = cJSON_AddArrayToObject(o, "styles");
+      const int ns = d.style_names ? d.n_styles : 2;
+      for (int y = 0; y < ns; y++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", ampc_dataset_style_name(&d, y));
+        for (int k = 0; k < 4; k++) {
+          int32_t cnt = 0;
+          for (int32_t i = 0; i < d.n; i++)
+            cnt += d.style[i] == y && d.split[i] == k;
+          if (per_split[k])
+            cJSON_AddNumberToObject(e, k_split_names[k], cnt);
+        }
+        cJSON_AddItemToArray(sa, e);
+      }
+    }
     cJSON *ca = cJSON_AddArrayToObject(o, "classes");
     for (int32_t c = 0; c < d.n_classes; c++) {
       cJSON *e = cJSON_CreateObject();
@@ -366,6 +529,22 @@ static int run_info(int argc, char **argv) {
       if (per_split[k])
         printf(" %s %d", k_split_names[k], per_split[k]);
     printf("\n");
+    if (d.tokens) {
+      printf("styles     ");
+      const int ns = d.style_names ? d.n_styles : 2;
+      for (int y = 0; y < ns; y++) {
+        int32_t tr = 0, nw = 0;
+        for (int32_t i = 0; i < d.n; i++)
+          if (d.style[i] == y)
+            tr += d.split[i] == AMPC_SPLIT_TRAIN, nw += d.split[i] == AMPC_SPLIT_NEW_STYLE;
+        printf(" %s (%s)%s", ampc_dataset_style_name(&d, y),
+               nw   ? "held out: new_style"
+               : tr ? "train"
+                    : "zero_shot only",
+               y + 1 < ns ? "," : "");
+      }
+      printf("\n");
+    }
     if (d.seq_len > 0) {
       printf("<unk> rate ");
       for (int k = 0; k < 4; k++)

@@ -17,12 +17,12 @@
 
 static const char k_usage[] =
     "Usage: ampc eval --checkpoint FILE [--data emoji|FILE] [--precision P]\n"
-    "                 [--batch B] [--threads N] [--json]\n"
+    "                 [--hold-out-style S] [--batch B] [--threads N] [--json]\n"
     "\n"
     "Evaluate a multimodal checkpoint written by `ampc train` on the two\n"
     "evaluation splits of the image-text data (default: the bundled emoji set):\n"
-    "  new_style  the training concepts drawn in the other artwork style\n"
-    "  zero_shot  both styles of the held-out concepts (captions never trained on)\n"
+    "  new_style  the training concepts drawn in the held-out artwork style\n"
+    "  zero_shot  every style of the held-out concepts (captions never trained on)\n"
     "Metrics: image->text and text->image R@1 and R@5 (one caption per concept;\n"
     "chance R@1 = 1/concepts), matching (ITM) accuracy on positives and in-batch\n"
     "hard negatives, group accuracy, mean losses.\n"
@@ -30,6 +30,8 @@ static const char k_usage[] =
     "  --precision P  run the forward pass in this preset (default: the one the\n"
     "                 checkpoint was trained in)\n"
     "  --batch B      evaluation batch size (default 64)\n"
+    "  --hold-out-style S  the style evaluated as new_style (default: the data file's;\n"
+    "                 give the one the checkpoint was trained without)\n"
     "  --json         print one JSON object\n";
 
 /* one split's metrics, as the training log writes them */
@@ -42,7 +44,7 @@ static void put_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m
 }
 
 static int run(int argc, char **argv) {
-  const char *ckpt = NULL, *data = "emoji", *prec_flag = NULL;
+  const char *ckpt = NULL, *data = "emoji", *prec_flag = NULL, *hold = NULL;
   int64_t batch = 64, threads = 0;
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -56,6 +58,8 @@ static int run(int argc, char **argv) {
       data = argv[++i];
     } else if (!strcmp(a, "--precision") && has_val) {
       prec_flag = argv[++i];
+    } else if (!strcmp(a, "--hold-out-style") && has_val) {
+      hold = argv[++i];
     } else if ((!strcmp(a, "--batch") || !strcmp(a, "--threads")) && has_val) {
       char *end = NULL;
       errno = 0;
@@ -94,6 +98,10 @@ static int run(int argc, char **argv) {
       strcmp(data, "emoji") == 0 ? ampc_dataset_load_default(&D) : ampc_dataset_load(data, &D);
   if (dst != AMPC_OK)
     return cli_runtime_error("eval", "%s", ampc_last_error());
+  if (hold && (ret = cli_hold_out_style("eval", hold, &D)) != 0) {
+    ampc_dataset_free(&D);
+    return ret;
+  }
   if (D.vocab != vocab || D.seq_len != seq_len || D.n_classes != classes || !D.tokens) {
     ampc_dataset_free(&D);
     return cli_runtime_error("eval",

@@ -74,6 +74,13 @@ static const char k_usage_more[] =
     "  --data emoji|fashion-mnist[:DIR]|FILE   the bundled emoji pairs (default), Debian's\n"
     "                   Fashion-MNIST (image-only; the model becomes vit-fm), or a file\n"
     "                   from `ampc data emoji`\n"
+    "  --hold-out-style S   the artwork style evaluated as the new style; the model\n"
+    "                   trains on the others (default: the data file's, twitter;\n"
+    "                   `ampc data info` lists the styles)\n"
+    "  --augment-shift N   translate each training image by up to N pixels (0..8;\n"
+    "                   default 0), the border filled with its background\n"
+    "  --itm-negatives hardest|sampled   the matching head's negative text per image:\n"
+    "                   the most similar in the batch, or drawn by similarity (ALBEF)\n"
     "  --w-itc W --w-itm W --w-cls W   loss weights (1, 1, 1)\n"
     "  --log FILE       JSON Lines: a config line, one line per step, eval lines,\n"
     "                   a summary line\n"
@@ -318,7 +325,16 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       a->save = v;
     else if (!strcmp(n, "data"))
       a->data = v;
-    else if (!strcmp(n, "w-itc"))
+    else if (!strcmp(n, "hold-out-style"))
+      a->hold_out_style = v;
+    else if (!strcmp(n, "augment-shift"))
+      rc = parse_i64(flag, v, 0, 8, &a->augment_shift);
+    else if (!strcmp(n, "itm-negatives")) {
+      if (!strcmp(v, "hardest") || !strcmp(v, "sampled"))
+        a->itm_sampled = v[0] == 's';
+      else
+        rc = cli_usage_error("train", "--itm-negatives: expected hardest or sampled, got '%s'", v);
+    } else if (!strcmp(n, "w-itc"))
       rc = parse_f(flag, v, &a->w_itc);
     else if (!strcmp(n, "w-itm"))
       rc = parse_f(flag, v, &a->w_itm);
@@ -570,6 +586,10 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   } else {
     if ((rc = cli_load_data("train", A.data, &D)) != 0)
       return rc;
+    if (A.hold_out_style && (rc = cli_hold_out_style("train", A.hold_out_style, &D)) != 0) {
+      ampc_dataset_free(&D);
+      return rc;
+    }
     data.dataset = &D;
     /* image-only data: the default model becomes the image-only ViT */
     const char *model = !D.tokens && strcmp(A.model, "mm-tiny") == 0 ? "vit-fm" : A.model;
@@ -582,6 +602,8 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   ampc_run_config c = ampc_run_config_defaults();
   c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro_batches;
   c.loss_multiplier = A.loss_multiplier;
+  c.augment_shift = (int)A.augment_shift;
+  c.itm_sample_negatives = A.itm_sampled;
   c.eval_every = A.eval_every, c.eval = !A.no_eval, c.log_every = A.log_every;
   c.save_every = A.save_every, c.telemetry_every = A.telemetry_every, c.seed = A.seed;
   c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;

@@ -30,6 +30,9 @@ typedef struct train_args {
   ampc_stall_policy on_stall; /* --on-stall */
   int64_t stall_steps;        /* --stall-steps (0: the default) */
   const char *log, *save, *resume, *model, *data;
+  const char *hold_out_style; /* --hold-out-style (NULL: the file's split) */
+  int64_t augment_shift;      /* --augment-shift (0: off) */
+  bool itm_sampled;           /* --itm-negatives sampled */
 } train_args;
 
 /* Parse the flags of `ampc train` (argv[0] is the command name) into *a and
