@@ -95,8 +95,8 @@ head -c 100000 "$ds" >"$tmp/cut.ampcds"
 data cut.ampcds "compressed bytes but only"
 { printf 'XMPCDS01'; tail -c +9 "$ds"; } >"$tmp/magic.ampcds"
 data magic.ampcds "not an ampc dataset"
-{ head -c 8 "$ds"; printf '\002\0\0\0'; tail -c +13 "$ds"; } >"$tmp/version.ampcds"
-data version.ampcds "dataset version 2, this build reads version 1"
+{ head -c 8 "$ds"; printf '\003\0\0\0'; tail -c +13 "$ds"; } >"$tmp/version.ampcds"
+data version.ampcds "dataset version 3, this build reads versions 1 and 2"
 
 # ---- `ampc data emoji`: PNGs and JSON ------------------------------------------------
 png="$src/fuzz/corpus/png"
@@ -121,9 +121,51 @@ pkgs() {
   tar -czf "$tmp/pk/emojibase-data-17.0.0.tgz" -C "$tmp/pk/b" package
 }
 mkdir "$tmp/td"
-emoji() { TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --out "$tmp/emoji.ampcds"; }
-# unusual modes are fine: 16-bit RGB and gray+alpha
+emoji() { TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --styles google,twitter --out "$tmp/emoji.ampcds"; }
+# the default styles need openmoji's package too
 pkgs "$png/rgb16.png" "$png/ga.png"
+expect 1 "openmoji-17.0.0.tgz: cannot read" env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --out "$tmp/x.ampcds"
+expect 2 "--styles: unknown style 'noto'" "$ampc" data emoji --from "$tmp/pk" --styles google,noto --out "$tmp/x.ampcds"
+expect 2 "--styles: 'google' is listed twice" "$ampc" data emoji --from "$tmp/pk" --styles google,google --out "$tmp/x.ampcds"
+expect 2 "--hold-out: 'apple' is not one of --styles" "$ampc" data emoji --from "$tmp/pk" --styles google,twitter --hold-out apple --out "$tmp/x.ampcds"
+# openmoji: SVGs rendered with rsvg-convert (Debian's librsvg2-bin)
+if command -v rsvg-convert >/dev/null 2>&1; then
+  # three emoji (1F431 is held out for zero-shot: two training concepts)
+  g3='[{"unified":"1F600","image":"a.png","has_img_google":true},'
+  g3=$g3'{"unified":"1F697","image":"a.png","has_img_google":true},'
+  g3=$g3'{"unified":"1F431","image":"a.png","has_img_google":true}]'
+  b3='[{"hexcode":"1F600","label":"grinning face","group":0,"tags":["smile"]},'
+  b3=$b3'{"hexcode":"1F697","label":"automobile","group":5,"tags":["car"]},'
+  b3=$b3'{"hexcode":"1F431","label":"cat face","group":3,"tags":["cat","pet"]}]'
+  pkgs "$png/rgb16.png" "$png/ga.png" "$g3" "$b3"
+  printf '[{"unified":"1F600","has_img_twitter":true},{"unified":"1F697","has_img_twitter":true},{"unified":"1F431","has_img_twitter":true}]' \
+    >"$tmp/pk/t/package/emoji.json"
+  tar -czf "$tmp/pk/emoji-datasource-twitter-16.0.0.tgz" -C "$tmp/pk/t" package
+  mkdir -p "$tmp/pk/o/package/color/svg"
+  for h in 1F600 1F697 1F431; do
+    printf '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 72 72"><circle cx="36" cy="36" r="30" fill="#0000ff"/></svg>' \
+      >"$tmp/pk/o/package/color/svg/$h.svg"
+  done
+  tar -czf "$tmp/pk/openmoji-17.0.0.tgz" -C "$tmp/pk/o" package
+  expect 0 "" env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --out "$tmp/three.ampcds"
+  "$ampc" data info "$tmp/three.ampcds" >"$tmp/info3" 2>&1 || die "the three-style dataset does not load"
+  grep -q "styles      google (train), openmoji (train), twitter (held out: new_style)" "$tmp/info3" ||
+    die "three-style dataset: $(cat "$tmp/info3")"
+  "$ampc" train --data "$tmp/three.ampcds" --batch 2 --steps 2 --no-eval --quiet --augment-shift 2 \
+    --itm-negatives sampled >/dev/null 2>"$tmp/err3" || die "training on three styles: $(cat "$tmp/err3")"
+  expect 2 "--hold-out-style: the data has no style 'apple' (its styles: google, openmoji, twitter)" \
+    "$ampc" train --data "$tmp/three.ampcds" --batch 2 --steps 1 --hold-out-style apple
+  expect 2 "batch 3 is larger than the number of training concepts (2)" \
+    "$ampc" train --data "$tmp/three.ampcds" --batch 3 --steps 1 --no-eval
+  printf '<svg' >"$tmp/pk/o/package/color/svg/1F600.svg" # a broken SVG
+  tar -czf "$tmp/pk/openmoji-17.0.0.tgz" -C "$tmp/pk/o" package
+  expect 1 "1F600.svg: rsvg-convert failed" env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --out "$tmp/three.ampcds"
+  rm -f "$tmp/pk/openmoji-17.0.0.tgz"
+  pkgs "$png/rgb16.png" "$png/ga.png"
+else
+  echo "check_robust: skipping the openmoji cases: rsvg-convert is not installed (apt-get install librsvg2-bin)"
+fi
+# unusual modes are fine: 16-bit RGB and gray+alpha
 expect 0 "" emoji
 "$ampc" data info "$tmp/emoji.ampcds" >/dev/null 2>&1 || die "the prepared dataset does not load"
 cp "$tmp/emoji.ampcds" "$tmp/emoji.copy"
@@ -177,7 +219,7 @@ flag "Nesterov needs momentum > 0" --optimizer sgd --nesterov --momentum 0
 flag "--log must not name the checkpoint file" --log "$tmp/x.st" --save "$tmp/x.st"
 flag "--threads: expected an integer in [1, 1024], got '0'" --threads 0
 flag "--save-every: expected an integer in [0, 1000000000], got '-1'" --save-every -1
-expect 2 "batch 100000 is larger than the training split (1729 samples)" \
+expect 2 "batch 100000 is larger than the training split (3458 samples)" \
   "$ampc" train --batch 100000 --steps 1 --quiet
 
 # ---- a log that cannot be written -------------------------------------------------
@@ -201,7 +243,7 @@ if mount -t tmpfs -o size=100k tmpfs "$tmp/small" 2>/dev/null; then
   cat /dev/zero >"$tmp/small/fill" 2>/dev/null
   pkgs "$png/rgb16.png" "$png/ga.png"
   expect 1 "No space left on device (the file it replaces is left unchanged)" \
-    env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --out "$tmp/small/emoji.ampcds"
+    env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --styles google,twitter --out "$tmp/small/emoji.ampcds"
   cmp -s "$tmp/small/emoji.ampcds" "$tmp/emoji.copy" || die "ENOSPC: the previous dataset changed"
   [ "$(ls "$tmp/small" | tr '\n' ' ')" = "emoji.ampcds fill " ] ||
     die "ENOSPC: left behind: $(ls "$tmp/small")"

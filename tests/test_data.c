@@ -77,7 +77,13 @@ static void write_text(const char *path, const char *text) { write_all(path, tex
 /* ---- the embedded dataset ------------------------------------------------ */
 
 /* The numbers documented in docs/DATA.md for data/emoji.ampcds. */
-enum { EMOJI_N = 3812, EMOJI_TRAIN = 1729, EMOJI_ZERO_SHOT = 354, EMOJI_VOCAB = 3840 };
+enum {
+  EMOJI_STYLES = 3,    /* google, openmoji (training), twitter (held out) */
+  EMOJI_CONCEPTS = 1729, /* training concepts */
+  EMOJI_HELD = 177,      /* held-out concepts */
+  EMOJI_N = EMOJI_STYLES * (EMOJI_CONCEPTS + EMOJI_HELD),
+  EMOJI_VOCAB = 3840
+};
 
 static void test_embedded(void **state) {
   (void)state;
@@ -95,6 +101,10 @@ static void test_embedded(void **state) {
   assert_non_null(d.captions);
   assert_string_equal(d.words[AMPC_TOKEN_PAD], "<pad>");
   assert_string_equal(d.words[AMPC_TOKEN_UNK], "<unk>");
+  assert_int_equal(d.n_styles, EMOJI_STYLES);
+  assert_string_equal(d.style_names[0], "google");
+  assert_string_equal(d.style_names[1], "openmoji");
+  assert_string_equal(d.style_names[2], "twitter");
   static const char *const names[9] = {"smileys-emotion", "people-body",   "animals-nature",
                                        "food-drink",      "travel-places", "activities",
                                        "objects",         "symbols",       "flags"};
@@ -105,15 +115,15 @@ static void test_embedded(void **state) {
     assert_true(d.split[i] <= AMPC_SPLIT_ZERO_SHOT);
     per_split[d.split[i]]++;
     per_class[d.label[i]]++;
-    /* sample order: train, new style, zero-shot google, zero-shot twitter */
-    const int expect_split = i < EMOJI_TRAIN       ? AMPC_SPLIT_TRAIN
-                             : i < 2 * EMOJI_TRAIN ? AMPC_SPLIT_NEW_STYLE
-                                                   : AMPC_SPLIT_ZERO_SHOT;
+    /* sample order: the training concepts in google, openmoji (train) and
+     * twitter (new style), then the held-out ones in the same styles */
+    const int trained = i < EMOJI_STYLES * EMOJI_CONCEPTS;
+    const int expect_style = trained ? i / EMOJI_CONCEPTS
+                                     : (i - EMOJI_STYLES * EMOJI_CONCEPTS) / EMOJI_HELD;
+    const int expect_split = !trained ? AMPC_SPLIT_ZERO_SHOT
+                             : expect_style == 2 ? AMPC_SPLIT_NEW_STYLE
+                                                 : AMPC_SPLIT_TRAIN;
     assert_int_equal(d.split[i], expect_split);
-    const int expect_style = i < EMOJI_TRAIN                             ? 0
-                             : i < 2 * EMOJI_TRAIN                       ? 1
-                             : i < 2 * EMOJI_TRAIN + EMOJI_ZERO_SHOT / 2 ? 0
-                                                                         : 1;
     assert_int_equal(d.style[i], expect_style);
     /* not blank: some pixel differs from white */
     const uint8_t *img = d.images + (size_t)i * 32 * 32 * 3;
@@ -133,15 +143,15 @@ static void test_embedded(void **state) {
       for (int k = 0; k < d.seq_len; k++)
         assert_int_not_equal(t[k], AMPC_TOKEN_UNK);
   }
-  assert_int_equal(per_split[AMPC_SPLIT_TRAIN], EMOJI_TRAIN);
-  assert_int_equal(per_split[AMPC_SPLIT_NEW_STYLE], EMOJI_TRAIN);
-  assert_int_equal(per_split[AMPC_SPLIT_ZERO_SHOT], EMOJI_ZERO_SHOT);
-  static const int32_t class_counts[9] = {338, 772, 318, 262, 436, 170, 528, 448, 540};
+  assert_int_equal(per_split[AMPC_SPLIT_TRAIN], 2 * EMOJI_CONCEPTS);
+  assert_int_equal(per_split[AMPC_SPLIT_NEW_STYLE], EMOJI_CONCEPTS);
+  assert_int_equal(per_split[AMPC_SPLIT_ZERO_SHOT], EMOJI_STYLES * EMOJI_HELD);
+  static const int32_t class_counts[9] = {507, 1158, 477, 393, 654, 255, 792, 672, 810};
   for (int c = 0; c < 9; c++)
     assert_int_equal(per_class[c], class_counts[c]);
-  /* both styles of a concept share concept id, label, caption and tokens */
-  for (int32_t i = 0; i < EMOJI_TRAIN; i++) {
-    const int32_t j = i + EMOJI_TRAIN;
+  /* every style of a concept shares concept id, label, caption and tokens */
+  for (int32_t i = 0; i < (EMOJI_STYLES - 1) * EMOJI_CONCEPTS; i++) {
+    const int32_t j = i + EMOJI_CONCEPTS;
     assert_int_equal(d.concept[i], d.concept[j]);
     assert_int_equal(d.label[i], d.label[j]);
     assert_string_equal(d.captions[i], d.captions[j]);

@@ -31,11 +31,13 @@ def load(pattern):
 
 def main(out):
     presets = ["32-true", "16-mixed", "bf16-mixed"]
-    print("Emoji image-text pairs, mm-tiny, 250 steps (seeds: n per row)\n")
+    print("Emoji image-text pairs, mm-tiny, 500 steps, trained on google + openmoji, "
+          "new style = twitter (seeds: n per row)\n")
     print("| precision | n | final train loss | new style R@1 i2t / t2i | new style R@5 i2t / t2i"
           " | zero-shot R@1 i2t / t2i | zero-shot R@5 i2t / t2i | group acc (new style) |"
+          " matching acc (new style) |"
           " skipped steps | ms/step | activations MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p in presets:
         runs = load(os.path.join(out, f"{p}.s*.json"))
         if not runs:
@@ -46,7 +48,7 @@ def main(out):
               f"{ms(m('new_style', 'i2t_r5'))} / {ms(m('new_style', 't2i_r5'))} | "
               f"{ms(m('zero_shot', 'i2t_r1'))} / {ms(m('zero_shot', 't2i_r1'))} | "
               f"{ms(m('zero_shot', 'i2t_r5'))} / {ms(m('zero_shot', 't2i_r5'))} | "
-              f"{ms(m('new_style', 'group_acc'))} | "
+              f"{ms(m('new_style', 'group_acc'))} | {ms(m('new_style', 'itm_acc'))} | "
               f"{ms([r['skipped_steps'] for r in runs], 1, 0)} | "
               f"{ms([r['ms_per_step_mean'] for r in runs], 1, 0)} | "
               f"{ms([r['activation_bytes'] for r in runs], 1 / 1048576, 1)} |")
