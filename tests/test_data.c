@@ -78,7 +78,7 @@ static void write_text(const char *path, const char *text) { write_all(path, tex
 
 /* The numbers documented in docs/DATA.md for data/emoji.ampcds. */
 enum {
-  EMOJI_STYLES = 3,    /* google, openmoji (training), twitter (held out) */
+  EMOJI_STYLES = 3,      /* google, openmoji (training), twitter (held out) */
   EMOJI_CONCEPTS = 1729, /* training concepts */
   EMOJI_HELD = 177,      /* held-out concepts */
   EMOJI_N = EMOJI_STYLES * (EMOJI_CONCEPTS + EMOJI_HELD),
@@ -118,9 +118,9 @@ static void test_embedded(void **state) {
     /* sample order: the training concepts in google, openmoji (train) and
      * twitter (new style), then the held-out ones in the same styles */
     const int trained = i < EMOJI_STYLES * EMOJI_CONCEPTS;
-    const int expect_style = trained ? i / EMOJI_CONCEPTS
-                                     : (i - EMOJI_STYLES * EMOJI_CONCEPTS) / EMOJI_HELD;
-    const int expect_split = !trained ? AMPC_SPLIT_ZERO_SHOT
+    const int expect_style =
+        trained ? i / EMOJI_CONCEPTS : (i - EMOJI_STYLES * EMOJI_CONCEPTS) / EMOJI_HELD;
+    const int expect_split = !trained            ? AMPC_SPLIT_ZERO_SHOT
                              : expect_style == 2 ? AMPC_SPLIT_NEW_STYLE
                                                  : AMPC_SPLIT_TRAIN;
     assert_int_equal(d.split[i], expect_split);
