@@ -157,6 +157,22 @@ if command -v rsvg-convert >/dev/null 2>&1; then
     "$ampc" train --data "$tmp/three.ampcds" --batch 2 --steps 1 --hold-out-style apple
   expect 2 "batch 3 is larger than the number of training concepts (2)" \
     "$ampc" train --data "$tmp/three.ampcds" --batch 3 --steps 1 --no-eval
+  # the recipe is checked on resume; eval takes the held-out style from the checkpoint
+  "$ampc" train --data "$tmp/three.ampcds" --batch 2 --steps 3 --stop-at 1 --no-eval --quiet \
+    --hold-out-style google --save "$tmp/r3.st" >/dev/null 2>&1 || die "three styles: stop-at run failed"
+  expect 1 "cannot resume: $tmp/r3.st was trained with held_out=google;shift=0;itm=hardest, this run has held_out=twitter" \
+    "$ampc" train --data "$tmp/three.ampcds" --batch 2 --steps 3 --no-eval --resume "$tmp/r3.st"
+  "$ampc" eval --checkpoint "$tmp/r3.st" --data "$tmp/three.ampcds" --json >"$tmp/ev3" 2>&1 ||
+    die "eval of the three-style checkpoint: $(cat "$tmp/ev3")"
+  grep -q '"held_out_style":"google"' "$tmp/ev3" || die "eval did not hold out the checkpoint's style: $(cat "$tmp/ev3")"
+  # one style: nothing held out; the run evaluates what there is (here one
+  # held-out concept in one style: nothing, refused before training)
+  expect 0 "" env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --styles google --out "$tmp/one.ampcds"
+  expect 2 "has neither a held-out style (new_style split) nor held-out concepts" \
+    "$ampc" train --data "$tmp/one.ampcds" --batch 2 --steps 2
+  "$ampc" train --data "$tmp/one.ampcds" --batch 2 --steps 2 --no-eval --quiet >/dev/null 2>&1 ||
+    die "one-style data without evaluation failed"
+  expect 2 "--styles: an empty item" "$ampc" data emoji --from "$tmp/pk" --styles google, --out "$tmp/x.ampcds"
   printf '<svg' >"$tmp/pk/o/package/color/svg/1F600.svg" # a broken SVG
   tar -czf "$tmp/pk/openmoji-17.0.0.tgz" -C "$tmp/pk/o" package
   expect 1 "1F600.svg: rsvg-convert failed" env TMPDIR="$tmp/td" "$ampc" data emoji --from "$tmp/pk" --out "$tmp/three.ampcds"

@@ -90,7 +90,8 @@ int ampc_dataset_find_style(const ampc_dataset *d, const char *name);
  * and AMPC_SPLIT_TRAIN otherwise; zero-shot and test samples are unchanged.
  * So the model trains on every other style and is evaluated on one it never
  * saw. Errors: AMPC_ERR_INVALID_ARG (not an image-text dataset, no such
- * style, or nothing would be left to train on or to evaluate). */
+ * style, or the style has no images of the training concepts; a run refuses
+ * data left with nothing to train on). */
 ampc_status ampc_dataset_hold_out_style(ampc_dataset *d, int style);
 
 /* ---- preparing the emoji dataset (src/data/emoji_prep.c) ------------------ */

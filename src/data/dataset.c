@@ -184,13 +184,12 @@ ampc_status ampc_dataset_hold_out_style(ampc_dataset *d, int style) {
     const bool out = d->style[i] == style;
     held += out, train += !out;
   }
-  if (held == 0 || train == 0)
+  (void)train; /* a run checks that something is left to train on */
+  if (held == 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "holding out style '%s' leaves %s (%lld held-out and %lld training images "
-                     "of the training concepts)",
-                     ampc_dataset_style_name(d, style),
-                     held == 0 ? "nothing to evaluate" : "nothing to train on", (long long)held,
-                     (long long)train);
+                     "holding out style '%s' leaves nothing to evaluate: it has no images of the "
+                     "training concepts",
+                     ampc_dataset_style_name(d, style));
   for (int32_t i = 0; i < d->n; i++)
     if (d->split[i] == AMPC_SPLIT_TRAIN || d->split[i] == AMPC_SPLIT_NEW_STYLE)
       d->split[i] = d->style[i] == style ? AMPC_SPLIT_NEW_STYLE : AMPC_SPLIT_TRAIN;
@@ -413,6 +412,16 @@ ampc_status ampc_dataset_load_mem(const void *data, size_t size, const char *nam
                        "%s: section %s does not hold exactly %d NUL-terminated strings", name,
                        k_tags[SEC_WORDS + t], (int)counts[t]);
     }
+  for (int32_t a = 0; a < d.n_styles; a++) {
+    bool dup = !d.style_names[a][0];
+    for (int32_t b = 0; b < a && !dup; b++)
+      dup = strcmp(d.style_names[a], d.style_names[b]) == 0;
+    if (dup) {
+      ampc_dataset_free(&d);
+      return ampc_fail(AMPC_ERR_FORMAT, "%s: section STYN: style name %d is empty or repeated",
+                       name, (int)a);
+    }
+  }
   char msg[160];
   bad = check_contents(&d, msg, sizeof msg);
   if (bad) {

@@ -254,8 +254,20 @@ static ampc_status mm_evaluate_impl(ampc_model *m, const ampc_run_data *rd, ampc
     return eval_classes(m->impl, d, out->split, m->max_batch, out);
   }
   out->kind = AMPC_EVAL_RETRIEVAL;
-  AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_NEW_STYLE, &out->new_style));
-  return ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_ZERO_SHOT, &out->zero_shot);
+  /* a split with fewer than 2 samples (a dataset with no held-out style, or
+   * no held-out concepts) is left empty (samples 0); one of them is needed */
+  int64_t count[AMPC_SPLIT_TEST + 1] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < d->n; i++)
+    count[d->split[i]]++;
+  if (count[AMPC_SPLIT_NEW_STYLE] < 2 && count[AMPC_SPLIT_ZERO_SHOT] < 2)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "evaluation: the data has neither a held-out style (new_style split) nor "
+                     "held-out concepts (zero_shot split) to evaluate on");
+  if (count[AMPC_SPLIT_NEW_STYLE] >= 2)
+    AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_NEW_STYLE, &out->new_style));
+  if (count[AMPC_SPLIT_ZERO_SHOT] >= 2)
+    AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_ZERO_SHOT, &out->zero_shot));
+  return AMPC_OK;
 }
 
 static void mm_set_telemetry(ampc_model *m, ampc_telemetry *t) {

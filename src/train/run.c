@@ -129,6 +129,9 @@ struct ampc_run {
    * picked per draw, so a batch never holds two images of one concept (which
    * the contrastive loss would take for negatives of each other) */
   int64_t ngroup, *grp_off;
+  /* the image-text data's training recipe, recorded in the log and the
+   * checkpoint and checked on resume: "held_out=S;shift=N;itm=sampled|hardest" */
+  char recipe[128], held_out[64];
   /* one micro-batch, gathered */
   uint8_t *bimg;
   int32_t *btok, *blab;
@@ -265,6 +268,17 @@ static ampc_status check_data(ampc_run *R) {
                      "%lld and %lld",
                      mc->name, (long long)mc->vocab, (long long)mc->seq_len, dn,
                      (long long)D->vocab, (long long)D->seq_len);
+  if (!mc->image_only && rc->eval) { /* something to evaluate on, known now, not at the end */
+    int64_t ns = 0, zs = 0;
+    for (int64_t i = 0; i < D->n; i++)
+      ns += D->split[i] == AMPC_SPLIT_NEW_STYLE, zs += D->split[i] == AMPC_SPLIT_ZERO_SHOT;
+    if (ns < 2 && zs < 2)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "%s has neither a held-out style (new_style split) nor held-out concepts "
+                       "(zero_shot split) with 2 samples to evaluate on (--no-eval trains "
+                       "without evaluating)",
+                       dn);
+  }
   return AMPC_OK;
 }
 
@@ -407,6 +421,18 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     FAIL(ampc_fail(AMPC_ERR_INVALID_ARG,
                    "batch %lld is larger than the number of training concepts (%lld)",
                    (long long)rc->batch, (long long)R->ngroup));
+  if (md->kind == AMPC_MODEL_MM) {
+    const char *h = "none";
+    for (int64_t i = 0; i < D->n; i++)
+      if (D->split[i] == AMPC_SPLIT_NEW_STYLE) {
+        const char *nm = ampc_dataset_style_name(D, D->style[i]);
+        h = nm ? nm : "unnamed";
+        break;
+      }
+    snprintf(R->held_out, sizeof R->held_out, "%s", h);
+    snprintf(R->recipe, sizeof R->recipe, "held_out=%s;shift=%d;itm=%s", R->held_out,
+             rc->augment_shift, rc->itm_sample_negatives ? "sampled" : "hardest");
+  }
   if ((st = ampc_sampler_init(&R->smp, R->ngroup, rc->seed)) != AMPC_OK)
     goto fail;
   /* the trainer, the model, the resumed state */
@@ -466,6 +492,18 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
                        "cannot resume: %s was trained with --loss-multiplier %g, this run has "
                        "%g (the optimizer state is in units of the multiplied gradients)",
                        rc->resume_path, (double)was_lm, (double)R->accum.loss_multiplier);
+        ampc_safetensors_free(f);
+        goto fail;
+      }
+      /* the data recipe (held-out style, shifts, negatives) must stay what
+       * it was: a resume would otherwise train on another split or sampler
+       * (absent: a checkpoint from before it was recorded, not checked) */
+      const char *rec = ampc_safetensors_meta(f, "ampc.data_recipe");
+      if (rec && R->recipe[0] && strcmp(rec, R->recipe) != 0) {
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "cannot resume: %s was trained with %s, this run has %s (give the same "
+                       "--hold-out-style, --augment-shift and --itm-negatives)",
+                       rc->resume_path, rec, R->recipe);
         ampc_safetensors_free(f);
         goto fail;
       }
@@ -588,6 +626,7 @@ static cJSON *config_object(const ampc_run *R) {
     cJSON_AddStringToObject(run_o, "data", R->data.name ? R->data.name : "");
     cJSON_AddNumberToObject(run_o, "train_samples", (double)R->ntrain);
     cJSON_AddNumberToObject(run_o, "train_concepts", (double)R->ngroup);
+    cJSON_AddStringToObject(run_o, "held_out_style", R->held_out);
     cJSON_AddNumberToObject(run_o, "augment_shift", (double)R->rc.augment_shift);
     cJSON_AddStringToObject(run_o, "itm_negatives",
                             R->rc.itm_sample_negatives ? "sampled" : "hardest");
@@ -706,6 +745,8 @@ static cJSON *step_object(const ampc_step_info *info, const ampc_losses *L, doub
 }
 
 static void add_mm_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m) {
+  if (m->samples == 0) /* a split the data does not have */
+    return;
   cJSON *x = parse_owned(ampc_mmodel_metrics_json(m));
   if (x)
     cJSON_AddItemToObject(o, name, x);
@@ -926,8 +967,12 @@ static ampc_diag *diag_start(const ampc_diag_config *c, const char *resumed_log,
 /* the checkpoint's metadata naming the model (ampc_model_desc_from_checkpoint reads it) */
 static ampc_status save(ampc_run *R) {
   ampc_model_meta_storage ms;
-  ampc_st_meta meta[4];
+  ampc_st_meta meta[8];
   int n = ampc_model_checkpoint_meta(&R->md, R->data.name, &ms, meta);
+  if (R->recipe[0]) { /* checked on resume; ampc eval reads the held-out style */
+    meta[n++] = (ampc_st_meta){"ampc.data_recipe", R->recipe};
+    meta[n++] = (ampc_st_meta){"ampc.held_out_style", R->held_out};
+  }
   char lm[32];
   if (R->accum.loss_multiplier != 1.0f) { /* checked on resume */
     snprintf(lm, sizeof lm, "%.9g", (double)R->accum.loss_multiplier);

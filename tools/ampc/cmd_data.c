@@ -56,7 +56,7 @@ static const char k_usage[] =
     "                          openmoji  openmoji@17.0.0 (CC-BY-SA-4.0; needs rsvg-convert,\n"
     "                                    Debian's librsvg2-bin)\n"
     "                          apple     emoji-datasource-apple@16.0.0 (images (c) Apple Inc.,\n"
-    "                                    not licensed for redistribution: for your own use)\n"
+    "                                    not licensed for commercial use: for your own use)\n"
     "                          facebook  emoji-datasource-facebook@16.0.0 (images (c) Meta, no\n"
     "                                    clear licence: for your own use)\n"
     "  --hold-out STYLE      the style whose images of the training concepts form the\n"
@@ -214,6 +214,9 @@ static int run_emoji(int argc, char **argv) {
     char list[256];
     if (!path_fmt(list, sizeof list, "%s", styles_arg))
       return cli_usage_error("data", "--styles: list too long");
+    const size_t ll = strlen(list);
+    if (ll == 0 || list[0] == ',' || list[ll - 1] == ',' || strstr(list, ",,"))
+      return cli_usage_error("data", "--styles: an empty item in '%s'", styles_arg);
     for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
       const style_pkg *sp = NULL;
@@ -248,8 +251,10 @@ static int run_emoji(int argc, char **argv) {
   for (int j = 0; j < ns; j++)
     if (!sty[j]->redistributable)
       fprintf(stderr,
-              "ampc data: note: the %s images (%s) may not be redistributed: keep %s for your "
-              "own use, do not commit or share it (data/LICENSES.md)\n",
+              "ampc data: note: the %s images (%s) are not licensed for redistribution "
+              "(emoji-datasource's README: Apple's not for commercial use, Facebook's without "
+              "clear licensing): keep %s for your own use, do not commit or share it "
+              "(data/LICENSES.md)\n",
               sty[j]->style, sty[j]->package, out);
 
   const char *tmpdir = getenv("TMPDIR");

@@ -21,7 +21,8 @@ static const char k_usage[] =
     "\n"
     "Evaluate a multimodal checkpoint written by `ampc train` on the two\n"
     "evaluation splits of the image-text data (default: the bundled emoji set):\n"
-    "  new_style  the training concepts drawn in the held-out artwork style\n"
+    "  new_style  the training concepts drawn in the held-out artwork style (the\n"
+    "             one the checkpoint was trained without, as ampc train records it)\n"
     "  zero_shot  every style of the held-out concepts (captions never trained on)\n"
     "Metrics: image->text and text->image R@1 and R@5 (one caption per concept;\n"
     "chance R@1 = 1/concepts), matching (ITM) accuracy on positives and in-batch\n"
@@ -98,10 +99,30 @@ static int run(int argc, char **argv) {
       strcmp(data, "emoji") == 0 ? ampc_dataset_load_default(&D) : ampc_dataset_load(data, &D);
   if (dst != AMPC_OK)
     return cli_runtime_error("eval", "%s", ampc_last_error());
+  /* the style the checkpoint was trained without (ampc train records it),
+   * unless --hold-out-style says otherwise */
+  char trained_without[64] = "";
+  {
+    ampc_safetensors *f = NULL;
+    if (ampc_safetensors_read(ckpt, &f) == AMPC_OK) {
+      const char *h = ampc_safetensors_meta(f, "ampc.held_out_style");
+      if (h)
+        snprintf(trained_without, sizeof trained_without, "%s", h);
+      ampc_safetensors_free(f);
+    }
+  }
+  if (!hold && trained_without[0] && strcmp(trained_without, "none") != 0 &&
+      ampc_dataset_find_style(&D, trained_without) >= 0)
+    hold = trained_without;
   if (hold && (ret = cli_hold_out_style("eval", hold, &D)) != 0) {
     ampc_dataset_free(&D);
     return ret;
   }
+  if (hold && trained_without[0] && strcmp(hold, trained_without) != 0)
+    fprintf(stderr,
+            "ampc eval: note: %s was trained with style '%s' held out; evaluating '%s' as the "
+            "new style, a style it may have trained on\n",
+            ckpt, trained_without, hold);
   if (D.vocab != vocab || D.seq_len != seq_len || D.n_classes != classes || !D.tokens) {
     ampc_dataset_free(&D);
     return cli_runtime_error("eval",
@@ -134,8 +155,12 @@ static int run(int argc, char **argv) {
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddStringToObject(o, "precision", ampc_precision_name(p));
     cJSON_AddNumberToObject(o, "step", (double)iteration);
-    put_metrics(o, "new_style", &ev.new_style);
-    put_metrics(o, "zero_shot", &ev.zero_shot);
+    if (hold)
+      cJSON_AddStringToObject(o, "held_out_style", hold);
+    if (ev.new_style.samples > 0)
+      put_metrics(o, "new_style", &ev.new_style);
+    if (ev.zero_shot.samples > 0)
+      put_metrics(o, "zero_shot", &ev.zero_shot);
     ret = cli_print_json("eval", o);
   } else {
     printf("%s: %s at step %lld, evaluated in %s\n", ckpt, model, (long long)iteration,
@@ -145,9 +170,10 @@ static int run(int argc, char **argv) {
     const ampc_mmodel_metrics *ms[2] = {&ev.new_style, &ev.zero_shot};
     const char *names[2] = {"new_style", "zero_shot"};
     for (int k = 0; k < 2; k++)
-      printf("%-10s %8lld %8.3f %8.3f %8.3f %8.3f %10.4f %9.3f %9.3f\n", names[k],
-             (long long)ms[k]->samples, ms[k]->i2t_r1, ms[k]->i2t_r5, ms[k]->t2i_r1, ms[k]->t2i_r5,
-             1.0 / (double)ms[k]->concepts, ms[k]->itm_acc, ms[k]->cls_acc);
+      if (ms[k]->samples > 0)
+        printf("%-10s %8lld %8.3f %8.3f %8.3f %8.3f %10.4f %9.3f %9.3f\n", names[k],
+               (long long)ms[k]->samples, ms[k]->i2t_r1, ms[k]->i2t_r5, ms[k]->t2i_r1,
+               ms[k]->t2i_r5, 1.0 / (double)ms[k]->concepts, ms[k]->itm_acc, ms[k]->cls_acc);
   }
   ampc_model_free(&M);
   ampc_params_free(&P);

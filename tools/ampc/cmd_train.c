@@ -80,7 +80,8 @@ static const char k_usage_more[] =
     "  --augment-shift N   translate each training image by up to N pixels (0..8;\n"
     "                   default 0), the border filled with its background\n"
     "  --itm-negatives hardest|sampled   the matching head's negative text per image:\n"
-    "                   the most similar in the batch, or drawn by similarity (ALBEF)\n"
+    "                   the most similar in the batch (default), or drawn by similarity\n"
+    "                   (ALBEF)\n"
     "  --w-itc W --w-itm W --w-cls W   loss weights (1, 1, 1)\n"
     "  --log FILE       JSON Lines: a config line, one line per step, eval lines,\n"
     "                   a summary line\n"
@@ -506,11 +507,14 @@ static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc
     return;
   }
   const ampc_mmodel_metrics *n = &e->new_style, *z = &e->zero_shot;
-  fprintf(pr->out,
-          "eval @%lld  new style: R@1 i2t %.3f t2i %.3f (chance %.4f), group %.3f  |  "
-          "zero-shot: R@1 i2t %.3f t2i %.3f (chance %.3f)\n",
-          (long long)iteration, n->i2t_r1, n->t2i_r1, n->concepts ? 1.0 / (double)n->concepts : 0.0,
-          n->cls_acc, z->i2t_r1, z->t2i_r1, z->concepts ? 1.0 / (double)z->concepts : 0.0);
+  fprintf(pr->out, "eval @%lld", (long long)iteration);
+  if (n->samples > 0)
+    fprintf(pr->out, "  new style: R@1 i2t %.3f t2i %.3f (chance %.4f), group %.3f", n->i2t_r1,
+            n->t2i_r1, 1.0 / (double)n->concepts, n->cls_acc);
+  if (z->samples > 0)
+    fprintf(pr->out, "%s zero-shot: R@1 i2t %.3f t2i %.3f (chance %.3f)",
+            n->samples > 0 ? "  |" : " ", z->i2t_r1, z->t2i_r1, 1.0 / (double)z->concepts);
+  fprintf(pr->out, "\n");
 }
 
 static void print_diagnosis(FILE *out, const ampc_diag *d) {
