@@ -67,8 +67,9 @@ typedef struct concept_sample {
 } concept_sample;
 static int cmp_concept_sample(const void *a, const void *b) {
   const concept_sample *x = a, *y = b;
-  if (x->concept != y->concept)
-  return x->concept < y->concept ? -1 : 1;
+  if (x->concept != y->concept) {
+    return x->concept < y->concept ? -1 : 1;
+  }
   return (x->index > y->index) - (x->index < y->index);
 }
 static int cmp_first_member(const void *a, const void *b) {
@@ -157,9 +158,12 @@ static ampc_status group_by_concept(struct ampc_run *R, const ampc_dataset *D) {
     free(cs), free(grp);
     return ampc_fail(AMPC_ERR_NOMEM, "out of memory");
   }
-  for (int64_t i = 0, k = 0; i < D->n; i++)
-    if (D->split[i] == AMPC_SPLIT_TRAIN)
-  cs[k].concept = D->concept[i], cs[k++].index = i;
+  for (int64_t i = 0, k = 0; i < D->n; i++) {
+    if (D->split[i] == AMPC_SPLIT_TRAIN) {
+      cs[k].concept = D->concept[i];
+      cs[k++].index = i;
+    }
+  }
   qsort(cs, (size_t)n, sizeof *cs, cmp_concept_sample);
   int64_t ng = 0;
   for (int64_t i = 0; i < n; i++)
