@@ -22,7 +22,8 @@ endif()
 unset(AMPC_NOT_FINITE_MATH_ONLY CACHE)
 
 function(ampc_set_warnings target)
+  # C sources only: a target's .cu files go to nvcc, which takes none of these
   target_compile_options(${target} PRIVATE
-    -Wall -Wextra -Wpedantic -Wshadow -Wdouble-promotion
-    -Wstrict-prototypes -Wmissing-prototypes -fno-fast-math -ffp-contract=off)
+    $<$<COMPILE_LANGUAGE:C>:-Wall;-Wextra;-Wpedantic;-Wshadow;-Wdouble-promotion;-Wstrict-prototypes;-Wmissing-prototypes;-fno-fast-math;-ffp-contract=off>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
 endfunction()

@@ -48,6 +48,7 @@ hdr_layer() {
   report.h | plot.h) echo report ;;
   engine.h | train.h) echo train ;;
   dist.h) echo dist ;;
+  cuda.h) echo cuda ;;
   ampc.h) echo top ;;
   *) echo unknown ;;
   esac

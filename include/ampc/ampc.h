@@ -9,6 +9,7 @@
 #define AMPC_AMPC_H
 
 #include "ampc/amp.h"
+#include "ampc/cuda.h"
 #include "ampc/data.h"
 #include "ampc/diag.h"
 #include "ampc/dist.h"

@@ -21,6 +21,7 @@ const char *ampc_status_name(ampc_status s) {
   case AMPC_ERR_FORMAT: return "malformed input";
   case AMPC_ERR_UNSUPPORTED: return "unsupported";
   case AMPC_ERR_NUMERIC: return "non-finite value";
+  case AMPC_ERR_DEVICE: return "device error";
   }
   return "unknown status";
 }

@@ -35,6 +35,8 @@ extern const ampc_command ampc_cmd_inspect;
 
 /* Print "ampc <cmd>: <message>" and a hint to stderr; returns AMPC_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
+/* `ampc bench gemm --device cuda ...` (cmd_bench_cuda.c); argv[0] is "gemm" */
+int cli_bench_gemm_cuda(int argc, char **argv);
 /* true: cli_usage_error prints nothing (the ranks but 0 of a data-parallel
  * job, which all see the same flags: one copy of the message is enough) */
 extern bool cli_quiet_usage;

@@ -22,6 +22,7 @@
 
 static const char k_usage[] =
     "Usage: ampc bench gemm [--json] [--threads N] [--reps R] [--quick]\n"
+    "       ampc bench gemm --device cuda [--json] [--reps R] [--quick]\n"
     "       ampc bench step [--model M] [--precision P] [--batch B] [--steps N]\n"
     "                       [--warmup W] [--threads T] [--dim D] [--json]\n"
     "\n"
@@ -40,6 +41,16 @@ static const char k_usage[] =
     "table's last columns are f16 over the FP32 peak, f16-acc16 over VFMADDPH's.\n"
     "on square 256..2048 and the training shapes of mm-tiny (M = 8192 tokens;\n"
     "forward NN products and the transposed weight-gradient products, TN).\n"
+    "\n"
+    "--device cuda: the same on GPU 0 through cuBLASLt (TFLOP/s; C = A B^T, the\n"
+    "layout FP8 needs, for every mode): f16 and bf16 (16-bit in and out, FP32\n"
+    "accumulation: COMPUTE_32F), f16-acc16 (COMPUTE_16F), fp8 (E4M3 x E4M3 ->\n"
+    "bf16) and fp8-e5m2 (E4M3 x E5M2), tf32 (COMPUTE_32F_FAST_TF32) and f32\n"
+    "(COMPUTE_32F_PEDANTIC: true FP32, the 32-true baseline), on squares\n"
+    "1024..8192, mm-tiny's shapes and a width-768 model's; with the fraction\n"
+    "of the dense peak on an H100 / H200 and the ratio to f32. Needs a build\n"
+    "with CUDA (AMPC_CUDA) and a GPU; bench/gpu/check.sh runs it with\n"
+    "PyTorch's torch.matmul beside it.\n"
     "\n"
     "Options:\n"
     "  --threads N  only N threads (default: 1 and all cores)\n"
@@ -122,7 +133,18 @@ static void *filled(ampc_dtype dt, int64_t count) {
 
 static int run_gemm(int argc, char **argv) {
   int json = 0, quick = 0, reps = 5, only_threads = 0;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--device") == 0) {
+      if (i + 1 >= argc || (strcmp(argv[i + 1], "cpu") && strcmp(argv[i + 1], "cuda")))
+        return cli_usage_error("bench", "--device needs cpu or cuda");
+      if (strcmp(argv[i + 1], "cuda") == 0)
+        return cli_bench_gemm_cuda(argc, argv);
+    }
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--device") == 0) {
+      i++; /* cpu */
+      continue;
+    }
     if (strcmp(argv[i], "--json") == 0) {
       json = 1;
     } else if (strcmp(argv[i], "--quick") == 0) {

@@ -1,0 +1,532 @@
+/*
+ * src/cuda/cuda_gemm.c: the CUDA context (device, stream, cuBLASLt handle,
+ * workspace), device memory, and ampc_cuda_gemm on cublasLtMatmul with a
+ * per-shape cache of descriptors and the heuristic's algorithm.
+ *
+ * Built only with AMPC_CUDA (cuda_stub.c otherwise). Host C against the CUDA
+ * runtime and cuBLASLt's C API; the few device kernels are in
+ * cuda_kernels.cu.
+ */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_impl.h"
+#include "internal.h"
+
+enum { CACHE_SIZE = 64 };
+
+static int is_fp8(ampc_dtype dt) { return dt == AMPC_F8_E4M3 || dt == AMPC_F8_E5M2; }
+
+/* Everything the heuristic's choice depends on; int64 fields only, so that a
+ * zeroed key compares with memcmp. */
+typedef struct plan_key {
+  int64_t trans_a, trans_b, m, n, k;
+  int64_t a_dt, b_dt, d_dt, c_dt, bias_dt;
+  int64_t lda, ldb, ldd, stride_a, stride_b, stride_d, batch;
+  int64_t compute, align_a, align_b, align_d, align_bias;
+  int64_t has_bias, has_scale_a, has_scale_b, has_scale_d, has_amax;
+} plan_key;
+
+typedef struct plan_entry {
+  int used;
+  plan_key key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc, ld;
+  cublasLtMatmulAlgo_t algo;
+  int amax_fallback; /* cuBLASLt does not fuse the amax here: own kernel */
+} plan_entry;
+
+struct ampc_cuda_ctx {
+  int device;
+  cudaStream_t stream;
+  cublasLtHandle_t lt;
+  void *workspace;
+  size_t ws_bytes;
+  cudaEvent_t ev0, ev1;
+  plan_entry cache[CACHE_SIZE];
+  int next_victim;
+  int64_t queries;
+};
+
+/* ---- errors ------------------------------------------------------------- */
+
+static ampc_status cuda_fail(cudaError_t e, const char *what) {
+  const ampc_status s = e == cudaErrorMemoryAllocation ? AMPC_ERR_NOMEM : AMPC_ERR_DEVICE;
+  return ampc_fail(s, "%s: CUDA error %d (%s): %s", what, (int)e, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
+}
+static ampc_status lt_fail(cublasStatus_t e, const char *what) {
+  const ampc_status s = e == CUBLAS_STATUS_NOT_SUPPORTED  ? AMPC_ERR_UNSUPPORTED
+                        : e == CUBLAS_STATUS_ALLOC_FAILED ? AMPC_ERR_NOMEM
+                                                          : AMPC_ERR_DEVICE;
+  return ampc_fail(s, "%s: cuBLASLt status %d (%s)", what, (int)e, cublasLtGetStatusString(e));
+}
+#define CU(call, what)                                                                             \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      return cuda_fail(e_, what);                                                                  \
+  } while (0)
+#define LT(call, what)                                                                             \
+  do {                                                                                             \
+    cublasStatus_t e_ = (call);                                                                    \
+    if (e_ != CUBLAS_STATUS_SUCCESS)                                                               \
+      return lt_fail(e_, what);                                                                    \
+  } while (0)
+
+/* ---- devices ------------------------------------------------------------ */
+
+static char g_reason[256];
+
+int ampc_cuda_built(void) { return 1; }
+
+int ampc_cuda_device_count(void) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    snprintf(g_reason, sizeof g_reason, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
+             cudaGetErrorName(e));
+    (void)cudaGetLastError(); /* clear the sticky-free error state */
+    return 0;
+  }
+  if (n == 0)
+    snprintf(g_reason, sizeof g_reason, "cudaGetDeviceCount: 0 devices");
+  else
+    g_reason[0] = '\0';
+  return n;
+}
+
+const char *ampc_cuda_unavailable_reason(void) {
+  (void)ampc_cuda_device_count();
+  return g_reason;
+}
+
+ampc_status ampc_cuda_device_info_get(int device, ampc_cuda_device_info *out) {
+  if (!out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_device_info_get: NULL");
+  const int n = ampc_cuda_device_count();
+  if (n == 0)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "no CUDA device: %s", g_reason);
+  if (device < 0 || device >= n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "CUDA device %d does not exist (%d found)", device, n);
+  struct cudaDeviceProp p;
+  CU(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", p.name);
+  out->cc_major = p.major, out->cc_minor = p.minor;
+  out->sm_count = p.multiProcessorCount;
+  out->total_mem_bytes = p.totalGlobalMem;
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrClockRate, device) == cudaSuccess)
+    out->clock_khz = v;
+  else
+    (void)cudaGetLastError();
+  CU(cudaDriverGetVersion(&out->driver_version), "cudaDriverGetVersion");
+  CU(cudaRuntimeGetVersion(&out->runtime_version), "cudaRuntimeGetVersion");
+  out->cublaslt_version = cublasLtGetVersion();
+  return AMPC_OK;
+}
+
+/* ---- context and memory ------------------------------------------------- */
+
+static void cache_clear(ampc_cuda_ctx *ctx) {
+  for (int i = 0; i < CACHE_SIZE; i++) {
+    plan_entry *e = &ctx->cache[i];
+    if (!e->used)
+      continue;
+    cublasLtMatrixLayoutDestroy(e->la);
+    cublasLtMatrixLayoutDestroy(e->lb);
+    cublasLtMatrixLayoutDestroy(e->lc);
+    cublasLtMatrixLayoutDestroy(e->ld);
+    cublasLtMatmulDescDestroy(e->desc);
+    e->used = 0;
+  }
+}
+
+void ampc_cuda_destroy(ampc_cuda_ctx *ctx) {
+  if (!ctx)
+    return;
+  cudaSetDevice(ctx->device);
+  if (ctx->stream)
+    cudaStreamSynchronize(ctx->stream);
+  cache_clear(ctx);
+  if (ctx->ev0)
+    cudaEventDestroy(ctx->ev0);
+  if (ctx->ev1)
+    cudaEventDestroy(ctx->ev1);
+  if (ctx->workspace)
+    cudaFree(ctx->workspace);
+  if (ctx->lt)
+    cublasLtDestroy(ctx->lt);
+  if (ctx->stream)
+    cudaStreamDestroy(ctx->stream);
+  free(ctx);
+}
+
+static ampc_status create_parts(ampc_cuda_ctx *c, size_t ws) {
+  CU(cudaSetDevice(c->device), "cudaSetDevice");
+  CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  LT(cublasLtCreate(&c->lt), "cublasLtCreate");
+  c->ws_bytes = ws;
+  CU(cudaMalloc(&c->workspace, ws), "cudaMalloc (cuBLASLt workspace)");
+  CU(cudaEventCreate(&c->ev0), "cudaEventCreate");
+  CU(cudaEventCreate(&c->ev1), "cudaEventCreate");
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_create(int device, size_t workspace_bytes, ampc_cuda_ctx **out) {
+  if (!out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_create: NULL");
+  *out = NULL;
+  const int n = ampc_cuda_device_count();
+  if (n == 0)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "no CUDA device: %s", g_reason);
+  if (device < 0 || device >= n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "CUDA device %d does not exist (%d found)", device, n);
+  ampc_cuda_ctx *c = calloc(1, sizeof *c);
+  if (!c)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_cuda_create: out of host memory");
+  c->device = device;
+  ampc_status st = create_parts(c, workspace_bytes ? workspace_bytes : (size_t)32 << 20);
+  if (st != AMPC_OK) {
+    ampc_cuda_destroy(c);
+    return st;
+  }
+  *out = c;
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_malloc(ampc_cuda_ctx *ctx, size_t bytes, void **dptr) {
+  if (!ctx || !dptr)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_malloc: NULL");
+  *dptr = NULL;
+  CU(cudaSetDevice(ctx->device), "cudaSetDevice");
+  cudaError_t e = cudaMalloc(dptr, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    *dptr = NULL;
+    (void)cudaGetLastError();
+    const ampc_status s = cuda_fail(e, "cudaMalloc");
+    return ampc_fail(s, "%s (%zu bytes)", ampc_last_error(), bytes);
+  }
+  return AMPC_OK;
+}
+
+void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr) {
+  if (!ctx || !dptr)
+    return;
+  cudaSetDevice(ctx->device);
+  cudaStreamSynchronize(ctx->stream);
+  cudaFree(dptr);
+}
+
+ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  if (!ctx || (bytes && (!dst || !src)))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_to_device: NULL");
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "cudaMemcpy H2D");
+  CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_to_host(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  if (!ctx || (bytes && (!dst || !src)))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_to_host: NULL");
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), "cudaMemcpy D2H");
+  CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_synchronize(ampc_cuda_ctx *ctx) {
+  if (!ctx)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_synchronize: NULL");
+  CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_fill_uniform(ampc_cuda_ctx *ctx, void *dst, ampc_dtype dt, int64_t count,
+                                   float lo, float hi, uint64_t seed) {
+  if (!ctx || (count > 0 && !dst) || count < 0 || (unsigned)dt >= AMPC_DTYPE_COUNT)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_fill_uniform: bad argument");
+  if (count == 0)
+    return AMPC_OK;
+  CU((cudaError_t)ampc_cuda_k_fill_uniform(ctx->stream, dst, (int)dt, count, lo, hi, seed),
+     "fill kernel");
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_timer_start(ampc_cuda_ctx *ctx) {
+  if (!ctx)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_timer_start: NULL");
+  CU(cudaEventRecord(ctx->ev0, ctx->stream), "cudaEventRecord");
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_timer_stop(ampc_cuda_ctx *ctx, float *ms) {
+  if (!ctx || !ms)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_timer_stop: NULL");
+  CU(cudaEventRecord(ctx->ev1, ctx->stream), "cudaEventRecord");
+  CU(cudaEventSynchronize(ctx->ev1), "cudaEventSynchronize");
+  CU(cudaEventElapsedTime(ms, ctx->ev0, ctx->ev1), "cudaEventElapsedTime");
+  return AMPC_OK;
+}
+
+void ampc_cuda_gemm_cache_stats(const ampc_cuda_ctx *ctx, int64_t *queries, int *entries) {
+  int n = 0;
+  if (ctx)
+    for (int i = 0; i < CACHE_SIZE; i++)
+      n += ctx->cache[i].used;
+  if (queries)
+    *queries = ctx ? ctx->queries : 0;
+  if (entries)
+    *entries = n;
+}
+
+/* ---- the GEMM ----------------------------------------------------------- */
+
+static cudaDataType_t cuda_dt(ampc_dtype dt) {
+  switch (dt) {
+  case AMPC_F16: return CUDA_R_16F;
+  case AMPC_BF16: return CUDA_R_16BF;
+  case AMPC_F8_E4M3: return CUDA_R_8F_E4M3;
+  case AMPC_F8_E5M2: return CUDA_R_8F_E5M2;
+  default: return CUDA_R_32F;
+  }
+}
+
+static cublasComputeType_t cuda_compute(ampc_cuda_compute c) {
+  switch (c) {
+  case AMPC_CUDA_COMPUTE_16F: return CUBLAS_COMPUTE_16F;
+  case AMPC_CUDA_COMPUTE_32F_PEDANTIC: return CUBLAS_COMPUTE_32F_PEDANTIC;
+  case AMPC_CUDA_COMPUTE_32F_FAST_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+  default: return CUBLAS_COMPUTE_32F;
+  }
+}
+
+/* the alignment a kernel may assume for an operand: its address, and every
+ * row and batch start, i.e. the address, ld and stride in bytes together */
+static int64_t operand_align(const void *p, int64_t ld, int64_t stride, ampc_dtype dt) {
+  const uintptr_t es = ampc_dtype_size(dt);
+  const uintptr_t u = (uintptr_t)p | (uintptr_t)ld * es | (uintptr_t)stride * es;
+  return ampc_cuda_align_class((const void *)(u ? u : 256));
+}
+
+static plan_key make_key(const ampc_cuda_plan *p) {
+  plan_key k;
+  memset(&k, 0, sizeof k);
+  k.trans_a = p->trans_a, k.trans_b = p->trans_b, k.m = p->m, k.n = p->n, k.k = p->k;
+  k.a_dt = p->a_dt, k.b_dt = p->b_dt, k.d_dt = p->d_dt, k.c_dt = p->c_layout_dt;
+  k.lda = p->lda, k.ldb = p->ldb, k.ldd = p->ldd, k.batch = p->batch;
+  if (p->batch > 1)
+    k.stride_a = p->stride_a, k.stride_b = p->stride_b, k.stride_d = p->stride_d;
+  k.compute = p->compute;
+  k.align_a = operand_align(p->a, p->lda, k.stride_a, p->a_dt);
+  k.align_b = operand_align(p->b, p->ldb, k.stride_b, p->b_dt);
+  k.align_d = operand_align(p->d, p->ldd, k.stride_d, p->d_dt);
+  k.has_bias = p->bias != NULL;
+  if (p->bias)
+    k.bias_dt = p->bias_dt, k.align_bias = ampc_cuda_align_class(p->bias);
+  k.has_scale_a = p->scale_a != NULL, k.has_scale_b = p->scale_b != NULL;
+  k.has_scale_d = p->scale_d != NULL, k.has_amax = p->amax_d != NULL;
+  return k;
+}
+
+static void entry_free(plan_entry *e) {
+  if (e->la)
+    cublasLtMatrixLayoutDestroy(e->la);
+  if (e->lb)
+    cublasLtMatrixLayoutDestroy(e->lb);
+  if (e->lc)
+    cublasLtMatrixLayoutDestroy(e->lc);
+  if (e->ld)
+    cublasLtMatrixLayoutDestroy(e->ld);
+  if (e->desc)
+    cublasLtMatmulDescDestroy(e->desc);
+  memset(e, 0, sizeof *e);
+}
+
+static ampc_status make_layout(cublasLtMatrixLayout_t *l, ampc_dtype dt, int64_t rows, int64_t cols,
+                               int64_t ld, int64_t batch, int64_t stride) {
+  LT(cublasLtMatrixLayoutCreate(l, cuda_dt(dt), (uint64_t)rows, (uint64_t)cols, ld),
+     "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t b32 = (int32_t)batch;
+    LT(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b32, sizeof b32),
+       "CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT");
+    LT(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                        sizeof stride),
+       "CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET");
+  }
+  return AMPC_OK;
+}
+
+static ampc_status set_ptr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *p,
+                           const char *what) {
+  LT(cublasLtMatmulDescSetAttribute(d, a, &p, sizeof p), what);
+  return AMPC_OK;
+}
+
+/* the per-call pointers of the descriptor (the key fixes which are set) */
+static ampc_status set_pointers(cublasLtMatmulDesc_t d, const ampc_cuda_plan *p, int with_amax) {
+  ampc_status st = AMPC_OK;
+  if (p->bias && st == AMPC_OK)
+    st = set_ptr(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p->bias, "BIAS_POINTER");
+  if (p->scale_a && st == AMPC_OK)
+    st = set_ptr(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p->scale_a, "A_SCALE_POINTER");
+  if (p->scale_b && st == AMPC_OK)
+    st = set_ptr(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p->scale_b, "B_SCALE_POINTER");
+  if (p->scale_d && st == AMPC_OK)
+    st = set_ptr(d, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, p->scale_d, "D_SCALE_POINTER");
+  if (p->amax_d && st == AMPC_OK)
+    st = set_ptr(d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, with_amax ? (const void *)p->amax_d : NULL,
+                 "AMAX_D_POINTER");
+  return st;
+}
+
+/* descriptors, layouts and the heuristic's first algorithm for plan p */
+static ampc_status entry_build(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, const plan_key *key,
+                               int with_amax, plan_entry *e) {
+  memset(e, 0, sizeof *e);
+  e->key = *key;
+  const cudaDataType_t scale_t = p->compute == AMPC_CUDA_COMPUTE_16F ? CUDA_R_16F : CUDA_R_32F;
+  LT(cublasLtMatmulDescCreate(&e->desc, cuda_compute(p->compute), scale_t),
+     "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = p->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LT(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+     "TRANSA");
+  LT(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+     "TRANSB");
+  if (p->bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bt = (int32_t)cuda_dt(p->bias_dt);
+    LT(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+       "EPILOGUE");
+    LT(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
+       "BIAS_DATA_TYPE");
+  }
+  /* FP8: FAST_ACCUM stays 0 (its default), so Hopper's FP8 partial sums are
+   * promoted to FP32 and the Tensor Core contract holds */
+  ampc_status st = set_pointers(e->desc, p, with_amax);
+  if (st != AMPC_OK)
+    return st;
+  st = make_layout(&e->la, p->a_dt, p->a_rows, p->a_cols, p->lda, p->batch, p->stride_a);
+  if (st == AMPC_OK)
+    st = make_layout(&e->lb, p->b_dt, p->b_rows, p->b_cols, p->ldb, p->batch, p->stride_b);
+  if (st == AMPC_OK)
+    st = make_layout(&e->lc, p->c_layout_dt, p->m, p->n, p->ldd, p->batch, p->stride_d);
+  if (st == AMPC_OK)
+    st = make_layout(&e->ld, p->d_dt, p->m, p->n, p->ldd, p->batch, p->stride_d);
+  if (st != AMPC_OK)
+    return st;
+
+  cublasLtMatmulPreference_t pref = NULL;
+  LT(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = ctx->ws_bytes;
+  const uint32_t al[4] = {(uint32_t)key->align_a, (uint32_t)key->align_b, (uint32_t)key->align_d,
+                          (uint32_t)key->align_d};
+  const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  memset(&res, 0, sizeof res);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, e->desc, e->la, e->lb, e->lc, e->ld, pref, 1, &res,
+                                       &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  ctx->queries++;
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return lt_fail(s, "cublasLtMatmulAlgoGetHeuristic");
+  if (found < 1)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "cuBLASLt has no algorithm for this GEMM (%s x %s -> %s, compute %d)",
+                     ampc_dtype_name(p->a_dt), ampc_dtype_name(p->b_dt), ampc_dtype_name(p->d_dt),
+                     (int)p->compute);
+  e->algo = res.algo;
+  e->used = 1;
+  return AMPC_OK;
+}
+
+static ampc_status find_entry(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, plan_entry **out) {
+  const plan_key key = make_key(p);
+  for (int i = 0; i < CACHE_SIZE; i++)
+    if (ctx->cache[i].used && memcmp(&ctx->cache[i].key, &key, sizeof key) == 0) {
+      *out = &ctx->cache[i];
+      return AMPC_OK;
+    }
+  int slot = -1;
+  for (int i = 0; i < CACHE_SIZE && slot < 0; i++)
+    if (!ctx->cache[i].used)
+      slot = i;
+  if (slot < 0) { /* round-robin replacement */
+    slot = ctx->next_victim;
+    ctx->next_victim = (ctx->next_victim + 1) % CACHE_SIZE;
+    entry_free(&ctx->cache[slot]);
+  }
+  plan_entry *e = &ctx->cache[slot];
+  ampc_status st = entry_build(ctx, p, &key, p->amax_d != NULL, e);
+  if (st != AMPC_OK && p->amax_d && !is_fp8(p->d_dt)) {
+    /* an FP8 GEMM with a 16-bit or F32 D whose amax cuBLASLt does not fuse:
+     * the plain GEMM, then ampc's own amax kernel */
+    entry_free(e);
+    st = entry_build(ctx, p, &key, 0, e);
+    e->amax_fallback = 1;
+  }
+  if (st != AMPC_OK) {
+    entry_free(e);
+    return st;
+  }
+  *out = e;
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args) {
+  static const char fn[] = "ampc_cuda_gemm";
+  if (!ctx)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: NULL context", fn);
+  ampc_cuda_plan p;
+  ampc_status st = ampc_cuda_plan_gemm(fn, args, &p);
+  if (st != AMPC_OK || p.noop)
+    return st;
+  if (p.batch > INT32_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: batch %lld > 2^31 - 1", fn, (long long)p.batch);
+  CU(cudaSetDevice(ctx->device), "cudaSetDevice");
+  if (p.k_zero) { /* D = beta * D (+ bias), as BLAS: A and B are not read */
+    if (p.amax_d || is_fp8(p.d_dt))
+      return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: K = 0 or alpha = 0 with FP8 C or amax", fn);
+    CU((cudaError_t)ampc_cuda_k_scale(ctx->stream, p.d, (int)p.d_dt, p.m, p.n, p.ldd, p.stride_d,
+                                      p.batch, p.beta, p.bias, (int)p.bias_dt),
+       "scale kernel");
+    return AMPC_OK;
+  }
+  plan_entry *e;
+  st = find_entry(ctx, &p, &e);
+  if (st != AMPC_OK)
+    return st;
+  st = set_pointers(e->desc, &p, p.amax_d && !e->amax_fallback);
+  if (st != AMPC_OK)
+    return st;
+  const void *alpha, *beta;
+  float a32 = p.alpha, b32 = p.beta;
+  uint16_t a16 = ampc_f32_to_f16(p.alpha).bits, b16 = ampc_f32_to_f16(p.beta).bits;
+  if (p.compute == AMPC_CUDA_COMPUTE_16F)
+    alpha = &a16, beta = &b16;
+  else
+    alpha = &a32, beta = &b32;
+  /* an FP8 D takes no C: C (BF16 layout, beta = 0, not read) names D's buffer */
+  LT(cublasLtMatmul(ctx->lt, e->desc, alpha, p.a, e->la, p.b, e->lb, beta, p.d, e->lc, p.d, e->ld,
+                    &e->algo, ctx->workspace, ctx->ws_bytes, ctx->stream),
+     "cublasLtMatmul");
+  if (p.amax_d && e->amax_fallback)
+    CU((cudaError_t)ampc_cuda_k_amax(ctx->stream, p.d, (int)p.d_dt, p.m, p.n, p.ldd, p.stride_d,
+                                     p.batch, p.amax_d),
+       "amax kernel");
+  return AMPC_OK;
+}
