@@ -1,0 +1,48 @@
+#!/bin/sh
+# bench/gpu/check.sh: the whole GPU check of the CUDA GEMM backend (issue 16)
+# in one command, for the H200 machine lent through the device tool:
+#   1. unpack the carried .debs (bench/gpu/fetch_debs.sh made .gpu-debs/),
+#   2. configure and build bench/gpu (ampc's formats, reference GEMM, CUDA
+#      backend, test_cuda_gemm, gpu_bench) for sm_90,
+#   3. run test_cuda_gemm (every mode against the double reference),
+#   4. gpu_bench gemm --device cuda --json (every mode, every shape), then
+#      PyTorch's torch.matmul / torch._scaled_mm on the same shapes,
+#   5. merge both into a markdown table (bench/gpu/table.py).
+# Results go to $OUT (the device tool brings it back): nvidia-smi.txt,
+# build.log, test_cuda_gemm.txt, ampc_gemm.json, torch_gemm.json,
+# gemm_table.md. Exits non-zero if the build or a test fails.
+# Device call: run(command="sh bench/gpu/check.sh", carry=[".gpu-debs"], timeout_s=420)
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/ampc-gpu-out}
+mkdir -p "$OUT"
+deps=/tmp/ampc-deps
+mkdir -p "$deps"
+for f in .gpu-debs/*.deb; do
+  [ -f "$f" ] && dpkg -x "$f" "$deps"
+done
+export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{ nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv; } \
+  >"$OUT/nvidia-smi.txt" 2>&1
+t0=$(date +%s)
+if ! { cmake -S bench/gpu -B build-gpu -DAMPC_DEPS="$deps" -DCMAKE_BUILD_TYPE=Release &&
+  cmake --build build-gpu -j "$(nproc)"; } >"$OUT/build.log" 2>&1; then
+  tail -n 40 "$OUT/build.log"
+  echo "check.sh: the build failed (build.log)"
+  exit 1
+fi
+echo "check.sh: built in $(($(date +%s) - t0)) s"
+rc=0
+./build-gpu/test_cuda_gemm >"$OUT/test_cuda_gemm.txt" 2>&1 || rc=$?
+cat "$OUT/test_cuda_gemm.txt"
+echo "check.sh: test_cuda_gemm exit $rc"
+if ./build-gpu/gpu_bench gemm --device cuda --json --reps 7 >"$OUT/ampc_gemm.json"; then
+  PYTHONUNBUFFERED=1 python3 bench/gpu/torch_matmul.py "$OUT/ampc_gemm.json" --reps 7 \
+    >"$OUT/torch_gemm.json" || echo "check.sh: torch_matmul.py failed"
+  python3 bench/gpu/table.py "$OUT/ampc_gemm.json" "$OUT/torch_gemm.json" >"$OUT/gemm_table.md" &&
+    cat "$OUT/gemm_table.md"
+else
+  echo "check.sh: gpu_bench failed"
+  rc=1
+fi
+exit $rc
