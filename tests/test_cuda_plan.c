@@ -354,7 +354,12 @@ static void test_checks(void **state) {
   expect(&g, AMPC_ERR_UNSUPPORTED, "E5M2 x E5M2");
   g = f, g.b_dt = AMPC_F16;
   expect(&g, AMPC_ERR_UNSUPPORTED, "both operands FP8");
-  g = f, g.c_dt = AMPC_F8_E5M2, g.beta = 1.0f;
+  g = f, g.c_dt = AMPC_F8_E5M2;
+  expect(&g, AMPC_ERR_UNSUPPORTED, "E5M2 C needs an E5M2 operand");
+  g = f, g.c_dt = AMPC_F8_E4M3, g.bias = buf[0], g.bias_dt = AMPC_F16; /* C layout = bias's */
+  assert_int_equal(ampc_cuda_plan_gemm("t", &g, &p), AMPC_OK);
+  assert_int_equal(p.c_layout_dt, AMPC_F16);
+  g = f, g.c_dt = AMPC_F8_E4M3, g.beta = 1.0f;
   expect(&g, AMPC_ERR_UNSUPPORTED, "beta = 0");
   g = f, g.scale_c = &fscale;
   expect(&g, AMPC_ERR_INVALID_ARG, "scale_c applies to an FP8 C only");
@@ -376,6 +381,15 @@ static void test_no_device(void **state) {
   const int n = ampc_cuda_device_count();
   print_message("CUDA backend %s; %d device(s)%s%s\n", ampc_cuda_built() ? "built" : "not built", n,
                 n ? "" : ": ", ampc_cuda_unavailable_reason());
+  size_t ver = 0;
+  if (ampc_cuda_built()) { /* cuBLASLt is dlopen'ed: it loads without a GPU */
+    if (ampc_cuda_load_cublaslt(&ver) != AMPC_OK)
+      fail_msg("cuBLASLt: %s", ampc_last_error());
+    print_message("cuBLASLt %zu loaded\n", ver);
+    assert_true(ver > 0);
+  } else {
+    assert_int_equal(ampc_cuda_load_cublaslt(&ver), AMPC_ERR_UNSUPPORTED);
+  }
   if (n > 0) {
     print_message("a device is present: its checks are tests/test_cuda_gemm.c\n");
     return;

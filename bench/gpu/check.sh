@@ -21,6 +21,7 @@ mkdir -p "$deps"
 for f in .gpu-debs/*.deb; do
   [ -f "$f" ] && dpkg -x "$f" "$deps"
 done
+command -v nvcc >/dev/null 2>&1 || export PATH="$PATH:/usr/local/cuda/bin"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 { nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv; } \
   >"$OUT/nvidia-smi.txt" 2>&1

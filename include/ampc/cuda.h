@@ -126,19 +126,23 @@ typedef enum ampc_cuda_compute {
  * not both E5M2; op(A) = N and op(B) = T (both operands K-contiguous: the
  * layout cuBLASLt calls "TN"), lda, ldb and ldc multiples of 16, a, b, c
  * 16-byte aligned; C F16, BF16, F32, E4M3 or E5M2 (FP8 C needs beta = 0 and
- * takes scale_c). scale_a and scale_b are device pointers to one FP32 each
- * (NULL: 1) that multiply the FP8 values back (Transformer Engine's
- * scale_inv); scale_c (FP8 C only; NULL: 1) multiplies the result before its
- * rounding to FP8 (TE's scale); amax_c (device, one FP32; NULL: not computed)
- * receives max |result| before scale_c, over all batches.
- * bias: device, N elements (one per column of row-major C, as a linear
- * layer's), the same for every batch, in bias_dt: C's dtype, or BF16 for FP8
- * with F32 or FP8 C (BF16 or F16 with FP8 C); NULL: no bias.
- * Special cases: M, N or batch = 0 is a no-op; K = 0 gives C = beta * C.
- * Alignment: any element-aligned pointer and leading dimension works
- * (misaligned ones run slower kernels), FP8 as above.
+ * takes scale_c; E5M2 C needs an E5M2 operand). scale_a and scale_b are device pointers to one FP32
+ * each (NULL: 1) that multiply the FP8 values back (Transformer Engine's scale_inv); scale_c (FP8 C
+ * only; NULL: 1) multiplies the result before its rounding to FP8 (TE's scale); amax_c (device, one
+ * FP32; NULL: not computed) receives max |result| before scale_c, over all batches (fused by
+ * cuBLASLt for an FP8 C; for a 16-bit or F32 C, which cuBLASLt refuses, ampc's own kernel reads C
+ * after the GEMM: the max of the rounded C). Hopper's FP8 Tensor Cores keep about 14 significant
+ * bits inside each MMA; cuBLASLt (FAST_ACCUM off, as here) adds those partial sums in FP32. bias:
+ * device, N elements (one per column of row-major C, as a linear layer's), the same for every
+ * batch, in bias_dt: C's dtype, or BF16 for FP8 with F32 or FP8 C (BF16 or F16 with FP8 C); NULL:
+ * no bias. Special cases: M, N or batch = 0 is a no-op; K = 0 or alpha = 0 gives C = beta * C (+
+ * bias) without reading A or B, formed in FP32 (for compute 16F too) and rounded once. Alignment:
+ * any element-aligned pointer and leading dimension works (misaligned ones run slower kernels), FP8
+ * as above.
  *
- * Rounding: C is rounded once from the compute type (RNE). Error bound for
+ * Rounding: C is rounded once from the compute type (RNE); split-K is
+ * allowed only with partial sums in the compute type
+ * (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE). Error bound for
  * compute 32F with F16/BF16 inputs: |err| <= K * 2^-24 * sum |a b| plus the
  * output rounding (the CPU's bound); TF32 adds the inputs' rounding (2 * 2^-11
  * relative per product); 16F: K * 2^-11 * sum |a b|, order unspecified.

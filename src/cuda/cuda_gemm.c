@@ -4,18 +4,109 @@
  * per-shape cache of descriptors and the heuristic's algorithm.
  *
  * Built only with AMPC_CUDA (cuda_stub.c otherwise). Host C against the CUDA
- * runtime and cuBLASLt's C API; the few device kernels are in
- * cuda_kernels.cu.
+ * runtime (linked statically: libcudart_static) and cuBLASLt's C API, which
+ * is loaded with dlopen when a context is first made: linked normally, the
+ * 500 MB libcublasLt.so costs every ampc process about 200 MB of resident
+ * memory at start-up, GPU or not, and the memory planner (`ampc plan`)
+ * measures that overhead. The few device kernels are in cuda_kernels.cu.
  */
+#define _POSIX_C_SOURCE 200809L /* dlopen, pthread_once */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_impl.h"
 #include "internal.h"
+
+/* ---- cuBLASLt, loaded on first use -------------------------------------- */
+
+#define AMPC_LT_FUNCS(X)                                                                           \
+  X(cublasLtCreate)                                                                                \
+  X(cublasLtDestroy)                                                                               \
+  X(cublasLtGetStatusString)                                                                       \
+  X(cublasLtGetVersion)                                                                            \
+  X(cublasLtMatmul)                                                                                \
+  X(cublasLtMatmulAlgoGetHeuristic)                                                                \
+  X(cublasLtMatmulDescCreate)                                                                      \
+  X(cublasLtMatmulDescDestroy)                                                                     \
+  X(cublasLtMatmulDescSetAttribute)                                                                \
+  X(cublasLtMatmulPreferenceCreate)                                                                \
+  X(cublasLtMatmulPreferenceDestroy)                                                               \
+  X(cublasLtMatmulPreferenceSetAttribute)                                                          \
+  X(cublasLtMatrixLayoutCreate)                                                                    \
+  X(cublasLtMatrixLayoutDestroy)                                                                   \
+  X(cublasLtMatrixLayoutSetAttribute)
+#define AMPC_LT_DECL(f) static __typeof__(&f) p_##f;
+AMPC_LT_FUNCS(AMPC_LT_DECL)
+#define AMPC_STR2(x) #x
+#define AMPC_STR(x) AMPC_STR2(x)
+#ifndef AMPC_CUBLASLT_DIR
+#define AMPC_CUBLASLT_DIR "/usr/local/cuda/lib64"
+#endif
+
+static pthread_once_t g_lt_once = PTHREAD_ONCE_INIT;
+static char g_lt_error[384];
+
+static void lt_load_once(void) {
+  /* the soname of the cuBLASLt this was compiled against, then the
+   * toolkit's own copy (CMake passes its folder) */
+  static const char soname[] = "libcublasLt.so." AMPC_STR(CUBLAS_VER_MAJOR);
+  void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (!h)
+    h = dlopen(AMPC_CUBLASLT_DIR "/libcublasLt.so." AMPC_STR(CUBLAS_VER_MAJOR),
+               RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(g_lt_error, sizeof g_lt_error, "cannot load cuBLASLt (%s): %s", soname, dlerror());
+    return;
+  }
+  void *sym;
+#define AMPC_LT_LOAD(f)                                                                            \
+  if (!g_lt_error[0]) {                                                                            \
+    sym = dlsym(h, #f);                                                                            \
+    if (!sym)                                                                                      \
+      snprintf(g_lt_error, sizeof g_lt_error, "%s has no %s", soname, #f);                         \
+    else                                                                                           \
+      memcpy(&p_##f, &sym, sizeof sym);                                                            \
+  }
+  AMPC_LT_FUNCS(AMPC_LT_LOAD)
+#undef AMPC_LT_LOAD
+}
+
+static ampc_status lt_load(void) {
+  pthread_once(&g_lt_once, lt_load_once);
+  if (g_lt_error[0])
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s", g_lt_error);
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_load_cublaslt(size_t *version) {
+  ampc_status st = lt_load();
+  if (st == AMPC_OK && version)
+    *version = p_cublasLtGetVersion();
+  return st;
+}
+
+/* every cuBLASLt call below goes through the loaded pointers */
+#define cublasLtCreate p_cublasLtCreate
+#define cublasLtDestroy p_cublasLtDestroy
+#define cublasLtGetStatusString p_cublasLtGetStatusString
+#define cublasLtGetVersion p_cublasLtGetVersion
+#define cublasLtMatmul p_cublasLtMatmul
+#define cublasLtMatmulAlgoGetHeuristic p_cublasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmulDescCreate p_cublasLtMatmulDescCreate
+#define cublasLtMatmulDescDestroy p_cublasLtMatmulDescDestroy
+#define cublasLtMatmulDescSetAttribute p_cublasLtMatmulDescSetAttribute
+#define cublasLtMatmulPreferenceCreate p_cublasLtMatmulPreferenceCreate
+#define cublasLtMatmulPreferenceDestroy p_cublasLtMatmulPreferenceDestroy
+#define cublasLtMatmulPreferenceSetAttribute p_cublasLtMatmulPreferenceSetAttribute
+#define cublasLtMatrixLayoutCreate p_cublasLtMatrixLayoutCreate
+#define cublasLtMatrixLayoutDestroy p_cublasLtMatrixLayoutDestroy
+#define cublasLtMatrixLayoutSetAttribute p_cublasLtMatrixLayoutSetAttribute
 
 enum { CACHE_SIZE = 64 };
 
@@ -37,7 +128,9 @@ typedef struct plan_entry {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc, ld;
   cublasLtMatmulAlgo_t algo;
-  int amax_fallback; /* cuBLASLt does not fuse the amax here: own kernel */
+  int own_amax; /* a 16-bit or F32 D: cuBLASLt fuses the amax of FP8 D's only
+                   (it refuses AMAX_D otherwise, at the matmul: pytorch#122821),
+                   so ampc's amax kernel runs after the GEMM */
 } plan_entry;
 
 struct ampc_cuda_ctx {
@@ -90,7 +183,7 @@ int ampc_cuda_device_count(void) {
   if (e != cudaSuccess) {
     snprintf(g_reason, sizeof g_reason, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
              cudaGetErrorName(e));
-    (void)cudaGetLastError(); /* clear the sticky-free error state */
+    (void)cudaGetLastError(); /* clear the error, which is not sticky */
     return 0;
   }
   if (n == 0)
@@ -127,7 +220,7 @@ ampc_status ampc_cuda_device_info_get(int device, ampc_cuda_device_info *out) {
     (void)cudaGetLastError();
   CU(cudaDriverGetVersion(&out->driver_version), "cudaDriverGetVersion");
   CU(cudaRuntimeGetVersion(&out->runtime_version), "cudaRuntimeGetVersion");
-  out->cublaslt_version = cublasLtGetVersion();
+  out->cublaslt_version = lt_load() == AMPC_OK ? cublasLtGetVersion() : 0;
   return AMPC_OK;
 }
 
@@ -187,6 +280,8 @@ ampc_status ampc_cuda_create(int device, size_t workspace_bytes, ampc_cuda_ctx *
     return ampc_fail(AMPC_ERR_UNSUPPORTED, "no CUDA device: %s", g_reason);
   if (device < 0 || device >= n)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "CUDA device %d does not exist (%d found)", device, n);
+  if (lt_load() != AMPC_OK)
+    return AMPC_ERR_UNSUPPORTED;
   ampc_cuda_ctx *c = calloc(1, sizeof *c);
   if (!c)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_cuda_create: out of host memory");
@@ -434,6 +529,13 @@ static ampc_status entry_build(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, cons
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
     s = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
+  /* split-K only with partial sums in the compute type: the INPLACE and
+   * OUTPUT_TYPE schemes would round them to C's dtype, breaking "FP32 sums,
+   * rounded once" */
+  const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
+                                             sizeof red);
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
   memset(&res, 0, sizeof res);
@@ -471,14 +573,9 @@ static ampc_status find_entry(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, plan_
     entry_free(&ctx->cache[slot]);
   }
   plan_entry *e = &ctx->cache[slot];
-  ampc_status st = entry_build(ctx, p, &key, p->amax_d != NULL, e);
-  if (st != AMPC_OK && p->amax_d && !is_fp8(p->d_dt)) {
-    /* an FP8 GEMM with a 16-bit or F32 D whose amax cuBLASLt does not fuse:
-     * the plain GEMM, then ampc's own amax kernel */
-    entry_free(e);
-    st = entry_build(ctx, p, &key, 0, e);
-    e->amax_fallback = 1;
-  }
+  const int own_amax = p->amax_d && !is_fp8(p->d_dt);
+  ampc_status st = entry_build(ctx, p, &key, p->amax_d && !own_amax, e);
+  e->own_amax = own_amax;
   if (st != AMPC_OK) {
     entry_free(e);
     return st;
@@ -510,7 +607,7 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args) 
   st = find_entry(ctx, &p, &e);
   if (st != AMPC_OK)
     return st;
-  st = set_pointers(e->desc, &p, p.amax_d && !e->amax_fallback);
+  st = set_pointers(e->desc, &p, p.amax_d && !e->own_amax);
   if (st != AMPC_OK)
     return st;
   const void *alpha, *beta;
@@ -520,11 +617,13 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args) 
     alpha = &a16, beta = &b16;
   else
     alpha = &a32, beta = &b32;
-  /* an FP8 D takes no C: C (BF16 layout, beta = 0, not read) names D's buffer */
-  LT(cublasLtMatmul(ctx->lt, e->desc, alpha, p.a, e->la, p.b, e->lb, beta, p.d, e->lc, p.d, e->ld,
+  /* an FP8 D takes no C (beta = 0): C is NULL, as Transformer Engine passes
+   * it, since C == D would need C's layout to equal D's */
+  const void *c_ptr = is_fp8(p.d_dt) ? NULL : p.d;
+  LT(cublasLtMatmul(ctx->lt, e->desc, alpha, p.a, e->la, p.b, e->lb, beta, c_ptr, e->lc, p.d, e->ld,
                     &e->algo, ctx->workspace, ctx->ws_bytes, ctx->stream),
      "cublasLtMatmul");
-  if (p.amax_d && e->amax_fallback)
+  if (p.amax_d && e->own_amax)
     CU((cudaError_t)ampc_cuda_k_amax(ctx->stream, p.d, (int)p.d_dt, p.m, p.n, p.ldd, p.stride_d,
                                      p.batch, p.amax_d),
        "amax kernel");

@@ -33,7 +33,7 @@ typedef struct ampc_cuda_plan {
   int64_t b_rows, b_cols, ldb, stride_b;
   void *d;
   ampc_dtype d_dt;
-  ampc_dtype c_layout_dt; /* the C layout's dtype: D's, or BF16 for an FP8 D */
+  ampc_dtype c_layout_dt; /* the C layout's dtype: D's; for an FP8 D the bias's, or BF16 */
   int64_t ldd, stride_d;
   int64_t batch;
   float alpha, beta;
@@ -51,6 +51,11 @@ typedef struct ampc_cuda_plan {
  * error messages. Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_UNSUPPORTED. */
 ampc_status ampc_cuda_plan_gemm(const char *fn, const ampc_cuda_gemm_args *args,
                                 ampc_cuda_plan *out);
+
+/* Load cuBLASLt (dlopen, once; no GPU needed) and give its version
+ * (cublasLtGetVersion). Errors: AMPC_ERR_UNSUPPORTED (not found, a symbol
+ * missing, or no CUDA in this build). */
+ampc_status ampc_cuda_load_cublaslt(size_t *version);
 
 /* The largest power of two <= 256 that divides the address (256 for NULL):
  * cuBLASLt's heuristic depends on the operands' alignment, so the plan cache

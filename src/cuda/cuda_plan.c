@@ -55,6 +55,11 @@ static ampc_status check_dtypes(const char *fn, const ampc_cuda_gemm_args *g) {
                          fn);
       if (ct != AMPC_F16 && ct != AMPC_BF16 && ct != AMPC_F32 && !is_fp8(ct))
         return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: C has dtype %s", fn, cn);
+      if (ct == AMPC_F8_E5M2 && at != AMPC_F8_E5M2 && bt != AMPC_F8_E5M2)
+        return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                         "%s: an E5M2 C needs an E5M2 operand (cuBLASLt: E4M3 x E4M3 gives "
+                         "E4M3, bf16, f16 or f32)",
+                         fn);
       return AMPC_OK;
     }
     if (at != bt)
@@ -152,7 +157,9 @@ ampc_status ampc_cuda_plan_gemm(const char *fn, const ampc_cuda_gemm_args *g, am
   p.b = g->a, p.b_dt = g->a_dt, p.ldb = g->lda, p.stride_b = g->stride_a;
   p.b_rows = p.trans_b ? m : k, p.b_cols = p.trans_b ? k : m;
   p.d = g->c, p.d_dt = g->c_dt, p.ldd = g->ldc, p.stride_d = g->stride_c;
-  p.c_layout_dt = is_fp8(g->c_dt) ? AMPC_BF16 : g->c_dt;
+  /* an FP8 D's C layout: the bias's dtype (cuBLASLt requires C = bias type
+   * there), else BF16; C itself is not read (beta = 0) */
+  p.c_layout_dt = is_fp8(g->c_dt) ? (g->bias ? g->bias_dt : AMPC_BF16) : g->c_dt;
   p.bias = g->bias, p.bias_dt = g->bias_dt;
   p.scale_a = g->scale_b, p.scale_b = g->scale_a, p.scale_d = g->scale_c;
   p.amax_d = g->amax_c;

@@ -69,3 +69,8 @@ ampc_status ampc_cuda_timer_stop(ampc_cuda_ctx *ctx, float *ms) {
   (void)ctx, (void)ms;
   return no_cuda("ampc_cuda_timer_stop");
 }
+ampc_status ampc_cuda_load_cublaslt(size_t *version) {
+  if (version)
+    *version = 0;
+  return no_cuda("ampc_cuda_load_cublaslt");
+}
