@@ -19,7 +19,13 @@ mkdir -p "$OUT"
 deps=/tmp/ampc-deps
 mkdir -p "$deps"
 for f in .gpu-debs/*.deb; do
-  [ -f "$f" ] && dpkg -x "$f" "$deps"
+  [ -f "$f" ] || continue
+  if command -v dpkg >/dev/null 2>&1; then
+    dpkg -x "$f" "$deps"
+  else # a .deb is an ar archive holding data.tar.*
+    abs="$(pwd)/$f"
+    (cd "$deps" && ar x "$abs" && tar xf data.tar.* && rm -f data.tar.* control.tar.* debian-binary)
+  fi
 done
 command -v nvcc >/dev/null 2>&1 || export PATH="$PATH:/usr/local/cuda/bin"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
