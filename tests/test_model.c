@@ -60,10 +60,10 @@ static float loss_at(ampc_mmodel *M, const ampc_mmodel_batch *bt) {
   return L.total;
 }
 
-static void gradient_check(const char *model) {
+static void gradient_check(const char *model, float w_mlm) {
   ampc_mmodel_config c;
   assert_int_equal(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
-  c.w_itc = 1.0f, c.w_itm = 0.7f, c.w_cls = 0.5f;
+  c.w_itc = 1.0f, c.w_itm = 0.7f, c.w_cls = 0.5f, c.w_mlm = w_mlm, c.mlm_prob = 0.3f;
   ampc_mmodel_specs sp;
   assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
   ampc_amp_config a;
@@ -87,13 +87,20 @@ static void gradient_check(const char *model) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
   ampc_trainer_zero_grad(&T);
   ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(M, &bt, 1.0f, &L), AMPC_OK);
   ampc_mmodel_last_negatives(M, B, g_neg0);
-  printf("# losses: total %.5f itc %.5f itm %.5f cls %.5f\n", (double)L.total, (double)L.itc,
-         (double)L.itm, (double)L.cls);
+  printf("# losses: total %.5f itc %.5f itm %.5f cls %.5f mlm %.5f (%lld tokens)\n",
+         (double)L.total, (double)L.itc, (double)L.itm, (double)L.cls, (double)L.mlm,
+         (long long)L.mlm_tokens);
+  if (w_mlm > 0.0f) { /* at least one masked token per caption, the loss near ln(vocab) */
+    assert_true(L.mlm_tokens >= B && L.mlm_tokens <= B * TT);
+    assert_true(L.mlm > 0.0f && isfinite(L.mlm));
+  } else {
+    assert_true(L.mlm == 0.0f && L.mlm_tokens == 0);
+  }
   const float *g = T.params.grad;
   /* every tensor: a few elements (the largest-gradient one and random ones) */
   double dot = 0, nf = 0, na = 0;
@@ -152,13 +159,20 @@ static void gradient_check(const char *model) {
 
 static void test_gradient_check(void **state) {
   (void)state;
-  gradient_check("mm-micro");
+  gradient_check("mm-micro", 0.0f);
+}
+
+/* the same with the token-level MLM term (its head, the masked copies through
+ * the text encoder and the fusion) */
+static void test_gradient_check_mlm(void **state) {
+  (void)state;
+  gradient_check("mm-micro", 0.8f);
 }
 
 /* the image-only ViT (vision encoder + class head) */
 static void test_gradient_check_vit(void **state) {
   (void)state;
-  gradient_check("vit-micro");
+  gradient_check("vit-micro", 0.0f);
 }
 
 /* Per-branch seeds (--loss-scale per-branch): equal seeds give
@@ -193,7 +207,7 @@ static void branch_seeds_exact(const char *model, ampc_precision prec) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
   const size_t gsz = ampc_dtype_size(P->wdt), bytes = (size_t)P->total * gsz;
   char *g1 = malloc(bytes);
   assert_non_null(g1);
@@ -261,6 +275,7 @@ static void test_backward_losses(void **state) {
   (void)state;
   ampc_mmodel_config c;
   assert_int_equal(ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
+  c.w_mlm = 0.5f; /* all four terms */
   ampc_mmodel_specs sp;
   assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
   ampc_amp_config a;
@@ -274,7 +289,7 @@ static void test_backward_losses(void **state) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
   const size_t bytes = (size_t)P->total * sizeof(float);
   float *all = malloc(bytes), *one = malloc(bytes);
   double *sum = calloc((size_t)P->total, sizeof *sum);
@@ -285,7 +300,7 @@ static void test_backward_losses(void **state) {
   memcpy(all, P->grad, bytes);
   assert_int_equal(ampc_mmodel_forward(M, &bt, &L), AMPC_OK);
   for (int k = 0; k < AMPC_MM_LOSSES; k++) {
-    float seed[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f};
+    float seed[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f, 0.0f};
     seed[k] = 1.0f;
     ampc_trainer_zero_grad(&T);
     assert_int_equal(ampc_mmodel_backward_losses(M, seed), AMPC_OK);
@@ -323,10 +338,11 @@ static void test_backward_losses(void **state) {
          worst);
   assert_true(worst < 1e-5);
   /* errors: negative, non-finite, all zero; no forward pass */
-  const float neg[3] = {-1.0f, 1.0f, 1.0f}, zero[3] = {0.0f, 0.0f, 0.0f};
+  const float neg[AMPC_MM_LOSSES] = {-1.0f, 1.0f, 1.0f, 1.0f},
+              zero[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f, 0.0f};
   assert_int_equal(ampc_mmodel_backward_losses(M, neg), AMPC_ERR_INVALID_ARG);
   assert_int_equal(ampc_mmodel_backward_losses(M, zero), AMPC_ERR_INVALID_ARG);
-  const float one_seed[3] = {1.0f, 0.0f, 0.0f};
+  const float one_seed[AMPC_MM_LOSSES] = {1.0f, 0.0f, 0.0f, 0.0f};
   assert_int_equal(ampc_mmodel_backward(M, 1.0f), AMPC_OK); /* consumes the forward pass */
   assert_int_equal(ampc_mmodel_backward_losses(M, one_seed), AMPC_ERR_INVALID_ARG);
   free(all), free(one), free(sum);
@@ -404,7 +420,7 @@ static void test_training_lowers_loss(void **state) {
     uint8_t images[B * 8 * 8 * 3];
     int32_t tokens[B * TT], labels[B];
     make_batch(8, images, tokens, labels, 4);
-    ampc_mmodel_batch bt = {B, images, tokens, labels, 0};
+    ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
     float first = 0, last = 0;
     for (int s = 0; s < 60; s++) {
       ampc_trainer_zero_grad(&T);
@@ -427,9 +443,10 @@ static void test_training_lowers_loss(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_mm_tiny_names),      cmocka_unit_test(test_gradient_check),
-      cmocka_unit_test(test_gradient_check_vit), cmocka_unit_test(test_backward_branches_exact),
-      cmocka_unit_test(test_backward_losses),    cmocka_unit_test(test_training_lowers_loss),
+      cmocka_unit_test(test_mm_tiny_names),           cmocka_unit_test(test_gradient_check),
+      cmocka_unit_test(test_gradient_check_mlm),      cmocka_unit_test(test_gradient_check_vit),
+      cmocka_unit_test(test_backward_branches_exact), cmocka_unit_test(test_backward_losses),
+      cmocka_unit_test(test_training_lowers_loss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

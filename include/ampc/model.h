@@ -147,6 +147,11 @@ typedef struct ampc_mmodel_config {
   int64_t embed;                     /* contrastive projection dim */
   int64_t classes;                   /* group classification head */
   float w_itc, w_itm, w_cls;         /* composite loss weights */
+  /* masked caption modelling (MLM; 0: off, the default): its loss weight and
+   * the probability of masking each non-padding token (at least one per
+   * caption). On, the model has the head heads.mlm.{weight,bias} [vocab, dim]
+   * and runs the text encoder on a masked copy of every caption too. */
+  float w_mlm, mlm_prob;
   bool image_only; /* vit-ref / vit-fm: the vision encoder and the class head only (CE loss;
                       no text, fusion or projections) */
 } ampc_mmodel_config;
@@ -185,11 +190,17 @@ typedef struct ampc_mmodel_batch {
    * drawn from softmax_j(sim[i, j] * logit scale) over j != i with this seed,
    * as ALBEF samples its hard negatives (Li et al. 2021, section 3.2) */
   uint64_t neg_seed;
+  /* masked caption modelling: the seed of the positions masked (0: a fixed
+   * one, deterministic: evaluation) */
+  uint64_t mask_seed;
 } ampc_mmodel_batch;
 
 typedef struct ampc_mmodel_losses {
   float total, itc, itm, cls; /* FP32, unscaled, weighted total */
   float itm_acc, cls_acc;     /* matching accuracy on positives + hard negatives; group acc */
+  float mlm, mlm_acc;         /* masked caption modelling: mean CE over the masked tokens, their
+                                 argmax accuracy (0 when off) */
+  int64_t mlm_tokens;         /* the masked tokens the MLM loss averages over */
 } ampc_mmodel_losses;
 
 /* Buffers for batches of up to max_batch (>= 2) over the parameter table P
@@ -224,10 +235,18 @@ ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, a
 /* Forward pass of the composite loss w_itc * InfoNCE(image, text) + w_itm *
  * BCE(matching on the b positive pairs and b in-batch hard negatives: for
  * image i the text j != i of highest contrastive similarity) + w_cls *
- * CE(group of the image); image-only models: w_cls * CE of the class head on
- * CLS. bt's buffers must stay valid until the backward pass. Errors:
- * AMPC_ERR_INVALID_ARG (batch outside [2, max] (image-only: [1, max]), a
- * label outside [0, classes)), those of the layers. */
+ * CE(group of the image) [+ w_mlm * MLM]; image-only models: w_cls * CE of
+ * the class head on CLS. MLM (w_mlm > 0; ALBEF's masked language modelling,
+ * Li et al. 2021, section 3.1, after BERT, Devlin et al. 2019): each
+ * non-padding token of a copy of caption i is replaced by AMPC_TOKEN_UNK
+ * (the mask token) with probability mlm_prob (at least one per caption, from
+ * mask_seed); the copy runs through the text encoder (beside the b captions:
+ * 2b rows) and the fusion with image i (beside the 2b matching pairs: 3b),
+ * and the MLM head's vocab logits at the masked positions give the mean
+ * cross-entropy over every masked token of the batch: a token-level loss,
+ * whose logit gradients are ~1/(vocab x tokens). bt's buffers must stay valid until the backward
+ * pass. Errors: AMPC_ERR_INVALID_ARG (batch outside [2, max] (image-only: [1, max]), a label
+ * outside [0, classes)), those of the layers. */
 ampc_status ampc_mmodel_forward(ampc_mmodel *M, const ampc_mmodel_batch *bt,
                                 ampc_mmodel_losses *out);
 
@@ -250,7 +269,13 @@ ampc_status ampc_mmodel_backward(ampc_mmodel *M, float seed);
 ampc_status ampc_mmodel_backward_branches(ampc_mmodel *M, const float seed[AMPC_BRANCH_COUNT]);
 
 /* The loss terms, in the order of the per-loss seeds below. */
-enum { AMPC_MM_LOSS_ITC = 0, AMPC_MM_LOSS_ITM = 1, AMPC_MM_LOSS_CLS = 2, AMPC_MM_LOSSES = 3 };
+enum {
+  AMPC_MM_LOSS_ITC = 0,
+  AMPC_MM_LOSS_ITM = 1,
+  AMPC_MM_LOSS_CLS = 2,
+  AMPC_MM_LOSS_MLM = 3, /* seeded only when w_mlm > 0 */
+  AMPC_MM_LOSSES = 4
+};
 
 /* The backward pass with one seed per loss term (per-loss loss scaling,
  * ampc/amp.h): term k seeded with seed[k] (times its weight), 0 for a term
@@ -325,6 +350,7 @@ typedef struct ampc_mmodel_metrics {
   double itm_acc;             /* matching accuracy on positives and hard negatives */
   double cls_acc;             /* group accuracy of the image classifier */
   double loss, itc, itm, cls; /* mean losses over the evaluation batches */
+  double mlm, mlm_acc;        /* masked caption modelling (0 when off) */
 } ampc_mmodel_metrics;
 
 #ifdef __cplusplus

@@ -109,12 +109,14 @@ typedef struct ampc_batch {
   const int32_t *tokens;
   const int32_t *labels;
   const float *features;
-  uint64_t neg_seed; /* ampc_mmodel_batch.neg_seed (0: hardest negatives) */
+  uint64_t neg_seed;  /* ampc_mmodel_batch.neg_seed (0: hardest negatives) */
+  uint64_t mask_seed; /* ampc_mmodel_batch.mask_seed (MLM's masked positions) */
 } ampc_batch;
 
 /* The losses of one forward pass (FP32, unscaled): the weighted total and the
  * named parts that go into the step line (multimodal: loss_itc, loss_itm,
- * loss_cls, itm_acc, group_acc; the MLP has none). */
+ * loss_cls, itm_acc, group_acc, and with MLM loss_mlm, mlm_acc; the MLP has
+ * none). */
 enum { AMPC_LOSS_PARTS_MAX = 8 };
 typedef struct ampc_losses {
   float total;

@@ -258,8 +258,8 @@ static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
    * comparison must hold fixed (eps and the clip norm are left out: a loss
    * multiplier scales them) */
   static const char *const run_keys[] = {
-      "model",   "data",          "steps",      "batch", "seed",  "in",   "hidden",
-      "classes", "micro_batches", "train_size", "w_itc", "w_itm", "w_cls"};
+      "model",         "data",       "steps", "batch", "seed",  "in",    "hidden",  "classes",
+      "micro_batches", "train_size", "w_itc", "w_itm", "w_cls", "w_mlm", "mlm_prob"};
   static const char *const opt_keys[] = {"kind",         "lr",          "weight_decay",
                                          "beta1",        "beta2",       "momentum",
                                          "warmup_steps", "total_steps", "min_lr"};

@@ -199,7 +199,8 @@ static ampc_status vision_fwd(ampc_mmodel *M, int64_t b, const uint8_t *images) 
   return AMPC_OK;
 }
 
-static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *tokens) {
+/* the text encoder on b captions; the pooled embedding of the first npool */
+static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, int64_t npool) {
   const int64_t D = M->D, TT = M->TT;
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt;
   for (int64_t i = 0; i < b * TT; i++) {
@@ -220,11 +221,11 @@ static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *tokens) {
   }
   AMPC_TRY(ampc_layernorm_forward(b * TT, D, x, stream_dt, W(M, M->tn_w), W(M, M->tn_b), weight_dt,
                                   k_ln_eps, M->tfin, act_dt, M->tmean, M->trstd, NULL));
-  AMPC_TRY(ampc_mean_pool_forward(b, TT, D, M->tfin, act_dt, M->tmask, M->tpool, act_dt, NULL));
+  AMPC_TRY(ampc_mean_pool_forward(npool, TT, D, M->tfin, act_dt, M->tmask, M->tpool, act_dt, NULL));
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.norm");
-  AMPC_TRY(ampc_linear_forward(b, D, M->E, M->tpool, act_dt, W(M, M->tproj), weight_dt, NULL,
+  AMPC_TRY(ampc_linear_forward(npool, D, M->E, M->tpool, act_dt, W(M, M->tproj), weight_dt, NULL,
                                M->temb, act_dt, M->acc, NULL));
-  AMPC_TRY(ampc_l2norm_forward(b, M->E, M->temb, act_dt, k_l2_eps, M->tnorm, act_dt, NULL));
+  AMPC_TRY(ampc_l2norm_forward(npool, M->E, M->temb, act_dt, k_l2_eps, M->tnorm, act_dt, NULL));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "text_proj");
   return AMPC_OK;
 }
@@ -425,6 +426,70 @@ static ampc_status global_itc_bwd(ampc_mmodel *M, int64_t b, float ls, float S, 
   return ampc_store_f32(M->dtnorm, grad_dt, M->dloc_t, (size_t)(b * E), NULL);
 }
 
+/* MLM's masking (BERT's, without the 10 % random and 10 % kept tokens):
+ * M->mtok = the b captions, then copies in which each non-padding token is
+ * replaced by AMPC_TOKEN_UNK with probability mlm_prob (one uniform draw per
+ * token; a caption left unmasked gets one position drawn uniformly); the
+ * masked positions as rows of the fusion's output (copy i is fusion pair
+ * 2b + i) and their original ids. Returns the number masked. */
+static int64_t mask_captions(ampc_mmodel *M, int64_t b, const int32_t *tokens, uint64_t seed) {
+  const int64_t TT = M->TT;
+  ampc_rng r;
+  ampc_rng_seed(&r, seed ? seed : 0x6d6c6d2d6d61736bull);
+  const double p = (double)M->c.mlm_prob;
+  memcpy(M->mtok, tokens, (size_t)(b * TT) * sizeof *tokens);
+  int32_t *cp = M->mtok + b * TT;
+  memcpy(cp, tokens, (size_t)(b * TT) * sizeof *tokens);
+  int64_t n = 0;
+  for (int64_t i = 0; i < b; i++) {
+    int64_t len = 0, here = 0;
+    for (int64_t t = 0; t < TT; t++) {
+      const uint64_t u = ampc_rng_next(&r); /* one draw per position, whatever happens */
+      if (tokens[i * TT + t] == AMPC_TOKEN_PAD)
+        continue;
+      len++;
+      if ((double)(u >> 11) * 0x1p-53 < p) {
+        M->mlm_pos[n] = (int32_t)((2 * b + i) * TT + t), M->mlm_tgt[n] = tokens[i * TT + t];
+        cp[i * TT + t] = AMPC_TOKEN_UNK;
+        n++, here++;
+      }
+    }
+    const uint64_t u = ampc_rng_next(&r);
+    if (here == 0 && len > 0) { /* the k-th non-padding token */
+      int64_t k = (int64_t)(u % (uint64_t)len);
+      for (int64_t t = 0; t < TT; t++)
+        if (tokens[i * TT + t] != AMPC_TOKEN_PAD && k-- == 0) {
+          M->mlm_pos[n] = (int32_t)((2 * b + i) * TT + t), M->mlm_tgt[n] = tokens[i * TT + t];
+          cp[i * TT + t] = AMPC_TOKEN_UNK;
+          n++;
+          break;
+        }
+    }
+  }
+  return n;
+}
+
+/* the MLM head on the masked positions of the fused copies: mean CE over
+ * them and their argmax accuracy */
+static ampc_status mlm_fwd(ampc_mmodel *M, int64_t np, ampc_mmodel_losses *L) {
+  const int64_t D = M->D, TT = M->TT, V = M->c.vocab, n = M->n_masked;
+  const ampc_dtype act_dt = M->act_dt;
+  if (n == 0)
+    return AMPC_OK;
+  AMPC_TRY(ampc_gather_rows(n, D, M->mlm_pos, np * TT, M->ffin, act_dt, M->mrows, act_dt));
+  AMPC_TRY(ampc_linear_forward(n, D, V, M->mrows, act_dt, W(M, M->mlm_w), M->weight_dt,
+                               W(M, M->mlm_b), M->mlog, act_dt, M->acc, NULL));
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "mlm_head");
+  AMPC_TRY(ampc_cross_entropy_forward(n, V, M->mlog, act_dt, M->mlm_tgt, &L->mlm));
+  AMPC_TRY(ampc_argmax_rows(n, V, M->mlog, act_dt, false, M->mlm_pred));
+  int64_t hit = 0;
+  for (int64_t i = 0; i < n; i++)
+    hit += M->mlm_pred[i] == M->mlm_tgt[i];
+  L->mlm_acc = (float)hit / (float)n;
+  L->mlm_tokens = n;
+  return AMPC_OK;
+}
+
 static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmodel_losses *out) {
   if (bt->b < 2 || bt->b > M->B || !bt->images || !bt->tokens || !bt->labels)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
@@ -438,7 +503,8 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
       return ampc_fail(AMPC_ERR_INVALID_ARG, "label %d outside [0, %lld)", bt->labels[i],
                        (long long)C);
   AMPC_TRY(vision_fwd(M, b, bt->images));
-  AMPC_TRY(text_fwd(M, b, bt->tokens));
+  M->n_masked = M->mlm ? mask_captions(M, b, bt->tokens, bt->mask_seed) : 0;
+  AMPC_TRY(text_fwd(M, M->TB * b, M->mlm ? M->mtok : bt->tokens, b));
   bool clamped = false;
   const float ls = log_scale(M, &clamped);
   ampc_mmodel_losses L = {0};
@@ -459,16 +525,20 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
       M->neg[i] = i == 0 ? 1 : 0;
   if (bt->neg_seed != 0)
     sample_negatives(M, b, ls, bt->neg_seed);
-  /* fusion on 2b pairs: (i, i) positives then (i, neg[i]) negatives */
-  const int64_t np = 2 * b;
+  /* fusion on 2b pairs: (i, i) positives then (i, neg[i]) negatives; with
+   * MLM, then b more: image i with the masked copy of caption i (text row
+   * b + i) */
+  const int64_t np = M->FB * b;
   for (int64_t pr = 0; pr < np; pr++) {
     M->pair_img[pr] = (int32_t)(pr % b);
-    M->pair_text[pr] = (int32_t)(pr < b ? pr : M->neg[pr - b]);
+    M->pair_text[pr] = (int32_t)(pr < b ? pr : pr < 2 * b ? M->neg[pr - b] : pr - b);
     memcpy(M->fmask + pr * TT, M->tmask + M->pair_text[pr] * TT, (size_t)TT);
-    M->itm_t[pr] = pr < b ? 1.0f : 0.0f;
+    if (pr < 2 * b)
+      M->itm_t[pr] = pr < b ? 1.0f : 0.0f;
   }
   AMPC_TRY(ampc_gather_rows(np, NV * D, M->pair_img, b, M->vfin, act_dt, M->fkv, act_dt));
-  AMPC_TRY(ampc_gather_rows(np, TT * D, M->pair_text, b, M->tfin, act_dt, M->f0, stream_dt));
+  AMPC_TRY(
+      ampc_gather_rows(np, TT * D, M->pair_text, M->TB * b, M->tfin, act_dt, M->f0, stream_dt));
   const void *x = M->f0;
   for (int i = 0; i < M->c.f_depth; i++) {
     char nm[32];
@@ -479,19 +549,22 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
   const void *fout = x;
   AMPC_TRY(ampc_layernorm_forward(np * TT, D, fout, stream_dt, W(M, M->fn_w), W(M, M->fn_b),
                                   weight_dt, k_ln_eps, M->ffin, act_dt, M->fmean, M->frstd, NULL));
-  AMPC_TRY(ampc_mean_pool_forward(np, TT, D, M->ffin, act_dt, M->fmask, M->fpool, act_dt, NULL));
+  const int64_t nm = 2 * b; /* the matching pairs */
+  AMPC_TRY(ampc_mean_pool_forward(nm, TT, D, M->ffin, act_dt, M->fmask, M->fpool, act_dt, NULL));
   mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_ACT, "fusion.norm");
-  AMPC_TRY(ampc_linear_forward(np, D, 1, M->fpool, act_dt, W(M, M->itm_w), weight_dt,
+  AMPC_TRY(ampc_linear_forward(nm, D, 1, M->fpool, act_dt, W(M, M->itm_w), weight_dt,
                                W(M, M->itm_b), M->itm, act_dt, M->acc, NULL));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "itm_head");
-  AMPC_TRY(ampc_bce_logits_forward(np, M->itm, act_dt, M->itm_t, &L.itm));
+  AMPC_TRY(ampc_bce_logits_forward(nm, M->itm, act_dt, M->itm_t, &L.itm));
+  if (M->mlm)
+    AMPC_TRY(mlm_fwd(M, np, &L));
   AMPC_TRY(ampc_cross_entropy_forward(b, C, M->clog, act_dt, bt->labels, &L.cls));
   int64_t hit = 0;
-  for (int64_t pr = 0; pr < np; pr++) {
+  for (int64_t pr = 0; pr < nm; pr++) {
     const float v = ampc_elem_load(M->itm, act_dt, pr); /* a NaN logit is never right */
     hit += !isnan(v) && (v > 0.0f) == (pr < b);
   }
-  L.itm_acc = (float)hit / (float)np;
+  L.itm_acc = (float)hit / (float)nm;
   AMPC_TRY(ampc_argmax_rows(b, C, M->clog, act_dt, false, M->pred));
   hit = 0;
   for (int64_t i = 0; i < b; i++)
@@ -499,6 +572,8 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
   L.cls_acc = (float)hit / (float)b;
   const ampc_mmodel_config *c = &M->c;
   L.total = c->w_itc * L.itc + c->w_itm * L.itm + c->w_cls * L.cls;
+  if (M->mlm)
+    L.total += c->w_mlm * L.mlm;
   *out = L;
   M->fwd_ls = ls, M->fwd_clamped = clamped;
   return AMPC_OK;
@@ -534,7 +609,7 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   const ampc_mmodel_batch *bt = &M->fwd;
   const ampc_mmodel_config *c = &M->c;
   const int64_t b = bt->b, D = M->D, NV = M->NV, TT = M->TT, E = M->E, C = c->classes;
-  const int64_t np = 2 * b;
+  const int64_t np = M->FB * b, nm = 2 * b, bt_rows = M->TB * b; /* fusion pairs, ITM pairs */
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt,
                    grad_dt = M->grad_dt;
   const float ls = M->fwd_ls;
@@ -545,7 +620,9 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
    * only it reaches: its gradient is 0 there */
   const float *S = M->lseed;
   const bool do_cls = S[AMPC_MM_LOSS_CLS] != 0.0f, do_itm = S[AMPC_MM_LOSS_ITM] != 0.0f,
-             do_itc = S[AMPC_MM_LOSS_ITC] != 0.0f;
+             do_itc = S[AMPC_MM_LOSS_ITC] != 0.0f,
+             do_mlm = M->mlm && S[AMPC_MM_LOSS_MLM] != 0.0f && M->n_masked > 0;
+  const size_t gsz = ampc_dtype_size(grad_dt);
   /* group head */
   if (do_cls) {
     AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels,
@@ -555,21 +632,43 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   }
   /* matching head and fusion */
   if (do_itm) {
-    AMPC_TRY(ampc_bce_logits_backward(np, M->itm, act_dt, M->itm_t, S[AMPC_MM_LOSS_ITM] * c->w_itm,
+    AMPC_TRY(ampc_bce_logits_backward(nm, M->itm, act_dt, M->itm_t, S[AMPC_MM_LOSS_ITM] * c->w_itm,
                                       M->ditm, grad_dt));
-    AMPC_TRY(ampc_linear_backward(np, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
+    AMPC_TRY(ampc_linear_backward(nm, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
                                   weight_dt, NULL, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
   }
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "cls_head+itm_head");
+  const int64_t nmask = M->n_masked, V = c->vocab;
+  if (do_mlm) { /* the token-level loss: S w_mlm (softmax - onehot) / nmask per logit */
+    AMPC_TRY(ampc_cross_entropy_backward(nmask, V, M->mlog, act_dt, M->mlm_tgt,
+                                         S[AMPC_MM_LOSS_MLM] * c->w_mlm, M->dmlog, grad_dt));
+    AMPC_TRY(ampc_linear_backward(nmask, D, V, M->dmlog, grad_dt, M->mrows, act_dt, W(M, M->mlm_w),
+                                  weight_dt, NULL, G(M, M->mlm_w), G(M, M->mlm_b), acc, &M->ws));
+  }
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "%s",
+              M->mlm ? "cls_head+itm_head+mlm_head" : "cls_head+itm_head");
   float *dkv32 = M->dKVsum;
   float *dv32 = M->dv32, *dt32 = M->dt32;
   memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
-  memset(dt32, 0, (size_t)(b * TT * D) * sizeof(float));
-  if (do_itm) {
+  memset(dt32, 0, (size_t)(bt_rows * TT * D) * sizeof(float));
+  if (do_itm || do_mlm) {
     /* the heads' input gradients: into the fusion (counted with its blocks) */
-    AMPC_TRY(dgrad(M, np, D, 1, cross(M, AMPC_BRANCH_FUSION, AMPC_BRANCH_HEADS), M->ditm,
-                   W(M, M->itm_w), M->dfpool));
-    AMPC_TRY(ampc_mean_pool_backward(np, TT, D, M->dfpool, grad_dt, M->fmask, M->dL));
+    const float r_fh = cross(M, AMPC_BRANCH_FUSION, AMPC_BRANCH_HEADS);
+    if (do_itm) {
+      AMPC_TRY(dgrad(M, nm, D, 1, r_fh, M->ditm, W(M, M->itm_w), M->dfpool));
+      AMPC_TRY(ampc_mean_pool_backward(nm, TT, D, M->dfpool, grad_dt, M->fmask, M->dL));
+    } else {
+      memset(M->dL, 0, (size_t)(nm * TT * D) * gsz);
+    }
+    if (M->mlm) { /* the masked copies' rows: the MLM head's gradient at the masked positions */
+      char *dl = (char *)M->dL;
+      memset(dl + (size_t)(nm * TT * D) * gsz, 0, (size_t)(b * TT * D) * gsz);
+      if (do_mlm) {
+        AMPC_TRY(dgrad(M, nmask, D, V, r_fh, M->dmlog, W(M, M->mlm_w), M->dmrows));
+        for (int64_t r = 0; r < nmask; r++)
+          memcpy(dl + (size_t)((int64_t)M->mlm_pos[r] * D) * gsz,
+                 (const char *)M->dmrows + (size_t)(r * D) * gsz, (size_t)D * gsz);
+      }
+    }
     AMPC_TRY(ampc_layernorm_backward(np * TT, D, M->dL, grad_dt, fout, stream_dt, W(M, M->fn_w),
                                      weight_dt, M->fmean, M->frstd, M->dS, G(M, M->fn_w),
                                      G(M, M->fn_b), &M->ws));
@@ -584,11 +683,11 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
     /* scatter the fusion gradients back to the encoders' outputs, in FP32 */
     AMPC_TRY(ampc_scatter_add_rows(np, NV * D, M->pair_img, b, dkv32, AMPC_F32, NULL, grad_dt, dv32,
                                    NV * D));
-    AMPC_TRY(ampc_scatter_add_rows(np, TT * D, M->pair_text, b, M->dS, grad_dt, NULL, grad_dt, dt32,
-                                   TT * D));
+    AMPC_TRY(ampc_scatter_add_rows(np, TT * D, M->pair_text, bt_rows, M->dS, grad_dt, NULL, grad_dt,
+                                   dt32, TT * D));
     const float r_tf = cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_FUSION);
     if (r_tf != 1.0f) /* the fusion's input gradient crosses into the text encoder */
-      for (int64_t i = 0; i < b * TT * D; i++)
+      for (int64_t i = 0; i < bt_rows * TT * D; i++)
         dt32[i] *= r_tf;
   }
   /* contrastive heads */
@@ -639,8 +738,9 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
     AMPC_TRY(ampc_scatter_add_rows(b, D, NULL, b, do_cls ? M->dvcls : M->dvcls2, grad_dt, NULL,
                                    grad_dt, dv32, NV * D));
   AMPC_TRY(vision_bwd(M, b, bt->images, dv32));
-  /* the text encoder has gradients from the contrastive and matching terms */
-  return do_itc || do_itm ? text_bwd(M, b, bt->tokens, dt32) : AMPC_OK;
+  /* the text encoder has gradients from the contrastive, matching and MLM terms */
+  return do_itc || do_itm || do_mlm ? text_bwd(M, bt_rows, M->mlm ? M->mtok : bt->tokens, dt32)
+                                    : AMPC_OK;
 }
 
 ampc_status ampc_mmodel_forward(ampc_mmodel *M, const ampc_mmodel_batch *bt,
@@ -675,7 +775,7 @@ ampc_status ampc_mmodel_backward_losses(ampc_mmodel *M, const float seed[AMPC_MM
   if (!M || !M->have_fwd || !seed)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_mmodel_backward_losses: no forward pass to differentiate");
-  static const char *const names[AMPC_MM_LOSSES] = {"itc", "itm", "cls"};
+  static const char *const names[AMPC_MM_LOSSES] = {"itc", "itm", "cls", "mlm"};
   bool any = false;
   for (int k = 0; k < AMPC_MM_LOSSES; k++) {
     if (!(seed[k] >= 0.0f) || !isfinite(seed[k]))
@@ -726,7 +826,7 @@ ampc_status ampc_mmodel_embed(ampc_mmodel *M, int64_t b, const uint8_t *images,
       AMPC_TRY(ampc_argmax_rows(b, C, M->clog, M->act_dt, false, cls));
   }
   if (tokens) {
-    AMPC_TRY(text_fwd(M, b, tokens));
+    AMPC_TRY(text_fwd(M, b, tokens, b));
     if (txt_emb)
       AMPC_TRY(ampc_convert(txt_emb, AMPC_F32, M->tnorm, M->act_dt, (size_t)(b * E)));
   }

@@ -41,7 +41,9 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
                           .embed = 64,
                           .w_itc = 1.0f,
                           .w_itm = 1.0f,
-                          .w_cls = 1.0f};
+                          .w_cls = 1.0f,
+                          .w_mlm = 0.0f,
+                          .mlm_prob = 0.15f};
   if (strcmp(name, "mm-tiny") == 0) {
   } else if (strcmp(name, "mm-small") == 0) {
     c.dim = 192, c.heads = 6, c.mlp = 768, c.v_depth = 6, c.t_depth = 4, c.f_depth = 2;
@@ -125,14 +127,16 @@ static void block_specs(spec_builder *B, const ampc_mmodel_config *c, ampc_branc
 static int spec_count(const ampc_mmodel_config *c) {
   if (c->image_only)
     return 4 + 2 + 2 + PER_BLOCK * (int)c->v_depth;
-  return 6 + 4 + 2 + 7 + PER_BLOCK * (int)(c->v_depth + c->t_depth + c->f_depth);
+  return 6 + 4 + 2 + 7 + (c->w_mlm > 0.0f ? 2 : 0) +
+         PER_BLOCK * (int)(c->v_depth + c->t_depth + c->f_depth);
 }
 
 ampc_status ampc_mmodel_specs_make(const ampc_mmodel_config *c, ampc_mmodel_specs *out) {
   if (!c || !out || c->v_depth < 1 || c->v_depth > MAX_DEPTH ||
       (!c->image_only &&
        (c->t_depth < 1 || c->t_depth > MAX_DEPTH || c->f_depth < 1 || c->f_depth > MAX_DEPTH)) ||
-      c->dim % c->heads || c->img % c->patch)
+      c->dim % c->heads || c->img % c->patch ||
+      (!c->image_only && !(c->w_mlm >= 0.0f && c->mlm_prob > 0.0f && c->mlm_prob <= 1.0f)))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: bad configuration");
   const int cap = spec_count(c);
   memset(out, 0, sizeof *out);
@@ -179,6 +183,10 @@ ampc_status ampc_mmodel_specs_make(const ampc_mmodel_config *c, ampc_mmodel_spec
   add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, 1, 0, "heads.itm.bias");
   add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->classes, d, "heads.cls.weight");
   add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, c->classes, 0, "heads.cls.bias");
+  if (c->w_mlm > 0.0f) { /* the MLM head: vocab logits from the fused text tokens */
+    add_spec(&B, H, AMPC_INIT_NORMAL, 0.02f, false, 2, c->vocab, d, "heads.mlm.weight");
+    add_spec(&B, H, AMPC_INIT_ZEROS, 0, true, 1, c->vocab, 0, "heads.mlm.bias");
+  }
   if (out->n != cap) {
     ampc_mmodel_specs_free(out);
     return ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: internal count mismatch");

@@ -41,6 +41,9 @@ struct ampc_mmodel {
   /* parameter indices */
   int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;
   int iproj, tproj, lscale, itm_w, itm_b, cls_w, cls_b;
+  int mlm_w, mlm_b; /* the MLM head (mlm on), else -1 */
+  bool mlm;         /* masked caption modelling on (w_mlm > 0) */
+  int64_t TB, FB;   /* text-encoder and fusion rows per sample: 2 and 3 with MLM, else 1, 2 */
   blk_p vb[MAX_DEPTH], tb[MAX_DEPTH], fb[MAX_DEPTH];
   blk_a va[MAX_DEPTH], ta[MAX_DEPTH], fa[MAX_DEPTH];
   /* activations */
@@ -55,8 +58,15 @@ struct ampc_mmodel {
   void *fkv, *f0, *ffin, *fpool, *itm;
   uint8_t *fmask;
   float *fmean, *frstd, *itm_t;
+  /* MLM (mlm on): the 2B captions (the batch's, then their masked copies),
+   * the masked positions (fusion rows), their targets, the gathered rows and
+   * the head's logits; the number masked in the last forward pass */
+  int32_t *mtok, *mlm_pos, *mlm_tgt, *mlm_pred;
+  void *mrows, *mlog;
+  int64_t n_masked;
   /* gradient workspaces */
   void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
+  void *dmlog, *dmrows; /* MLM: the logits' and the gathered rows' gradients */
   void *dclog, *dvcls, *dvcls2, *ditm, *dfpool, *dsim, *dinorm, *dtnorm, *diemb, *dtemb, *dtpool;
   float *dv32, *dt32;
   ampc_scratch ws; /* the layers' scratch, one call at a time (the largest need, see layout) */

@@ -77,14 +77,16 @@ static size_t scratch_bytes(const ampc_mmodel *M) {
       ampc_patch_embed_scratch_bytes(B, c->img, c->img, c->channels, c->patch, D, M->weight_dt);
   int64_t n = D > c->mlp ? D : c->mlp; /* the widest linear layer with a bias */
   n = n > c->classes ? n : c->classes;
+  if (M->mlm)
+    n = n > c->vocab ? n : c->vocab;
   s = max_sz(s, ampc_linear_backward_scratch_bytes(n));
   int64_t rows = B * NV; /* layer norm rows */
   s = max_sz(s, ampc_mha_backward_scratch_bytes(B, NV, NV, D, H, grad_dt));
   if (!c->image_only) {
-    rows = rows > 2 * B * TT ? rows : 2 * B * TT;
-    s = max_sz(s, ampc_mha_backward_scratch_bytes(B, TT, TT, D, H, grad_dt));
-    s = max_sz(s, ampc_mha_backward_scratch_bytes(2 * B, TT, NV, D, H, grad_dt));
-    s = max_sz(s, ampc_embedding_backward_scratch_bytes(B, TT, D));
+    rows = rows > M->FB * B * TT ? rows : M->FB * B * TT;
+    s = max_sz(s, ampc_mha_backward_scratch_bytes(M->TB * B, TT, TT, D, H, grad_dt));
+    s = max_sz(s, ampc_mha_backward_scratch_bytes(M->FB * B, TT, NV, D, H, grad_dt));
+    s = max_sz(s, ampc_embedding_backward_scratch_bytes(M->TB * B, TT, D));
     s = max_sz(s, ampc_infonce_backward_scratch_bytes(B));
   }
   s = max_sz(s, ampc_layernorm_backward_scratch_bytes(rows, D));
@@ -102,8 +104,8 @@ static void layout(ampc_mmodel *M, arena *A) {
     blk_a *a;
     int64_t depth, b, tq, tk;
   } groups[3] = {{M->va, M->c.v_depth, B, NV, NV},
-                 {M->ta, M->c.image_only ? 0 : M->c.t_depth, B, TT, TT},
-                 {M->fa, M->c.image_only ? 0 : M->c.f_depth, 2 * B, TT, NV}};
+                 {M->ta, M->c.image_only ? 0 : M->c.t_depth, M->TB * B, TT, TT},
+                 {M->fa, M->c.image_only ? 0 : M->c.f_depth, M->FB * B, TT, NV}};
   for (int g = 0; g < 3; g++) {
     for (int64_t i = 0; i < groups[g].depth; i++) {
       blk_a *a = &groups[g].a[i];
@@ -136,39 +138,53 @@ static void layout(ampc_mmodel *M, arena *A) {
   TAKE(M->iemb, B * E, as);
   TAKE(M->inorm, B * E, as);
   TAKE(M->clog, B * C, as);
-  TAKE(M->tmask, B * TT, 1);
-  TAKE(M->t0, B * TT * D, ss);
-  TAKE(M->tfin, B * TT * D, as);
-  TAKE(M->tmean, B * TT, sizeof(float));
-  TAKE(M->trstd, B * TT, sizeof(float));
+  const int64_t BT = M->TB * B, BF = M->FB * B; /* text-encoder and fusion rows */
+  TAKE(M->tmask, BT * TT, 1);
+  TAKE(M->t0, BT * TT * D, ss);
+  TAKE(M->tfin, BT * TT * D, as);
+  TAKE(M->tmean, BT * TT, sizeof(float));
+  TAKE(M->trstd, BT * TT, sizeof(float));
   TAKE(M->tpool, B * D, as);
   TAKE(M->temb, B * E, as);
   TAKE(M->tnorm, B * E, as);
   TAKE(M->sim, B * B, sizeof(float));
   TAKE(M->neg, B, sizeof(int32_t));
-  TAKE(M->pair_text, 2 * B, sizeof(int32_t));
-  TAKE(M->pair_img, 2 * B, sizeof(int32_t));
+  TAKE(M->pair_text, BF, sizeof(int32_t));
+  TAKE(M->pair_img, BF, sizeof(int32_t));
   TAKE(M->pred, B, sizeof(int32_t));
-  TAKE(M->fkv, 2 * B * NV * D, as);
-  TAKE(M->f0, 2 * B * TT * D, ss);
-  TAKE(M->fmask, 2 * B * TT, 1);
-  TAKE(M->ffin, 2 * B * TT * D, as);
-  TAKE(M->fmean, 2 * B * TT, sizeof(float));
-  TAKE(M->frstd, 2 * B * TT, sizeof(float));
+  TAKE(M->fkv, BF * NV * D, as);
+  TAKE(M->f0, BF * TT * D, ss);
+  TAKE(M->fmask, BF * TT, 1);
+  TAKE(M->ffin, BF * TT * D, as);
+  TAKE(M->fmean, BF * TT, sizeof(float));
+  TAKE(M->frstd, BF * TT, sizeof(float));
   TAKE(M->fpool, 2 * B * D, as);
   TAKE(M->itm, 2 * B, as);
   TAKE(M->itm_t, 2 * B, sizeof(float));
+  if (M->mlm) {
+    const int64_t V = M->c.vocab;
+    TAKE(M->mtok, BT * TT, sizeof(int32_t));
+    TAKE(M->mlm_pos, B * TT, sizeof(int32_t));
+    TAKE(M->mlm_tgt, B * TT, sizeof(int32_t));
+    TAKE(M->mlm_pred, B * TT, sizeof(int32_t));
+    TAKE(M->mrows, B * TT * D, as);
+    TAKE(M->mlog, B * TT * V, as);
+  }
   A->act_end = A->used; /* what follows are gradient workspaces */
   int64_t R = B * NV;
-  if (2 * B * TT > R)
-    R = 2 * B * TT;
+  if (BF * TT > R)
+    R = BF * TT;
   TAKE(M->dS, R * D, gs);
   TAKE(M->dS2, R * D, gs);
   TAKE(M->dL, R * D, gs);
   TAKE(M->dH1, R * MLP, gs);
   TAKE(M->dH2, R * MLP, gs);
-  TAKE(M->dKV, 2 * B * NV * D, gs);
-  TAKE(M->dKVsum, 2 * B * NV * D, sizeof(float));
+  TAKE(M->dKV, BF * NV * D, gs);
+  TAKE(M->dKVsum, BF * NV * D, sizeof(float));
+  if (M->mlm) {
+    TAKE(M->dmlog, B * TT * M->c.vocab, gs);
+    TAKE(M->dmrows, B * TT * D, gs);
+  }
   TAKE(M->dclog, B * C, gs);
   TAKE(M->dvcls, B * D, gs);
   TAKE(M->dvcls2, B * D, gs);
@@ -181,7 +197,7 @@ static void layout(ampc_mmodel *M, arena *A) {
   TAKE(M->dtemb, B * E, gs);
   TAKE(M->dtpool, B * D, gs);
   TAKE(M->dv32, B * NV * D, sizeof(float));
-  TAKE(M->dt32, B * TT * D, sizeof(float));
+  TAKE(M->dt32, BT * TT * D, sizeof(float));
   /* the layers' scratch: the largest that any one call of the passes takes */
   M->ws.bytes = scratch_bytes(M);
   TAKE(M->ws.base, M->ws.bytes, 1);
@@ -192,8 +208,8 @@ static void layout(ampc_mmodel *M, arena *A) {
   if (M->fp8_on) {
     int64_t rows = B * NV;
     if (!M->c.image_only) {
-      rows = rows > 2 * B * TT ? rows : 2 * B * TT;
-      rows = rows > 2 * B * NV ? rows : 2 * B * NV;
+      rows = rows > BF * TT ? rows : BF * TT;
+      rows = rows > BF * NV ? rows : BF * NV;
     }
     M->fp8_ws_bytes = max_sz(
         ampc_linear_fp8_ws_bytes(rows, D, D),
@@ -284,6 +300,10 @@ static void set_dims(ampc_mmodel *M, const ampc_mmodel_config *c, int64_t max_ba
   M->weight_dt = weight_dt;
   M->grad_dt = weight_dt;
   M->fp8_on = ampc_precision_is_fp8(p);
+  M->mlm = !c->image_only && c->w_mlm > 0.0f;
+  M->TB = M->mlm ? 2 : 1;
+  M->FB = M->mlm ? 3 : 2;
+  M->mlm_w = M->mlm_b = -1;
 }
 
 ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
@@ -342,6 +362,10 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
     IDX(lscale, "heads.logit_scale");
     IDX(itm_w, "heads.itm.weight");
     IDX(itm_b, "heads.itm.bias");
+    if (M->mlm) {
+      IDX(mlm_w, "heads.mlm.weight");
+      IDX(mlm_b, "heads.mlm.bias");
+    }
   }
 #undef IDX
   for (int i = 0; ok && i < c->v_depth; i++)
@@ -355,7 +379,8 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
        (P->p[M->tok].shape[0] != c->vocab || P->p[M->tpos].shape[0] != c->seq_len)) ||
       P->p[M->cls_w].shape[0] != c->classes ||
       P->p[M->patch_w].shape[1] != c->channels * c->patch * c->patch ||
-      P->p[M->vpos].shape[0] != M->NV) {
+      P->p[M->vpos].shape[0] != M->NV ||
+      (M->mlm && (P->p[M->mlm_w].shape[0] != c->vocab || P->p[M->mlm_w].shape[1] != c->dim))) {
     free(M);
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_mmodel_create: the parameter table is not that of model %s", c->name);

@@ -139,7 +139,7 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
   out->samples = n, out->concepts = nc;
   out->cls_acc = (double)cls_hits / (double)n;
   /* losses and matching accuracy on batches of one sample per concept */
-  double wsum = 0;
+  double wsum = 0, msum = 0;
   for (int64_t s = 0; s + 2 <= nc && st == AMPC_OK; s += B) {
     const int64_t b = nc - s < B ? nc - s : B;
     if (b < 2)
@@ -150,7 +150,7 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
       memcpy(tbuf + k * T, d->tokens + i * T, (size_t)T * sizeof *tbuf);
       lbuf[k] = d->label[i];
     }
-    ampc_mmodel_batch bt = {b, ibuf, tbuf, lbuf, 0};
+    ampc_mmodel_batch bt = {b, ibuf, tbuf, lbuf, 0, 0};
     ampc_mmodel_losses L;
     st = ampc_mmodel_forward(M, &bt, &L);
     if (st != AMPC_OK)
@@ -159,11 +159,17 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
     out->itm += (double)L.itm * (double)b, out->cls += (double)L.cls * (double)b;
     out->itm_acc += (double)L.itm_acc * (double)b;
     wsum += (double)b;
+    /* MLM: over every masked token (fixed masks: mask_seed 0) */
+    out->mlm += (double)L.mlm * (double)L.mlm_tokens;
+    out->mlm_acc += (double)L.mlm_acc * (double)L.mlm_tokens;
+    msum += (double)L.mlm_tokens;
   }
   if (wsum > 0) {
     out->loss /= wsum, out->itc /= wsum, out->itm /= wsum, out->cls /= wsum;
     out->itm_acc /= wsum;
   }
+  if (msum > 0)
+    out->mlm /= msum, out->mlm_acc /= msum;
 done:
   free(idx), free(uniq), free(icon), free(tcon), free(ie), free(te), free(score), free(pred);
   free(ibuf), free(tbuf), free(lbuf);

@@ -74,12 +74,18 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
     if (st != AMPC_OK) {
       st = ampc_fail(AMPC_ERR_FORMAT, "%s: %s", path, ampc_last_error());
     } else {
-      const char *wn[3] = {"w_itc", "w_itm", "w_cls"};
-      float *w[3] = {&out->mm.w_itc, &out->mm.w_itm, &out->mm.w_cls};
-      for (int i = 0; i < 3; i++) {
+      /* w_mlm and mlm_prob: 0 and 0.15 in checkpoints from before MLM */
+      const char *wn[5] = {"w_itc", "w_itm", "w_cls", "w_mlm", "mlm_prob"};
+      float *w[5] = {&out->mm.w_itc, &out->mm.w_itm, &out->mm.w_cls, &out->mm.w_mlm,
+                     &out->mm.mlm_prob};
+      const float dflt[5] = {1.0f, 1.0f, 1.0f, 0.0f, 0.15f};
+      for (int i = 0; i < 5; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(m, wn[i]);
-        *w[i] = cJSON_IsNumber(x) ? (float)x->valuedouble : 1.0f;
+        *w[i] = cJSON_IsNumber(x) ? (float)x->valuedouble : dflt[i];
       }
+      if (!(out->mm.w_mlm >= 0.0f && out->mm.mlm_prob > 0.0f && out->mm.mlm_prob <= 1.0f))
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s: bad w_mlm %g / mlm_prob %g in ampc.model_config", path,
+                       (double)out->mm.w_mlm, (double)out->mm.mlm_prob);
       if (precision && precision_cap)
         snprintf(precision, precision_cap, "%s", p->valuestring);
       const char *it = ampc_safetensors_meta(f, "ampc.iteration");
@@ -178,16 +184,17 @@ static const ampc_model_ops k_mlp_ops = {
 /* ---- the multimodal model and the ViTs ------------------------------------------------- */
 
 static ampc_status mm_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *out) {
-  const ampc_mmodel_batch mb = {bt->b, bt->images, m->desc.mm.image_only ? NULL : bt->tokens,
-                                bt->labels, bt->neg_seed};
+  const ampc_mmodel_batch mb = {bt->b,      bt->images,   m->desc.mm.image_only ? NULL : bt->tokens,
+                                bt->labels, bt->neg_seed, bt->mask_seed};
   ampc_mmodel_losses L;
   AMPC_TRY(ampc_mmodel_forward(m->impl, &mb, &L));
   memset(out, 0, sizeof *out);
   out->total = L.total;
-  static const char *const names[5] = {"loss_itc", "loss_itm", "loss_cls", "itm_acc", "group_acc"};
-  const float v[5] = {L.itc, L.itm, L.cls, L.itm_acc, L.cls_acc};
-  out->n_parts = 5;
-  for (int i = 0; i < 5; i++)
+  static const char *const names[7] = {"loss_itc",  "loss_itm", "loss_cls", "itm_acc",
+                                       "group_acc", "loss_mlm", "mlm_acc"};
+  const float v[7] = {L.itc, L.itm, L.cls, L.itm_acc, L.cls_acc, L.mlm, L.mlm_acc};
+  out->n_parts = m->desc.mm.w_mlm > 0.0f && !m->desc.mm.image_only ? 7 : 5;
+  for (int i = 0; i < out->n_parts; i++)
     out->part_name[i] = names[i], out->part[i] = v[i];
   return AMPC_OK;
 }
@@ -224,7 +231,7 @@ static ampc_status eval_classes(ampc_mmodel *M, const ampc_dataset *d, int split
       lb[k++] = d->label[i];
     }
     if (k == B || (i == d->n && k > 0)) {
-      ampc_mmodel_batch bt = {k, ib, NULL, lb, 0};
+      ampc_mmodel_batch bt = {k, ib, NULL, lb, 0, 0};
       ampc_mmodel_losses L;
       st = ampc_mmodel_forward(M, &bt, &L);
       ls += (double)L.cls * (double)k, hits += (double)L.cls_acc * (double)k, n += k;
@@ -326,8 +333,9 @@ ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_para
     m->impl = M;
     m->ops = &k_mm_ops;
     m->fp8 = ampc_mmodel_fp8(M);
-    static const char *const terms[AMPC_MM_LOSSES] = {"loss_itc", "loss_itm", "loss_cls"};
-    const float w[AMPC_MM_LOSSES] = {d->mm.w_itc, d->mm.w_itm, d->mm.w_cls};
+    static const char *const terms[AMPC_MM_LOSSES] = {"loss_itc", "loss_itm", "loss_cls",
+                                                      "loss_mlm"};
+    const float w[AMPC_MM_LOSSES] = {d->mm.w_itc, d->mm.w_itm, d->mm.w_cls, d->mm.w_mlm};
     m->n_terms = AMPC_MM_LOSSES;
     for (int k = 0; k < AMPC_MM_LOSSES; k++) {
       m->term_name[k] = terms[k];
@@ -484,7 +492,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
         const float St = ampc_trainer_term_scale(T, t);
         ampc_trainer_zero_grad(T);
         if (m->ops->backward_losses) {
-          float seeds[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f};
+          float seeds[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f, 0.0f};
           seeds[t] = (St / (float)K) * lm;
           AMPC_TRY(m->ops->backward_losses(m, seeds));
         } else {
@@ -575,9 +583,10 @@ int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
   /* read back by ampc_model_desc_from_checkpoint */
   snprintf(storage->config, sizeof storage->config,
            "{\"model\":\"%s\",\"vocab\":%lld,\"seq_len\":%lld,\"classes\":%lld,\"w_itc\":%g,"
-           "\"w_itm\":%g,\"w_cls\":%g}",
+           "\"w_itm\":%g,\"w_cls\":%g,\"w_mlm\":%.9g,\"mlm_prob\":%.9g}",
            mc->name, (long long)mc->vocab, (long long)mc->seq_len, (long long)mc->classes,
-           (double)mc->w_itc, (double)mc->w_itm, (double)mc->w_cls);
+           (double)mc->w_itc, (double)mc->w_itm, (double)mc->w_cls, (double)mc->w_mlm,
+           (double)mc->mlm_prob);
   meta[1] = (ampc_st_meta){"ampc.model_config", storage->config};
   meta[2] = (ampc_st_meta){"ampc.data", data_name ? data_name : ""};
   return 3;
@@ -598,6 +607,10 @@ char *ampc_mmodel_metrics_json(const ampc_mmodel_metrics *m) {
   cJSON_AddNumberToObject(x, "chance_r1", m->concepts ? 1.0 / (double)m->concepts : 0.0);
   cJSON_AddNumberToObject(x, "itm_acc", m->itm_acc);
   cJSON_AddNumberToObject(x, "group_acc", m->cls_acc);
+  if (m->mlm > 0.0) { /* masked caption modelling */
+    cJSON_AddNumberToObject(x, "loss_mlm", m->mlm);
+    cJSON_AddNumberToObject(x, "mlm_acc", m->mlm_acc);
+  }
   cJSON_AddNumberToObject(x, "loss", m->loss);
   cJSON_AddNumberToObject(x, "itc", m->itc);
   cJSON_AddNumberToObject(x, "itm", m->itm);

@@ -640,6 +640,10 @@ static cJSON *config_object(const ampc_run *R) {
     cJSON_AddNumberToObject(run_o, "w_itc", (double)mc->w_itc);
     cJSON_AddNumberToObject(run_o, "w_itm", (double)mc->w_itm);
     cJSON_AddNumberToObject(run_o, "w_cls", (double)mc->w_cls);
+    if (mc->w_mlm > 0.0f) { /* masked caption modelling (absent: off, as in older logs) */
+      cJSON_AddNumberToObject(run_o, "w_mlm", (double)mc->w_mlm);
+      cJSON_AddNumberToObject(run_o, "mlm_prob", (double)mc->mlm_prob);
+    }
     cJSON_AddNumberToObject(run_o, "activation_bytes",
                             (double)(R->model.activation_bytes + R->model.workspace_bytes));
   }
@@ -952,6 +956,7 @@ static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
   out->tokens = R->btok;
   if (R->rc.itm_sample_negatives) /* never 0, which asks for the hardest negatives */
     out->neg_seed = draw_hash(R->rc.seed ^ 0xA5A5A5A5ull, base) | 1u;
+  out->mask_seed = draw_hash(R->rc.seed ^ 0x5A5A5A5A3C3C3C3Cull, base) | 1u; /* MLM's masks */
   return AMPC_OK;
 }
 

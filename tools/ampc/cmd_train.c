@@ -83,6 +83,10 @@ static const char k_usage_more[] =
     "                   the most similar in the batch (default), or drawn by similarity\n"
     "                   (ALBEF)\n"
     "  --w-itc W --w-itm W --w-cls W   loss weights (1, 1, 1)\n"
+    "  --w-mlm W        masked caption modelling (ALBEF's MLM) with weight W (0: off,\n"
+    "                   the default): a token-level cross-entropy over the vocabulary\n"
+    "                   at the masked tokens of a masked copy of each caption\n"
+    "  --mlm-prob P     the share of tokens masked (0.15; at least one per caption)\n"
     "  --log FILE       JSON Lines: a config line, one line per step, eval lines,\n"
     "                   a summary line\n"
     "  --log-every N    step lines every N steps (1; sampled and overflowing steps\n"
@@ -236,6 +240,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   a->model = "mm-tiny";
   a->data = "emoji";
   a->w_itc = a->w_itm = a->w_cls = 1.0f;
+  a->w_mlm = 0.0f, a->mlm_prob = 0.15f;
   a->loss_multiplier = 1.0f;
   int64_t warmup = -1; /* default: 20 for the transformer models, 0 for mlp */
   for (int k = 0; k < nrest; k++) {
@@ -341,6 +346,10 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rc = parse_f(flag, v, &a->w_itm);
     else if (!strcmp(n, "w-cls"))
       rc = parse_f(flag, v, &a->w_cls);
+    else if (!strcmp(n, "w-mlm"))
+      rc = parse_f(flag, v, &a->w_mlm);
+    else if (!strcmp(n, "mlm-prob"))
+      rc = parse_f(flag, v, &a->mlm_prob);
     else if (!strcmp(n, "resume"))
       a->resume = v;
     else if (!strcmp(n, "on-stall")) {
@@ -406,8 +415,11 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
       return cli_usage_error("train", "--save %s: directory %s does not exist", a->save, dir);
   }
-  if (!(a->w_itc >= 0.0f && a->w_itm >= 0.0f && a->w_cls >= 0.0f))
-    return cli_usage_error("train", "--w-itc/--w-itm/--w-cls must be >= 0");
+  if (!(a->w_itc >= 0.0f && a->w_itm >= 0.0f && a->w_cls >= 0.0f && a->w_mlm >= 0.0f))
+    return cli_usage_error("train", "--w-itc/--w-itm/--w-cls/--w-mlm must be >= 0");
+  if (!(a->mlm_prob > 0.0f && a->mlm_prob <= 1.0f))
+    return cli_usage_error("train", "--mlm-prob %g: expected a share in (0, 1]",
+                           (double)a->mlm_prob);
   if (strcmp(a->model, "mlp") != 0) {
     if (a->batch < 2 || (a->batch / a->micro_batches) < 2)
       return cli_usage_error("train",
@@ -487,8 +499,12 @@ static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
     fprintf(pr->out, "step %lld/%lld  loss %.4f", (long long)info->iteration,
             (long long)pr->A->steps, (double)p->losses->total);
     if (p->losses->n_parts >= 3) /* the multimodal terms */
-      fprintf(pr->out, " (itc %.4f itm %.4f cls %.4f)", (double)p->losses->part[0],
+      fprintf(pr->out, " (itc %.4f itm %.4f cls %.4f", (double)p->losses->part[0],
               (double)p->losses->part[1], (double)p->losses->part[2]);
+    if (p->losses->n_parts >= 7)
+      fprintf(pr->out, " mlm %.4f", (double)p->losses->part[5]);
+    if (p->losses->n_parts >= 3)
+      fputc(')', pr->out);
     fprintf(pr->out, "  scale %g  skipped %lld\n", (double)info->next_scale, (long long)p->skipped);
   }
 }
@@ -602,6 +618,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
       return cli_usage_error("train", "%s", ampc_last_error());
     }
     md.mm.w_itc = A.w_itc, md.mm.w_itm = A.w_itm, md.mm.w_cls = A.w_cls;
+    md.mm.w_mlm = md.mm.image_only ? 0.0f : A.w_mlm, md.mm.mlm_prob = A.mlm_prob;
   }
   ampc_run_config c = ampc_run_config_defaults();
   c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro_batches;

@@ -19,7 +19,7 @@ typedef struct train_args {
   int64_t steps, stop_at, batch, micro_batches, eval_every, log_every, save_every, ntrain, ntest;
   int64_t telemetry_every; /* telemetry every N iterations (0 = off) */
   float sep;
-  float w_itc, w_itm, w_cls;
+  float w_itc, w_itm, w_cls, w_mlm, mlm_prob;
   float loss_multiplier; /* --loss-multiplier (1) */
   uint64_t seed;
   int threads;
