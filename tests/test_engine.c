@@ -225,6 +225,77 @@ static void test_adamw_vector_path_bits(void **state) {
   }
 }
 
+/* Parameter groups (branch_lr): each branch's tensors take the bits that a
+ * table stepped at that branch's learning rate (the same schedule factor)
+ * would, AdamW and SGD, FP32 and 16-bit weights with a master; a branch
+ * left at 0 takes the base lr; a negative or non-finite branch lr is refused */
+static void test_branch_lr_groups(void **state) {
+  (void)state;
+  const ampc_param_spec specs[3] = {
+      {"v", 1, {37}, AMPC_BRANCH_VISION, AMPC_INIT_NORMAL, 0.5f, false},
+      {"f", 2, {5, 9}, AMPC_BRANCH_FUSION, AMPC_INIT_NORMAL, 0.5f, false},
+      {"h", 1, {11}, AMPC_BRANCH_HEADS, AMPC_INIT_NORMAL, 0.5f, true}};
+  const float base = 1e-3f, fusion = 2.5e-4f, heads = 3e-3f;
+  for (int kind = 0; kind < 2; kind++)
+    for (int d = 0; d < 2; d++) {
+      const ampc_dtype wdt = d ? AMPC_F16 : AMPC_F32;
+      ampc_optim_config o = kind ? ampc_optim_sgd_defaults() : ampc_optim_adamw_defaults();
+      o.lr = base, o.weight_decay = 0.05f;
+      ampc_optim_config og = o; /* the groups */
+      og.branch_lr[AMPC_BRANCH_FUSION] = fusion, og.branch_lr[AMPC_BRANCH_HEADS] = heads;
+      assert_int_equal(ampc_optim_config_check(&og), AMPC_OK);
+      const float lrs[3] = {base, fusion, heads};
+      ampc_params G, S[3]; /* grouped; one table per learning rate */
+      ampc_rng rng;
+      ampc_rng_seed(&rng, 5);
+      assert_int_equal(ampc_params_create(&G, specs, 3, wdt, wdt != AMPC_F32, AMPC_F32,
+                                          ampc_optim_moments(&o), &rng),
+                       AMPC_OK);
+      for (int q = 0; q < 3; q++) {
+        ampc_rng_seed(&rng, 5);
+        assert_int_equal(ampc_params_create(&S[q], specs, 3, wdt, wdt != AMPC_F32, AMPC_F32,
+                                            ampc_optim_moments(&o), &rng),
+                         AMPC_OK);
+      }
+      ampc_rng gr;
+      ampc_rng_seed(&gr, 3);
+      for (int t = 1; t <= 5; t++) {
+        float *g = malloc((size_t)G.total * sizeof *g); /* the table's layout, padding too */
+        assert_non_null(g);
+        for (int64_t e = 0; e < G.total; e++)
+          g[e] = (float)ampc_rng_normal(&gr);
+        const float sched = 1.0f - 0.125f * (float)t; /* a schedule's factor, a power-of-2 grid */
+        assert_int_equal(ampc_store_f32(G.grad, wdt, g, (size_t)G.total, NULL), AMPC_OK);
+        assert_int_equal(ampc_optim_step(&G, &og, t, base * sched, 1.0f, 1.0f, NULL), AMPC_OK);
+        for (int q = 0; q < 3; q++) {
+          ampc_optim_config oq = o;
+          oq.lr = lrs[q];
+          assert_int_equal(ampc_store_f32(S[q].grad, wdt, g, (size_t)G.total, NULL), AMPC_OK);
+          assert_int_equal(ampc_optim_step(&S[q], &oq, t, lrs[q] * sched, 1.0f, 1.0f, NULL),
+                           AMPC_OK);
+        }
+        free(g);
+      }
+      const size_t es = ampc_dtype_size(wdt);
+      for (int i = 0; i < 3; i++) { /* tensor i against the table of its branch's lr */
+        const ampc_param *p = &G.p[i];
+        if (memcmp((const char *)G.w + (size_t)p->offset * es,
+                   (const char *)S[i].w + (size_t)p->offset * es, (size_t)p->numel * es))
+          fail_msg("group lr: %s (%s, %s weights) differs from a run at lr %g", p->name,
+                   kind ? "sgd" : "adamw", ampc_dtype_name(wdt), (double)lrs[i]);
+      }
+      ampc_params_free(&G);
+      for (int q = 0; q < 3; q++)
+        ampc_params_free(&S[q]);
+    }
+  ampc_optim_config bad = ampc_optim_adamw_defaults();
+  bad.branch_lr[AMPC_BRANCH_TEXT] = -1e-3f;
+  assert_int_equal(ampc_optim_config_check(&bad), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "--lr-text"));
+  bad.branch_lr[AMPC_BRANCH_TEXT] = NAN;
+  assert_int_equal(ampc_optim_config_check(&bad), AMPC_ERR_INVALID_ARG);
+}
+
 /* SGD momentum / Nesterov / weight decay against the PyTorch formulas, exact in FP32 */
 static void test_sgd_momentum(void **state) {
   (void)state;
@@ -850,6 +921,7 @@ int main(void) {
       cmocka_unit_test(test_adamw_matches_reference),
       cmocka_unit_test(test_adamw_vector_path_bits),
       cmocka_unit_test(test_sgd_momentum),
+      cmocka_unit_test(test_branch_lr_groups),
       cmocka_unit_test(test_skip_matches_control),
       cmocka_unit_test(test_clip_independent_of_scale),
       cmocka_unit_test(test_accumulation_window),

@@ -39,6 +39,12 @@ typedef struct ampc_optim_config {
   int64_t total_steps;       /* cosine decay to min_lr at this step; 0 = constant */
   float min_lr;              /* floor of the cosine */
   float clip_norm;           /* global-norm clipping of unscaled grads; 0 = off */
+  /* parameter groups by branch (vision, text, fusion, heads; ampc_branch
+   * order), as torch.optim's param_groups each with its own lr: a branch's
+   * peak learning rate (0: lr). The schedule scales every group alike: at
+   * step t a branch with branch_lr B takes ampc_lr_at(c, t) * B / lr (the
+   * weight decay too, as torch's AdamW multiplies it by the group's lr). */
+  float branch_lr[AMPC_BRANCH_COUNT];
   /* BF16 weights without a master: stochastic rounding of each updated
    * weight (set by the trainer from ampc_amp_config.weight_update), with the
    * random bits of ampc_sr_bits(round_seed, step, element index) */
@@ -100,7 +106,8 @@ typedef struct ampc_swallow_stats {
 } ampc_swallow_stats;
 
 /* One optimizer step t (1-based count of applied steps; drives Adam's bias
- * correction and SGD's first-step momentum) at learning rate lr. Each
+ * correction and SGD's first-step momentum) at learning rate lr (each
+ * branch's group at lr * branch_lr / c->lr where branch_lr is set). Each
  * gradient is read as g = fp32(grad) * grad_mult (one FP32 rounding; pass
  * 1/S) and then, when clip_coef != 1, g = g * clip_coef. The table must have
  * m and v for AdamW, m for SGD with momentum. sw: NULL, or P->count entries

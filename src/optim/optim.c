@@ -71,6 +71,10 @@ ampc_status ampc_optim_config_check(const ampc_optim_config *c) {
                      (long long)c->warmup_steps, (long long)c->total_steps);
   if (!(c->min_lr >= 0.0f) || !(c->min_lr <= c->lr))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--min-lr %g: must be in [0, lr]", (double)c->min_lr);
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    if (!(c->branch_lr[b] >= 0.0f) || !isfinite(c->branch_lr[b]))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--lr-%s %g: must be a positive finite number",
+                       ampc_branch_name((ampc_branch)b), (double)c->branch_lr[b]);
   if (!(c->clip_norm >= 0.0f) || !isfinite(c->clip_norm))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--clip-norm %g: must be >= 0 (0 = off)",
                      (double)c->clip_norm);
@@ -358,25 +362,38 @@ ampc_status ampc_optim_step_from(ampc_params *P, const ampc_optim_config *c, int
                    .clip = clip_coef,
                    .first = t == 1,
                    .t = t};
+  double bc1 = 1.0;
   if (c->kind == AMPC_OPTIM_ADAMW) {
-    const double bc1 = 1.0 - pow((double)c->beta1, (double)t);
+    bc1 = 1.0 - pow((double)c->beta1, (double)t);
     const double bc2 = 1.0 - pow((double)c->beta2, (double)t);
     k.one_m_b1 = (float)(1.0 - (double)c->beta1);
     k.b2 = c->beta2;
     k.one_m_b2 = (float)(1.0 - (double)c->beta2);
-    k.step_size = (float)((double)lr / bc1);
     k.bc2_sqrt = (float)sqrt(bc2);
     k.eps = c->eps;
-    k.decay_factor = (float)(1.0 - (double)lr * (double)c->weight_decay);
-    k.lr_wd = (float)((double)lr * (double)c->weight_decay);
+  }
+  /* each branch's group: its learning rate and what follows from it */
+  step_consts kb[AMPC_BRANCH_COUNT];
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    kb[b] = k;
+    const double lr_b = c->branch_lr[b] > 0.0f && c->lr > 0.0f
+                            ? (double)lr * ((double)c->branch_lr[b] / (double)c->lr)
+                            : (double)lr;
+    kb[b].lr = (float)lr_b;
+    kb[b].step_size = (float)(lr_b / bc1);
+    kb[b].decay_factor = (float)(1.0 - lr_b * (double)c->weight_decay);
+    kb[b].lr_wd = (float)(lr_b * (double)c->weight_decay);
+    kb[b].gm = grad_mult[b];
   }
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(dynamic, 1) if (P->numel > 65536)
   for (int i = 0; i < P->count; i++) {
     ampc_tally_adopt(tally);
-    step_consts ki = k;
-    if ((unsigned)P->p[i].branch < AMPC_BRANCH_COUNT)
-      ki.gm = grad_mult[P->p[i].branch];
+    step_consts ki = (unsigned)P->p[i].branch < AMPC_BRANCH_COUNT ? kb[P->p[i].branch] : kb[0];
+    if ((unsigned)P->p[i].branch >= AMPC_BRANCH_COUNT) /* no branch: the base group */
+      ki.lr = k.lr, ki.step_size = (float)((double)lr / bc1), ki.gm = grad_mult[0],
+      ki.decay_factor = (float)(1.0 - (double)lr * (double)c->weight_decay),
+      ki.lr_wd = (float)((double)lr * (double)c->weight_decay);
     step_tensor(P, i, &ki, sw ? &sw[i] : NULL);
   }
   return AMPC_OK;
