@@ -236,6 +236,34 @@ summ = rows[-1]
 assert set(summ["final_loss_scales"]) == {"loss_itc", "loss_itm", "loss_cls"}, summ
 assert summ["final_loss_scale"] == min(summ["final_loss_scales"].values()), summ
 PY
+# masked caption modelling (--w-mlm): a fourth loss term with its own
+# per-loss scale; an interrupted and resumed run is bit-identical; the log
+# and `ampc eval` carry loss_mlm; the checkpoint records the term, so a
+# resume without it is refused (its head would be dropped) and eval rebuilds it
+mlf="--w-mlm 1 --loss-scale per-loss --steps 8 --save-every 4 --batch 8 --no-eval --threads 2 --quiet"
+"$ampc" train $mlf --save "$tmp/ml_full.st" --log "$tmp/ml.jsonl" >/dev/null 2>&1 || die "--w-mlm failed"
+AMPC_FAULT_FAIL=0:5 "$ampc" train $mlf --save "$tmp/ml_part.st" >/dev/null 2>&1
+"$ampc" train $mlf --resume "$tmp/ml_part.st" --save "$tmp/ml_part.st" >/dev/null 2>&1 ||
+  die "--w-mlm: resume failed"
+cmp -s "$tmp/ml_full.st" "$tmp/ml_part.st" || die "--w-mlm: resumed run differs"
+python3 - "$tmp/ml.jsonl" <<'PY' || die "--w-mlm: the log lacks the MLM term or its scale"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+cfg, steps = rows[0], [o for o in rows if o.get("event") == "step"]
+assert cfg["run"]["w_mlm"] == 1 and abs(cfg["run"]["mlm_prob"] - 0.15) < 1e-6, cfg["run"]
+assert all(set(o["loss_scales"]) == {"loss_itc", "loss_itm", "loss_cls", "loss_mlm"} for o in steps)
+# a vocab of 3840 words: the first steps' MLM loss is near ln(3840)
+assert abs(steps[0]["loss_mlm"] - math.log(3840)) < 0.3, steps[0]["loss_mlm"]
+assert all(0 <= o["mlm_acc"] <= 1 for o in steps)
+PY
+"$ampc" train --w-mlm 0 --loss-scale per-loss --steps 8 --batch 8 --no-eval --threads 2 --quiet \
+  --resume "$tmp/ml_part.st" >"$tmp/err" 2>&1 && die "a resume without the MLM term was accepted"
+grep -q 'heads.mlm' "$tmp/err" || die "resume without --w-mlm: $(cat "$tmp/err")"
+"$ampc" eval --checkpoint "$tmp/ml_full.st" --json >"$tmp/ml_eval.json" 2>"$tmp/err" ||
+  die "eval of an MLM checkpoint: $(cat "$tmp/err")"
+grep -q '"loss_mlm":' "$tmp/ml_eval.json" || die "eval of an MLM checkpoint has no loss_mlm"
+expect 2 --w-mlm 1 --mlm-prob 0 --steps 1
+expect 2 --w-mlm -1 --steps 1
 "$ampc" train --model vit-ref --loss-scale per-loss --steps 2 --batch 8 --no-eval --threads 2 --quiet \
   --log "$tmp/plv.jsonl" >/dev/null 2>&1 || die "per-loss vit-ref failed"
 grep -q '"loss_scales":{"loss_cls":' "$tmp/plv.jsonl" || die "per-loss vit-ref: not the cls term alone"

@@ -87,7 +87,7 @@ static void gradient_check(const char *model, float w_mlm) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
   ampc_trainer_zero_grad(&T);
   ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(M, &bt, 1.0f, &L), AMPC_OK);
@@ -207,7 +207,7 @@ static void branch_seeds_exact(const char *model, ampc_precision prec) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
   const size_t gsz = ampc_dtype_size(P->wdt), bytes = (size_t)P->total * gsz;
   char *g1 = malloc(bytes);
   assert_non_null(g1);
@@ -289,7 +289,7 @@ static void test_backward_losses(void **state) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
   const size_t bytes = (size_t)P->total * sizeof(float);
   float *all = malloc(bytes), *one = malloc(bytes);
   double *sum = calloc((size_t)P->total, sizeof *sum);
@@ -346,6 +346,47 @@ static void test_backward_losses(void **state) {
   assert_int_equal(ampc_mmodel_backward(M, 1.0f), AMPC_OK); /* consumes the forward pass */
   assert_int_equal(ampc_mmodel_backward_losses(M, one_seed), AMPC_ERR_INVALID_ARG);
   free(all), free(one), free(sum);
+  ampc_mmodel_free(M);
+  ampc_trainer_free(&T);
+  ampc_mmodel_specs_free(&sp);
+}
+
+/* --itm-negatives random: with neg_uniform, image i's negative is another
+ * text drawn uniformly (never i; over 600 batches each of the 5 others about
+ * 120 times: a 6-sigma band, and the draws are deterministic) */
+static void test_uniform_negatives(void **state) {
+  (void)state;
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
+  ampc_amp_config a;
+  ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &a);
+  ampc_optim_config o = ampc_optim_adamw_defaults();
+  ampc_trainer T;
+  assert_int_equal(ampc_trainer_init(&T, &a, &o, sp.specs, sp.n, 5), AMPC_OK);
+  ampc_mmodel *M = NULL;
+  assert_int_equal(ampc_mmodel_create(&M, &c, &T.params, &T.amp, B), AMPC_OK);
+  uint8_t images[B * 8 * 8 * 3];
+  int32_t tokens[B * TT], labels[B];
+  make_batch(8, images, tokens, labels, 3);
+  int count[B][B];
+  memset(count, 0, sizeof count);
+  for (uint64_t s = 1; s <= 600; s++) {
+    ampc_mmodel_batch bt = {B, images, tokens, labels, s, 0, true};
+    ampc_mmodel_losses L;
+    assert_int_equal(ampc_mmodel_forward(M, &bt, &L), AMPC_OK);
+    int32_t neg[B];
+    ampc_mmodel_last_negatives(M, B, neg);
+    for (int i = 0; i < B; i++) {
+      assert_true(neg[i] >= 0 && neg[i] < B && neg[i] != i);
+      count[i][neg[i]]++;
+    }
+  }
+  for (int i = 0; i < B; i++)
+    for (int j = 0; j < B; j++)
+      if (j != i)
+        assert_true(count[i][j] >= 60 && count[i][j] <= 180);
   ampc_mmodel_free(M);
   ampc_trainer_free(&T);
   ampc_mmodel_specs_free(&sp);
@@ -420,7 +461,7 @@ static void test_training_lowers_loss(void **state) {
     uint8_t images[B * 8 * 8 * 3];
     int32_t tokens[B * TT], labels[B];
     make_batch(8, images, tokens, labels, 4);
-    ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0};
+    ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
     float first = 0, last = 0;
     for (int s = 0; s < 60; s++) {
       ampc_trainer_zero_grad(&T);
@@ -443,10 +484,10 @@ static void test_training_lowers_loss(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_mm_tiny_names),           cmocka_unit_test(test_gradient_check),
-      cmocka_unit_test(test_gradient_check_mlm),      cmocka_unit_test(test_gradient_check_vit),
-      cmocka_unit_test(test_backward_branches_exact), cmocka_unit_test(test_backward_losses),
-      cmocka_unit_test(test_training_lowers_loss),
+      cmocka_unit_test(test_mm_tiny_names),      cmocka_unit_test(test_gradient_check),
+      cmocka_unit_test(test_gradient_check_mlm), cmocka_unit_test(test_uniform_negatives),
+      cmocka_unit_test(test_gradient_check_vit), cmocka_unit_test(test_backward_branches_exact),
+      cmocka_unit_test(test_backward_losses),    cmocka_unit_test(test_training_lowers_loss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,6 +193,9 @@ typedef struct ampc_mmodel_batch {
   /* masked caption modelling: the seed of the positions masked (0: a fixed
    * one, deterministic: evaluation) */
   uint64_t mask_seed;
+  /* with neg_seed != 0: the negative text drawn uniformly over j != i
+   * instead (random negatives, an easier matching task than ALBEF's) */
+  bool neg_uniform;
 } ampc_mmodel_batch;
 
 typedef struct ampc_mmodel_losses {

@@ -111,6 +111,7 @@ typedef struct ampc_batch {
   const float *features;
   uint64_t neg_seed;  /* ampc_mmodel_batch.neg_seed (0: hardest negatives) */
   uint64_t mask_seed; /* ampc_mmodel_batch.mask_seed (MLM's masked positions) */
+  bool neg_uniform;   /* ampc_mmodel_batch.neg_uniform (random negatives) */
 } ampc_batch;
 
 /* The losses of one forward pass (FP32, unscaled): the weighted total and the
@@ -393,6 +394,9 @@ typedef struct ampc_run_config {
    * similarities (ALBEF; ampc_mmodel_batch.neg_seed, from the seed, the
    * iteration, the rank and the micro-batch); false: the hardest one */
   bool itm_sample_negatives;
+  /* with itm_sample_negatives: drawn uniformly over the other texts of the
+   * batch instead of by similarity (--itm-negatives random) */
+  bool itm_random_negatives;
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,

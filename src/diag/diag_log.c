@@ -260,9 +260,9 @@ static ampc_status parse_config(const cJSON *o, ampc_diag_config *c) {
   static const char *const run_keys[] = {
       "model",         "data",       "steps", "batch", "seed",  "in",    "hidden",  "classes",
       "micro_batches", "train_size", "w_itc", "w_itm", "w_cls", "w_mlm", "mlm_prob"};
-  static const char *const opt_keys[] = {"kind",         "lr",          "weight_decay",
-                                         "beta1",        "beta2",       "momentum",
-                                         "warmup_steps", "total_steps", "min_lr"};
+  static const char *const opt_keys[] = {
+      "kind",        "lr",     "weight_decay", "beta1",   "beta2",     "momentum", "warmup_steps",
+      "total_steps", "min_lr", "lr_vision",    "lr_text", "lr_fusion", "lr_heads"};
   const cJSON *run = cJSON_GetObjectItemCaseSensitive(o, "run");
   const cJSON *opt = cJSON_GetObjectItemCaseSensitive(o, "optimizer");
   size_t used = 0;

@@ -239,13 +239,18 @@ static float log_scale(const ampc_mmodel *M, bool *clamped) {
 /* ALBEF's negatives: for each image i, a text j != i drawn with probability
  * softmax_j(sim[i, j] * exp(ls)) (FP64 weights over the FP32 similarities);
  * a row whose similarities are not all finite keeps its argmax pick. */
-static void sample_negatives(ampc_mmodel *M, int64_t b, float ls, uint64_t seed) {
+static void sample_negatives(ampc_mmodel *M, int64_t b, float ls, uint64_t seed, bool uniform) {
   ampc_rng r;
   ampc_rng_seed(&r, seed);
   const double scale = exp((double)ls);
   const float *sim = M->sim;
   for (int64_t i = 0; i < b; i++) {
     const uint64_t u = ampc_rng_next(&r); /* one draw per row, whatever happens */
+    if (uniform) {                        /* j != i, each with probability 1 / (b - 1) */
+      const int64_t j = (int64_t)(u % (uint64_t)(b - 1));
+      M->neg[i] = (int32_t)(j >= i ? j + 1 : j);
+      continue;
+    }
     double mx = -INFINITY;
     bool finite = true;
     for (int64_t j = 0; j < b; j++)
@@ -524,7 +529,7 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
     if (M->neg[i] < 0)
       M->neg[i] = i == 0 ? 1 : 0;
   if (bt->neg_seed != 0)
-    sample_negatives(M, b, ls, bt->neg_seed);
+    sample_negatives(M, b, ls, bt->neg_seed, bt->neg_uniform);
   /* fusion on 2b pairs: (i, i) positives then (i, neg[i]) negatives; with
    * MLM, then b more: image i with the masked copy of caption i (text row
    * b + i) */

@@ -73,7 +73,7 @@ ampc_status ampc_optim_config_check(const ampc_optim_config *c) {
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--min-lr %g: must be in [0, lr]", (double)c->min_lr);
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     if (!(c->branch_lr[b] >= 0.0f) || !isfinite(c->branch_lr[b]))
-      return ampc_fail(AMPC_ERR_INVALID_ARG, "--lr-%s %g: must be a positive finite number",
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "--lr-%s %g: must be a finite number >= 0 (0: --lr)",
                        ampc_branch_name((ampc_branch)b), (double)c->branch_lr[b]);
   if (!(c->clip_norm >= 0.0f) || !isfinite(c->clip_norm))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--clip-norm %g: must be >= 0 (0 = off)",

@@ -150,7 +150,7 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
       memcpy(tbuf + k * T, d->tokens + i * T, (size_t)T * sizeof *tbuf);
       lbuf[k] = d->label[i];
     }
-    ampc_mmodel_batch bt = {b, ibuf, tbuf, lbuf, 0, 0};
+    ampc_mmodel_batch bt = {b, ibuf, tbuf, lbuf, 0, 0, false};
     ampc_mmodel_losses L;
     st = ampc_mmodel_forward(M, &bt, &L);
     if (st != AMPC_OK)

@@ -184,8 +184,10 @@ static const ampc_model_ops k_mlp_ops = {
 /* ---- the multimodal model and the ViTs ------------------------------------------------- */
 
 static ampc_status mm_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *out) {
-  const ampc_mmodel_batch mb = {bt->b,      bt->images,   m->desc.mm.image_only ? NULL : bt->tokens,
-                                bt->labels, bt->neg_seed, bt->mask_seed};
+  const ampc_mmodel_batch mb = {
+      bt->b,          bt->images,   m->desc.mm.image_only ? NULL : bt->tokens,
+      bt->labels,     bt->neg_seed, bt->mask_seed,
+      bt->neg_uniform};
   ampc_mmodel_losses L;
   AMPC_TRY(ampc_mmodel_forward(m->impl, &mb, &L));
   memset(out, 0, sizeof *out);
@@ -231,7 +233,7 @@ static ampc_status eval_classes(ampc_mmodel *M, const ampc_dataset *d, int split
       lb[k++] = d->label[i];
     }
     if (k == B || (i == d->n && k > 0)) {
-      ampc_mmodel_batch bt = {k, ib, NULL, lb, 0, 0};
+      ampc_mmodel_batch bt = {k, ib, NULL, lb, 0, 0, false};
       ampc_mmodel_losses L;
       st = ampc_mmodel_forward(M, &bt, &L);
       ls += (double)L.cls * (double)k, hits += (double)L.cls_acc * (double)k, n += k;

@@ -435,7 +435,10 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
       }
     snprintf(R->held_out, sizeof R->held_out, "%s", h);
     snprintf(R->recipe, sizeof R->recipe, "held_out=%s;shift=%d;itm=%s", R->held_out,
-             rc->augment_shift, rc->itm_sample_negatives ? "sampled" : "hardest");
+             rc->augment_shift,
+             !rc->itm_sample_negatives  ? "hardest"
+             : rc->itm_random_negatives ? "random"
+                                        : "sampled");
   }
   if ((st = ampc_sampler_init(&R->smp, R->ngroup, rc->seed)) != AMPC_OK)
     goto fail;
@@ -496,6 +499,23 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
                        "cannot resume: %s was trained with --loss-multiplier %g, this run has "
                        "%g (the optimizer state is in units of the multiplied gradients)",
                        rc->resume_path, (double)was_lm, (double)R->accum.loss_multiplier);
+        ampc_safetensors_free(f);
+        goto fail;
+      }
+      /* the loss terms' heads: a checkpoint with the MLM head resumed without
+       * the term (or the reverse) would drop or invent a trained tensor */
+      const char *mcs =
+          md->kind == AMPC_MODEL_MM ? ampc_safetensors_meta(f, "ampc.model_config") : NULL;
+      cJSON *mroot = mcs ? cJSON_Parse(mcs) : NULL;
+      const cJSON *mcj = mroot ? cJSON_GetObjectItemCaseSensitive(mroot, "w_mlm") : NULL;
+      const double was_mlm = cJSON_IsNumber(mcj) ? mcj->valuedouble : 0.0;
+      cJSON_Delete(mroot);
+      if (md->kind == AMPC_MODEL_MM && (was_mlm > 0.0) != (md->mm.w_mlm > 0.0f)) {
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "cannot resume: %s was trained %s masked caption modelling (--w-mlm %g; "
+                       "its head heads.mlm), this run has --w-mlm %g",
+                       rc->resume_path, was_mlm > 0.0 ? "with" : "without", was_mlm,
+                       (double)md->mm.w_mlm);
         ampc_safetensors_free(f);
         goto fail;
       }
@@ -633,7 +653,9 @@ static cJSON *config_object(const ampc_run *R) {
     cJSON_AddStringToObject(run_o, "held_out_style", R->held_out);
     cJSON_AddNumberToObject(run_o, "augment_shift", (double)R->rc.augment_shift);
     cJSON_AddStringToObject(run_o, "itm_negatives",
-                            R->rc.itm_sample_negatives ? "sampled" : "hardest");
+                            !R->rc.itm_sample_negatives  ? "hardest"
+                            : R->rc.itm_random_negatives ? "random"
+                                                         : "sampled");
     cJSON_AddNumberToObject(run_o, "vocab", (double)D->vocab);
     cJSON_AddNumberToObject(run_o, "seq_len", (double)D->seq_len);
     cJSON_AddNumberToObject(run_o, "classes", (double)D->n_classes);
@@ -954,6 +976,7 @@ static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
   }
   out->images = R->bimg;
   out->tokens = R->btok;
+  out->neg_uniform = R->rc.itm_random_negatives;
   if (R->rc.itm_sample_negatives) /* never 0, which asks for the hardest negatives */
     out->neg_seed = draw_hash(R->rc.seed ^ 0xA5A5A5A5ull, base) | 1u;
   out->mask_seed = draw_hash(R->rc.seed ^ 0x5A5A5A5A3C3C3C3Cull, base) | 1u; /* MLM's masks */

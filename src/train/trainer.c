@@ -260,6 +260,12 @@ char *ampc_trainer_config_json(const ampc_trainer *T) {
     cJSON_AddNumberToObject(op, "total_steps", (double)o->total_steps);
     cJSON_AddNumberToObject(op, "min_lr", short_float(o->min_lr));
     cJSON_AddNumberToObject(op, "clip_norm", short_float(o->clip_norm));
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+      if (o->branch_lr[b] > 0.0f) { /* a parameter group's own peak lr (absent: lr) */
+        char key[32];
+        snprintf(key, sizeof key, "lr_%s", ampc_branch_name((ampc_branch)b));
+        cJSON_AddNumberToObject(op, key, short_float(o->branch_lr[b]));
+      }
   }
   cJSON_AddNumberToObject(j, "parameters", (double)P->numel);
   cJSON *b = cJSON_AddObjectToObject(j, "parameter_bytes");

@@ -82,9 +82,9 @@ static const char k_usage_more[] =
     "                   `ampc data info` lists the styles)\n"
     "  --augment-shift N   translate each training image by up to N pixels (0..8;\n"
     "                   default 0), the border filled with its background\n"
-    "  --itm-negatives hardest|sampled   the matching head's negative text per image:\n"
-    "                   the most similar in the batch (default), or drawn by similarity\n"
-    "                   (ALBEF)\n"
+    "  --itm-negatives hardest|sampled|random   the matching head's negative text per\n"
+    "                   image: the most similar in the batch (default), drawn by\n"
+    "                   similarity (ALBEF), or drawn uniformly from the other texts\n"
     "  --w-itc W --w-itm W --w-cls W   loss weights (1, 1, 1)\n"
     "  --w-mlm W        masked caption modelling (ALBEF's MLM) with weight W (0: off,\n"
     "                   the default): a token-level cross-entropy over the vocabulary\n"
@@ -266,6 +266,14 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rc = parse_f(flag, v, &a->opt.momentum);
     else if (!strcmp(n, "min-lr"))
       rc = parse_f(flag, v, &a->opt.min_lr);
+    else if (!strcmp(n, "lr-vision"))
+      rc = parse_f(flag, v, &a->opt.branch_lr[AMPC_BRANCH_VISION]);
+    else if (!strcmp(n, "lr-text"))
+      rc = parse_f(flag, v, &a->opt.branch_lr[AMPC_BRANCH_TEXT]);
+    else if (!strcmp(n, "lr-fusion"))
+      rc = parse_f(flag, v, &a->opt.branch_lr[AMPC_BRANCH_FUSION]);
+    else if (!strcmp(n, "lr-heads"))
+      rc = parse_f(flag, v, &a->opt.branch_lr[AMPC_BRANCH_HEADS]);
     else if (!strcmp(n, "clip-norm"))
       rc = parse_f(flag, v, &a->opt.clip_norm);
     else if (!strcmp(n, "warmup"))
@@ -339,10 +347,11 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     else if (!strcmp(n, "augment-shift"))
       rc = parse_i64(flag, v, 0, 8, &a->augment_shift);
     else if (!strcmp(n, "itm-negatives")) {
-      if (!strcmp(v, "hardest") || !strcmp(v, "sampled"))
-        a->itm_sampled = v[0] == 's';
+      if (!strcmp(v, "hardest") || !strcmp(v, "sampled") || !strcmp(v, "random"))
+        a->itm_sampled = v[0] != 'h', a->itm_random = v[0] == 'r';
       else
-        rc = cli_usage_error("train", "--itm-negatives: expected hardest or sampled, got '%s'", v);
+        rc = cli_usage_error("train",
+                             "--itm-negatives: expected hardest, sampled or random, got '%s'", v);
     } else if (!strcmp(n, "w-itc"))
       rc = parse_f(flag, v, &a->w_itc);
     else if (!strcmp(n, "w-itm"))
@@ -628,6 +637,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   c.loss_multiplier = A.loss_multiplier;
   c.augment_shift = (int)A.augment_shift;
   c.itm_sample_negatives = A.itm_sampled;
+  c.itm_random_negatives = A.itm_random;
   c.eval_every = A.eval_every, c.eval = !A.no_eval, c.log_every = A.log_every;
   c.save_every = A.save_every, c.telemetry_every = A.telemetry_every, c.seed = A.seed;
   c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;

@@ -32,7 +32,8 @@ typedef struct train_args {
   const char *log, *save, *resume, *model, *data;
   const char *hold_out_style; /* --hold-out-style (NULL: the file's split) */
   int64_t augment_shift;      /* --augment-shift (0: off) */
-  bool itm_sampled;           /* --itm-negatives sampled */
+  bool itm_sampled;           /* --itm-negatives sampled (or random) */
+  bool itm_random;            /* --itm-negatives random */
 } train_args;
 
 /* Parse the flags of `ampc train` (argv[0] is the command name) into *a and
