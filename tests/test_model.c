@@ -191,9 +191,10 @@ static float load1(const void *base, ampc_dtype dt, int64_t i) {
   return v;
 }
 
-static void branch_seeds_exact(const char *model, ampc_precision prec) {
+static void branch_seeds_exact(const char *model, ampc_precision prec, float w_mlm) {
   ampc_mmodel_config c;
   assert_int_equal(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
+  c.w_mlm = w_mlm;
   ampc_mmodel_specs sp;
   assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
   ampc_amp_config a;
@@ -261,9 +262,10 @@ static void branch_seeds_exact(const char *model, ampc_precision prec) {
 
 static void test_backward_branches_exact(void **state) {
   (void)state;
-  branch_seeds_exact("mm-micro", AMPC_PRECISION_32_TRUE);
-  branch_seeds_exact("mm-micro", AMPC_PRECISION_BF16_MIXED);
-  branch_seeds_exact("vit-micro", AMPC_PRECISION_BF16_MIXED);
+  branch_seeds_exact("mm-micro", AMPC_PRECISION_32_TRUE, 0.0f);
+  branch_seeds_exact("mm-micro", AMPC_PRECISION_BF16_MIXED, 0.0f);
+  branch_seeds_exact("mm-micro", AMPC_PRECISION_BF16_MIXED, 1.0f); /* the MLM head's gradient too */
+  branch_seeds_exact("vit-micro", AMPC_PRECISION_BF16_MIXED, 0.0f);
 }
 
 /* Per-loss seeds (--loss-scale per-loss): the passes keep the forward pass,

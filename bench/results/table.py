@@ -35,7 +35,7 @@ def main(out):
           "new style = twitter (seeds: n per row)\n")
     print("| precision | n | final train loss | new style R@1 i2t / t2i | new style R@5 i2t / t2i"
           " | zero-shot R@1 i2t / t2i | zero-shot R@5 i2t / t2i | group acc (new style) |"
-          " matching acc (new style) |"
+          " matching acc (new style): hardest / random negatives |"
           " skipped steps | ms/step | activations MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p in presets:
@@ -48,7 +48,8 @@ def main(out):
               f"{ms(m('new_style', 'i2t_r5'))} / {ms(m('new_style', 't2i_r5'))} | "
               f"{ms(m('zero_shot', 'i2t_r1'))} / {ms(m('zero_shot', 't2i_r1'))} | "
               f"{ms(m('zero_shot', 'i2t_r5'))} / {ms(m('zero_shot', 't2i_r5'))} | "
-              f"{ms(m('new_style', 'group_acc'))} | {ms(m('new_style', 'itm_acc'))} | "
+              f"{ms(m('new_style', 'group_acc'))} | {ms(m('new_style', 'itm_acc'))} / "
+              f"{ms([r['metrics']['new_style'].get('itm_acc_random') for r in runs])} | "
               f"{ms([r['skipped_steps'] for r in runs], 1, 0)} | "
               f"{ms([r['ms_per_step_mean'] for r in runs], 1, 0)} | "
               f"{ms([r['activation_bytes'] for r in runs], 1 / 1048576, 1)} |")

@@ -351,6 +351,8 @@ typedef struct ampc_mmodel_metrics {
   double t2i_r1, t2i_r5;      /* text -> image: an image of the caption's concept ranked
                                  1st / in the top 5 */
   double itm_acc;             /* matching accuracy on positives and hard negatives */
+  double itm_acc_random;      /* ... on positives and random in-batch negatives (the
+                                 negative of image i drawn uniformly, a fixed seed) */
   double cls_acc;             /* group accuracy of the image classifier */
   double loss, itc, itm, cls; /* mean losses over the evaluation batches */
   double mlm, mlm_acc;        /* masked caption modelling (0 when off) */

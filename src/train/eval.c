@@ -159,6 +159,14 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
     out->itm += (double)L.itm * (double)b, out->cls += (double)L.cls * (double)b;
     out->itm_acc += (double)L.itm_acc * (double)b;
     wsum += (double)b;
+    /* the same positives against random negatives (deterministic draws) */
+    ampc_mmodel_batch br = bt;
+    br.neg_seed = 0x52414e444f4dull + (uint64_t)s, br.neg_uniform = true;
+    ampc_mmodel_losses Lr;
+    st = ampc_mmodel_forward(M, &br, &Lr);
+    if (st != AMPC_OK)
+      break;
+    out->itm_acc_random += (double)Lr.itm_acc * (double)b;
     /* MLM: over every masked token (fixed masks: mask_seed 0) */
     out->mlm += (double)L.mlm * (double)L.mlm_tokens;
     out->mlm_acc += (double)L.mlm_acc * (double)L.mlm_tokens;
@@ -166,7 +174,7 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
   }
   if (wsum > 0) {
     out->loss /= wsum, out->itc /= wsum, out->itm /= wsum, out->cls /= wsum;
-    out->itm_acc /= wsum;
+    out->itm_acc /= wsum, out->itm_acc_random /= wsum;
   }
   if (msum > 0)
     out->mlm /= msum, out->mlm_acc /= msum;

@@ -608,6 +608,7 @@ char *ampc_mmodel_metrics_json(const ampc_mmodel_metrics *m) {
   cJSON_AddNumberToObject(x, "t2i_r5", m->t2i_r5);
   cJSON_AddNumberToObject(x, "chance_r1", m->concepts ? 1.0 / (double)m->concepts : 0.0);
   cJSON_AddNumberToObject(x, "itm_acc", m->itm_acc);
+  cJSON_AddNumberToObject(x, "itm_acc_random", m->itm_acc_random);
   cJSON_AddNumberToObject(x, "group_acc", m->cls_acc);
   if (m->mlm > 0.0) { /* masked caption modelling */
     cJSON_AddNumberToObject(x, "loss_mlm", m->mlm);

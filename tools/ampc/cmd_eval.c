@@ -26,7 +26,8 @@ static const char k_usage[] =
     "  zero_shot  every style of the held-out concepts (captions never trained on)\n"
     "Metrics: image->text and text->image R@1 and R@5 (one caption per concept;\n"
     "chance R@1 = 1/concepts), matching (ITM) accuracy on positives and in-batch\n"
-    "hard negatives, group accuracy, mean losses.\n"
+    "hard negatives (ITM hard) and random in-batch negatives (ITM rand), group\n"
+    "accuracy, mean losses (with MLM: loss_mlm, mlm_acc in --json).\n"
     "\n"
     "  --precision P  run the forward pass in this preset (default: the one the\n"
     "                 checkpoint was trained in)\n"
@@ -165,15 +166,16 @@ static int run(int argc, char **argv) {
   } else {
     printf("%s: %s at step %lld, evaluated in %s\n", ckpt, model, (long long)iteration,
            ampc_precision_name(p));
-    printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
-           "t2i R@1", "t2i R@5", "chance R@1", "ITM acc", "group acc");
+    printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
+           "t2i R@1", "t2i R@5", "chance R@1", "ITM hard", "ITM rand", "group acc");
     const ampc_mmodel_metrics *ms[2] = {&ev.new_style, &ev.zero_shot};
     const char *names[2] = {"new_style", "zero_shot"};
     for (int k = 0; k < 2; k++)
       if (ms[k]->samples > 0)
-        printf("%-10s %8lld %8.3f %8.3f %8.3f %8.3f %10.4f %9.3f %9.3f\n", names[k],
+        printf("%-10s %8lld %8.3f %8.3f %8.3f %8.3f %10.4f %9.3f %9.3f %9.3f\n", names[k],
                (long long)ms[k]->samples, ms[k]->i2t_r1, ms[k]->i2t_r5, ms[k]->t2i_r1,
-               ms[k]->t2i_r5, 1.0 / (double)ms[k]->concepts, ms[k]->itm_acc, ms[k]->cls_acc);
+               ms[k]->t2i_r5, 1.0 / (double)ms[k]->concepts, ms[k]->itm_acc, ms[k]->itm_acc_random,
+               ms[k]->cls_acc);
   }
   ampc_model_free(&M);
   ampc_params_free(&P);
