@@ -41,9 +41,12 @@ typedef struct ampc_optim_config {
   float clip_norm;           /* global-norm clipping of unscaled grads; 0 = off */
   /* parameter groups by branch (vision, text, fusion, heads; ampc_branch
    * order), as torch.optim's param_groups each with its own lr: a branch's
-   * peak learning rate (0: lr). The schedule scales every group alike: at
-   * step t a branch with branch_lr B takes ampc_lr_at(c, t) * B / lr (the
-   * weight decay too, as torch's AdamW multiplies it by the group's lr). */
+   * peak learning rate (0: lr). The schedule scales every group alike, as
+   * torch's LambdaLR does: at step t a branch with branch_lr B takes
+   * ampc_lr_at(c, t) * B / lr, the warmup and the cosine floor min_lr
+   * scaled by B / lr too (CosineAnnealingLR would give every group the same
+   * floor); the weight decay follows, as torch's AdamW multiplies it by the
+   * group's lr. */
   float branch_lr[AMPC_BRANCH_COUNT];
   /* BF16 weights without a master: stochastic rounding of each updated
    * weight (set by the trainer from ampc_amp_config.weight_update), with the

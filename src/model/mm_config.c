@@ -135,8 +135,8 @@ ampc_status ampc_mmodel_specs_make(const ampc_mmodel_config *c, ampc_mmodel_spec
   if (!c || !out || c->v_depth < 1 || c->v_depth > MAX_DEPTH ||
       (!c->image_only &&
        (c->t_depth < 1 || c->t_depth > MAX_DEPTH || c->f_depth < 1 || c->f_depth > MAX_DEPTH)) ||
-      c->dim % c->heads || c->img % c->patch ||
-      (!c->image_only && !(c->w_mlm >= 0.0f && c->mlm_prob > 0.0f && c->mlm_prob <= 1.0f)))
+      c->dim % c->heads || c->img % c->patch || (!c->image_only && !(c->w_mlm >= 0.0f)) ||
+      (!c->image_only && c->w_mlm > 0.0f && !(c->mlm_prob > 0.0f && c->mlm_prob <= 1.0f)))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "model specs: bad configuration");
   const int cap = spec_count(c);
   memset(out, 0, sizeof *out);

@@ -380,7 +380,8 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
       P->p[M->cls_w].shape[0] != c->classes ||
       P->p[M->patch_w].shape[1] != c->channels * c->patch * c->patch ||
       P->p[M->vpos].shape[0] != M->NV ||
-      (M->mlm && (P->p[M->mlm_w].shape[0] != c->vocab || P->p[M->mlm_w].shape[1] != c->dim))) {
+      (M->mlm && (P->p[M->mlm_w].shape[0] != c->vocab || P->p[M->mlm_w].shape[1] != c->dim ||
+                  P->p[M->mlm_b].shape[0] != c->vocab))) {
     free(M);
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_mmodel_create: the parameter table is not that of model %s", c->name);

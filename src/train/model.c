@@ -83,7 +83,8 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(m, wn[i]);
         *w[i] = cJSON_IsNumber(x) ? (float)x->valuedouble : dflt[i];
       }
-      if (!(out->mm.w_mlm >= 0.0f && out->mm.mlm_prob > 0.0f && out->mm.mlm_prob <= 1.0f))
+      if (!(out->mm.w_mlm >= 0.0f) ||
+          (out->mm.w_mlm > 0.0f && !(out->mm.mlm_prob > 0.0f && out->mm.mlm_prob <= 1.0f)))
         st = ampc_fail(AMPC_ERR_FORMAT, "%s: bad w_mlm %g / mlm_prob %g in ampc.model_config", path,
                        (double)out->mm.w_mlm, (double)out->mm.mlm_prob);
       if (precision && precision_cap)
@@ -172,6 +173,9 @@ static void mlp_destroy(ampc_model *m) {
   ampc_mlp_free(m->impl);
   free(m->impl);
 }
+
+/* the per-loss scaler keeps each loss term's state in its per-branch slots */
+_Static_assert((int)AMPC_MM_LOSSES <= (int)AMPC_BRANCH_COUNT, "a loss term without a scaler slot");
 
 static const ampc_model_ops k_mlp_ops = {
     .forward = mlp_forward,
@@ -585,10 +589,15 @@ int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
   /* read back by ampc_model_desc_from_checkpoint */
   snprintf(storage->config, sizeof storage->config,
            "{\"model\":\"%s\",\"vocab\":%lld,\"seq_len\":%lld,\"classes\":%lld,\"w_itc\":%g,"
-           "\"w_itm\":%g,\"w_cls\":%g,\"w_mlm\":%.9g,\"mlm_prob\":%.9g}",
+           "\"w_itm\":%g,\"w_cls\":%g",
            mc->name, (long long)mc->vocab, (long long)mc->seq_len, (long long)mc->classes,
-           (double)mc->w_itc, (double)mc->w_itm, (double)mc->w_cls, (double)mc->w_mlm,
-           (double)mc->mlm_prob);
+           (double)mc->w_itc, (double)mc->w_itm, (double)mc->w_cls);
+  const size_t used = strlen(storage->config);
+  if (mc->w_mlm > 0.0f && !mc->image_only) /* absent: off, as in checkpoints from before MLM */
+    snprintf(storage->config + used, sizeof storage->config - used,
+             ",\"w_mlm\":%.9g,\"mlm_prob\":%.9g}", (double)mc->w_mlm, (double)mc->mlm_prob);
+  else
+    snprintf(storage->config + used, sizeof storage->config - used, "}");
   meta[1] = (ampc_st_meta){"ampc.model_config", storage->config};
   meta[2] = (ampc_st_meta){"ampc.data", data_name ? data_name : ""};
   return 3;

@@ -510,7 +510,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
       const cJSON *mcj = mroot ? cJSON_GetObjectItemCaseSensitive(mroot, "w_mlm") : NULL;
       const double was_mlm = cJSON_IsNumber(mcj) ? mcj->valuedouble : 0.0;
       cJSON_Delete(mroot);
-      if (md->kind == AMPC_MODEL_MM && (was_mlm > 0.0) != (md->mm.w_mlm > 0.0f)) {
+      if (md->kind == AMPC_MODEL_MM && !md->mm.image_only &&
+          (was_mlm > 0.0) != (md->mm.w_mlm > 0.0f)) {
         st = ampc_fail(AMPC_ERR_FORMAT,
                        "cannot resume: %s was trained %s masked caption modelling (--w-mlm %g; "
                        "its head heads.mlm), this run has --w-mlm %g",
