@@ -26,6 +26,16 @@ out=$("$ampc" memory --model mm-tiny --batch 64 --precision 16-mixed --json) || 
 echo "$out" | grep -q '"activations":[1-9]' || die "no activations role: $out"
 echo "$out" | grep -q '"workspace":[1-9]' || die "no workspace role: $out"
 "$ampc" memory --model mlp --batch 32 --json | grep -q '"activations":[1-9]' || die "memory --model mlp"
+# --w-mlm: the MLM head's parameters (vocab x 128 + vocab, vocab 3840) and the
+# masked copies' activations, as a training run with the term allocates them
+base=$("$ampc" memory --model mm-tiny --batch 32 --json | field params)
+out=$("$ampc" memory --model mm-tiny --batch 32 --w-mlm 1 --json) || die "memory --w-mlm exited $?"
+[ "$(echo "$out" | field params)" = $((base + 3840 * 128 + 3840)) ] || die "memory --w-mlm params: $out"
+"$ampc" train --w-mlm 1 --batch 32 --steps 1 --no-eval --threads 2 --quiet --log "$tmp/mlm.jsonl" \
+  >/dev/null 2>&1 || die "train --w-mlm for the memory check"
+got=$(tail -n 1 "$tmp/mlm.jsonl" | sed -n 's/.*"memory":{[^}]*"activations":\([0-9]*\).*/\1/p')
+[ -n "$got" ] && [ "$(echo "$out" | sed -n 's/.*"activations":\([0-9]*\).*/\1/p')" = "$got" ] ||
+  die "memory --w-mlm activations differ from the run's $got: $out"
 
 # bad usage: exit 2 with a message
 expect2() {
@@ -38,6 +48,7 @@ expect2 memory
 expect2 memory --params 1e6 --precision 16-mixed --weight-update kahan
 expect2 memory --params 1e6 --precision bf16-true --weight-update kahn
 expect2 memory --params 1e9 --model mm-tiny
+expect2 memory --model mm-tiny --w-mlm -1
 expect2 memory --params lots
 expect2 memory --params 1e9 --optimizer lamb
 expect2 memory --params 1e9 --precision 8-mixed

@@ -39,6 +39,8 @@ static const char k_memory_usage[] =
     "  --params N         parameter count (e.g. 1.2e9): bytes per parameter and total\n"
     "  --model NAME       mm-tiny, mm-small, mm-micro, vit-ref, vit-fm, vit-micro, mlp\n"
     "  --batch B          batch size for --model (64)\n"
+    "  --w-mlm W          the model trains with masked caption modelling (as ampc\n"
+    "                     train --w-mlm W): its head and the masked copies counted\n"
     "  --classes C        classes of the head (default: the emoji data's 9; vit-fm 10;\n"
     "                     mlp 5); --in N (16) --hidden N (64) for mlp\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
@@ -64,6 +66,7 @@ static const char k_plan_usage[] =
     "  --budget BYTES     e.g. 8G, 512M, 1.5GiB, 300000000 (K/M/G/T: powers of 1000,\n"
     "                     KiB/MiB/GiB/TiB: powers of 1024)\n"
     "  --model NAME       mm-tiny (default), mm-small, mm-micro, vit-ref, vit-fm, vit-micro\n"
+    "  --w-mlm W          with masked caption modelling (ampc train --w-mlm W)\n"
     "  --precision LIST   presets, comma-separated (32-true,16-mixed,bf16-mixed)\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
     "  --master-weights on|off   override the presets' FP32 master copy\n"
@@ -79,6 +82,7 @@ typedef struct mem_args {
   const char *params, *model, *optimizer, *precision, *master, *update, *fp8hist, *data, *budget,
       *overhead;
   int64_t batch, classes, in, hidden, max_batch;
+  float w_mlm; /* --w-mlm: the masked caption modelling term's weight (0: off) */
   bool json;
 } mem_args;
 
@@ -138,7 +142,13 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 20, &a->batch);
     else if (!strcmp(name, "classes"))
       rc = parse_i64_flag(cmd, name, v, 2, 1 << 20, &a->classes);
-    else if (!is_plan && !strcmp(name, "in"))
+    else if (!strcmp(name, "w-mlm")) {
+      char *end = NULL;
+      const double w = strtod(v, &end);
+      if (!*v || *end || !(w >= 0.0 && w <= 1e30))
+        return cli_usage_error(cmd, "--w-mlm: expected a weight >= 0, got '%s'", v);
+      a->w_mlm = (float)w;
+    } else if (!is_plan && !strcmp(name, "in"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->in);
     else if (!is_plan && !strcmp(name, "hidden"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->hidden);
@@ -277,6 +287,8 @@ static int run_memory(int argc, char **argv) {
     ampc_mmodel_config mc;
     if ((rc = model_config(cmd, a.model, a.classes, &mc)) != 0)
       return rc;
+    if (!mc.image_only) /* the MLM head and the masked copies' activations */
+      mc.w_mlm = a.w_mlm;
     if (a.batch < 2)
       return cli_usage_error(cmd, "--batch: model %s needs at least 2", a.model);
     if (ampc_mem_account_mm(&mc, a.batch, &amp, moments, &m) != AMPC_OK ||
@@ -384,6 +396,8 @@ static int run_plan(int argc, char **argv) {
   ampc_dataset_free(&D);
   if (ampc_mmodel_config_get(a.model, vocab, seq, ncls, &mc) != AMPC_OK)
     return cli_usage_error(cmd, "--model: %s", ampc_last_error());
+  if (!mc.image_only) /* the MLM head and the masked copies' activations */
+    mc.w_mlm = a.w_mlm;
   if (!mc.image_only && !have_text)
     return cli_usage_error(cmd, "%s has no captions: model %s needs image-text pairs", data,
                            mc.name);
