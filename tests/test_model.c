@@ -45,6 +45,19 @@ static void make_batch(int64_t img, uint8_t *images, int32_t *tokens, int32_t *l
   }
 }
 
+/* the mm-micro fixture: specs of c, a trainer over them in preset prec and
+ * the model for batches of up to B */
+static void micro_setup(const ampc_mmodel_config *c, ampc_precision prec, ampc_mmodel_specs *sp,
+                        ampc_trainer *T, ampc_mmodel **M) {
+  assert_int_equal(ampc_mmodel_specs_make(c, sp), AMPC_OK);
+  ampc_amp_config a;
+  ampc_amp_config_preset(prec, &a);
+  ampc_optim_config o = ampc_optim_adamw_defaults();
+  assert_int_equal(ampc_trainer_init(T, &a, &o, sp->specs, sp->n, 5), AMPC_OK);
+  *M = NULL;
+  assert_int_equal(ampc_mmodel_create(M, c, &T->params, &T->amp, B), AMPC_OK);
+}
+
 static int32_t g_neg0[B];
 static int g_flipped;
 
@@ -196,15 +209,10 @@ static void branch_seeds_exact(const char *model, ampc_precision prec, float w_m
   assert_int_equal(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
   c.w_mlm = w_mlm;
   ampc_mmodel_specs sp;
-  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
-  ampc_amp_config a;
-  ampc_amp_config_preset(prec, &a);
-  ampc_optim_config o = ampc_optim_adamw_defaults();
   ampc_trainer T;
-  assert_int_equal(ampc_trainer_init(&T, &a, &o, sp.specs, sp.n, 5), AMPC_OK);
+  ampc_mmodel *M;
+  micro_setup(&c, prec, &sp, &T, &M);
   ampc_params *P = &T.params;
-  ampc_mmodel *M = NULL;
-  assert_int_equal(ampc_mmodel_create(&M, &c, P, &T.amp, B), AMPC_OK);
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
@@ -279,15 +287,10 @@ static void test_backward_losses(void **state) {
   assert_int_equal(ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
   c.w_mlm = 0.5f; /* all four terms */
   ampc_mmodel_specs sp;
-  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
-  ampc_amp_config a;
-  ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &a);
-  ampc_optim_config o = ampc_optim_adamw_defaults();
   ampc_trainer T;
-  assert_int_equal(ampc_trainer_init(&T, &a, &o, sp.specs, sp.n, 5), AMPC_OK);
+  ampc_mmodel *M;
+  micro_setup(&c, AMPC_PRECISION_32_TRUE, &sp, &T, &M);
   ampc_params *P = &T.params;
-  ampc_mmodel *M = NULL;
-  assert_int_equal(ampc_mmodel_create(&M, &c, P, &T.amp, B), AMPC_OK);
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
@@ -361,14 +364,9 @@ static void test_uniform_negatives(void **state) {
   ampc_mmodel_config c;
   assert_int_equal(ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
   ampc_mmodel_specs sp;
-  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
-  ampc_amp_config a;
-  ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &a);
-  ampc_optim_config o = ampc_optim_adamw_defaults();
   ampc_trainer T;
-  assert_int_equal(ampc_trainer_init(&T, &a, &o, sp.specs, sp.n, 5), AMPC_OK);
-  ampc_mmodel *M = NULL;
-  assert_int_equal(ampc_mmodel_create(&M, &c, &T.params, &T.amp, B), AMPC_OK);
+  ampc_mmodel *M;
+  micro_setup(&c, AMPC_PRECISION_32_TRUE, &sp, &T, &M);
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
