@@ -470,7 +470,8 @@ static void test_acc16_semantics(void **state) {
 /* one binary16 operand of a kind: 0 signed in [-2, 2], 1 any exponent
  * -24 .. 15 (subnormals, overflowing products), 2 mostly 1 with tiny or large
  * values (tiny products on large sums, the 2048 stall), 3 as 1 with inf and
- * NaN sprinkled in */
+ * NaN sprinkled in, 4 as 1 with inf but no NaN (NaN sums from inf - inf and
+ * inf * 0 only) */
 static uint16_t f16_of_kind(int kind) {
   const double u = urand();
   double v;
@@ -483,6 +484,8 @@ static uint16_t f16_of_kind(int kind) {
   uint16_t h = ampc_f32_to_f16((float)v).bits;
   if (kind == 3 && urand() < 0.02)
     h = urand() < 0.5 ? 0x7C00 : urand() < 0.5 ? 0xFC00 : 0x7E01;
+  if (kind == 4 && urand() < 0.02) /* infinities without NaN operands */
+    h = urand() < 0.5 ? 0x7C00 : 0xFC00;
   return h;
 }
 
@@ -495,17 +498,21 @@ static void test_acc16_paths_bit_identical(void **state) {
   static const int64_t shapes[][3] = {{1, 1, 1},    {3, 5, 7},      {8, 64, 16},
                                       {9, 65, 33},  {7, 63, 2},     {16, 128, 5},
                                       {2, 3, 4099}, {17, 130, 300}, {1, 200, 65}};
-  ampc_acc16_path paths[3] = {AMPC_ACC16_SCALAR};
+  ampc_acc16_path paths[4] = {AMPC_ACC16_SCALAR};
   int np = 1;
   if (ampc_use_avx2())
     paths[np++] = AMPC_ACC16_AVX2;
+  if (ampc_use_avx512())
+    paths[np++] = AMPC_ACC16_AVX512;
+  else
+    print_message("(no AVX-512 on this CPU: the round-to-odd path is not checked here)\n");
   if (ampc_use_avx512fp16())
     paths[np++] = AMPC_ACC16_FP16;
   else
     print_message("(no AVX512-FP16 on this CPU: the VFMADDPH path is not checked here)\n");
   int64_t cases = 0;
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-    for (int kind = 0; kind < 4; kind++)
+    for (int kind = 0; kind < 5; kind++)
       for (int ops = 0; ops < 4; ops++) {
         const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], batch = 2;
         const ampc_op opa = (ops & 1) ? AMPC_OP_T : AMPC_OP_N,
@@ -552,6 +559,54 @@ static void test_acc16_paths_bit_identical(void **state) {
       }
   ampc_gemm_force_acc16(AMPC_ACC16_AUTO);
   print_message("%lld path runs compared bit for bit\n", (long long)cases);
+}
+
+/* A sum that lands just past a binary16 tie, where rounding first to FP32
+ * to nearest would land on the tie and round the wrong way: 2050 + (-(1 +
+ * 2^-10)) * (1 - 2^-10) = 2049 + 2^-20, whose FP32 rounding is 2049 (the tie
+ * between 2048 and 2050) but whose binary16 rounding is 2050. Every path,
+ * both signs, and the exact tie (2049: to even, 2048). */
+static void test_acc16_near_tie(void **state) {
+  (void)state;
+  ampc_acc16_path paths[4] = {AMPC_ACC16_SCALAR};
+  int np = 1;
+  if (ampc_use_avx2())
+    paths[np++] = AMPC_ACC16_AVX2;
+  if (ampc_use_avx512())
+    paths[np++] = AMPC_ACC16_AVX512;
+  if (ampc_use_avx512fp16())
+    paths[np++] = AMPC_ACC16_FP16;
+  /* row i of A (1 x 2) times column i of B: 4 cases on the diagonal */
+  const float a[4][2] = {{2050.0f, -(1.0f + 0x1p-10f)},
+                         {-2050.0f, (1.0f + 0x1p-10f)},
+                         {2050.0f, -1.0f},
+                         {2048.0f, (1.0f + 0x1p-10f)}};
+  const float b[4][2] = {
+      {1.0f, 1.0f - 0x1p-10f}, {1.0f, 1.0f - 0x1p-10f}, {1.0f, 1.0f}, {1.0f, 1.0f - 0x1p-10f}};
+  /* 2049 + 2^-20 -> 2050; its negation; 2049 (tie) -> 2048; 2049 - 2^-20 -> 2048 */
+  const float want[4] = {2050.0f, -2050.0f, 2048.0f, 2048.0f};
+  ampc_f16 ah[4 * 2], bh[2 * 4];
+  for (int i = 0; i < 4; i++)
+    for (int p = 0; p < 2; p++) {
+      ah[i * 2 + p] = ampc_f32_to_f16(a[i][p]);
+      bh[p * 4 + i] = ampc_f32_to_f16(b[i][p]);
+      assert_true(ampc_f16_to_f32(ah[i * 2 + p]) == a[i][p]);
+      assert_true(ampc_f16_to_f32(bh[p * 4 + i]) == b[i][p]);
+    }
+  for (int pi = 0; pi < np; pi++) {
+    float c[16];
+    ampc_gemm_force_acc16(paths[pi]);
+    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, 4, 4, 2, 1.0f, ah, AMPC_F16, 2, bh, AMPC_F16,
+                               4, 0.0f, c, AMPC_F32, 4, AMPC_ACC_F16),
+                     AMPC_OK);
+    for (int i = 0; i < 4; i++)
+      if (c[i * 4 + i] != want[i]) {
+        print_error("path %d case %d: %.9g, want %.9g\n", (int)paths[pi], i, (double)c[i * 4 + i],
+                    (double)want[i]);
+        fail();
+      }
+  }
+  ampc_gemm_force_acc16(AMPC_ACC16_AUTO);
 }
 
 /* F32 x F32 -> F32 runs on ampc's kernel (unless AMPC_GEMM_F32=openblas):
@@ -758,6 +813,7 @@ int main(void) {
       cmocka_unit_test(test_accumulation_ablation_exact),
       cmocka_unit_test(test_acc16_semantics),
       cmocka_unit_test(test_acc16_paths_bit_identical),
+      cmocka_unit_test(test_acc16_near_tie),
       cmocka_unit_test(test_f32_same_kernel_as_f16),
       cmocka_unit_test(test_fma_peak_runs),
       cmocka_unit_test(test_acc16_error_grows_with_k),

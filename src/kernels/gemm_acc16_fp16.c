@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kernels/gemm_avx512_store.h"
 #include "kernels/gemm_impl.h"
 
 enum { RB = 8, CB = 64, KC = 256 };
@@ -91,42 +92,6 @@ static void block(int64_t kc, const uint16_t *restrict ap, const uint16_t *restr
   KEEP(7);
 }
 
-/* 16 FP32 lanes rounded to bfloat16 as ampc_f32bits_to_bf16bits does (RNE;
- * a NaN quieted, its sign and top payload kept). */
-static inline __m256i bf16_round16(__m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                _mm512_set1_epi32(0x7F800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(x, _mm512_set1_epi32(0x00400000)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
-/* C row segment (16 columns at cp, dtype dt) = alpha * acc + beta * C: two
- * products and a sum in FP32, rounded once, as ampc_gemm_epilogue1. */
-static inline __m512 out16(void *cp, ampc_dtype dt, __m256i acc, float alpha, float beta) {
-  __m512 v = _mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_cvtph_ps(acc));
-  if (beta != 0.0f) {
-    __m512 cv;
-    if (dt == AMPC_F32)
-      cv = _mm512_loadu_ps(cp);
-    else {
-      const __m256i h = _mm256_loadu_si256((const __m256i *)cp);
-      cv = dt == AMPC_F16 ? _mm512_cvtph_ps(h)
-                          : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-    v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(beta), cv));
-  }
-  if (dt == AMPC_F32)
-    _mm512_storeu_ps(cp, v);
-  else if (dt == AMPC_F16)
-    _mm256_storeu_si256((__m256i *)cp, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-  else
-    _mm256_storeu_si256((__m256i *)cp, bf16_round16(v));
-  return v;
-}
-
 /* The block's 8 x 64 sums into C: full 16-column runs in vectors (counted by
  * the tally 64 at a time), the columns past n and any other dtype one by one */
 static void epilogue(const ampc_gemm_args *g, void *c, int64_t i0, int64_t j0, const uint16_t *st) {
@@ -141,8 +106,9 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t i0, int64_t j0, c
       _Alignas(64) float tb[CB];
       for (; jj + 16 <= CB && j0 + jj + 16 <= g->n; jj += 16) {
         const __m256i acc = _mm256_load_si256((const __m256i *)(st + r * CB + jj));
-        _mm512_store_ps(tb + jj,
-                        out16((char *)c + (base + jj) * (int64_t)es, dt, acc, g->alpha, g->beta));
+        _mm512_store_ps(tb + jj, ampc_avx512_out16(_mm512_cvtph_ps(acc),
+                                                   (char *)c + (base + jj) * (int64_t)es, dt,
+                                                   g->alpha, g->beta, (__mmask16)0xFFFF));
       }
       if (tm && jj > 0)
         ampc_tally_count(tm, tb, (char *)c + base * (int64_t)es, dt, (size_t)jj);

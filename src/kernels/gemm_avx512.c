@@ -20,6 +20,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/gemm_avx512_store.h"
 #include "kernels/gemm_impl.h"
 
 enum { MR = 12, NR = 32 };
@@ -85,44 +86,7 @@ static void kernel_12x32(int64_t kc, const float *restrict a, const float *restr
   ROW_STORE(11);
 }
 
-/* 16 FP32 lanes rounded to bfloat16 (RNE; NaN quieted), as bf16_round8 of
- * gemm_avx2.c does for 8. */
-static inline __m256i bf16_round16(__m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb);
-  const __mmask16 isnan = _mm512_cmpgt_epi32_mask(
-      _mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
-  r = _mm512_mask_blend_epi32(isnan, r, _mm512_or_si512(x, _mm512_set1_epi32(0x00400000)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
-/* 16 (masked) elements of dtype dt at p widened to FP32; masked-off lanes 0. */
-static inline __m512 load16(const void *p, ampc_dtype dt, __mmask16 m) {
-  switch (dt) {
-  case AMPC_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-  case AMPC_BF16:
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-  default: return _mm512_maskz_loadu_ps(m, p);
-  }
-}
-
-/* C[0:16] (masked) = round(alpha * v + beta * C) */
-static inline void out16(__m512 v, void *cp, const ampc_gemm_out *o, __mmask16 m) {
-  v = _mm512_mul_ps(_mm512_set1_ps(o->alpha), v);
-  if (o->beta != 0.0f)
-    v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(o->beta), load16(cp, o->dt, m)));
-  switch (o->dt) {
-  case AMPC_F16:
-    _mm256_mask_storeu_epi16(cp, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-    break;
-  case AMPC_BF16: _mm256_mask_storeu_epi16(cp, m, bf16_round16(v)); break;
-  default: _mm512_mask_storeu_ps(cp, m, v); break;
-  }
-}
-
-/* Row r of the fused variant: add the earlier slices' sums, then out16. */
+/* Row r of the fused variant: add the earlier slices' sums, then the output stage. */
 #define ROW_OUT(r)                                                                                 \
   do {                                                                                             \
     if ((r) < o->rows) {                                                                           \
@@ -131,8 +95,8 @@ static inline void out16(__m512 v, void *cp, const ampc_gemm_out *o, __mmask16 m
         c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(cs + (r)*ldcs + 16));                     \
       }                                                                                            \
       char *crow = (char *)o->c + (r)*o->ldc * es;                                                 \
-      out16(c##r##0, crow, o, m0);                                                                 \
-      out16(c##r##1, crow + 16 * es, o, m1);                                                       \
+      ampc_avx512_out16(c##r##0, crow, o->dt, o->alpha, o->beta, m0);                              \
+      ampc_avx512_out16(c##r##1, crow + 16 * es, o->dt, o->alpha, o->beta, m1);                    \
     }                                                                                              \
   } while (0)
 
