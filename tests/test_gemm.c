@@ -724,6 +724,107 @@ static void run_blocked(const gcase *t, const void *a, const void *b, void *c, i
                    AMPC_OK);
 }
 
+/* bf16 x bf16 on VDPBF16PS (AVX512-BF16) gives the FMA kernel's bits on the
+ * operands it accepts: magnitudes spread over its whole range [2^-56, 2^63)
+ * (the boundary values included), odd and even K (a zero-padded last pair),
+ * K past several slices, both transposes, padded leading dimensions, C in
+ * F32/F16/BF16 with alpha/beta, a batch, 1 and 2 threads; and it declines
+ * (the FMA kernel runs) when an operand is outside the range. */
+static uint16_t bf16_in_range(void) {
+  const double u = urand();
+  int e = -56 + (int)(119 * urand());             /* -56 .. 62 */
+  double mant = 1.0 + floor(128 * urand()) / 128; /* a bfloat16 significand: no rounding */
+  if (u < 0.05)
+    e = -56, mant = 1.0; /* the smallest accepted magnitude */
+  else if (u < 0.1)
+    e = 62, mant = 1.9921875; /* the largest: (2 - 2^-7) 2^62 */
+  else if (u < 0.15)
+    return urand() < 0.5 ? 0x0000 : 0x8000;
+  else if (u < 0.6)
+    e = -4 + (int)(8 * urand()); /* most values near 1: sums that cancel and round */
+  const float v = (float)ldexp((urand() < 0.5 ? -1.0 : 1.0) * mant, e);
+  return ampc_f32_to_bf16(v).bits;
+}
+
+static void test_bf16dot_bit_identical(void **state) {
+  (void)state;
+  if (!ampc_use_avx512bf16()) {
+    print_message("no AVX512-BF16 on this CPU (or AMPC_GEMM_BF16DOT=0): the VDPBF16PS kernel is "
+                  "not checked here\n");
+    skip();
+  }
+  static const int64_t shapes[][3] = {{1, 1, 1},     {12, 32, 2},    {13, 33, 3},  {25, 70, 257},
+                                      {37, 65, 513}, {150, 97, 300}, {8, 100, 31}, {3, 200, 1024}};
+  int64_t compared = 0;
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int ops = 0; ops < 4; ops++)
+      for (int cd = 0; cd < 3; cd++) {
+        const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], batch = 2;
+        const ampc_op opa = (ampc_op)(ops & 1), opb = (ampc_op)(ops >> 1);
+        const int64_t ar = opa == AMPC_OP_N ? m : k, ac = opa == AMPC_OP_N ? k : m;
+        const int64_t br = opb == AMPC_OP_N ? k : n, bc = opb == AMPC_OP_N ? n : k;
+        const int64_t lda = ac + (int64_t)(si % 3), ldb = bc + (int64_t)(ops % 2), ldc = n + 1;
+        const int64_t sa = ar * lda, sb = br * ldb, sc = m * ldc;
+        uint16_t *a = malloc((size_t)(batch * sa) * 2), *b = malloc((size_t)(batch * sb) * 2);
+        assert_true(a && b);
+        for (int64_t i = 0; i < batch * sa; i++)
+          a[i] = (i % lda) < ac ? bf16_in_range() : 0x7FC0; /* padding: NaN, never read */
+        for (int64_t i = 0; i < batch * sb; i++)
+          b[i] = (i % ldb) < bc ? bf16_in_range() : 0x7FC0;
+        const ampc_dtype cdt = k_dts[cd];
+        const size_t cb = (size_t)(batch * sc) * ampc_dtype_size(cdt);
+        unsigned char *c0 = malloc(cb), *c1 = malloc(cb);
+        assert_true(c0 && c1);
+        ampc_gemm_args g = {.opa = opa,
+                            .opb = opb,
+                            .lda = lda,
+                            .ldb = ldb,
+                            .m = m,
+                            .n = n,
+                            .k = k,
+                            .batch = batch,
+                            .a = a,
+                            .adt = AMPC_BF16,
+                            .rs_a = opa == AMPC_OP_N ? lda : 1,
+                            .cs_a = opa == AMPC_OP_N ? 1 : lda,
+                            .stride_a = sa,
+                            .b = b,
+                            .bdt = AMPC_BF16,
+                            .rs_b = opb == AMPC_OP_N ? ldb : 1,
+                            .cs_b = opb == AMPC_OP_N ? 1 : ldb,
+                            .stride_b = sb};
+        assert_true(ampc_gemm_bf16dot_accepts(&g));
+        const float alpha = si % 2 ? 0.5f : 1.0f, beta = cd == 1 ? 0.25f : 0.0f;
+        for (int th = 1; th <= 2; th++)
+          for (int u = 0; u < 2; u++) {
+            unsigned char *c = u == 0 ? c0 : c1;
+            for (size_t i = 0; i < cb; i++)
+              c[i] = (unsigned char)(i * 13 % 251 % 64); /* finite C for beta */
+            ampc_gemm_force_ukernel(u == 0 ? &ampc_gemm_uk_avx512 : &ampc_gemm_uk_avx512bf16);
+            ampc_set_num_threads(th);
+            assert_int_equal(ampc_gemm_strided_batched(opa, opb, m, n, k, alpha, a, AMPC_BF16, lda,
+                                                       sa, b, AMPC_BF16, ldb, sb, beta, c, cdt, ldc,
+                                                       sc, batch, AMPC_ACC_F32),
+                             AMPC_OK);
+          }
+        ampc_gemm_force_ukernel(NULL);
+        ampc_set_num_threads(0);
+        if (memcmp(c0, c1, cb) != 0)
+          fail_msg("VDPBF16PS differs from FMA: op=%d%d m=%lld n=%lld k=%lld C %s", opa, opb,
+                   (long long)m, (long long)n, (long long)k, ampc_dtype_name(cdt));
+        compared++;
+        /* one operand out of range (2^-57, 2^63, inf, NaN or a subnormal):
+         * declined */
+        static const uint16_t outside[5] = {0x2300, 0x5F00, 0x7F80, 0x7FC0, 0x0001};
+        const uint16_t keep = b[sb + (k - 1) * (opb == AMPC_OP_N ? ldb : 1)];
+        b[sb + (k - 1) * (opb == AMPC_OP_N ? ldb : 1)] = outside[si % 5];
+        assert_false(ampc_gemm_bf16dot_accepts(&g));
+        b[sb + (k - 1) * (opb == AMPC_OP_N ? ldb : 1)] = keep;
+        free(a), free(b), free(c0), free(c1);
+      }
+  print_message("%lld bf16 GEMMs: VDPBF16PS and FMA bit for bit\n", (long long)compared);
+}
+
 static void test_ukernels_bit_identical(void **state) {
   (void)state;
   const ampc_gemm_ukernel *uks[2] = {&ampc_gemm_uk_avx2, &ampc_gemm_uk_avx512};
@@ -818,6 +919,7 @@ int main(void) {
       cmocka_unit_test(test_fma_peak_runs),
       cmocka_unit_test(test_acc16_error_grows_with_k),
       cmocka_unit_test(test_ukernels_bit_identical),
+      cmocka_unit_test(test_bf16dot_bit_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

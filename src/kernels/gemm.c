@@ -355,6 +355,11 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
     return AMPC_OK;
   }
   const ampc_gemm_ukernel *uk = ampc_gemm_active_ukernel();
+  /* bf16 x bf16 on VDPBF16PS where the CPU has it (the same bits; operands
+   * outside its range fall back inside ampc_gemm_blocked) */
+  if (uk == &ampc_gemm_uk_avx512 && !g_forced_uk && g->adt == AMPC_BF16 && g->bdt == AMPC_BF16 &&
+      ampc_use_avx512bf16())
+    uk = &ampc_gemm_uk_avx512bf16;
   if (uk)
     return ampc_gemm_blocked(g, &g_cfg, nthreads, uk);
   gemm_portable(g, nthreads);

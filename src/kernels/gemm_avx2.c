@@ -191,6 +191,122 @@ static void pack_b(float *restrict dst, const int NR, int64_t ncols, const void 
   }
 }
 
+/* ---- bfloat16 pairs for the VDPBF16PS kernel ------------------------------- */
+
+static inline uint16_t bits16(const void *p, int64_t i) {
+  uint16_t v;
+  memcpy(&v, (const char *)p + 2 * i, 2);
+  return v;
+}
+
+/* One micro-panel of bfloat16 pairs: dst[q*R + r] = x(r, 2q) << 16 | x(r,
+ * 2q+1) for q < ceil(kc / 2), with x(r, p) = src[r*stride_r + p*stride_p]
+ * (bf16 bits) for r < rv and p < kc, else 0. Vector paths for full panels
+ * (R a multiple of 8): lanes contiguous (interleave rows p and p+1) or p
+ * contiguous (load 8 pairs per lane, swap the halves, transpose 8 x 8). */
+static void pack_pairs(uint32_t *restrict dst, int R, const void *src, int rv, int64_t kc,
+                       int64_t stride_r, int64_t stride_p) {
+  const int64_t kp = (kc + 1) / 2;
+  int64_t q = 0;
+  if (rv == R && (R & 7) == 0 && stride_r == 1) {
+    for (; q < kc / 2; q++) {
+      const char *r0 = (const char *)src + 2 * (2 * q) * stride_p;
+      const char *r1 = (const char *)src + 2 * (2 * q + 1) * stride_p;
+      for (int g = 0; g < R; g += 8) {
+        const __m128i hi = _mm_loadu_si128((const __m128i *)(r0 + 2 * g));
+        const __m128i lo = _mm_loadu_si128((const __m128i *)(r1 + 2 * g));
+        _mm_storeu_si128((__m128i *)(dst + q * R + g), _mm_unpacklo_epi16(lo, hi));
+        _mm_storeu_si128((__m128i *)(dst + q * R + g + 4), _mm_unpackhi_epi16(lo, hi));
+      }
+    }
+  } else if (rv == R && (R & 7) == 0 && stride_p == 1) {
+    for (; q + 8 <= kc / 2; q += 8) {
+      for (int g = 0; g < R; g += 8) {
+        __m256 v[8];
+        for (int rr = 0; rr < 8; rr++) {
+          const __m256i w = _mm256_loadu_si256(
+              (const __m256i *)((const char *)src + 2 * ((g + rr) * stride_r + 2 * q)));
+          v[rr] = _mm256_castsi256_ps(
+              _mm256_or_si256(_mm256_slli_epi32(w, 16), _mm256_srli_epi32(w, 16)));
+        }
+        transpose8(v);
+        for (int qq = 0; qq < 8; qq++)
+          _mm256_storeu_ps((float *)(dst + (q + qq) * R + g), v[qq]);
+      }
+    }
+  }
+  for (; q < kp; q++) /* the rest (and partial panels): scalar */
+    for (int r = 0; r < R; r++) {
+      uint32_t w = 0;
+      if (r < rv) {
+        const int64_t p = 2 * q;
+        w = (uint32_t)bits16(src, r * stride_r + p * stride_p) << 16;
+        if (p + 1 < kc)
+          w |= bits16(src, r * stride_r + (p + 1) * stride_p);
+      }
+      dst[q * R + r] = w;
+    }
+}
+
+/* The B panel as ceil(ncols / NR) pair micro-panels at dst + s*kc*NR words
+ * (the offsets of pack_b, so that run_task addresses both alike). */
+static void pack_b_pairs(uint32_t *restrict dst, int NR, int64_t ncols, const void *src, int64_t kc,
+                         int64_t stride_r, int64_t stride_p) {
+  for (int64_t j = 0; j < ncols; j += NR) {
+    const int rv = (int)(ncols - j < NR ? ncols - j : NR);
+    pack_pairs(dst + j * kc, NR, (const char *)src + 2 * j * stride_r, rv, kc, stride_r, stride_p);
+  }
+}
+
+/* Whether every element of a rows x cols bf16 matrix (element (r, c) at
+ * p[r*sr + c*sc]) is +-0 or finite with magnitude in [2^-56, 2^63): biased
+ * exponent 71 .. 189. */
+static int bf16_in_dot_range(const void *p, int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  if (sr == 1 && sc != 1) { /* walk along the contiguous index */
+    const int64_t t = rows;
+    rows = cols, cols = t, sr = sc, sc = 1;
+  }
+  const __m256i emask = _mm256_set1_epi16(0x7F80), lo = _mm256_set1_epi16(71 << 7),
+                hi = _mm256_set1_epi16(189 << 7), mant = _mm256_set1_epi16(0x7FFF);
+  for (int64_t r = 0; r < rows; r++) {
+    const char *row = (const char *)p + 2 * r * sr;
+    int64_t c = 0;
+    if (sc == 1) {
+      __m256i bad = _mm256_setzero_si256();
+      for (; c + 16 <= cols; c += 16) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(row + 2 * c));
+        const __m256i e = _mm256_and_si256(v, emask);
+        /* exponent bits as signed 16-bit values: 0 .. 0x7F80, no wrap */
+        const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi16(lo, e), _mm256_cmpgt_epi16(e, hi));
+        const __m256i zero = _mm256_cmpeq_epi16(_mm256_and_si256(v, mant), _mm256_setzero_si256());
+        bad = _mm256_or_si256(bad, _mm256_andnot_si256(zero, out));
+      }
+      if (!_mm256_testz_si256(bad, bad))
+        return 0;
+    }
+    for (; c < cols; c++) {
+      const uint16_t v = bits16(row, c * sc);
+      const int e = (v >> 7) & 0xFF;
+      if ((v & 0x7FFF) != 0 && (e < 71 || e > 189))
+        return 0;
+    }
+  }
+  return 1;
+}
+
+int ampc_gemm_bf16dot_accepts(const ampc_gemm_args *g) {
+  if (g->adt != AMPC_BF16 || g->bdt != AMPC_BF16)
+    return 0;
+  for (int64_t t = 0; t < g->batch; t++) {
+    if (!bf16_in_dot_range(at(g->a, AMPC_BF16, t * g->stride_a), g->m, g->k, g->rs_a, g->cs_a) ||
+        !bf16_in_dot_range(at(g->b, AMPC_BF16, t * g->stride_b), g->k, g->n, g->rs_b, g->cs_b))
+      return 0;
+    if (g->stride_a == 0 && g->stride_b == 0)
+      break; /* the same operands for every matrix */
+  }
+  return 1;
+}
+
 /* C tile (6 x 16, FP32, row stride ldc) = (or +=) A panel * B panel over kc:
  * each element's products summed in p order by FMA from +0, then (accumulate)
  * added to C; the same operations as every other micro-kernel. */
@@ -379,14 +495,22 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
   const int64_t mtcur = min64(g->m - it, P->mt), ncur = min64(g->n - jc, P->nc);
   for (int64_t pc = 0; pc < g->k; pc += P->kc) {
     const int64_t kcur = min64(g->k - pc, P->kc);
-    pack_b(bp, NR, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), g->bdt, g->n - jc, kcur,
-           g->cs_b, g->rs_b);
+    if (uk->bf16_pairs)
+      pack_b_pairs((uint32_t *)bp, NR, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), kcur,
+                   g->cs_b, g->rs_b);
+    else
+      pack_b(bp, NR, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), g->bdt, g->n - jc, kcur,
+             g->cs_b, g->rs_b);
     for (int64_t ic = it; ic < it + mtcur; ic += P->mc) {
       const int64_t mcur = min64(it + mtcur - ic, P->mc);
       for (int64_t ir = 0; ir < mcur; ir += MR) {
         const int rv = (int)min64(mcur - ir, MR);
-        pack_panel(ap + ir * kcur, MR, at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt,
-                   rv, g->m - ic - ir, kcur, g->rs_a, g->cs_a);
+        if (uk->bf16_pairs)
+          pack_pairs((uint32_t *)(ap + ir * kcur), MR,
+                     at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), rv, kcur, g->rs_a, g->cs_a);
+        else
+          pack_panel(ap + ir * kcur, MR, at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt,
+                     rv, g->m - ic - ir, kcur, g->rs_a, g->cs_a);
       }
       float *cblk = cs + (ic - it) * P->ldcs;
       if (fuse && pc + kcur >= g->k) { /* the last slice, straight into C */
@@ -413,7 +537,8 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
     epilogue(g, c, it, jc, mtcur, ncur, cs, P->ldcs);
 }
 
-const ampc_gemm_ukernel ampc_gemm_uk_avx2 = {6, 16, kernel_6x16, NULL, "avx2+fma+f16c"};
+const ampc_gemm_ukernel ampc_gemm_uk_avx2 = {
+    .mr = 6, .nr = 16, .fn = kernel_6x16, .fn_out = NULL, .isa = "avx2+fma+f16c"};
 
 /* Workspaces up to this many floats live on the stack when one thread runs
  * the whole GEMM (the small per-head products of attention: no malloc). */
@@ -425,6 +550,8 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
    * per-sample loop): plan for the one thread that will run it */
   if (omp_in_parallel() && omp_get_active_level() >= omp_get_max_active_levels())
     nthreads = 1;
+  if (uk->bf16_pairs && !ampc_gemm_bf16dot_accepts(g))
+    uk = uk->fallback;
   const plan P = make_plan(g, cfg, nthreads, uk);
   const int64_t ntasks = g->batch * P.tm * P.tn;
   if (nthreads > ntasks)

@@ -123,13 +123,110 @@ static void kernel_12x32_out(int64_t kc, const float *restrict a, const float *r
   ROW_OUT(10);
   ROW_OUT(11);
 }
+
+/* ---- bfloat16 operands on VDPBF16PS (AVX512-BF16) ------------------------- */
+
+/* One row r of the tile: the A pair broadcast into two VDPBF16PS. */
+#define ROW_DP(r)                                                                                  \
+  do {                                                                                             \
+    const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r]);                                    \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, av, b0);                                                   \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, av, b1);                                                   \
+  } while (0)
+
+/* The same tile over kc products in ceil(kc / 2) packed pairs: each 32-bit
+ * word holds op(A)[i][p] (high half) and op(A)[i][p+1] (low half), and the
+ * same for B, with a zero low half when p + 1 == kc. VDPBF16PS adds the
+ * high halves' product first, then the low halves' (each product of two
+ * bfloat16 is exact in FP32 and each addition rounds to nearest), which is
+ * the FMA chain's p order; its DAZ/FTZ never acts on the operands
+ * ampc_gemm_bf16dot_accepts admits (gemm_avx2.c). */
+#define KERNEL_LOOP_DP()                                                                           \
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
+  __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                         \
+  __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00, c80 = c00, c81 = c00;                         \
+  __m512 c90 = c00, c91 = c00, c100 = c00, c101 = c00, c110 = c00, c111 = c00;                     \
+  const uint32_t *a = (const uint32_t *)a_;                                                        \
+  const uint32_t *b = (const uint32_t *)b_;                                                        \
+  const int64_t kp = (kc + 1) / 2;                                                                 \
+  _Pragma("GCC unroll 2") for (int64_t p = 0; p < kp; p++) {                                       \
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);  \
+    ROW_DP(0);                                                                                     \
+    ROW_DP(1);                                                                                     \
+    ROW_DP(2);                                                                                     \
+    ROW_DP(3);                                                                                     \
+    ROW_DP(4);                                                                                     \
+    ROW_DP(5);                                                                                     \
+    ROW_DP(6);                                                                                     \
+    ROW_DP(7);                                                                                     \
+    ROW_DP(8);                                                                                     \
+    ROW_DP(9);                                                                                     \
+    ROW_DP(10);                                                                                    \
+    ROW_DP(11);                                                                                    \
+    a += MR;                                                                                       \
+    b += NR;                                                                                       \
+  }
+
+static void kernel_12x32_dp(int64_t kc, const float *restrict a_, const float *restrict b_,
+                            float *restrict c, int64_t ldc, int accumulate) {
+  KERNEL_LOOP_DP()
+  ROW_STORE(0);
+  ROW_STORE(1);
+  ROW_STORE(2);
+  ROW_STORE(3);
+  ROW_STORE(4);
+  ROW_STORE(5);
+  ROW_STORE(6);
+  ROW_STORE(7);
+  ROW_STORE(8);
+  ROW_STORE(9);
+  ROW_STORE(10);
+  ROW_STORE(11);
+}
+
+static void kernel_12x32_dp_out(int64_t kc, const float *restrict a_, const float *restrict b_,
+                                const float *cs, int64_t ldcs, int accumulate,
+                                const ampc_gemm_out *o) {
+  KERNEL_LOOP_DP()
+  const int64_t es = o->dt == AMPC_F32 ? 4 : 2;
+  const int cols = o->cols;
+  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
+  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xFFFF
+                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1u)
+                                   : (__mmask16)0;
+  ROW_OUT(0);
+  ROW_OUT(1);
+  ROW_OUT(2);
+  ROW_OUT(3);
+  ROW_OUT(4);
+  ROW_OUT(5);
+  ROW_OUT(6);
+  ROW_OUT(7);
+  ROW_OUT(8);
+  ROW_OUT(9);
+  ROW_OUT(10);
+  ROW_OUT(11);
+}
+#undef KERNEL_LOOP_DP
+#undef ROW_DP
 #undef ROW_OUT
 #undef KERNEL_LOOP
 #undef ROW_FMA
 #undef ROW_STORE
 
-const ampc_gemm_ukernel ampc_gemm_uk_avx512 = {MR, NR, kernel_12x32, kernel_12x32_out,
-                                               "avx512f+avx2+fma+f16c"};
+const ampc_gemm_ukernel ampc_gemm_uk_avx512 = {.mr = MR,
+                                               .nr = NR,
+                                               .fn = kernel_12x32,
+                                               .fn_out = kernel_12x32_out,
+                                               .isa = "avx512f+avx2+fma+f16c"};
+
+const ampc_gemm_ukernel ampc_gemm_uk_avx512bf16 = {.mr = MR,
+                                                   .nr = NR,
+                                                   .fn = kernel_12x32_dp,
+                                                   .fn_out = kernel_12x32_dp_out,
+                                                   .isa = "avx512bf16+avx512f+avx2+fma+f16c",
+                                                   .bf16_pairs = 1,
+                                                   .fallback = &ampc_gemm_uk_avx512};
 
 /* ---- the FMA peak (bench: ampc_gemm_fma_peak) ------------------------------ */
 

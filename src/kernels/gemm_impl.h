@@ -69,12 +69,28 @@ typedef struct ampc_gemm_ukernel {
   void (*fn_out)(int64_t kc, const float *a, const float *b, const float *cs, int64_t ldcs,
                  int accumulate, const ampc_gemm_out *o);
   const char *isa;
+  /* 1: the kernel reads bfloat16 pairs (gemm_avx512.c, VDPBF16PS): A and B
+   * are packed as 32-bit words holding elements p (high half) and p + 1
+   * (low half) of each row / column, a zero low half past K. Only for bf16
+   * A and B that ampc_gemm_bf16dot_accepts; other GEMMs run on fallback. */
+  int bf16_pairs;
+  const struct ampc_gemm_ukernel *fallback;
 } ampc_gemm_ukernel;
 
 /* 6 x 16 on AVX2+FMA (gemm_avx2.c); 12 x 32 on AVX-512F/BW/VL, with a fused
  * output variant (gemm_avx512.c). */
 extern const ampc_gemm_ukernel ampc_gemm_uk_avx2;
 extern const ampc_gemm_ukernel ampc_gemm_uk_avx512;
+/* 12 x 32 on AVX512-BF16's VDPBF16PS for bf16 x bf16 (gemm_avx512.c), the
+ * same bits as the FMA kernels on the operands it accepts. */
+extern const ampc_gemm_ukernel ampc_gemm_uk_avx512bf16;
+
+/* 1 when every element of op(A) and op(B) of every matrix of the batch is
+ * +-0 or finite with magnitude in [2^-56, 2^63) (bf16 A and B only; else 0):
+ * then every product of two is exact and normal in FP32 and every partial
+ * sum is a multiple of 2^-126, so no sum is subnormal and VDPBF16PS's
+ * DAZ/FTZ changes nothing (gemm_avx2.c). */
+int ampc_gemm_bf16dot_accepts(const ampc_gemm_args *g);
 
 /* The blocked GEMM (FP32 accumulation) with packing on AVX2+F16C, gemm_avx2.c,
  * around micro-kernel uk. The result does not depend on uk or the thread

@@ -120,6 +120,23 @@ int ampc_use_avx512fp16(void) {
   return v;
 }
 
+int ampc_use_avx512bf16(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const char *off = getenv("AMPC_GEMM_BF16DOT");
+    v = ampc_use_avx512() && __builtin_cpu_supports("avx512bf16") &&
+        !(off && strcmp(off, "0") == 0);
+#else
+    v = 0;
+#endif
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
 const ampc_convert_kernels *ampc_convert_active(void) {
   return ampc_use_avx2() ? &ampc_convert_avx2 : &ampc_convert_portable;
 }

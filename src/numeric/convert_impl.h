@@ -39,6 +39,9 @@ int ampc_use_avx512(void);
 /* True when the FP16-accumulation ablation takes its AVX512-FP16 path:
  * ampc_use_avx512() and the CPU (and OS) have AVX512-FP16 (cached). */
 int ampc_use_avx512fp16(void);
+/* 1 when ampc_use_avx512() and the CPU (and OS) have AVX512-BF16 (VDPBF16PS),
+ * unless AMPC_GEMM_BF16DOT=0 in the environment (read once, cached). */
+int ampc_use_avx512bf16(void);
 
 /* The table ampc_convert uses (AVX2 when available unless AMPC_ISA=portable). */
 const ampc_convert_kernels *ampc_convert_active(void);
