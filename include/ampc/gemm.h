@@ -160,6 +160,18 @@ ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out)
  * name of ampc's kernel (see AMPC_GEMM_F32 above). */
 const char *ampc_gemm_f32_path(void);
 
+/* Where bf16 x bf16 products (FP32 accumulation) run: "avx512bf16" (the
+ * VDPBF16PS micro-kernel, bit-identical to the FMA kernels; used when the
+ * CPU has AVX512-BF16, its VDPBF16PS passes a check of its rounding order
+ * at the first call, AMPC_GEMM_BF16DOT is not 0, and every operand is +-0 or
+ * in [2^-56, 2^63): otherwise the FMA kernel runs) or ampc_gemm_isa(). */
+const char *ampc_gemm_bf16_path(void);
+
+/* Where the FP16-accumulation ablation runs for binary16 A and B:
+ * "avx512fp16" (VFMADDPH), "avx512f" (round-to-odd sums in FP32 lanes),
+ * "avx2" or "portable"; all give the same bits. */
+const char *ampc_gemm_acc16_path(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -318,6 +318,29 @@ static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
   return AMPC_OK;
 }
 
+int ampc_gemm_bf16dot_available(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+    v = ampc_use_avx512bf16() && ampc_gemm_bf16dot_probe();
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+const char *ampc_gemm_bf16_path(void) {
+  return ampc_gemm_active_ukernel() == &ampc_gemm_uk_avx512 && ampc_gemm_bf16dot_available()
+             ? "avx512bf16"
+             : ampc_gemm_isa();
+}
+
+const char *ampc_gemm_acc16_path(void) {
+  return ampc_use_avx512fp16() ? "avx512fp16"
+         : ampc_use_avx512()   ? "avx512f"
+         : ampc_use_avx2()     ? "avx2"
+                               : "portable";
+}
+
 static ampc_acc16_path g_acc16_path;
 void ampc_gemm_force_acc16(ampc_acc16_path path) { g_acc16_path = path; }
 
@@ -358,7 +381,7 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
   /* bf16 x bf16 on VDPBF16PS where the CPU has it (the same bits; operands
    * outside its range fall back inside ampc_gemm_blocked) */
   if (uk == &ampc_gemm_uk_avx512 && !g_forced_uk && g->adt == AMPC_BF16 && g->bdt == AMPC_BF16 &&
-      ampc_use_avx512bf16())
+      ampc_gemm_bf16dot_available())
     uk = &ampc_gemm_uk_avx512bf16;
   if (uk)
     return ampc_gemm_blocked(g, &g_cfg, nthreads, uk);

@@ -18,7 +18,9 @@
  * same values, one pass over memory less.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/gemm_avx512_store.h"
 #include "kernels/gemm_impl.h"
@@ -227,6 +229,38 @@ const ampc_gemm_ukernel ampc_gemm_uk_avx512bf16 = {.mr = MR,
                                                    .isa = "avx512bf16+avx512f+avx2+fma+f16c",
                                                    .bf16_pairs = 1,
                                                    .fallback = &ampc_gemm_uk_avx512};
+
+/* VDPBF16PS against the model the kernel relies on: acc + hi product (rounded
+ * to nearest), then + lo product, FMA by FMA; a tie that the two orders (and
+ * an exact two-product sum) round differently first, then random in-range
+ * lanes. 1 when every lane matches (cached by the caller). */
+int ampc_gemm_bf16dot_probe(void) {
+  uint32_t pa[16], pb[16];
+  float acc[16], want[16], got[16];
+  uint32_t x = 12345u;
+  for (int i = 0; i < 16; i++) {
+    uint16_t v[4];
+    for (int j = 0; j < 4; j++) { /* bf16 in [2^-8, 2^8), either sign */
+      x = x * 1664525u + 1013904223u;
+      v[j] = (uint16_t)(((x >> 31) << 15) | ((119u + (x >> 8) % 16u) << 7) | ((x >> 16) & 0x7Fu));
+    }
+    pa[i] = (uint32_t)v[0] << 16 | v[1];
+    pb[i] = (uint32_t)v[2] << 16 | v[3];
+    x = x * 1664525u + 1013904223u;
+    acc[i] = (float)(int32_t)(x >> 8) * 0x1p-8f;
+  }
+  pa[0] = 0xCB803F80u, pb[0] = 0x3F803F80u, acc[0] = 0x1p24f; /* (-2^24, 1): 2^24 - 2^24 + 1 */
+  pa[1] = 0x3F80CB80u, pb[1] = 0x3F803F80u, acc[1] = 0x1p24f; /* (1, -2^24): 2^24 + 1 - 2^24 */
+  for (int i = 0; i < 16; i++) {
+    float f[4];
+    const uint32_t w[4] = {pa[i] & 0xFFFF0000u, pa[i] << 16, pb[i] & 0xFFFF0000u, pb[i] << 16};
+    memcpy(f, w, sizeof f);
+    want[i] = fmaf(f[1], f[3], fmaf(f[0], f[2], acc[i]));
+  }
+  _mm512_storeu_ps(got, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(pa),
+                                         (__m512bh)_mm512_loadu_si512(pb)));
+  return memcmp(got, want, sizeof got) == 0 && got[0] == 1.0f && got[1] == 0.0f;
+}
 
 /* ---- the FMA peak (bench: ampc_gemm_fma_peak) ------------------------------ */
 

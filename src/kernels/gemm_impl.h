@@ -92,6 +92,13 @@ extern const ampc_gemm_ukernel ampc_gemm_uk_avx512bf16;
  * DAZ/FTZ changes nothing (gemm_avx2.c). */
 int ampc_gemm_bf16dot_accepts(const ampc_gemm_args *g);
 
+/* Whether ampc_gemm runs bf16 x bf16 on VDPBF16PS: ampc_use_avx512bf16() and
+ * this CPU's VDPBF16PS behaves as the kernel assumes (checked once with
+ * ampc_gemm_bf16dot_probe, gemm_avx512.c; call that one only on a CPU with
+ * AVX512-BF16). */
+int ampc_gemm_bf16dot_available(void);
+int ampc_gemm_bf16dot_probe(void);
+
 /* The blocked GEMM (FP32 accumulation) with packing on AVX2+F16C, gemm_avx2.c,
  * around micro-kernel uk. The result does not depend on uk or the thread
  * count. Returns AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched

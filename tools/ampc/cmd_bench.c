@@ -177,6 +177,8 @@ static int run_gemm(int argc, char **argv) {
   cJSON *root = json ? cJSON_CreateObject() : NULL;
   if (json) {
     cJSON_AddStringToObject(root, "gemm_isa", ampc_gemm_isa());
+    cJSON_AddStringToObject(root, "bf16_path", ampc_gemm_bf16_path());
+    cJSON_AddStringToObject(root, "acc16_path", ampc_gemm_acc16_path());
     cJSON_AddStringToObject(root, "f32_path", ampc_gemm_f32_path());
     cJSON_AddStringToObject(root, "openblas_core", openblas_get_corename());
     cJSON *pk = cJSON_AddArrayToObject(root, "fma_peak");
@@ -198,12 +200,13 @@ static int run_gemm(int argc, char **argv) {
              threads[ti], threads[ti] == 1 ? "" : "s", peak[ti].f32_gflops, peak[ti].f32_isa,
              peak[ti].f16_gflops, peak[ti].f16_isa);
   if (!json)
-    printf(
-        "# ampc bench gemm: GFLOP/s, median of %d reps; gemm isa %s; f32 on %s; OpenBLAS core %s\n"
-        "| M | N | K | op | threads | sgemm | f32 | f16 | bf16 | f16-out | f16-acc16 | "
-        "f32/sgemm | f16/sgemm | bf16/sgemm | f16/peak | acc16/peak16 |\n"
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        reps, ampc_gemm_isa(), ampc_gemm_f32_path(), openblas_get_corename());
+    printf("# ampc bench gemm: GFLOP/s, median of %d reps; gemm isa %s; f32 on %s; bf16 on %s; "
+           "f16-acc16 on %s; OpenBLAS core %s\n"
+           "| M | N | K | op | threads | sgemm | f32 | f16 | bf16 | f16-out | f16-acc16 | "
+           "f32/sgemm | f16/sgemm | bf16/sgemm | f16/peak | acc16/peak16 |\n"
+           "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+           reps, ampc_gemm_isa(), ampc_gemm_f32_path(), ampc_gemm_bf16_path(),
+           ampc_gemm_acc16_path(), openblas_get_corename());
   for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
     const shape *sh = &k_shapes[s];
     if (quick && !sh->quick)
@@ -464,6 +467,7 @@ static int run_step(int argc, char **argv) {
                             (double)(M.activation_bytes + M.workspace_bytes));
     cJSON_AddNumberToObject(o, "final_loss", (double)loss);
     cJSON_AddStringToObject(o, "gemm_isa", ampc_gemm_isa());
+    cJSON_AddStringToObject(o, "gemm_bf16_path", ampc_gemm_bf16_path());
     cJSON_AddItemToObject(o, "ms_steps", raw);
     ret = cli_print_json("bench", o);
   } else {
