@@ -32,7 +32,12 @@
  *                 portable scalar loop). The two vector
  *                 kernels sum each element in the same order (p order within
  *                 each KC slice, slices added in order) and give the same
- *                 bits, for any thread count.
+ *                 bits, for any thread count. BF16 x BF16 on a CPU with
+ *                 AVX512-BF16 runs on a VDPBF16PS micro-kernel (pairs of
+ *                 products, high element first, each addition rounded: the
+ *                 same order and bits) when every operand is +-0 or in
+ *                 [2^-56, 2^63) (then no product or partial sum is subnormal,
+ *                 so its DAZ/FTZ never acts); otherwise on the FMA kernel.
  *   AMPC_ACC_F16  The ablation: what a GEMM with an FP16 compute type does.
  *                 The running sum s is a binary16 value, s_0 = +0, and for
  *                 p = 0 .. K-1 in order,  s_{p+1} = fp16(a_ip * b_pj + s_p),
@@ -46,11 +51,17 @@
  *                 double step); for F32/BF16 operands it is that single
  *                 rounding except in contrived ties. With F16 A and B on a
  *                 CPU with AVX512-FP16 it runs on VFMADDPH (that single
- *                 rounding in hardware: the same bits, at vector speed);
+ *                 rounding in hardware: the same bits, at vector speed); on
+ *                 other AVX-512F CPUs on FP32 lanes: the exact FP32 product,
+ *                 the sum rounded to odd in FP32 (EVEX embedded rounding)
+ *                 and then to nearest binary16, which is the single rounding
+ *                 (S. Boldo and G. Melquiond, IEEE Trans. Computers 57(4),
+ *                 2008), NaN operands excepted (those matrices take the
+ *                 AVX2 path, whose NaN follows the FMA's operand order);
  *                 otherwise on emulated rounding in double (AVX2 or scalar),
  *                 for demonstrating accumulation error only. Workspace:
  *                 (M + N) * K doubles (op(A) and op(B) widened once; halves
- *                 on AVX512-FP16).
+ *                 on AVX512-FP16, floats on AVX-512F).
  *
  * Special cases (BLAS conventions): beta == 0 means C is not read (NaN or
  * garbage in C does not propagate); alpha == 0 or K == 0 means A and B are not

@@ -440,9 +440,57 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Block sizes for this problem: the configured ones, shrunk to the matrix; the
- * task height MT (then width NC) split further so that the task count divides
- * evenly among the threads when there are few tasks. */
+/* Estimated time of one thread's share when the tasks of a tm x tn grid (per
+ * batch matrix) of an m x n product run on nthreads threads: each task costs
+ * its padded rows x columns (the multiply-adds per unit of K) plus PACK_W
+ * per packed row and column (each task packs its own A rows and B columns),
+ * and the tasks are dealt largest first to the least loaded thread (LPT, a
+ * model of the dynamic schedule). */
+enum { PACK_W = 8 };
+static double grid_makespan(int64_t m, int64_t n, int64_t batch, int64_t mt, int64_t nc, int64_t mr,
+                            int64_t nr, int nthreads) {
+  double load[64] = {0};
+  const int th = nthreads < 64 ? nthreads : 64;
+  const int64_t tm = ceil_div(m, mt), tn = ceil_div(n, nc);
+  /* task sizes: full, last row, last column, corner (counts of each) */
+  const int64_t rl = round_up(m - (tm - 1) * mt, mr), cl = round_up(n - (tn - 1) * nc, nr);
+  const int64_t rows[2] = {mt, rl}, cols[2] = {nc, cl};
+  const int64_t cnt_r[2] = {tm - 1, 1}, cnt_c[2] = {tn - 1, 1};
+  double cost[4];
+  int64_t count[4];
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      cost[i * 2 + j] = (double)rows[i] * (double)cols[j] + PACK_W * (double)(rows[i] + cols[j]);
+      count[i * 2 + j] = batch * cnt_r[i] * cnt_c[j];
+    }
+  for (int rep = 0; rep < 4; rep++) { /* largest first */
+    int best = -1;
+    for (int q = 0; q < 4; q++)
+      if (count[q] > 0 && (best < 0 || cost[q] > cost[best]))
+        best = q;
+    if (best < 0)
+      break;
+    for (int64_t t = 0; t < count[best]; t++) {
+      int lo = 0;
+      for (int i = 1; i < th; i++)
+        if (load[i] < load[lo])
+          lo = i;
+      load[lo] += cost[best];
+    }
+    count[best] = 0;
+  }
+  double mk = 0;
+  for (int i = 0; i < th; i++)
+    mk = load[i] > mk ? load[i] : mk;
+  return mk;
+}
+
+/* Block sizes for this problem: the configured ones, shrunk to the matrix;
+ * when there are few tasks for the threads, the task grid (task height MT,
+ * width NC) re-cut to the one with the least estimated time
+ * (grid_makespan), e.g. a 128 x 128 product on 2 threads in two 128 x 64
+ * tasks rather than 72 and 56 rows. The grid only partitions C: the bits do
+ * not depend on it. */
 static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads,
                       const ampc_gemm_ukernel *uk) {
   plan P;
@@ -456,19 +504,21 @@ static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int 
   P.nc = min64(round_up(g->n, NR), round_up(cfg->nc, NR));
   P.tm = ceil_div(g->m, P.mt);
   P.tn = ceil_div(g->n, P.nc);
-  if (nthreads > 1 && (g->batch * P.tm * P.tn) % nthreads != 0 &&
-      g->batch * P.tm * P.tn < 16 * nthreads) {
-    int done = 0;
-    for (int64_t tm = P.tm + 1; !done && tm <= ceil_div(g->m, MR); tm++) {
-      int64_t mt = round_up(ceil_div(g->m, tm), MR), tm2 = ceil_div(g->m, mt);
-      if ((g->batch * tm2 * P.tn) % nthreads == 0)
-        P.mt = mt, P.tm = tm2, done = 1;
-    }
-    for (int64_t tn = P.tn + 1; !done && tn <= ceil_div(g->n, NR); tn++) {
-      int64_t nc = round_up(ceil_div(g->n, tn), NR), tn2 = ceil_div(g->n, nc);
-      if ((g->batch * P.tm * tn2) % nthreads == 0)
-        P.nc = nc, P.tn = tn2, done = 1;
-    }
+  if (nthreads > 1 && g->batch * P.tm * P.tn < 16 * nthreads) {
+    double best = grid_makespan(g->m, g->n, g->batch, P.mt, P.nc, MR, NR, nthreads);
+    const int64_t tm_max = min64(ceil_div(g->m, MR), P.tm * 8);
+    const int64_t tn_max = min64(ceil_div(g->n, NR), P.tn * 8);
+    for (int64_t tm = P.tm; tm <= tm_max; tm++)
+      for (int64_t tn = P.tn; tn <= tn_max; tn++) {
+        const int64_t mt = round_up(ceil_div(g->m, tm), MR), nc = round_up(ceil_div(g->n, tn), NR);
+        if (g->batch * ceil_div(g->m, mt) * ceil_div(g->n, nc) > 16 * nthreads)
+          continue;
+        const double t = grid_makespan(g->m, g->n, g->batch, mt, nc, MR, NR, nthreads);
+        if (t < best * 0.999) /* strictly better: fewer tasks win ties */
+          best = t, P.mt = mt, P.nc = nc;
+      }
+    P.tm = ceil_div(g->m, P.mt);
+    P.tn = ceil_div(g->n, P.nc);
   }
   P.mc = min64(P.mc, P.mt);
   P.ldcs = P.nc + 16; /* avoid power-of-two row strides in the C block */
