@@ -728,8 +728,10 @@ static void run_blocked(const gcase *t, const void *a, const void *b, void *c, i
  * operands it accepts: magnitudes spread over its whole range [2^-56, 2^63)
  * (the boundary values included), odd and even K (a zero-padded last pair),
  * K past several slices, both transposes, padded leading dimensions, C in
- * F32/F16/BF16 with alpha/beta, a batch, 1 and 2 threads; and it declines
- * (the FMA kernel runs) when an operand is outside the range. */
+ * F32/F16/BF16 with alpha/beta, a batch, 1 and 2 threads; and with one
+ * operand outside the range (in the last K slice of the second matrix) the
+ * slices that hold such an operand run on the FMA kernel, still the same
+ * bits. */
 static uint16_t bf16_in_range(void) {
   const double u = urand();
   int e = -56 + (int)(119 * urand());             /* -56 .. 62 */
@@ -820,6 +822,22 @@ static void test_bf16dot_bit_identical(void **state) {
         const uint16_t keep = b[sb + (k - 1) * (opb == AMPC_OP_N ? ldb : 1)];
         b[sb + (k - 1) * (opb == AMPC_OP_N ? ldb : 1)] = outside[si % 5];
         assert_false(ampc_gemm_bf16dot_accepts(&g));
+        /* and the kernel still gives the FMA bits: the slices before the
+         * one holding it on VDPBF16PS, that slice on the FMA kernel */
+        for (int u = 0; u < 2; u++) {
+          unsigned char *c = u == 0 ? c0 : c1;
+          memset(c, 0, cb);
+          ampc_gemm_force_ukernel(u == 0 ? &ampc_gemm_uk_avx512 : &ampc_gemm_uk_avx512bf16);
+          assert_int_equal(ampc_gemm_strided_batched(opa, opb, m, n, k, alpha, a, AMPC_BF16, lda,
+                                                     sa, b, AMPC_BF16, ldb, sb, 0.0f, c, cdt, ldc,
+                                                     sc, batch, AMPC_ACC_F32),
+                           AMPC_OK);
+        }
+        ampc_gemm_force_ukernel(NULL);
+        if (memcmp(c0, c1, cb) != 0)
+          fail_msg("VDPBF16PS with an operand out of its range differs from FMA: op=%d%d m=%lld "
+                   "n=%lld k=%lld",
+                   opa, opb, (long long)m, (long long)n, (long long)k);
         b[sb + (k - 1) * (opb == AMPC_OP_N ? ldb : 1)] = keep;
         free(a), free(b), free(c0), free(c1);
       }

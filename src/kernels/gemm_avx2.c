@@ -199,63 +199,111 @@ static inline uint16_t bits16(const void *p, int64_t i) {
   return v;
 }
 
+/* VDPBF16PS's range for one bf16 value with magnitude bits x = v & 0x7FFF:
+ * x == 0, or biased exponent 71 .. 189 (magnitude in [2^-56, 2^63); inf and
+ * NaN are outside), i.e. x - 1 (16-bit, wrapping: 0 goes to 0xFFFF) >=
+ * 0x237F and x <= 0x5EFF. The vector paths keep the running unsigned minimum
+ * of x - 1 and maximum of x (4 operations per vector) and check them once. */
+enum { BF16DOT_MIN1 = 0x237F, BF16DOT_MAX = 0x5EFF };
+static inline void bf16_range_acc(__m256i v, __m256i *mn, __m256i *mx) {
+  const __m256i x = _mm256_and_si256(v, _mm256_set1_epi16(0x7FFF));
+  *mx = _mm256_max_epu16(*mx, x);
+  *mn = _mm256_min_epu16(*mn, _mm256_sub_epi16(x, _mm256_set1_epi16(1)));
+}
+static inline int bf16_range_ok(__m256i mn, __m256i mx) {
+  const __m256i lo = _mm256_cmpeq_epi16(_mm256_max_epu16(mn, _mm256_set1_epi16(BF16DOT_MIN1)), mn);
+  const __m256i hi = _mm256_cmpeq_epi16(_mm256_min_epu16(mx, _mm256_set1_epi16(BF16DOT_MAX)), mx);
+  return _mm256_movemask_epi8(_mm256_and_si256(lo, hi)) == -1;
+}
+static inline int bf16_scalar_in_range(uint16_t v) {
+  const int e = (v >> 7) & 0xFF;
+  return (v & 0x7FFF) == 0 || (e >= 71 && e <= 189);
+}
+
 /* One micro-panel of bfloat16 pairs: dst[q*R + r] = x(r, 2q) << 16 | x(r,
  * 2q+1) for q < ceil(kc / 2), with x(r, p) = src[r*stride_r + p*stride_p]
- * (bf16 bits) for r < rv and p < kc, else 0. Vector paths for full panels
- * (R a multiple of 8): lanes contiguous (interleave rows p and p+1) or p
- * contiguous (load 8 pairs per lane, swap the halves, transpose 8 x 8). */
-static void pack_pairs(uint32_t *restrict dst, int R, const void *src, int rv, int64_t kc,
-                       int64_t stride_r, int64_t stride_p) {
+ * (bf16 bits) for r < rv and p < kc, else 0. Returns 1 when every x read is
+ * in VDPBF16PS's range (bf16_range_acc), else 0: the panel is then not
+ * for that kernel. Vector paths for full panels (R a multiple of 4): lanes
+ * contiguous (interleave rows p and p+1) or p contiguous (load 8 pairs per
+ * lane, swap the halves, transpose 8 x 8, 4 x 8 for the last 4 of R = 12). */
+static int pack_pairs(uint32_t *restrict dst, int R, const void *src, int rv, int64_t kc,
+                      int64_t stride_r, int64_t stride_p) {
   const int64_t kp = (kc + 1) / 2;
   int64_t q = 0;
-  if (rv == R && (R & 7) == 0 && stride_r == 1) {
+  __m256i mn = _mm256_set1_epi16(-1), mx = _mm256_setzero_si256();
+  if (rv == R && (R & 3) == 0 && stride_r == 1) {
     for (; q < kc / 2; q++) {
       const char *r0 = (const char *)src + 2 * (2 * q) * stride_p;
       const char *r1 = (const char *)src + 2 * (2 * q + 1) * stride_p;
-      for (int g = 0; g < R; g += 8) {
+      int g = 0;
+      for (; g + 8 <= R; g += 8) {
         const __m128i hi = _mm_loadu_si128((const __m128i *)(r0 + 2 * g));
         const __m128i lo = _mm_loadu_si128((const __m128i *)(r1 + 2 * g));
+        bf16_range_acc(_mm256_setr_m128i(hi, lo), &mn, &mx);
         _mm_storeu_si128((__m128i *)(dst + q * R + g), _mm_unpacklo_epi16(lo, hi));
         _mm_storeu_si128((__m128i *)(dst + q * R + g + 4), _mm_unpackhi_epi16(lo, hi));
       }
-    }
-  } else if (rv == R && (R & 7) == 0 && stride_p == 1) {
-    for (; q + 8 <= kc / 2; q += 8) {
-      for (int g = 0; g < R; g += 8) {
-        __m256 v[8];
-        for (int rr = 0; rr < 8; rr++) {
-          const __m256i w = _mm256_loadu_si256(
-              (const __m256i *)((const char *)src + 2 * ((g + rr) * stride_r + 2 * q)));
-          v[rr] = _mm256_castsi256_ps(
-              _mm256_or_si256(_mm256_slli_epi32(w, 16), _mm256_srli_epi32(w, 16)));
-        }
-        transpose8(v);
-        for (int qq = 0; qq < 8; qq++)
-          _mm256_storeu_ps((float *)(dst + (q + qq) * R + g), v[qq]);
+      if (g < R) { /* 4 lanes left: the low halves of 64-bit loads */
+        const __m128i hi = _mm_loadl_epi64((const __m128i *)(r0 + 2 * g));
+        const __m128i lo = _mm_loadl_epi64((const __m128i *)(r1 + 2 * g));
+        /* (the upper 64 bits of each load are 0: in range) */
+        bf16_range_acc(_mm256_setr_m128i(hi, lo), &mn, &mx);
+        _mm_storeu_si128((__m128i *)(dst + q * R + g), _mm_unpacklo_epi16(lo, hi));
       }
     }
+  } else if (rv == R && (R & 3) == 0 && stride_p == 1) {
+    for (; q + 8 <= kc / 2; q += 8)
+      for (int g = 0; g < R; g += 8) { /* 8 lanes (4 in a last half group) x 8 pairs */
+        const int w = R - g < 8 ? R - g : 8;
+        __m256 v[8];
+        for (int rr = 0; rr < 8; rr++) {
+          if (rr >= w) {
+            v[rr] = _mm256_setzero_ps();
+            continue;
+          }
+          const __m256i x = _mm256_loadu_si256(
+              (const __m256i *)((const char *)src + 2 * ((g + rr) * stride_r + 2 * q)));
+          bf16_range_acc(x, &mn, &mx);
+          v[rr] = _mm256_castsi256_ps(
+              _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_srli_epi32(x, 16)));
+        }
+        transpose8(v);
+        if (w == 8)
+          for (int qq = 0; qq < 8; qq++)
+            _mm256_storeu_ps((float *)(dst + (q + qq) * R + g), v[qq]);
+        else
+          for (int qq = 0; qq < 8; qq++)
+            _mm_storeu_ps((float *)(dst + (q + qq) * R + g), _mm256_castps256_ps128(v[qq]));
+      }
   }
+  int ok = bf16_range_ok(mn, mx);
   for (; q < kp; q++) /* the rest (and partial panels): scalar */
     for (int r = 0; r < R; r++) {
       uint32_t w = 0;
       if (r < rv) {
         const int64_t p = 2 * q;
-        w = (uint32_t)bits16(src, r * stride_r + p * stride_p) << 16;
-        if (p + 1 < kc)
-          w |= bits16(src, r * stride_r + (p + 1) * stride_p);
+        const uint16_t x0 = bits16(src, r * stride_r + p * stride_p);
+        const uint16_t x1 = p + 1 < kc ? bits16(src, r * stride_r + (p + 1) * stride_p) : 0;
+        ok &= bf16_scalar_in_range(x0) & bf16_scalar_in_range(x1);
+        w = (uint32_t)x0 << 16 | x1;
       }
       dst[q * R + r] = w;
     }
+  return ok;
 }
 
 /* The B panel as ceil(ncols / NR) pair micro-panels at dst + s*kc*NR words
  * (the offsets of pack_b, so that run_task addresses both alike). */
-static void pack_b_pairs(uint32_t *restrict dst, int NR, int64_t ncols, const void *src, int64_t kc,
-                         int64_t stride_r, int64_t stride_p) {
-  for (int64_t j = 0; j < ncols; j += NR) {
+static int pack_b_pairs(uint32_t *restrict dst, int NR, int64_t ncols, const void *src, int64_t kc,
+                        int64_t stride_r, int64_t stride_p) {
+  int ok = 1;
+  for (int64_t j = 0; j < ncols && ok; j += NR) {
     const int rv = (int)(ncols - j < NR ? ncols - j : NR);
-    pack_pairs(dst + j * kc, NR, (const char *)src + 2 * j * stride_r, rv, kc, stride_r, stride_p);
+    ok = pack_pairs(dst + j * kc, NR, (const char *)src + 2 * j * stride_r, rv, kc, stride_r,
+                    stride_p);
   }
+  return ok;
 }
 
 /* Whether every element of a rows x cols bf16 matrix (element (r, c) at
@@ -545,23 +593,31 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
   const int64_t mtcur = min64(g->m - it, P->mt), ncur = min64(g->n - jc, P->nc);
   for (int64_t pc = 0; pc < g->k; pc += P->kc) {
     const int64_t kcur = min64(g->k - pc, P->kc);
-    if (uk->bf16_pairs)
-      pack_b_pairs((uint32_t *)bp, NR, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), kcur,
-                   g->cs_b, g->rs_b);
-    else
-      pack_b(bp, NR, ncur, at(b, g->bdt, pc * g->rs_b + jc * g->cs_b), g->bdt, g->n - jc, kcur,
-             g->cs_b, g->rs_b);
+    const void *bsl = at(b, g->bdt, pc * g->rs_b + jc * g->cs_b);
+    /* the pairs kernel while every operand packed so far in this slice is in
+     * its range; else this slice (from the first A block that is not, B
+     * re-packed) on the FP32 kernel: each slice's sums start from +0 and are
+     * added in order, so mixing the two kernels keeps the bits */
+    const ampc_gemm_ukernel *k = uk;
+    if (!uk->bf16_pairs || !pack_b_pairs((uint32_t *)bp, NR, ncur, bsl, kcur, g->cs_b, g->rs_b)) {
+      k = uk->bf16_pairs ? uk->fallback : uk;
+      pack_b(bp, NR, ncur, bsl, g->bdt, g->n - jc, kcur, g->cs_b, g->rs_b);
+    }
     for (int64_t ic = it; ic < it + mtcur; ic += P->mc) {
       const int64_t mcur = min64(it + mtcur - ic, P->mc);
-      for (int64_t ir = 0; ir < mcur; ir += MR) {
-        const int rv = (int)min64(mcur - ir, MR);
-        if (uk->bf16_pairs)
-          pack_pairs((uint32_t *)(ap + ir * kcur), MR,
-                     at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), rv, kcur, g->rs_a, g->cs_a);
-        else
-          pack_panel(ap + ir * kcur, MR, at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt,
-                     rv, g->m - ic - ir, kcur, g->rs_a, g->cs_a);
+      int pairs = k->bf16_pairs;
+      for (int64_t ir = 0; pairs && ir < mcur; ir += MR)
+        pairs = pack_pairs((uint32_t *)(ap + ir * kcur), MR,
+                           at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a),
+                           (int)min64(mcur - ir, MR), kcur, g->rs_a, g->cs_a);
+      if (k->bf16_pairs && !pairs) {
+        k = uk->fallback;
+        pack_b(bp, NR, ncur, bsl, g->bdt, g->n - jc, kcur, g->cs_b, g->rs_b);
       }
+      if (!k->bf16_pairs)
+        for (int64_t ir = 0; ir < mcur; ir += MR)
+          pack_panel(ap + ir * kcur, MR, at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt,
+                     (int)min64(mcur - ir, MR), g->m - ic - ir, kcur, g->rs_a, g->cs_a);
       float *cblk = cs + (ic - it) * P->ldcs;
       if (fuse && pc + kcur >= g->k) { /* the last slice, straight into C */
         for (int64_t jr = 0; jr < ncur; jr += NR)
@@ -573,13 +629,13 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
                                      g->beta,
                                      (int)min64(MR, mcur - ir),
                                      (int)min64(NR, ncur - jr)};
-            uk->fn_out(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs,
-                       pc > 0, &o);
+            k->fn_out(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs,
+                      pc > 0, &o);
           }
       } else {
         for (int64_t jr = 0; jr < ncur; jr += NR)
           for (int64_t ir = 0; ir < mcur; ir += MR)
-            uk->fn(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs, pc > 0);
+            k->fn(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs, pc > 0);
       }
     }
   }
@@ -600,7 +656,7 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
    * per-sample loop): plan for the one thread that will run it */
   if (omp_in_parallel() && omp_get_active_level() >= omp_get_max_active_levels())
     nthreads = 1;
-  if (uk->bf16_pairs && !ampc_gemm_bf16dot_accepts(g))
+  if (uk->bf16_pairs && (g->adt != AMPC_BF16 || g->bdt != AMPC_BF16))
     uk = uk->fallback;
   const plan P = make_plan(g, cfg, nthreads, uk);
   const int64_t ntasks = g->batch * P.tm * P.tn;
