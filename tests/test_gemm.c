@@ -498,10 +498,10 @@ static void test_acc16_paths_bit_identical(void **state) {
   static const int64_t shapes[][3] = {{1, 1, 1},    {3, 5, 7},      {8, 64, 16},
                                       {9, 65, 33},  {7, 63, 2},     {16, 128, 5},
                                       {2, 3, 4099}, {17, 130, 300}, {1, 200, 65}};
-  ampc_acc16_path paths[4] = {AMPC_ACC16_SCALAR};
+  ampc_acc16_path paths[5] = {AMPC_ACC16_SCALAR};
   int np = 1;
   if (ampc_use_avx2())
-    paths[np++] = AMPC_ACC16_AVX2;
+    paths[np++] = AMPC_ACC16_AVX2, paths[np++] = AMPC_ACC16_AVX2_F16;
   if (ampc_use_avx512())
     paths[np++] = AMPC_ACC16_AVX512;
   else
@@ -568,10 +568,10 @@ static void test_acc16_paths_bit_identical(void **state) {
  * both signs, and the exact tie (2049: to even, 2048). */
 static void test_acc16_near_tie(void **state) {
   (void)state;
-  ampc_acc16_path paths[4] = {AMPC_ACC16_SCALAR};
+  ampc_acc16_path paths[5] = {AMPC_ACC16_SCALAR};
   int np = 1;
   if (ampc_use_avx2())
-    paths[np++] = AMPC_ACC16_AVX2;
+    paths[np++] = AMPC_ACC16_AVX2, paths[np++] = AMPC_ACC16_AVX2_F16;
   if (ampc_use_avx512())
     paths[np++] = AMPC_ACC16_AVX512;
   if (ampc_use_avx512fp16())

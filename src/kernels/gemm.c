@@ -337,7 +337,7 @@ const char *ampc_gemm_bf16_path(void) {
 const char *ampc_gemm_acc16_path(void) {
   return ampc_use_avx512fp16() ? "avx512fp16"
          : ampc_use_avx512()   ? "avx512f"
-         : ampc_use_avx2()     ? "avx2"
+         : ampc_use_avx2()     ? "avx2+f16c"
                                : "portable";
 }
 
@@ -356,15 +356,18 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
     const int f16_in = g->adt == AMPC_F16 && g->bdt == AMPC_F16;
     ampc_acc16_path path = g_acc16_path;
     if (path == AMPC_ACC16_AUTO ||
-        ((path == AMPC_ACC16_FP16 || path == AMPC_ACC16_AVX512) && !f16_in))
+        ((path == AMPC_ACC16_FP16 || path == AMPC_ACC16_AVX512 || path == AMPC_ACC16_AVX2_F16) &&
+         !f16_in))
       path = f16_in && ampc_use_avx512fp16() ? AMPC_ACC16_FP16
              : f16_in && ampc_use_avx512()   ? AMPC_ACC16_AVX512
+             : f16_in && ampc_use_avx2()     ? AMPC_ACC16_AVX2_F16
              : ampc_use_avx2()               ? AMPC_ACC16_AVX2
                                              : AMPC_ACC16_SCALAR;
-    return path == AMPC_ACC16_FP16     ? ampc_gemm_acc16_fp16(g, nthreads)
-           : path == AMPC_ACC16_AVX512 ? ampc_gemm_acc16_avx512(g, nthreads)
-           : path == AMPC_ACC16_AVX2   ? ampc_gemm_acc16_avx2(g, nthreads)
-                                       : gemm_acc16(g, nthreads);
+    return path == AMPC_ACC16_FP16       ? ampc_gemm_acc16_fp16(g, nthreads)
+           : path == AMPC_ACC16_AVX512   ? ampc_gemm_acc16_avx512(g, nthreads)
+           : path == AMPC_ACC16_AVX2_F16 ? ampc_gemm_acc16_avx2_f16(g, nthreads)
+           : path == AMPC_ACC16_AVX2     ? ampc_gemm_acc16_avx2(g, nthreads)
+                                         : gemm_acc16(g, nthreads);
   }
   if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32 && f32_on_openblas() &&
       g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX && g->lda <= INT32_MAX &&

@@ -776,6 +776,133 @@ ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
   return AMPC_OK;
 }
 
+/* ---- the ablation for binary16 operands, round-to-odd in FP32 lanes --------- */
+
+/* s <- binary16(s + prod) for 8 lanes, s a binary16 value and prod exact in
+ * FP32 (a product of two binary16): the sum rounded to nearest in FP32 with
+ * its exact error (Knuth's TwoSum: no overflow at these magnitudes), turned
+ * into the round-to-odd sum (if inexact and the significand is even, one
+ * step toward the exact value: an integer +-1 on the bits), then rounded to
+ * nearest binary16 (VCVTPS2PH). Round-to-odd with 24 >= 11 + 2 bits and then
+ * to nearest is the correctly rounded sum (Boldo and Melquiond 2008), as in
+ * gemm_acc16_avx512.c. inf + finite keeps inf (its error is NaN: no step). */
+static inline __m256 acc16_add8(__m256 s, __m256 prod) {
+  const __m256 t = _mm256_add_ps(s, prod);
+  const __m256 bp = _mm256_sub_ps(t, s), ap = _mm256_sub_ps(t, bp);
+  const __m256 e = _mm256_add_ps(_mm256_sub_ps(s, ap), _mm256_sub_ps(prod, bp));
+  const __m256i tb = _mm256_castps_si256(t);
+  const __m256i even =
+      _mm256_cmpeq_epi32(_mm256_and_si256(tb, _mm256_set1_epi32(1)), _mm256_setzero_si256());
+  const __m256i inexact = _mm256_castps_si256(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_NEQ_OQ));
+  /* +1 (away from 0) when e has t's sign, else -1 */
+  const __m256i step = _mm256_or_si256(
+      _mm256_srai_epi32(_mm256_xor_si256(_mm256_castps_si256(e), tb), 31), _mm256_set1_epi32(1));
+  const __m256i ro = _mm256_add_epi32(tb, _mm256_and_si256(step, _mm256_and_si256(even, inexact)));
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_castsi256_ps(ro), _MM_FROUND_TO_NEAREST_INT));
+}
+
+enum { A16_RB = 6, A16_CB = 16, A16_KC = 256 };
+
+/* One 6 x 16 block over kc steps (12 chains); st: the running sums (6 x 16),
+ * carried from slice to slice. ap: kc x 6 (p-major), bp: kc x 16, FP32. */
+static void acc16_block8(int64_t kc, const float *restrict ap, const float *restrict bp,
+                         float *restrict st) {
+  __m256 s[A16_RB][2];
+  for (int r = 0; r < A16_RB; r++)
+    s[r][0] = _mm256_load_ps(st + r * A16_CB), s[r][1] = _mm256_load_ps(st + r * A16_CB + 8);
+  for (int64_t p = 0; p < kc; p++) {
+    const __m256 b0 = _mm256_load_ps(bp + p * A16_CB), b1 = _mm256_load_ps(bp + p * A16_CB + 8);
+    for (int r = 0; r < A16_RB; r++) {
+      const __m256 av = _mm256_broadcast_ss(ap + p * A16_RB + r);
+      s[r][0] = acc16_add8(s[r][0], _mm256_mul_ps(av, b0));
+      s[r][1] = acc16_add8(s[r][1], _mm256_mul_ps(av, b1));
+    }
+  }
+  for (int r = 0; r < A16_RB; r++) {
+    _mm256_store_ps(st + r * A16_CB, s[r][0]);
+    _mm256_store_ps(st + r * A16_CB + 8, s[r][1]);
+  }
+}
+
+ampc_status ampc_gemm_acc16_avx2_f16(const ampc_gemm_args *g, int nthreads) {
+  const int64_t m = g->m, n = g->n, k = g->k;
+  const int64_t mb = round_up(m, A16_RB), nb16 = round_up(n, A16_CB);
+  const int64_t nbi = mb / A16_RB, nbj = nb16 / A16_CB, nblk = nbi * nbj;
+  size_t na, nbf, ns, bytes;
+  if (__builtin_mul_overflow((size_t)mb, (size_t)k, &na) ||
+      __builtin_mul_overflow((size_t)nb16, (size_t)k, &nbf) ||
+      __builtin_mul_overflow((size_t)mb, (size_t)nb16, &ns) ||
+      __builtin_add_overflow(na, nbf + 16, &bytes) ||
+      __builtin_add_overflow(bytes, ns + 16, &bytes) ||
+      __builtin_mul_overflow(bytes, sizeof(float), &bytes))
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
+  for (int64_t t = 0; t < g->batch; t++) {
+    /* fetched for each matrix: the fallback below may have grown it */
+    float *ws = ampc_gemm_workspace(bytes);
+    if (!ws)
+      return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes",
+                       bytes);
+    float *ad = ws, *bd = ad + round16(na), *sd = bd + round16(nbf);
+    const void *a = at(g->a, AMPC_F16, t * g->stride_a);
+    const void *b = at(g->b, AMPC_F16, t * g->stride_b);
+    void *c = (char *)g->c + t * g->stride_c * (int64_t)esz(g->cdt);
+    ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
+    int nan_in = 0; /* a NaN among the operands: this matrix takes the double path */
+#pragma omp parallel num_threads(nthreads)
+    {
+      ampc_tally_adopt(tally);
+#pragma omp for schedule(static) reduction(| : nan_in)
+      for (int64_t i = 0; i < mb; i++) {
+        float *dst = ad + (i / A16_RB) * A16_RB * k + i % A16_RB;
+        for (int64_t p = 0; p < k; p++) {
+          const float v = i < m ? ampc_gemm_load(a, AMPC_F16, i * g->rs_a + p * g->cs_a) : 0.0f;
+          nan_in |= v != v;
+          dst[p * A16_RB] = v;
+        }
+      }
+#pragma omp for schedule(static) reduction(| : nan_in)
+      for (int64_t p = 0; p < k; p++)
+        for (int64_t j = 0; j < nb16; j++) {
+          const float v = j < n ? ampc_gemm_load(b, AMPC_F16, p * g->rs_b + j * g->cs_b) : 0.0f;
+          nan_in |= v != v;
+          bd[(j / A16_CB) * A16_CB * k + p * A16_CB + j % A16_CB] = v;
+        }
+      /* (the reductions end in a barrier: every thread sees the same nan_in) */
+      if (!nan_in) {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < mb * nb16; i++)
+          sd[i] = 0.0f; /* +0 */
+        for (int64_t p0 = 0; p0 < k; p0 += A16_KC) {
+          const int64_t kc = k - p0 < A16_KC ? k - p0 : A16_KC;
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t blk = 0; blk < nblk; blk++) {
+            const int64_t jb = blk / nbi, ib = blk % nbi;
+            acc16_block8(kc, ad + ib * A16_RB * k + p0 * A16_RB, bd + jb * A16_CB * k + p0 * A16_CB,
+                         sd + (ib * nbj + jb) * A16_RB * A16_CB);
+          }
+        }
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < nblk; blk++) {
+          const int64_t i0 = (blk / nbj) * A16_RB, j0 = (blk % nbj) * A16_CB;
+          const float *st = sd + blk * A16_RB * A16_CB;
+          for (int r = 0; r < A16_RB && i0 + r < m; r++)
+            for (int jj = 0; jj < A16_CB && j0 + jj < n; jj++)
+              ampc_gemm_epilogue1(c, g->cdt, (i0 + r) * g->ldc + j0 + jj, g->alpha, g->beta,
+                                  st[r * A16_CB + jj]);
+        }
+      }
+    }
+    if (nan_in) { /* the NaN a sum ends with follows the FMA's operand order */
+      ampc_gemm_args one = *g;
+      one.a = a, one.b = b, one.c = c, one.batch = 1;
+      const ampc_status st = ampc_gemm_acc16_avx2(&one, nthreads);
+      if (st != AMPC_OK)
+        return st;
+    }
+  }
+  return AMPC_OK;
+}
+
 /* ---- the FMA peak (bench: ampc_gemm_fma_peak) ------------------------------ */
 
 /* iters x 12 independent 256-bit FP32 FMA chains (c = c * 0.5 + 0.5);

@@ -118,6 +118,11 @@ void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
  * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
 ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads);
 
+/* The same on AVX2+F16C for binary16 A and B (round-to-odd sums in FP32
+ * lanes from TwoSum, gemm_avx2.c); bit-identical. Call only when
+ * ampc_use_avx2(). */
+ampc_status ampc_gemm_acc16_avx2_f16(const ampc_gemm_args *g, int nthreads);
+
 /* The same on AVX-512F for binary16 A and B (round-to-odd sums in FP32
  * lanes, gemm_acc16_avx512.c); bit-identical. Call only when
  * ampc_use_avx512(). */
@@ -136,14 +141,16 @@ double ampc_peak_f16_avx512fp16(int64_t iters);
 
 /* Which FP16-accumulation path ampc_gemm takes, for tests: AMPC_ACC16_AUTO
  * (the fastest the CPU, the dtypes and AMPC_ISA allow), or one path forced
- * (not thread-safe; the path must be supported by the CPU, and FP16 and
- * AVX512 only take binary16 A and B, else the automatic choice is made). */
+ * (not thread-safe; the path must be supported by the CPU, and FP16, AVX512
+ * and AVX2_F16 only take binary16 A and B, else the automatic choice is
+ * made). */
 typedef enum ampc_acc16_path {
   AMPC_ACC16_AUTO = 0,
   AMPC_ACC16_SCALAR = 1,
   AMPC_ACC16_AVX2 = 2,
   AMPC_ACC16_FP16 = 3,
-  AMPC_ACC16_AVX512 = 4
+  AMPC_ACC16_AVX512 = 4,
+  AMPC_ACC16_AVX2_F16 = 5
 } ampc_acc16_path;
 void ampc_gemm_force_acc16(ampc_acc16_path path);
 
