@@ -6,16 +6,18 @@
 # AdamW. The modes are interleaved in ROUNDS rounds of STEPS timed steps each
 # (after WARMUP untimed steps per process), so every mode sees the same machine
 # state; the median is over all ROUNDS x STEPS steps (default 4 x 5 = 20).
-# Thread settings: first, for each framework, its FP32 mode is timed briefly
-# under each candidate setting (2 threads with the default OpenMP wait policy,
-# 2 threads with OMP_WAIT_POLICY=passive, 1 thread) and the fastest is used
-# for all of that framework's modes. OpenBLAS (ampc 32-true's SGEMM and
+# Thread settings: first, each mode is timed briefly under each candidate
+# setting (2 threads with the default OpenMP wait policy, 2 threads with
+# OMP_WAIT_POLICY=passive, 1 thread), twice, and its fastest setting is used
+# for its rounds. The machine's FMA peak comes from `ampc bench gemm`, for
+# the steps' GEMM FLOP rate as a fraction of it. OpenBLAS (ampc 32-true's SGEMM and
 # PyTorch FP32's matmuls) picks its kernels from the CPU model; in a VM whose
 # CPU it does not recognise it falls back to the SSE3 "Prescott" kernels
 # (~1/4 of the FMA peak), so unless OPENBLAS_CORETYPE is set the script sets
 # it to SkylakeX (CPUs with AVX-512) or Haswell (AVX2) for both frameworks and
 # prints the core in use. Prints a markdown table (ms/step, ratio to PyTorch
-# FP32, peak RSS) and the goal checks. Never a test.
+# FP32, GEMM GFLOP/s and its fraction of the FMA peak, peak RSS) and the goal
+# checks of issue 21. Never a test.
 #
 # Environment: ROUNDS (4), STEPS (5), WARMUP (2), BATCH (128), PY
 # (/usr/bin/python3), OUT (a directory for the raw JSON lines; default: a
@@ -67,27 +69,31 @@ core=$(OPENBLAS_VERBOSE=2 "$ampc" bench gemm --quick --threads 1 --reps 1 2>&1 |
 echo "# bench/step/run.sh: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
 echo "# OpenBLAS core: ${core:-?} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}); torch $("$PY" -c 'import torch; print(torch.__version__)'); batch $BATCH, $ROUNDS rounds x $STEPS steps after $WARMUP warm-up"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+# the machine's FMA peak (ampc bench gemm measures it first), for the step's
+# fraction of it
+"$ampc" bench gemm --quick --reps 1 --json >"$tmp/peak.json"
 for model in $models; do
-  # thread settings: each candidate twice, interleaved, 3 steps after 1 warm-up
-  for fw in ampc torch; do
-    m32=32-true; [ $fw = torch ] && m32=fp32
-    : >"$tmp/threads-$fw-$model"
+  # thread settings, per mode: each candidate twice, interleaved, 3 steps
+  # after 1 warm-up; the fastest is that mode's setting for the rounds
+  for m in ampc:32-true ampc:16-mixed ampc:bf16-mixed torch:fp32 torch:bf16; do
+    fw=${m%%:*} mode=${m#*:} key=$(echo "$m" | tr ':-' '__')
+    : >"$tmp/threads-$key-$model"
     for rep in 1 2; do
       for set in omp passive 1; do
-        t=$(one $fw $set "$model" $m32 3 1 | median_of)
-        echo "$set $t" >>"$tmp/threads-$fw-$model"
+        t=$(one $fw $set "$model" $mode 3 1 | median_of)
+        echo "$set $t" >>"$tmp/threads-$key-$model"
       done
     done
-    best=$(sort -k2 -g "$tmp/threads-$fw-$model" | head -1 | cut -d' ' -f1)
-    eval "best_$fw=$best"
-    echo "# $model: $fw thread settings (ms/step, $m32, 3 steps): $(tr '\n' ' ' <"$tmp/threads-$fw-$model")-> $best"
+    best=$(sort -k2 -g "$tmp/threads-$key-$model" | head -1 | cut -d' ' -f1)
+    eval "best_$key=$best"
+    echo "# $model: $fw $mode thread settings (ms/step, 3 steps): $(tr '\n' ' ' <"$tmp/threads-$key-$model")-> $best"
   done
   : >"$tmp/runs-$model.jsonl"
   r=1
   while [ $r -le "$ROUNDS" ]; do
     for m in ampc:32-true ampc:16-mixed ampc:bf16-mixed torch:fp32 torch:bf16; do
-      fw=${m%%:*} mode=${m#*:}
-      eval "set=\$best_$fw"
+      fw=${m%%:*} mode=${m#*:} key=$(echo "$m" | tr ':-' '__')
+      eval "set=\$best_$key"
       one "$fw" "$set" "$model" "$mode" "$STEPS" "$WARMUP" |
         "$PY" -c 'import json,sys; o=json.loads(sys.stdin.read()); o["framework"]=sys.argv[1]; o["setting"]=sys.argv[2]; print(json.dumps(o))' "$fw" "$set" \
         >>"$tmp/runs-$model.jsonl"
@@ -95,6 +101,6 @@ for model in $models; do
     echo "# $model: round $r/$ROUNDS done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
     r=$((r + 1))
   done
-  "$PY" "$here/table.py" "$tmp/runs-$model.jsonl"
+  "$PY" "$here/table.py" "$tmp/runs-$model.jsonl" "$tmp/peak.json"
 done
 echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -171,6 +171,12 @@ ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out)
  * name of ampc's kernel (see AMPC_GEMM_F32 above). */
 const char *ampc_gemm_f32_path(void);
 
+/* The GEMM work done in this process so far: 2 * M * N * K * batch FLOPs
+ * summed over every ampc_gemm / ampc_gemm_strided_batched call that
+ * returned AMPC_OK (every accumulation mode; not the reference). For
+ * benchmarks (a model step's GEMM FLOPs); thread-safe. */
+uint64_t ampc_gemm_flop_count(void);
+
 /* Where bf16 x bf16 products (FP32 accumulation) run: "avx512bf16" (the
  * VDPBF16PS micro-kernel, bit-identical to the FMA kernels; used when the
  * CPU has AVX512-BF16, its VDPBF16PS passes a check of its rounding order

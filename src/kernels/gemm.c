@@ -341,6 +341,8 @@ const char *ampc_gemm_acc16_path(void) {
                                : "portable";
 }
 
+static _Atomic uint64_t g_flops;
+
 static ampc_acc16_path g_acc16_path;
 void ampc_gemm_force_acc16(ampc_acc16_path path) { g_acc16_path = path; }
 
@@ -446,8 +448,15 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
                       .ldc = ldc,
                       .stride_c = stride_c};
   to_general(&g, opa, opb, lda, ldb);
-  return run(&g, acc);
+  st = run(&g, acc);
+  if (st == AMPC_OK)
+    atomic_fetch_add_explicit(&g_flops,
+                              2 * (uint64_t)m * (uint64_t)n * (uint64_t)k * (uint64_t)batch,
+                              memory_order_relaxed);
+  return st;
 }
+
+uint64_t ampc_gemm_flop_count(void) { return atomic_load_explicit(&g_flops, memory_order_relaxed); }
 
 ampc_status ampc_gemm(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k, float alpha,
                       const void *a, ampc_dtype a_dt, int64_t lda, const void *b, ampc_dtype b_dt,

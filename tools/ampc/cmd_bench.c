@@ -78,7 +78,8 @@ static const char k_usage[] =
     "  --threads T    threads (default: all cores)\n"
     "  --json         print {\"model\":..,\"precision\":..,\"batch\":..,\"threads\":..,\n"
     "                 \"ms_per_step_median\":..,\"peak_rss_bytes\":..} (and more keys;\n"
-    "                 \"ms_steps\": every timed step in run order)\n";
+    "                 \"ms_steps\": every timed step in run order;\n"
+    "                 \"gemm_flop_per_step\": the GEMM FLOPs of one step)\n";
 
 /* OpenBLAS's own declaration (in its cblas.h on Debian; repeated so that the
  * build does not depend on which cblas.h is found first) */
@@ -430,7 +431,10 @@ static int run_step(int argc, char **argv) {
   fixed_batch fb = {{.b = B, .images = bimg, .tokens = btok, .labels = blab}};
   int64_t skipped = 0;
   float loss = 0;
+  uint64_t flops0 = ampc_gemm_flop_count();
   for (long s = -warmup; s < steps; s++) {
+    if (s == 0)
+      flops0 = ampc_gemm_flop_count();
     const double t0 = ampc_now_s();
     ampc_losses L;
     ampc_step_info info;
@@ -445,6 +449,7 @@ static int run_step(int argc, char **argv) {
     }
     loss = L.total;
   }
+  const double gemm_flop = (double)(ampc_gemm_flop_count() - flops0) / (double)steps;
   cJSON *raw = json ? cJSON_CreateDoubleArray(ms, (int)steps) : NULL; /* in run order */
   qsort(ms, (size_t)steps, sizeof *ms, cmp_d);
   const double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
@@ -468,6 +473,7 @@ static int run_step(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "final_loss", (double)loss);
     cJSON_AddStringToObject(o, "gemm_isa", ampc_gemm_isa());
     cJSON_AddStringToObject(o, "gemm_bf16_path", ampc_gemm_bf16_path());
+    cJSON_AddNumberToObject(o, "gemm_flop_per_step", gemm_flop);
     cJSON_AddItemToObject(o, "ms_steps", raw);
     ret = cli_print_json("bench", o);
   } else {
