@@ -667,6 +667,8 @@ static void test_fma_peak_runs(void **state) {
   assert_true(ampc_use_avx2() ? p.f32_gflops > 0 : p.f32_gflops == 0);
   assert_string_equal(p.f16_isa, ampc_use_avx512fp16() ? "avx512fp16" : "none");
   assert_true(ampc_use_avx512fp16() ? p.f16_gflops > 0 : p.f16_gflops == 0);
+  assert_string_equal(p.bf16_isa, ampc_gemm_bf16dot_available() ? "avx512bf16" : "none");
+  assert_true(ampc_gemm_bf16dot_available() ? p.bf16_gflops > 0 : p.bf16_gflops == 0);
 }
 
 static void test_acc16_error_grows_with_k(void **state) {

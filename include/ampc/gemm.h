@@ -157,13 +157,17 @@ const char *ampc_gemm_isa(void);
  * and a drifting VM clock only slow a run down). f32: FP32 FMA
  * with the widest vectors ampc's GEMM uses (512-bit with AVX-512, else 256-
  * bit; 0 without AVX2), f16: VFMADDPH (binary16 FMA, the FP16-accumulation
- * ablation's instruction; 0 without AVX512-FP16). GFLOP/s, 2 per lane per
- * FMA, for all the threads together. A measurement: it depends on the
- * clock and on other load. Errors: AMPC_ERR_INVALID_ARG (NULL, seconds <= 0). */
+ * ablation's instruction; 0 without AVX512-FP16), bf16: VDPBF16PS (two
+ * bfloat16 products added into FP32 per lane, what bf16 x bf16 products run
+ * on where ampc_gemm_bf16_path() is "avx512bf16"; 0 elsewhere). GFLOP/s, 2
+ * per lane per FMA (4 per lane per VDPBF16PS), for all the threads together. A measurement: it
+ * depends on the clock and on other load. Errors: AMPC_ERR_INVALID_ARG (NULL, seconds <= 0). */
 typedef struct ampc_fma_peak {
   double f32_gflops, f16_gflops;
   const char *f32_isa, *f16_isa; /* "avx512f", "avx2+fma", "avx512fp16", or "none" */
   int threads;
+  double bf16_gflops;
+  const char *bf16_isa; /* "avx512bf16" or "none" */
 } ampc_fma_peak;
 ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out);
 

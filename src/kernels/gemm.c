@@ -112,7 +112,8 @@ ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_gemm_fma_peak: NULL output or seconds <= 0");
   if (nthreads <= 0)
     nthreads = ampc_get_num_threads();
-  *out = (ampc_fma_peak){0, 0, "none", "none", nthreads};
+  *out = (ampc_fma_peak){
+      .f32_isa = "none", .f16_isa = "none", .threads = nthreads, .bf16_isa = "none"};
   if (ampc_use_avx512()) {
     out->f32_isa = "avx512f";
     out->f32_gflops = peak_of(ampc_peak_f32_avx512, nthreads, seconds);
@@ -123,6 +124,10 @@ ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out)
   if (ampc_use_avx512fp16()) {
     out->f16_isa = "avx512fp16";
     out->f16_gflops = peak_of(ampc_peak_f16_avx512fp16, nthreads, seconds);
+  }
+  if (ampc_gemm_bf16dot_available()) {
+    out->bf16_isa = "avx512bf16";
+    out->bf16_gflops = peak_of(ampc_peak_bf16_avx512bf16, nthreads, seconds);
   }
   return AMPC_OK;
 }

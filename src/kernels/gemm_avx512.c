@@ -287,3 +287,28 @@ double ampc_peak_f32_avx512(int64_t iters) {
   (void)sink;
   return (double)iters * 12 * 16 * 2;
 }
+
+/* iters x 12 independent VDPBF16PS chains (c = c + 0.5 * 0.5 + 0.5 * 0.5 per
+ * lane: two products and two sums, 4 FLOPs per lane; the values grow by 0.5
+ * a step and stay normal); returns the FLOPs done. */
+double ampc_peak_bf16_avx512bf16(int64_t iters) {
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3F003F00); /* (0.5, 0.5) */
+  __m512 c0 = _mm512_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (int64_t i = 0; i < iters; i++) {
+    c0 = _mm512_dpbf16_ps(c0, x, x), c1 = _mm512_dpbf16_ps(c1, x, x);
+    c2 = _mm512_dpbf16_ps(c2, x, x), c3 = _mm512_dpbf16_ps(c3, x, x);
+    c4 = _mm512_dpbf16_ps(c4, x, x), c5 = _mm512_dpbf16_ps(c5, x, x);
+    c6 = _mm512_dpbf16_ps(c6, x, x), c7 = _mm512_dpbf16_ps(c7, x, x);
+    c8 = _mm512_dpbf16_ps(c8, x, x), c9 = _mm512_dpbf16_ps(c9, x, x);
+    c10 = _mm512_dpbf16_ps(c10, x, x), c11 = _mm512_dpbf16_ps(c11, x, x);
+    __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
+    __asm__ volatile("" : "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
+  }
+  volatile float sink = _mm512_reduce_add_ps(
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                    _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)),
+                                  _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)))));
+  (void)sink;
+  return (double)iters * 12 * 16 * 4;
+}

@@ -138,6 +138,7 @@ ampc_status ampc_gemm_acc16_fp16(const ampc_gemm_args *g, int nthreads);
 double ampc_peak_f32_avx512(int64_t iters);
 double ampc_peak_f32_avx2(int64_t iters);
 double ampc_peak_f16_avx512fp16(int64_t iters);
+double ampc_peak_bf16_avx512bf16(int64_t iters); /* VDPBF16PS: 4 FLOPs per lane */
 
 /* Which FP16-accumulation path ampc_gemm takes, for tests: AMPC_ACC16_AUTO
  * (the fastest the CPU, the dtypes and AMPC_ISA allow), or one path forced

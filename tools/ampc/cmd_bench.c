@@ -37,8 +37,10 @@ static const char k_usage[] =
     "  f16-out    ampc, f16 x f16 -> f16, FP32 accumulation\n"
     "  f16-acc16  ampc, f16 x f16 -> f32, FP16 accumulation (the ablation)\n"
     "and first this machine's FMA peak (12 independent FMA chains per thread):\n"
-    "FP32 with ampc's vector width, and VFMADDPH on CPUs with AVX512-FP16; the\n"
-    "table's last columns are f16 over the FP32 peak, f16-acc16 over VFMADDPH's.\n"
+    "FP32 with ampc's vector width, VFMADDPH on CPUs with AVX512-FP16 and\n"
+    "VDPBF16PS where bf16 products run on it (AVX512-BF16); the table's last\n"
+    "columns are f16 over the FP32 peak, bf16 over VDPBF16PS's (else FP32's),\n"
+    "f16-acc16 over VFMADDPH's. The header names each mode's path.\n"
     "on square 256..2048 and the training shapes of mm-tiny (M = 8192 tokens;\n"
     "forward NN products and the transposed weight-gradient products, TN).\n"
     "\n"
@@ -189,6 +191,8 @@ static int run_gemm(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "f32_gflops", peak[ti].f32_gflops);
       cJSON_AddStringToObject(o, "f32_isa", peak[ti].f32_isa);
       cJSON_AddNumberToObject(o, "f16_gflops", peak[ti].f16_gflops);
+      cJSON_AddNumberToObject(o, "bf16_gflops", peak[ti].bf16_gflops);
+      cJSON_AddStringToObject(o, "bf16_isa", peak[ti].bf16_isa);
       cJSON_AddStringToObject(o, "f16_isa", peak[ti].f16_isa);
       cJSON_AddItemToArray(pk, o);
     }
@@ -197,17 +201,19 @@ static int run_gemm(int argc, char **argv) {
   cJSON *results = json ? cJSON_AddArrayToObject(root, "results") : NULL;
   if (!json)
     for (int ti = 0; ti < nthr; ti++)
-      printf("# FMA peak, %d thread%s: fp32 %.1f GFLOP/s (%s), fp16 VFMADDPH %.1f GFLOP/s (%s)\n",
+      printf("# FMA peak, %d thread%s: fp32 %.1f GFLOP/s (%s), fp16 VFMADDPH %.1f GFLOP/s (%s), "
+             "bf16 VDPBF16PS %.1f GFLOP/s (%s)\n",
              threads[ti], threads[ti] == 1 ? "" : "s", peak[ti].f32_gflops, peak[ti].f32_isa,
-             peak[ti].f16_gflops, peak[ti].f16_isa);
+             peak[ti].f16_gflops, peak[ti].f16_isa, peak[ti].bf16_gflops, peak[ti].bf16_isa);
   if (!json)
-    printf("# ampc bench gemm: GFLOP/s, median of %d reps; gemm isa %s; f32 on %s; bf16 on %s; "
-           "f16-acc16 on %s; OpenBLAS core %s\n"
-           "| M | N | K | op | threads | sgemm | f32 | f16 | bf16 | f16-out | f16-acc16 | "
-           "f32/sgemm | f16/sgemm | bf16/sgemm | f16/peak | acc16/peak16 |\n"
-           "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-           reps, ampc_gemm_isa(), ampc_gemm_f32_path(), ampc_gemm_bf16_path(),
-           ampc_gemm_acc16_path(), openblas_get_corename());
+    printf(
+        "# ampc bench gemm: GFLOP/s, median of %d reps; gemm isa %s; f32 on %s; bf16 on %s; "
+        "f16-acc16 on %s; OpenBLAS core %s\n"
+        "| M | N | K | op | threads | sgemm | f32 | f16 | bf16 | f16-out | f16-acc16 | "
+        "f32/sgemm | f16/sgemm | bf16/sgemm | f16/peak | bf16/peak | acc16/peak16 |\n"
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        reps, ampc_gemm_isa(), ampc_gemm_f32_path(), ampc_gemm_bf16_path(), ampc_gemm_acc16_path(),
+        openblas_get_corename());
   for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
     const shape *sh = &k_shapes[s];
     if (quick && !sh->quick)
@@ -278,18 +284,21 @@ static int run_gemm(int argc, char **argv) {
           cJSON_AddNumberToObject(o, "threads", threads[ti]);
           cJSON_AddNumberToObject(o, "gflops", gf[md]);
           cJSON_AddNumberToObject(o, "ratio_vs_sgemm", gf[md] / gf[0]);
-          const double pk =
-              k_modes[md].acc == AMPC_ACC_F16 ? peak[ti].f16_gflops : peak[ti].f32_gflops;
+          const double pk = k_modes[md].acc == AMPC_ACC_F16 ? peak[ti].f16_gflops
+                            : k_modes[md].in == AMPC_BF16 && peak[ti].bf16_gflops > 0
+                                ? peak[ti].bf16_gflops
+                                : peak[ti].f32_gflops;
           cJSON_AddNumberToObject(o, "peak_gflops", pk);
           cJSON_AddNumberToObject(o, "ratio_vs_peak", pk > 0 ? gf[md] / pk : 0);
           cJSON_AddItemToArray(results, o);
         }
       } else {
+        const double pkb = peak[ti].bf16_gflops > 0 ? peak[ti].bf16_gflops : peak[ti].f32_gflops;
         printf("| %lld | %lld | %lld | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | "
-               "%.2f | %.2f | %.2f | %.2f |\n",
+               "%.2f | %.2f | %.2f | %.2f | %.2f |\n",
                (long long)sh->m, (long long)sh->n, (long long)sh->k, op, threads[ti], gf[0], gf[1],
                gf[2], gf[3], gf[4], gf[5], gf[1] / gf[0], gf[2] / gf[0], gf[3] / gf[0],
-               peak[ti].f32_gflops > 0 ? gf[2] / peak[ti].f32_gflops : 0,
+               peak[ti].f32_gflops > 0 ? gf[2] / peak[ti].f32_gflops : 0, pkb > 0 ? gf[3] / pkb : 0,
                peak[ti].f16_gflops > 0 ? gf[5] / peak[ti].f16_gflops : 0);
         fflush(stdout);
       }
