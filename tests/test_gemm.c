@@ -471,7 +471,8 @@ static void test_acc16_semantics(void **state) {
  * -24 .. 15 (subnormals, overflowing products), 2 mostly 1 with tiny or large
  * values (tiny products on large sums, the 2048 stall), 3 as 1 with inf and
  * NaN sprinkled in, 4 as 1 with inf but no NaN (NaN sums from inf - inf and
- * inf * 0 only) */
+ * inf * 0 only), 5 as 1 with NaNs of many payloads and both signs (which
+ * one a sum keeps: a's, else b's, else the sum's, as the scalar fma) */
 static uint16_t f16_of_kind(int kind) {
   const double u = urand();
   double v;
@@ -486,6 +487,9 @@ static uint16_t f16_of_kind(int kind) {
     h = urand() < 0.5 ? 0x7C00 : urand() < 0.5 ? 0xFC00 : 0x7E01;
   if (kind == 4 && urand() < 0.02) /* infinities without NaN operands */
     h = urand() < 0.5 ? 0x7C00 : 0xFC00;
+  if (kind == 5 && urand() < 0.03) /* NaNs of either sign and many payloads, and inf */
+    h = urand() < 0.2 ? 0x7C00
+                      : (uint16_t)((urand() < 0.5 ? 0x7E00 : 0xFE00) | (int)(urand() * 511));
   return h;
 }
 
@@ -512,7 +516,7 @@ static void test_acc16_paths_bit_identical(void **state) {
     print_message("(no AVX512-FP16 on this CPU: the VFMADDPH path is not checked here)\n");
   int64_t cases = 0;
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-    for (int kind = 0; kind < 5; kind++)
+    for (int kind = 0; kind < 6; kind++)
       for (int ops = 0; ops < 4; ops++) {
         const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2], batch = 2;
         const ampc_op opa = (ops & 1) ? AMPC_OP_T : AMPC_OP_N,

@@ -7,7 +7,7 @@
 # (after WARMUP untimed steps per process), so every mode sees the same machine
 # state; the median is over all ROUNDS x STEPS steps (default 4 x 5 = 20).
 # Thread settings: first, each mode is timed briefly under each candidate
-# setting (2 threads with the default OpenMP wait policy, 2 threads with
+# setting (all cores with the default OpenMP wait policy, all cores with
 # OMP_WAIT_POLICY=passive, 1 thread), twice, and its fastest setting is used
 # for its rounds. The machine's FMA peak comes from `ampc bench gemm`, for
 # the steps' GEMM FLOP rate as a fraction of it. OpenBLAS (ampc 32-true's SGEMM and
@@ -45,8 +45,8 @@ fi
 one() {
   fw=$1 set=$2 model=$3 mode=$4 steps=$5 warm=$6
   case $set in
-    omp) env_=""; thr=2 ;;
-    passive) env_="OMP_WAIT_POLICY=passive"; thr=2 ;;
+    omp) env_=""; thr=$(nproc) ;;
+    passive) env_="OMP_WAIT_POLICY=passive"; thr=$(nproc) ;;
     1) env_=""; thr=1 ;;
   esac
   if [ "$fw" = ampc ]; then

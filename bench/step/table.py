@@ -12,7 +12,6 @@ import statistics
 import sys
 
 ORDER = ["32-true", "16-mixed", "bf16-mixed", "torch-fp32", "torch-bf16-autocast"]
-SETTING = {"omp": "2 threads", "passive": "2 threads, OMP_WAIT_POLICY=passive", "1": "1 thread"}
 
 
 def main(path, peak_path=None):
@@ -45,11 +44,14 @@ def main(path, peak_path=None):
         name = ("ampc " + k) if v["fw"] == "ampc" else k.replace("torch-", "PyTorch ")
         ratio = f"{med[k] / base:.2f}x" if base else "-"
         rate = flop / med[k] / 1e6 if flop else None
-        pk = peak.get(v["threads"])
+        pk = peak.get(v["threads"]) or (peak[max(peak)] if peak else None)
         if rate and pk:
             frac[k] = rate / pk
         rate_s = f"{rate:.0f} | {frac[k]:.2f}" if k in frac else "- | -"
-        print(f"| {name} | {SETTING.get(v['setting'], v['setting'])} | {len(v['ms'])} | "
+        nt = v["threads"]
+        label = f"{nt} thread{'s' if nt > 1 else ''}" + (
+            ", OMP_WAIT_POLICY=passive" if v["setting"] == "passive" else "")
+        print(f"| {name} | {label} | {len(v['ms'])} | "
               f"{med[k]:.1f} | {min(v['ms']):.1f} | {max(v['ms']):.1f} | {ratio} | {rate_s} | "
               f"{rss[k] / 2**20:.0f} |")
     if flop:

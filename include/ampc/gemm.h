@@ -176,8 +176,8 @@ ampc_status ampc_gemm_fma_peak(int nthreads, double seconds, ampc_fma_peak *out)
 const char *ampc_gemm_f32_path(void);
 
 /* The GEMM work done in this process so far: 2 * M * N * K * batch FLOPs
- * summed over every ampc_gemm / ampc_gemm_strided_batched call that
- * returned AMPC_OK (every accumulation mode; not the reference). For
+ * summed over every ampc_gemm / ampc_gemm_strided_batched call with alpha
+ * != 0 that returned AMPC_OK (every accumulation mode; not the reference). For
  * benchmarks (a model step's GEMM FLOPs); thread-safe. */
 uint64_t ampc_gemm_flop_count(void);
 
@@ -189,8 +189,8 @@ uint64_t ampc_gemm_flop_count(void);
 const char *ampc_gemm_bf16_path(void);
 
 /* Where the FP16-accumulation ablation runs for binary16 A and B:
- * "avx512fp16" (VFMADDPH), "avx512f" (round-to-odd sums in FP32 lanes),
- * "avx2" or "portable"; all give the same bits. */
+ * "avx512fp16" (VFMADDPH), "avx512f" or "avx2+f16c" (round-to-odd sums in
+ * FP32 lanes), or "portable"; all give the same bits. */
 const char *ampc_gemm_acc16_path(void);
 
 #ifdef __cplusplus

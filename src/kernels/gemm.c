@@ -334,7 +334,8 @@ int ampc_gemm_bf16dot_available(void) {
 }
 
 const char *ampc_gemm_bf16_path(void) {
-  return ampc_gemm_active_ukernel() == &ampc_gemm_uk_avx512 && ampc_gemm_bf16dot_available()
+  return !g_forced_uk && ampc_gemm_active_ukernel() == &ampc_gemm_uk_avx512 &&
+                 ampc_gemm_bf16dot_available()
              ? "avx512bf16"
              : ampc_gemm_isa();
 }
@@ -454,7 +455,7 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
                       .stride_c = stride_c};
   to_general(&g, opa, opb, lda, ldb);
   st = run(&g, acc);
-  if (st == AMPC_OK)
+  if (st == AMPC_OK && alpha != 0.0f) /* (K = 0 adds 0) */
     atomic_fetch_add_explicit(&g_flops,
                               2 * (uint64_t)m * (uint64_t)n * (uint64_t)k * (uint64_t)batch,
                               memory_order_relaxed);

@@ -11,7 +11,10 @@
  * exact value is at least 2^-33 of a step away from one, a double's step is
  * 2^-42 of it), so both give the same binary16; tests/test_gemm.c checks them
  * bit for bit (tails, transposes, K past the 2048 stall, subnormals,
- * overflow, tiny products on large sums, inf and NaN inputs).
+ * overflow, tiny products on large sums, inf and NaN inputs). A matrix with
+ * a NaN operand runs on the AVX2 path instead, whose NaN is the scalar
+ * path's (a's, else b's, else the sum's) whatever the compiler's VFMADD
+ * operand order.
  *
  * Only for binary16 A and B (VFMADDPH has no other operand type); other
  * dtypes keep the AVX2 or scalar path. Compiled with -mavx512fp16 and called
@@ -133,63 +136,86 @@ ampc_status ampc_gemm_acc16_fp16(const ampc_gemm_args *g, int nthreads) {
       __builtin_add_overflow(bytes, ns + 32, &bytes) ||
       __builtin_mul_overflow(bytes, sizeof(uint16_t), &bytes))
     return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
-  uint16_t *ws = ampc_gemm_workspace(bytes);
-  if (!ws)
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
-  uint16_t *ad = ws;
-  uint16_t *bd = ad + ((na + 31) & ~(size_t)31);
-  uint16_t *sd = bd + ((nb + 31) & ~(size_t)31);
   for (int64_t t = 0; t < g->batch; t++) {
+    /* fetched for each matrix: the fallback below may have grown it */
+    uint16_t *ws = ampc_gemm_workspace(bytes);
+    if (!ws)
+      return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes",
+                       bytes);
+    uint16_t *ad = ws;
+    uint16_t *bd = ad + ((na + 31) & ~(size_t)31);
+    uint16_t *sd = bd + ((nb + 31) & ~(size_t)31);
     const void *a = (const char *)g->a + 2 * t * g->stride_a;
     const void *b = (const char *)g->b + 2 * t * g->stride_b;
     void *c = (char *)g->c + t * g->stride_c * (int64_t)ampc_dtype_size(g->cdt);
     ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
+    int nan_in = 0; /* a NaN among the operands: this matrix takes the fallback */
 #pragma omp parallel num_threads(nthreads)
     {
       ampc_tally_adopt(tally);
       /* element (i, p) of op(A) at panel i/8, p * 8 + i%8; read along
        * whichever index is contiguous in memory */
       if (g->rs_a == 1 && g->cs_a != 1) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) reduction(| : nan_in)
         for (int64_t p = 0; p < k; p++)
-          for (int64_t i = 0; i < m8; i++)
-            ad[(i / RB) * RB * k + p * RB + i % RB] = i < m ? load_bits(a, i + p * g->cs_a) : 0;
+          for (int64_t i = 0; i < m8; i++) {
+            const uint16_t h = i < m ? load_bits(a, i + p * g->cs_a) : 0;
+            nan_in |= (h & 0x7FFF) > 0x7C00;
+            ad[(i / RB) * RB * k + p * RB + i % RB] = h;
+          }
       } else {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) reduction(| : nan_in)
         for (int64_t i = 0; i < m8; i++) {
           uint16_t *dst = ad + (i / RB) * RB * k + i % RB;
-          for (int64_t p = 0; p < k; p++)
-            dst[p * RB] = i < m ? load_bits(a, i * g->rs_a + p * g->cs_a) : 0;
+          for (int64_t p = 0; p < k; p++) {
+            const uint16_t h = i < m ? load_bits(a, i * g->rs_a + p * g->cs_a) : 0;
+            nan_in |= (h & 0x7FFF) > 0x7C00;
+            dst[p * RB] = h;
+          }
         }
       }
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) reduction(| : nan_in)
       for (int64_t p = 0; p < k; p++)
         for (int64_t jb = 0; jb < nbj; jb++) {
           uint16_t *dst = bd + jb * CB * k + p * CB;
           for (int jj = 0; jj < CB; jj++) {
             const int64_t j = jb * CB + jj;
-            dst[jj] = j < n ? load_bits(b, p * g->rs_b + j * g->cs_b) : 0;
+            const uint16_t h = j < n ? load_bits(b, p * g->rs_b + j * g->cs_b) : 0;
+            nan_in |= (h & 0x7FFF) > 0x7C00;
+            dst[jj] = h;
+          }
+        }
+      /* (the reductions end in a barrier: every thread sees the same nan_in) */
+      if (!nan_in) {
+        const int64_t nsum = m8 * n64;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < nsum; i++)
+          sd[i] = 0; /* +0 */
+        /* K in slices (each block's sums carried over in sd); within a slice
+         * the blocks of one 64-column panel run on one thread, B's slice
+         * staying in L1 while A's panels stream past */
+        for (int64_t p0 = 0; p0 < k; p0 += KC) {
+          const int64_t kc = k - p0 < KC ? k - p0 : KC;
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t blk = 0; blk < nblk; blk++) {
+            const int64_t jb = blk / nbi, ib = blk % nbi;
+            block(kc, ad + ib * RB * k + p0 * RB, bd + jb * CB * k + p0 * CB,
+                  sd + (ib * nbj + jb) * RB * CB);
           }
         }
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < m8 * n64; i++)
-        sd[i] = 0; /* +0 */
-      /* K in slices (each block's sums carried over in sd); within a slice
-       * the blocks of one 64-column panel run on one thread, B's slice
-       * staying in L1 while A's panels stream past */
-      for (int64_t p0 = 0; p0 < k; p0 += KC) {
-        const int64_t kc = k - p0 < KC ? k - p0 : KC;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t blk = 0; blk < nblk; blk++) {
-          const int64_t jb = blk / nbi, ib = blk % nbi;
-          block(kc, ad + ib * RB * k + p0 * RB, bd + jb * CB * k + p0 * CB,
-                sd + (ib * nbj + jb) * RB * CB);
-        }
+        for (int64_t blk = 0; blk < nblk; blk++)
+          epilogue(g, c, (blk / nbj) * RB, (blk % nbj) * CB, sd + blk * RB * CB);
       }
-#pragma omp for schedule(static)
-      for (int64_t blk = 0; blk < nblk; blk++) {
-        epilogue(g, c, (blk / nbj) * RB, (blk % nbj) * CB, sd + blk * RB * CB);
-      }
+    }
+    if (nan_in) { /* which NaN a sum ends with: the scalar path's fma(a, b, s)
+                     order, which the AVX2 path reproduces and VFMADDPH's
+                     operand order (the compiler's choice) need not */
+      ampc_gemm_args one = *g;
+      one.a = a, one.b = b, one.c = c, one.batch = 1;
+      const ampc_status st = ampc_gemm_acc16_avx2(&one, nthreads);
+      if (st != AMPC_OK)
+        return st;
     }
   }
   return AMPC_OK;

@@ -489,16 +489,15 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Estimated time of one thread's share when the tasks of a tm x tn grid (per
- * batch matrix) of an m x n product run on nthreads threads: each task costs
- * its padded rows x columns (the multiply-adds per unit of K) plus PACK_W
- * per packed row and column (each task packs its own A rows and B columns),
- * and the tasks are dealt largest first to the least loaded thread (LPT, a
- * model of the dynamic schedule). */
-enum { PACK_W = 8 };
+ * batch matrix) of an m x n product run on nthreads (<= GRID_THREADS)
+ * threads: each task costs its padded rows x columns (the multiply-adds per
+ * unit of K) plus PACK_W per packed row and column (each task packs its own
+ * A rows and B columns), and the tasks are dealt largest first to the least
+ * loaded thread (LPT, a model of the dynamic schedule). */
+enum { PACK_W = 8, GRID_THREADS = 8, GRID_TASKS_PER_THREAD = 4 };
 static double grid_makespan(int64_t m, int64_t n, int64_t batch, int64_t mt, int64_t nc, int64_t mr,
                             int64_t nr, int nthreads) {
-  double load[64] = {0};
-  const int th = nthreads < 64 ? nthreads : 64;
+  double load[GRID_THREADS] = {0};
   const int64_t tm = ceil_div(m, mt), tn = ceil_div(n, nc);
   /* task sizes: full, last row, last column, corner (counts of each) */
   const int64_t rl = round_up(m - (tm - 1) * mt, mr), cl = round_up(n - (tn - 1) * nc, nr);
@@ -520,7 +519,7 @@ static double grid_makespan(int64_t m, int64_t n, int64_t batch, int64_t mt, int
       break;
     for (int64_t t = 0; t < count[best]; t++) {
       int lo = 0;
-      for (int i = 1; i < th; i++)
+      for (int i = 1; i < nthreads; i++)
         if (load[i] < load[lo])
           lo = i;
       load[lo] += cost[best];
@@ -528,17 +527,19 @@ static double grid_makespan(int64_t m, int64_t n, int64_t batch, int64_t mt, int
     count[best] = 0;
   }
   double mk = 0;
-  for (int i = 0; i < th; i++)
+  for (int i = 0; i < nthreads; i++)
     mk = load[i] > mk ? load[i] : mk;
   return mk;
 }
 
-/* Block sizes for this problem: the configured ones, shrunk to the matrix;
- * when there are few tasks for the threads, the task grid (task height MT,
- * width NC) re-cut to the one with the least estimated time
+/* Block sizes for this problem: the configured ones, shrunk to the matrix.
+ * When there are few tasks for the threads, the task grid (task height MT,
+ * width NC) is re-cut: on up to GRID_THREADS threads to the grid of at most
+ * GRID_TASKS_PER_THREAD tasks a thread with the least estimated time
  * (grid_makespan), e.g. a 128 x 128 product on 2 threads in two 128 x 64
- * tasks rather than 72 and 56 rows. The grid only partitions C: the bits do
- * not depend on it. */
+ * tasks rather than 72 and 56 rows (a search of at most 64 grids of at most
+ * 32 tasks); on more threads to the first grid whose task count the threads
+ * divide. The grid only partitions C: the bits do not depend on it. */
 static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads,
                       const ampc_gemm_ukernel *uk) {
   plan P;
@@ -552,14 +553,15 @@ static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int 
   P.nc = min64(round_up(g->n, NR), round_up(cfg->nc, NR));
   P.tm = ceil_div(g->m, P.mt);
   P.tn = ceil_div(g->n, P.nc);
-  if (nthreads > 1 && g->batch * P.tm * P.tn < 16 * nthreads) {
+  const int64_t ntasks = g->batch * P.tm * P.tn;
+  if (nthreads > 1 && nthreads <= GRID_THREADS && ntasks < GRID_TASKS_PER_THREAD * nthreads) {
     double best = grid_makespan(g->m, g->n, g->batch, P.mt, P.nc, MR, NR, nthreads);
     const int64_t tm_max = min64(ceil_div(g->m, MR), P.tm * 8);
     const int64_t tn_max = min64(ceil_div(g->n, NR), P.tn * 8);
     for (int64_t tm = P.tm; tm <= tm_max; tm++)
       for (int64_t tn = P.tn; tn <= tn_max; tn++) {
         const int64_t mt = round_up(ceil_div(g->m, tm), MR), nc = round_up(ceil_div(g->n, tn), NR);
-        if (g->batch * ceil_div(g->m, mt) * ceil_div(g->n, nc) > 16 * nthreads)
+        if (g->batch * ceil_div(g->m, mt) * ceil_div(g->n, nc) > GRID_TASKS_PER_THREAD * nthreads)
           continue;
         const double t = grid_makespan(g->m, g->n, g->batch, mt, nc, MR, NR, nthreads);
         if (t < best * 0.999) /* strictly better: fewer tasks win ties */
@@ -567,6 +569,18 @@ static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int 
       }
     P.tm = ceil_div(g->m, P.mt);
     P.tn = ceil_div(g->n, P.nc);
+  } else if (nthreads > 1 && ntasks % nthreads != 0 && ntasks < 16 * nthreads) {
+    int done = 0;
+    for (int64_t tm = P.tm + 1; !done && tm <= ceil_div(g->m, MR); tm++) {
+      int64_t mt = round_up(ceil_div(g->m, tm), MR), tm2 = ceil_div(g->m, mt);
+      if ((g->batch * tm2 * P.tn) % nthreads == 0)
+        P.mt = mt, P.tm = tm2, done = 1;
+    }
+    for (int64_t tn = P.tn + 1; !done && tn <= ceil_div(g->n, NR); tn++) {
+      int64_t nc = round_up(ceil_div(g->n, tn), NR), tn2 = ceil_div(g->n, nc);
+      if ((g->batch * P.tm * tn2) % nthreads == 0)
+        P.nc = nc, P.tn = tn2, done = 1;
+    }
   }
   P.mc = min64(P.mc, P.mt);
   P.ldcs = P.nc + 16; /* avoid power-of-two row strides in the C block */
@@ -717,6 +731,21 @@ static inline __m256d round_f16_pd(__m256d x) {
   return _mm256_blendv_pd(v, x, _mm256_castsi256_pd(special));
 }
 
+/* a*b + s by FMA with the NaN the scalar path's fma(a, b, s) gives (glibc:
+ * a's if a is NaN, else b's, else s's, else the default NaN of an invalid
+ * operation), whichever operand order the compiler picks for VFMADD (the
+ * hardware returns its first source operand's NaN). */
+static inline __m256d fma_nan_ordered(__m256d a, __m256d b, __m256d s) {
+  __m256d r = _mm256_fmadd_pd(a, b, s);
+  const __m256d nan = _mm256_cmp_pd(r, r, _CMP_UNORD_Q);
+  if (__builtin_expect(!_mm256_testz_pd(nan, nan), 0)) {
+    r = _mm256_blendv_pd(r, s, _mm256_cmp_pd(s, s, _CMP_UNORD_Q));
+    r = _mm256_blendv_pd(r, b, _mm256_cmp_pd(b, b, _CMP_UNORD_Q));
+    r = _mm256_blendv_pd(r, a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+  }
+  return r;
+}
+
 ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
   enum { RB = 4, CB = 8 };
   const int64_t m = g->m, n = g->n, k = g->k;
@@ -758,8 +787,8 @@ ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads) {
           const __m256d b1 = _mm256_load_pd(bd + p * n8 + j0 + 4);
           for (int r = 0; r < RB; r++) {
             const __m256d av = _mm256_broadcast_sd(ad + (i0 + r) * k + p);
-            s[r][0] = round_f16_pd(_mm256_fmadd_pd(av, b0, s[r][0]));
-            s[r][1] = round_f16_pd(_mm256_fmadd_pd(av, b1, s[r][1]));
+            s[r][0] = round_f16_pd(fma_nan_ordered(av, b0, s[r][0]));
+            s[r][1] = round_f16_pd(fma_nan_ordered(av, b1, s[r][1]));
           }
         }
         for (int r = 0; r < RB && i0 + r < m; r++) {

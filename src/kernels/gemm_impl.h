@@ -89,7 +89,8 @@ extern const ampc_gemm_ukernel ampc_gemm_uk_avx512bf16;
  * +-0 or finite with magnitude in [2^-56, 2^63) (bf16 A and B only; else 0):
  * then every product of two is exact and normal in FP32 and every partial
  * sum is a multiple of 2^-126, so no sum is subnormal and VDPBF16PS's
- * DAZ/FTZ changes nothing (gemm_avx2.c). */
+ * DAZ/FTZ changes nothing (gemm_avx2.c). The GEMM applies the same test
+ * per K slice while it packs; this whole-operand form is for tests. */
 int ampc_gemm_bf16dot_accepts(const ampc_gemm_args *g);
 
 /* Whether ampc_gemm runs bf16 x bf16 on VDPBF16PS: ampc_use_avx512bf16() and
