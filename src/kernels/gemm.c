@@ -277,6 +277,32 @@ void *ampc_gemm_workspace(size_t bytes) {
   return ws;
 }
 
+ampc_status ampc_acc16_workspace(int64_t mp, int64_t np, int64_t k, size_t es, ampc_acc16_ws *w) {
+  size_t na, nb, ns, bytes;
+  if (__builtin_mul_overflow((size_t)mp, (size_t)k, &na) ||
+      __builtin_mul_overflow((size_t)np, (size_t)k, &nb) ||
+      __builtin_mul_overflow((size_t)mp, (size_t)np, &ns) || __builtin_mul_overflow(na, es, &na) ||
+      __builtin_mul_overflow(nb, es, &nb) || __builtin_mul_overflow(ns, es, &ns) ||
+      __builtin_add_overflow(na, (size_t)63, &na) || __builtin_add_overflow(nb, (size_t)63, &nb) ||
+      __builtin_add_overflow(na & ~(size_t)63, nb & ~(size_t)63, &bytes) ||
+      __builtin_add_overflow(bytes, ns, &bytes))
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
+  char *ws = ampc_gemm_workspace(bytes);
+  if (!ws)
+    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
+  w->a = ws;
+  w->b = ws + (na & ~(size_t)63);
+  w->s = (char *)w->b + (nb & ~(size_t)63);
+  return AMPC_OK;
+}
+
+ampc_status ampc_acc16_nan_fallback(const ampc_gemm_args *g, const void *a, const void *b, void *c,
+                                    int nthreads) {
+  ampc_gemm_args one = *g;
+  one.a = a, one.b = b, one.c = c, one.batch = 1;
+  return ampc_gemm_acc16_avx2(&one, nthreads);
+}
+
 /* The FP16-accumulation ablation: s <- fp16(a*b + s) after every product.
  * op(A) and op(B)^T are widened to double once per matrix of the batch. */
 static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {

@@ -144,24 +144,11 @@ ampc_status ampc_gemm_acc16_avx512(const ampc_gemm_args *g, int nthreads) {
   const int64_t m8 = round_up(m, RB), n32 = round_up(n, CB);
   const int64_t nbi = m8 / RB, nbj = n32 / CB, nblk = nbi * nbj;
   /* floats: A packed (m8 x k, per 8-row panel p-major), B packed (per
-   * 32-column panel, k x 32), the running sums (m8 x n32); 64-byte aligned */
-  size_t na, nb, ns, bytes;
-  if (__builtin_mul_overflow((size_t)m8, (size_t)k, &na) ||
-      __builtin_mul_overflow((size_t)n32, (size_t)k, &nb) ||
-      __builtin_mul_overflow((size_t)m8, (size_t)n32, &ns) ||
-      __builtin_add_overflow(na, nb + 16, &bytes) ||
-      __builtin_add_overflow(bytes, ns + 16, &bytes) ||
-      __builtin_mul_overflow(bytes, sizeof(float), &bytes))
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
+   * 32-column panel, k x 32), the running sums (m8 x n32) */
   for (int64_t t = 0; t < g->batch; t++) {
-    /* fetched for each matrix: the fallback below may have grown it */
-    float *ws = ampc_gemm_workspace(bytes);
-    if (!ws)
-      return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes",
-                       bytes);
-    float *ad = ws;
-    float *bd = ad + ((na + 15) & ~(size_t)15);
-    float *sd = bd + ((nb + 15) & ~(size_t)15);
+    ampc_acc16_ws ws;
+    AMPC_TRY(ampc_acc16_workspace(m8, n32, k, sizeof(float), &ws));
+    float *ad = ws.a, *bd = ws.b, *sd = ws.s;
     const void *a = (const char *)g->a + 2 * t * g->stride_a;
     const void *b = (const char *)g->b + 2 * t * g->stride_b;
     void *c = (char *)g->c + t * g->stride_c * (int64_t)ampc_dtype_size(g->cdt);
@@ -239,15 +226,8 @@ ampc_status ampc_gemm_acc16_avx512(const ampc_gemm_args *g, int nthreads) {
           epilogue(g, c, (blk / nbj) * RB, (blk % nbj) * CB, sd + blk * RB * CB);
       }
     }
-    if (nan_in) { /* which NaN a sum ends with follows the FMA's operand order
-                     (a, b, then s), which the separate product and sum here
-                     do not reproduce: the AVX2 path does, for this matrix */
-      ampc_gemm_args one = *g;
-      one.a = a, one.b = b, one.c = c, one.batch = 1;
-      const ampc_status st = ampc_gemm_acc16_avx2(&one, nthreads);
-      if (st != AMPC_OK)
-        return st;
-    }
+    if (nan_in) /* which NaN a sum ends with follows the FMA's operand order */
+      AMPC_TRY(ampc_acc16_nan_fallback(g, a, b, c, nthreads));
   }
   return AMPC_OK;
 }

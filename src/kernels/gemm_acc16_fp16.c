@@ -127,24 +127,11 @@ ampc_status ampc_gemm_acc16_fp16(const ampc_gemm_args *g, int nthreads) {
   const int64_t m8 = round_up(m, RB), n64 = round_up(n, CB);
   const int64_t nbi = m8 / RB, nbj = n64 / CB, nblk = nbi * nbj;
   /* halves: A packed (m8 x k, per 8-row panel p-major), B packed (per 64-
-   * column panel, k x 64), the running sums (m8 x n64); all 64-byte aligned */
-  size_t na, nb, ns, bytes;
-  if (__builtin_mul_overflow((size_t)m8, (size_t)k, &na) ||
-      __builtin_mul_overflow((size_t)n64, (size_t)k, &nb) ||
-      __builtin_mul_overflow((size_t)m8, (size_t)n64, &ns) ||
-      __builtin_add_overflow(na, nb + 32, &bytes) ||
-      __builtin_add_overflow(bytes, ns + 32, &bytes) ||
-      __builtin_mul_overflow(bytes, sizeof(uint16_t), &bytes))
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
+   * column panel, k x 64), the running sums (m8 x n64) */
   for (int64_t t = 0; t < g->batch; t++) {
-    /* fetched for each matrix: the fallback below may have grown it */
-    uint16_t *ws = ampc_gemm_workspace(bytes);
-    if (!ws)
-      return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes",
-                       bytes);
-    uint16_t *ad = ws;
-    uint16_t *bd = ad + ((na + 31) & ~(size_t)31);
-    uint16_t *sd = bd + ((nb + 31) & ~(size_t)31);
+    ampc_acc16_ws w;
+    AMPC_TRY(ampc_acc16_workspace(m8, n64, k, sizeof(uint16_t), &w));
+    uint16_t *ad = w.a, *bd = w.b, *sd = w.s;
     const void *a = (const char *)g->a + 2 * t * g->stride_a;
     const void *b = (const char *)g->b + 2 * t * g->stride_b;
     void *c = (char *)g->c + t * g->stride_c * (int64_t)ampc_dtype_size(g->cdt);
@@ -208,15 +195,8 @@ ampc_status ampc_gemm_acc16_fp16(const ampc_gemm_args *g, int nthreads) {
           epilogue(g, c, (blk / nbj) * RB, (blk % nbj) * CB, sd + blk * RB * CB);
       }
     }
-    if (nan_in) { /* which NaN a sum ends with: the scalar path's fma(a, b, s)
-                     order, which the AVX2 path reproduces and VFMADDPH's
-                     operand order (the compiler's choice) need not */
-      ampc_gemm_args one = *g;
-      one.a = a, one.b = b, one.c = c, one.batch = 1;
-      const ampc_status st = ampc_gemm_acc16_avx2(&one, nthreads);
-      if (st != AMPC_OK)
-        return st;
-    }
+    if (nan_in) /* which NaN a sum ends with: the scalar fma's order */
+      AMPC_TRY(ampc_acc16_nan_fallback(g, a, b, c, nthreads));
   }
   return AMPC_OK;
 }

@@ -857,21 +857,10 @@ ampc_status ampc_gemm_acc16_avx2_f16(const ampc_gemm_args *g, int nthreads) {
   const int64_t m = g->m, n = g->n, k = g->k;
   const int64_t mb = round_up(m, A16_RB), nb16 = round_up(n, A16_CB);
   const int64_t nbi = mb / A16_RB, nbj = nb16 / A16_CB, nblk = nbi * nbj;
-  size_t na, nbf, ns, bytes;
-  if (__builtin_mul_overflow((size_t)mb, (size_t)k, &na) ||
-      __builtin_mul_overflow((size_t)nb16, (size_t)k, &nbf) ||
-      __builtin_mul_overflow((size_t)mb, (size_t)nb16, &ns) ||
-      __builtin_add_overflow(na, nbf + 16, &bytes) ||
-      __builtin_add_overflow(bytes, ns + 16, &bytes) ||
-      __builtin_mul_overflow(bytes, sizeof(float), &bytes))
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
   for (int64_t t = 0; t < g->batch; t++) {
-    /* fetched for each matrix: the fallback below may have grown it */
-    float *ws = ampc_gemm_workspace(bytes);
-    if (!ws)
-      return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes",
-                       bytes);
-    float *ad = ws, *bd = ad + round16(na), *sd = bd + round16(nbf);
+    ampc_acc16_ws w;
+    AMPC_TRY(ampc_acc16_workspace(mb, nb16, k, sizeof(float), &w));
+    float *ad = w.a, *bd = w.b, *sd = w.s;
     const void *a = at(g->a, AMPC_F16, t * g->stride_a);
     const void *b = at(g->b, AMPC_F16, t * g->stride_b);
     void *c = (char *)g->c + t * g->stride_c * (int64_t)esz(g->cdt);
@@ -921,13 +910,8 @@ ampc_status ampc_gemm_acc16_avx2_f16(const ampc_gemm_args *g, int nthreads) {
         }
       }
     }
-    if (nan_in) { /* the NaN a sum ends with follows the FMA's operand order */
-      ampc_gemm_args one = *g;
-      one.a = a, one.b = b, one.c = c, one.batch = 1;
-      const ampc_status st = ampc_gemm_acc16_avx2(&one, nthreads);
-      if (st != AMPC_OK)
-        return st;
-    }
+    if (nan_in) /* the NaN a sum ends with follows the FMA's operand order */
+      AMPC_TRY(ampc_acc16_nan_fallback(g, a, b, c, nthreads));
   }
   return AMPC_OK;
 }

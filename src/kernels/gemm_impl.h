@@ -115,6 +115,24 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
 const ampc_gemm_ukernel *ampc_gemm_active_ukernel(void);
 void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
 
+/* The vector FP16-accumulation paths' per-matrix workspace (gemm.c): A
+ * packed (mp x k elements of es bytes), B packed (np x k), the running sums
+ * (mp x np), each part starting 64-byte aligned, in the calling thread's
+ * ampc_gemm_workspace. Fetch it again for each matrix of a batch (the NaN
+ * fallback may grow the workspace). AMPC_ERR_NOMEM when it overflows or
+ * cannot be allocated. */
+typedef struct ampc_acc16_ws {
+  void *a, *b, *s;
+} ampc_acc16_ws;
+ampc_status ampc_acc16_workspace(int64_t mp, int64_t np, int64_t k, size_t es, ampc_acc16_ws *w);
+
+/* One matrix (a, b, c: its operands and C) of g on the AVX2 double path,
+ * whose NaN is the scalar path's: what the binary16 vector paths do with a
+ * matrix that has a NaN operand (their separate product and sum, or the
+ * compiler's VFMADD operand order, would keep another NaN). */
+ampc_status ampc_acc16_nan_fallback(const ampc_gemm_args *g, const void *a, const void *b, void *c,
+                                    int nthreads);
+
 /* The FP16-accumulation ablation, AVX2 (bit-identical to the scalar path in
  * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
 ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads);
