@@ -8,6 +8,7 @@ count: an ampc step's GEMM FLOPs over its median time, as a fraction of the
 peak at its thread count (the issue's "step at >= 70 % of the FMA peak";
 PyTorch's steps do the same GEMM FLOPs on the same models)."""
 import json
+import os
 import statistics
 import sys
 
@@ -25,7 +26,7 @@ def main(path, peak_path=None):
     for o in runs:
         e = by.setdefault(o["precision"], {"ms": [], "rss": [], "setting": o["setting"],
                                            "fw": o["framework"],
-                                           "threads": o.get("threads", 1 if o["setting"] == "1" else 2)})
+                                           "threads": o.get("threads", 1 if o["setting"] == "1" else os.cpu_count())})
         e["ms"] += o["ms_steps"]
         e["rss"].append(o["peak_rss_bytes"])
     model, batch = runs[0]["model"], runs[0]["batch"]

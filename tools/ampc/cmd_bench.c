@@ -36,13 +36,14 @@ static const char k_usage[] =
     "  bf16       ampc, bf16 x bf16 -> f32, FP32 accumulation\n"
     "  f16-out    ampc, f16 x f16 -> f16, FP32 accumulation\n"
     "  f16-acc16  ampc, f16 x f16 -> f32, FP16 accumulation (the ablation)\n"
-    "and first this machine's FMA peak (12 independent FMA chains per thread):\n"
-    "FP32 with ampc's vector width, VFMADDPH on CPUs with AVX512-FP16 and\n"
-    "VDPBF16PS where bf16 products run on it (AVX512-BF16); the table's last\n"
-    "columns are f16 over the FP32 peak, bf16 over VDPBF16PS's (else FP32's),\n"
-    "f16-acc16 over VFMADDPH's. The header names each mode's path.\n"
     "on square 256..2048 and the training shapes of mm-tiny (M = 8192 tokens;\n"
     "forward NN products and the transposed weight-gradient products, TN).\n"
+    "First this machine's FMA peak (12 independent FMA chains per thread): FP32\n"
+    "with ampc's vector width, VFMADDPH on CPUs with AVX512-FP16 and VDPBF16PS\n"
+    "where bf16 products run on it (AVX512-BF16); 0.0 (none) where the CPU has\n"
+    "no such path. The header line names each mode's path; the table's last\n"
+    "columns are f16 over the FP32 peak, bf16 over VDPBF16PS's (else FP32's)\n"
+    "and f16-acc16 over VFMADDPH's (- without one).\n"
     "\n"
     "--device cuda: the same on GPU 0 through cuBLASLt (TFLOP/s; C = A B^T, the\n"
     "layout FP8 needs, for every mode): f16 and bf16 (16-bit in and out, FP32\n"
@@ -58,9 +59,11 @@ static const char k_usage[] =
     "  --threads N  only N threads (default: 1 and all cores)\n"
     "  --reps R     repetitions, 1..101 (default 5)\n"
     "  --quick      only the small shapes (a smoke run)\n"
-    "  --json       print {\"results\":[{\"m\":..,\"n\":..,\"k\":..,\"op\":\"NN\",\n"
-    "               \"dtype\":\"f16\",\"acc\":\"f32\",\"out\":\"f32\",\"threads\":..,\n"
-    "               \"gflops\":..,\"ratio_vs_sgemm\":..}, ...]}\n"
+    "  --json       print {\"gemm_isa\",\"bf16_path\",\"acc16_path\",\"f32_path\",\n"
+    "               \"openblas_core\",\"fma_peak\":[{\"threads\",\"f32_gflops\",\n"
+    "               \"f16_gflops\",\"bf16_gflops\",..}],\"results\":[{\"m\",\"n\",\"k\",\n"
+    "               \"op\",\"mode\",\"dtype\",\"acc\",\"out\",\"threads\",\"gflops\",\n"
+    "               \"ratio_vs_sgemm\",\"peak_gflops\",\"ratio_vs_peak\"},..]}\n"
     "\n"
     "bench step: whole training steps as `ampc train` runs them (zero_grad,\n"
     "forward + backward seeded with the loss scale, the trainer's step: unscale,\n"
@@ -71,6 +74,7 @@ static const char k_usage[] =
     "10 classes (vit-ref: 821,642 parameters), the image-text ones the data's.\n"
     "  --model M      vit-ref (default), mm-tiny, mm-small (the 32x32x3 models)\n"
     "  --precision P  32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
+    "                 | fp8-mixed\n"
     "                 (16-true: AdamW's default eps 1e-8 is 0 in binary16, so its\n"
     "                 loss turns NaN after a step or two; it times the arithmetic)\n"
     "  --batch B      batch size, 2..4096 (default 128)\n"
@@ -294,12 +298,18 @@ static int run_gemm(int argc, char **argv) {
         }
       } else {
         const double pkb = peak[ti].bf16_gflops > 0 ? peak[ti].bf16_gflops : peak[ti].f32_gflops;
+        char r16[16] = "-", rb[16] = "-", ra[16] = "-"; /* "-": no such peak here */
+        if (peak[ti].f32_gflops > 0)
+          snprintf(r16, sizeof r16, "%.2f", gf[2] / peak[ti].f32_gflops);
+        if (pkb > 0)
+          snprintf(rb, sizeof rb, "%.2f", gf[3] / pkb);
+        if (peak[ti].f16_gflops > 0)
+          snprintf(ra, sizeof ra, "%.2f", gf[5] / peak[ti].f16_gflops);
         printf("| %lld | %lld | %lld | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | "
-               "%.2f | %.2f | %.2f | %.2f | %.2f |\n",
+               "%.2f | %.2f | %s | %s | %s |\n",
                (long long)sh->m, (long long)sh->n, (long long)sh->k, op, threads[ti], gf[0], gf[1],
-               gf[2], gf[3], gf[4], gf[5], gf[1] / gf[0], gf[2] / gf[0], gf[3] / gf[0],
-               peak[ti].f32_gflops > 0 ? gf[2] / peak[ti].f32_gflops : 0, pkb > 0 ? gf[3] / pkb : 0,
-               peak[ti].f16_gflops > 0 ? gf[5] / peak[ti].f16_gflops : 0);
+               gf[2], gf[3], gf[4], gf[5], gf[1] / gf[0], gf[2] / gf[0], gf[3] / gf[0], r16, rb,
+               ra);
         fflush(stdout);
       }
     }
