@@ -493,6 +493,24 @@ static uint16_t f16_of_kind(int kind) {
   return h;
 }
 
+/* The FP16-accumulation paths this CPU runs, the scalar reference first;
+ * returns how many (at most 5). verbose: say which are not checked here. */
+static int acc16_paths(ampc_acc16_path paths[5], int verbose) {
+  int np = 0;
+  paths[np++] = AMPC_ACC16_SCALAR;
+  if (ampc_use_avx2())
+    paths[np++] = AMPC_ACC16_AVX2, paths[np++] = AMPC_ACC16_AVX2_F16;
+  if (ampc_use_avx512())
+    paths[np++] = AMPC_ACC16_AVX512;
+  else if (verbose)
+    print_message("(no AVX-512 on this CPU: the round-to-odd path is not checked here)\n");
+  if (ampc_use_avx512fp16())
+    paths[np++] = AMPC_ACC16_FP16;
+  else if (verbose)
+    print_message("(no AVX512-FP16 on this CPU: the VFMADDPH path is not checked here)\n");
+  return np;
+}
+
 /* The FP16-accumulation paths give the same bits: the scalar reference, the
  * AVX2 one and, on CPUs with AVX512-FP16, VFMADDPH: every tail of the 8 x 64
  * block, both transposes, K from 1 to past the 2048 stall, alpha/beta and
@@ -502,18 +520,8 @@ static void test_acc16_paths_bit_identical(void **state) {
   static const int64_t shapes[][3] = {{1, 1, 1},    {3, 5, 7},      {8, 64, 16},
                                       {9, 65, 33},  {7, 63, 2},     {16, 128, 5},
                                       {2, 3, 4099}, {17, 130, 300}, {1, 200, 65}};
-  ampc_acc16_path paths[5] = {AMPC_ACC16_SCALAR};
-  int np = 1;
-  if (ampc_use_avx2())
-    paths[np++] = AMPC_ACC16_AVX2, paths[np++] = AMPC_ACC16_AVX2_F16;
-  if (ampc_use_avx512())
-    paths[np++] = AMPC_ACC16_AVX512;
-  else
-    print_message("(no AVX-512 on this CPU: the round-to-odd path is not checked here)\n");
-  if (ampc_use_avx512fp16())
-    paths[np++] = AMPC_ACC16_FP16;
-  else
-    print_message("(no AVX512-FP16 on this CPU: the VFMADDPH path is not checked here)\n");
+  ampc_acc16_path paths[5];
+  const int np = acc16_paths(paths, 1);
   int64_t cases = 0;
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
     for (int kind = 0; kind < 6; kind++)
@@ -572,14 +580,8 @@ static void test_acc16_paths_bit_identical(void **state) {
  * both signs, and the exact tie (2049: to even, 2048). */
 static void test_acc16_near_tie(void **state) {
   (void)state;
-  ampc_acc16_path paths[5] = {AMPC_ACC16_SCALAR};
-  int np = 1;
-  if (ampc_use_avx2())
-    paths[np++] = AMPC_ACC16_AVX2, paths[np++] = AMPC_ACC16_AVX2_F16;
-  if (ampc_use_avx512())
-    paths[np++] = AMPC_ACC16_AVX512;
-  if (ampc_use_avx512fp16())
-    paths[np++] = AMPC_ACC16_FP16;
+  ampc_acc16_path paths[5];
+  const int np = acc16_paths(paths, 0);
   /* row i of A (1 x 2) times column i of B: 4 cases on the diagonal */
   const float a[4][2] = {{2050.0f, -(1.0f + 0x1p-10f)},
                          {-2050.0f, (1.0f + 0x1p-10f)},

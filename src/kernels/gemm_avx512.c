@@ -71,21 +71,46 @@ enum { MR = 12, NR = 32 };
     b += NR;                                                                                       \
   }
 
+/* The tile's 12 rows into the FP32 block (STORE_TILE) or, in the fused
+ * variants, straight into C with the rows and columns past an edge masked
+ * (OUT_TILE); both kernels (FMA and VDPBF16PS) end with one of these. */
+#define STORE_TILE()                                                                               \
+  ROW_STORE(0);                                                                                    \
+  ROW_STORE(1);                                                                                    \
+  ROW_STORE(2);                                                                                    \
+  ROW_STORE(3);                                                                                    \
+  ROW_STORE(4);                                                                                    \
+  ROW_STORE(5);                                                                                    \
+  ROW_STORE(6);                                                                                    \
+  ROW_STORE(7);                                                                                    \
+  ROW_STORE(8);                                                                                    \
+  ROW_STORE(9);                                                                                    \
+  ROW_STORE(10);                                                                                   \
+  ROW_STORE(11)
+#define OUT_TILE()                                                                                 \
+  const int64_t es = o->dt == AMPC_F32 ? 4 : 2;                                                    \
+  const int cols = o->cols;                                                                        \
+  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);            \
+  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xFFFF                                             \
+                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1u)                         \
+                                   : (__mmask16)0;                                                 \
+  ROW_OUT(0);                                                                                      \
+  ROW_OUT(1);                                                                                      \
+  ROW_OUT(2);                                                                                      \
+  ROW_OUT(3);                                                                                      \
+  ROW_OUT(4);                                                                                      \
+  ROW_OUT(5);                                                                                      \
+  ROW_OUT(6);                                                                                      \
+  ROW_OUT(7);                                                                                      \
+  ROW_OUT(8);                                                                                      \
+  ROW_OUT(9);                                                                                      \
+  ROW_OUT(10);                                                                                     \
+  ROW_OUT(11)
+
 static void kernel_12x32(int64_t kc, const float *restrict a, const float *restrict b,
                          float *restrict c, int64_t ldc, int accumulate) {
   KERNEL_LOOP()
-  ROW_STORE(0);
-  ROW_STORE(1);
-  ROW_STORE(2);
-  ROW_STORE(3);
-  ROW_STORE(4);
-  ROW_STORE(5);
-  ROW_STORE(6);
-  ROW_STORE(7);
-  ROW_STORE(8);
-  ROW_STORE(9);
-  ROW_STORE(10);
-  ROW_STORE(11);
+  STORE_TILE();
 }
 
 /* Row r of the fused variant: add the earlier slices' sums, then the output stage. */
@@ -106,24 +131,7 @@ static void kernel_12x32_out(int64_t kc, const float *restrict a, const float *r
                              const float *cs, int64_t ldcs, int accumulate,
                              const ampc_gemm_out *o) {
   KERNEL_LOOP()
-  const int64_t es = o->dt == AMPC_F32 ? 4 : 2;
-  const int cols = o->cols;
-  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
-  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xFFFF
-                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1u)
-                                   : (__mmask16)0;
-  ROW_OUT(0);
-  ROW_OUT(1);
-  ROW_OUT(2);
-  ROW_OUT(3);
-  ROW_OUT(4);
-  ROW_OUT(5);
-  ROW_OUT(6);
-  ROW_OUT(7);
-  ROW_OUT(8);
-  ROW_OUT(9);
-  ROW_OUT(10);
-  ROW_OUT(11);
+  OUT_TILE();
 }
 
 /* ---- bfloat16 operands on VDPBF16PS (AVX512-BF16) ------------------------- */
@@ -172,44 +180,18 @@ static void kernel_12x32_out(int64_t kc, const float *restrict a, const float *r
 static void kernel_12x32_dp(int64_t kc, const float *restrict a_, const float *restrict b_,
                             float *restrict c, int64_t ldc, int accumulate) {
   KERNEL_LOOP_DP()
-  ROW_STORE(0);
-  ROW_STORE(1);
-  ROW_STORE(2);
-  ROW_STORE(3);
-  ROW_STORE(4);
-  ROW_STORE(5);
-  ROW_STORE(6);
-  ROW_STORE(7);
-  ROW_STORE(8);
-  ROW_STORE(9);
-  ROW_STORE(10);
-  ROW_STORE(11);
+  STORE_TILE();
 }
 
 static void kernel_12x32_dp_out(int64_t kc, const float *restrict a_, const float *restrict b_,
                                 const float *cs, int64_t ldcs, int accumulate,
                                 const ampc_gemm_out *o) {
   KERNEL_LOOP_DP()
-  const int64_t es = o->dt == AMPC_F32 ? 4 : 2;
-  const int cols = o->cols;
-  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
-  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xFFFF
-                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1u)
-                                   : (__mmask16)0;
-  ROW_OUT(0);
-  ROW_OUT(1);
-  ROW_OUT(2);
-  ROW_OUT(3);
-  ROW_OUT(4);
-  ROW_OUT(5);
-  ROW_OUT(6);
-  ROW_OUT(7);
-  ROW_OUT(8);
-  ROW_OUT(9);
-  ROW_OUT(10);
-  ROW_OUT(11);
+  OUT_TILE();
 }
 #undef KERNEL_LOOP_DP
+#undef STORE_TILE
+#undef OUT_TILE
 #undef ROW_DP
 #undef ROW_OUT
 #undef KERNEL_LOOP
