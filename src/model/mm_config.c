@@ -1,6 +1,6 @@
 /*
  * src/model/mm_config.c: the multimodal model's named configurations
- * (mm-tiny, mm-small, mm-micro, vit-ref, vit-fm) and its parameter specs
+ * (mm-tiny, mm-small, mm-base, mm-micro, vit-ref, vit-fm) and its parameter specs
  * (PyTorch-style names, shapes, branches, initialisations). The model itself
  * is described in src/model/mm.c.
  */
@@ -47,6 +47,9 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
   if (strcmp(name, "mm-tiny") == 0) {
   } else if (strcmp(name, "mm-small") == 0) {
     c.dim = 192, c.heads = 6, c.mlp = 768, c.v_depth = 6, c.t_depth = 4, c.f_depth = 2;
+  } else if (strcmp(name, "mm-base") == 0) { /* the GPU-sized model (issue 17): 59 M parameters */
+    c.dim = 512, c.heads = 8, c.mlp = 2048, c.v_depth = 8, c.t_depth = 8, c.f_depth = 2;
+    c.embed = 256;
   } else if (strcmp(name, "vit-ref") == 0) { /* ViT on 32x32x3, patch 8 (issue 8's reference) */
     c.patch = 8, c.image_only = true;
   } else if (strcmp(name, "vit-fm") == 0) { /* the same encoder on Fashion-MNIST's 28x28x1 */
@@ -58,8 +61,8 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
     c.embed = 8;
   } else {
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "unknown model '%s' (available: mm-tiny, mm-small, mm-micro, vit-ref, "
-                     "vit-fm, vit-micro)",
+                     "unknown model '%s' (available: mm-tiny, mm-small, mm-base, mm-micro, "
+                     "vit-ref, vit-fm, vit-micro)",
                      name);
   }
   snprintf(c.name, sizeof c.name, "%s", name);

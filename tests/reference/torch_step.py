@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch training steps of ampc's vit-ref and mm-tiny (issue 8's speed
-baseline): the same shapes and parameter counts as src/model/mm.c (the
+"""PyTorch training steps of ampc's vit-ref, mm-tiny and mm-base (issue 8's
+speed baseline; mm-base is issue 17's GPU-sized model): the same shapes and parameter counts as src/model/mm.c (the
 definitions of mm_reference.py as torch.nn modules, float32), AdamW (lr 1e-3,
 weight decay 0.01 on the matrices only, as ampc), one fixed batch.
 
@@ -18,7 +18,9 @@ groups; vit-ref gets 10 classes as ampc's bench): speed does not depend on the
 values. --dump FILE writes the first step's activations, activation
 gradients and parameter gradients (tools/python/ampc_dump.py) for `ampc
 inspect`. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
-2,113,931) and exits non-zero when they differ from ampc's.
+2,113,931; mm-base 59,050,507) and exits non-zero when they differ from
+ampc's; with --ampc PATH it also asks that binary (`ampc memory --model M
+--json`) instead of trusting the numbers written here.
 
 Debian's python3-torch (1.13): run with /usr/bin/python3. Thread settings are
 the caller's (bench/step/run.sh measures torch.set_num_threads 1 and 2 and
@@ -46,9 +48,12 @@ CONFIGS = {
                     f_depth=0, embed=64, classes=10, image_only=True),
     "mm-tiny": dict(img=32, patch=4, channels=3, dim=128, heads=4, mlp=512, v_depth=4, t_depth=3,
                     f_depth=1, embed=64, classes=9, image_only=False),
+    # the GPU-sized model (issue 17)
+    "mm-base": dict(img=32, patch=4, channels=3, dim=512, heads=8, mlp=2048, v_depth=8, t_depth=8,
+                    f_depth=2, embed=256, classes=9, image_only=False),
 }
 VOCAB, SEQ_LEN = 3840, 24
-EXPECTED = {"vit-ref": 821642, "mm-tiny": 2113931}
+EXPECTED = {"vit-ref": 821642, "mm-tiny": 2113931, "mm-base": 59050507}
 
 
 class Block(nn.Module):
@@ -203,6 +208,7 @@ def main(argv):
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: as is)")
     ap.add_argument("--dim", type=int, default=0, help="override the width (MLP = 4 dim)")
     ap.add_argument("--check", action="store_true", help="parameter counts only")
+    ap.add_argument("--ampc", metavar="PATH", help="with --check: the ampc binary to ask")
     ap.add_argument("--dump", metavar="FILE",
                     help="write the first step's activations and gradients to FILE with "
                          "tools/python/ampc_dump.py (for ampc inspect)")
@@ -211,8 +217,16 @@ def main(argv):
         ok = True
         for name in sorted(CONFIGS):
             n = sum(p.numel() for p in Model(CONFIGS[name]).parameters())
-            print(f"{name}: {n} parameters (ampc: {EXPECTED[name]})")
-            ok = ok and n == EXPECTED[name]
+            want = EXPECTED[name]
+            if a.ampc:
+                import subprocess
+                out = subprocess.run([a.ampc, "memory", "--model", name, "--classes",
+                                      str(CONFIGS[name]["classes"]), "--json"],
+                                     check=True, capture_output=True, text=True).stdout
+                want = json.loads(out)["params"]
+                ok = ok and want == EXPECTED[name]
+            print(f"{name}: {n} parameters (ampc: {want})")
+            ok = ok and n == want
         return 0 if ok else 1
     if a.threads > 0:
         torch.set_num_threads(a.threads)

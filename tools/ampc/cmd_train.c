@@ -27,11 +27,12 @@ static const char k_usage[] =
     "Usage: ampc train [options]\n"
     "\n"
     "Train a model with mixed precision. Models: --model mm-tiny (default), mm-small,\n"
-    "mm-micro: the multimodal image-text model (ViT vision encoder, text encoder,\n"
-    "cross-attention fusion; loss w_itc InfoNCE + w_itm matching BCE + w_cls group\n"
-    "CE) on --data emoji (the bundled emoji pairs; default) or a file from `ampc\n"
-    "data emoji`; --model vit-ref, vit-fm: image-only ViTs (vit-fm: the default for\n"
-    "--data fashion-mnist); --model mlp: an MLP on synthetic Gaussian blobs.\n"
+    "mm-base (59 M parameters), mm-micro: the multimodal image-text model (ViT\n"
+    "vision encoder, text encoder, cross-attention fusion; loss w_itc InfoNCE +\n"
+    "w_itm matching BCE + w_cls group CE) on --data emoji (the bundled emoji\n"
+    "pairs; default) or a file from `ampc data emoji`; --model vit-ref, vit-fm:\n"
+    "image-only ViTs (vit-fm: the default for --data fashion-mnist); --model mlp:\n"
+    "an MLP on synthetic Gaussian blobs.\n"
     "\n"
     "Precision (presets as PyTorch Lightning's precision=):\n"
     "  --precision P        32-true | 16-mixed | bf16-mixed | 16-true | bf16-true |\n"
@@ -384,7 +385,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       if (!ampc_model_known(v)) /* the library's list of models */
         rc = cli_usage_error("train",
                              "--model: unknown model '%s' (available: mm-tiny, mm-small, "
-                             "mm-micro, vit-ref, vit-fm, vit-micro, mlp)",
+                             "mm-base, mm-micro, vit-ref, vit-fm, vit-micro, mlp)",
                              v);
       a->model = v;
     } else
