@@ -48,7 +48,7 @@ hdr_layer() {
   report.h | plot.h) echo report ;;
   engine.h | train.h) echo train ;;
   dist.h) echo dist ;;
-  cuda.h) echo cuda ;;
+  cuda.h | cuda_nn.h) echo cuda ;;
   ampc.h) echo top ;;
   *) echo unknown ;;
   esac
@@ -70,7 +70,7 @@ arrow() {
 }
 
 # ---- 1. includes --------------------------------------------------------------------
-for f in $(cd "$src" && find src include/ampc -name '*.[ch]' | sort); do
+for f in $(cd "$src" && find src include/ampc -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort); do
   case "$f" in
   include/ampc/*) l=$(hdr_layer "${f#include/ampc/}") ;;
   *) l=$(echo "$f" | cut -d/ -f2) ;;

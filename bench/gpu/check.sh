@@ -4,12 +4,13 @@
 #   1. unpack the carried .debs (bench/gpu/fetch_debs.sh made .gpu-debs/),
 #   2. configure and build bench/gpu (ampc's formats, reference GEMM, CUDA
 #      backend, test_cuda_gemm, gpu_bench) for sm_90,
-#   3. run test_cuda_gemm (every mode against the double reference),
+#   3. run test_cuda_gemm (every mode against the double reference) and
+#      test_cuda_nn (the GPU's layers and optimizer against the CPU's; issue 17),
 #   4. gpu_bench gemm --device cuda --json (every mode, every shape), then
 #      PyTorch's torch.matmul / torch._scaled_mm on the same shapes,
 #   5. merge both into a markdown table (bench/gpu/table.py).
 # Results go to $OUT (the device tool brings it back): nvidia-smi.txt,
-# build.log, test_cuda_gemm.txt, ampc_gemm.json, torch_gemm.json,
+# build.log, test_cuda_gemm.txt, test_cuda_nn.txt, ampc_gemm.json, torch_gemm.json,
 # gemm_table.md. Exits non-zero if the build or a test fails.
 # Device call: run(command="sh bench/gpu/check.sh", carry=[".gpu-debs"], timeout_s=420)
 set -u
@@ -43,6 +44,11 @@ rc=0
 ./build-gpu/test_cuda_gemm >"$OUT/test_cuda_gemm.txt" 2>&1 || rc=$?
 cat "$OUT/test_cuda_gemm.txt"
 echo "check.sh: test_cuda_gemm exit $rc"
+rc_nn=0
+./build-gpu/test_cuda_nn >"$OUT/test_cuda_nn.txt" 2>&1 || rc_nn=$?
+cat "$OUT/test_cuda_nn.txt"
+echo "check.sh: test_cuda_nn exit $rc_nn"
+[ "$rc_nn" -eq 0 ] || rc=1
 if ./build-gpu/gpu_bench gemm --device cuda --json --reps 7 >"$OUT/ampc_gemm.json"; then
   PYTHONUNBUFFERED=1 python3 bench/gpu/torch_matmul.py "$OUT/ampc_gemm.json" --reps 7 \
     >"$OUT/torch_gemm.json" || echo "check.sh: torch_matmul.py failed"

@@ -10,6 +10,7 @@
 
 #include "ampc/amp.h"
 #include "ampc/cuda.h"
+#include "ampc/cuda_nn.h"
 #include "ampc/data.h"
 #include "ampc/diag.h"
 #include "ampc/dist.h"

@@ -140,6 +140,8 @@ struct ampc_cuda_ctx {
   void *workspace;
   size_t ws_bytes;
   cudaEvent_t ev0, ev1;
+  void *scratch[AMPC_CUDA_SCRATCH_SLOTS]; /* the layers' device scratch (cuda_nn.cu) */
+  size_t scratch_bytes[AMPC_CUDA_SCRATCH_SLOTS];
   plan_entry cache[CACHE_SIZE];
   int next_victim;
   int64_t queries;
@@ -247,6 +249,11 @@ void ampc_cuda_destroy(ampc_cuda_ctx *ctx) {
   if (ctx->stream)
     cudaStreamSynchronize(ctx->stream);
   cache_clear(ctx);
+  for (int i = 0; i < AMPC_CUDA_SCRATCH_SLOTS; i++)
+    if (ctx->scratch[i])
+      cudaFree(ctx->scratch[i]);
+  if (ampc_cuda_current() == ctx)
+    ampc_cuda_bind(NULL);
   if (ctx->ev0)
     cudaEventDestroy(ctx->ev0);
   if (ctx->ev1)
@@ -292,6 +299,43 @@ ampc_status ampc_cuda_create(int device, size_t workspace_bytes, ampc_cuda_ctx *
     return st;
   }
   *out = c;
+  return AMPC_OK;
+}
+
+/* ---- the layers' view of a context (cuda_impl.h, ampc/cuda_nn.h) -------- */
+
+static _Thread_local ampc_cuda_ctx *g_bound;
+
+ampc_cuda_ctx *ampc_cuda_bind(ampc_cuda_ctx *ctx) {
+  ampc_cuda_ctx *const before = g_bound;
+  g_bound = ctx;
+  return before;
+}
+
+ampc_cuda_ctx *ampc_cuda_current(void) { return g_bound; }
+
+void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx) { return ctx ? (void *)ctx->stream : NULL; }
+
+ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out) {
+  if (!ctx || !out || slot < 0 || slot >= AMPC_CUDA_SCRATCH_SLOTS)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_ctx_scratch: bad arguments");
+  if (ctx->scratch_bytes[slot] < bytes) {
+    CU(cudaSetDevice(ctx->device), "cudaSetDevice");
+    if (ctx->scratch[slot]) { /* kernels on the stream may still read the old one */
+      CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+      cudaFree(ctx->scratch[slot]);
+      ctx->scratch[slot] = NULL, ctx->scratch_bytes[slot] = 0;
+    }
+    const size_t want = bytes < 4096 ? 4096 : bytes + bytes / 4; /* room to grow */
+    cudaError_t e = cudaMalloc(&ctx->scratch[slot], want);
+    if (e != cudaSuccess) {
+      ctx->scratch[slot] = NULL;
+      (void)cudaGetLastError();
+      return cuda_fail(e, "cudaMalloc (layer scratch)");
+    }
+    ctx->scratch_bytes[slot] = want;
+  }
+  *out = ctx->scratch[slot];
   return AMPC_OK;
 }
 

@@ -14,6 +14,7 @@
 #define AMPC_CUDA_IMPL_H
 
 #include "ampc/cuda.h"
+#include "ampc/cuda_nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +62,19 @@ ampc_status ampc_cuda_load_cublaslt(size_t *version);
  * cuBLASLt's heuristic depends on the operands' alignment, so the plan cache
  * keys on it. */
 int ampc_cuda_align_class(const void *p);
+
+/* ---- what the layers (cuda_nn.cu, cuda_optim.cu) take from a context ---- */
+
+/* The context's stream (a cudaStream_t). */
+void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx);
+/* Device scratch owned by the context, one buffer per slot, at least `bytes`
+ * (grown on demand; a grown slot's old buffer is freed after the stream has
+ * finished with it). Contents undefined. Slots: 0 the round-stats counters;
+ * 1 the row layers' partial sums; 2 the gradient norm's; 3 the optimizer's
+ * swallowed-update counts; 4, 5, 6 a mixed GEMM's widened A, B, C; 7 the
+ * GEMM layers' FP32 buffers. Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
+#define AMPC_CUDA_SCRATCH_SLOTS 8
+ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out);
 
 /* ---- device kernels (cuda_kernels.cu; built with AMPC_CUDA) -------------- */
 #ifdef AMPC_HAVE_CUDA

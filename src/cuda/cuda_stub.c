@@ -1,7 +1,8 @@
 /*
- * src/cuda/cuda_stub.c: ampc/cuda.h in a build without CUDA (AMPC_CUDA=OFF,
+ * src/cuda/cuda_stub.c: ampc/cuda.h and ampc/cuda_nn.h in a build without CUDA (AMPC_CUDA=OFF,
  * or no nvcc): no devices, and every call says so.
  */
+#include "ampc/cuda_nn.h"
 #include "cuda/cuda_impl.h"
 #include "internal.h"
 
@@ -73,4 +74,172 @@ ampc_status ampc_cuda_load_cublaslt(size_t *version) {
   if (version)
     *version = 0;
   return no_cuda("ampc_cuda_load_cublaslt");
+}
+
+/* ---- ampc/cuda_nn.h ------------------------------------------------------ */
+
+static _Thread_local ampc_cuda_ctx *g_bound; /* always NULL: no context can exist */
+ampc_cuda_ctx *ampc_cuda_bind(ampc_cuda_ctx *ctx) {
+  ampc_cuda_ctx *const before = g_bound;
+  g_bound = ctx;
+  return before;
+}
+ampc_cuda_ctx *ampc_cuda_current(void) { return g_bound; }
+ampc_status ampc_cuda_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,
+                                  ampc_dtype bdt, void *y, ampc_dtype ydt,
+                                  ampc_round_stats *stats) {
+  (void)n, (void)a, (void)adt, (void)b, (void)bdt, (void)y, (void)ydt, (void)stats;
+  return no_cuda("ampc_cuda_add_forward");
+}
+ampc_status ampc_cuda_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
+                                   ampc_dtype ydt, ampc_round_stats *stats) {
+  (void)n, (void)x, (void)xdt, (void)y, (void)ydt, (void)stats;
+  return no_cuda("ampc_cuda_gelu_forward");
+}
+ampc_status ampc_cuda_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const void *x,
+                                    ampc_dtype xdt, void *dx) {
+  (void)n, (void)dy, (void)gdt, (void)x, (void)xdt, (void)dx;
+  return no_cuda("ampc_cuda_gelu_backward");
+}
+ampc_status ampc_cuda_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
+                                        const void *gamma, const void *beta, ampc_dtype wdt,
+                                        float eps, void *y, ampc_dtype ydt, float *mean,
+                                        float *rstd, ampc_round_stats *stats) {
+  (void)m, (void)d, (void)x, (void)xdt, (void)gamma, (void)beta, (void)wdt, (void)eps, (void)y,
+      (void)ydt, (void)mean, (void)rstd, (void)stats;
+  return no_cuda("ampc_cuda_layernorm_forward");
+}
+ampc_status ampc_cuda_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                         const void *x, ampc_dtype xdt, const void *gamma,
+                                         ampc_dtype wdt, const float *mean, const float *rstd,
+                                         void *dx, void *dgamma, void *dbeta, ampc_scratch *ws) {
+  (void)m, (void)d, (void)dy, (void)gdt, (void)x, (void)xdt, (void)gamma, (void)wdt, (void)mean,
+      (void)rstd, (void)dx, (void)dgamma, (void)dbeta, (void)ws;
+  return no_cuda("ampc_cuda_layernorm_backward");
+}
+ampc_status ampc_cuda_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype xdt,
+                                      float scale, const uint8_t *key_mask, int64_t rows_per_mask,
+                                      void *y, ampc_dtype ydt, ampc_round_stats *stats) {
+  (void)m, (void)n, (void)x, (void)xdt, (void)scale, (void)key_mask, (void)rows_per_mask, (void)y,
+      (void)ydt, (void)stats;
+  return no_cuda("ampc_cuda_softmax_forward");
+}
+ampc_status ampc_cuda_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dtype gdt,
+                                       const void *y, ampc_dtype ydt, float scale, void *dx) {
+  (void)m, (void)n, (void)dy, (void)gdt, (void)y, (void)ydt, (void)scale, (void)dx;
+  return no_cuda("ampc_cuda_softmax_backward");
+}
+ampc_status ampc_cuda_embedding_forward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                        int64_t vocab, const void *tok, const void *pos,
+                                        ampc_dtype wdt, void *y, ampc_dtype ydt,
+                                        ampc_round_stats *stats) {
+  (void)b, (void)t, (void)d, (void)ids, (void)vocab, (void)tok, (void)pos, (void)wdt, (void)y,
+      (void)ydt, (void)stats;
+  return no_cuda("ampc_cuda_embedding_forward");
+}
+ampc_status ampc_cuda_embedding_backward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                         int64_t vocab, const void *dy, ampc_dtype gdt, void *dtok,
+                                         void *dpos, ampc_round_stats *stats, ampc_scratch *ws) {
+  (void)b, (void)t, (void)d, (void)ids, (void)vocab, (void)dy, (void)gdt, (void)dtok, (void)dpos,
+      (void)stats, (void)ws;
+  return no_cuda("ampc_cuda_embedding_backward");
+}
+ampc_status ampc_cuda_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const void *patches,
+                                         ampc_dtype pdt, const void *cls, const void *pos,
+                                         ampc_dtype wdt, void *y, ampc_dtype ydt) {
+  (void)b, (void)np, (void)d, (void)patches, (void)pdt, (void)cls, (void)pos, (void)wdt, (void)y,
+      (void)ydt;
+  return no_cuda("ampc_cuda_vit_tokens_forward");
+}
+ampc_status ampc_cuda_vit_tokens_backward(int64_t b, int64_t np, int64_t d, const void *dy,
+                                          ampc_dtype gdt, void *dpatches, void *dcls, void *dpos) {
+  (void)b, (void)np, (void)d, (void)dy, (void)gdt, (void)dpatches, (void)dcls, (void)dpos;
+  return no_cuda("ampc_cuda_vit_tokens_backward");
+}
+ampc_status ampc_cuda_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtype gdt) {
+  (void)n, (void)v, (void)g, (void)gdt;
+  return no_cuda("ampc_cuda_grad_add_f32");
+}
+ampc_status ampc_cuda_mean_pool_forward(int64_t b, int64_t t, int64_t d, const void *x,
+                                        ampc_dtype xdt, const uint8_t *mask, void *y,
+                                        ampc_dtype ydt, ampc_round_stats *stats) {
+  (void)b, (void)t, (void)d, (void)x, (void)xdt, (void)mask, (void)y, (void)ydt, (void)stats;
+  return no_cuda("ampc_cuda_mean_pool_forward");
+}
+ampc_status ampc_cuda_mean_pool_backward(int64_t b, int64_t t, int64_t d, const void *dy,
+                                         ampc_dtype gdt, const uint8_t *mask, void *dx) {
+  (void)b, (void)t, (void)d, (void)dy, (void)gdt, (void)mask, (void)dx;
+  return no_cuda("ampc_cuda_mean_pool_backward");
+}
+ampc_status ampc_cuda_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt, float eps,
+                                     void *y, ampc_dtype ydt, ampc_round_stats *stats) {
+  (void)m, (void)d, (void)x, (void)xdt, (void)eps, (void)y, (void)ydt, (void)stats;
+  return no_cuda("ampc_cuda_l2norm_forward");
+}
+ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                      const void *x, ampc_dtype xdt, float eps, void *dx) {
+  (void)m, (void)d, (void)dy, (void)gdt, (void)x, (void)xdt, (void)eps, (void)dx;
+  return no_cuda("ampc_cuda_l2norm_backward");
+}
+ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n,
+                                           int64_t k, float alpha, const void *a, ampc_dtype a_dt,
+                                           int64_t lda, int64_t stride_a, const void *b,
+                                           ampc_dtype b_dt, int64_t ldb, int64_t stride_b,
+                                           float beta, void *c, ampc_dtype c_dt, int64_t ldc,
+                                           int64_t stride_c, int64_t batch, ampc_acc acc) {
+  (void)opa, (void)opb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)a_dt, (void)lda,
+      (void)stride_a, (void)b, (void)b_dt, (void)ldb, (void)stride_b, (void)beta, (void)c,
+      (void)c_dt, (void)ldc, (void)stride_c, (void)batch, (void)acc;
+  return no_cuda("ampc_cuda_gemm_strided_batched");
+}
+ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                     const void *w, ampc_dtype wdt, const void *b, void *y,
+                                     ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats) {
+  (void)m, (void)k, (void)n, (void)x, (void)xdt, (void)w, (void)wdt, (void)b, (void)y, (void)ydt,
+      (void)acc, (void)stats;
+  return no_cuda("ampc_cuda_linear_forward");
+}
+ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy,
+                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
+                                      ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
+                                      ampc_scratch *ws) {
+  (void)m, (void)k, (void)n, (void)dy, (void)gdt, (void)x, (void)xdt, (void)w, (void)wdt, (void)dx,
+      (void)dw, (void)db, (void)acc, (void)ws;
+  return no_cuda("ampc_cuda_linear_backward");
+}
+ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                        const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                        const void *v, int64_t ldv, ampc_dtype xdt,
+                                        const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                        void *probs, ampc_dtype pdt, void *out, int64_t ldo,
+                                        ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats) {
+  (void)b, (void)tq, (void)tk, (void)h, (void)dh, (void)q, (void)ldq, (void)k, (void)ldk, (void)v,
+      (void)ldv, (void)xdt, (void)key_mask, (void)scores, (void)sdt, (void)probs, (void)pdt,
+      (void)out, (void)ldo, (void)odt, (void)acc, (void)stats;
+  return no_cuda("ampc_cuda_attention_forward");
+}
+ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                         const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                         const void *v, int64_t ldv, ampc_dtype xdt,
+                                         const void *probs, ampc_dtype pdt, const void *dout,
+                                         int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq,
+                                         void *dk, int64_t lddk, void *dv, int64_t lddv,
+                                         ampc_acc acc, ampc_scratch *ws) {
+  (void)b, (void)tq, (void)tk, (void)h, (void)dh, (void)q, (void)ldq, (void)k, (void)ldk, (void)v,
+      (void)ldv, (void)xdt, (void)probs, (void)pdt, (void)dout, (void)lddo, (void)gdt, (void)dq,
+      (void)lddq, (void)dk, (void)lddk, (void)dv, (void)lddv, (void)acc, (void)ws;
+  return no_cuda("ampc_cuda_attention_backward");
+}
+ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                         int64_t *nonfinite, double *norm, ampc_scratch *ws) {
+  (void)g, (void)gdt, (void)n, (void)inv_scale, (void)nonfinite, (void)norm, (void)ws;
+  return no_cuda("ampc_cuda_grad_unscale_check");
+}
+ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c, int64_t t,
+                                      float lr, const float grad_mult[AMPC_BRANCH_COUNT],
+                                      float clip_coef, ampc_swallow_stats *sw, const void *grad,
+                                      ampc_dtype gdt) {
+  (void)P, (void)c, (void)t, (void)lr, (void)grad_mult, (void)clip_coef, (void)sw, (void)grad,
+      (void)gdt;
+  return no_cuda("ampc_cuda_optim_step_from");
 }

@@ -1,6 +1,7 @@
 /*
  * src/nn/gelu.c: GELU and exp of FP32 inputs in double (the method:
- * gelu_impl.h), the portable loops and the choice of path.
+ * gelu_impl.h; its scalar code: gelu_math.h), the portable loops and the
+ * choice of path.
  */
 #include "internal.h"
 
@@ -11,45 +12,10 @@
 #include "nn/gelu_impl.h"
 #include "numeric/convert_impl.h"
 
-/* exp(q) for q <= 0 (0 below AMPC_EXP_MIN; NaN stays NaN) */
-static inline double exp_nonpos(double q) {
-  const double t = fma(q, AMPC_LOG2E, AMPC_EXP_SHIFT);
-  const double n = t - AMPC_EXP_SHIFT;
-  double r = fma(-n, AMPC_LN2_HI, q);
-  r = fma(-n, AMPC_LN2_LO, r);
-  double p = k_exp_taylor[0];
-  for (int k = 1; k < 14; k++)
-    p = fma(p, r, k_exp_taylor[k]);
-  uint64_t tb;
-  memcpy(&tb, &t, sizeof tb);
-  const uint64_t sb = (tb << 52) + ((uint64_t)1023 << 52); /* 2^n, n in [-1022, 0] */
-  double s;
-  memcpy(&s, &sb, sizeof s);
-  const double e = p * s;
-  return q < AMPC_EXP_MIN ? 0.0 : e;
-}
-
-/* erfcx(u), 0 <= u <= AMPC_ERFCX_UMAX (larger u and NaN: clamped) */
-static inline double erfcx_series(double u) {
-  u = u < AMPC_ERFCX_UMAX ? u : AMPC_ERFCX_UMAX;
-  const double w = (u - AMPC_ERFCX_K) / (u + AMPC_ERFCX_K);
-  const double y = fma(w, AMPC_ERFCX_A, AMPC_ERFCX_A - 1.0);
-  const double y2 = y + y;
-  double b1 = 0.0, b2 = 0.0;
-  for (int j = AMPC_ERFCX_N - 1; j > 0; j--) {
-    const double b0 = fma(y2, b1, k_erfcx_cheb[j] - b2);
-    b2 = b1;
-    b1 = b0;
-  }
-  return fma(y, b1, k_erfcx_cheb[0] - b2);
-}
-
-/* gelu (bwd 0) or dgelu (bwd 1) of v in double, before the FP32 rounding */
+/* the scalar method (nn/gelu_math.h) on this file's tables */
+static inline double exp_nonpos(double q) { return ampc_exp_nonpos(q, k_exp_taylor); }
 static inline double gelu1(double v, int bwd) {
-  const double e = exp_nonpos((v * v) * -0.5);
-  const double h = 0.5 * (e * erfcx_series(fabs(v) * AMPC_GELU_INV_SQRT2));
-  const double phi = v < 0.0 ? h : 1.0 - h;
-  return bwd ? fma(v, e * AMPC_GELU_INV_SQRT2PI, phi) : v * phi;
+  return ampc_gelu1(v, bwd, k_exp_taylor, k_erfcx_cheb);
 }
 
 void ampc_gelu32_portable(const float *x, float *out, size_t n, int bwd) {

@@ -19,6 +19,7 @@
 
 #include "ampc/optim.h"
 #include "numeric/numeric.h"
+#include "optim/optim_impl.h"
 
 ampc_optim_config ampc_optim_adamw_defaults(void) {
   ampc_optim_config c = {.kind = AMPC_OPTIM_ADAMW,
@@ -130,19 +131,6 @@ uint16_t ampc_bf16_round_stochastic(float x, uint32_t r) {
    * (low 16 bits) / 2^16; the sign bit is never reached from a finite value */
   return (uint16_t)((b + (r & 0xFFFFu)) >> 16);
 }
-
-typedef struct {
-  const ampc_optim_config *c;
-  const void *grad; /* the gradients read (P->grad, or an FP32 sum) */
-  ampc_dtype gdt;   /* their dtype */
-  float lr, gm, clip;
-  /* AdamW */
-  float one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, decay_factor;
-  float lr_wd; /* lr * weight_decay in FP32: the decay's change for Kahan updates */
-  /* SGD */
-  bool first;
-  int64_t t; /* the step, for the stochastic rounding's bits */
-} step_consts;
 
 /*
  * AdamW on one tensor with FP32 state and FP32 weights being updated (an FP32
@@ -326,6 +314,46 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
   }
 }
 
+void ampc_optim_consts(const ampc_optim_config *c, int64_t t, float lr,
+                       const float grad_mult[AMPC_BRANCH_COUNT], float clip_coef, const void *grad,
+                       ampc_dtype gdt, step_consts kb[AMPC_BRANCH_COUNT], step_consts *base) {
+  step_consts k = {.c = c,
+                   .grad = grad,
+                   .gdt = gdt,
+                   .lr = lr,
+                   .gm = grad_mult[0],
+                   .clip = clip_coef,
+                   .first = t == 1,
+                   .t = t};
+  double bc1 = 1.0;
+  if (c->kind == AMPC_OPTIM_ADAMW) {
+    bc1 = 1.0 - pow((double)c->beta1, (double)t);
+    const double bc2 = 1.0 - pow((double)c->beta2, (double)t);
+    k.one_m_b1 = (float)(1.0 - (double)c->beta1);
+    k.b2 = c->beta2;
+    k.one_m_b2 = (float)(1.0 - (double)c->beta2);
+    k.bc2_sqrt = (float)sqrt(bc2);
+    k.eps = c->eps;
+  }
+  /* each branch's group: its learning rate and what follows from it */
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    kb[b] = k;
+    const double lr_b = c->branch_lr[b] > 0.0f && c->lr > 0.0f
+                            ? (double)lr * ((double)c->branch_lr[b] / (double)c->lr)
+                            : (double)lr;
+    kb[b].lr = (float)lr_b;
+    kb[b].step_size = (float)(lr_b / bc1);
+    kb[b].decay_factor = (float)(1.0 - lr_b * (double)c->weight_decay);
+    kb[b].lr_wd = (float)(lr_b * (double)c->weight_decay);
+    kb[b].gm = grad_mult[b];
+  }
+  /* no branch: the base group */
+  *base = kb[0];
+  base->lr = k.lr, base->step_size = (float)((double)lr / bc1), base->gm = grad_mult[0],
+  base->decay_factor = (float)(1.0 - (double)lr * (double)c->weight_decay),
+  base->lr_wd = (float)((double)lr * (double)c->weight_decay);
+}
+
 ampc_status ampc_optim_step(ampc_params *P, const ampc_optim_config *c, int64_t t, float lr,
                             float grad_mult, float clip_coef, ampc_swallow_stats *sw) {
   const float gm[AMPC_BRANCH_COUNT] = {grad_mult, grad_mult, grad_mult, grad_mult};
@@ -354,47 +382,15 @@ ampc_status ampc_optim_step_from(ampc_params *P, const ampc_optim_config *c, int
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_optim_step: Kahan updates need 16-bit weights without a master and "
                      "the compensation buffer (ampc_params_add_compensation)");
-  step_consts k = {.c = c,
-                   .grad = grad,
-                   .gdt = gdt,
-                   .lr = lr,
-                   .gm = grad_mult[0],
-                   .clip = clip_coef,
-                   .first = t == 1,
-                   .t = t};
-  double bc1 = 1.0;
-  if (c->kind == AMPC_OPTIM_ADAMW) {
-    bc1 = 1.0 - pow((double)c->beta1, (double)t);
-    const double bc2 = 1.0 - pow((double)c->beta2, (double)t);
-    k.one_m_b1 = (float)(1.0 - (double)c->beta1);
-    k.b2 = c->beta2;
-    k.one_m_b2 = (float)(1.0 - (double)c->beta2);
-    k.bc2_sqrt = (float)sqrt(bc2);
-    k.eps = c->eps;
-  }
-  /* each branch's group: its learning rate and what follows from it */
-  step_consts kb[AMPC_BRANCH_COUNT];
-  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
-    kb[b] = k;
-    const double lr_b = c->branch_lr[b] > 0.0f && c->lr > 0.0f
-                            ? (double)lr * ((double)c->branch_lr[b] / (double)c->lr)
-                            : (double)lr;
-    kb[b].lr = (float)lr_b;
-    kb[b].step_size = (float)(lr_b / bc1);
-    kb[b].decay_factor = (float)(1.0 - lr_b * (double)c->weight_decay);
-    kb[b].lr_wd = (float)(lr_b * (double)c->weight_decay);
-    kb[b].gm = grad_mult[b];
-  }
+  step_consts kb[AMPC_BRANCH_COUNT], k0;
+  ampc_optim_consts(c, t, lr, grad_mult, clip_coef, grad, gdt, kb, &k0);
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(dynamic, 1) if (P->numel > 65536)
   for (int i = 0; i < P->count; i++) {
     ampc_tally_adopt(tally);
-    step_consts ki = (unsigned)P->p[i].branch < AMPC_BRANCH_COUNT ? kb[P->p[i].branch] : kb[0];
-    if ((unsigned)P->p[i].branch >= AMPC_BRANCH_COUNT) /* no branch: the base group */
-      ki.lr = k.lr, ki.step_size = (float)((double)lr / bc1), ki.gm = grad_mult[0],
-      ki.decay_factor = (float)(1.0 - (double)lr * (double)c->weight_decay),
-      ki.lr_wd = (float)((double)lr * (double)c->weight_decay);
-    step_tensor(P, i, &ki, sw ? &sw[i] : NULL);
+    const step_consts *ki =
+        (unsigned)P->p[i].branch < AMPC_BRANCH_COUNT ? &kb[P->p[i].branch] : &k0;
+    step_tensor(P, i, ki, sw ? &sw[i] : NULL);
   }
   return AMPC_OK;
 }

@@ -1,0 +1,194 @@
+/*
+ * ampc/cuda_nn.h: the layers of ampc/nn.h and the gradient pass and
+ * optimizer step of ampc/amp.h and ampc/optim.h on an NVIDIA GPU (DESIGN.md
+ * 1: the CUDA layer sits beside these layers; the model and the training run
+ * call it).
+ *
+ * Every function here takes exactly the arguments of its CPU twin (named
+ * without the `cuda_`: ampc_cuda_layernorm_forward is ampc_layernorm_forward
+ * on the device), so a model can hold either set behind one table of function
+ * pointers. The differences:
+ *  - Tensor buffers (x, y, weights, gradients, mean/rstd, ids, masks, the
+ *    parameter table's role buffers) are device pointers (ampc_cuda_malloc).
+ *    `stats` (ampc_round_stats) stays a host pointer: when it is given, the
+ *    device counts what the store did (warp-reduced counters) and the call
+ *    waits for the stream to add the counts into *stats. Scalars returned
+ *    through pointers in ampc/amp.h (nonfinite, norm) are host pointers too
+ *    (the call waits).
+ *  - They run on the stream of the context bound to the calling thread
+ *    (ampc_cuda_bind), asynchronously unless stated. `ws` (ampc_scratch) is
+ *    ignored: device scratch comes from the context.
+ *  - The rounding telemetry's tally (ampc/tally.h) is not fed: only `stats`.
+ *
+ * Numerics (DESIGN.md 2): the same as the CPU's. Each kernel widens its
+ * inputs to FP32, computes in FP32 (the reductions the CPU does in double in
+ * double), and rounds each stored value once, round-to-nearest-even, with
+ * CUDA's conversion intrinsics (__float2half_rn, __float2bfloat16_rn). The
+ * CUDA files are compiled with --fmad=false, so a multiply and an add stay
+ * two roundings, as in the C code. What follows:
+ *  - element-wise ops (residual add, GELU and its derivative, the ViT token
+ *    add, the gradient add, masked mean pooling, the optimizer update and the
+ *    re-rounding of the working weights) give the CPU's bits: the same
+ *    operations in the same order (GELU: src/nn/gelu_math.h is compiled for
+ *    both; AdamW/SGD: the per-element code of src/optim/optim.c; the batch
+ *    and row sums of the ViT tokens, embeddings and pooling in the CPU's
+ *    order);
+ *  - row reductions (layer norm statistics in double, softmax sums in FP32,
+ *    the L2 norm, the gradient norm) run as trees across a warp or block, in
+ *    an order fixed by the launch shape (the same bits run to run), not the
+ *    CPU's sequential order: in double the difference almost never reaches
+ *    the FP32 result; softmax's FP32 row sums differ by a few ulps
+ *    (|error| <= n * 2^-24 relative either way).
+ * tests/test_cuda_nn.c checks each function against its CPU twin with these
+ * bounds (bit-equal where stated) on a GPU, and skips where there is none.
+ *
+ * Errors: those of the CPU twin for bad arguments (checked on the host before
+ * any launch; nothing is written), AMPC_ERR_INVALID_ARG when no context is
+ * bound, AMPC_ERR_DEVICE with CUDA's message when a launch fails,
+ * AMPC_ERR_UNSUPPORTED in a build without CUDA.
+ */
+#ifndef AMPC_CUDA_NN_H
+#define AMPC_CUDA_NN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ampc/amp.h"
+#include "ampc/cuda.h"
+#include "ampc/nn.h"
+#include "ampc/optim.h"
+#include "ampc/params.h"
+#include "ampc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bind ctx (NULL: none) to the calling thread for the functions below, as
+ * the CUDA runtime's current device; returns the context bound before. */
+ampc_cuda_ctx *ampc_cuda_bind(ampc_cuda_ctx *ctx);
+/* The context bound to the calling thread, or NULL. */
+ampc_cuda_ctx *ampc_cuda_current(void);
+
+/* ---- layers (ampc/nn.h; shapes, dtypes and semantics as there) ----------- */
+
+ampc_status ampc_cuda_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,
+                                  ampc_dtype bdt, void *y, ampc_dtype ydt, ampc_round_stats *stats);
+ampc_status ampc_cuda_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
+                                   ampc_dtype ydt, ampc_round_stats *stats);
+ampc_status ampc_cuda_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const void *x,
+                                    ampc_dtype xdt, void *dx);
+/* mean, rstd: device FP32 [m]. */
+ampc_status ampc_cuda_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
+                                        const void *gamma, const void *beta, ampc_dtype wdt,
+                                        float eps, void *y, ampc_dtype ydt, float *mean,
+                                        float *rstd, ampc_round_stats *stats);
+/* dgamma and dbeta: summed over rows in double, in blocks of 32 rows then
+ * block by block (the CPU's blocks; within a block a fixed order). */
+ampc_status ampc_cuda_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                         const void *x, ampc_dtype xdt, const void *gamma,
+                                         ampc_dtype wdt, const float *mean, const float *rstd,
+                                         void *dx, void *dgamma, void *dbeta, ampc_scratch *ws);
+/* key_mask: device uint8 [m / rows_per_mask, n], or NULL. */
+ampc_status ampc_cuda_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype xdt,
+                                      float scale, const uint8_t *key_mask, int64_t rows_per_mask,
+                                      void *y, ampc_dtype ydt, ampc_round_stats *stats);
+ampc_status ampc_cuda_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dtype gdt,
+                                       const void *y, ampc_dtype ydt, float scale, void *dx);
+/* ids: device int32 [b, t]. An id outside [0, vocab) is not checked on the
+ * device (it would cost a copy back): the caller's data loader checks ids. */
+ampc_status ampc_cuda_embedding_forward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                        int64_t vocab, const void *tok, const void *pos,
+                                        ampc_dtype wdt, void *y, ampc_dtype ydt,
+                                        ampc_round_stats *stats);
+/* Each id's rows summed in FP32 in row order (a stable counting sort on the
+ * device), then added to dtok with one rounding: the CPU's bits. */
+ampc_status ampc_cuda_embedding_backward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                         int64_t vocab, const void *dy, ampc_dtype gdt, void *dtok,
+                                         void *dpos, ampc_round_stats *stats, ampc_scratch *ws);
+ampc_status ampc_cuda_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const void *patches,
+                                         ampc_dtype pdt, const void *cls, const void *pos,
+                                         ampc_dtype wdt, void *y, ampc_dtype ydt);
+ampc_status ampc_cuda_vit_tokens_backward(int64_t b, int64_t np, int64_t d, const void *dy,
+                                          ampc_dtype gdt, void *dpatches, void *dcls, void *dpos);
+/* v: device FP32 [n]. */
+ampc_status ampc_cuda_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtype gdt);
+/* mask: device uint8 [b, t], or NULL. */
+ampc_status ampc_cuda_mean_pool_forward(int64_t b, int64_t t, int64_t d, const void *x,
+                                        ampc_dtype xdt, const uint8_t *mask, void *y,
+                                        ampc_dtype ydt, ampc_round_stats *stats);
+ampc_status ampc_cuda_mean_pool_backward(int64_t b, int64_t t, int64_t d, const void *dy,
+                                         ampc_dtype gdt, const uint8_t *mask, void *dx);
+ampc_status ampc_cuda_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt, float eps,
+                                     void *y, ampc_dtype ydt, ampc_round_stats *stats);
+ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                      const void *x, ampc_dtype xdt, float eps, void *dx);
+
+/* ---- GEMM-type layers (src/cuda/cuda_layers.cu) -------------------------- */
+
+/* ampc_gemm_strided_batched (ampc/gemm.h) on device buffers, any mix of F32,
+ * F16 and BF16 operands: two 16-bit operands of one dtype run on Tensor
+ * Cores with FP32 sums (cuBLASLt COMPUTE_32F); FP32 operands as FP32 SGEMM
+ * without TF32 (COMPUTE_32F_PEDANTIC); a mixed pair is widened to FP32 in
+ * device scratch (exact: the CPU widens while packing) and multiplied in
+ * FP32, and a 16-bit C of an FP32 product passes through an FP32 copy (one
+ * rounding). AMPC_ACC_F16 needs F16 A, B and C (COMPUTE_16F), else
+ * AMPC_ERR_UNSUPPORTED. Bound as the CPU's: |err| <= (K + 3) 2^-24 sum |ab|
+ * plus the output rounding. */
+ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n,
+                                           int64_t k, float alpha, const void *a, ampc_dtype a_dt,
+                                           int64_t lda, int64_t stride_a, const void *b,
+                                           ampc_dtype b_dt, int64_t ldb, int64_t stride_b,
+                                           float beta, void *c, ampc_dtype c_dt, int64_t ldc,
+                                           int64_t stride_c, int64_t batch, ampc_acc acc);
+/* The bias is laid into y rounded to y's dtype and added by the GEMM in FP32
+ * (beta = 1), as the CPU does; with stats through an FP32 copy. */
+ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                     const void *w, ampc_dtype wdt, const void *b, void *y,
+                                     ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats);
+/* db: each column summed in FP32 over the rows in order (the CPU's bits). */
+ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy,
+                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
+                                      ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
+                                      ampc_scratch *ws);
+/* One GEMM launch per head, batched over the samples; key_mask device. */
+ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                        const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                        const void *v, int64_t ldv, ampc_dtype xdt,
+                                        const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                        void *probs, ampc_dtype pdt, void *out, int64_t ldo,
+                                        ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats);
+/* dP and dS in FP32 as on the CPU; dq and dk formed in FP32 and rounded once. */
+ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                         const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                         const void *v, int64_t ldv, ampc_dtype xdt,
+                                         const void *probs, ampc_dtype pdt, const void *dout,
+                                         int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq,
+                                         void *dk, int64_t lddk, void *dv, int64_t lddv,
+                                         ampc_acc acc, ampc_scratch *ws);
+
+/* ---- the gradient pass and the optimizer (ampc/amp.h, ampc/optim.h) ------ */
+
+/* ampc_grad_unscale_check on device gradients g [n]: *nonfinite and *norm
+ * are host pointers (the call waits). The sum of squares is in double over
+ * the CPU's 4096-element chunks, each chunk a fixed tree, the chunks added in
+ * order: the same bits every run; against the CPU, |difference| <= 2^-50
+ * relative. */
+ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                         int64_t *nonfinite, double *norm, ampc_scratch *ws);
+
+/* ampc_optim_step_from on a parameter table whose role buffers (w, master,
+ * grad, m, v, comp) and `grad` are device buffers (the table's metadata,
+ * P->p, stays on the host). Every element's update is the CPU's arithmetic
+ * (AdamW and SGD, FP32 or 16-bit state, master or not, stochastic rounding,
+ * Kahan): the same bits. sw (host; NULL or P->count entries) makes the call
+ * wait. */
+ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c, int64_t t,
+                                      float lr, const float grad_mult[AMPC_BRANCH_COUNT],
+                                      float clip_coef, ampc_swallow_stats *sw, const void *grad,
+                                      ampc_dtype gdt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

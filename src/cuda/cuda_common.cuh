@@ -1,0 +1,196 @@
+/*
+ * src/cuda/cuda_common.cuh: what the CUDA layer files (cuda_nn.cu,
+ * cuda_optim.cu) share: element loads and stores in ampc's dtypes with
+ * CUDA's round-to-nearest-even intrinsics, the exact rounding counters of a
+ * store (ampc_round_stats on the device: warp-reduced, one atomic per warp),
+ * warp reductions, launch shapes, and the host-side argument checks and
+ * error mapping. Compiled with --fmad=false (CMakeLists.txt): no multiply-add
+ * is contracted into an fma the C code does not have.
+ */
+#ifndef AMPC_CUDA_COMMON_CUH
+#define AMPC_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "ampc/cuda_nn.h"
+#include "cuda/cuda_impl.h"
+
+namespace ampc_cu {
+
+/* ampc_dtype values (ampc/dtype.h) */
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+enum { THREADS = 256, WARPS = THREADS / 32 };
+
+__device__ __forceinline__ float ld(const void *p, int dt, int64_t i) {
+  switch (dt) {
+  case DT_F16: return __half2float(static_cast<const __half *>(p)[i]);
+  case DT_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+  default: return static_cast<const float *>(p)[i];
+  }
+}
+
+/* store v rounded to dt; returns the stored bits (F32: the float's bits) */
+__device__ __forceinline__ uint32_t st(void *p, int dt, int64_t i, float v) {
+  switch (dt) {
+  case DT_F16: {
+    const __half h = __float2half_rn(v);
+    static_cast<__half *>(p)[i] = h;
+    return __half_as_ushort(h);
+  }
+  case DT_BF16: {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    static_cast<__nv_bfloat16 *>(p)[i] = h;
+    return __bfloat16_as_ushort(h);
+  }
+  default: static_cast<float *>(p)[i] = v; return __float_as_uint(v);
+  }
+}
+
+/* v rounded to dt and widened back */
+__device__ __forceinline__ float rnd(float v, int dt) {
+  switch (dt) {
+  case DT_F16: return __half2float(__float2half_rn(v));
+  case DT_BF16: return __bfloat162float(__float2bfloat16_rn(v));
+  default: return v;
+  }
+}
+
+/* ampc_round_stats on the device (every counter 64-bit for the atomics) */
+struct dev_stats {
+  unsigned long long count, underflow, subnormal, overflow, inf, nan;
+  unsigned int max_abs_bits;
+};
+
+/* one thread's counts; flush() adds a warp's counts with one atomic each.
+ * Every lane of the warp must call flush (kernels that count have no early
+ * return before it). */
+struct lstats {
+  uint32_t n, uf, sub, of, inf, nan, maxb;
+  __device__ lstats() : n(0), uf(0), sub(0), of(0), inf(0), nan(0), maxb(0) {}
+  /* x: the FP32 value rounded, out: the stored bits in dt (as store.c's count1) */
+  __device__ __forceinline__ void add(float x, int dt, uint32_t out) {
+    const uint32_t ax = __float_as_uint(x) & 0x7FFFFFFFu;
+    const bool finite_in = ax < 0x7F800000u;
+    uint32_t e, m, emax;
+    if (dt == DT_F16)
+      e = (out >> 10) & 0x1Fu, m = out & 0x3FFu, emax = 0x1Fu;
+    else if (dt == DT_BF16)
+      e = (out >> 7) & 0xFFu, m = out & 0x7Fu, emax = 0xFFu;
+    else
+      e = (out >> 23) & 0xFFu, m = out & 0x7FFFFFu, emax = 0xFFu;
+    const bool zero = e == 0 && m == 0, subn = e == 0 && m != 0;
+    const bool isinf = e == emax && m == 0, isnan = e == emax && m != 0;
+    n++;
+    uf += finite_in && ax != 0 && zero;
+    sub += subn;
+    of += finite_in && (isinf || isnan);
+    inf += isinf;
+    nan += isnan;
+    if (finite_in && ax > maxb)
+      maxb = ax;
+  }
+  __device__ void flush(dev_stats *s) {
+    if (!s)
+      return;
+    uint32_t v[7] = {n, uf, sub, of, inf, nan, maxb};
+    for (int k = 0; k < 7; k++)
+      for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t w = __shfl_down_sync(0xFFFFFFFFu, v[k], o);
+        v[k] = k == 6 ? (w > v[k] ? w : v[k]) : v[k] + w;
+      }
+    if ((threadIdx.x & 31) == 0) {
+      if (v[0])
+        atomicAdd(&s->count, (unsigned long long)v[0]);
+      if (v[1])
+        atomicAdd(&s->underflow, (unsigned long long)v[1]);
+      if (v[2])
+        atomicAdd(&s->subnormal, (unsigned long long)v[2]);
+      if (v[3])
+        atomicAdd(&s->overflow, (unsigned long long)v[3]);
+      if (v[4])
+        atomicAdd(&s->inf, (unsigned long long)v[4]);
+      if (v[5])
+        atomicAdd(&s->nan, (unsigned long long)v[5]);
+      if (v[6])
+        atomicMax(&s->max_abs_bits, v[6]);
+    }
+  }
+};
+
+/* warp all-reduce (every lane gets the result; a fixed butterfly order) */
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_sumf(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+/* the larger, NaN ignored (as the CPU's `v > mx ? v : mx`) */
+__device__ __forceinline__ float warp_maxf(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+/* blocks for a grid-stride loop over n items */
+static inline unsigned grid_for(int64_t n) {
+  const int64_t b = (n + THREADS - 1) / THREADS;
+  return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+} // namespace ampc_cu
+
+/* ---- host side ---------------------------------------------------------- */
+
+/* src/internal.h's error setter (C linkage) and early return */
+extern "C" ampc_status ampc_fail(ampc_status s, const char *fmt, ...);
+#ifndef AMPC_TRY
+#define AMPC_TRY(call)                                                                             \
+  do {                                                                                             \
+    const ampc_status try_st_ = (call);                                                            \
+    if (try_st_ != AMPC_OK)                                                                        \
+      return try_st_;                                                                              \
+  } while (0)
+#endif
+
+/* The bound context and its stream, or an error naming fn. */
+ampc_status ampc_cu_begin(const char *fn, ampc_cuda_ctx **ctx, cudaStream_t *stream);
+/* AMPC_ERR_DEVICE naming fn when the last launch failed, else AMPC_OK. */
+ampc_status ampc_cu_launched(const char *fn);
+/* Device counters for a store (NULL when stats is NULL), zeroed on the
+ * stream; ampc_cu_stats_end waits for the stream and adds them into stats. */
+ampc_status ampc_cu_stats_begin(ampc_cuda_ctx *ctx, cudaStream_t s, ampc_round_stats *stats,
+                                ampc_cu::dev_stats **out);
+ampc_status ampc_cu_stats_end(cudaStream_t s, const ampc_cu::dev_stats *d, ampc_round_stats *stats);
+/* F32, F16 or BF16 */
+static inline bool ampc_cu_dt_ok(ampc_dtype dt) {
+  return dt == AMPC_F32 || dt == AMPC_F16 || dt == AMPC_BF16;
+}
+
+#define CU_CHECK_POS(fn, v)                                                                        \
+  do {                                                                                             \
+    if ((v) < 1)                                                                                   \
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s must be positive (got %lld)", fn, #v,         \
+                       (long long)(v));                                                            \
+  } while (0)
+#define CU_CHECK_PTR(fn, p)                                                                        \
+  do {                                                                                             \
+    if (!(p))                                                                                      \
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s is NULL", fn, #p);                            \
+  } while (0)
+#define CU_CHECK_DT(fn, dt)                                                                        \
+  do {                                                                                             \
+    if (!ampc_cu_dt_ok(dt))                                                                        \
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s must be F32, F16 or BF16 (got %d)", fn, #dt,  \
+                       (int)(dt));                                                                 \
+  } while (0)
+
+#endif

@@ -1,0 +1,844 @@
+/*
+ * src/cuda/cuda_nn.cu: the layers of ampc/nn.h that are not GEMMs, on the
+ * GPU (ampc/cuda_nn.h says what matches the CPU bit for bit and what does
+ * not): residual add, GELU, layer norm, softmax with the key-padding mask,
+ * token + position embeddings (the backward pass sums each id's rows in row
+ * order after a stable counting sort), the ViT tokens, the gradient add,
+ * masked mean pooling and L2 normalisation.
+ *
+ * Shapes: element-wise kernels are grid-stride loops of 256-thread blocks;
+ * row kernels give each row one warp (8 rows a block), the lanes striding
+ * over the row and a butterfly (__shfl_xor_sync) combining their sums, so a
+ * row's result does not depend on the grid. Built with --fmad=false.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+#include "nn/gelu_math.h"
+
+using namespace ampc_cu;
+
+namespace {
+
+__constant__ double c_erfcx_cheb[AMPC_ERFCX_N] = {AMPC_ERFCX_CHEB};
+__constant__ double c_exp_taylor[14] = {AMPC_EXP_TAYLOR};
+
+__device__ __forceinline__ float exp32(float x) {
+  return (float)ampc_exp_nonpos((double)x, c_exp_taylor);
+}
+
+/* ---- element-wise -------------------------------------------------------- */
+
+__global__ void add_k(int64_t n, const void *a, int adt, const void *b, int bdt, void *y, int ydt,
+                      dev_stats *ds) {
+  lstats ls;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = ld(a, adt, i) + ld(b, bdt, i);
+    const uint32_t o = st(y, ydt, i, v);
+    if (ds)
+      ls.add(v, ydt, o);
+  }
+  ls.flush(ds);
+}
+
+__global__ void gelu_k(int64_t n, const void *x, int xdt, void *y, int ydt, dev_stats *ds) {
+  lstats ls;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = (float)ampc_gelu1((double)ld(x, xdt, i), 0, c_exp_taylor, c_erfcx_cheb);
+    const uint32_t o = st(y, ydt, i, v);
+    if (ds)
+      ls.add(v, ydt, o);
+  }
+  ls.flush(ds);
+}
+
+__global__ void gelu_bwd_k(int64_t n, const void *dy, int gdt, const void *x, int xdt, void *dx) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float f = (float)ampc_gelu1((double)ld(x, xdt, i), 1, c_exp_taylor, c_erfcx_cheb);
+    st(dx, gdt, i, ld(dy, gdt, i) * f);
+  }
+}
+
+__global__ void grad_add_k(int64_t n, const float *v, void *g, int gdt) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    st(g, gdt, i, ld(g, gdt, i) + v[i]);
+}
+
+/* ---- layer norm ----------------------------------------------------------- */
+
+__global__ void ln_fwd_k(int64_t m, int64_t d, const void *x, int xdt, const void *gamma,
+                         const void *beta, int wdt, float eps, void *y, int ydt, float *mean,
+                         float *rstd, dev_stats *ds) {
+  lstats ls;
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i < m) { /* whole warps agree: no lane leaves before the shuffles */
+    const int64_t base = i * d;
+    double s = 0.0;
+    for (int64_t j = lane; j < d; j += 32)
+      s += (double)ld(x, xdt, base + j);
+    const double mu = warp_sum(s) / (double)d;
+    double q = 0.0;
+    for (int64_t j = lane; j < d; j += 32) {
+      const double c = (double)ld(x, xdt, base + j) - mu;
+      q += c * c;
+    }
+    const double v = warp_sum(q);
+    const double r = 1.0 / sqrt(v / (double)d + (double)eps);
+    if (lane == 0)
+      mean[i] = (float)mu, rstd[i] = (float)r;
+    const float muf = (float)mu, rf = (float)r;
+    for (int64_t j = lane; j < d; j += 32) {
+      const float xhat = (ld(x, xdt, base + j) - muf) * rf;
+      const float o = xhat * ld(gamma, wdt, j) + ld(beta, wdt, j);
+      const uint32_t ob = st(y, ydt, base + j, o);
+      if (ds)
+        ls.add(o, ydt, ob);
+    }
+  }
+  ls.flush(ds);
+}
+
+/* dx per row (a warp a row); dy may be dx (each lane reads an element before
+ * it writes it) */
+__global__ void ln_bwd_dx_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
+                            const void *gamma, int wdt, const float *mean, const float *rstd,
+                            void *dx) {
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i >= m)
+    return;
+  const int64_t base = i * d;
+  const float mi = mean[i], ri = rstd[i];
+  double sg = 0.0, sgx = 0.0;
+  for (int64_t j = lane; j < d; j += 32) {
+    const float xhat = (ld(x, xdt, base + j) - mi) * ri;
+    const float gg = ld(dy, gdt, base + j) * ld(gamma, wdt, j);
+    sg += (double)gg;
+    sgx += (double)gg * (double)xhat;
+  }
+  const float mg = (float)(warp_sum(sg) / (double)d), mgx = (float)(warp_sum(sgx) / (double)d);
+  for (int64_t j = lane; j < d; j += 32) {
+    const float xhat = (ld(x, xdt, base + j) - mi) * ri;
+    const float g = ld(dy, gdt, base + j);
+    st(dx, gdt, base + j, ri * (g * ld(gamma, wdt, j) - mg - xhat * mgx));
+  }
+}
+
+enum { LN_RB = 32 }; /* rows per block of the parameter-gradient sums (the CPU's) */
+
+/* part[rb][0..d) = sum over block rb's rows of dy * xhat, part[rb][d..2d) =
+ * of dy, in double in row order; reads dy before ln_bwd_dx_k overwrites it */
+__global__ void ln_bwd_part_k(int64_t m, int64_t d, int64_t nrb, const void *dy, int gdt,
+                              const void *x, int xdt, const float *mean, const float *rstd,
+                              double *part) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < nrb * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t rb = e / d, j = e % d;
+    const int64_t i1 = (rb + 1) * LN_RB < m ? (rb + 1) * LN_RB : m;
+    double pg = 0.0, pb = 0.0;
+    for (int64_t i = rb * LN_RB; i < i1; i++) {
+      const float xhat = (ld(x, xdt, i * d + j) - mean[i]) * rstd[i];
+      const float g = ld(dy, gdt, i * d + j);
+      pg += (double)g * (double)xhat;
+      pb += (double)g;
+    }
+    part[rb * 2 * d + j] = pg;
+    part[rb * 2 * d + d + j] = pb;
+  }
+}
+
+__global__ void ln_bwd_final_k(int64_t d, int64_t nrb, const double *part, void *dgamma,
+                               void *dbeta, int gdt) {
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < d;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    double sgm = 0.0, sbt = 0.0;
+    for (int64_t rb = 0; rb < nrb; rb++) {
+      sgm += part[rb * 2 * d + j];
+      sbt += part[rb * 2 * d + d + j];
+    }
+    st(dgamma, gdt, j, ld(dgamma, gdt, j) + (float)sgm);
+    st(dbeta, gdt, j, ld(dbeta, gdt, j) + (float)sbt);
+  }
+}
+
+/* ---- softmax --------------------------------------------------------------- */
+
+__global__ void softmax_k(int64_t m, int64_t n, const void *x, int xdt, float scale,
+                          const uint8_t *mask, int64_t rpm, void *y, int ydt, dev_stats *ds) {
+  lstats ls;
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i < m) {
+    const int64_t base = i * n;
+    const uint8_t *mk = mask ? mask + (i / rpm) * n : NULL;
+    float mx = -INFINITY;
+    for (int64_t j = lane; j < n; j += 32)
+      if (!mk || mk[j]) {
+        const float v = ld(x, xdt, base + j) * scale;
+        mx = v > mx ? v : mx;
+      }
+    mx = warp_maxf(mx);
+    if (mx == -INFINITY) { /* every key masked: zeros, not NaN */
+      for (int64_t j = lane; j < n; j += 32) {
+        const uint32_t ob = st(y, ydt, base + j, 0.0f);
+        if (ds)
+          ls.add(0.0f, ydt, ob);
+      }
+    } else {
+      float s = 0.0f;
+      for (int64_t j = lane; j < n; j += 32)
+        if (!mk || mk[j])
+          s += exp32(ld(x, xdt, base + j) * scale - mx);
+      const float inv = 1.0f / warp_sumf(s);
+      for (int64_t j = lane; j < n; j += 32) {
+        const float e = (!mk || mk[j]) ? exp32(ld(x, xdt, base + j) * scale - mx) : 0.0f;
+        const float o = e * inv;
+        const uint32_t ob = st(y, ydt, base + j, o);
+        if (ds)
+          ls.add(o, ydt, ob);
+      }
+    }
+  }
+  ls.flush(ds);
+}
+
+__global__ void softmax_bwd_k(int64_t m, int64_t n, const void *dy, int gdt, const void *y, int ydt,
+                              float scale, void *dx) {
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i >= m)
+    return;
+  const int64_t base = i * n;
+  float dot = 0.0f;
+  for (int64_t j = lane; j < n; j += 32)
+    dot += ld(dy, gdt, base + j) * ld(y, ydt, base + j);
+  dot = warp_sumf(dot);
+  for (int64_t j = lane; j < n; j += 32) {
+    const float yj = ld(y, ydt, base + j);
+    st(dx, gdt, base + j, scale * yj * (ld(dy, gdt, base + j) - dot));
+  }
+}
+
+/* ---- embeddings, ViT tokens ------------------------------------------------ */
+
+__global__ void emb_fwd_k(int64_t rows, int64_t t, int64_t d, const int32_t *ids, const void *tok,
+                          const void *pos, int wdt, void *y, int ydt, dev_stats *ds) {
+  lstats ls;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / d, j = e % d;
+    const float v = ld(tok, wdt, (int64_t)ids[r] * d + j) + ld(pos, wdt, (r % t) * d + j);
+    const uint32_t o = st(y, ydt, e, v);
+    if (ds)
+      ls.add(v, ydt, o);
+  }
+  ls.flush(ds);
+}
+
+/* rank[r] = how many earlier rows have row r's id; count[id] += 1 */
+__global__ void emb_rank_k(int64_t rows, const int32_t *ids, int32_t *rank, int32_t *count) {
+  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;
+       r += (int64_t)gridDim.x * blockDim.x) {
+    const int32_t id = ids[r];
+    int32_t k = 0;
+    for (int64_t q = 0; q < r; q++)
+      k += ids[q] == id;
+    rank[r] = k;
+    atomicAdd(&count[id], 1);
+  }
+}
+
+/* count -> exclusive prefix sums, in place (one block of THREADS; vocab is
+ * small): a Hillis-Steele scan per tile of THREADS ids, carried across tiles */
+__global__ void emb_scan_k(int64_t vocab, int32_t *count) {
+  __shared__ int32_t buf[THREADS];
+  __shared__ int32_t carry;
+  const int tid = (int)threadIdx.x;
+  if (tid == 0)
+    carry = 0;
+  __syncthreads();
+  for (int64_t c0 = 0; c0 < vocab; c0 += THREADS) {
+    const int64_t v = c0 + tid;
+    const int32_t mine = v < vocab ? count[v] : 0;
+    buf[tid] = mine;
+    __syncthreads();
+    for (int o = 1; o < THREADS; o <<= 1) {
+      const int32_t add = tid >= o ? buf[tid - o] : 0;
+      __syncthreads();
+      buf[tid] += add;
+      __syncthreads();
+    }
+    const int32_t base = carry;
+    if (v < vocab)
+      count[v] = base + buf[tid] - mine; /* exclusive */
+    __syncthreads();
+    if (tid == THREADS - 1)
+      carry = base + buf[THREADS - 1];
+    __syncthreads();
+  }
+}
+
+/* sorted[start[id] + rank[r]] = r: rows grouped by id, in row order */
+__global__ void emb_place_k(int64_t rows, const int32_t *ids, const int32_t *rank,
+                            const int32_t *start, int32_t *sorted) {
+  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;
+       r += (int64_t)gridDim.x * blockDim.x)
+    sorted[start[ids[r]] + rank[r]] = (int32_t)r;
+}
+
+/* for each group start s (the first row of its id in sorted order) and
+ * column j: dtok[id][j] = round(dtok[id][j] + sum of the id's rows, in row
+ * order) */
+__global__ void emb_sum_k(int64_t rows, int64_t d, const int32_t *ids, const int32_t *sorted,
+                          const void *dy, int gdt, void *dtok, dev_stats *ds) {
+  lstats ls;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t s = e / d, j = e % d;
+    const int32_t id = ids[sorted[s]];
+    if (s > 0 && ids[sorted[s - 1]] == id)
+      continue;
+    float sum = 0.0f;
+    for (int64_t q = s; q < rows && ids[sorted[q]] == id; q++)
+      sum += ld(dy, gdt, (int64_t)sorted[q] * d + j);
+    sum += ld(dtok, gdt, (int64_t)id * d + j);
+    const uint32_t o = st(dtok, gdt, (int64_t)id * d + j, sum);
+    if (ds)
+      ls.add(sum, gdt, o);
+  }
+  ls.flush(ds);
+}
+
+/* dpos[tp][j] = round(dpos[tp][j] + the batch's sum, batch order) */
+__global__ void emb_pos_k(int64_t b, int64_t t, int64_t d, const void *dy, int gdt, void *dpos) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < t * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t tp = e / d, j = e % d;
+    const float acc = ld(dpos, gdt, e);
+    float bsum = 0.0f;
+    for (int64_t bi = 0; bi < b; bi++)
+      bsum += ld(dy, gdt, (bi * t + tp) * d + j);
+    st(dpos, gdt, e, acc + bsum);
+  }
+}
+
+__global__ void vit_fwd_k(int64_t b, int64_t np, int64_t d, const void *patches, int pdt,
+                          const void *cls, const void *pos, int wdt, void *y, int ydt) {
+  const int64_t nt = np + 1;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * nt * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / (nt * d), tj = e % (nt * d), t = tj / d, j = tj % d;
+    const float s = t == 0 ? ld(cls, wdt, j) : ld(patches, pdt, (bi * np + t - 1) * d + j);
+    st(y, ydt, e, s + ld(pos, wdt, tj));
+  }
+}
+
+/* the batch sum of position k of every sample (batch order) into dpos and,
+ * for k < d, dcls */
+__global__ void vit_bwd_sum_k(int64_t b, int64_t row, int64_t d, const void *dy, int gdt,
+                              void *dcls, void *dpos) {
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < row;
+       k += (int64_t)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t bi = 0; bi < b; bi++)
+      s += ld(dy, gdt, bi * row + k);
+    if (dpos)
+      st(dpos, gdt, k, ld(dpos, gdt, k) + s);
+    if (dcls && k < d)
+      st(dcls, gdt, k, ld(dcls, gdt, k) + s);
+  }
+}
+
+/* dpatches[bi] = dy[bi, 1:], element copies of gdt (2 or 4 bytes) */
+__global__ void vit_bwd_copy_k(int64_t b, int64_t np, int64_t d, const void *dy, int esz,
+                               void *dp) {
+  const int64_t row = (np + 1) * d;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * np * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / (np * d), k = e % (np * d), src = bi * row + d + k;
+    if (esz == 4)
+      static_cast<uint32_t *>(dp)[e] = static_cast<const uint32_t *>(dy)[src];
+    else
+      static_cast<uint16_t *>(dp)[e] = static_cast<const uint16_t *>(dy)[src];
+  }
+}
+
+/* ---- pooling, L2 normalisation -------------------------------------------- */
+
+__device__ __forceinline__ int64_t mask_count(const uint8_t *mask, int64_t bi, int64_t t) {
+  int64_t cnt = 0;
+  for (int64_t ti = 0; ti < t; ti++)
+    cnt += !mask || mask[bi * t + ti];
+  return cnt;
+}
+
+__global__ void pool_fwd_k(int64_t b, int64_t t, int64_t d, const void *x, int xdt,
+                           const uint8_t *mask, void *y, int ydt, dev_stats *ds) {
+  lstats ls;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / d, j = e % d;
+    const int64_t cnt = mask_count(mask, bi, t);
+    float s = 0.0f;
+    for (int64_t ti = 0; ti < t; ti++)
+      if (!mask || mask[bi * t + ti])
+        s += ld(x, xdt, (bi * t + ti) * d + j);
+    const float v = cnt ? s / (float)cnt : 0.0f;
+    const uint32_t o = st(y, ydt, e, v);
+    if (ds)
+      ls.add(v, ydt, o);
+  }
+  ls.flush(ds);
+}
+
+__global__ void pool_bwd_k(int64_t b, int64_t t, int64_t d, const void *dy, int gdt,
+                           const uint8_t *mask, void *dx) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * t * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / (t * d), ti = (e / d) % t, j = e % d;
+    const int64_t cnt = mask_count(mask, bi, t);
+    const int on = !mask || mask[bi * t + ti];
+    st(dx, gdt, e, on && cnt ? ld(dy, gdt, bi * d + j) / (float)cnt : 0.0f);
+  }
+}
+
+__device__ __forceinline__ double row_norm(const void *x, int xdt, int64_t base, int64_t d,
+                                           int lane) {
+  double s = 0.0;
+  for (int64_t j = lane; j < d; j += 32) {
+    const double v = (double)ld(x, xdt, base + j);
+    s += v * v;
+  }
+  return sqrt(warp_sum(s));
+}
+
+__global__ void l2_fwd_k(int64_t m, int64_t d, const void *x, int xdt, float eps, void *y, int ydt,
+                         dev_stats *ds) {
+  lstats ls;
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i < m) {
+    const double nrm = fmax(row_norm(x, xdt, i * d, d, lane), (double)eps);
+    const float inv = (float)(1.0 / nrm);
+    for (int64_t j = lane; j < d; j += 32) {
+      const float v = ld(x, xdt, i * d + j) * inv;
+      const uint32_t o = st(y, ydt, i * d + j, v);
+      if (ds)
+        ls.add(v, ydt, o);
+    }
+  }
+  ls.flush(ds);
+}
+
+__global__ void l2_bwd_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
+                         float eps, void *dx) {
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i >= m)
+    return;
+  const int64_t base = i * d;
+  const double nrm = row_norm(x, xdt, base, d, lane);
+  if (nrm <= (double)eps) { /* y = x / eps: a plain scaling */
+    for (int64_t j = lane; j < d; j += 32)
+      st(dx, gdt, base + j, ld(dy, gdt, base + j) / eps);
+    return;
+  }
+  double ydy = 0.0;
+  for (int64_t j = lane; j < d; j += 32)
+    ydy += (double)ld(x, xdt, base + j) / nrm * (double)ld(dy, gdt, base + j);
+  ydy = warp_sum(ydy);
+  const float inv = (float)(1.0 / nrm), c = (float)ydy;
+  for (int64_t j = lane; j < d; j += 32) {
+    const float yj = ld(x, xdt, base + j) * inv;
+    st(dx, gdt, base + j, (ld(dy, gdt, base + j) - yj * c) * inv);
+  }
+}
+
+unsigned rows_grid(int64_t m) { return (unsigned)((m + WARPS - 1) / WARPS); }
+
+} // namespace
+
+/* ---- host side: checks, launches ------------------------------------------ */
+
+ampc_status ampc_cu_begin(const char *fn, ampc_cuda_ctx **ctx, cudaStream_t *stream) {
+  *ctx = ampc_cuda_current();
+  if (!*ctx)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: no CUDA context is bound (ampc_cuda_bind)", fn);
+  *stream = (cudaStream_t)ampc_cuda_ctx_stream(*ctx);
+  return AMPC_OK;
+}
+
+ampc_status ampc_cu_launched(const char *fn) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess)
+    return AMPC_OK;
+  return ampc_fail(AMPC_ERR_DEVICE, "%s: kernel launch: CUDA error %d (%s): %s", fn, (int)e,
+                   cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+ampc_status ampc_cu_stats_begin(ampc_cuda_ctx *ctx, cudaStream_t s, ampc_round_stats *stats,
+                                dev_stats **out) {
+  *out = NULL;
+  if (!stats)
+    return AMPC_OK;
+  void *p = NULL;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 0, sizeof(dev_stats), &p));
+  const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(dev_stats), s);
+  if (e != cudaSuccess)
+    return ampc_fail(AMPC_ERR_DEVICE, "round stats: cudaMemsetAsync: %s", cudaGetErrorString(e));
+  *out = static_cast<dev_stats *>(p);
+  return AMPC_OK;
+}
+
+ampc_status ampc_cu_stats_end(cudaStream_t s, const dev_stats *d, ampc_round_stats *stats) {
+  if (!d || !stats)
+    return AMPC_OK;
+  dev_stats h;
+  cudaError_t e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess)
+    return ampc_fail(AMPC_ERR_DEVICE, "round stats: copy back: %s", cudaGetErrorString(e));
+  ampc_round_stats r;
+  r.count = h.count, r.underflow = h.underflow, r.subnormal = h.subnormal;
+  r.overflow = h.overflow, r.inf = h.inf, r.nan = h.nan;
+  memcpy(&r.max_abs, &h.max_abs_bits, sizeof r.max_abs);
+  ampc_round_stats_merge(stats, &r);
+  return AMPC_OK;
+}
+
+#define BEGIN(fn)                                                                                  \
+  ampc_cuda_ctx *ctx = NULL;                                                                       \
+  cudaStream_t strm = NULL;                                                                        \
+  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm))
+
+#define STATS_BEGIN(stats)                                                                         \
+  dev_stats *dst = NULL;                                                                           \
+  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst))
+
+#define FINISH(fn, stats)                                                                          \
+  AMPC_TRY(ampc_cu_launched(fn));                                                                  \
+  return ampc_cu_stats_end(strm, dst, stats)
+
+extern "C" {
+
+ampc_status ampc_cuda_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,
+                                  ampc_dtype bdt, void *y, ampc_dtype ydt,
+                                  ampc_round_stats *stats) {
+  const char *fn = "ampc_cuda_add_forward";
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, a);
+  CU_CHECK_PTR(fn, b);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, adt);
+  CU_CHECK_DT(fn, bdt);
+  CU_CHECK_DT(fn, ydt);
+  BEGIN(fn);
+  STATS_BEGIN(stats);
+  add_k<<<grid_for(n), THREADS, 0, strm>>>(n, a, adt, b, bdt, y, ydt, dst);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
+                                   ampc_dtype ydt, ampc_round_stats *stats) {
+  const char *fn = "ampc_cuda_gelu_forward";
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, ydt);
+  BEGIN(fn);
+  STATS_BEGIN(stats);
+  gelu_k<<<grid_for(n), THREADS, 0, strm>>>(n, x, xdt, y, ydt, dst);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const void *x,
+                                    ampc_dtype xdt, void *dx) {
+  const char *fn = "ampc_cuda_gelu_backward";
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, dx);
+  CU_CHECK_DT(fn, gdt);
+  CU_CHECK_DT(fn, xdt);
+  BEGIN(fn);
+  gelu_bwd_k<<<grid_for(n), THREADS, 0, strm>>>(n, dy, gdt, x, xdt, dx);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtype gdt) {
+  const char *fn = "ampc_cuda_grad_add_f32";
+  if (n < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: n must not be negative (got %lld)", fn,
+                     (long long)n);
+  if (n == 0)
+    return AMPC_OK;
+  CU_CHECK_PTR(fn, v);
+  CU_CHECK_PTR(fn, g);
+  CU_CHECK_DT(fn, gdt);
+  BEGIN(fn);
+  grad_add_k<<<grid_for(n), THREADS, 0, strm>>>(n, v, g, gdt);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
+                                        const void *gamma, const void *beta, ampc_dtype wdt,
+                                        float eps, void *y, ampc_dtype ydt, float *mean,
+                                        float *rstd, ampc_round_stats *stats) {
+  const char *fn = "ampc_cuda_layernorm_forward";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, gamma);
+  CU_CHECK_PTR(fn, beta);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_PTR(fn, mean);
+  CU_CHECK_PTR(fn, rstd);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, wdt);
+  CU_CHECK_DT(fn, ydt);
+  if (!(eps >= 0.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: eps must be >= 0 (got %g)", fn, (double)eps);
+  BEGIN(fn);
+  STATS_BEGIN(stats);
+  ln_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt, mean,
+                                               rstd, dst);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                         const void *x, ampc_dtype xdt, const void *gamma,
+                                         ampc_dtype wdt, const float *mean, const float *rstd,
+                                         void *dx, void *dgamma, void *dbeta, ampc_scratch *ws) {
+  (void)ws;
+  const char *fn = "ampc_cuda_layernorm_backward";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, gamma);
+  CU_CHECK_PTR(fn, mean);
+  CU_CHECK_PTR(fn, rstd);
+  CU_CHECK_PTR(fn, dx);
+  CU_CHECK_PTR(fn, dgamma);
+  CU_CHECK_PTR(fn, dbeta);
+  CU_CHECK_DT(fn, gdt);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, wdt);
+  BEGIN(fn);
+  const int64_t nrb = (m + LN_RB - 1) / LN_RB;
+  void *part = NULL;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 1, (size_t)(nrb * 2 * d) * sizeof(double), &part));
+  /* the parameter sums first: dx may overwrite dy */
+  ln_bwd_part_k<<<grid_for(nrb * d), THREADS, 0, strm>>>(m, d, nrb, dy, gdt, x, xdt, mean, rstd,
+                                                         static_cast<double *>(part));
+  ln_bwd_final_k<<<grid_for(d), THREADS, 0, strm>>>(d, nrb, static_cast<const double *>(part),
+                                                    dgamma, dbeta, gdt);
+  ln_bwd_dx_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd,
+                                                  dx);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype xdt,
+                                      float scale, const uint8_t *key_mask, int64_t rows_per_mask,
+                                      void *y, ampc_dtype ydt, ampc_round_stats *stats) {
+  const char *fn = "ampc_cuda_softmax_forward";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, ydt);
+  if (key_mask)
+    CU_CHECK_POS(fn, rows_per_mask);
+  BEGIN(fn);
+  STATS_BEGIN(stats);
+  softmax_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, x, xdt, scale, key_mask,
+                                                key_mask ? rows_per_mask : 1, y, ydt, dst);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_softmax_backward(int64_t m, int64_t n, const void *dy, ampc_dtype gdt,
+                                       const void *y, ampc_dtype ydt, float scale, void *dx) {
+  const char *fn = "ampc_cuda_softmax_backward";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_PTR(fn, dx);
+  CU_CHECK_DT(fn, gdt);
+  CU_CHECK_DT(fn, ydt);
+  BEGIN(fn);
+  softmax_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, dy, gdt, y, ydt, scale, dx);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_embedding_forward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                        int64_t vocab, const void *tok, const void *pos,
+                                        ampc_dtype wdt, void *y, ampc_dtype ydt,
+                                        ampc_round_stats *stats) {
+  const char *fn = "ampc_cuda_embedding_forward";
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, t);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_POS(fn, vocab);
+  CU_CHECK_PTR(fn, ids);
+  CU_CHECK_PTR(fn, tok);
+  CU_CHECK_PTR(fn, pos);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, wdt);
+  CU_CHECK_DT(fn, ydt);
+  BEGIN(fn);
+  STATS_BEGIN(stats);
+  emb_fwd_k<<<grid_for(b * t * d), THREADS, 0, strm>>>(b * t, t, d, ids, tok, pos, wdt, y, ydt,
+                                                       dst);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_embedding_backward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
+                                         int64_t vocab, const void *dy, ampc_dtype gdt, void *dtok,
+                                         void *dpos, ampc_round_stats *stats, ampc_scratch *ws) {
+  (void)ws;
+  const char *fn = "ampc_cuda_embedding_backward";
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, t);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_POS(fn, vocab);
+  CU_CHECK_PTR(fn, ids);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, dtok);
+  CU_CHECK_DT(fn, gdt);
+  if (b * t > INT32_MAX || vocab > INT32_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %lld rows or vocab %lld past int32", fn,
+                     (long long)(b * t), (long long)vocab);
+  BEGIN(fn);
+  const int64_t rows = b * t;
+  void *sp = NULL; /* count/start [vocab], rank [rows], sorted [rows] */
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 1, (size_t)(vocab + 2 * rows) * sizeof(int32_t), &sp));
+  int32_t *start = static_cast<int32_t *>(sp), *rank = start + vocab, *sorted = rank + rows;
+  cudaError_t e = cudaMemsetAsync(start, 0, (size_t)vocab * sizeof(int32_t), strm);
+  if (e != cudaSuccess)
+    return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemsetAsync: %s", fn, cudaGetErrorString(e));
+  STATS_BEGIN(stats);
+  emb_rank_k<<<grid_for(rows), THREADS, 0, strm>>>(rows, ids, rank, start);
+  emb_scan_k<<<1, THREADS, 0, strm>>>(vocab, start);
+  emb_place_k<<<grid_for(rows), THREADS, 0, strm>>>(rows, ids, rank, start, sorted);
+  emb_sum_k<<<grid_for(rows * d), THREADS, 0, strm>>>(rows, d, ids, sorted, dy, gdt, dtok, dst);
+  if (dpos)
+    emb_pos_k<<<grid_for(t * d), THREADS, 0, strm>>>(b, t, d, dy, gdt, dpos);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const void *patches,
+                                         ampc_dtype pdt, const void *cls, const void *pos,
+                                         ampc_dtype wdt, void *y, ampc_dtype ydt) {
+  const char *fn = "ampc_cuda_vit_tokens_forward";
+  if (np < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: np must not be negative (got %lld)", fn,
+                     (long long)np);
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, d);
+  if (np > 0)
+    CU_CHECK_PTR(fn, patches);
+  CU_CHECK_PTR(fn, cls);
+  CU_CHECK_PTR(fn, pos);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, pdt);
+  CU_CHECK_DT(fn, wdt);
+  CU_CHECK_DT(fn, ydt);
+  BEGIN(fn);
+  vit_fwd_k<<<grid_for(b * (np + 1) * d), THREADS, 0, strm>>>(b, np, d, patches, pdt, cls, pos, wdt,
+                                                              y, ydt);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_vit_tokens_backward(int64_t b, int64_t np, int64_t d, const void *dy,
+                                          ampc_dtype gdt, void *dpatches, void *dcls, void *dpos) {
+  const char *fn = "ampc_cuda_vit_tokens_backward";
+  if (np < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: np must not be negative (got %lld)", fn,
+                     (long long)np);
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_DT(fn, gdt);
+  BEGIN(fn);
+  const int64_t row = (np + 1) * d;
+  if (dpos || dcls)
+    vit_bwd_sum_k<<<grid_for(row), THREADS, 0, strm>>>(b, row, d, dy, gdt, dcls, dpos);
+  if (dpatches && np > 0)
+    vit_bwd_copy_k<<<grid_for(b * np * d), THREADS, 0, strm>>>(b, np, d, dy,
+                                                               gdt == AMPC_F32 ? 4 : 2, dpatches);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_mean_pool_forward(int64_t b, int64_t t, int64_t d, const void *x,
+                                        ampc_dtype xdt, const uint8_t *mask, void *y,
+                                        ampc_dtype ydt, ampc_round_stats *stats) {
+  const char *fn = "ampc_cuda_mean_pool_forward";
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, t);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, ydt);
+  BEGIN(fn);
+  STATS_BEGIN(stats);
+  pool_fwd_k<<<grid_for(b * d), THREADS, 0, strm>>>(b, t, d, x, xdt, mask, y, ydt, dst);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_mean_pool_backward(int64_t b, int64_t t, int64_t d, const void *dy,
+                                         ampc_dtype gdt, const uint8_t *mask, void *dx) {
+  const char *fn = "ampc_cuda_mean_pool_backward";
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, t);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, dx);
+  CU_CHECK_DT(fn, gdt);
+  BEGIN(fn);
+  pool_bwd_k<<<grid_for(b * t * d), THREADS, 0, strm>>>(b, t, d, dy, gdt, mask, dx);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt, float eps,
+                                     void *y, ampc_dtype ydt, ampc_round_stats *stats) {
+  const char *fn = "ampc_cuda_l2norm_forward";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, ydt);
+  BEGIN(fn);
+  STATS_BEGIN(stats);
+  l2_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, eps, y, ydt, dst);
+  FINISH(fn, stats);
+}
+
+ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                      const void *x, ampc_dtype xdt, float eps, void *dx) {
+  const char *fn = "ampc_cuda_l2norm_backward";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, dx);
+  CU_CHECK_DT(fn, gdt);
+  CU_CHECK_DT(fn, xdt);
+  BEGIN(fn);
+  l2_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, eps, dx);
+  return ampc_cu_launched(fn);
+}
+
+} /* extern "C" */

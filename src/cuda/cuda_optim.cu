@@ -1,0 +1,325 @@
+/*
+ * src/cuda/cuda_optim.cu: the gradient pass and the optimizer step on the
+ * GPU (ampc/cuda_nn.h): the unscale + non-finite count + sum of squares for
+ * clipping (ampc_grad_unscale_check), and AdamW / SGD with momentum on FP32
+ * master weights or on the working weights, with the re-rounding of the
+ * 16-bit copy (ampc_optim_step_from).
+ *
+ * The update of each element is the CPU's step_tensor (src/optim/optim.c)
+ * operation for operation, from the same FP32 constants
+ * (ampc_optim_consts, src/optim/optim_impl.h); with --fmad=false and CUDA's
+ * IEEE sqrtf and division (the defaults: -prec-sqrt, -prec-div) every
+ * element gets the CPU's bits, NaN payloads aside. One launch per parameter
+ * tensor (its decay flag and branch group are the launch's constants).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_common.cuh"
+#include "optim/optim_impl.h"
+
+using namespace ampc_cu;
+
+namespace {
+
+enum { CHUNK = 4096 }; /* the CPU's chunks of the sum of squares (src/amp/unscale.c) */
+
+/* part[c] = sum over chunk c of (g * inv)^2 for the finite ones, in double;
+ * bad[c] = the non-finite count. One block per chunk: thread k takes
+ * elements k, k + 256, ..., then a fixed tree over the block. */
+__global__ void sumsq_k(const void *g, int gdt, int64_t n, float inv, double *part,
+                        long long *bad) {
+  __shared__ double sq[WARPS];
+  __shared__ long long nb[WARPS];
+  const int64_t lo = blockIdx.x * (int64_t)CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
+  double q = 0.0;
+  long long k = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += THREADS) {
+    const float v = ld(g, gdt, i) * inv;
+    const bool ok = isfinite(v);
+    q += ok ? (double)v * (double)v : 0.0;
+    k += !ok;
+  }
+  q = warp_sum(q);
+  for (int o = 16; o > 0; o >>= 1)
+    k += __shfl_xor_sync(0xFFFFFFFFu, k, o);
+  if ((threadIdx.x & 31) == 0)
+    sq[threadIdx.x >> 5] = q, nb[threadIdx.x >> 5] = k;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    long long b = 0;
+    for (int w = 0; w < WARPS; w++)
+      s += sq[w], b += nb[w];
+    part[blockIdx.x] = s;
+    bad[blockIdx.x] = b;
+  }
+}
+
+/* out[0] = the chunks' sum (thread k adds a contiguous run of chunks in
+ * order, then the runs in order), out_bad[0] = the count */
+__global__ void sumsq_final_k(int64_t nchunks, const double *part, const long long *bad,
+                              double *out, long long *out_bad) {
+  __shared__ double s[THREADS];
+  __shared__ long long b[THREADS];
+  const int64_t per = (nchunks + THREADS - 1) / THREADS;
+  const int64_t c0 = threadIdx.x * per, c1 = c0 + per < nchunks ? c0 + per : nchunks;
+  double q = 0.0;
+  long long k = 0;
+  for (int64_t c = c0; c < c1; c++)
+    q += part[c], k += bad[c];
+  s[threadIdx.x] = q, b[threadIdx.x] = k;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    long long kb = 0;
+    for (int i = 0; i < THREADS; i++)
+      t += s[i], kb += b[i];
+    out[0] = t, out_bad[0] = kb;
+  }
+}
+
+/* one tensor's step constants (step_consts plus what the kernel reads from
+ * the config and the table), by value */
+struct okc {
+  int adamw, wdt, sdt, gdt, has_master, decay, sr, kh, momentum_on, nesterov, first;
+  float gm, clip, lr, one_m_b1, b2, one_m_b2, step_size, bc2_sqrt, eps, decay_factor, lr_wd;
+  float weight_decay, momentum, dampening;
+  unsigned long long round_seed;
+  long long t;
+};
+
+__device__ __forceinline__ uint32_t raw_bits(const void *p, int dt, int64_t i) {
+  if (dt == DT_F32)
+    return __float_as_uint(static_cast<const float *>(p)[i]);
+  return static_cast<const uint16_t *>(p)[i];
+}
+
+/* ampc_sr_bits and ampc_bf16_round_stochastic (src/optim/optim.c) */
+__device__ __forceinline__ uint32_t sr_bits(uint64_t seed, int64_t step, int64_t index) {
+  uint64_t z =
+      seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)index * 0xD1B54A32D192ED03ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (uint32_t)(z >> 48);
+}
+__device__ __forceinline__ float bf16_stochastic(float x, uint32_t r) {
+  const uint32_t b = __float_as_uint(x);
+  if ((b & 0x7F800000u) == 0x7F800000u)
+    return __bfloat162float(__float2bfloat16_rn(x));
+  return __uint_as_float(((b + (r & 0xFFFFu)) >> 16) << 16);
+}
+
+/* sw: updated, swallowed, would_swallow, nonfinite (or NULL) */
+__global__ void optim_k(int64_t off, int64_t numel, okc k, const void *grad, void *wp,
+                        float *master, void *mp, void *vp, void *comp, unsigned long long *sw) {
+  for (int64_t e = off + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < off + numel;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    float g = ld(grad, k.gdt, e) * k.gm;
+    if (k.clip != 1.0f)
+      g = g * k.clip;
+    const int pdt = k.has_master ? DT_F32 : k.wdt;
+    const uint32_t w16_before = raw_bits(wp, k.wdt, e);
+    const float w16_old = ld(wp, k.wdt, e);
+    const float w_old = k.has_master ? master[e] : w16_old;
+    float w = w_old, change = 0.0f;
+    bool nonzero = false;
+    if (k.adamw) {
+      if (k.decay && k.kh) {
+        change = -(k.lr_wd * w_old);
+        nonzero = nonzero || (w_old != 0.0f);
+      } else if (k.decay) {
+        w = k.sr ? w * k.decay_factor : rnd(w * k.decay_factor, pdt);
+        nonzero = nonzero || (w_old != 0.0f);
+      }
+      float m = ld(mp, k.sdt, e), v = ld(vp, k.sdt, e);
+      m = rnd(m + k.one_m_b1 * (g - m), k.sdt);
+      v = rnd(v * k.b2, k.sdt);
+      v = rnd(v + k.one_m_b2 * g * g, k.sdt);
+      float denom = rnd(sqrtf(v), k.sdt);
+      denom = rnd(denom / k.bc2_sqrt, k.sdt);
+      denom = rnd(denom + k.eps, k.sdt);
+      const float upd = -k.step_size * (m / denom);
+      if (k.kh)
+        change = change + upd;
+      else
+        w = k.sr ? w + upd : rnd(w + upd, pdt);
+      nonzero = nonzero || upd != 0.0f;
+      st(mp, k.sdt, e, m);
+      st(vp, k.sdt, e, v);
+    } else {
+      float d = g;
+      if (k.decay)
+        d = rnd(d + k.weight_decay * w_old, k.sdt);
+      if (k.momentum_on) {
+        float buf;
+        if (k.first) {
+          buf = rnd(d, k.sdt);
+        } else {
+          buf = rnd(ld(mp, k.sdt, e) * k.momentum, k.sdt);
+          buf = rnd(buf + (1.0f - k.dampening) * d, k.sdt);
+        }
+        st(mp, k.sdt, e, buf);
+        d = k.nesterov ? rnd(d + k.momentum * buf, k.sdt) : buf;
+      }
+      const float upd = -k.lr * d;
+      if (k.kh)
+        change = upd;
+      else
+        w = k.sr ? w + upd : rnd(w + upd, pdt);
+      nonzero = upd != 0.0f;
+    }
+    if (k.kh) {
+      const float y = change + ld(comp, k.wdt, e);
+      w = rnd(w_old + y, k.wdt);
+      st(comp, k.wdt, e, isfinite(w) ? y - (w - w_old) : 0.0f);
+    }
+    if (k.sr)
+      w = bf16_stochastic(w, sr_bits(k.round_seed, k.t, e));
+    if (k.has_master)
+      master[e] = w;
+    st(wp, k.wdt, e, w);
+    if (sw) {
+      const float w_stored = rnd(w, k.wdt);
+      if (!isfinite(w) || !isfinite(w_stored))
+        atomicAdd(&sw[3], 1ull);
+      if (nonzero && isfinite(w) && isfinite(w16_old) && isfinite(w_old)) {
+        atomicAdd(&sw[0], 1ull);
+        if (raw_bits(wp, k.wdt, e) == w16_before)
+          atomicAdd(&sw[1], 1ull);
+        if (k.has_master) {
+          const float direct = rnd(w16_old + (w - w_old), k.wdt);
+          if (__float_as_uint(direct) == __float_as_uint(w16_old))
+            atomicAdd(&sw[2], 1ull);
+        }
+      }
+    }
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                         int64_t *nonfinite, double *norm, ampc_scratch *ws) {
+  (void)ws;
+  const char *fn = "ampc_cuda_grad_unscale_check";
+  if ((!g && n > 0) || n < 0 || !nonfinite || !norm || !ampc_cu_dt_ok(gdt))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad arguments", fn);
+  ampc_cuda_ctx *ctx = NULL;
+  cudaStream_t strm = NULL;
+  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  if (n == 0) {
+    *nonfinite = 0, *norm = 0.0;
+    return AMPC_OK;
+  }
+  const int64_t nchunks = (n + CHUNK - 1) / CHUNK;
+  if (nchunks > INT32_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %lld elements are too many", fn, (long long)n);
+  void *sp = NULL; /* part [nchunks] double, bad [nchunks], the two results */
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 2, (size_t)(nchunks + 1) * 16, &sp));
+  double *part = static_cast<double *>(sp), *out = part + nchunks;
+  long long *bad = reinterpret_cast<long long *>(out + 1), *out_bad = bad + nchunks;
+  sumsq_k<<<(unsigned)nchunks, THREADS, 0, strm>>>(g, gdt, n, inv_scale, part, bad);
+  sumsq_final_k<<<1, THREADS, 0, strm>>>(nchunks, part, bad, out, out_bad);
+  AMPC_TRY(ampc_cu_launched(fn));
+  double s = 0.0;
+  long long nb = 0;
+  cudaError_t e = cudaMemcpyAsync(&s, out, sizeof s, cudaMemcpyDeviceToHost, strm);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(&nb, out_bad, sizeof nb, cudaMemcpyDeviceToHost, strm);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(strm);
+  if (e != cudaSuccess)
+    return ampc_fail(AMPC_ERR_DEVICE, "%s: copy back: %s", fn, cudaGetErrorString(e));
+  *nonfinite = (int64_t)nb;
+  *norm = sqrt(s);
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c, int64_t t,
+                                      float lr, const float grad_mult[AMPC_BRANCH_COUNT],
+                                      float clip_coef, ampc_swallow_stats *sw, const void *grad,
+                                      ampc_dtype gdt) {
+  const char *fn = "ampc_cuda_optim_step";
+  if (!grad_mult || !grad || !ampc_cu_dt_ok(gdt))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad gradients or multipliers", fn);
+  if (!P || !c || t < 1 || !(lr >= 0.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad arguments (t = %lld)", fn, (long long)t);
+  if ((c->kind == AMPC_OPTIM_ADAMW && (!P->m || !P->v)) ||
+      (c->kind == AMPC_OPTIM_SGD && c->momentum != 0.0f && !P->m))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: the table has no moment buffers", fn);
+  if (c->kahan && (!P->comp || P->master || P->wdt == AMPC_F32))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s: Kahan updates need 16-bit weights without a master and the "
+                     "compensation buffer",
+                     fn);
+  ampc_cuda_ctx *ctx = NULL;
+  cudaStream_t strm = NULL;
+  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  step_consts kb[AMPC_BRANCH_COUNT], k0;
+  ampc_optim_consts(c, t, lr, grad_mult, clip_coef, grad, gdt, kb, &k0);
+  unsigned long long *dsw = NULL;
+  if (sw && P->count > 0) {
+    void *p = NULL;
+    const size_t bytes = (size_t)P->count * 4 * sizeof(unsigned long long);
+    AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 3, bytes, &p));
+    const cudaError_t e = cudaMemsetAsync(p, 0, bytes, strm);
+    if (e != cudaSuccess)
+      return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemsetAsync: %s", fn, cudaGetErrorString(e));
+    dsw = static_cast<unsigned long long *>(p);
+  }
+  const bool has_master = P->master != NULL;
+  for (int i = 0; i < P->count; i++) {
+    const ampc_param *p = &P->p[i];
+    const step_consts *ki = (unsigned)p->branch < AMPC_BRANCH_COUNT ? &kb[p->branch] : &k0;
+    okc k;
+    memset(&k, 0, sizeof k);
+    k.adamw = c->kind == AMPC_OPTIM_ADAMW;
+    k.wdt = (int)P->wdt, k.sdt = (int)P->sdt, k.gdt = (int)gdt;
+    k.has_master = has_master;
+    k.decay = p->decay && c->weight_decay != 0.0f;
+    k.sr = c->stochastic_round && !has_master && P->wdt == AMPC_BF16;
+    k.kh = c->kahan && P->comp && !has_master && P->wdt != AMPC_F32;
+    k.momentum_on = c->momentum != 0.0f;
+    k.nesterov = c->nesterov, k.first = ki->first;
+    k.gm = ki->gm, k.clip = ki->clip, k.lr = ki->lr;
+    k.one_m_b1 = ki->one_m_b1, k.b2 = ki->b2, k.one_m_b2 = ki->one_m_b2;
+    k.step_size = ki->step_size, k.bc2_sqrt = ki->bc2_sqrt, k.eps = ki->eps;
+    k.decay_factor = ki->decay_factor, k.lr_wd = ki->lr_wd;
+    k.weight_decay = c->weight_decay, k.momentum = c->momentum, k.dampening = c->dampening;
+    k.round_seed = c->round_seed, k.t = (long long)t;
+    if (p->numel > 0)
+      optim_k<<<grid_for(p->numel), THREADS, 0, strm>>>(p->offset, p->numel, k, grad, P->w,
+                                                        P->master, P->m, P->v, P->comp,
+                                                        dsw ? dsw + 4 * i : NULL);
+  }
+  AMPC_TRY(ampc_cu_launched(fn));
+  if (dsw) {
+    unsigned long long *h = (unsigned long long *)malloc((size_t)P->count * 4 * sizeof *h);
+    if (!h)
+      return ampc_fail(AMPC_ERR_NOMEM, "%s: out of host memory", fn);
+    cudaError_t e =
+        cudaMemcpyAsync(h, dsw, (size_t)P->count * 4 * sizeof *h, cudaMemcpyDeviceToHost, strm);
+    if (e == cudaSuccess)
+      e = cudaStreamSynchronize(strm);
+    if (e != cudaSuccess) {
+      free(h);
+      return ampc_fail(AMPC_ERR_DEVICE, "%s: copy back: %s", fn, cudaGetErrorString(e));
+    }
+    for (int i = 0; i < P->count; i++) {
+      sw[i].updated = (int64_t)h[4 * i];
+      sw[i].swallowed = (int64_t)h[4 * i + 1];
+      sw[i].would_swallow = (int64_t)h[4 * i + 2];
+      sw[i].nonfinite = (int64_t)h[4 * i + 3];
+    }
+    free(h);
+  }
+  return AMPC_OK;
+}
+
+} /* extern "C" */

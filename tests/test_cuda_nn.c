@@ -1,0 +1,1045 @@
+/*
+ * tests/test_cuda_nn.c: the GPU's layers, gradient pass and optimizer
+ * (ampc/cuda_nn.h) against their CPU twins (ampc/nn.h, ampc/amp.h,
+ * ampc/optim.h) on the same inputs, in every dtype combination the model
+ * uses.
+ *
+ * Everywhere (no GPU needed): the host-side checks run before any CUDA call
+ * (bad sizes, NULL buffers, bad dtypes: AMPC_ERR_INVALID_ARG; no bound
+ * context: AMPC_ERR_INVALID_ARG naming ampc_cuda_bind; a build without CUDA:
+ * AMPC_ERR_UNSUPPORTED). Then, without a device, exit 77 (CTest: skipped)
+ * with the reason; bench/gpu/check.sh runs the rest on the GPU machine.
+ *
+ * On a GPU, what ampc/cuda_nn.h promises:
+ *   bit-equal to the CPU (NaN payloads aside), round stats equal too:
+ *     add, GELU and its backward, gradient add, ViT tokens (both ways),
+ *     mean pooling (both ways), embeddings (both ways, repeated ids), layer
+ *     norm's dgamma and dbeta (from the same mean and rstd), the optimizer
+ *     step (AdamW and SGD; FP32 master; 16-bit state; stochastic rounding;
+ *     Kahan; swallowed-update counts);
+ *   within bounds derived from the reduction order (the CPU sums in order,
+ *   the GPU in a fixed tree):
+ *     layer norm forward: mean and rstd (double sums rounded to FP32) within
+ *       1 ulp of FP32, y within 1 ulp of its dtype plus 2 ulps of FP32 of
+ *       |xhat gamma| (through mean and rstd);
+ *     layer norm dx: 4 * 2^-24 * rstd (|g gamma| + |mean(g gamma)| +
+ *       |xhat mean(g gamma xhat)|) plus 1 ulp of the dtype;
+ *     softmax: (n + 2) 2^-24 |y| plus 1 ulp of the dtype (FP32 row sums
+ *       in another order), backward (n + 2) 2^-24 |scale y| sum |dy y| + ulp;
+ *     L2 normalisation: 2 ulps of FP32 relative plus 1 ulp of the dtype
+ *       (double norms), backward with |x| |c| (n + 2) 2^-52 more;
+ *     gradient norm: 2^-40 relative (double sums of up to 10^6 terms);
+ *     GEMMs (linear, attention): twice the CPU GEMM's bound (K + 3) 2^-24
+ *       sum |a b| plus the output roundings (both sides meet it), and for
+ *       the attention's probabilities and gradients the first-order
+ *       propagation of those bounds through the softmax.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/ampc.h"
+#include "ampc/cuda_nn.h"
+
+#ifdef AMPC_TEST_ON_CPU
+/* The harness's self-check (CTest test_cuda_nn_harness, built from this file
+ * with AMPC_TEST_ON_CPU): the "device" is host memory and every ampc_cuda_
+ * function under test is its CPU twin, so every comparison below must come
+ * out bit-equal. It runs the buffers, copies, tolerances and comparisons of
+ * the GPU test where there is no GPU, so that the one device run checks the
+ * kernels, not the harness. */
+static ampc_status fake_malloc(ampc_cuda_ctx *c, size_t n, void **p) {
+  (void)c;
+  *p = malloc(n ? n : 1);
+  return *p ? AMPC_OK : AMPC_ERR_NOMEM;
+}
+static void fake_free(ampc_cuda_ctx *c, void *p) { (void)c, free(p); }
+static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_t n) {
+  (void)c, memcpy(dst, src, n);
+  return AMPC_OK;
+}
+#define ampc_cuda_malloc fake_malloc
+#define ampc_cuda_free fake_free
+#define ampc_cuda_to_device fake_copy
+#define ampc_cuda_to_host fake_copy
+#define ampc_cuda_add_forward ampc_add_forward
+#define ampc_cuda_gelu_forward ampc_gelu_forward
+#define ampc_cuda_gelu_backward ampc_gelu_backward
+#define ampc_cuda_grad_add_f32 ampc_grad_add_f32
+#define ampc_cuda_layernorm_forward ampc_layernorm_forward
+#define ampc_cuda_layernorm_backward ampc_layernorm_backward
+#define ampc_cuda_softmax_forward ampc_softmax_forward
+#define ampc_cuda_softmax_backward ampc_softmax_backward
+#define ampc_cuda_embedding_forward ampc_embedding_forward
+#define ampc_cuda_embedding_backward ampc_embedding_backward
+#define ampc_cuda_vit_tokens_forward ampc_vit_tokens_forward
+#define ampc_cuda_vit_tokens_backward ampc_vit_tokens_backward
+#define ampc_cuda_mean_pool_forward ampc_mean_pool_forward
+#define ampc_cuda_mean_pool_backward ampc_mean_pool_backward
+#define ampc_cuda_l2norm_forward ampc_l2norm_forward
+#define ampc_cuda_l2norm_backward ampc_l2norm_backward
+#define ampc_cuda_linear_forward ampc_linear_forward
+#define ampc_cuda_linear_backward ampc_linear_backward
+#define ampc_cuda_attention_forward ampc_attention_forward
+#define ampc_cuda_attention_backward ampc_attention_backward
+#define ampc_cuda_grad_unscale_check ampc_grad_unscale_check
+#define ampc_cuda_optim_step_from ampc_optim_step_from
+#endif
+
+static int g_fail;
+static int64_t g_checked;
+static ampc_cuda_ctx *g_ctx;
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                         \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fprintf(stderr, "\n");                                                                       \
+      g_fail = 1;                                                                                  \
+    }                                                                                              \
+  } while (0)
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    ampc_status s_ = (call);                                                                       \
+    if (s_ != AMPC_OK) {                                                                           \
+      fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, ampc_last_error());       \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static const ampc_dtype k_dts[3] = {AMPC_F32, AMPC_F16, AMPC_BF16};
+static const char *dn(ampc_dtype dt) {
+  return dt == AMPC_F32 ? "f32" : dt == AMPC_F16 ? "f16" : "bf16";
+}
+/* unit roundoff and smallest subnormal step of a dtype */
+static double ulp_rel(ampc_dtype dt) {
+  return dt == AMPC_F16 ? 0x1p-10 : dt == AMPC_BF16 ? 0x1p-7 : 0x1p-23;
+}
+static double ulp_min(ampc_dtype dt) {
+  return dt == AMPC_F16 ? 0x1p-24 : dt == AMPC_BF16 ? 0x1p-133 : 0x1p-149;
+}
+
+/* ---- buffers: a host copy and a device copy ------------------------------- */
+
+typedef struct buf {
+  void *h, *d;
+  ampc_dtype dt;
+  int64_t n;
+  size_t bytes;
+} buf;
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) { /* [0, 1) */
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+  return (double)(g_rng >> 11) * 0x1p-53;
+}
+
+/* n elements of dt from f (FP32 values, rounded once to dt), on both sides */
+static buf from_f32(ampc_dtype dt, const float *f, int64_t n) {
+  buf b = {NULL, NULL, dt, n, (size_t)n * ampc_dtype_size(dt)};
+  b.h = malloc(b.bytes ? b.bytes : 1);
+  if (!b.h)
+    exit(1);
+  OK(ampc_convert(b.h, dt, f, AMPC_F32, (size_t)n));
+  if (g_ctx) {
+    OK(ampc_cuda_malloc(g_ctx, b.bytes, &b.d));
+    OK(ampc_cuda_to_device(g_ctx, b.d, b.h, b.bytes));
+  }
+  return b;
+}
+/* uniform in [lo, hi) */
+static buf rnd_buf(ampc_dtype dt, int64_t n, double lo, double hi) {
+  float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+  for (int64_t i = 0; i < n; i++)
+    f[i] = (float)(lo + (hi - lo) * urand());
+  buf b = from_f32(dt, f, n);
+  free(f);
+  return b;
+}
+/* raw bytes (ids, masks) */
+static buf raw_buf(const void *src, size_t bytes) {
+  buf b = {NULL, NULL, AMPC_F32, 0, bytes};
+  b.h = malloc(bytes ? bytes : 1);
+  memcpy(b.h, src, bytes);
+  if (g_ctx) {
+    OK(ampc_cuda_malloc(g_ctx, bytes, &b.d));
+    OK(ampc_cuda_to_device(g_ctx, b.d, b.h, bytes));
+  }
+  return b;
+}
+static void drop(buf *b) {
+  free(b->h);
+  if (g_ctx)
+    ampc_cuda_free(g_ctx, b->d);
+  b->h = b->d = NULL;
+}
+/* the device copy, widened to FP32 */
+static float *down_f32(const buf *b) {
+  void *raw = malloc(b->bytes ? b->bytes : 1);
+  float *f = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *f);
+  OK(ampc_cuda_to_host(g_ctx, raw, b->d, b->bytes));
+  OK(ampc_convert(f, AMPC_F32, raw, b->dt, (size_t)b->n));
+  free(raw);
+  return f;
+}
+static float *host_f32(const buf *b) {
+  float *f = malloc((size_t)(b->n > 0 ? b->n : 1) * sizeof *f);
+  OK(ampc_convert(f, AMPC_F32, b->h, b->dt, (size_t)b->n));
+  return f;
+}
+
+/* Compare the device copy with the host copy (the CPU's result): bit-equal
+ * (tol NULL; NaN equals NaN whatever the payload) or |gpu - cpu| <= tol[i]. */
+static void compare(const char *what, const buf *b, const double *tol) {
+  float *g = down_f32(b), *c = host_f32(b);
+  int64_t bad = 0, first = -1;
+  double worst = 0.0;
+  for (int64_t i = 0; i < b->n; i++) {
+    const bool both_nan = isnan(g[i]) && isnan(c[i]);
+    bool ok;
+    if (both_nan)
+      ok = true;
+    else if (!tol)
+      ok = memcmp(&g[i], &c[i], sizeof g[i]) == 0;
+    else {
+      const double d = fabs((double)g[i] - (double)c[i]);
+      ok = (isinf(g[i]) || isinf(c[i])) ? g[i] == c[i] : d <= tol[i];
+      if (tol[i] > 0.0 && d / tol[i] > worst)
+        worst = d / tol[i];
+    }
+    if (!ok && bad++ == 0)
+      first = i;
+  }
+  g_checked += b->n;
+  CHECK(bad == 0, "%s: %lld of %lld differ (first [%lld]: gpu %.9g cpu %.9g)", what, (long long)bad,
+        (long long)b->n, (long long)first, first >= 0 ? (double)g[first] : 0.0,
+        first >= 0 ? (double)c[first] : 0.0);
+  if (tol)
+    printf("  %-44s %8lld values, worst |diff| / bound %.3f\n", what, (long long)b->n, worst);
+  else
+    printf("  %-44s %8lld values, bit-equal\n", what, (long long)b->n);
+  free(g);
+  free(c);
+}
+
+static void stats_equal(const char *what, const ampc_round_stats *g, const ampc_round_stats *c) {
+  CHECK(g->count == c->count && g->underflow == c->underflow && g->subnormal == c->subnormal &&
+            g->overflow == c->overflow && g->inf == c->inf && g->nan == c->nan &&
+            g->max_abs == c->max_abs,
+        "%s: round stats differ: gpu count %llu uf %llu sub %llu of %llu inf %llu nan %llu max "
+        "%g, cpu %llu %llu %llu %llu %llu %llu %g",
+        what, (unsigned long long)g->count, (unsigned long long)g->underflow,
+        (unsigned long long)g->subnormal, (unsigned long long)g->overflow,
+        (unsigned long long)g->inf, (unsigned long long)g->nan, (double)g->max_abs,
+        (unsigned long long)c->count, (unsigned long long)c->underflow,
+        (unsigned long long)c->subnormal, (unsigned long long)c->overflow,
+        (unsigned long long)c->inf, (unsigned long long)c->nan, (double)c->max_abs);
+}
+
+/* ---- element-wise and row layers --------------------------------------------- */
+
+static void test_elementwise(void) {
+  printf("element-wise:\n");
+  const int64_t n = 70001; /* not a multiple of anything */
+  for (int ia = 0; ia < 3; ia++)
+    for (int iy = 0; iy < 3; iy++) {
+      const ampc_dtype adt = k_dts[ia], ydt = k_dts[iy];
+      char nm[96];
+      /* values that overflow, flush and go subnormal in the 16-bit types */
+      buf a = rnd_buf(adt, n, -70000.0, 70000.0), b = rnd_buf(AMPC_F32, n, -1.0, 1.0);
+      float *bf = host_f32(&b);
+      for (int64_t i = 0; i < n; i += 7)
+        bf[i] = (float)(1e-9 * (urand() - 0.5));
+      drop(&b);
+      b = from_f32(AMPC_F32, bf, n);
+      free(bf);
+      buf y = rnd_buf(ydt, n, 0, 1);
+      ampc_round_stats sc = {0}, sg = {0};
+      OK(ampc_add_forward(n, a.h, adt, b.h, AMPC_F32, y.h, ydt, &sc));
+      OK(ampc_cuda_add_forward(n, a.d, adt, b.d, AMPC_F32, y.d, ydt, &sg));
+      snprintf(nm, sizeof nm, "add %s + f32 -> %s", dn(adt), dn(ydt));
+      compare(nm, &y, NULL);
+      stats_equal(nm, &sg, &sc);
+      drop(&a);
+      /* GELU on [-12, 12) plus specials */
+      buf x = rnd_buf(adt, n, -12.0, 12.0);
+      float *xf = host_f32(&x);
+      xf[0] = INFINITY, xf[1] = -INFINITY, xf[2] = NAN, xf[3] = 0.0f, xf[4] = -0.0f;
+      xf[5] = -0.75f, xf[6] = 1e-30f;
+      drop(&x);
+      x = from_f32(adt, xf, n);
+      free(xf);
+      memset(&sc, 0, sizeof sc), memset(&sg, 0, sizeof sg);
+      OK(ampc_gelu_forward(n, x.h, adt, y.h, ydt, &sc));
+      OK(ampc_cuda_gelu_forward(n, x.d, adt, y.d, ydt, &sg));
+      snprintf(nm, sizeof nm, "gelu %s -> %s", dn(adt), dn(ydt));
+      compare(nm, &y, NULL);
+      stats_equal(nm, &sg, &sc);
+      buf dy = rnd_buf(ydt, n, -2.0, 2.0), dx = rnd_buf(ydt, n, 0, 1);
+      OK(ampc_gelu_backward(n, dy.h, ydt, x.h, adt, dx.h));
+      OK(ampc_cuda_gelu_backward(n, dy.d, ydt, x.d, adt, dx.d));
+      snprintf(nm, sizeof nm, "gelu backward x %s, grads %s", dn(adt), dn(ydt));
+      compare(nm, &dx, NULL);
+      /* the gradient add: FP32 partial sums into a gradient */
+      OK(ampc_grad_add_f32(n, b.h, dx.h, ydt));
+      OK(ampc_cuda_grad_add_f32(n, b.d, dx.d, ydt));
+      snprintf(nm, sizeof nm, "grad add f32 -> %s", dn(ydt));
+      compare(nm, &dx, NULL);
+      drop(&x), drop(&b), drop(&y), drop(&dy), drop(&dx);
+    }
+}
+
+static void test_layernorm(void) {
+  printf("layer norm:\n");
+  const int64_t shapes[3][2] = {{37, 128}, {300, 512}, {5, 3000}};
+  for (int s = 0; s < 3; s++)
+    for (int ix = 0; ix < 3; ix++) {
+      const int64_t m = shapes[s][0], d = shapes[s][1];
+      const ampc_dtype xdt = k_dts[ix], wdt = k_dts[(ix + 1) % 3], ydt = k_dts[(ix + 2) % 3];
+      char nm[96];
+      /* rows with an offset (the two-pass statistics matter) and a constant row */
+      buf x = rnd_buf(xdt, m * d, -3.0, 5.0);
+      float *xf = host_f32(&x);
+      for (int64_t j = 0; j < d; j++)
+        xf[j] = 2.5f;
+      drop(&x);
+      x = from_f32(xdt, xf, m * d);
+      free(xf);
+      buf gam = rnd_buf(wdt, d, 0.5, 1.5), bet = rnd_buf(wdt, d, -0.5, 0.5);
+      buf y = rnd_buf(ydt, m * d, 0, 1), mean = rnd_buf(AMPC_F32, m, 0, 1),
+          rstd = rnd_buf(AMPC_F32, m, 0, 1);
+      ampc_round_stats sc = {0}, sg = {0};
+      OK(ampc_layernorm_forward(m, d, x.h, xdt, gam.h, bet.h, wdt, 1e-5f, y.h, ydt, mean.h, rstd.h,
+                                &sc));
+      OK(ampc_cuda_layernorm_forward(m, d, x.d, xdt, gam.d, bet.d, wdt, 1e-5f, y.d, ydt, mean.d,
+                                     rstd.d, &sg));
+      double *tol = malloc((size_t)(m * d) * sizeof *tol);
+      for (int64_t i = 0; i < m; i++)
+        tol[i] = 0x1p-23 * fabs((double)((float *)mean.h)[i]) + 1e-30;
+      snprintf(nm, sizeof nm, "ln mean %lldx%lld %s", (long long)m, (long long)d, dn(xdt));
+      compare(nm, &mean, tol);
+      for (int64_t i = 0; i < m; i++)
+        tol[i] = 0x1p-23 * fabs((double)((float *)rstd.h)[i]);
+      snprintf(nm, sizeof nm, "ln rstd %lldx%lld %s", (long long)m, (long long)d, dn(xdt));
+      compare(nm, &rstd, tol);
+      float *yc = host_f32(&y), *gf = host_f32(&gam), *xh = host_f32(&x), *bf = host_f32(&bet);
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < d; j++) {
+          const double xhat =
+              ((double)xh[i * d + j] - (double)((float *)mean.h)[i]) * (double)((float *)rstd.h)[i];
+          /* mean and rstd 1 ulp apart move xhat by 2^-23 (|mean| rstd + |xhat|);
+           * the FP32 ops round at |xhat gamma| and |beta|; then ydt's rounding */
+          const double mu = fabs((double)((float *)mean.h)[i]), r = (double)((float *)rstd.h)[i];
+          tol[i * d + j] = 0x1p-22 * (fabs((double)gf[j]) * (mu * r + fabs(xhat)) +
+                                      fabs(xhat * (double)gf[j]) + fabs((double)bf[j])) +
+                           ulp_rel(ydt) * fabs((double)yc[i * d + j]) + ulp_min(ydt);
+        }
+      snprintf(nm, sizeof nm, "ln y %s x, %s w -> %s", dn(xdt), dn(wdt), dn(ydt));
+      compare(nm, &y, tol);
+      CHECK(sg.count == sc.count, "%s: stats count %llu vs %llu", nm, (unsigned long long)sg.count,
+            (unsigned long long)sc.count);
+      /* backward from the CPU's mean and rstd on both sides */
+      OK(ampc_cuda_to_device(g_ctx, mean.d, mean.h, mean.bytes));
+      OK(ampc_cuda_to_device(g_ctx, rstd.d, rstd.h, rstd.bytes));
+      const ampc_dtype gdt = ydt;
+      buf dy = rnd_buf(gdt, m * d, -1.0, 1.0), dx = rnd_buf(gdt, m * d, 0, 1);
+      buf dg = rnd_buf(gdt, d, -0.1, 0.1), db = rnd_buf(gdt, d, -0.1, 0.1);
+      OK(ampc_layernorm_backward(m, d, dy.h, gdt, x.h, xdt, gam.h, wdt, mean.h, rstd.h, dx.h, dg.h,
+                                 db.h, NULL));
+      OK(ampc_cuda_layernorm_backward(m, d, dy.d, gdt, x.d, xdt, gam.d, wdt, mean.d, rstd.d, dx.d,
+                                      dg.d, db.d, NULL));
+      snprintf(nm, sizeof nm, "ln dgamma %s", dn(gdt));
+      compare(nm, &dg, NULL);
+      snprintf(nm, sizeof nm, "ln dbeta %s", dn(gdt));
+      compare(nm, &db, NULL);
+      float *dyf = host_f32(&dy), *dxc = host_f32(&dx);
+      for (int64_t i = 0; i < m; i++) {
+        const double mi = ((float *)mean.h)[i], ri = ((float *)rstd.h)[i];
+        double sg1 = 0, sgx = 0;
+        for (int64_t j = 0; j < d; j++) {
+          const double xhat = ((double)xh[i * d + j] - mi) * ri;
+          sg1 += (double)dyf[i * d + j] * (double)gf[j];
+          sgx += (double)dyf[i * d + j] * (double)gf[j] * xhat;
+        }
+        for (int64_t j = 0; j < d; j++) {
+          const double xhat = ((double)xh[i * d + j] - mi) * ri;
+          tol[i * d + j] = 4 * 0x1p-24 * ri *
+                               (fabs((double)dyf[i * d + j] * (double)gf[j]) +
+                                fabs(sg1 / (double)d) + fabs(xhat * sgx / (double)d)) +
+                           ulp_rel(gdt) * fabs((double)dxc[i * d + j]) + ulp_min(gdt);
+        }
+      }
+      snprintf(nm, sizeof nm, "ln dx %s", dn(gdt));
+      compare(nm, &dx, tol);
+      free(yc), free(gf), free(xh), free(bf), free(dyf), free(dxc), free(tol);
+      drop(&x), drop(&gam), drop(&bet), drop(&y), drop(&mean), drop(&rstd);
+      drop(&dy), drop(&dx), drop(&dg), drop(&db);
+    }
+}
+
+static void test_softmax(void) {
+  printf("softmax:\n");
+  const int64_t shapes[3][2] = {{64 * 4, 65}, {33, 24}, {7, 3001}};
+  for (int s = 0; s < 3; s++)
+    for (int ix = 0; ix < 3; ix++) {
+      const int64_t m = shapes[s][0], n = shapes[s][1], rpm = s == 0 ? 4 : 1;
+      const ampc_dtype xdt = k_dts[ix], ydt = k_dts[(ix + s) % 3];
+      char nm[96];
+      buf x = rnd_buf(xdt, m * n, -30.0, 30.0);
+      uint8_t *mk = malloc((size_t)((m / rpm) * n));
+      for (int64_t i = 0; i < (m / rpm) * n; i++)
+        mk[i] = urand() < 0.8;
+      for (int64_t j = 0; j < n; j++) /* a row with every key masked */
+        mk[j] = 0;
+      buf mask = raw_buf(mk, (size_t)((m / rpm) * n));
+      buf y = rnd_buf(ydt, m * n, 0, 1);
+      const float scale = 0.125f;
+      ampc_round_stats sc = {0}, sg = {0};
+      OK(ampc_softmax_forward(m, n, x.h, xdt, scale, mk, rpm, y.h, ydt, &sc));
+      OK(ampc_cuda_softmax_forward(m, n, x.d, xdt, scale, mask.d, rpm, y.d, ydt, &sg));
+      float *yc = host_f32(&y);
+      double *tol = malloc((size_t)(m * n) * sizeof *tol);
+      for (int64_t i = 0; i < m * n; i++)
+        tol[i] = (double)(n + 2) * 0x1p-24 * fabs((double)yc[i]) +
+                 ulp_rel(ydt) * fabs((double)yc[i]) + ulp_min(ydt);
+      snprintf(nm, sizeof nm, "softmax %lldx%lld %s -> %s, mask", (long long)m, (long long)n,
+               dn(xdt), dn(ydt));
+      compare(nm, &y, tol);
+      CHECK(sg.count == sc.count, "%s: stats count", nm);
+      /* backward from the CPU's probabilities */
+      OK(ampc_cuda_to_device(g_ctx, y.d, y.h, y.bytes));
+      const ampc_dtype gdt = k_dts[(ix + 1) % 3];
+      buf dy = rnd_buf(gdt, m * n, -1.0, 1.0), dx = rnd_buf(gdt, m * n, 0, 1);
+      OK(ampc_softmax_backward(m, n, dy.h, gdt, y.h, ydt, scale, dx.h));
+      OK(ampc_cuda_softmax_backward(m, n, dy.d, gdt, y.d, ydt, scale, dx.d));
+      float *dyf = host_f32(&dy), *dxc = host_f32(&dx);
+      for (int64_t i = 0; i < m; i++) {
+        double sa = 0;
+        for (int64_t j = 0; j < n; j++)
+          sa += fabs((double)dyf[i * n + j] * (double)yc[i * n + j]);
+        for (int64_t j = 0; j < n; j++)
+          tol[i * n + j] =
+              (double)(n + 2) * 0x1p-24 * fabs((double)scale * (double)yc[i * n + j]) * sa +
+              ulp_rel(gdt) * fabs((double)dxc[i * n + j]) + ulp_min(gdt);
+      }
+      snprintf(nm, sizeof nm, "softmax backward %s grads", dn(gdt));
+      compare(nm, &dx, tol);
+      free(mk), free(yc), free(tol), free(dyf), free(dxc);
+      drop(&x), drop(&mask), drop(&y), drop(&dy), drop(&dx);
+    }
+}
+
+static void test_rows(void) {
+  printf("embeddings, ViT tokens, pooling, L2 norm:\n");
+  for (int iw = 0; iw < 3; iw++) {
+    const ampc_dtype wdt = k_dts[iw], adt = k_dts[(iw + 1) % 3], gdt = k_dts[(iw + 2) % 3];
+    char nm[96];
+    /* token + position embeddings, ids repeated (a small vocab) */
+    const int64_t b = 9, t = 24, d = 96, vocab = 50;
+    int32_t *ids = malloc((size_t)(b * t) * sizeof *ids);
+    for (int64_t i = 0; i < b * t; i++)
+      ids[i] = (int32_t)(urand() * (double)vocab);
+    ids[0] = ids[1] = ids[5] = 7; /* one id many times */
+    buf idb = raw_buf(ids, (size_t)(b * t) * sizeof *ids);
+    buf tok = rnd_buf(wdt, vocab * d, -1, 1), pos = rnd_buf(wdt, t * d, -1, 1);
+    buf y = rnd_buf(adt, b * t * d, 0, 1);
+    ampc_round_stats sc = {0}, sg = {0};
+    OK(ampc_embedding_forward(b, t, d, ids, vocab, tok.h, pos.h, wdt, y.h, adt, &sc));
+    OK(ampc_cuda_embedding_forward(b, t, d, idb.d, vocab, tok.d, pos.d, wdt, y.d, adt, &sg));
+    snprintf(nm, sizeof nm, "embedding %s -> %s", dn(wdt), dn(adt));
+    compare(nm, &y, NULL);
+    stats_equal(nm, &sg, &sc);
+    /* gradients large enough that repeated ids overflow binary16 */
+    buf dy = rnd_buf(gdt, b * t * d, -30000, 30000);
+    buf dtok = rnd_buf(gdt, vocab * d, -1, 1), dpos = rnd_buf(gdt, t * d, -1, 1);
+    memset(&sc, 0, sizeof sc), memset(&sg, 0, sizeof sg);
+    OK(ampc_embedding_backward(b, t, d, ids, vocab, dy.h, gdt, dtok.h, dpos.h, &sc, NULL));
+    OK(ampc_cuda_embedding_backward(b, t, d, idb.d, vocab, dy.d, gdt, dtok.d, dpos.d, &sg, NULL));
+    snprintf(nm, sizeof nm, "embedding backward dtok %s", dn(gdt));
+    compare(nm, &dtok, NULL);
+    stats_equal(nm, &sg, &sc);
+    snprintf(nm, sizeof nm, "embedding backward dpos %s", dn(gdt));
+    compare(nm, &dpos, NULL);
+    free(ids);
+    drop(&idb), drop(&tok), drop(&pos), drop(&y), drop(&dy), drop(&dtok), drop(&dpos);
+
+    /* ViT tokens */
+    const int64_t np = 64;
+    buf pat = rnd_buf(adt, b * np * d, -2, 2), cls = rnd_buf(wdt, d, -1, 1),
+        vpos = rnd_buf(wdt, (np + 1) * d, -1, 1), vy = rnd_buf(adt, b * (np + 1) * d, 0, 1);
+    OK(ampc_vit_tokens_forward(b, np, d, pat.h, adt, cls.h, vpos.h, wdt, vy.h, adt));
+    OK(ampc_cuda_vit_tokens_forward(b, np, d, pat.d, adt, cls.d, vpos.d, wdt, vy.d, adt));
+    snprintf(nm, sizeof nm, "vit tokens %s + %s", dn(adt), dn(wdt));
+    compare(nm, &vy, NULL);
+    buf vdy = rnd_buf(gdt, b * (np + 1) * d, -1, 1), dpat = rnd_buf(gdt, b * np * d, 0, 1),
+        dcls = rnd_buf(gdt, d, -1, 1), dvpos = rnd_buf(gdt, (np + 1) * d, -1, 1);
+    OK(ampc_vit_tokens_backward(b, np, d, vdy.h, gdt, dpat.h, dcls.h, dvpos.h));
+    OK(ampc_cuda_vit_tokens_backward(b, np, d, vdy.d, gdt, dpat.d, dcls.d, dvpos.d));
+    snprintf(nm, sizeof nm, "vit tokens backward dpatches %s", dn(gdt));
+    compare(nm, &dpat, NULL);
+    compare("vit tokens backward dcls", &dcls, NULL);
+    compare("vit tokens backward dpos", &dvpos, NULL);
+    drop(&pat), drop(&cls), drop(&vpos), drop(&vy), drop(&vdy), drop(&dpat), drop(&dcls),
+        drop(&dvpos);
+
+    /* masked mean pooling (a row with nothing valid) */
+    uint8_t *mk = malloc((size_t)(b * t));
+    for (int64_t i = 0; i < b * t; i++)
+      mk[i] = urand() < 0.6;
+    for (int64_t j = 0; j < t; j++)
+      mk[t + j] = 0;
+    buf mask = raw_buf(mk, (size_t)(b * t));
+    buf px = rnd_buf(adt, b * t * d, -3, 3), py = rnd_buf(wdt, b * d, 0, 1);
+    memset(&sc, 0, sizeof sc), memset(&sg, 0, sizeof sg);
+    OK(ampc_mean_pool_forward(b, t, d, px.h, adt, mk, py.h, wdt, &sc));
+    OK(ampc_cuda_mean_pool_forward(b, t, d, px.d, adt, mask.d, py.d, wdt, &sg));
+    snprintf(nm, sizeof nm, "mean pool %s -> %s", dn(adt), dn(wdt));
+    compare(nm, &py, NULL);
+    stats_equal(nm, &sg, &sc);
+    buf pdy = rnd_buf(gdt, b * d, -1, 1), pdx = rnd_buf(gdt, b * t * d, 0, 1);
+    OK(ampc_mean_pool_backward(b, t, d, pdy.h, gdt, mk, pdx.h));
+    OK(ampc_cuda_mean_pool_backward(b, t, d, pdy.d, gdt, mask.d, pdx.d));
+    compare("mean pool backward", &pdx, NULL);
+    free(mk);
+    drop(&mask), drop(&px), drop(&py), drop(&pdy), drop(&pdx);
+
+    /* L2 normalisation (a zero row: the eps branch) */
+    const int64_t m = 33, e = 64;
+    buf lx = rnd_buf(adt, m * e, -2, 2);
+    float *lxf = host_f32(&lx);
+    for (int64_t j = 0; j < e; j++)
+      lxf[j] = 0.0f;
+    drop(&lx);
+    lx = from_f32(adt, lxf, m * e);
+    buf ly = rnd_buf(wdt, m * e, 0, 1);
+    OK(ampc_l2norm_forward(m, e, lx.h, adt, 1e-12f, ly.h, wdt, NULL));
+    OK(ampc_cuda_l2norm_forward(m, e, lx.d, adt, 1e-12f, ly.d, wdt, NULL));
+    float *lyc = host_f32(&ly);
+    double *tol = malloc((size_t)(m * e) * sizeof *tol);
+    for (int64_t i = 0; i < m * e; i++)
+      tol[i] = (2 * 0x1p-23 + ulp_rel(wdt)) * fabs((double)lyc[i]) + ulp_min(wdt);
+    snprintf(nm, sizeof nm, "l2norm %s -> %s", dn(adt), dn(wdt));
+    compare(nm, &ly, tol);
+    buf ldy = rnd_buf(gdt, m * e, -1, 1), ldx = rnd_buf(gdt, m * e, 0, 1);
+    OK(ampc_l2norm_backward(m, e, ldy.h, gdt, lx.h, adt, 1e-12f, ldx.h));
+    OK(ampc_cuda_l2norm_backward(m, e, ldy.d, gdt, lx.d, adt, 1e-12f, ldx.d));
+    float *ldyf = host_f32(&ldy), *ldxc = host_f32(&ldx);
+    for (int64_t i = 0; i < m; i++) {
+      double nrm = 0, c = 0;
+      for (int64_t j = 0; j < e; j++)
+        nrm += (double)lxf[i * e + j] * (double)lxf[i * e + j];
+      nrm = sqrt(nrm);
+      for (int64_t j = 0; j < e; j++)
+        c += nrm > 0 ? fabs((double)lxf[i * e + j] / nrm * (double)ldyf[i * e + j]) : 0.0;
+      for (int64_t j = 0; j < e; j++) {
+        const double inv = nrm > 1e-12 ? 1.0 / nrm : 1e12;
+        tol[i * e + j] =
+            4 * 0x1p-23 * inv *
+                (fabs((double)ldyf[i * e + j]) + fabs((double)lxf[i * e + j] * inv) * c) +
+            ulp_rel(gdt) * fabs((double)ldxc[i * e + j]) + ulp_min(gdt);
+      }
+    }
+    snprintf(nm, sizeof nm, "l2norm backward %s", dn(gdt));
+    compare(nm, &ldx, tol);
+    free(lxf), free(lyc), free(tol), free(ldyf), free(ldxc);
+    drop(&lx), drop(&ly), drop(&ldy), drop(&ldx);
+  }
+}
+
+/* ---- GEMM-type layers ----------------------------------------------------------- */
+
+/* tol[i][j] = (K + 3) 2^-24 sum_p |a[i][p] b[p][j]| (+ |extra[i][j]|) plus the
+ * rounding of out (dt) at ref: the CPU GEMM's bound, which both sides meet
+ * (tests/test_gemm.c; the difference of two results within it is at most
+ * twice it) */
+static double *gemm_tol(int64_t m, int64_t n, int64_t k, const float *a, int64_t sai, int64_t sap,
+                        const float *b, int64_t sbp, int64_t sbj, double alpha, const float *extra,
+                        const float *ref, ampc_dtype dt) {
+  double *tol = malloc((size_t)(m * n) * sizeof *tol);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double s = 0;
+      for (int64_t p = 0; p < k; p++)
+        s += fabs((double)a[i * sai + p * sap] * (double)b[p * sbp + j * sbj]);
+      s = fabs(alpha) * s + (extra ? fabs((double)extra[i * n + j]) : 0.0);
+      tol[i * n + j] = 2 * ((double)(k + 3) * 0x1p-24 * s) +
+                       2 * (ulp_rel(dt) * fabs((double)ref[i * n + j]) + ulp_min(dt));
+    }
+  return tol;
+}
+
+static void test_linear(void) {
+  printf("linear (cuBLASLt):\n");
+  const int64_t m = 130, k = 96, n = 72;
+  for (int ix = 0; ix < 3; ix++)
+    for (int iw = 0; iw < 3; iw++) {
+      const ampc_dtype xdt = k_dts[ix], wdt = k_dts[iw], ydt = k_dts[(ix + iw) % 3];
+      char nm[96];
+      buf x = rnd_buf(xdt, m * k, -1, 1), w = rnd_buf(wdt, n * k, -0.5, 0.5),
+          bias = rnd_buf(wdt, n, -1, 1), y = rnd_buf(ydt, m * n, 0, 1);
+      ampc_round_stats sc = {0}, sg = {0};
+      OK(ampc_linear_forward(m, k, n, x.h, xdt, w.h, wdt, bias.h, y.h, ydt, AMPC_ACC_F32, &sc));
+      OK(ampc_cuda_linear_forward(m, k, n, x.d, xdt, w.d, wdt, bias.d, y.d, ydt, AMPC_ACC_F32,
+                                  &sg));
+      float *xf = host_f32(&x), *wf = host_f32(&w), *yf = host_f32(&y), *bf = host_f32(&bias);
+      float *bb = malloc((size_t)(m * n) * sizeof *bb);
+      for (int64_t i = 0; i < m * n; i++)
+        bb[i] = bf[i % n];
+      double *tol = gemm_tol(m, n, k, xf, k, 1, wf, 1, k, 1.0, bb, yf, ydt);
+      snprintf(nm, sizeof nm, "linear %s x %s -> %s, bias", dn(xdt), dn(wdt), dn(ydt));
+      compare(nm, &y, tol);
+      CHECK(sg.count == sc.count, "%s: stats count", nm);
+      free(tol);
+      /* backward: dx = dy W, dW += dy^T x, db += column sums */
+      const ampc_dtype gdt = ydt;
+      buf dy = rnd_buf(gdt, m * n, -1, 1), dx = rnd_buf(gdt, m * k, 0, 1),
+          dw = rnd_buf(gdt, n * k, -0.1, 0.1), db = rnd_buf(gdt, n, -0.1, 0.1);
+      float *dw0 = host_f32(&dw);
+      OK(ampc_linear_backward(m, k, n, dy.h, gdt, x.h, xdt, w.h, wdt, dx.h, dw.h, db.h,
+                              AMPC_ACC_F32, NULL));
+      OK(ampc_cuda_linear_backward(m, k, n, dy.d, gdt, x.d, xdt, w.d, wdt, dx.d, dw.d, db.d,
+                                   AMPC_ACC_F32, NULL));
+      float *dyf = host_f32(&dy), *dxf = host_f32(&dx), *dwf = host_f32(&dw);
+      tol = gemm_tol(m, k, n, dyf, n, 1, wf, k, 1, 1.0, NULL, dxf, gdt);
+      snprintf(nm, sizeof nm, "linear dx %s", dn(gdt));
+      compare(nm, &dx, tol);
+      free(tol);
+      tol = gemm_tol(n, k, m, dyf, 1, n, xf, k, 1, 1.0, dw0, dwf, gdt);
+      snprintf(nm, sizeof nm, "linear dW += %s", dn(gdt));
+      compare(nm, &dw, tol);
+      free(tol);
+      snprintf(nm, sizeof nm, "linear db += %s", dn(gdt));
+      compare(nm, &db, NULL);
+      free(xf), free(wf), free(yf), free(bf), free(bb), free(dw0), free(dyf), free(dxf), free(dwf);
+      drop(&x), drop(&w), drop(&bias), drop(&y), drop(&dy), drop(&dx), drop(&dw), drop(&db);
+    }
+  /* the FP16-accumulation ablation: COMPUTE_16F needs F16 throughout */
+  buf x = rnd_buf(AMPC_F16, m * k, -1, 1), w = rnd_buf(AMPC_F16, n * k, -1, 1),
+      y = rnd_buf(AMPC_F16, m * n, 0, 1);
+  OK(ampc_linear_forward(m, k, n, x.h, AMPC_F16, w.h, AMPC_F16, NULL, y.h, AMPC_F16, AMPC_ACC_F16,
+                         NULL));
+  OK(ampc_cuda_linear_forward(m, k, n, x.d, AMPC_F16, w.d, AMPC_F16, NULL, y.d, AMPC_F16,
+                              AMPC_ACC_F16, NULL));
+  float *xf = host_f32(&x), *wf = host_f32(&w), *yf = host_f32(&y);
+  double *tol = gemm_tol(m, n, k, xf, k, 1, wf, 1, k, 1.0, NULL, yf, AMPC_F16);
+  for (int64_t i = 0; i < m * n; i++) /* binary16 sums in any order: (K + 3) 2^-11 */
+    tol[i] *= 0x1p13;
+  compare("linear f16, FP16 accumulation (bound K 2^-11)", &y, tol);
+#ifndef AMPC_TEST_ON_CPU
+  CHECK(ampc_cuda_linear_forward(m, k, n, x.d, AMPC_F16, w.d, AMPC_F16, NULL, y.d, AMPC_F32,
+                                 AMPC_ACC_F16, NULL) == AMPC_ERR_UNSUPPORTED,
+        "FP16 accumulation into F32 accepted");
+#endif
+  free(xf), free(wf), free(yf), free(tol);
+  drop(&x), drop(&w), drop(&y);
+}
+
+static void test_attention(void) {
+  printf("attention core:\n");
+  const int64_t b = 5, tq = 17, tk = 23, h = 4, dh = 16, dm = h * dh, ld = 3 * dm;
+  for (int ix = 0; ix < 3; ix++) {
+    const ampc_dtype xdt = k_dts[ix], pdt = xdt, gdt = xdt;
+    char nm[96];
+    /* q, k, v as views into packed qkv rows (ld = 3 dm), as the model's */
+    buf qkv = rnd_buf(xdt, b * tk * ld, -1.5, 1.5);
+    const size_t xs = ampc_dtype_size(xdt);
+    uint8_t *mk = malloc((size_t)(b * tk));
+    for (int64_t i = 0; i < b * tk; i++)
+      mk[i] = urand() < 0.75;
+    for (int64_t j = 0; j < tk; j++)
+      mk[j] = j < 3; /* sample 0: three keys */
+    buf mask = raw_buf(mk, (size_t)(b * tk));
+    buf sc = rnd_buf(pdt, b * h * tq * tk, 0, 1), pr = rnd_buf(pdt, b * h * tq * tk, 0, 1),
+        out = rnd_buf(xdt, b * tq * dm, 0, 1);
+    const char *qh = qkv.h, *qd = qkv.d;
+    OK(ampc_attention_forward(b, tq, tk, h, dh, qh, ld, qh + dm * xs, ld, qh + 2 * dm * xs, ld, xdt,
+                              mk, sc.h, pdt, pr.h, pdt, out.h, dm, xdt, AMPC_ACC_F32, NULL));
+    OK(ampc_cuda_attention_forward(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs, ld,
+                                   xdt, mask.d, sc.d, pdt, pr.d, pdt, out.d, dm, xdt, AMPC_ACC_F32,
+                                   NULL));
+    float *qf = host_f32(&qkv), *scf = host_f32(&sc), *prf = host_f32(&pr), *of = host_f32(&out);
+    const double scale = 1.0 / sqrt((double)dh);
+    /* scores: the GEMM bound per element */
+    double *tol = malloc((size_t)(b * h * tq * tk) * sizeof *tol);
+    double *srow = malloc((size_t)(b * h * tq) * sizeof *srow); /* max score bound per row */
+    for (int64_t bi = 0; bi < b; bi++)
+      for (int64_t hi = 0; hi < h; hi++)
+        for (int64_t i = 0; i < tq; i++) {
+          double mx = 0;
+          for (int64_t j = 0; j < tk; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < dh; p++)
+              s += fabs((double)qf[(bi * tk + i) * ld + hi * dh + p] *
+                        (double)qf[(bi * tk + j) * ld + dm + hi * dh + p]);
+            const int64_t e = ((bi * h + hi) * tq + i) * tk + j;
+            tol[e] = 2 * (double)(dh + 3) * 0x1p-24 * scale * s +
+                     2 * (ulp_rel(pdt) * fabs((double)scf[e]) + ulp_min(pdt));
+            mx = tol[e] > mx ? tol[e] : mx;
+          }
+          srow[(bi * h + hi) * tq + i] = mx;
+        }
+    snprintf(nm, sizeof nm, "attention scores %s", dn(xdt));
+    compare(nm, &sc, tol);
+    /* probabilities: scores off by at most d move p by p (2 d) (to first
+     * order), plus softmax's own sums and the rounding to pdt */
+    for (int64_t r = 0; r < b * h * tq; r++)
+      for (int64_t j = 0; j < tk; j++) {
+        const double p = fabs((double)prf[r * tk + j]);
+        tol[r * tk + j] = p * (2.5 * srow[r] + (double)(tk + 2) * 0x1p-24) +
+                          2 * (ulp_rel(pdt) * p + ulp_min(pdt));
+      }
+    snprintf(nm, sizeof nm, "attention probs %s, key mask", dn(xdt));
+    compare(nm, &pr, tol);
+    free(tol);
+    /* out = P v: the GEMM bound plus what the probabilities' difference moves */
+    double *otol = malloc((size_t)(b * tq * dm) * sizeof *otol);
+    for (int64_t bi = 0; bi < b; bi++)
+      for (int64_t i = 0; i < tq; i++)
+        for (int64_t c = 0; c < dm; c++) {
+          const int64_t hi = c / dh, r = (bi * h + hi) * tq + i;
+          double s = 0, dp = 0;
+          for (int64_t j = 0; j < tk; j++) {
+            const double vv = fabs((double)qf[(bi * tk + j) * ld + 2 * dm + c]);
+            const double p = fabs((double)prf[r * tk + j]);
+            s += p * vv;
+            dp += (p * (2.5 * srow[r] + (double)(tk + 2) * 0x1p-24) +
+                   2 * (ulp_rel(pdt) * p + ulp_min(pdt))) *
+                  vv;
+          }
+          const int64_t e = (bi * tq + i) * dm + c;
+          otol[e] = 2 * (double)(tk + 3) * 0x1p-24 * s + dp +
+                    2 * (ulp_rel(xdt) * fabs((double)of[e]) + ulp_min(xdt));
+        }
+    snprintf(nm, sizeof nm, "attention out %s", dn(xdt));
+    compare(nm, &out, otol);
+    free(otol), free(srow);
+    /* backward from the CPU's probabilities on both sides */
+    OK(ampc_cuda_to_device(g_ctx, pr.d, pr.h, pr.bytes));
+    buf dout = rnd_buf(gdt, b * tq * dm, -1, 1), dq = rnd_buf(gdt, b * tq * dm, 0, 1),
+        dk = rnd_buf(gdt, b * tk * dm, 0, 1), dv = rnd_buf(gdt, b * tk * dm, 0, 1);
+    OK(ampc_attention_backward(b, tq, tk, h, dh, qh, ld, qh + dm * xs, ld, qh + 2 * dm * xs, ld,
+                               xdt, pr.h, pdt, dout.h, dm, gdt, dq.h, dm, dk.h, dm, dv.h, dm,
+                               AMPC_ACC_F32, NULL));
+    OK(ampc_cuda_attention_backward(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs,
+                                    ld, xdt, pr.d, pdt, dout.d, dm, gdt, dq.d, dm, dk.d, dm, dv.d,
+                                    dm, AMPC_ACC_F32, NULL));
+    /* dv = P^T dout is one GEMM from identical inputs: its bound */
+    float *dof = host_f32(&dout), *dvf = host_f32(&dv);
+    double *vtol = malloc((size_t)(b * tk * dm) * sizeof *vtol);
+    for (int64_t bi = 0; bi < b; bi++)
+      for (int64_t j = 0; j < tk; j++)
+        for (int64_t c = 0; c < dm; c++) {
+          const int64_t hi = c / dh;
+          double s = 0;
+          for (int64_t i = 0; i < tq; i++)
+            s += fabs((double)prf[((bi * h + hi) * tq + i) * tk + j] *
+                      (double)dof[(bi * tq + i) * dm + c]);
+          const int64_t e = (bi * tk + j) * dm + c;
+          vtol[e] = 2 * (double)(tq + 3) * 0x1p-24 * s +
+                    2 * (ulp_rel(gdt) * fabs((double)dvf[e]) + ulp_min(gdt));
+        }
+    snprintf(nm, sizeof nm, "attention dv %s", dn(gdt));
+    compare(nm, &dv, vtol);
+    free(vtol);
+    /* dq, dk go through dP (a GEMM), the softmax backward (FP32 sums) and a
+     * second GEMM: bounded here by 4 (tk + dh + 6) 2^-24 times the sum of
+     * |dS| |k| terms formed from bounds on |dP| (a first-order bound) */
+    float *dqf = host_f32(&dq), *dkf = host_f32(&dk);
+    double *qtol = malloc((size_t)(b * tq * dm) * sizeof *qtol),
+           *ktol = malloc((size_t)(b * tk * dm) * sizeof *ktol);
+    for (int64_t i = 0; i < b * tq * dm; i++)
+      qtol[i] = 0;
+    for (int64_t i = 0; i < b * tk * dm; i++)
+      ktol[i] = 0;
+    for (int64_t bi = 0; bi < b; bi++)
+      for (int64_t hi = 0; hi < h; hi++)
+        for (int64_t i = 0; i < tq; i++) {
+          /* |dP_ij| <= sum_c |dout_ic v_jc| =: A_ij; |dS_ij| error <= p_ij (A_ij +
+           * sum_l p_il A_il) (tk + dh + 6) 2^-24 */
+          double aij[64], sp = 0;
+          for (int64_t j = 0; j < tk; j++) {
+            double s = 0;
+            for (int64_t c = 0; c < dh; c++)
+              s += fabs((double)dof[(bi * tq + i) * dm + hi * dh + c] *
+                        (double)qf[(bi * tk + j) * ld + 2 * dm + hi * dh + c]);
+            aij[j] = s;
+            sp += fabs((double)prf[((bi * h + hi) * tq + i) * tk + j]) * s;
+          }
+          for (int64_t j = 0; j < tk; j++) {
+            const double p = fabs((double)prf[((bi * h + hi) * tq + i) * tk + j]);
+            const double dse = (p * (aij[j] + sp) + p * (aij[j] + sp)) * (double)(tk + dh + 6) *
+                               0x1p-24,
+                         dsm = p * (aij[j] + sp);
+            for (int64_t c = 0; c < dh; c++) {
+              const double kk = fabs((double)qf[(bi * tk + j) * ld + dm + hi * dh + c]);
+              const double qq = fabs((double)qf[(bi * tk + i) * ld + hi * dh + c]);
+              qtol[(bi * tq + i) * dm + hi * dh + c] +=
+                  scale * (2 * dse + 2 * (double)(tk + 3) * 0x1p-24 * dsm) * kk;
+              ktol[(bi * tk + j) * dm + hi * dh + c] +=
+                  scale * (2 * dse + 2 * (double)(tq + 3) * 0x1p-24 * dsm) * qq;
+            }
+          }
+        }
+    for (int64_t i = 0; i < b * tq * dm; i++)
+      qtol[i] += 2 * (ulp_rel(gdt) * fabs((double)dqf[i]) + ulp_min(gdt));
+    for (int64_t i = 0; i < b * tk * dm; i++)
+      ktol[i] += 2 * (ulp_rel(gdt) * fabs((double)dkf[i]) + ulp_min(gdt));
+    snprintf(nm, sizeof nm, "attention dq %s", dn(gdt));
+    compare(nm, &dq, qtol);
+    snprintf(nm, sizeof nm, "attention dk %s", dn(gdt));
+    compare(nm, &dk, ktol);
+    free(qtol), free(ktol), free(dqf), free(dkf), free(dof), free(dvf);
+    free(qf), free(scf), free(prf), free(of), free(mk);
+    drop(&qkv), drop(&mask), drop(&sc), drop(&pr), drop(&out), drop(&dout), drop(&dq), drop(&dk),
+        drop(&dv);
+  }
+}
+
+/* ---- the gradient pass and the optimizer ------------------------------------ */
+
+static void test_unscale(void) {
+  printf("unscale + non-finite check + norm:\n");
+  const int64_t n = 1000003;
+  for (int ig = 0; ig < 3; ig++) {
+    const ampc_dtype gdt = k_dts[ig];
+    buf g = rnd_buf(gdt, n, -60000, 60000);
+    float *gf = host_f32(&g);
+    gf[17] = INFINITY, gf[4096] = NAN, gf[n - 1] = -INFINITY;
+    drop(&g);
+    g = from_f32(gdt, gf, n);
+    free(gf);
+    int64_t nbc = -1, nbg = -2;
+    double nc = -1, ng = -2;
+    OK(ampc_grad_unscale_check(g.h, gdt, n, 0x1p-16f, &nbc, &nc, NULL));
+    OK(ampc_cuda_grad_unscale_check(g.d, gdt, n, 0x1p-16f, &nbg, &ng, NULL));
+    CHECK(nbc == nbg && nbc == 3, "unscale %s: non-finite gpu %lld cpu %lld", dn(gdt),
+          (long long)nbg, (long long)nbc);
+    CHECK(fabs(ng - nc) <= 0x1p-40 * nc, "unscale %s: norm gpu %.17g cpu %.17g", dn(gdt), ng, nc);
+    printf("  %-44s norm %.17g vs %.17g (rel %.2e), %lld non-finite\n", dn(gdt), ng, nc,
+           fabs(ng - nc) / nc, (long long)nbg);
+    g_checked += n;
+    drop(&g);
+  }
+}
+
+/* a parameter table mirrored on the device: same metadata, device role buffers */
+typedef struct mirror {
+  ampc_params host, dev;
+} mirror;
+
+static void mirror_make(mirror *M, ampc_dtype wdt, bool master, ampc_dtype sdt, int moments,
+                        bool kahan) {
+  static const ampc_param_spec specs[] = {
+      {"a.weight", 2, {33, 65}, AMPC_BRANCH_VISION, AMPC_INIT_NORMAL, 0.02f, false},
+      {"a.bias", 1, {33}, AMPC_BRANCH_VISION, AMPC_INIT_ZEROS, 0.0f, true},
+      {"b.weight", 2, {257, 40}, AMPC_BRANCH_TEXT, AMPC_INIT_NORMAL, 0.5f, false},
+      {"c.scale", 1, {1}, AMPC_BRANCH_HEADS, AMPC_INIT_CONST, 2.0f, true},
+  };
+  ampc_rng r;
+  ampc_rng_seed(&r, 11);
+  OK(ampc_params_create(&M->host, specs, 4, wdt, master, sdt, moments, &r));
+  if (kahan)
+    OK(ampc_params_add_compensation(&M->host));
+  M->dev = M->host;
+  ampc_params *H = &M->host, *D = &M->dev;
+  const size_t ws = ampc_dtype_size(wdt) * (size_t)H->total,
+               ss = ampc_dtype_size(sdt) * (size_t)H->total;
+  /* moments and gradients with values, so the first step is not special */
+  float *f = malloc((size_t)H->total * sizeof *f);
+  for (int64_t i = 0; i < H->total; i++)
+    f[i] = (float)(urand() - 0.5) * 1e-3f;
+  if (H->m)
+    OK(ampc_convert(H->m, sdt, f, AMPC_F32, (size_t)H->total));
+  for (int64_t i = 0; i < H->total; i++)
+    f[i] = (float)urand() * 1e-6f;
+  if (H->v)
+    OK(ampc_convert(H->v, sdt, f, AMPC_F32, (size_t)H->total));
+  for (int64_t i = 0; i < H->total; i++)
+    f[i] = (float)(urand() - 0.5) * (i % 5 == 0 ? 1e-7f : 2.0f);
+  OK(ampc_convert(H->grad, wdt, f, AMPC_F32, (size_t)H->total));
+  free(f);
+#define MIRROR(field, bytes)                                                                       \
+  if (H->field) {                                                                                  \
+    void *p_ = NULL;                                                                               \
+    OK(ampc_cuda_malloc(g_ctx, (bytes), &p_));                                                     \
+    OK(ampc_cuda_to_device(g_ctx, p_, H->field, (bytes)));                                         \
+    D->field = p_;                                                                                 \
+  }
+  MIRROR(w, ws);
+  MIRROR(grad, ws);
+  MIRROR(master, sizeof(float) * (size_t)H->total);
+  MIRROR(m, ss);
+  MIRROR(v, ss);
+  MIRROR(comp, ws);
+#undef MIRROR
+}
+
+static void mirror_check(const mirror *M, const char *what) {
+  const ampc_params *H = &M->host, *D = &M->dev;
+  char nm[128];
+#define SAME(field, dt)                                                                            \
+  if (H->field) {                                                                                  \
+    buf b = {H->field, D->field, (dt), H->total, ampc_dtype_size(dt) * (size_t)H->total};          \
+    snprintf(nm, sizeof nm, "%s: %s", what, #field);                                               \
+    compare(nm, &b, NULL);                                                                         \
+  }
+  SAME(w, H->wdt);
+  SAME(master, AMPC_F32);
+  SAME(m, H->sdt);
+  SAME(v, H->sdt);
+  SAME(comp, H->wdt);
+#undef SAME
+}
+
+static void mirror_free(mirror *M) {
+  ampc_cuda_free(g_ctx, M->dev.w);
+  ampc_cuda_free(g_ctx, M->dev.grad);
+  ampc_cuda_free(g_ctx, M->dev.master);
+  ampc_cuda_free(g_ctx, M->dev.m);
+  ampc_cuda_free(g_ctx, M->dev.v);
+  ampc_cuda_free(g_ctx, M->dev.comp);
+  ampc_params_free(&M->host);
+}
+
+static void test_optim(void) {
+  printf("optimizer (3 steps each):\n");
+  struct {
+    const char *name;
+    ampc_optim_kind kind;
+    ampc_dtype wdt, sdt;
+    bool master, sr, kahan, nesterov;
+  } cases[] = {
+      {"adamw 16-mixed", AMPC_OPTIM_ADAMW, AMPC_F16, AMPC_F32, true, false, false, false},
+      {"adamw bf16-mixed", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_F32, true, false, false, false},
+      {"adamw 32-true", AMPC_OPTIM_ADAMW, AMPC_F32, AMPC_F32, false, false, false, false},
+      {"adamw 16-true", AMPC_OPTIM_ADAMW, AMPC_F16, AMPC_F16, false, false, false, false},
+      {"adamw bf16-true stochastic", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_BF16, false, true, false,
+       false},
+      {"adamw bf16 kahan", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_F32, false, false, true, false},
+      {"sgd 16-mixed", AMPC_OPTIM_SGD, AMPC_F16, AMPC_F32, true, false, false, false},
+      {"sgd nesterov 16-true", AMPC_OPTIM_SGD, AMPC_F16, AMPC_F16, false, false, false, true},
+      {"sgd bf16 kahan", AMPC_OPTIM_SGD, AMPC_BF16, AMPC_F32, false, false, true, false},
+  };
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    ampc_optim_config c = cases[ci].kind == AMPC_OPTIM_ADAMW ? ampc_optim_adamw_defaults()
+                                                             : ampc_optim_sgd_defaults();
+    c.weight_decay = 0.05f;
+    c.nesterov = cases[ci].nesterov;
+    c.stochastic_round = cases[ci].sr;
+    c.kahan = cases[ci].kahan;
+    c.round_seed = 99;
+    c.branch_lr[AMPC_BRANCH_TEXT] = c.lr * 0.5f;
+    mirror M;
+    mirror_make(&M, cases[ci].wdt, cases[ci].master, cases[ci].sdt, ampc_optim_moments(&c),
+                cases[ci].kahan);
+    const float gm[AMPC_BRANCH_COUNT] = {0x1p-10f, 0x1p-10f, 0x1p-9f, 0x1p-10f};
+    ampc_swallow_stats swc[4], swg[4];
+    for (int64_t t = 1; t <= 3; t++) {
+      const float clip = t == 2 ? 0.5f : 1.0f;
+      OK(ampc_optim_step_from(&M.host, &c, t, c.lr, gm, clip, swc, M.host.grad, M.host.wdt));
+      OK(ampc_cuda_optim_step_from(&M.dev, &c, t, c.lr, gm, clip, swg, M.dev.grad, M.dev.wdt));
+      for (int i = 0; i < 4; i++)
+        CHECK(swc[i].updated == swg[i].updated && swc[i].swallowed == swg[i].swallowed &&
+                  swc[i].would_swallow == swg[i].would_swallow &&
+                  swc[i].nonfinite == swg[i].nonfinite,
+              "%s step %lld tensor %d: swallow counts gpu %lld/%lld/%lld/%lld cpu "
+              "%lld/%lld/%lld/%lld",
+              cases[ci].name, (long long)t, i, (long long)swg[i].updated,
+              (long long)swg[i].swallowed, (long long)swg[i].would_swallow,
+              (long long)swg[i].nonfinite, (long long)swc[i].updated, (long long)swc[i].swallowed,
+              (long long)swc[i].would_swallow, (long long)swc[i].nonfinite);
+    }
+    mirror_check(&M, cases[ci].name);
+    mirror_free(&M);
+  }
+}
+
+/* ---- host-side checks (no GPU needed) ------------------------------------- */
+#ifndef AMPC_TEST_ON_CPU
+
+static void test_host_checks(void) {
+  const ampc_status nb = ampc_cuda_built() ? AMPC_ERR_INVALID_ARG : AMPC_ERR_UNSUPPORTED;
+  float x[4] = {0};
+  ampc_round_stats st = {0};
+  /* bad arguments are refused before the context is looked at */
+  if (ampc_cuda_built()) {
+    CHECK(ampc_cuda_add_forward(0, x, AMPC_F32, x, AMPC_F32, x, AMPC_F32, NULL) ==
+              AMPC_ERR_INVALID_ARG,
+          "n = 0 accepted");
+    CHECK(strstr(ampc_last_error(), "n must be positive") != NULL, "message: %s",
+          ampc_last_error());
+    CHECK(ampc_cuda_gelu_forward(4, NULL, AMPC_F32, x, AMPC_F32, NULL) == AMPC_ERR_INVALID_ARG,
+          "NULL x accepted");
+    CHECK(ampc_cuda_layernorm_forward(1, 4, x, AMPC_F8_E4M3, x, x, AMPC_F32, 1e-5f, x, AMPC_F32, x,
+                                      x, NULL) == AMPC_ERR_INVALID_ARG,
+          "an FP8 input accepted");
+    CHECK(ampc_cuda_layernorm_forward(1, 4, x, AMPC_F32, x, x, AMPC_F32, -1.0f, x, AMPC_F32, x, x,
+                                      NULL) == AMPC_ERR_INVALID_ARG,
+          "eps < 0 accepted");
+    CHECK(ampc_cuda_vit_tokens_forward(1, -1, 4, x, AMPC_F32, x, x, AMPC_F32, x, AMPC_F32) ==
+              AMPC_ERR_INVALID_ARG,
+          "np < 0 accepted");
+    CHECK(ampc_cuda_grad_unscale_check(x, AMPC_F32, 4, 1.0f, NULL, NULL, NULL) ==
+              AMPC_ERR_INVALID_ARG,
+          "NULL outputs accepted");
+  }
+  /* well-formed calls without a bound context (or without CUDA) */
+  ampc_cuda_bind(NULL);
+  CHECK(ampc_cuda_add_forward(4, x, AMPC_F32, x, AMPC_F32, x, AMPC_F32, &st) == nb,
+        "add without a context: %s", ampc_last_error());
+  if (ampc_cuda_built())
+    CHECK(strstr(ampc_last_error(), "ampc_cuda_bind") != NULL, "message: %s", ampc_last_error());
+  CHECK(st.count == 0, "stats touched by a refused call");
+  int64_t nf = 0;
+  double norm = 0;
+  CHECK(ampc_cuda_grad_unscale_check(x, AMPC_F32, 4, 1.0f, &nf, &norm, NULL) == nb,
+        "unscale without a context");
+  CHECK(ampc_cuda_current() == NULL, "a context is bound");
+  printf("host-side checks: %s\n", g_fail ? "FAILED" : "passed");
+}
+#endif
+
+static void run_all(void) {
+  test_elementwise();
+  test_layernorm();
+  test_softmax();
+  test_rows();
+  test_linear();
+  test_attention();
+  test_unscale();
+  test_optim();
+}
+
+int main(void) {
+#ifdef AMPC_TEST_ON_CPU
+  static int fake_device;
+  g_ctx = (ampc_cuda_ctx *)&fake_device; /* never dereferenced: the copies are memcpy */
+  printf("harness self-check: the CPU twins on both sides\n");
+  run_all();
+  printf("test_cuda_nn_harness: %lld values compared: %s\n", (long long)g_checked,
+         g_fail ? "FAILED" : "all checks passed");
+  return g_fail;
+#else
+  test_host_checks();
+  if (g_fail)
+    return 1;
+  if (ampc_cuda_device_count() == 0) {
+    printf("SKIP test_cuda_nn (GPU part): no CUDA device (%s)\n", ampc_cuda_unavailable_reason());
+    return 77;
+  }
+  ampc_cuda_device_info info;
+  OK(ampc_cuda_device_info_get(0, &info));
+  printf("device 0: %s, compute capability %d.%d\n", info.name, info.cc_major, info.cc_minor);
+  OK(ampc_cuda_create(0, 0, &g_ctx));
+  CHECK(ampc_cuda_bind(g_ctx) == NULL, "a context was bound before");
+  run_all();
+  ampc_cuda_destroy(g_ctx);
+  CHECK(ampc_cuda_current() == NULL, "destroy left the context bound");
+  printf("test_cuda_nn: %lld values compared: %s\n", (long long)g_checked,
+         g_fail ? "FAILED" : "all checks passed");
+  return g_fail;
+#endif
+}
