@@ -32,7 +32,9 @@
  *     GEMMs (linear, attention): twice the CPU GEMM's bound (K + 3) 2^-24
  *       sum |a b| plus the output roundings (both sides meet it), and for
  *       the attention's probabilities and gradients the first-order
- *       propagation of those bounds through the softmax.
+ *       propagation of those bounds through the softmax; the attention
+ *       layer (projections + core) normwise: 8 K 2^-24 max |ref| with K the
+ *       inner dimensions along the chain.
  */
 #include <math.h>
 #include <stdint.h>
@@ -84,6 +86,8 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_linear_backward ampc_linear_backward
 #define ampc_cuda_attention_forward ampc_attention_forward
 #define ampc_cuda_attention_backward ampc_attention_backward
+#define ampc_cuda_mha_forward ampc_mha_forward
+#define ampc_cuda_mha_backward_ex ampc_mha_backward_ex
 #define ampc_cuda_grad_unscale_check ampc_grad_unscale_check
 #define ampc_cuda_optim_step_from ampc_optim_step_from
 #endif
@@ -798,6 +802,106 @@ static void test_attention(void) {
   }
 }
 
+/* normwise bound for a result that went through several FP32 GEMMs and a
+ * softmax (Higham 2nd ed. 3.5): 8 K 2^-24 max |ref| (K: the inner
+ * dimensions along the chain), plus two roundings of the output dtype */
+static double *normwise_tol(const buf *r, int64_t kchain) {
+  float *f = host_f32(r);
+  double mx = 0;
+  for (int64_t i = 0; i < r->n; i++)
+    mx = fabs((double)f[i]) > mx ? fabs((double)f[i]) : mx;
+  double *tol = malloc((size_t)r->n * sizeof *tol);
+  for (int64_t i = 0; i < r->n; i++)
+    tol[i] = 8.0 * (double)kchain * 0x1p-24 * mx +
+             2 * (ulp_rel(r->dt) * fabs((double)f[i]) + ulp_min(r->dt));
+  free(f);
+  return tol;
+}
+
+static void test_mha(void) {
+  printf("multi-head attention layer (self and cross):\n");
+  const int64_t b = 3, tq = 11, h = 4, dm = 64;
+  for (int ia = 0; ia < 3; ia++)
+    for (int cross = 0; cross < 2; cross++) {
+      const ampc_dtype adt = k_dts[ia], wdt = adt, pdt = adt, gdt = adt;
+      const int64_t tk = cross ? 19 : tq;
+      char nm[96];
+      buf xq = rnd_buf(adt, b * tq * dm, -1, 1),
+          xkv = cross ? rnd_buf(adt, b * tk * dm, -1, 1) : xq;
+      buf W[4], B[4];
+      for (int i = 0; i < 4; i++)
+        W[i] = rnd_buf(wdt, dm * dm, -0.2, 0.2), B[i] = rnd_buf(wdt, dm, -0.1, 0.1);
+      uint8_t *mk = malloc((size_t)(b * tk));
+      for (int64_t i = 0; i < b * tk; i++)
+        mk[i] = urand() < 0.8 || i % tk == 0;
+      buf mask = raw_buf(mk, (size_t)(b * tk));
+      buf cq = rnd_buf(adt, b * tq * dm, 0, 1), ck = rnd_buf(adt, b * tk * dm, 0, 1),
+          cv = rnd_buf(adt, b * tk * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
+          cs = rnd_buf(pdt, b * h * tq * tk, 0, 1), cp = rnd_buf(pdt, b * h * tq * tk, 0, 1);
+      const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h};
+      const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d};
+      buf y = rnd_buf(adt, b * tq * dm, 0, 1);
+      OK(ampc_mha_forward(b, tq, tk, dm, h, xq.h, xkv.h, adt, W[0].h, B[0].h, W[1].h, B[1].h,
+                          W[2].h, B[2].h, W[3].h, B[3].h, wdt, cross ? mk : NULL, &hc, pdt, y.h,
+                          AMPC_ACC_F32, NULL, NULL));
+      OK(ampc_cuda_mha_forward(b, tq, tk, dm, h, xq.d, xkv.d, adt, W[0].d, B[0].d, W[1].d, B[1].d,
+                               W[2].d, B[2].d, W[3].d, B[3].d, wdt, cross ? mask.d : NULL, &dc, pdt,
+                               y.d, AMPC_ACC_F32, NULL, NULL));
+      double *tol = normwise_tol(&y, 2 * dm + tk);
+      snprintf(nm, sizeof nm, "mha %s forward %s", cross ? "cross" : "self", dn(adt));
+      compare(nm, &y, tol);
+      free(tol);
+      /* backward from the CPU's cache on both sides */
+      const buf *cb[6] = {&cq, &ck, &cv, &co, &cs, &cp};
+      for (int i = 0; i < 6; i++)
+        OK(ampc_cuda_to_device(g_ctx, cb[i]->d, cb[i]->h, cb[i]->bytes));
+      buf dy = rnd_buf(gdt, b * tq * dm, -1, 1), dxq = rnd_buf(gdt, b * tq * dm, 0, 1),
+          dxkv = rnd_buf(gdt, b * tk * dm, 0, 1);
+      buf dW[4], dB[4];
+      for (int i = 0; i < 4; i++)
+        dW[i] = rnd_buf(gdt, dm * dm, -0.01, 0.01), dB[i] = rnd_buf(gdt, dm, -0.01, 0.01);
+      const float sc = cross ? 0.5f : 1.0f;
+      OK(ampc_mha_backward_ex(b, tq, tk, dm, h, xq.h, xkv.h, adt, W[0].h, W[1].h, W[2].h, W[3].h,
+                              wdt, &hc, pdt, dy.h, gdt, dxq.h, cross ? dxkv.h : NULL, sc, dW[0].h,
+                              dB[0].h, dW[1].h, dB[1].h, dW[2].h, dB[2].h, dW[3].h, dB[3].h,
+                              AMPC_ACC_F32, NULL, NULL));
+      OK(ampc_cuda_mha_backward_ex(b, tq, tk, dm, h, xq.d, xkv.d, adt, W[0].d, W[1].d, W[2].d,
+                                   W[3].d, wdt, &dc, pdt, dy.d, gdt, dxq.d, cross ? dxkv.d : NULL,
+                                   sc, dW[0].d, dB[0].d, dW[1].d, dB[1].d, dW[2].d, dB[2].d,
+                                   dW[3].d, dB[3].d, AMPC_ACC_F32, NULL, NULL));
+      const char *wn[4] = {"q", "k", "v", "out"};
+      for (int i = 0; i < 4; i++) {
+        const int64_t kc = 2 * dm + tq + tk + b * tk;
+        tol = normwise_tol(&dW[i], kc);
+        snprintf(nm, sizeof nm, "mha %s dW%s %s", cross ? "cross" : "self", wn[i], dn(gdt));
+        compare(nm, &dW[i], tol);
+        free(tol);
+        tol = normwise_tol(&dB[i], kc);
+        snprintf(nm, sizeof nm, "mha %s db%s %s", cross ? "cross" : "self", wn[i], dn(gdt));
+        compare(nm, &dB[i], tol);
+        free(tol);
+      }
+      tol = normwise_tol(&dxq, 3 * dm + tq + tk);
+      snprintf(nm, sizeof nm, "mha %s dxq %s", cross ? "cross" : "self", dn(gdt));
+      compare(nm, &dxq, tol);
+      free(tol);
+      if (cross) {
+        tol = normwise_tol(&dxkv, 3 * dm + tq + tk);
+        snprintf(nm, sizeof nm, "mha cross dxkv (x 0.5) %s", dn(gdt));
+        compare(nm, &dxkv, tol);
+        free(tol);
+      }
+      free(mk);
+      drop(&xq);
+      if (cross)
+        drop(&xkv);
+      for (int i = 0; i < 4; i++)
+        drop(&W[i]), drop(&B[i]), drop(&dW[i]), drop(&dB[i]);
+      drop(&mask), drop(&cq), drop(&ck), drop(&cv), drop(&co), drop(&cs), drop(&cp), drop(&y);
+      drop(&dy), drop(&dxq), drop(&dxkv);
+    }
+}
+
 /* ---- the gradient pass and the optimizer ------------------------------------ */
 
 static void test_unscale(void) {
@@ -1009,6 +1113,7 @@ static void run_all(void) {
   test_rows();
   test_linear();
   test_attention();
+  test_mha();
   test_unscale();
   test_optim();
 }

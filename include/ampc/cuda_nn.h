@@ -167,6 +167,26 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
                                          void *dk, int64_t lddk, void *dv, int64_t lddv,
                                          ampc_acc acc, ampc_scratch *ws);
 
+/* ampc_mha_forward / ampc_mha_backward_ex: the CPU's composition
+ * (src/nn/mha_impl.h) over the layers above; the cache's buffers are device
+ * buffers. fp8 must be NULL (FP8 projections are not on the GPU yet:
+ * AMPC_ERR_UNSUPPORTED). */
+ampc_status ampc_cuda_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                  const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                                  const void *bq, const void *wk, const void *bk, const void *wv,
+                                  const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
+                                  const uint8_t *key_mask, const ampc_mha_cache *cache,
+                                  ampc_dtype pdt, void *y, ampc_acc acc,
+                                  ampc_linear_fp8 *const *fp8, ampc_round_stats *stats);
+ampc_status ampc_cuda_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                      const void *xq, const void *xkv, ampc_dtype adt,
+                                      const void *wq, const void *wk, const void *wv,
+                                      const void *wo, ampc_dtype wdt, const ampc_mha_cache *cache,
+                                      ampc_dtype pdt, const void *dy, ampc_dtype gdt, void *dxq,
+                                      void *dxkv, float dxkv_scale, void *dwq, void *dbq, void *dwk,
+                                      void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
+                                      ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws);
+
 /* ---- the gradient pass and the optimizer (ampc/amp.h, ampc/optim.h) ------ */
 
 /* ampc_grad_unscale_check on device gradients g [n]: *nonfinite and *norm

@@ -72,8 +72,9 @@ void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx);
  * finished with it). Contents undefined. Slots: 0 the round-stats counters;
  * 1 the row layers' partial sums; 2 the gradient norm's; 3 the optimizer's
  * swallowed-update counts; 4, 5, 6 a mixed GEMM's widened A, B, C; 7 the
- * GEMM layers' FP32 buffers. Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
-#define AMPC_CUDA_SCRATCH_SLOTS 8
+ * GEMM layers' FP32 buffers; 8 the attention layer's gradient buffers.
+ * Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
+#define AMPC_CUDA_SCRATCH_SLOTS 9
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out);
 
 /* ---- device kernels (cuda_kernels.cu; built with AMPC_CUDA) -------------- */

@@ -230,6 +230,32 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
       (void)lddq, (void)dk, (void)lddk, (void)dv, (void)lddv, (void)acc, (void)ws;
   return no_cuda("ampc_cuda_attention_backward");
 }
+ampc_status ampc_cuda_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                  const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                                  const void *bq, const void *wk, const void *bk, const void *wv,
+                                  const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
+                                  const uint8_t *key_mask, const ampc_mha_cache *cache,
+                                  ampc_dtype pdt, void *y, ampc_acc acc,
+                                  ampc_linear_fp8 *const *fp8, ampc_round_stats *stats) {
+  (void)b, (void)tq, (void)tk, (void)dm, (void)h, (void)xq, (void)xkv, (void)adt, (void)wq,
+      (void)bq, (void)wk, (void)bk, (void)wv, (void)bv, (void)wo, (void)bo, (void)wdt,
+      (void)key_mask, (void)cache, (void)pdt, (void)y, (void)acc, (void)fp8, (void)stats;
+  return no_cuda("ampc_cuda_mha_forward");
+}
+ampc_status ampc_cuda_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                      const void *xq, const void *xkv, ampc_dtype adt,
+                                      const void *wq, const void *wk, const void *wv,
+                                      const void *wo, ampc_dtype wdt, const ampc_mha_cache *cache,
+                                      ampc_dtype pdt, const void *dy, ampc_dtype gdt, void *dxq,
+                                      void *dxkv, float dxkv_scale, void *dwq, void *dbq, void *dwk,
+                                      void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
+                                      ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws) {
+  (void)b, (void)tq, (void)tk, (void)dm, (void)h, (void)xq, (void)xkv, (void)adt, (void)wq,
+      (void)wk, (void)wv, (void)wo, (void)wdt, (void)cache, (void)pdt, (void)dy, (void)gdt,
+      (void)dxq, (void)dxkv, (void)dxkv_scale, (void)dwq, (void)dbq, (void)dwk, (void)dbk,
+      (void)dwv, (void)dbv, (void)dwo, (void)dbo, (void)acc, (void)fp8, (void)ws;
+  return no_cuda("ampc_cuda_mha_backward_ex");
+}
 ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
                                          int64_t *nonfinite, double *norm, ampc_scratch *ws) {
   (void)g, (void)gdt, (void)n, (void)inv_scale, (void)nonfinite, (void)norm, (void)ws;

@@ -10,6 +10,7 @@
  * so the bits are the same.
  */
 #include "nn/nn_util.h"
+#include "nn/mha_impl.h"
 
 #include <math.h>
 #include <omp.h>
@@ -210,13 +211,14 @@ size_t ampc_attention_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, 
 
 /* ---- the layer: projections around the core ------------------------------- */
 
-ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
-                             const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
-                             const void *bq, const void *wk, const void *bk, const void *wv,
-                             const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
-                             const uint8_t *key_mask, const ampc_mha_cache *cache, ampc_dtype pdt,
-                             void *y, ampc_acc acc, ampc_linear_fp8 *const *fp8,
-                             ampc_round_stats *stats) {
+ampc_status ampc_mha_forward_with(const ampc_mha_ops *o, int64_t b, int64_t tq, int64_t tk,
+                                  int64_t dm, int64_t h, const void *xq, const void *xkv,
+                                  ampc_dtype adt, const void *wq, const void *bq, const void *wk,
+                                  const void *bk, const void *wv, const void *bv, const void *wo,
+                                  const void *bo, ampc_dtype wdt, const uint8_t *key_mask,
+                                  const ampc_mha_cache *cache, ampc_dtype pdt, void *y,
+                                  ampc_acc acc, ampc_linear_fp8 *const *fp8,
+                                  ampc_round_stats *stats) {
   const char *fn = "ampc_mha_forward";
   NN_CHECK_POS(fn, dm);
   NN_CHECK_POS(fn, h);
@@ -227,20 +229,16 @@ ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int6
   ampc_linear_fp8 *const f[4] = {fp8 ? fp8[0] : NULL, fp8 ? fp8[1] : NULL, fp8 ? fp8[2] : NULL,
                                  fp8 ? fp8[3] : NULL};
   ampc_status st =
-      ampc_linear_forward_fp8(b * tq, dm, dm, xq, adt, wq, wdt, bq, cache->q, adt, acc, f[0], NULL);
+      o->linear_fwd(b * tq, dm, dm, xq, adt, wq, wdt, bq, cache->q, adt, acc, f[0], NULL);
   if (st == AMPC_OK)
-    st = ampc_linear_forward_fp8(b * tk, dm, dm, xkv, adt, wk, wdt, bk, cache->k, adt, acc, f[1],
-                                 NULL);
+    st = o->linear_fwd(b * tk, dm, dm, xkv, adt, wk, wdt, bk, cache->k, adt, acc, f[1], NULL);
   if (st == AMPC_OK)
-    st = ampc_linear_forward_fp8(b * tk, dm, dm, xkv, adt, wv, wdt, bv, cache->v, adt, acc, f[2],
-                                 NULL);
+    st = o->linear_fwd(b * tk, dm, dm, xkv, adt, wv, wdt, bv, cache->v, adt, acc, f[2], NULL);
   if (st == AMPC_OK)
-    st = ampc_attention_forward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
-                                key_mask, cache->scores, pdt, cache->probs, pdt, cache->o, dm, adt,
-                                acc, NULL);
+    st = o->attn_fwd(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt, key_mask,
+                     cache->scores, pdt, cache->probs, pdt, cache->o, dm, adt, acc, NULL);
   if (st == AMPC_OK)
-    st = ampc_linear_forward_fp8(b * tq, dm, dm, cache->o, adt, wo, wdt, bo, y, adt, acc, f[3],
-                                 stats);
+    st = o->linear_fwd(b * tq, dm, dm, cache->o, adt, wo, wdt, bo, y, adt, acc, f[3], stats);
   return st;
 }
 
@@ -256,14 +254,14 @@ ampc_status ampc_mha_backward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int
                               fp8, ws);
 }
 
-ampc_status ampc_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
-                                 const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
-                                 const void *wk, const void *wv, const void *wo, ampc_dtype wdt,
-                                 const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
-                                 ampc_dtype gdt, void *dxq, void *dxkv, float dxkv_scale, void *dwq,
-                                 void *dbq, void *dwk, void *dbk, void *dwv, void *dbv, void *dwo,
-                                 void *dbo, ampc_acc acc, ampc_linear_fp8 *const *fp8,
-                                 ampc_scratch *ws) {
+ampc_status ampc_mha_backward_with(const ampc_mha_ops *o, int64_t b, int64_t tq, int64_t tk,
+                                   int64_t dm, int64_t h, const void *xq, const void *xkv,
+                                   ampc_dtype adt, const void *wq, const void *wk, const void *wv,
+                                   const void *wo, ampc_dtype wdt, const ampc_mha_cache *cache,
+                                   ampc_dtype pdt, const void *dy, ampc_dtype gdt, void *dxq,
+                                   void *dxkv, float dxkv_scale, void *dwq, void *dbq, void *dwk,
+                                   void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
+                                   ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws) {
   const char *fn = "ampc_mha_backward";
   if (!(dxkv_scale > 0.0f) || !isfinite(dxkv_scale) || (dxkv_scale != 1.0f && !dxkv))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad dxkv scale %g", fn, (double)dxkv_scale);
@@ -285,54 +283,101 @@ ampc_status ampc_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t dm, 
   const size_t gs = ampc_dtype_size(gdt);
   /* d(o), dq, dk, dv in gdt; FP32 sums for the input gradients */
   size_t off = 0;
-  nn_buf bb;
+  ampc_mha_buf own = {NULL, 0};
   char *buf =
-      nn_take(ws, &off, (size_t)(2 * nq + 2 * nk) * gs + (size_t)(nq + nk) * sizeof(float), &bb);
+      o->take(ws, &off, (size_t)(2 * nq + 2 * nk) * gs + (size_t)(nq + nk) * sizeof(float), &own);
   if (!buf)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate workspace", fn);
   void *dO = buf, *dq = buf + nq * gs, *dk = buf + 2 * nq * gs, *dv = buf + (2 * nq + nk) * gs;
   float *sq = (float *)(void *)(buf + (2 * nq + 2 * nk) * gs), *sk = sq + nq;
-  ampc_scratch rest = nn_rest(ws, off); /* for the layers called below, one at a time */
+  ampc_scratch rest = o->rest(ws, off); /* for the layers called below, one at a time */
   ampc_linear_fp8 *const f[4] = {fp8 ? fp8[0] : NULL, fp8 ? fp8[1] : NULL, fp8 ? fp8[2] : NULL,
                                  fp8 ? fp8[3] : NULL};
   /* y = o Wo^T + bo */
-  ampc_status st = ampc_linear_backward_fp8(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO,
-                                            dwo, dbo, acc, f[3], &rest);
+  ampc_status st = o->linear_bwd(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO, dwo, dbo, acc,
+                                 f[3], &rest);
   if (st == AMPC_OK)
-    st =
-        ampc_attention_backward(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
-                                cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc, &rest);
+    st = o->attn_bwd(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
+                     cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc, &rest);
   /* parameter gradients of the three projections (no input gradient here) */
   if (st == AMPC_OK)
-    st = ampc_linear_backward_fp8(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc,
-                                  f[0], &rest);
+    st = o->linear_bwd(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc, f[0], &rest);
   if (st == AMPC_OK)
-    st = ampc_linear_backward_fp8(b * tk, dm, dm, dk, gdt, xkv, adt, wk, wdt, NULL, dwk, dbk, acc,
-                                  f[1], &rest);
+    st =
+        o->linear_bwd(b * tk, dm, dm, dk, gdt, xkv, adt, wk, wdt, NULL, dwk, dbk, acc, f[1], &rest);
   if (st == AMPC_OK)
-    st = ampc_linear_backward_fp8(b * tk, dm, dm, dv, gdt, xkv, adt, wv, wdt, NULL, dwv, dbv, acc,
-                                  f[2], &rest);
+    st =
+        o->linear_bwd(b * tk, dm, dm, dv, gdt, xkv, adt, wv, wdt, NULL, dwv, dbv, acc, f[2], &rest);
   /* input gradients, summed in FP32: dxq = dq Wq (+ dk Wk + dv Wv if self);
    * under FP8 the casts of dq, dk, dv were counted above */
   float *skv = self ? sq : sk;
   if (st == AMPC_OK)
-    st = ampc_linear_dgrad_fp8(b * tq, dm, dm, dq, gdt, wq, wdt, 0.0f, sq, AMPC_F32, acc, f[0],
-                               false);
+    st = o->linear_dgrad(b * tq, dm, dm, dq, gdt, wq, wdt, 0.0f, sq, AMPC_F32, acc, f[0], false);
   if (st == AMPC_OK)
-    st = ampc_linear_dgrad_fp8(b * tk, dm, dm, dk, gdt, wk, wdt, self ? 1.0f : 0.0f, skv, AMPC_F32,
-                               acc, f[1], false);
+    st = o->linear_dgrad(b * tk, dm, dm, dk, gdt, wk, wdt, self ? 1.0f : 0.0f, skv, AMPC_F32, acc,
+                         f[1], false);
   if (st == AMPC_OK)
-    st = ampc_linear_dgrad_fp8(b * tk, dm, dm, dv, gdt, wv, wdt, 1.0f, skv, AMPC_F32, acc, f[2],
-                               false);
+    st = o->linear_dgrad(b * tk, dm, dm, dv, gdt, wv, wdt, 1.0f, skv, AMPC_F32, acc, f[2], false);
   if (st == AMPC_OK)
-    st = ampc_store_f32(dxq, gdt, sq, (size_t)nq, NULL);
-  if (st == AMPC_OK && !self && dxkv_scale != 1.0f)
-    for (int64_t i = 0; i < nk; i++)
-      sk[i] *= dxkv_scale;
+    st = o->store_scaled(dxq, gdt, sq, nq, 1.0f);
   if (st == AMPC_OK && !self)
-    st = ampc_store_f32(dxkv, gdt, sk, (size_t)nk, NULL);
-  nn_give(&bb);
+    st = o->store_scaled(dxkv, gdt, sk, nk, dxkv_scale);
+  o->give(&own);
   return st;
+}
+
+/* ---- the CPU's table (the GPU's: src/cuda/cuda_mha.cu) ------------------------ */
+
+static ampc_status cpu_store_scaled(void *dst, ampc_dtype dt, float *src, int64_t n, float scale) {
+  if (scale != 1.0f)
+    for (int64_t i = 0; i < n; i++)
+      src[i] *= scale;
+  return ampc_store_f32(dst, dt, src, (size_t)n, NULL);
+}
+static void *cpu_take(ampc_scratch *ws, size_t *off, size_t bytes, ampc_mha_buf *own) {
+  nn_buf b = {NULL, 0};
+  void *p = nn_take(ws, off, bytes, &b);
+  own->p = b.p, own->heap = b.heap;
+  return p;
+}
+static void cpu_give(ampc_mha_buf *own) {
+  nn_buf b = {own->p, own->heap};
+  nn_give(&b);
+}
+static const ampc_mha_ops k_cpu_mha = {
+    .linear_fwd = ampc_linear_forward_fp8,
+    .linear_bwd = ampc_linear_backward_fp8,
+    .linear_dgrad = ampc_linear_dgrad_fp8,
+    .attn_fwd = ampc_attention_forward,
+    .attn_bwd = ampc_attention_backward,
+    .store_scaled = cpu_store_scaled,
+    .take = cpu_take,
+    .give = cpu_give,
+    .rest = nn_rest,
+};
+
+ampc_status ampc_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                             const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                             const void *bq, const void *wk, const void *bk, const void *wv,
+                             const void *bv, const void *wo, const void *bo, ampc_dtype wdt,
+                             const uint8_t *key_mask, const ampc_mha_cache *cache, ampc_dtype pdt,
+                             void *y, ampc_acc acc, ampc_linear_fp8 *const *fp8,
+                             ampc_round_stats *stats) {
+  return ampc_mha_forward_with(&k_cpu_mha, b, tq, tk, dm, h, xq, xkv, adt, wq, bq, wk, bk, wv, bv,
+                               wo, bo, wdt, key_mask, cache, pdt, y, acc, fp8, stats);
+}
+
+ampc_status ampc_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
+                                 const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
+                                 const void *wk, const void *wv, const void *wo, ampc_dtype wdt,
+                                 const ampc_mha_cache *cache, ampc_dtype pdt, const void *dy,
+                                 ampc_dtype gdt, void *dxq, void *dxkv, float dxkv_scale, void *dwq,
+                                 void *dbq, void *dwk, void *dbk, void *dwv, void *dbv, void *dwo,
+                                 void *dbo, ampc_acc acc, ampc_linear_fp8 *const *fp8,
+                                 ampc_scratch *ws) {
+  return ampc_mha_backward_with(&k_cpu_mha, b, tq, tk, dm, h, xq, xkv, adt, wq, wk, wv, wo, wdt,
+                                cache, pdt, dy, gdt, dxq, dxkv, dxkv_scale, dwq, dbq, dwk, dbk, dwv,
+                                dbv, dwo, dbo, acc, fp8, ws);
 }
 
 size_t ampc_mha_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
