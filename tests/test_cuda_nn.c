@@ -34,7 +34,10 @@
  *       the attention's probabilities and gradients the first-order
  *       propagation of those bounds through the softmax; the attention
  *       layer (projections + core) normwise: 8 K 2^-24 max |ref| with K the
- *       inner dimensions along the chain.
+ *       inner dimensions along the chain;
+ *     losses (CUDA's expf and log against glibc's): a few ulps of FP32 at
+ *       the size of the log-sum-exps; the patch embedding's unfold is
+ *       bit-equal and its products meet the GEMM bound.
  */
 #include <math.h>
 #include <stdint.h>
@@ -88,6 +91,14 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_attention_backward ampc_attention_backward
 #define ampc_cuda_mha_forward ampc_mha_forward
 #define ampc_cuda_mha_backward_ex ampc_mha_backward_ex
+#define ampc_cuda_patch_embed_forward ampc_patch_embed_forward
+#define ampc_cuda_patch_embed_backward ampc_patch_embed_backward
+#define ampc_cuda_cross_entropy_forward ampc_cross_entropy_forward
+#define ampc_cuda_cross_entropy_backward ampc_cross_entropy_backward
+#define ampc_cuda_bce_logits_forward ampc_bce_logits_forward
+#define ampc_cuda_bce_logits_backward ampc_bce_logits_backward
+#define ampc_cuda_infonce_forward ampc_infonce_forward
+#define ampc_cuda_infonce_backward ampc_infonce_backward
 #define ampc_cuda_grad_unscale_check ampc_grad_unscale_check
 #define ampc_cuda_optim_step_from ampc_optim_step_from
 #endif
@@ -628,9 +639,12 @@ static void test_linear(void) {
   OK(ampc_cuda_linear_forward(m, k, n, x.d, AMPC_F16, w.d, AMPC_F16, NULL, y.d, AMPC_F16,
                               AMPC_ACC_F16, NULL));
   float *xf = host_f32(&x), *wf = host_f32(&w), *yf = host_f32(&y);
-  double *tol = gemm_tol(m, n, k, xf, k, 1, wf, 1, k, 1.0, NULL, yf, AMPC_F16);
-  for (int64_t i = 0; i < m * n; i++) /* binary16 sums in any order: (K + 3) 2^-11 */
-    tol[i] *= 0x1p13;
+  float *zero = calloc((size_t)(m * n), sizeof *zero);
+  double *tol = gemm_tol(m, n, k, xf, k, 1, wf, 1, k, 1.0, NULL, zero, AMPC_F16);
+  free(zero);
+  for (int64_t i = 0; i < m * n; i++) /* binary16 sums in any order: (K + 3) 2^-11 S */
+    tol[i] = (tol[i] - 2 * ulp_min(AMPC_F16)) * 0x1p13 +
+             2 * (ulp_rel(AMPC_F16) * fabs((double)yf[i]) + ulp_min(AMPC_F16));
   compare("linear f16, FP16 accumulation (bound K 2^-11)", &y, tol);
 #ifndef AMPC_TEST_ON_CPU
   CHECK(ampc_cuda_linear_forward(m, k, n, x.d, AMPC_F16, w.d, AMPC_F16, NULL, y.d, AMPC_F32,
@@ -644,8 +658,11 @@ static void test_linear(void) {
 static void test_attention(void) {
   printf("attention core:\n");
   const int64_t b = 5, tq = 17, tk = 23, h = 4, dh = 16, dm = h * dh, ld = 3 * dm;
-  for (int ix = 0; ix < 3; ix++) {
-    const ampc_dtype xdt = k_dts[ix], pdt = xdt, gdt = xdt;
+  /* probabilities in the activations' dtype, and in FP32 (the model's
+   * mixed presets: softmax is an FP32 op), which takes the staged GEMMs */
+  for (int ic = 0; ic < 5; ic++) {
+    const int ix = ic < 3 ? ic : ic - 2;
+    const ampc_dtype xdt = k_dts[ix], pdt = ic < 3 ? xdt : AMPC_F32, gdt = xdt;
     char nm[96];
     /* q, k, v as views into packed qkv rows (ld = 3 dm), as the model's */
     buf qkv = rnd_buf(xdt, b * tk * ld, -1.5, 1.5);
@@ -659,11 +676,15 @@ static void test_attention(void) {
     buf sc = rnd_buf(pdt, b * h * tq * tk, 0, 1), pr = rnd_buf(pdt, b * h * tq * tk, 0, 1),
         out = rnd_buf(xdt, b * tq * dm, 0, 1);
     const char *qh = qkv.h, *qd = qkv.d;
+    ampc_round_stats stc = {0}, stg = {0}; /* with stats: the FP32 copy path */
     OK(ampc_attention_forward(b, tq, tk, h, dh, qh, ld, qh + dm * xs, ld, qh + 2 * dm * xs, ld, xdt,
-                              mk, sc.h, pdt, pr.h, pdt, out.h, dm, xdt, AMPC_ACC_F32, NULL));
+                              mk, sc.h, pdt, pr.h, pdt, out.h, dm, xdt, AMPC_ACC_F32,
+                              ic == 4 ? &stc : NULL));
     OK(ampc_cuda_attention_forward(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs, ld,
                                    xdt, mask.d, sc.d, pdt, pr.d, pdt, out.d, dm, xdt, AMPC_ACC_F32,
-                                   NULL));
+                                   ic == 4 ? &stg : NULL));
+    CHECK(stc.count == stg.count, "attention stats count gpu %llu cpu %llu",
+          (unsigned long long)stg.count, (unsigned long long)stc.count);
     float *qf = host_f32(&qkv), *scf = host_f32(&sc), *prf = host_f32(&pr), *of = host_f32(&out);
     const double scale = 1.0 / sqrt((double)dh);
     /* scores: the GEMM bound per element */
@@ -676,7 +697,7 @@ static void test_attention(void) {
           for (int64_t j = 0; j < tk; j++) {
             double s = 0;
             for (int64_t p = 0; p < dh; p++)
-              s += fabs((double)qf[(bi * tk + i) * ld + hi * dh + p] *
+              s += fabs((double)qf[(bi * tq + i) * ld + hi * dh + p] *
                         (double)qf[(bi * tk + j) * ld + dm + hi * dh + p]);
             const int64_t e = ((bi * h + hi) * tq + i) * tk + j;
             tol[e] = 2 * (double)(dh + 3) * 0x1p-24 * scale * s +
@@ -695,7 +716,7 @@ static void test_attention(void) {
         tol[r * tk + j] = p * (2.5 * srow[r] + (double)(tk + 2) * 0x1p-24) +
                           2 * (ulp_rel(pdt) * p + ulp_min(pdt));
       }
-    snprintf(nm, sizeof nm, "attention probs %s, key mask", dn(xdt));
+    snprintf(nm, sizeof nm, "attention probs %s (x %s), key mask", dn(pdt), dn(xdt));
     compare(nm, &pr, tol);
     free(tol);
     /* out = P v: the GEMM bound plus what the probabilities' difference moves */
@@ -779,7 +800,7 @@ static void test_attention(void) {
                          dsm = p * (aij[j] + sp);
             for (int64_t c = 0; c < dh; c++) {
               const double kk = fabs((double)qf[(bi * tk + j) * ld + dm + hi * dh + c]);
-              const double qq = fabs((double)qf[(bi * tk + i) * ld + hi * dh + c]);
+              const double qq = fabs((double)qf[(bi * tq + i) * ld + hi * dh + c]);
               qtol[(bi * tq + i) * dm + hi * dh + c] +=
                   scale * (2 * dse + 2 * (double)(tk + 3) * 0x1p-24 * dsm) * kk;
               ktol[(bi * tk + j) * dm + hi * dh + c] +=
@@ -900,6 +921,159 @@ static void test_mha(void) {
       drop(&mask), drop(&cq), drop(&ck), drop(&cv), drop(&co), drop(&cs), drop(&cp), drop(&y);
       drop(&dy), drop(&dxq), drop(&dxkv);
     }
+}
+
+static void test_patch_and_losses(void) {
+  printf("patch embedding and losses:\n");
+  char nm[96];
+  for (int iw = 0; iw < 3; iw++) {
+    const ampc_dtype wdt = k_dts[iw], ydt = wdt, gdt = wdt;
+    /* patch embedding: 3 images of 16x16x3, patch 4 */
+    const int64_t b = 3, hh = 16, ww = 16, c = 3, p = 4, d = 40, np = 16, k = c * p * p;
+    const float sc = 1.0f / 127.5f, sh = -1.0f;
+    uint8_t *img = malloc((size_t)(b * hh * ww * c));
+    for (int64_t i = 0; i < b * hh * ww * c; i++)
+      img[i] = (uint8_t)(urand() * 256.0);
+    buf im = raw_buf(img, (size_t)(b * hh * ww * c));
+    buf w = rnd_buf(wdt, d * k, -0.2, 0.2), bias = rnd_buf(wdt, d, -0.1, 0.1),
+        y = rnd_buf(ydt, b * np * d, 0, 1);
+    OK(ampc_patch_embed_forward(b, hh, ww, c, p, d, img, sc, sh, w.h, wdt, bias.h, y.h, ydt,
+                                AMPC_ACC_F32, NULL, NULL));
+    OK(ampc_cuda_patch_embed_forward(b, hh, ww, c, p, d, im.d, sc, sh, w.d, wdt, bias.d, y.d, ydt,
+                                     AMPC_ACC_F32, NULL, NULL));
+    /* the unfolded patches (|v| <= 1 after the shift): bound from |patch| <= 1 */
+    float *wf = host_f32(&w), *bf = host_f32(&bias), *yf = host_f32(&y);
+    double *tol = malloc((size_t)(b * np * d) * sizeof *tol);
+    for (int64_t r = 0; r < b * np; r++)
+      for (int64_t j = 0; j < d; j++) {
+        double sw = 0;
+        for (int64_t q = 0; q < k; q++)
+          sw += fabs((double)wf[j * k + q]);
+        tol[r * d + j] = 2 * (double)(k + 3) * 0x1p-24 * (sw + fabs((double)bf[j])) +
+                         2 * (ulp_rel(ydt) * fabs((double)yf[r * d + j]) + ulp_min(ydt));
+      }
+    snprintf(nm, sizeof nm, "patch embed %s", dn(wdt));
+    compare(nm, &y, tol);
+    free(tol);
+    buf dy = rnd_buf(gdt, b * np * d, -1, 1), dw = rnd_buf(gdt, d * k, -0.1, 0.1),
+        db = rnd_buf(gdt, d, -0.1, 0.1);
+    float *dw0 = host_f32(&dw);
+    OK(ampc_patch_embed_backward(b, hh, ww, c, p, d, img, sc, sh, wdt, dy.h, gdt, dw.h, db.h,
+                                 AMPC_ACC_F32, NULL));
+    OK(ampc_cuda_patch_embed_backward(b, hh, ww, c, p, d, im.d, sc, sh, wdt, dy.d, gdt, dw.d, db.d,
+                                      AMPC_ACC_F32, NULL));
+    float *dyf = host_f32(&dy), *dwf = host_f32(&dw);
+    tol = malloc((size_t)(d * k) * sizeof *tol);
+    for (int64_t j = 0; j < d; j++) {
+      double sd = 0;
+      for (int64_t r = 0; r < b * np; r++)
+        sd += fabs((double)dyf[r * d + j]);
+      for (int64_t q = 0; q < k; q++)
+        tol[j * k + q] = 2 * (double)(b * np + 3) * 0x1p-24 * (sd + fabs((double)dw0[j * k + q])) +
+                         2 * (ulp_rel(gdt) * fabs((double)dwf[j * k + q]) + ulp_min(gdt));
+    }
+    snprintf(nm, sizeof nm, "patch embed dW += %s", dn(gdt));
+    compare(nm, &dw, tol);
+    snprintf(nm, sizeof nm, "patch embed db += %s", dn(gdt));
+    compare(nm, &db, NULL);
+    free(tol), free(wf), free(bf), free(yf), free(dw0), free(dyf), free(dwf), free(img);
+    drop(&im), drop(&w), drop(&bias), drop(&y), drop(&dy), drop(&dw), drop(&db);
+
+    /* cross-entropy over 9 classes; logits up to 20 */
+    const int64_t m = 37, nc = 9;
+    buf lg = rnd_buf(wdt, m * nc, -20, 20);
+    int32_t *tg = malloc((size_t)m * sizeof *tg);
+    for (int64_t i = 0; i < m; i++)
+      tg[i] = (int32_t)(urand() * (double)nc);
+    buf tgb = raw_buf(tg, (size_t)m * sizeof *tg);
+    float lc = -1, lgpu = -2;
+    OK(ampc_cross_entropy_forward(m, nc, lg.h, wdt, tg, &lc));
+    OK(ampc_cuda_cross_entropy_forward(m, nc, lg.d, wdt, tgb.d, &lgpu));
+    /* expf within 2 ulps and log within 1: the log-sum-exp within 4 ulps of
+     * FP32 at 1 + its size (max |logit| <= 20) */
+    CHECK(fabs((double)lgpu - (double)lc) <= 0x1p-21 * (1.0 + 20.0) + 0x1p-23 * fabs((double)lc),
+          "cross-entropy %s: gpu %.9g cpu %.9g", dn(wdt), (double)lgpu, (double)lc);
+    printf("  %-44s gpu %.9g cpu %.9g\n", "cross-entropy loss", (double)lgpu, (double)lc);
+    g_checked++;
+    buf dl = rnd_buf(gdt, m * nc, 0, 1);
+    const float S = 65536.0f;
+    OK(ampc_cross_entropy_backward(m, nc, lg.h, wdt, tg, S, dl.h, gdt));
+    OK(ampc_cuda_cross_entropy_backward(m, nc, lg.d, wdt, tgb.d, S, dl.d, gdt));
+    float *dlf = host_f32(&dl);
+    tol = malloc((size_t)(m * nc) * sizeof *tol);
+    for (int64_t i = 0; i < m * nc; i++) /* p off by 4 ulps of (1 + |lse|) relative */
+      tol[i] = (double)S / (double)m * 0x1p-21 * 21.0 +
+               2 * (ulp_rel(gdt) * fabs((double)dlf[i]) + ulp_min(gdt));
+    snprintf(nm, sizeof nm, "cross-entropy backward x S %s", dn(gdt));
+    compare(nm, &dl, tol);
+    free(tol), free(dlf);
+    /* a target outside [0, c): refused as on the CPU */
+    tg[3] = (int32_t)nc;
+    OK(ampc_cuda_to_device(g_ctx, tgb.d, tg, (size_t)m * sizeof *tg));
+    CHECK(ampc_cuda_cross_entropy_forward(m, nc, lg.d, wdt, tgb.d, &lgpu) == AMPC_ERR_INVALID_ARG,
+          "a bad target accepted");
+    CHECK(ampc_cuda_cross_entropy_backward(m, nc, lg.d, wdt, tgb.d, S, dl.d, gdt) ==
+              AMPC_ERR_INVALID_ARG,
+          "a bad target accepted (backward)");
+    free(tg);
+    drop(&lg), drop(&tgb), drop(&dl);
+
+    /* BCE with logits */
+    buf bx = rnd_buf(wdt, 2 * m, -30, 30), bt = rnd_buf(AMPC_F32, 2 * m, 0, 1);
+    float *btf = host_f32(&bt);
+    for (int64_t i = 0; i < 2 * m; i++)
+      btf[i] = i < m ? 1.0f : 0.0f;
+    drop(&bt);
+    bt = from_f32(AMPC_F32, btf, 2 * m);
+    free(btf);
+    OK(ampc_bce_logits_forward(2 * m, bx.h, wdt, bt.h, &lc));
+    OK(ampc_cuda_bce_logits_forward(2 * m, bx.d, wdt, bt.d, &lgpu));
+    CHECK(fabs((double)lgpu - (double)lc) <= 0x1p-21 * (1.0 + 30.0) + 0x1p-23 * fabs((double)lc),
+          "bce %s: gpu %.9g cpu %.9g", dn(wdt), (double)lgpu, (double)lc);
+    printf("  %-44s gpu %.9g cpu %.9g\n", "bce loss", (double)lgpu, (double)lc);
+    g_checked++;
+    buf bdx = rnd_buf(gdt, 2 * m, 0, 1);
+    OK(ampc_bce_logits_backward(2 * m, bx.h, wdt, bt.h, S, bdx.h, gdt));
+    OK(ampc_cuda_bce_logits_backward(2 * m, bx.d, wdt, bt.d, S, bdx.d, gdt));
+    float *bdf = host_f32(&bdx);
+    tol = malloc((size_t)(2 * m) * sizeof *tol);
+    for (int64_t i = 0; i < 2 * m; i++) /* sigmoid from expf: 4 ulps */
+      tol[i] = (double)S / (double)(2 * m) * 4 * 0x1p-23 +
+               2 * (ulp_rel(gdt) * fabs((double)bdf[i]) + ulp_min(gdt));
+    snprintf(nm, sizeof nm, "bce backward x S %s", dn(gdt));
+    compare(nm, &bdx, tol);
+    free(tol), free(bdf);
+    drop(&bx), drop(&bt), drop(&bdx);
+
+    /* InfoNCE on a 24 x 24 similarity matrix (cosines), temperature 1/0.07 */
+    const int64_t bb = 24;
+    buf sim = rnd_buf(wdt, bb * bb, -1, 1);
+    const float lt = logf(1.0f / 0.07f), scl = expf(lt);
+    OK(ampc_infonce_forward(bb, sim.h, wdt, lt, &lc));
+    OK(ampc_cuda_infonce_forward(bb, sim.d, wdt, lt, &lgpu));
+    const double L = 1.0 + (double)scl;
+    CHECK(fabs((double)lgpu - (double)lc) <= 0x1p-21 * L + 0x1p-23 * fabs((double)lc),
+          "infonce %s: gpu %.9g cpu %.9g", dn(wdt), (double)lgpu, (double)lc);
+    printf("  %-44s gpu %.9g cpu %.9g\n", "infonce loss", (double)lgpu, (double)lc);
+    g_checked++;
+    buf ds = rnd_buf(gdt, bb * bb, 0, 1);
+    float dtc = 0.25f, dtg = 0.25f;
+    OK(ampc_infonce_backward(bb, sim.h, wdt, lt, S, ds.h, gdt, &dtc, NULL));
+    OK(ampc_cuda_infonce_backward(bb, sim.d, wdt, lt, S, ds.d, gdt, &dtg, NULL));
+    float *dsf = host_f32(&ds);
+    tol = malloc((size_t)(bb * bb) * sizeof *tol);
+    for (int64_t i = 0; i < bb * bb; i++) /* P + Q <= 2, off by 4 ulps of L relative */
+      tol[i] = (double)S * (double)scl * 2.0 / (2.0 * (double)bb) * 0x1p-21 * L +
+               2 * (ulp_rel(gdt) * fabs((double)dsf[i]) + ulp_min(gdt));
+    snprintf(nm, sizeof nm, "infonce backward x S %s", dn(gdt));
+    compare(nm, &ds, tol);
+    CHECK(fabs((double)dtg - (double)dtc) <=
+              (double)S * (double)bb * 0x1p-21 * L * (double)scl + 0x1p-22 * fabs((double)dtc),
+          "infonce dlog_temp %s: gpu %.9g cpu %.9g", dn(wdt), (double)dtg, (double)dtc);
+    g_checked++;
+    free(tol), free(dsf);
+    drop(&sim), drop(&ds);
+  }
 }
 
 /* ---- the gradient pass and the optimizer ------------------------------------ */
@@ -1114,6 +1288,7 @@ static void run_all(void) {
   test_linear();
   test_attention();
   test_mha();
+  test_patch_and_losses();
   test_unscale();
   test_optim();
 }

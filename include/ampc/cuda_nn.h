@@ -19,6 +19,15 @@
  *    (ampc_cuda_bind), asynchronously unless stated. `ws` (ampc_scratch) is
  *    ignored: device scratch comes from the context.
  *  - The rounding telemetry's tally (ampc/tally.h) is not fed: only `stats`.
+ *  - Not yet on the GPU (AMPC_ERR_UNSUPPORTED): FP8 projections (fp8-mixed),
+ *    and the FP16-accumulation ablation (AMPC_ACC_F16) wherever a layer's
+ *    GEMM has an F32 or BF16 operand or output (cuBLASLt's COMPUTE_16F
+ *    takes F16 only): the attention backward pass (FP32 dP, dS), a linear
+ *    layer with stats, an attention forward pass with FP32 probabilities.
+ *    A mixed-dtype GEMM with K = 0 is refused too (the CPU gives beta C).
+ *  - Outputs must not overlap inputs except where the CPU twin says a
+ *    layer works in place (dx may be dy); the ViT tokens' dpatches must not
+ *    overlap dy (the CPU's memmove allows it; the GPU's copy does not).
  *
  * Numerics (DESIGN.md 2): the same as the CPU's. Each kernel widens its
  * inputs to FP32, computes in FP32 (the reductions the CPU does in double in
@@ -186,6 +195,40 @@ ampc_status ampc_cuda_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t
                                       void *dxkv, float dxkv_scale, void *dwq, void *dbq, void *dwk,
                                       void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
                                       ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws);
+
+/* ---- patch embedding and losses (src/cuda/cuda_loss.cu) ------------------- */
+
+/* images: device uint8 [b, hh, ww, c]; the unfold gives the CPU's bits, the
+ * product is the linear layer's. */
+ampc_status ampc_cuda_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                          int64_t d, const uint8_t *images, float px_scale,
+                                          float px_shift, const void *w, ampc_dtype wdt,
+                                          const void *bias, void *y, ampc_dtype ydt, ampc_acc acc,
+                                          ampc_round_stats *stats, ampc_scratch *ws);
+ampc_status ampc_cuda_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                           int64_t d, const uint8_t *images, float px_scale,
+                                           float px_shift, ampc_dtype wdt, const void *dy,
+                                           ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc,
+                                           ampc_scratch *ws);
+/* target: device int32 [m]; *loss: host (the call waits). CUDA's expf and
+ * log: within a few ulps of the CPU's, not bit-equal. */
+ampc_status ampc_cuda_cross_entropy_forward(int64_t m, int64_t c, const void *logits,
+                                            ampc_dtype xdt, const int32_t *target, float *loss);
+/* Waits for the device's check of the targets. */
+ampc_status ampc_cuda_cross_entropy_backward(int64_t m, int64_t c, const void *logits,
+                                             ampc_dtype xdt, const int32_t *target,
+                                             float loss_scale, void *dlogits, ampc_dtype gdt);
+/* t: device FP32 [m]; *loss: host. */
+ampc_status ampc_cuda_bce_logits_forward(int64_t m, const void *x, ampc_dtype xdt, const float *t,
+                                         float *loss);
+ampc_status ampc_cuda_bce_logits_backward(int64_t m, const void *x, ampc_dtype xdt, const float *t,
+                                          float loss_scale, void *dx, ampc_dtype gdt);
+/* sim: device [b, b]; *loss and *dlog_temp: host. */
+ampc_status ampc_cuda_infonce_forward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
+                                      float *loss);
+ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
+                                       float loss_scale, void *dsim, ampc_dtype gdt,
+                                       float *dlog_temp, ampc_scratch *ws);
 
 /* ---- the gradient pass and the optimizer (ampc/amp.h, ampc/optim.h) ------ */
 

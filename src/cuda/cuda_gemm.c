@@ -316,6 +316,8 @@ ampc_cuda_ctx *ampc_cuda_current(void) { return g_bound; }
 
 void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx) { return ctx ? (void *)ctx->stream : NULL; }
 
+int ampc_cuda_ctx_device(const ampc_cuda_ctx *ctx) { return ctx ? ctx->device : -1; }
+
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out) {
   if (!ctx || !out || slot < 0 || slot >= AMPC_CUDA_SCRATCH_SLOTS)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_ctx_scratch: bad arguments");

@@ -67,14 +67,17 @@ int ampc_cuda_align_class(const void *p);
 
 /* The context's stream (a cudaStream_t). */
 void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx);
+/* The context's device number (-1 for NULL). */
+int ampc_cuda_ctx_device(const ampc_cuda_ctx *ctx);
 /* Device scratch owned by the context, one buffer per slot, at least `bytes`
  * (grown on demand; a grown slot's old buffer is freed after the stream has
  * finished with it). Contents undefined. Slots: 0 the round-stats counters;
  * 1 the row layers' partial sums; 2 the gradient norm's; 3 the optimizer's
  * swallowed-update counts; 4, 5, 6 a mixed GEMM's widened A, B, C; 7 the
- * GEMM layers' FP32 buffers; 8 the attention layer's gradient buffers.
- * Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
-#define AMPC_CUDA_SCRATCH_SLOTS 9
+ * GEMM layers' FP32 buffers; 8 the attention layer's gradient buffers; 9
+ * the unfolded patches; 10 the losses' row terms. Errors: AMPC_ERR_NOMEM,
+ * AMPC_ERR_DEVICE. */
+#define AMPC_CUDA_SCRATCH_SLOTS 11
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out);
 
 /* ---- device kernels (cuda_kernels.cu; built with AMPC_CUDA) -------------- */

@@ -472,6 +472,10 @@ ampc_status ampc_cu_begin(const char *fn, ampc_cuda_ctx **ctx, cudaStream_t *str
   if (!*ctx)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: no CUDA context is bound (ampc_cuda_bind)", fn);
   *stream = (cudaStream_t)ampc_cuda_ctx_stream(*ctx);
+  /* the context's device current for the launches (as ampc_cuda_gemm does) */
+  const cudaError_t e = cudaSetDevice(ampc_cuda_ctx_device(*ctx));
+  if (e != cudaSuccess)
+    return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaSetDevice: %s", fn, cudaGetErrorString(e));
   return AMPC_OK;
 }
 

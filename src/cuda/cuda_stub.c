@@ -256,6 +256,59 @@ ampc_status ampc_cuda_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t
       (void)dwv, (void)dbv, (void)dwo, (void)dbo, (void)acc, (void)fp8, (void)ws;
   return no_cuda("ampc_cuda_mha_backward_ex");
 }
+ampc_status ampc_cuda_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                          int64_t d, const uint8_t *images, float px_scale,
+                                          float px_shift, const void *w, ampc_dtype wdt,
+                                          const void *bias, void *y, ampc_dtype ydt, ampc_acc acc,
+                                          ampc_round_stats *stats, ampc_scratch *ws) {
+  (void)b, (void)hh, (void)ww, (void)c, (void)p, (void)d, (void)images, (void)px_scale,
+      (void)px_shift, (void)w, (void)wdt, (void)bias, (void)y, (void)ydt, (void)acc, (void)stats,
+      (void)ws;
+  return no_cuda("ampc_cuda_patch_embed_forward");
+}
+ampc_status ampc_cuda_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                                           int64_t d, const uint8_t *images, float px_scale,
+                                           float px_shift, ampc_dtype wdt, const void *dy,
+                                           ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc,
+                                           ampc_scratch *ws) {
+  (void)b, (void)hh, (void)ww, (void)c, (void)p, (void)d, (void)images, (void)px_scale,
+      (void)px_shift, (void)wdt, (void)dy, (void)gdt, (void)dw, (void)dbias, (void)acc, (void)ws;
+  return no_cuda("ampc_cuda_patch_embed_backward");
+}
+ampc_status ampc_cuda_cross_entropy_forward(int64_t m, int64_t c, const void *logits,
+                                            ampc_dtype xdt, const int32_t *target, float *loss) {
+  (void)m, (void)c, (void)logits, (void)xdt, (void)target, (void)loss;
+  return no_cuda("ampc_cuda_cross_entropy_forward");
+}
+ampc_status ampc_cuda_cross_entropy_backward(int64_t m, int64_t c, const void *logits,
+                                             ampc_dtype xdt, const int32_t *target,
+                                             float loss_scale, void *dlogits, ampc_dtype gdt) {
+  (void)m, (void)c, (void)logits, (void)xdt, (void)target, (void)loss_scale, (void)dlogits,
+      (void)gdt;
+  return no_cuda("ampc_cuda_cross_entropy_backward");
+}
+ampc_status ampc_cuda_bce_logits_forward(int64_t m, const void *x, ampc_dtype xdt, const float *t,
+                                         float *loss) {
+  (void)m, (void)x, (void)xdt, (void)t, (void)loss;
+  return no_cuda("ampc_cuda_bce_logits_forward");
+}
+ampc_status ampc_cuda_bce_logits_backward(int64_t m, const void *x, ampc_dtype xdt, const float *t,
+                                          float loss_scale, void *dx, ampc_dtype gdt) {
+  (void)m, (void)x, (void)xdt, (void)t, (void)loss_scale, (void)dx, (void)gdt;
+  return no_cuda("ampc_cuda_bce_logits_backward");
+}
+ampc_status ampc_cuda_infonce_forward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
+                                      float *loss) {
+  (void)b, (void)sim, (void)xdt, (void)log_temp, (void)loss;
+  return no_cuda("ampc_cuda_infonce_forward");
+}
+ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
+                                       float loss_scale, void *dsim, ampc_dtype gdt,
+                                       float *dlog_temp, ampc_scratch *ws) {
+  (void)b, (void)sim, (void)xdt, (void)log_temp, (void)loss_scale, (void)dsim, (void)gdt,
+      (void)dlog_temp, (void)ws;
+  return no_cuda("ampc_cuda_infonce_backward");
+}
 ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
                                          int64_t *nonfinite, double *norm, ampc_scratch *ws) {
   (void)g, (void)gdt, (void)n, (void)inv_scale, (void)nonfinite, (void)norm, (void)ws;
