@@ -175,6 +175,23 @@ ampc_status bad_targets(const char *fn, int nbad, int64_t c) {
                    (long long)c);
 }
 
+/* the images unfolded into patch rows [b * np, c * p * p] (wdt) in device
+ * scratch, after the tiling check (as the CPU's patch_check) */
+ampc_status unfold(const char *fn, int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
+                   const uint8_t *images, float sc, float sh, ampc_dtype wdt, void **pt) {
+  if (hh < p || ww < p || hh % p || ww % p)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s: %lldx%lld images do not tile into %lld-pixel patches", fn, (long long)hh,
+                     (long long)ww, (long long)p);
+  ampc_cuda_ctx *ctx = NULL;
+  cudaStream_t strm = NULL;
+  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  const int64_t n = b * (hh / p) * (ww / p) * c * p * p;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_PATCH, (size_t)n * ampc_dtype_size(wdt), pt));
+  unfold_k<<<grid_for(n), THREADS, 0, strm>>>(b, hh, ww, c, p, images, sc, sh, *pt, wdt);
+  return ampc_cu_launched(fn);
+}
+
 } // namespace
 
 #define BEGIN(fn)                                                                                  \
@@ -200,18 +217,9 @@ ampc_status ampc_cuda_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int
   CU_CHECK_PTR(fn, y);
   CU_CHECK_DT(fn, wdt);
   CU_CHECK_DT(fn, ydt);
-  if (hh < p || ww < p || hh % p || ww % p)
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "%s: %lldx%lld images do not tile into %lld-pixel patches", fn, (long long)hh,
-                     (long long)ww, (long long)p);
-  BEGIN(fn);
   const int64_t np = (hh / p) * (ww / p), k = c * p * p;
   void *pt = NULL;
-  AMPC_TRY(
-      ampc_cuda_ctx_scratch(ctx, SLOT_PATCH, (size_t)(b * np * k) * ampc_dtype_size(wdt), &pt));
-  unfold_k<<<grid_for(b * np * k), THREADS, 0, strm>>>(b, hh, ww, c, p, images, px_scale, px_shift,
-                                                       pt, wdt);
-  AMPC_TRY(ampc_cu_launched(fn));
+  AMPC_TRY(unfold(fn, b, hh, ww, c, p, images, px_scale, px_shift, wdt, &pt));
   return ampc_cuda_linear_forward(b * np, k, d, pt, wdt, w, wdt, bias, y, ydt, acc, stats);
 }
 
@@ -231,18 +239,9 @@ ampc_status ampc_cuda_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, in
   CU_CHECK_PTR(fn, dw);
   CU_CHECK_DT(fn, wdt);
   CU_CHECK_DT(fn, gdt);
-  if (hh < p || ww < p || hh % p || ww % p)
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "%s: %lldx%lld images do not tile into %lld-pixel patches", fn, (long long)hh,
-                     (long long)ww, (long long)p);
-  BEGIN(fn);
   const int64_t np = (hh / p) * (ww / p), k = c * p * p;
   void *pt = NULL;
-  AMPC_TRY(
-      ampc_cuda_ctx_scratch(ctx, SLOT_PATCH, (size_t)(b * np * k) * ampc_dtype_size(wdt), &pt));
-  unfold_k<<<grid_for(b * np * k), THREADS, 0, strm>>>(b, hh, ww, c, p, images, px_scale, px_shift,
-                                                       pt, wdt);
-  AMPC_TRY(ampc_cu_launched(fn));
+  AMPC_TRY(unfold(fn, b, hh, ww, c, p, images, px_scale, px_shift, wdt, &pt));
   /* W is not read without an input gradient: the patches stand in */
   return ampc_cuda_linear_backward(b * np, k, d, dy, gdt, pt, wdt, pt, wdt, NULL, dw, dbias, acc,
                                    NULL);
