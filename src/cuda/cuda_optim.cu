@@ -97,15 +97,8 @@ __device__ __forceinline__ uint32_t raw_bits(const void *p, int dt, int64_t i) {
   return static_cast<const uint16_t *>(p)[i];
 }
 
-/* ampc_sr_bits and ampc_bf16_round_stochastic (src/optim/optim.c) */
-__device__ __forceinline__ uint32_t sr_bits(uint64_t seed, int64_t step, int64_t index) {
-  uint64_t z =
-      seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)index * 0xD1B54A32D192ED03ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (uint32_t)(z >> 48);
-}
+/* ampc_bf16_round_stochastic (src/optim/optim.c); the bits are
+ * ampc_sr_hash, the CPU's own function */
 __device__ __forceinline__ float bf16_stochastic(float x, uint32_t r) {
   const uint32_t b = __float_as_uint(x);
   if ((b & 0x7F800000u) == 0x7F800000u)
@@ -178,7 +171,7 @@ __global__ void optim_k(int64_t off, int64_t numel, okc k, const void *grad, voi
       st(comp, k.wdt, e, isfinite(w) ? y - (w - w_old) : 0.0f);
     }
     if (k.sr)
-      w = bf16_stochastic(w, sr_bits(k.round_seed, k.t, e));
+      w = bf16_stochastic(w, ampc_sr_hash(k.round_seed, k.t, e));
     if (k.has_master)
       master[e] = w;
     st(wp, k.wdt, e, w);

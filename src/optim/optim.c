@@ -114,12 +114,7 @@ static inline uint32_t raw_bits(const void *p, ampc_dtype dt, int64_t i) {
 }
 
 uint32_t ampc_sr_bits(uint64_t seed, int64_t step, int64_t index) {
-  uint64_t z =
-      seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15u) ^ ((uint64_t)index * 0xD1B54A32D192ED03u);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u; /* SplitMix64's finaliser (Steele et al. 2014) */
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  z ^= z >> 31;
-  return (uint32_t)(z >> 48);
+  return ampc_sr_hash(seed, step, index);
 }
 
 uint16_t ampc_bf16_round_stochastic(float x, uint32_t r) {

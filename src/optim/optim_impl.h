@@ -12,6 +12,24 @@
 
 #include "ampc/optim.h"
 
+#if defined(__CUDACC__)
+#define AMPC_OPT_HD static __host__ __device__ __forceinline__
+#else
+#define AMPC_OPT_HD static inline
+#endif
+
+/* ampc_sr_bits (ampc/optim.h): the stochastic rounding's 16 random bits for
+ * element `index` at step `step`, compiled for both the CPU and the GPU so
+ * that both draw the same bits */
+AMPC_OPT_HD uint32_t ampc_sr_hash(uint64_t seed, int64_t step, int64_t index) {
+  uint64_t z =
+      seed ^ ((uint64_t)step * 0x9E3779B97F4A7C15u) ^ ((uint64_t)index * 0xD1B54A32D192ED03u);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u; /* SplitMix64's finaliser (Steele et al. 2014) */
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  z ^= z >> 31;
+  return (uint32_t)(z >> 48);
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
