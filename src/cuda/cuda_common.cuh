@@ -175,6 +175,11 @@ static inline bool ampc_cu_dt_ok(ampc_dtype dt) {
   return dt == AMPC_F32 || dt == AMPC_F16 || dt == AMPC_BF16;
 }
 
+/* ctx and strm: the bound context and its stream, or return the error */
+#define CU_BEGIN(fn)                                                                               \
+  ampc_cuda_ctx *ctx = NULL;                                                                       \
+  cudaStream_t strm = NULL;                                                                        \
+  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm))
 #define CU_CHECK_POS(fn, v)                                                                        \
   do {                                                                                             \
     if ((v) < 1)                                                                                   \

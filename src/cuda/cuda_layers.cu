@@ -98,9 +98,7 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
   CU_CHECK_DT(fn, c_dt);
   if (m < 0 || n < 0 || k < 0 || batch < 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: negative size", fn);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   if (m == 0 || n == 0 || batch == 0)
     return AMPC_OK;
   ampc_cuda_gemm_args g = ampc_cuda_gemm_args_default();
@@ -170,9 +168,7 @@ ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, wdt);
   CU_CHECK_DT(fn, ydt);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   /* as the CPU: with stats, an FP32 product rounded once (and counted);
    * the bias laid into the destination, rounded to its dtype, and added by
    * the GEMM (beta = 1) in FP32 */
@@ -212,9 +208,7 @@ ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const voi
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, wdt);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   if (dx) /* dx [m, k] = dy [m, n] . W [n, k] */
     AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, 0, w,
                                             wdt, k, 0, 0.0f, dx, gdt, k, 0, 1, acc));
@@ -256,9 +250,7 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   CU_CHECK_DT(fn, sdt);
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, odt);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk;
   const size_t xs = ampc_dtype_size(xdt), es = ampc_dtype_size(sdt), ps = ampc_dtype_size(pdt);
@@ -322,9 +314,7 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, gdt);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk, dm = h * dh;
   /* FP32 buffers: dP, dS [b, h, tq, tk]; dq32 [b*tq, dm]; dk32 [b*tk, dm] */

@@ -194,11 +194,6 @@ ampc_status unfold(const char *fn, int64_t b, int64_t hh, int64_t ww, int64_t c,
 
 } // namespace
 
-#define BEGIN(fn)                                                                                  \
-  ampc_cuda_ctx *ctx = NULL;                                                                       \
-  cudaStream_t strm = NULL;                                                                        \
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm))
-
 extern "C" {
 
 ampc_status ampc_cuda_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
@@ -256,7 +251,7 @@ ampc_status ampc_cuda_cross_entropy_forward(int64_t m, int64_t c, const void *lo
   CU_CHECK_PTR(fn, target);
   CU_CHECK_PTR(fn, loss);
   CU_CHECK_DT(fn, xdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   double *term, *out;
   int *bad;
   AMPC_TRY(loss_scratch(fn, ctx, strm, m, &term, &out, &bad));
@@ -286,7 +281,7 @@ ampc_status ampc_cuda_cross_entropy_backward(int64_t m, int64_t c, const void *l
   CU_CHECK_PTR(fn, dlogits);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, gdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   double *term, *out;
   int *bad;
   AMPC_TRY(loss_scratch(fn, ctx, strm, 0, &term, &out, &bad));
@@ -306,7 +301,7 @@ ampc_status ampc_cuda_bce_logits_forward(int64_t m, const void *x, ampc_dtype xd
   CU_CHECK_PTR(fn, t);
   CU_CHECK_PTR(fn, loss);
   CU_CHECK_DT(fn, xdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   double *term, *out;
   int *bad;
   AMPC_TRY(loss_scratch(fn, ctx, strm, m, &term, &out, &bad));
@@ -328,7 +323,7 @@ ampc_status ampc_cuda_bce_logits_backward(int64_t m, const void *x, ampc_dtype x
   CU_CHECK_PTR(fn, dx);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, gdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   bce_bwd_k<<<grid_for(m), THREADS, 0, strm>>>(m, x, xdt, t, loss_scale / (float)m, dx, gdt);
   return ampc_cu_launched(fn);
 }
@@ -340,7 +335,7 @@ ampc_status ampc_cuda_infonce_forward(int64_t b, const void *sim, ampc_dtype xdt
   CU_CHECK_PTR(fn, sim);
   CU_CHECK_PTR(fn, loss);
   CU_CHECK_DT(fn, xdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   double *term, *out;
   int *bad;
   /* b row terms, then 2b floats of log-sum-exps */
@@ -366,7 +361,7 @@ ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xd
   CU_CHECK_PTR(fn, dlog_temp);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, gdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   double *rowdt, *out;
   int *bad;
   AMPC_TRY(loss_scratch(fn, ctx, strm, 2 * b, &rowdt, &out, &bad));

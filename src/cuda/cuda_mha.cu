@@ -57,9 +57,7 @@ ampc_status lin_dgrad(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtyp
 
 ampc_status store_scaled(void *dst, ampc_dtype dt, float *src, int64_t n, float scale) {
   const char *fn = "ampc_cuda_mha_backward";
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   if (n > 0)
     store_scaled_k<<<grid_for(n), THREADS, 0, strm>>>(n, src, scale, dst, dt);
   return ampc_cu_launched(fn);

@@ -518,11 +518,6 @@ ampc_status ampc_cu_stats_end(cudaStream_t s, const dev_stats *d, ampc_round_sta
   return AMPC_OK;
 }
 
-#define BEGIN(fn)                                                                                  \
-  ampc_cuda_ctx *ctx = NULL;                                                                       \
-  cudaStream_t strm = NULL;                                                                        \
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm))
-
 #define STATS_BEGIN(stats)                                                                         \
   dev_stats *dst = NULL;                                                                           \
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst))
@@ -544,7 +539,7 @@ ampc_status ampc_cuda_add_forward(int64_t n, const void *a, ampc_dtype adt, cons
   CU_CHECK_DT(fn, adt);
   CU_CHECK_DT(fn, bdt);
   CU_CHECK_DT(fn, ydt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   STATS_BEGIN(stats);
   add_k<<<grid_for(n), THREADS, 0, strm>>>(n, a, adt, b, bdt, y, ydt, dst);
   FINISH(fn, stats);
@@ -558,7 +553,7 @@ ampc_status ampc_cuda_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, voi
   CU_CHECK_PTR(fn, y);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, ydt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   STATS_BEGIN(stats);
   gelu_k<<<grid_for(n), THREADS, 0, strm>>>(n, x, xdt, y, ydt, dst);
   FINISH(fn, stats);
@@ -573,7 +568,7 @@ ampc_status ampc_cuda_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, c
   CU_CHECK_PTR(fn, dx);
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, xdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   gelu_bwd_k<<<grid_for(n), THREADS, 0, strm>>>(n, dy, gdt, x, xdt, dx);
   return ampc_cu_launched(fn);
 }
@@ -588,7 +583,7 @@ ampc_status ampc_cuda_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtyp
   CU_CHECK_PTR(fn, v);
   CU_CHECK_PTR(fn, g);
   CU_CHECK_DT(fn, gdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   grad_add_k<<<grid_for(n), THREADS, 0, strm>>>(n, v, g, gdt);
   return ampc_cu_launched(fn);
 }
@@ -611,7 +606,7 @@ ampc_status ampc_cuda_layernorm_forward(int64_t m, int64_t d, const void *x, amp
   CU_CHECK_DT(fn, ydt);
   if (!(eps >= 0.0f))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: eps must be >= 0 (got %g)", fn, (double)eps);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   STATS_BEGIN(stats);
   ln_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt, mean,
                                                rstd, dst);
@@ -637,7 +632,7 @@ ampc_status ampc_cuda_layernorm_backward(int64_t m, int64_t d, const void *dy, a
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, wdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   const int64_t nrb = (m + LN_RB - 1) / LN_RB;
   void *part = NULL;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 1, (size_t)(nrb * 2 * d) * sizeof(double), &part));
@@ -663,7 +658,7 @@ ampc_status ampc_cuda_softmax_forward(int64_t m, int64_t n, const void *x, ampc_
   CU_CHECK_DT(fn, ydt);
   if (key_mask)
     CU_CHECK_POS(fn, rows_per_mask);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   STATS_BEGIN(stats);
   softmax_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, x, xdt, scale, key_mask,
                                                 key_mask ? rows_per_mask : 1, y, ydt, dst);
@@ -680,7 +675,7 @@ ampc_status ampc_cuda_softmax_backward(int64_t m, int64_t n, const void *dy, amp
   CU_CHECK_PTR(fn, dx);
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, ydt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   softmax_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, dy, gdt, y, ydt, scale, dx);
   return ampc_cu_launched(fn);
 }
@@ -700,7 +695,7 @@ ampc_status ampc_cuda_embedding_forward(int64_t b, int64_t t, int64_t d, const i
   CU_CHECK_PTR(fn, y);
   CU_CHECK_DT(fn, wdt);
   CU_CHECK_DT(fn, ydt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   STATS_BEGIN(stats);
   emb_fwd_k<<<grid_for(b * t * d), THREADS, 0, strm>>>(b * t, t, d, ids, tok, pos, wdt, y, ydt,
                                                        dst);
@@ -723,7 +718,7 @@ ampc_status ampc_cuda_embedding_backward(int64_t b, int64_t t, int64_t d, const 
   if (b * t > INT32_MAX || vocab > INT32_MAX)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %lld rows or vocab %lld past int32", fn,
                      (long long)(b * t), (long long)vocab);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   const int64_t rows = b * t;
   void *sp = NULL; /* count/start [vocab], rank [rows], sorted [rows] */
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 1, (size_t)(vocab + 2 * rows) * sizeof(int32_t), &sp));
@@ -758,7 +753,7 @@ ampc_status ampc_cuda_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, wdt);
   CU_CHECK_DT(fn, ydt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   vit_fwd_k<<<grid_for(b * (np + 1) * d), THREADS, 0, strm>>>(b, np, d, patches, pdt, cls, pos, wdt,
                                                               y, ydt);
   return ampc_cu_launched(fn);
@@ -774,7 +769,7 @@ ampc_status ampc_cuda_vit_tokens_backward(int64_t b, int64_t np, int64_t d, cons
   CU_CHECK_POS(fn, d);
   CU_CHECK_PTR(fn, dy);
   CU_CHECK_DT(fn, gdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   const int64_t row = (np + 1) * d;
   if (dpos || dcls)
     vit_bwd_sum_k<<<grid_for(row), THREADS, 0, strm>>>(b, row, d, dy, gdt, dcls, dpos);
@@ -795,7 +790,7 @@ ampc_status ampc_cuda_mean_pool_forward(int64_t b, int64_t t, int64_t d, const v
   CU_CHECK_PTR(fn, y);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, ydt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   STATS_BEGIN(stats);
   pool_fwd_k<<<grid_for(b * d), THREADS, 0, strm>>>(b, t, d, x, xdt, mask, y, ydt, dst);
   FINISH(fn, stats);
@@ -810,7 +805,7 @@ ampc_status ampc_cuda_mean_pool_backward(int64_t b, int64_t t, int64_t d, const 
   CU_CHECK_PTR(fn, dy);
   CU_CHECK_PTR(fn, dx);
   CU_CHECK_DT(fn, gdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   pool_bwd_k<<<grid_for(b * t * d), THREADS, 0, strm>>>(b, t, d, dy, gdt, mask, dx);
   return ampc_cu_launched(fn);
 }
@@ -824,7 +819,7 @@ ampc_status ampc_cuda_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_d
   CU_CHECK_PTR(fn, y);
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, ydt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   STATS_BEGIN(stats);
   l2_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, eps, y, ydt, dst);
   FINISH(fn, stats);
@@ -840,7 +835,7 @@ ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc
   CU_CHECK_PTR(fn, dx);
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, xdt);
-  BEGIN(fn);
+  CU_BEGIN(fn);
   l2_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, eps, dx);
   return ampc_cu_launched(fn);
 }

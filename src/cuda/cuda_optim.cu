@@ -203,9 +203,7 @@ ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t 
   const char *fn = "ampc_cuda_grad_unscale_check";
   if ((!g && n > 0) || n < 0 || !nonfinite || !norm || !ampc_cu_dt_ok(gdt))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad arguments", fn);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   if (n == 0) {
     *nonfinite = 0, *norm = 0.0;
     return AMPC_OK;
@@ -251,9 +249,7 @@ ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c
                      "%s: Kahan updates need 16-bit weights without a master and the "
                      "compensation buffer",
                      fn);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
+  CU_BEGIN(fn);
   step_consts kb[AMPC_BRANCH_COUNT], k0;
   ampc_optim_consts(c, t, lr, grad_mult, clip_coef, grad, gdt, kb, &k0);
   unsigned long long *dsw = NULL;
