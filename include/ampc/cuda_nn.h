@@ -7,7 +7,11 @@
  * Every function here takes exactly the arguments of its CPU twin (named
  * without the `cuda_`: ampc_cuda_layernorm_forward is ampc_layernorm_forward
  * on the device), so a model can hold either set behind one table of function
- * pointers. The differences:
+ * pointers.
+ *
+ * Status (2026-12-03): compiled for sm_90, never yet run on a GPU. What
+ * follows is what the code is written to do; tests/test_cuda_nn.c checks it
+ * on the first device run (bench/gpu/check.sh). The differences:
  *  - Tensor buffers (x, y, weights, gradients, mean/rstd, ids, masks, the
  *    parameter table's role buffers) are device pointers (ampc_cuda_malloc).
  *    `stats` (ampc_round_stats) stays a host pointer: when it is given, the
@@ -30,8 +34,8 @@
  *    overlap dy (the CPU's memmove allows it; the GPU's copy does not).
  *
  * Numerics (DESIGN.md 2): the same as the CPU's. Each kernel widens its
- * inputs to FP32, computes in FP32 (the reductions the CPU does in double in
- * double), and rounds each stored value once, round-to-nearest-even, with
+ * inputs to FP32, computes in FP32 (and in double where the CPU uses
+ * double: layer-norm statistics, L2 norms, loss sums), and rounds each stored value once, round-to-nearest-even, with
  * CUDA's conversion intrinsics (__float2half_rn, __float2bfloat16_rn). The
  * CUDA files are compiled with --fmad=false, so a multiply and an add stay
  * two roundings, as in the C code. What follows:
