@@ -35,10 +35,10 @@
  *
  * Numerics (DESIGN.md 2): the same as the CPU's. Each kernel widens its
  * inputs to FP32, computes in FP32 (and in double where the CPU uses
- * double: layer-norm statistics, L2 norms, loss sums), and rounds each stored value once, round-to-nearest-even, with
- * CUDA's conversion intrinsics (__float2half_rn, __float2bfloat16_rn). The
- * CUDA files are compiled with --fmad=false, so a multiply and an add stay
- * two roundings, as in the C code. What follows:
+ * double: layer-norm statistics, L2 norms, loss sums), and rounds each stored value once,
+ * round-to-nearest-even, with CUDA's conversion intrinsics (__float2half_rn, __float2bfloat16_rn).
+ * The CUDA files are compiled with --fmad=false, so a multiply and an add stay two roundings, as in
+ * the C code. What follows:
  *  - element-wise ops (residual add, GELU and its derivative, the ViT token
  *    add, the gradient add, masked mean pooling, the optimizer update and the
  *    re-rounding of the working weights) give the CPU's bits: the same
