@@ -101,6 +101,30 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_infonce_backward ampc_infonce_backward
 #define ampc_cuda_grad_unscale_check ampc_grad_unscale_check
 #define ampc_cuda_optim_step_from ampc_optim_step_from
+#define ampc_cuda_gather_rows ampc_gather_rows
+#define ampc_cuda_scatter_rows ampc_scatter_rows
+#define ampc_cuda_scatter_add_rows ampc_scatter_add_rows
+#define ampc_cuda_argmax_rows ampc_argmax_rows
+#define ampc_cuda_store_f32 ampc_store_f32
+#define ampc_cuda_convert ampc_convert
+static ampc_status fake_scale_f32(int64_t n, float *x, float s) {
+  for (int64_t i = 0; i < n; i++)
+    x[i] *= s;
+  return AMPC_OK;
+}
+static ampc_status fake_zero(void *p, size_t n) {
+  memset(p, 0, n);
+  return AMPC_OK;
+}
+static ampc_status fake_copy2d(void *dst, size_t dp, const void *src, size_t sp, size_t w,
+                               size_t rows) {
+  for (size_t r = 0; r < rows; r++)
+    memcpy((char *)dst + r * dp, (const char *)src + r * sp, w);
+  return AMPC_OK;
+}
+#define ampc_cuda_scale_f32 fake_scale_f32
+#define ampc_cuda_zero fake_zero
+#define ampc_cuda_copy2d fake_copy2d
 #endif
 
 static int g_fail;
@@ -1280,6 +1304,108 @@ static void test_host_checks(void) {
 }
 #endif
 
+/* the device copy's bytes against the host copy's (ids, raw bits) */
+static void compare_raw(const char *what, const buf *b) {
+  void *g = malloc(b->bytes ? b->bytes : 1);
+  OK(ampc_cuda_to_host(g_ctx, g, b->d, b->bytes));
+  g_checked += (int64_t)b->bytes / 4;
+  CHECK(memcmp(g, b->h, b->bytes) == 0, "%s: the bytes differ", what);
+  printf("  %-44s %8zu bytes, bit-equal\n", what, b->bytes);
+  free(g);
+}
+
+/* what the model does between its layers (src/cuda/cuda_rows.cu): bit-equal */
+static void test_model_rows(void) {
+  printf("rows, stores and memory:\n");
+  enum { ROWS = 37, D = 300, N = 111, M = 29, C = 57 };
+  char nm[96];
+  int32_t idx[N];
+  for (int i = 0; i < N; i++)
+    idx[i] = (int32_t)(urand() * ROWS); /* repeats: the scatter-add's order matters */
+  buf bidx = raw_buf(idx, sizeof idx);
+  for (int ix = 0; ix < 3; ix++) {
+    const ampc_dtype xdt = k_dts[ix], ydt = k_dts[(ix + 1) % 3];
+    buf x = rnd_buf(xdt, ROWS * D, -3.0, 3.0), y = rnd_buf(ydt, N * D, 0, 1);
+    OK(ampc_gather_rows(N, D, idx, ROWS, x.h, xdt, y.h, ydt));
+    OK(ampc_cuda_gather_rows(N, D, bidx.d, ROWS, x.d, xdt, y.d, ydt));
+    snprintf(nm, sizeof nm, "gather rows %s -> %s", dn(xdt), dn(ydt));
+    compare(nm, &y, NULL);
+    /* scatter (a later row wins a repeated index) */
+    buf z = rnd_buf(xdt, ROWS * D, 0, 1), src = rnd_buf(xdt, N * D, -1, 1);
+    OK(ampc_scatter_rows(N, D, idx, ROWS, src.h, xdt, z.h));
+    OK(ampc_cuda_scatter_rows(N, D, bidx.d, ROWS, src.d, xdt, z.d));
+    snprintf(nm, sizeof nm, "scatter rows %s", dn(xdt));
+    compare(nm, &z, NULL);
+    /* scatter-add in FP32 (ldy > d), with and without a second source and idx */
+    buf acc = rnd_buf(AMPC_F32, ROWS * (D + 5), -1, 1), x2 = rnd_buf(ydt, N * D, -1e-3, 1e-3);
+    OK(ampc_scatter_add_rows(N, D, idx, ROWS, src.h, xdt, x2.h, ydt, acc.h, D + 5));
+    OK(ampc_cuda_scatter_add_rows(N, D, bidx.d, ROWS, src.d, xdt, x2.d, ydt, acc.d, D + 5));
+    snprintf(nm, sizeof nm, "scatter-add rows %s + %s by index", dn(xdt), dn(ydt));
+    compare(nm, &acc, NULL);
+    OK(ampc_scatter_add_rows(ROWS, D, NULL, ROWS, z.h, xdt, NULL, ydt, acc.h, D + 5));
+    OK(ampc_cuda_scatter_add_rows(ROWS, D, NULL, ROWS, z.d, xdt, NULL, ydt, acc.d, D + 5));
+    snprintf(nm, sizeof nm, "scatter-add rows %s in place", dn(xdt));
+    compare(nm, &acc, NULL);
+    /* argmax: ties (values on a coarse grid), a NaN row, the diagonal skipped */
+    float *af = malloc((size_t)(M * C) * sizeof *af);
+    for (int i = 0; i < M * C; i++)
+      af[i] = (float)(int)(urand() * 8.0);
+    af[3 * C + 7] = NAN;
+    buf a = from_f32(xdt, af, M * C);
+    free(af);
+    int32_t none[M];
+    for (int i = 0; i < M; i++)
+      none[i] = -7;
+    for (int sd = 0; sd < 2; sd++) {
+      buf out = raw_buf(none, sizeof none);
+      OK(ampc_argmax_rows(M, C, a.h, xdt, sd == 1, out.h));
+      OK(ampc_cuda_argmax_rows(M, C, a.d, xdt, sd == 1, out.d));
+      snprintf(nm, sizeof nm, "argmax rows %s%s", dn(xdt), sd ? " skipping the diagonal" : "");
+      compare_raw(nm, &out);
+      drop(&out);
+    }
+    /* the rounding store from FP32, with stats: overflow, underflow, subnormals */
+    float *sf = malloc((size_t)(N * D) * sizeof *sf);
+    for (int i = 0; i < N * D; i++)
+      sf[i] = (float)((urand() - 0.5) * pow(2.0, -30.0 + 50.0 * urand()));
+    sf[0] = 1e30f, sf[1] = -1e-30f, sf[2] = NAN, sf[3] = INFINITY;
+    buf s32 = from_f32(AMPC_F32, sf, N * D), sy = rnd_buf(ydt, N * D, 0, 1);
+    free(sf);
+    ampc_round_stats sc = {0}, sg = {0};
+    OK(ampc_store_f32(sy.h, ydt, s32.h, (size_t)(N * D), &sc));
+    OK(ampc_cuda_store_f32(sy.d, ydt, s32.d, (size_t)(N * D), &sg));
+    snprintf(nm, sizeof nm, "store f32 -> %s", dn(ydt));
+    compare(nm, &sy, NULL);
+    stats_equal(nm, &sg, &sc);
+    OK(ampc_convert(y.h, ydt, s32.h, AMPC_F32, (size_t)(N * D)));
+    OK(ampc_cuda_convert(y.d, ydt, s32.d, AMPC_F32, (size_t)(N * D)));
+    snprintf(nm, sizeof nm, "convert f32 -> %s", dn(ydt));
+    compare(nm, &y, NULL);
+    OK(ampc_convert(s32.h, AMPC_F32, x.h, xdt, (size_t)(ROWS * D)));
+    OK(ampc_cuda_convert(s32.d, AMPC_F32, x.d, xdt, (size_t)(ROWS * D)));
+    snprintf(nm, sizeof nm, "convert %s -> f32", dn(xdt));
+    buf view = s32;
+    view.n = ROWS * D, view.bytes = (size_t)(ROWS * D) * sizeof(float);
+    compare(nm, &view, NULL);
+    drop(&x), drop(&y), drop(&z), drop(&src), drop(&acc), drop(&x2), drop(&a), drop(&s32),
+        drop(&sy);
+  }
+  /* scale, zero, 2D copy */
+  buf f = rnd_buf(AMPC_F32, N * D, -5, 5), g = rnd_buf(AMPC_F32, N * D, -5, 5);
+  for (int64_t i = 0; i < N * D; i++)
+    ((float *)f.h)[i] *= 0.375f;
+  OK(ampc_cuda_scale_f32(N * D, f.d, 0.375f));
+  compare("scale f32 by 0.375", &f, NULL);
+  memset((char *)f.h + 40, 0, 4000);
+  OK(ampc_cuda_zero((char *)f.d + 40, 4000));
+  compare("zero 4000 bytes at offset 40", &f, NULL);
+  for (int r = 0; r < 9; r++)
+    memcpy((char *)g.h + (size_t)r * 64 * 4, (const char *)f.h + (size_t)r * 300 * 4, 48 * 4);
+  OK(ampc_cuda_copy2d(g.d, 64 * 4, f.d, 300 * 4, 48 * 4, 9));
+  compare("copy2d 9 rows of 48 floats", &g, NULL);
+  drop(&f), drop(&g), drop(&bidx);
+}
+
 static void run_all(void) {
   test_elementwise();
   test_layernorm();
@@ -1291,6 +1417,7 @@ static void run_all(void) {
   test_patch_and_losses();
   test_unscale();
   test_optim();
+  test_model_rows();
 }
 
 int main(void) {

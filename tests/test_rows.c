@@ -1,5 +1,5 @@
 /* tests/test_rows.c: the row operations of ampc/nn.h (ViT input, gather,
- * scatter-add, gradient sums, argmax) against hand-computed values. */
+ * scatter, scatter-add, gradient sums, argmax) against hand-computed values. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,6 +123,25 @@ static void test_gather_scatter(void **state) {
                    AMPC_ERR_INVALID_ARG); /* ldy < d */
 }
 
+/* scatter copies bits (a NaN payload too); the later row wins a repeat */
+static void test_scatter_rows(void **state) {
+  (void)state;
+  enum { ROWS = 4, D = 2, N = 3 };
+  const uint16_t x[N * D] = {0x3C00, 0x7E01, 0x4000, 0x4200, 0x4400, 0x4500};
+  uint16_t y[ROWS * D] = {0};
+  const int32_t idx[N] = {3, 1, 3};
+  assert_int_equal(ampc_scatter_rows(N, D, idx, ROWS, x, AMPC_F16, y), AMPC_OK);
+  const uint16_t want[ROWS * D] = {0, 0, 0x4000, 0x4200, 0, 0, 0x4400, 0x4500};
+  assert_memory_equal(y, want, sizeof want);
+  const int32_t first[1] = {0};
+  assert_int_equal(ampc_scatter_rows(1, D, first, ROWS, x, AMPC_F16, y), AMPC_OK);
+  assert_true(y[0] == 0x3C00 && y[1] == 0x7E01); /* the NaN's payload kept */
+  const int32_t bad[1] = {4};
+  assert_int_equal(ampc_scatter_rows(1, D, bad, ROWS, x, AMPC_F16, y), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_scatter_rows(0, D, NULL, ROWS, NULL, AMPC_F16, NULL), AMPC_OK);
+  assert_int_equal(ampc_scatter_rows(1, 0, idx, ROWS, x, AMPC_F16, y), AMPC_ERR_INVALID_ARG);
+}
+
 static void test_argmax(void **state) {
   (void)state;
   enum { M = 4, N = 3 };
@@ -206,11 +225,9 @@ static void test_infonce_rows(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_vit_tokens_forward),
-      cmocka_unit_test(test_vit_tokens_backward),
-      cmocka_unit_test(test_grad_add),
-      cmocka_unit_test(test_gather_scatter),
-      cmocka_unit_test(test_argmax),
+      cmocka_unit_test(test_vit_tokens_forward), cmocka_unit_test(test_vit_tokens_backward),
+      cmocka_unit_test(test_grad_add),           cmocka_unit_test(test_gather_scatter),
+      cmocka_unit_test(test_scatter_rows),       cmocka_unit_test(test_argmax),
       cmocka_unit_test(test_infonce_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -236,6 +236,36 @@ ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xd
 
 /* ---- the gradient pass and the optimizer (ampc/amp.h, ampc/optim.h) ------ */
 
+/* ---- rows, stores and memory (src/cuda/cuda_rows.cu) ------------------------
+ * The CPU twins' bits: the scatter-add sums each output element's rows in
+ * the CPU's row order, the argmax walks each row in the CPU's column order
+ * (first on ties, -1 for a row holding a NaN). Indices are device memory and
+ * are not range-checked on the device (the caller's, as in the model, which
+ * builds them). Stores and conversions take F32, F16 and BF16 only (FP8:
+ * AMPC_ERR_INVALID_ARG); a NaN converted to 16 bits becomes the canonical
+ * quiet NaN. */
+ampc_status ampc_cuda_gather_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
+                                  const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt);
+ampc_status ampc_cuda_scatter_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
+                                   const void *x, ampc_dtype dt, void *y);
+ampc_status ampc_cuda_scatter_add_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
+                                       const void *x, ampc_dtype xdt, const void *x2,
+                                       ampc_dtype x2dt, float *y, int64_t ldy);
+ampc_status ampc_cuda_argmax_rows(int64_t m, int64_t n, const void *x, ampc_dtype xdt,
+                                  bool skip_diag, int32_t *idx);
+/* ampc_store_f32 and ampc_convert (ampc/dtype.h) on device buffers */
+ampc_status ampc_cuda_store_f32(void *y, ampc_dtype dt, const float *src, size_t n,
+                                ampc_round_stats *stats);
+ampc_status ampc_cuda_convert(void *dst, ampc_dtype dst_dt, const void *src, ampc_dtype src_dt,
+                              size_t n);
+/* x [n] FP32 *= s in place */
+ampc_status ampc_cuda_scale_f32(int64_t n, float *x, float s);
+/* bytes of zeros at p; rows rows of width bytes, device to device, between
+ * pitched buffers (cudaMemsetAsync, cudaMemcpy2DAsync on the bound stream) */
+ampc_status ampc_cuda_zero(void *p, size_t bytes);
+ampc_status ampc_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                             size_t rows);
+
 /* ampc_grad_unscale_check on device gradients g [n]: *nonfinite and *norm
  * are host pointers (the call waits). The sum of squares is in double over
  * the CPU's 4096-element chunks, each chunk a fixed tree, the chunks added in

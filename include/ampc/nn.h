@@ -232,6 +232,13 @@ ampc_status ampc_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtype gdt
 ampc_status ampc_gather_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows, const void *x,
                              ampc_dtype xdt, void *y, ampc_dtype ydt);
 
+/* The scatter of rows (torch's index_copy_ on dim 0): for r = 0..n-1 in
+ * order, row idx[r] of y [rows, d] = row r of x [n, d], both in dt, copied
+ * bit for bit (a later r wins a repeated index). Errors: an index outside
+ * [0, rows); bad shapes or dtype. */
+ampc_status ampc_scatter_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows, const void *x,
+                              ampc_dtype dt, void *y);
+
 /* The scatter-add of rows (the backward pass of a gather; torch's
  * index_add_): for r = 0..n-1 in order, row idx[r] of y (FP32, rows of ldy >=
  * d floats, rows in all) += x[r] (+ x2[r], the two summed first), x and x2

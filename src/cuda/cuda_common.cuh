@@ -180,6 +180,14 @@ static inline bool ampc_cu_dt_ok(ampc_dtype dt) {
   ampc_cuda_ctx *ctx = NULL;                                                                       \
   cudaStream_t strm = NULL;                                                                        \
   AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm))
+/* dst: the device counters of a store with stats (NULL without); FINISH
+ * checks the launch and adds the counts into stats (waiting for the stream) */
+#define STATS_BEGIN(stats)                                                                         \
+  ampc_cu::dev_stats *dst = NULL;                                                                  \
+  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst))
+#define FINISH(fn, stats)                                                                          \
+  AMPC_TRY(ampc_cu_launched(fn));                                                                  \
+  return ampc_cu_stats_end(strm, dst, stats)
 #define CU_CHECK_POS(fn, v)                                                                        \
   do {                                                                                             \
     if ((v) < 1)                                                                                   \

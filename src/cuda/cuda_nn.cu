@@ -518,14 +518,6 @@ ampc_status ampc_cu_stats_end(cudaStream_t s, const dev_stats *d, ampc_round_sta
   return AMPC_OK;
 }
 
-#define STATS_BEGIN(stats)                                                                         \
-  dev_stats *dst = NULL;                                                                           \
-  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst))
-
-#define FINISH(fn, stats)                                                                          \
-  AMPC_TRY(ampc_cu_launched(fn));                                                                  \
-  return ampc_cu_stats_end(strm, dst, stats)
-
 extern "C" {
 
 ampc_status ampc_cuda_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,

@@ -309,6 +309,51 @@ ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xd
       (void)dlog_temp, (void)ws;
   return no_cuda("ampc_cuda_infonce_backward");
 }
+ampc_status ampc_cuda_gather_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
+                                  const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt) {
+  (void)n, (void)d, (void)idx, (void)rows, (void)x, (void)xdt, (void)y, (void)ydt;
+  return no_cuda("ampc_cuda_gather_rows");
+}
+ampc_status ampc_cuda_scatter_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
+                                   const void *x, ampc_dtype dt, void *y) {
+  (void)n, (void)d, (void)idx, (void)rows, (void)x, (void)dt, (void)y;
+  return no_cuda("ampc_cuda_scatter_rows");
+}
+ampc_status ampc_cuda_scatter_add_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
+                                       const void *x, ampc_dtype xdt, const void *x2,
+                                       ampc_dtype x2dt, float *y, int64_t ldy) {
+  (void)n, (void)d, (void)idx, (void)rows, (void)x, (void)xdt, (void)x2, (void)x2dt, (void)y,
+      (void)ldy;
+  return no_cuda("ampc_cuda_scatter_add_rows");
+}
+ampc_status ampc_cuda_argmax_rows(int64_t m, int64_t n, const void *x, ampc_dtype xdt,
+                                  bool skip_diag, int32_t *idx) {
+  (void)m, (void)n, (void)x, (void)xdt, (void)skip_diag, (void)idx;
+  return no_cuda("ampc_cuda_argmax_rows");
+}
+ampc_status ampc_cuda_store_f32(void *y, ampc_dtype dt, const float *src, size_t n,
+                                ampc_round_stats *stats) {
+  (void)y, (void)dt, (void)src, (void)n, (void)stats;
+  return no_cuda("ampc_cuda_store_f32");
+}
+ampc_status ampc_cuda_convert(void *dst, ampc_dtype dst_dt, const void *src, ampc_dtype src_dt,
+                              size_t n) {
+  (void)dst, (void)dst_dt, (void)src, (void)src_dt, (void)n;
+  return no_cuda("ampc_cuda_convert");
+}
+ampc_status ampc_cuda_scale_f32(int64_t n, float *x, float s) {
+  (void)n, (void)x, (void)s;
+  return no_cuda("ampc_cuda_scale_f32");
+}
+ampc_status ampc_cuda_zero(void *p, size_t bytes) {
+  (void)p, (void)bytes;
+  return no_cuda("ampc_cuda_zero");
+}
+ampc_status ampc_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                             size_t rows) {
+  (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)rows;
+  return no_cuda("ampc_cuda_copy2d");
+}
 ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
                                          int64_t *nonfinite, double *norm, ampc_scratch *ws) {
   (void)g, (void)gdt, (void)n, (void)inv_scale, (void)nonfinite, (void)norm, (void)ws;

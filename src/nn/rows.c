@@ -1,7 +1,7 @@
 /*
  * src/nn/rows.c: the row operations a model needs between its layers: the
- * ViT input (class token and position embeddings), gather and scatter-add of
- * rows, FP32 gradient accumulation and the row argmax. Semantics in
+ * ViT input (class token and position embeddings), gather, scatter and
+ * scatter-add of rows, FP32 gradient accumulation and the row argmax. Semantics in
  * include/ampc/nn.h. Every sum is FP32 of exactly widened values, rounded
  * once into its output; stores into 16-bit buffers go through
  * ampc_store_f32, so the rounding tally counts them.
@@ -117,6 +117,28 @@ ampc_status ampc_gather_rows(int64_t n, int64_t d, const int32_t *idx, int64_t r
   for (int64_t r = 0; r < n; r++)
     AMPC_TRY(ampc_convert(row_at(y, ydt, r * d), ydt, row_at(x, xdt, (int64_t)idx[r] * d), xdt,
                           (size_t)d));
+  return AMPC_OK;
+}
+
+ampc_status ampc_scatter_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows, const void *x,
+                              ampc_dtype dt, void *y) {
+  static const char fn[] = "ampc_scatter_rows";
+  if (n < 0 || d < 1 || rows < 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad shape (n %lld, d %lld, rows %lld)", fn,
+                     (long long)n, (long long)d, (long long)rows);
+  if (n == 0)
+    return AMPC_OK;
+  NN_CHECK_PTR(fn, idx);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, dt);
+  for (int64_t r = 0; r < n; r++)
+    if (idx[r] < 0 || idx[r] >= rows)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: idx[%lld] = %d outside [0, %lld)", fn,
+                       (long long)r, idx[r], (long long)rows);
+  const size_t bytes = (size_t)d * ampc_dtype_size(dt);
+  for (int64_t r = 0; r < n; r++)
+    memcpy(row_at(y, dt, (int64_t)idx[r] * d), row_at(x, dt, r * d), bytes);
   return AMPC_OK;
 }
 
