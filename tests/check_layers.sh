@@ -21,8 +21,11 @@ fail=0
 die() { echo "FAIL: $*" >&2; fail=1; }
 
 # data sits below model here (DESIGN.md lists it above): the models take the
-# tokenizer's conventions (AMPC_TOKEN_PAD) and data depends on nothing but core
-layers="numeric kernels core nn amp optim data model io diag report train dist cuda"
+# tokenizer's conventions (AMPC_TOKEN_PAD) and data depends on nothing but core.
+# cuda sits beside the layers it mirrors (DESIGN.md 1: the model and the
+# training run call it; it calls neither), so just above optim: it may use
+# numeric, kernels, core, nn, amp and optim, and model and train may call it
+layers="numeric kernels core nn amp optim cuda data model io diag report train dist"
 height() { # layer name -> index; base -> -1; unknown -> 99
   i=0
   for l in $layers; do

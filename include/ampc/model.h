@@ -180,6 +180,18 @@ void ampc_mmodel_specs_free(ampc_mmodel_specs *s);
 
 typedef struct ampc_mmodel ampc_mmodel; /* activations and caches over one parameter table */
 
+/* Where a model's tensors live and run (issue 17). CPU_SPLIT runs the CPU's
+ * functions on host memory but treats it as a device's: the host's own
+ * copies (masks, negatives, accuracies) are separate buffers and every
+ * exchange goes through the device path's copies. It gives the CPU's bits
+ * and exists to test that path (tests/test_model_device.c) where there is
+ * no GPU. Values go into logs: append only. */
+typedef enum ampc_device {
+  AMPC_DEVICE_CPU = 0,
+  AMPC_DEVICE_CUDA = 1, /* the context bound to the calling thread (ampc_cuda_bind) */
+  AMPC_DEVICE_CPU_SPLIT = 2,
+} ampc_device;
+
 /* One batch: images [b, img, img, channels] uint8, tokens [b, seq_len]
  * (AMPC_TOKEN_PAD = 0 is padding), labels [b] (group). */
 typedef struct ampc_mmodel_batch {
@@ -214,6 +226,18 @@ typedef struct ampc_mmodel_losses {
  * AMPC_ERR_NOMEM. */
 ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                const ampc_amp_config *amp, int64_t max_batch);
+/* The same on a device: P's role buffers (weights, gradients) must be that
+ * device's memory (AMPC_DEVICE_CUDA: ampc_cuda_malloc'd, with a context
+ * bound to the calling thread for every later call), and so are the
+ * activations, caches and workspaces the model allocates; the batches stay
+ * host memory (copied in by the forward pass), losses and metrics come back
+ * to the host. Not on a device yet (AMPC_ERR_UNSUPPORTED): fp8-mixed,
+ * global negatives (ampc_mmodel_set_group); the probe's shadow GEMM and
+ * marks are skipped there (the rounding tally is not fed on a GPU).
+ * AMPC_DEVICE_CPU is ampc_mmodel_create. Errors: as ampc_mmodel_create,
+ * AMPC_ERR_UNSUPPORTED, and the device's (AMPC_ERR_DEVICE). */
+ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
+                                  const ampc_amp_config *amp, int64_t max_batch, ampc_device dev);
 void ampc_mmodel_free(ampc_mmodel *M);
 /* The model's FP8 sites (fp8-mixed), or NULL in the other presets. */
 ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M);

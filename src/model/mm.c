@@ -60,7 +60,33 @@ void ampc_mmodel_set_probe(ampc_mmodel *M, const ampc_model_probe *p) {
   }
 }
 
-static bool probe_on(const ampc_mmodel *M) { return M->probe.on && M->probe.on(M->probe.user); }
+/* the probe reads host memory and the CPU's rounding tally: not on a device */
+static bool probe_on(const ampc_mmodel *M) {
+  return !M->be->device && M->probe.on && M->probe.on(M->probe.user);
+}
+
+/* The inputs the passes read (M->in_*): the caller's host buffers on the
+ * CPU; on a device, copies of them there (any may be NULL: not needed). */
+static ampc_status load_inputs(ampc_mmodel *M, int64_t b, const uint8_t *images,
+                               const int32_t *tokens, const int32_t *labels) {
+  M->in_images = images, M->in_tokens = tokens, M->in_labels = labels;
+  if (!M->be->device)
+    return AMPC_OK;
+  const ampc_mmodel_config *c = &M->c;
+  if (images) {
+    AMPC_TRY(M->be->to_device(M->d_images, images, (size_t)(b * c->img * c->img * c->channels)));
+    M->in_images = M->d_images;
+  }
+  if (tokens) {
+    AMPC_TRY(M->be->to_device(M->d_tokens, tokens, (size_t)(b * M->TT) * sizeof *tokens));
+    M->in_tokens = M->d_tokens;
+  }
+  if (labels) {
+    AMPC_TRY(M->be->to_device(M->d_labels, labels, (size_t)b * sizeof *labels));
+    M->in_labels = M->d_labels;
+  }
+  return AMPC_OK;
+}
 
 /* telemetry: everything rounded since the last mark belongs to this tensor */
 static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, const char *fmt,
@@ -89,26 +115,26 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
                            ampc_branch br, const char *name) {
   const int64_t D = M->D, rq = b * tq, MLP = M->c.mlp;
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt;
-  AMPC_TRY(ampc_layernorm_forward(rq, D, x, stream_dt, W(M, p->n1w), W(M, p->n1b), weight_dt,
-                                  k_ln_eps, a->ln1, act_dt, a->mean1, a->rstd1, NULL));
+  AMPC_TRY(M->be->layernorm_forward(rq, D, x, stream_dt, W(M, p->n1w), W(M, p->n1b), weight_dt,
+                                    k_ln_eps, a->ln1, act_dt, a->mean1, a->rstd1, NULL));
   const void *win = W(M, p->inw), *bin = W(M, p->inb);
   const size_t ws = ampc_dtype_size(weight_dt);
   ampc_linear_fp8 *const f8[4] = {site(M, p, 0), site(M, p, 1), site(M, p, 2), site(M, p, 3)};
-  AMPC_TRY(ampc_mha_forward(
+  AMPC_TRY(M->be->mha_forward(
       b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, act_dt, win, bin,
       (const char *)win + (size_t)(D * D) * ws, (const char *)bin + (size_t)D * ws,
       (const char *)win + (size_t)(2 * D * D) * ws, (const char *)bin + (size_t)(2 * D) * ws,
       W(M, p->outw), W(M, p->outb), weight_dt, kmask, &a->c, M->prob_dt, a->y, M->acc,
       M->fp8_on ? f8 : NULL, NULL));
-  AMPC_TRY(ampc_add_forward(rq * D, x, stream_dt, a->y, act_dt, a->x1, stream_dt, NULL));
-  AMPC_TRY(ampc_layernorm_forward(rq, D, a->x1, stream_dt, W(M, p->n2w), W(M, p->n2b), weight_dt,
-                                  k_ln_eps, a->ln2, act_dt, a->mean2, a->rstd2, NULL));
-  AMPC_TRY(ampc_linear_forward_fp8(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt,
-                                   W(M, p->f1b), a->h, act_dt, M->acc, site(M, p, 4), NULL));
-  AMPC_TRY(ampc_gelu_forward(rq * MLP, a->h, act_dt, a->g, act_dt, NULL));
-  AMPC_TRY(ampc_linear_forward_fp8(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt, W(M, p->f2b),
-                                   a->y, act_dt, M->acc, site(M, p, 5), NULL));
-  AMPC_TRY(ampc_add_forward(rq * D, a->x1, stream_dt, a->y, act_dt, a->out, stream_dt, NULL));
+  AMPC_TRY(M->be->add_forward(rq * D, x, stream_dt, a->y, act_dt, a->x1, stream_dt, NULL));
+  AMPC_TRY(M->be->layernorm_forward(rq, D, a->x1, stream_dt, W(M, p->n2w), W(M, p->n2b), weight_dt,
+                                    k_ln_eps, a->ln2, act_dt, a->mean2, a->rstd2, NULL));
+  AMPC_TRY(M->be->linear_forward_fp8(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt,
+                                     W(M, p->f1b), a->h, act_dt, M->acc, site(M, p, 4), NULL));
+  AMPC_TRY(M->be->gelu_forward(rq * MLP, a->h, act_dt, a->g, act_dt, NULL));
+  AMPC_TRY(M->be->linear_forward_fp8(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt,
+                                     W(M, p->f2b), a->y, act_dt, M->acc, site(M, p, 5), NULL));
+  AMPC_TRY(M->be->add_forward(rq * D, a->x1, stream_dt, a->y, act_dt, a->out, stream_dt, NULL));
   if (probe_on(M)) {
     char nm[64];
     snprintf(nm, sizeof nm, "%s.mlp.fc2", name);
@@ -137,43 +163,46 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
                    grad_dt = M->grad_dt;
   const ampc_acc acc = M->acc;
   ampc_linear_fp8 *const f8[4] = {site(M, p, 0), site(M, p, 1), site(M, p, 2), site(M, p, 3)};
-  AMPC_TRY(ampc_linear_backward_fp8(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w),
-                                    weight_dt, M->dH1, G(M, p->f2w), G(M, p->f2b), acc,
-                                    site(M, p, 5), &M->ws));
-  AMPC_TRY(ampc_gelu_backward(rq * MLP, M->dH1, grad_dt, a->h, act_dt, M->dH2));
-  AMPC_TRY(ampc_linear_backward_fp8(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
-                                    weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc,
-                                    site(M, p, 4), &M->ws));
-  AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, grad_dt, a->x1, stream_dt, W(M, p->n2w), weight_dt,
-                                   a->mean2, a->rstd2, M->dS2, G(M, p->n2w), G(M, p->n2b), &M->ws));
-  AMPC_TRY(ampc_add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
+  AMPC_TRY(M->be->linear_backward_fp8(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w),
+                                      weight_dt, M->dH1, G(M, p->f2w), G(M, p->f2b), acc,
+                                      site(M, p, 5), &M->ws));
+  AMPC_TRY(M->be->gelu_backward(rq * MLP, M->dH1, grad_dt, a->h, act_dt, M->dH2));
+  AMPC_TRY(M->be->linear_backward_fp8(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
+                                      weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc,
+                                      site(M, p, 4), &M->ws));
+  AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, a->x1, stream_dt, W(M, p->n2w),
+                                     weight_dt, a->mean2, a->rstd2, M->dS2, G(M, p->n2w),
+                                     G(M, p->n2b), &M->ws));
+  AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
   const size_t ws = ampc_dtype_size(weight_dt), gsz = ampc_dtype_size(grad_dt);
   const char *win = W(M, p->inw);
   char *gin = G(M, p->inw), *gbin = G(M, p->inb);
-  AMPC_TRY(ampc_mha_backward_ex(b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, act_dt, win,
-                                win + (size_t)(D * D) * ws, win + (size_t)(2 * D * D) * ws,
-                                W(M, p->outw), weight_dt, &a->c, M->prob_dt, dout, grad_dt, M->dL,
-                                dkv, dkv ? cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_FUSION) : 1.0f,
-                                gin, gbin, gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz,
-                                gin + (size_t)(2 * D * D) * gsz, gbin + (size_t)(2 * D) * gsz,
-                                G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL, &M->ws));
-  AMPC_TRY(ampc_layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
-                                   a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b), &M->ws));
-  AMPC_TRY(ampc_add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
+  AMPC_TRY(M->be->mha_backward_ex(
+      b, tq, tk, D, M->c.heads, a->ln1, kv ? kv : a->ln1, act_dt, win, win + (size_t)(D * D) * ws,
+      win + (size_t)(2 * D * D) * ws, W(M, p->outw), weight_dt, &a->c, M->prob_dt, dout, grad_dt,
+      M->dL, dkv, dkv ? cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_FUSION) : 1.0f, gin, gbin,
+      gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz, gin + (size_t)(2 * D * D) * gsz,
+      gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL,
+      &M->ws));
+  AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
+                                     a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b),
+                                     &M->ws));
+  AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
   return AMPC_OK;
 }
 
 /* ---- encoders ------------------------------------------------------------------------- */
 
-static ampc_status vision_fwd(ampc_mmodel *M, int64_t b, const uint8_t *images) {
+/* the vision encoder on M->in_images */
+static ampc_status vision_fwd(ampc_mmodel *M, int64_t b) {
   const int64_t D = M->D, NV = M->NV, NP = M->NP;
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt;
-  AMPC_TRY(ampc_patch_embed_forward(b, M->c.img, M->c.img, M->c.channels, M->c.patch, D, images,
-                                    1.0f / 127.5f, -1.0f, W(M, M->patch_w), weight_dt,
-                                    W(M, M->patch_b), M->patch, act_dt, M->acc, NULL, &M->ws));
+  AMPC_TRY(M->be->patch_embed_forward(
+      b, M->c.img, M->c.img, M->c.channels, M->c.patch, D, M->in_images, 1.0f / 127.5f, -1.0f,
+      W(M, M->patch_w), weight_dt, W(M, M->patch_b), M->patch, act_dt, M->acc, NULL, &M->ws));
   /* x0 = [cls; patches] + positions, summed in FP32, one rounding */
-  AMPC_TRY(ampc_vit_tokens_forward(b, NP, D, M->patch, act_dt, W(M, M->cls_tok), W(M, M->vpos),
-                                   weight_dt, M->v0, stream_dt));
+  AMPC_TRY(M->be->vit_tokens_forward(b, NP, D, M->patch, act_dt, W(M, M->cls_tok), W(M, M->vpos),
+                                     weight_dt, M->v0, stream_dt));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.patch_embed");
   const void *x = M->v0;
   for (int i = 0; i < M->c.v_depth; i++) {
@@ -182,35 +211,40 @@ static ampc_status vision_fwd(ampc_mmodel *M, int64_t b, const uint8_t *images) 
     AMPC_TRY(blk_fwd(M, &M->vb[i], &M->va[i], b, NV, NV, x, NULL, NULL, AMPC_BRANCH_VISION, nm));
     x = M->va[i].out;
   }
-  AMPC_TRY(ampc_layernorm_forward(b * NV, D, x, stream_dt, W(M, M->vn_w), W(M, M->vn_b), weight_dt,
-                                  k_ln_eps, M->vfin, act_dt, M->vmean, M->vrstd, NULL));
+  AMPC_TRY(M->be->layernorm_forward(b * NV, D, x, stream_dt, W(M, M->vn_w), W(M, M->vn_b),
+                                    weight_dt, k_ln_eps, M->vfin, act_dt, M->vmean, M->vrstd,
+                                    NULL));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.norm");
   const size_t as = ampc_dtype_size(act_dt);
-  for (int64_t bi = 0; bi < b; bi++)
-    memcpy(at(M->vcls, act_dt, bi * D), at(M->vfin, act_dt, bi * NV * D), (size_t)D * as);
+  AMPC_TRY(M->be->copy2d(M->vcls, (size_t)D * as, M->vfin, (size_t)(NV * D) * as, (size_t)D * as,
+                         (size_t)b)); /* the CLS rows */
   if (!M->c.image_only) {
-    AMPC_TRY(ampc_linear_forward(b, D, M->E, M->vcls, act_dt, W(M, M->iproj), weight_dt, NULL,
-                                 M->iemb, act_dt, M->acc, NULL));
-    AMPC_TRY(ampc_l2norm_forward(b, M->E, M->iemb, act_dt, k_l2_eps, M->inorm, act_dt, NULL));
+    AMPC_TRY(M->be->linear_forward(b, D, M->E, M->vcls, act_dt, W(M, M->iproj), weight_dt, NULL,
+                                   M->iemb, act_dt, M->acc, NULL));
+    AMPC_TRY(M->be->l2norm_forward(b, M->E, M->iemb, act_dt, k_l2_eps, M->inorm, act_dt, NULL));
   }
-  AMPC_TRY(ampc_linear_forward(b, D, M->c.classes, M->vcls, act_dt, W(M, M->cls_w), weight_dt,
-                               W(M, M->cls_b), M->clog, act_dt, M->acc, NULL));
+  AMPC_TRY(M->be->linear_forward(b, D, M->c.classes, M->vcls, act_dt, W(M, M->cls_w), weight_dt,
+                                 W(M, M->cls_b), M->clog, act_dt, M->acc, NULL));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "%s", M->c.image_only ? "head" : "vision_proj");
   return AMPC_OK;
 }
 
-/* the text encoder on b captions; the pooled embedding of the first npool */
-static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, int64_t npool) {
+/* the text encoder on b captions (h_tokens on the host, tokens where the
+ * tensors are: the same buffer on the CPU); the pooled embedding of the
+ * first npool */
+static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *h_tokens,
+                            const int32_t *tokens, int64_t npool) {
   const int64_t D = M->D, TT = M->TT;
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt;
   for (int64_t i = 0; i < b * TT; i++) {
-    if (tokens[i] < 0 || tokens[i] >= M->c.vocab)
-      return ampc_fail(AMPC_ERR_INVALID_ARG, "text: token id %d outside [0, %lld)", tokens[i],
+    if (h_tokens[i] < 0 || h_tokens[i] >= M->c.vocab)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "text: token id %d outside [0, %lld)", h_tokens[i],
                        (long long)M->c.vocab);
-    M->tmask[i] = tokens[i] != AMPC_TOKEN_PAD;
+    M->h_tmask[i] = h_tokens[i] != AMPC_TOKEN_PAD;
   }
-  AMPC_TRY(ampc_embedding_forward(b, TT, D, tokens, M->c.vocab, W(M, M->tok), W(M, M->tpos),
-                                  weight_dt, M->t0, stream_dt, NULL));
+  AMPC_TRY(ampc_backend_put(M->be, M->tmask, M->h_tmask, (size_t)(b * TT)));
+  AMPC_TRY(M->be->embedding_forward(b, TT, D, tokens, M->c.vocab, W(M, M->tok), W(M, M->tpos),
+                                    weight_dt, M->t0, stream_dt, NULL));
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.embeddings");
   const void *x = M->t0;
   for (int i = 0; i < M->c.t_depth; i++) {
@@ -219,21 +253,27 @@ static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, in
     AMPC_TRY(blk_fwd(M, &M->tb[i], &M->ta[i], b, TT, TT, x, NULL, M->tmask, AMPC_BRANCH_TEXT, nm));
     x = M->ta[i].out;
   }
-  AMPC_TRY(ampc_layernorm_forward(b * TT, D, x, stream_dt, W(M, M->tn_w), W(M, M->tn_b), weight_dt,
-                                  k_ln_eps, M->tfin, act_dt, M->tmean, M->trstd, NULL));
-  AMPC_TRY(ampc_mean_pool_forward(npool, TT, D, M->tfin, act_dt, M->tmask, M->tpool, act_dt, NULL));
+  AMPC_TRY(M->be->layernorm_forward(b * TT, D, x, stream_dt, W(M, M->tn_w), W(M, M->tn_b),
+                                    weight_dt, k_ln_eps, M->tfin, act_dt, M->tmean, M->trstd,
+                                    NULL));
+  AMPC_TRY(
+      M->be->mean_pool_forward(npool, TT, D, M->tfin, act_dt, M->tmask, M->tpool, act_dt, NULL));
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.norm");
-  AMPC_TRY(ampc_linear_forward(npool, D, M->E, M->tpool, act_dt, W(M, M->tproj), weight_dt, NULL,
-                               M->temb, act_dt, M->acc, NULL));
-  AMPC_TRY(ampc_l2norm_forward(npool, M->E, M->temb, act_dt, k_l2_eps, M->tnorm, act_dt, NULL));
+  AMPC_TRY(M->be->linear_forward(npool, D, M->E, M->tpool, act_dt, W(M, M->tproj), weight_dt, NULL,
+                                 M->temb, act_dt, M->acc, NULL));
+  AMPC_TRY(M->be->l2norm_forward(npool, M->E, M->temb, act_dt, k_l2_eps, M->tnorm, act_dt, NULL));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "text_proj");
   return AMPC_OK;
 }
 
-static float log_scale(const ampc_mmodel *M, bool *clamped) {
-  const float ls = ampc_elem_load(W(M, M->lscale), M->weight_dt, 0);
-  *clamped = ls > k_max_log_scale;
-  return *clamped ? k_max_log_scale : ls;
+/* the log-temperature used (*ls; clamped at ln 100) */
+static ampc_status log_scale(const ampc_mmodel *M, float *ls, bool *clamped) {
+  uint32_t raw = 0; /* one weight, up to 4 bytes */
+  AMPC_TRY(M->be->to_host(&raw, W(M, M->lscale), ampc_dtype_size(M->weight_dt)));
+  const float v = ampc_elem_load(&raw, M->weight_dt, 0);
+  *clamped = v > k_max_log_scale;
+  *ls = *clamped ? k_max_log_scale : v;
+  return AMPC_OK;
 }
 
 /* ALBEF's negatives: for each image i, a text j != i drawn with probability
@@ -243,12 +283,12 @@ static void sample_negatives(ampc_mmodel *M, int64_t b, float ls, uint64_t seed,
   ampc_rng r;
   ampc_rng_seed(&r, seed);
   const double scale = exp((double)ls);
-  const float *sim = M->sim;
+  const float *sim = M->h_sim;
   for (int64_t i = 0; i < b; i++) {
     const uint64_t u = ampc_rng_next(&r); /* one draw per row, whatever happens */
     if (uniform) {                        /* j != i, each with probability 1 / (b - 1) */
       const int64_t j = (int64_t)(u % (uint64_t)(b - 1));
-      M->neg[i] = (int32_t)(j >= i ? j + 1 : j);
+      M->h_neg[i] = (int32_t)(j >= i ? j + 1 : j);
       continue;
     }
     double mx = -INFINITY;
@@ -276,7 +316,7 @@ static void sample_negatives(ampc_mmodel *M, int64_t b, float ls, uint64_t seed,
       }
     if (pick < 0) /* t rounded to the top: the last candidate */
       pick = i == b - 1 ? b - 2 : b - 1;
-    M->neg[i] = (int32_t)pick;
+    M->h_neg[i] = (int32_t)pick;
   }
 }
 
@@ -284,17 +324,17 @@ static void sample_negatives(ampc_mmodel *M, int64_t b, float ls, uint64_t seed,
 
 /* The vision encoder's backward pass from dv32 [b*NV, D] (FP32 sums of the
  * gradient of its final-norm output). */
-static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const uint8_t *images, const float *dv32) {
+static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const float *dv32) {
   const int64_t D = M->D, NV = M->NV;
   const ampc_dtype stream_dt = M->stream_dt, weight_dt = M->weight_dt, grad_dt = M->grad_dt;
   const ampc_acc acc = M->acc;
   const ampc_mmodel_config *c = &M->c;
   /* vision encoder */
-  AMPC_TRY(ampc_store_f32(M->dS2, grad_dt, dv32, (size_t)(b * NV * D), NULL));
+  AMPC_TRY(M->be->store_f32(M->dS2, grad_dt, dv32, (size_t)(b * NV * D), NULL));
   const void *vlast = M->va[c->v_depth - 1].out;
-  AMPC_TRY(ampc_layernorm_backward(b * NV, D, M->dS2, grad_dt, vlast, stream_dt, W(M, M->vn_w),
-                                   weight_dt, M->vmean, M->vrstd, M->dS, G(M, M->vn_w),
-                                   G(M, M->vn_b), &M->ws));
+  AMPC_TRY(M->be->layernorm_backward(b * NV, D, M->dS2, grad_dt, vlast, stream_dt, W(M, M->vn_w),
+                                     weight_dt, M->vmean, M->vrstd, M->dS, G(M, M->vn_w),
+                                     G(M, M->vn_b), &M->ws));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.norm");
   for (int i = (int)c->v_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
@@ -302,11 +342,11 @@ static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const uint8_t *images, 
     mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.blocks.%d", i);
   }
   /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
-  AMPC_TRY(ampc_vit_tokens_backward(b, M->NP, D, M->dS, grad_dt, M->dS2, G(M, M->cls_tok),
-                                    G(M, M->vpos)));
-  AMPC_TRY(ampc_patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, images,
-                                     1.0f / 127.5f, -1.0f, weight_dt, M->dS2, grad_dt,
-                                     G(M, M->patch_w), G(M, M->patch_b), acc, &M->ws));
+  AMPC_TRY(M->be->vit_tokens_backward(b, M->NP, D, M->dS, grad_dt, M->dS2, G(M, M->cls_tok),
+                                      G(M, M->vpos)));
+  AMPC_TRY(M->be->patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, M->in_images,
+                                       1.0f / 127.5f, -1.0f, weight_dt, M->dS2, grad_dt,
+                                       G(M, M->patch_w), G(M, M->patch_b), acc, &M->ws));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.patch_embed");
   return AMPC_OK;
 }
@@ -325,13 +365,15 @@ static ampc_status image_only_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt,
     if (bt->labels[i] < 0 || bt->labels[i] >= C)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "label %d outside [0, %lld)", bt->labels[i],
                        (long long)C);
-  AMPC_TRY(vision_fwd(M, b, bt->images));
+  AMPC_TRY(load_inputs(M, b, bt->images, NULL, bt->labels));
+  AMPC_TRY(vision_fwd(M, b));
   ampc_mmodel_losses L = {0};
-  AMPC_TRY(ampc_cross_entropy_forward(b, C, M->clog, act_dt, bt->labels, &L.cls));
-  AMPC_TRY(ampc_argmax_rows(b, C, M->clog, act_dt, false, M->pred));
+  AMPC_TRY(M->be->cross_entropy_forward(b, C, M->clog, act_dt, M->in_labels, &L.cls));
+  AMPC_TRY(M->be->argmax_rows(b, C, M->clog, act_dt, false, M->pred));
+  AMPC_TRY(ampc_backend_get(M->be, M->h_pred, M->pred, (size_t)b * sizeof *M->pred));
   int64_t hit = 0;
   for (int64_t i = 0; i < b; i++)
-    hit += M->pred[i] == bt->labels[i];
+    hit += M->h_pred[i] == bt->labels[i];
   L.cls_acc = (float)hit / (float)b;
   L.total = M->c.w_cls * L.cls;
   *out = L;
@@ -342,29 +384,30 @@ static ampc_status image_only_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt,
  * crossing into another branch with the factor r (rounded once) */
 static ampc_status dgrad(ampc_mmodel *M, int64_t m, int64_t k, int64_t n, float r, const void *dy,
                          const void *w, void *dx) {
-  return ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, r, dy, M->grad_dt, n, w, M->weight_dt, k, 0.0f,
-                   dx, M->grad_dt, k, M->acc);
+  return M->be->gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, r, dy, M->grad_dt, n, w, M->weight_dt, k, 0.0f,
+                     dx, M->grad_dt, k, M->acc);
 }
 
 static ampc_status image_only_bwd(ampc_mmodel *M) {
   const ampc_mmodel_batch *bt = &M->fwd;
   const int64_t b = bt->b, D = M->D, NV = M->NV, C = M->c.classes;
   const ampc_dtype act_dt = M->act_dt, grad_dt = M->grad_dt;
-  AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels,
-                                       M->lseed[AMPC_MM_LOSS_CLS] * M->c.w_cls, M->dclog, grad_dt));
-  AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
-                                M->weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), M->acc,
-                                &M->ws));
+  AMPC_TRY(M->be->cross_entropy_backward(b, C, M->clog, act_dt, M->in_labels,
+                                         M->lseed[AMPC_MM_LOSS_CLS] * M->c.w_cls, M->dclog,
+                                         grad_dt));
+  AMPC_TRY(M->be->linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
+                                  M->weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), M->acc,
+                                  &M->ws));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "head");
   AMPC_TRY(dgrad(M, b, D, C, cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_HEADS), M->dclog,
                  W(M, M->cls_w), M->dvcls));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.cls");
   float *dv32 = M->dv32;
-  memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
+  AMPC_TRY(M->be->zero(dv32, (size_t)(b * NV * D) * sizeof(float)));
   for (int64_t bi = 0; bi < b; bi++) /* the CLS rows (exact widening) */
-    AMPC_TRY(ampc_convert(dv32 + bi * NV * D, AMPC_F32, at(M->dvcls, grad_dt, bi * D), grad_dt,
-                          (size_t)D));
-  return vision_bwd(M, b, bt->images, dv32);
+    AMPC_TRY(M->be->convert(dv32 + bi * NV * D, AMPC_F32, at(M->dvcls, grad_dt, bi * D), grad_dt,
+                            (size_t)D));
+  return vision_bwd(M, b, dv32);
 }
 
 /* ---- global negatives (ampc_mmodel_set_group) ---------------------------------------- */
@@ -383,10 +426,10 @@ static ampc_status global_itc_fwd(ampc_mmodel *M, int64_t b, float ls, float *it
   const size_t bytes = (size_t)(b * E) * ampc_dtype_size(act_dt);
   AMPC_TRY(g->allgather(g->user, M->inorm, bytes, M->iall));
   AMPC_TRY(g->allgather(g->user, M->tnorm, bytes, M->tall));
-  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->inorm, act_dt, E, M->tall, act_dt, E,
-                     0.0f, M->sim_i2t, AMPC_F32, G, M->acc));
-  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->tnorm, act_dt, E, M->iall, act_dt, E,
-                     0.0f, M->sim_t2i, AMPC_F32, G, M->acc));
+  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->inorm, act_dt, E, M->tall, act_dt, E,
+                       0.0f, M->sim_i2t, AMPC_F32, G, M->acc));
+  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->tnorm, act_dt, E, M->iall, act_dt, E,
+                       0.0f, M->sim_t2i, AMPC_F32, G, M->acc));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
   double s1 = 0.0, s2 = 0.0;
   AMPC_TRY(ampc_infonce_rows_forward(b, G, M->sim_i2t, AMPC_F32, ls, r0, &s1));
@@ -413,22 +456,22 @@ static ampc_status global_itc_bwd(ampc_mmodel *M, int64_t b, float ls, float S, 
   AMPC_TRY(ampc_infonce_rows_backward(b, G, M->sim_t2i, AMPC_F32, ls, r0, coef, M->dC, grad_dt, dls,
                                       &M->ws));
   /* texts' gradient from this rank's image rows, images' from its text rows */
-  AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dA, grad_dt, G, M->inorm, act_dt, E,
-                     0.0f, M->part_t, AMPC_F32, E, acc));
-  AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dC, grad_dt, G, M->tnorm, act_dt, E,
-                     0.0f, M->part_i, AMPC_F32, E, acc));
+  AMPC_TRY(M->be->gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dA, grad_dt, G, M->inorm, act_dt, E,
+                       0.0f, M->part_t, AMPC_F32, E, acc));
+  AMPC_TRY(M->be->gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dC, grad_dt, G, M->tnorm, act_dt, E,
+                       0.0f, M->part_i, AMPC_F32, E, acc));
   AMPC_TRY(g->sum_f32(g->user, M->part_t, G * E));
   AMPC_TRY(g->sum_f32(g->user, M->part_i, G * E));
-  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dA, grad_dt, G, M->tall, act_dt, E,
-                     0.0f, M->dloc_i, AMPC_F32, E, acc));
-  AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dC, grad_dt, G, M->iall, act_dt, E,
-                     0.0f, M->dloc_t, AMPC_F32, E, acc));
-  AMPC_TRY(ampc_scatter_add_rows(b, E, NULL, b, M->part_i + r0 * E, AMPC_F32, NULL, AMPC_F32,
-                                 M->dloc_i, E));
-  AMPC_TRY(ampc_scatter_add_rows(b, E, NULL, b, M->part_t + r0 * E, AMPC_F32, NULL, AMPC_F32,
-                                 M->dloc_t, E));
-  AMPC_TRY(ampc_store_f32(M->dinorm, grad_dt, M->dloc_i, (size_t)(b * E), NULL));
-  return ampc_store_f32(M->dtnorm, grad_dt, M->dloc_t, (size_t)(b * E), NULL);
+  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dA, grad_dt, G, M->tall, act_dt, E,
+                       0.0f, M->dloc_i, AMPC_F32, E, acc));
+  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dC, grad_dt, G, M->iall, act_dt, E,
+                       0.0f, M->dloc_t, AMPC_F32, E, acc));
+  AMPC_TRY(M->be->scatter_add_rows(b, E, NULL, b, M->part_i + r0 * E, AMPC_F32, NULL, AMPC_F32,
+                                   M->dloc_i, E));
+  AMPC_TRY(M->be->scatter_add_rows(b, E, NULL, b, M->part_t + r0 * E, AMPC_F32, NULL, AMPC_F32,
+                                   M->dloc_t, E));
+  AMPC_TRY(M->be->store_f32(M->dinorm, grad_dt, M->dloc_i, (size_t)(b * E), NULL));
+  return M->be->store_f32(M->dtnorm, grad_dt, M->dloc_t, (size_t)(b * E), NULL);
 }
 
 /* MLM's masking (BERT's, without the 10 % random and 10 % kept tokens):
@@ -442,8 +485,8 @@ static int64_t mask_captions(ampc_mmodel *M, int64_t b, const int32_t *tokens, u
   ampc_rng r;
   ampc_rng_seed(&r, seed ? seed : 0x6d6c6d2d6d61736bull);
   const double p = (double)M->c.mlm_prob;
-  memcpy(M->mtok, tokens, (size_t)(b * TT) * sizeof *tokens);
-  int32_t *cp = M->mtok + b * TT;
+  memcpy(M->h_mtok, tokens, (size_t)(b * TT) * sizeof *tokens);
+  int32_t *cp = M->h_mtok + b * TT;
   memcpy(cp, tokens, (size_t)(b * TT) * sizeof *tokens);
   int64_t n = 0;
   for (int64_t i = 0; i < b; i++) {
@@ -454,7 +497,7 @@ static int64_t mask_captions(ampc_mmodel *M, int64_t b, const int32_t *tokens, u
         continue;
       len++;
       if ((double)(u >> 11) * 0x1p-53 < p) {
-        M->mlm_pos[n] = (int32_t)((2 * b + i) * TT + t), M->mlm_tgt[n] = tokens[i * TT + t];
+        M->h_mlm_pos[n] = (int32_t)((2 * b + i) * TT + t), M->h_mlm_tgt[n] = tokens[i * TT + t];
         cp[i * TT + t] = AMPC_TOKEN_UNK;
         n++, here++;
       }
@@ -464,7 +507,7 @@ static int64_t mask_captions(ampc_mmodel *M, int64_t b, const int32_t *tokens, u
       int64_t k = (int64_t)(u % (uint64_t)len);
       for (int64_t t = 0; t < TT; t++)
         if (tokens[i * TT + t] != AMPC_TOKEN_PAD && k-- == 0) {
-          M->mlm_pos[n] = (int32_t)((2 * b + i) * TT + t), M->mlm_tgt[n] = tokens[i * TT + t];
+          M->h_mlm_pos[n] = (int32_t)((2 * b + i) * TT + t), M->h_mlm_tgt[n] = tokens[i * TT + t];
           cp[i * TT + t] = AMPC_TOKEN_UNK;
           n++;
           break;
@@ -481,15 +524,16 @@ static ampc_status mlm_fwd(ampc_mmodel *M, int64_t np, ampc_mmodel_losses *L) {
   const ampc_dtype act_dt = M->act_dt;
   if (n == 0)
     return AMPC_OK;
-  AMPC_TRY(ampc_gather_rows(n, D, M->mlm_pos, np * TT, M->ffin, act_dt, M->mrows, act_dt));
-  AMPC_TRY(ampc_linear_forward(n, D, V, M->mrows, act_dt, W(M, M->mlm_w), M->weight_dt,
-                               W(M, M->mlm_b), M->mlog, act_dt, M->acc, NULL));
+  AMPC_TRY(M->be->gather_rows(n, D, M->mlm_pos, np * TT, M->ffin, act_dt, M->mrows, act_dt));
+  AMPC_TRY(M->be->linear_forward(n, D, V, M->mrows, act_dt, W(M, M->mlm_w), M->weight_dt,
+                                 W(M, M->mlm_b), M->mlog, act_dt, M->acc, NULL));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "mlm_head");
-  AMPC_TRY(ampc_cross_entropy_forward(n, V, M->mlog, act_dt, M->mlm_tgt, &L->mlm));
-  AMPC_TRY(ampc_argmax_rows(n, V, M->mlog, act_dt, false, M->mlm_pred));
+  AMPC_TRY(M->be->cross_entropy_forward(n, V, M->mlog, act_dt, M->mlm_tgt, &L->mlm));
+  AMPC_TRY(M->be->argmax_rows(n, V, M->mlog, act_dt, false, M->mlm_pred));
+  AMPC_TRY(ampc_backend_get(M->be, M->h_mlm_pred, M->mlm_pred, (size_t)n * sizeof *M->mlm_pred));
   int64_t hit = 0;
   for (int64_t i = 0; i < n; i++)
-    hit += M->mlm_pred[i] == M->mlm_tgt[i];
+    hit += M->h_mlm_pred[i] == M->h_mlm_tgt[i];
   L->mlm_acc = (float)hit / (float)n;
   L->mlm_tokens = n;
   return AMPC_OK;
@@ -507,43 +551,59 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
     if (bt->labels[i] < 0 || bt->labels[i] >= C)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "label %d outside [0, %lld)", bt->labels[i],
                        (long long)C);
-  AMPC_TRY(vision_fwd(M, b, bt->images));
+  AMPC_TRY(load_inputs(M, b, bt->images, bt->tokens, bt->labels));
+  AMPC_TRY(vision_fwd(M, b));
   M->n_masked = M->mlm ? mask_captions(M, b, bt->tokens, bt->mask_seed) : 0;
-  AMPC_TRY(text_fwd(M, M->TB * b, M->mlm ? M->mtok : bt->tokens, b));
+  if (M->mlm) {
+    const size_t nm32 = (size_t)M->n_masked * sizeof(int32_t);
+    AMPC_TRY(ampc_backend_put(M->be, M->mtok, M->h_mtok, (size_t)(2 * b * TT) * sizeof(int32_t)));
+    AMPC_TRY(ampc_backend_put(M->be, M->mlm_pos, M->h_mlm_pos, nm32));
+    AMPC_TRY(ampc_backend_put(M->be, M->mlm_tgt, M->h_mlm_tgt, nm32));
+  }
+  AMPC_TRY(
+      text_fwd(M, M->TB * b, M->mlm ? M->h_mtok : bt->tokens, M->mlm ? M->mtok : M->in_tokens, b));
   bool clamped = false;
-  const float ls = log_scale(M, &clamped);
+  float ls = 0.0f;
+  AMPC_TRY(log_scale(M, &ls, &clamped));
   ampc_mmodel_losses L = {0};
   if (M->global) {
     AMPC_TRY(global_itc_fwd(M, b, ls, &L.itc));
   } else {
     /* contrastive similarities (a GEMM on the normalised embeddings) */
-    AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, act_dt, E, M->tnorm, act_dt,
-                       E, 0.0f, M->sim, AMPC_F32, b, M->acc));
+    AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, act_dt, E, M->tnorm, act_dt,
+                         E, 0.0f, M->sim, AMPC_F32, b, M->acc));
     mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
-    AMPC_TRY(ampc_infonce_forward(b, M->sim, AMPC_F32, ls, &L.itc));
+    AMPC_TRY(M->be->infonce_forward(b, M->sim, AMPC_F32, ls, &L.itc));
   }
   /* hard negatives: for image i the most similar other text (a row holding
    * a NaN, whose loss is NaN anyway, takes the first other text) */
-  AMPC_TRY(ampc_argmax_rows(b, b, M->sim, AMPC_F32, true, M->neg));
+  AMPC_TRY(M->be->argmax_rows(b, b, M->sim, AMPC_F32, true, M->neg));
+  AMPC_TRY(ampc_backend_get(M->be, M->h_neg, M->neg, (size_t)b * sizeof *M->neg));
   for (int64_t i = 0; i < b; i++)
-    if (M->neg[i] < 0)
-      M->neg[i] = i == 0 ? 1 : 0;
-  if (bt->neg_seed != 0)
+    if (M->h_neg[i] < 0)
+      M->h_neg[i] = i == 0 ? 1 : 0;
+  if (bt->neg_seed != 0) {
+    AMPC_TRY(ampc_backend_get(M->be, M->h_sim, M->sim, (size_t)(b * b) * sizeof *M->sim));
     sample_negatives(M, b, ls, bt->neg_seed, bt->neg_uniform);
+  }
   /* fusion on 2b pairs: (i, i) positives then (i, neg[i]) negatives; with
    * MLM, then b more: image i with the masked copy of caption i (text row
    * b + i) */
   const int64_t np = M->FB * b;
   for (int64_t pr = 0; pr < np; pr++) {
-    M->pair_img[pr] = (int32_t)(pr % b);
-    M->pair_text[pr] = (int32_t)(pr < b ? pr : pr < 2 * b ? M->neg[pr - b] : pr - b);
-    memcpy(M->fmask + pr * TT, M->tmask + M->pair_text[pr] * TT, (size_t)TT);
+    M->h_pair_img[pr] = (int32_t)(pr % b);
+    M->h_pair_text[pr] = (int32_t)(pr < b ? pr : pr < 2 * b ? M->h_neg[pr - b] : pr - b);
+    memcpy(M->h_fmask + pr * TT, M->h_tmask + M->h_pair_text[pr] * TT, (size_t)TT);
     if (pr < 2 * b)
-      M->itm_t[pr] = pr < b ? 1.0f : 0.0f;
+      M->h_itm_t[pr] = pr < b ? 1.0f : 0.0f;
   }
-  AMPC_TRY(ampc_gather_rows(np, NV * D, M->pair_img, b, M->vfin, act_dt, M->fkv, act_dt));
+  AMPC_TRY(ampc_backend_put(M->be, M->pair_img, M->h_pair_img, (size_t)np * sizeof(int32_t)));
+  AMPC_TRY(ampc_backend_put(M->be, M->pair_text, M->h_pair_text, (size_t)np * sizeof(int32_t)));
+  AMPC_TRY(ampc_backend_put(M->be, M->fmask, M->h_fmask, (size_t)(np * TT)));
+  AMPC_TRY(ampc_backend_put(M->be, M->itm_t, M->h_itm_t, (size_t)(2 * b) * sizeof(float)));
+  AMPC_TRY(M->be->gather_rows(np, NV * D, M->pair_img, b, M->vfin, act_dt, M->fkv, act_dt));
   AMPC_TRY(
-      ampc_gather_rows(np, TT * D, M->pair_text, M->TB * b, M->tfin, act_dt, M->f0, stream_dt));
+      M->be->gather_rows(np, TT * D, M->pair_text, M->TB * b, M->tfin, act_dt, M->f0, stream_dt));
   const void *x = M->f0;
   for (int i = 0; i < M->c.f_depth; i++) {
     char nm[32];
@@ -552,28 +612,31 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
     x = M->fa[i].out;
   }
   const void *fout = x;
-  AMPC_TRY(ampc_layernorm_forward(np * TT, D, fout, stream_dt, W(M, M->fn_w), W(M, M->fn_b),
-                                  weight_dt, k_ln_eps, M->ffin, act_dt, M->fmean, M->frstd, NULL));
+  AMPC_TRY(M->be->layernorm_forward(np * TT, D, fout, stream_dt, W(M, M->fn_w), W(M, M->fn_b),
+                                    weight_dt, k_ln_eps, M->ffin, act_dt, M->fmean, M->frstd,
+                                    NULL));
   const int64_t nm = 2 * b; /* the matching pairs */
-  AMPC_TRY(ampc_mean_pool_forward(nm, TT, D, M->ffin, act_dt, M->fmask, M->fpool, act_dt, NULL));
+  AMPC_TRY(M->be->mean_pool_forward(nm, TT, D, M->ffin, act_dt, M->fmask, M->fpool, act_dt, NULL));
   mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_ACT, "fusion.norm");
-  AMPC_TRY(ampc_linear_forward(nm, D, 1, M->fpool, act_dt, W(M, M->itm_w), weight_dt,
-                               W(M, M->itm_b), M->itm, act_dt, M->acc, NULL));
+  AMPC_TRY(M->be->linear_forward(nm, D, 1, M->fpool, act_dt, W(M, M->itm_w), weight_dt,
+                                 W(M, M->itm_b), M->itm, act_dt, M->acc, NULL));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "itm_head");
-  AMPC_TRY(ampc_bce_logits_forward(nm, M->itm, act_dt, M->itm_t, &L.itm));
+  AMPC_TRY(M->be->bce_logits_forward(nm, M->itm, act_dt, M->itm_t, &L.itm));
   if (M->mlm)
     AMPC_TRY(mlm_fwd(M, np, &L));
-  AMPC_TRY(ampc_cross_entropy_forward(b, C, M->clog, act_dt, bt->labels, &L.cls));
+  AMPC_TRY(M->be->cross_entropy_forward(b, C, M->clog, act_dt, M->in_labels, &L.cls));
+  AMPC_TRY(ampc_backend_get(M->be, M->h_itm, M->itm, (size_t)nm * ampc_dtype_size(act_dt)));
   int64_t hit = 0;
   for (int64_t pr = 0; pr < nm; pr++) {
-    const float v = ampc_elem_load(M->itm, act_dt, pr); /* a NaN logit is never right */
+    const float v = ampc_elem_load(M->h_itm, act_dt, pr); /* a NaN logit is never right */
     hit += !isnan(v) && (v > 0.0f) == (pr < b);
   }
   L.itm_acc = (float)hit / (float)nm;
-  AMPC_TRY(ampc_argmax_rows(b, C, M->clog, act_dt, false, M->pred));
+  AMPC_TRY(M->be->argmax_rows(b, C, M->clog, act_dt, false, M->pred));
+  AMPC_TRY(ampc_backend_get(M->be, M->h_pred, M->pred, (size_t)b * sizeof *M->pred));
   hit = 0;
   for (int64_t i = 0; i < b; i++)
-    hit += M->pred[i] == bt->labels[i];
+    hit += M->h_pred[i] == bt->labels[i];
   L.cls_acc = (float)hit / (float)b;
   const ampc_mmodel_config *c = &M->c;
   L.total = c->w_itc * L.itc + c->w_itm * L.itm + c->w_cls * L.cls;
@@ -590,19 +653,19 @@ static ampc_status text_bwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, co
   const ampc_mmodel_config *c = &M->c;
   const int64_t D = M->D, TT = M->TT;
   const ampc_dtype stream_dt = M->stream_dt, weight_dt = M->weight_dt, grad_dt = M->grad_dt;
-  AMPC_TRY(ampc_store_f32(M->dS2, grad_dt, dt32, (size_t)(b * TT * D), NULL));
+  AMPC_TRY(M->be->store_f32(M->dS2, grad_dt, dt32, (size_t)(b * TT * D), NULL));
   const void *tlast = M->ta[c->t_depth - 1].out;
-  AMPC_TRY(ampc_layernorm_backward(b * TT, D, M->dS2, grad_dt, tlast, stream_dt, W(M, M->tn_w),
-                                   weight_dt, M->tmean, M->trstd, M->dS, G(M, M->tn_w),
-                                   G(M, M->tn_b), &M->ws));
+  AMPC_TRY(M->be->layernorm_backward(b * TT, D, M->dS2, grad_dt, tlast, stream_dt, W(M, M->tn_w),
+                                     weight_dt, M->tmean, M->trstd, M->dS, G(M, M->tn_w),
+                                     G(M, M->tn_b), &M->ws));
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
   for (int i = (int)c->t_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
     AMPC_TRY(blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL));
     mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.blocks.%d", i);
   }
-  AMPC_TRY(ampc_embedding_backward(b, TT, D, tokens, c->vocab, M->dS, grad_dt, G(M, M->tok),
-                                   G(M, M->tpos), NULL, &M->ws));
+  AMPC_TRY(M->be->embedding_backward(b, TT, D, tokens, c->vocab, M->dS, grad_dt, G(M, M->tok),
+                                     G(M, M->tpos), NULL, &M->ws));
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.embeddings");
   return AMPC_OK;
 }
@@ -630,70 +693,68 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   const size_t gsz = ampc_dtype_size(grad_dt);
   /* group head */
   if (do_cls) {
-    AMPC_TRY(ampc_cross_entropy_backward(b, C, M->clog, act_dt, bt->labels,
-                                         S[AMPC_MM_LOSS_CLS] * c->w_cls, M->dclog, grad_dt));
-    AMPC_TRY(ampc_linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
-                                  weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
+    AMPC_TRY(M->be->cross_entropy_backward(b, C, M->clog, act_dt, M->in_labels,
+                                           S[AMPC_MM_LOSS_CLS] * c->w_cls, M->dclog, grad_dt));
+    AMPC_TRY(M->be->linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
+                                    weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), acc, &M->ws));
   }
   /* matching head and fusion */
   if (do_itm) {
-    AMPC_TRY(ampc_bce_logits_backward(nm, M->itm, act_dt, M->itm_t, S[AMPC_MM_LOSS_ITM] * c->w_itm,
-                                      M->ditm, grad_dt));
-    AMPC_TRY(ampc_linear_backward(nm, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
-                                  weight_dt, NULL, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
+    AMPC_TRY(M->be->bce_logits_backward(nm, M->itm, act_dt, M->itm_t,
+                                        S[AMPC_MM_LOSS_ITM] * c->w_itm, M->ditm, grad_dt));
+    AMPC_TRY(M->be->linear_backward(nm, D, 1, M->ditm, grad_dt, M->fpool, act_dt, W(M, M->itm_w),
+                                    weight_dt, NULL, G(M, M->itm_w), G(M, M->itm_b), acc, &M->ws));
   }
   const int64_t nmask = M->n_masked, V = c->vocab;
   if (do_mlm) { /* the token-level loss: S w_mlm (softmax - onehot) / nmask per logit */
-    AMPC_TRY(ampc_cross_entropy_backward(nmask, V, M->mlog, act_dt, M->mlm_tgt,
-                                         S[AMPC_MM_LOSS_MLM] * c->w_mlm, M->dmlog, grad_dt));
-    AMPC_TRY(ampc_linear_backward(nmask, D, V, M->dmlog, grad_dt, M->mrows, act_dt, W(M, M->mlm_w),
-                                  weight_dt, NULL, G(M, M->mlm_w), G(M, M->mlm_b), acc, &M->ws));
+    AMPC_TRY(M->be->cross_entropy_backward(nmask, V, M->mlog, act_dt, M->mlm_tgt,
+                                           S[AMPC_MM_LOSS_MLM] * c->w_mlm, M->dmlog, grad_dt));
+    AMPC_TRY(M->be->linear_backward(nmask, D, V, M->dmlog, grad_dt, M->mrows, act_dt,
+                                    W(M, M->mlm_w), weight_dt, NULL, G(M, M->mlm_w), G(M, M->mlm_b),
+                                    acc, &M->ws));
   }
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "%s",
               M->mlm ? "cls_head+itm_head+mlm_head" : "cls_head+itm_head");
   float *dkv32 = M->dKVsum;
   float *dv32 = M->dv32, *dt32 = M->dt32;
-  memset(dv32, 0, (size_t)(b * NV * D) * sizeof(float));
-  memset(dt32, 0, (size_t)(bt_rows * TT * D) * sizeof(float));
+  AMPC_TRY(M->be->zero(dv32, (size_t)(b * NV * D) * sizeof(float)));
+  AMPC_TRY(M->be->zero(dt32, (size_t)(bt_rows * TT * D) * sizeof(float)));
   if (do_itm || do_mlm) {
     /* the heads' input gradients: into the fusion (counted with its blocks) */
     const float r_fh = cross(M, AMPC_BRANCH_FUSION, AMPC_BRANCH_HEADS);
     if (do_itm) {
       AMPC_TRY(dgrad(M, nm, D, 1, r_fh, M->ditm, W(M, M->itm_w), M->dfpool));
-      AMPC_TRY(ampc_mean_pool_backward(nm, TT, D, M->dfpool, grad_dt, M->fmask, M->dL));
+      AMPC_TRY(M->be->mean_pool_backward(nm, TT, D, M->dfpool, grad_dt, M->fmask, M->dL));
     } else {
-      memset(M->dL, 0, (size_t)(nm * TT * D) * gsz);
+      AMPC_TRY(M->be->zero(M->dL, (size_t)(nm * TT * D) * gsz));
     }
     if (M->mlm) { /* the masked copies' rows: the MLM head's gradient at the masked positions */
-      char *dl = (char *)M->dL;
-      memset(dl + (size_t)(nm * TT * D) * gsz, 0, (size_t)(b * TT * D) * gsz);
+      AMPC_TRY(
+          M->be->zero((char *)M->dL + (size_t)(nm * TT * D) * gsz, (size_t)(b * TT * D) * gsz));
       if (do_mlm) {
         AMPC_TRY(dgrad(M, nmask, D, V, r_fh, M->dmlog, W(M, M->mlm_w), M->dmrows));
-        for (int64_t r = 0; r < nmask; r++)
-          memcpy(dl + (size_t)((int64_t)M->mlm_pos[r] * D) * gsz,
-                 (const char *)M->dmrows + (size_t)(r * D) * gsz, (size_t)D * gsz);
+        AMPC_TRY(M->be->scatter_rows(nmask, D, M->mlm_pos, np * TT, M->dmrows, grad_dt, M->dL));
       }
     }
-    AMPC_TRY(ampc_layernorm_backward(np * TT, D, M->dL, grad_dt, fout, stream_dt, W(M, M->fn_w),
-                                     weight_dt, M->fmean, M->frstd, M->dS, G(M, M->fn_w),
-                                     G(M, M->fn_b), &M->ws));
-    memset(dkv32, 0, (size_t)(np * NV * D) * sizeof(float));
+    AMPC_TRY(M->be->layernorm_backward(np * TT, D, M->dL, grad_dt, fout, stream_dt, W(M, M->fn_w),
+                                       weight_dt, M->fmean, M->frstd, M->dS, G(M, M->fn_w),
+                                       G(M, M->fn_b), &M->ws));
+    AMPC_TRY(M->be->zero(dkv32, (size_t)(np * NV * D) * sizeof(float)));
     for (int i = (int)c->f_depth - 1; i >= 0; i--) {
       const void *xin = i == 0 ? M->f0 : M->fa[i - 1].out;
       AMPC_TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV));
       mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "fusion.blocks.%d", i);
-      AMPC_TRY(ampc_scatter_add_rows(np * NV, D, NULL, np * NV, M->dKV, grad_dt, NULL, grad_dt,
-                                     dkv32, D));
+      AMPC_TRY(M->be->scatter_add_rows(np * NV, D, NULL, np * NV, M->dKV, grad_dt, NULL, grad_dt,
+                                       dkv32, D));
     }
     /* scatter the fusion gradients back to the encoders' outputs, in FP32 */
-    AMPC_TRY(ampc_scatter_add_rows(np, NV * D, M->pair_img, b, dkv32, AMPC_F32, NULL, grad_dt, dv32,
-                                   NV * D));
-    AMPC_TRY(ampc_scatter_add_rows(np, TT * D, M->pair_text, bt_rows, M->dS, grad_dt, NULL, grad_dt,
-                                   dt32, TT * D));
+    AMPC_TRY(M->be->scatter_add_rows(np, NV * D, M->pair_img, b, dkv32, AMPC_F32, NULL, grad_dt,
+                                     dv32, NV * D));
+    AMPC_TRY(M->be->scatter_add_rows(np, TT * D, M->pair_text, bt_rows, M->dS, grad_dt, NULL,
+                                     grad_dt, dt32, TT * D));
     const float r_tf = cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_FUSION);
     if (r_tf != 1.0f) /* the fusion's input gradient crosses into the text encoder */
-      for (int64_t i = 0; i < bt_rows * TT * D; i++)
-        dt32[i] *= r_tf;
+      AMPC_TRY(M->be->scale_f32(bt_rows * TT * D, dt32, r_tf));
   }
   /* contrastive heads */
   float dls = 0.0f;
@@ -701,21 +762,27 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
     if (M->global) {
       AMPC_TRY(global_itc_bwd(M, b, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc, &dls));
     } else {
-      AMPC_TRY(ampc_infonce_backward(b, M->sim, AMPC_F32, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc,
-                                     M->dsim, grad_dt, &dls, &M->ws));
-      AMPC_TRY(ampc_gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->tnorm, act_dt,
-                         E, 0.0f, M->dinorm, grad_dt, E, acc));
-      AMPC_TRY(ampc_gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->inorm, act_dt,
-                         E, 0.0f, M->dtnorm, grad_dt, E, acc));
+      AMPC_TRY(M->be->infonce_backward(b, M->sim, AMPC_F32, ls, S[AMPC_MM_LOSS_ITC] * c->w_itc,
+                                       M->dsim, grad_dt, &dls, &M->ws));
+      AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->tnorm,
+                           act_dt, E, 0.0f, M->dinorm, grad_dt, E, acc));
+      AMPC_TRY(M->be->gemm(AMPC_OP_T, AMPC_OP_N, b, E, b, 1.0f, M->dsim, grad_dt, b, M->inorm,
+                           act_dt, E, 0.0f, M->dtnorm, grad_dt, E, acc));
     }
-    if (!clamped) /* the clamp has zero gradient */
-      AMPC_TRY(ampc_grad_add_f32(1, &dls, G(M, M->lscale), grad_dt));
-    AMPC_TRY(ampc_l2norm_backward(b, E, M->dinorm, grad_dt, M->iemb, act_dt, k_l2_eps, M->diemb));
-    AMPC_TRY(ampc_linear_backward(b, D, E, M->diemb, grad_dt, M->vcls, act_dt, W(M, M->iproj),
-                                  weight_dt, NULL, G(M, M->iproj), NULL, acc, &M->ws));
-    AMPC_TRY(ampc_l2norm_backward(b, E, M->dtnorm, grad_dt, M->temb, act_dt, k_l2_eps, M->dtemb));
-    AMPC_TRY(ampc_linear_backward(b, D, E, M->dtemb, grad_dt, M->tpool, act_dt, W(M, M->tproj),
-                                  weight_dt, NULL, G(M, M->tproj), NULL, acc, &M->ws));
+    if (!clamped) {             /* the clamp has zero gradient */
+      const float *dlsp = &dls; /* a host scalar: copied to the device there */
+      if (M->be->device) {
+        AMPC_TRY(M->be->to_device(M->d_scalar, &dls, sizeof dls));
+        dlsp = M->d_scalar;
+      }
+      AMPC_TRY(M->be->grad_add_f32(1, dlsp, G(M, M->lscale), grad_dt));
+    }
+    AMPC_TRY(M->be->l2norm_backward(b, E, M->dinorm, grad_dt, M->iemb, act_dt, k_l2_eps, M->diemb));
+    AMPC_TRY(M->be->linear_backward(b, D, E, M->diemb, grad_dt, M->vcls, act_dt, W(M, M->iproj),
+                                    weight_dt, NULL, G(M, M->iproj), NULL, acc, &M->ws));
+    AMPC_TRY(M->be->l2norm_backward(b, E, M->dtnorm, grad_dt, M->temb, act_dt, k_l2_eps, M->dtemb));
+    AMPC_TRY(M->be->linear_backward(b, D, E, M->dtemb, grad_dt, M->tpool, act_dt, W(M, M->tproj),
+                                    weight_dt, NULL, G(M, M->tproj), NULL, acc, &M->ws));
   }
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
   /* the heads' input gradients into the encoders: the CLS rows (group head
@@ -729,22 +796,22 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   if (do_itc) {
     AMPC_TRY(dgrad(M, b, D, E, cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_HEADS), M->dtemb,
                    W(M, M->tproj), M->dtpool));
-    AMPC_TRY(ampc_mean_pool_backward(b, TT, D, M->dtpool, grad_dt, M->tmask, M->dL));
+    AMPC_TRY(M->be->mean_pool_backward(b, TT, D, M->dtpool, grad_dt, M->tmask, M->dL));
   }
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.pool");
   if (do_itc)
     AMPC_TRY(
-        ampc_scatter_add_rows(b * TT, D, NULL, b * TT, M->dL, grad_dt, NULL, grad_dt, dt32, D));
+        M->be->scatter_add_rows(b * TT, D, NULL, b * TT, M->dL, grad_dt, NULL, grad_dt, dt32, D));
   /* the CLS rows: both heads' gradients, summed first */
   if (do_cls && do_itc)
-    AMPC_TRY(
-        ampc_scatter_add_rows(b, D, NULL, b, M->dvcls, grad_dt, M->dvcls2, grad_dt, dv32, NV * D));
+    AMPC_TRY(M->be->scatter_add_rows(b, D, NULL, b, M->dvcls, grad_dt, M->dvcls2, grad_dt, dv32,
+                                     NV * D));
   else if (do_cls || do_itc)
-    AMPC_TRY(ampc_scatter_add_rows(b, D, NULL, b, do_cls ? M->dvcls : M->dvcls2, grad_dt, NULL,
-                                   grad_dt, dv32, NV * D));
-  AMPC_TRY(vision_bwd(M, b, bt->images, dv32));
+    AMPC_TRY(M->be->scatter_add_rows(b, D, NULL, b, do_cls ? M->dvcls : M->dvcls2, grad_dt, NULL,
+                                     grad_dt, dv32, NV * D));
+  AMPC_TRY(vision_bwd(M, b, dv32));
   /* the text encoder has gradients from the contrastive, matching and MLM terms */
-  return do_itc || do_itm || do_mlm ? text_bwd(M, bt_rows, M->mlm ? M->mtok : bt->tokens, dt32)
+  return do_itc || do_itm || do_mlm ? text_bwd(M, bt_rows, M->mlm ? M->mtok : M->in_tokens, dt32)
                                     : AMPC_OK;
 }
 
@@ -817,28 +884,43 @@ ampc_status ampc_mmodel_backward_branches(ampc_mmodel *M, const float seed[AMPC_
   return M->c.image_only ? image_only_bwd(M) : mm_bwd(M);
 }
 
+/* out [n] (host FP32) = x [n] (act_dt, a tensor): widened where the tensors
+ * are (on a device through dv32), then copied */
+static ampc_status embeddings_to_host(ampc_mmodel *M, float *out, const void *x, size_t n) {
+  if (!M->be->device)
+    return ampc_convert(out, AMPC_F32, x, M->act_dt, n);
+  AMPC_TRY(M->be->convert(M->dv32, AMPC_F32, x, M->act_dt, n));
+  return M->be->to_host(out, M->dv32, n * sizeof(float));
+}
+
 ampc_status ampc_mmodel_embed(ampc_mmodel *M, int64_t b, const uint8_t *images,
                               const int32_t *tokens, float *img_emb, float *txt_emb, int32_t *cls) {
   if (!M || b < 1 || b > M->B || (!images && (img_emb || cls)) || (!tokens && txt_emb) ||
       (M->c.image_only && (img_emb || tokens || txt_emb)))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_embed: bad arguments");
   const int64_t E = M->E, C = M->c.classes;
+  if (M->be->device && E > M->NV * M->D)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_embed: embed %lld past the staging rows",
+                     (long long)E);
+  AMPC_TRY(load_inputs(M, b, images, tokens, NULL));
   if (images) {
-    AMPC_TRY(vision_fwd(M, b, images));
+    AMPC_TRY(vision_fwd(M, b));
     if (img_emb)
-      AMPC_TRY(ampc_convert(img_emb, AMPC_F32, M->inorm, M->act_dt, (size_t)(b * E)));
-    if (cls)
-      AMPC_TRY(ampc_argmax_rows(b, C, M->clog, M->act_dt, false, cls));
+      AMPC_TRY(embeddings_to_host(M, img_emb, M->inorm, (size_t)(b * E)));
+    if (cls) {
+      AMPC_TRY(M->be->argmax_rows(b, C, M->clog, M->act_dt, false, M->be->device ? M->pred : cls));
+      AMPC_TRY(ampc_backend_get(M->be, cls, M->pred, M->be->device ? (size_t)b * sizeof *cls : 0));
+    }
   }
   if (tokens) {
-    AMPC_TRY(text_fwd(M, b, tokens, b));
+    AMPC_TRY(text_fwd(M, b, tokens, M->in_tokens, b));
     if (txt_emb)
-      AMPC_TRY(ampc_convert(txt_emb, AMPC_F32, M->tnorm, M->act_dt, (size_t)(b * E)));
+      AMPC_TRY(embeddings_to_host(M, txt_emb, M->tnorm, (size_t)(b * E)));
   }
   return AMPC_OK;
 }
 
 void ampc_mmodel_last_negatives(const ampc_mmodel *M, int64_t b, int32_t *neg) {
   if (M && neg && b >= 0 && b <= M->B)
-    memcpy(neg, M->neg, (size_t)b * sizeof *neg);
+    memcpy(neg, M->h_neg, (size_t)b * sizeof *neg);
 }

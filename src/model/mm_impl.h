@@ -12,6 +12,7 @@
 
 #include "ampc/model.h"
 #include "ampc/nn.h"
+#include "model/backend.h"
 
 enum { MAX_DEPTH = 16, PER_BLOCK = 12 };
 
@@ -91,9 +92,28 @@ struct ampc_mmodel {
    * branch b is multiplied by bseed[b] / bseed[a] (all equal: one scale) */
   float bseed[AMPC_BRANCH_COUNT];
   float lseed[AMPC_MM_LOSSES]; /* each loss term's seed (itc, itm, cls) */
-  /* one allocation for all of the above */
+  /* one allocation for all of the above (the backend's memory) */
   void *arena;
   size_t arena_bytes;
+  /* where the tensors live and which functions compute (src/model/backend.h) */
+  const ampc_backend *be;
+  /* the host's copies of what it computes or reads (h_x == x on the CPU
+   * backend; on a device, one host allocation, host_arena) */
+  uint8_t *h_tmask, *h_fmask;
+  int32_t *h_neg, *h_pair_text, *h_pair_img, *h_pred;
+  int32_t *h_mtok, *h_mlm_pos, *h_mlm_tgt, *h_mlm_pred;
+  float *h_sim, *h_itm_t;
+  void *h_itm;
+  void *host_arena;
+  /* on a device: the batch's inputs copied there (NULL on the CPU, which
+   * reads the batch's own buffers) and one FP32 scalar */
+  uint8_t *d_images;
+  int32_t *d_tokens, *d_labels;
+  float *d_scalar;
+  /* the inputs the passes read (the batch's on the CPU, the copies above
+   * on a device): set by the forward pass, read by the backward pass */
+  const uint8_t *in_images;
+  const int32_t *in_tokens, *in_labels;
 };
 
 #endif

@@ -93,13 +93,19 @@ static size_t scratch_bytes(const ampc_mmodel *M) {
   return s;
 }
 
-/* carve every buffer from the arena (A->base NULL: just count) */
-static void layout(ampc_mmodel *M, arena *A) {
+/* carve every buffer from the arena (A->base NULL: just count); the host's
+ * copies (h_*) from HA on a device backend, else they alias the tensors */
+static void layout(ampc_mmodel *M, arena *A, arena *HA) {
   const int64_t B = M->B, NV = M->NV, NP = M->NP, TT = M->TT, D = M->D, E = M->E;
   const int64_t H = M->c.heads, MLP = M->c.mlp, C = M->c.classes;
   const size_t ss = ampc_dtype_size(M->stream_dt), as = ampc_dtype_size(M->act_dt),
                gs = ampc_dtype_size(M->grad_dt), ps = ampc_dtype_size(M->prob_dt);
 #define TAKE(ptr, n, sz) (ptr) = take(A, (size_t)(n) * (sz))
+#define TAKE_H(hptr, ptr, n, sz)                                                                   \
+  do {                                                                                             \
+    TAKE(ptr, n, sz);                                                                              \
+    (hptr) = HA ? take(HA, (size_t)(n) * (sz)) : (void *)(ptr);                                    \
+  } while (0)
   struct {
     blk_a *a;
     int64_t depth, b, tq, tk;
@@ -139,7 +145,7 @@ static void layout(ampc_mmodel *M, arena *A) {
   TAKE(M->inorm, B * E, as);
   TAKE(M->clog, B * C, as);
   const int64_t BT = M->TB * B, BF = M->FB * B; /* text-encoder and fusion rows */
-  TAKE(M->tmask, BT * TT, 1);
+  TAKE_H(M->h_tmask, M->tmask, BT * TT, 1);
   TAKE(M->t0, BT * TT * D, ss);
   TAKE(M->tfin, BT * TT * D, as);
   TAKE(M->tmean, BT * TT, sizeof(float));
@@ -147,28 +153,34 @@ static void layout(ampc_mmodel *M, arena *A) {
   TAKE(M->tpool, B * D, as);
   TAKE(M->temb, B * E, as);
   TAKE(M->tnorm, B * E, as);
-  TAKE(M->sim, B * B, sizeof(float));
-  TAKE(M->neg, B, sizeof(int32_t));
-  TAKE(M->pair_text, BF, sizeof(int32_t));
-  TAKE(M->pair_img, BF, sizeof(int32_t));
-  TAKE(M->pred, B, sizeof(int32_t));
+  TAKE_H(M->h_sim, M->sim, B * B, sizeof(float));
+  TAKE_H(M->h_neg, M->neg, B, sizeof(int32_t));
+  TAKE_H(M->h_pair_text, M->pair_text, BF, sizeof(int32_t));
+  TAKE_H(M->h_pair_img, M->pair_img, BF, sizeof(int32_t));
+  TAKE_H(M->h_pred, M->pred, B, sizeof(int32_t));
   TAKE(M->fkv, BF * NV * D, as);
   TAKE(M->f0, BF * TT * D, ss);
-  TAKE(M->fmask, BF * TT, 1);
+  TAKE_H(M->h_fmask, M->fmask, BF * TT, 1);
   TAKE(M->ffin, BF * TT * D, as);
   TAKE(M->fmean, BF * TT, sizeof(float));
   TAKE(M->frstd, BF * TT, sizeof(float));
   TAKE(M->fpool, 2 * B * D, as);
-  TAKE(M->itm, 2 * B, as);
-  TAKE(M->itm_t, 2 * B, sizeof(float));
+  TAKE_H(M->h_itm, M->itm, 2 * B, as);
+  TAKE_H(M->h_itm_t, M->itm_t, 2 * B, sizeof(float));
   if (M->mlm) {
     const int64_t V = M->c.vocab;
-    TAKE(M->mtok, BT * TT, sizeof(int32_t));
-    TAKE(M->mlm_pos, B * TT, sizeof(int32_t));
-    TAKE(M->mlm_tgt, B * TT, sizeof(int32_t));
-    TAKE(M->mlm_pred, B * TT, sizeof(int32_t));
+    TAKE_H(M->h_mtok, M->mtok, BT * TT, sizeof(int32_t));
+    TAKE_H(M->h_mlm_pos, M->mlm_pos, B * TT, sizeof(int32_t));
+    TAKE_H(M->h_mlm_tgt, M->mlm_tgt, B * TT, sizeof(int32_t));
+    TAKE_H(M->h_mlm_pred, M->mlm_pred, B * TT, sizeof(int32_t));
     TAKE(M->mrows, B * TT * D, as);
     TAKE(M->mlog, B * TT * V, as);
+  }
+  if (HA) { /* a device: the batch's inputs are copied there */
+    TAKE(M->d_images, B * M->c.img * M->c.img * M->c.channels, 1);
+    TAKE(M->d_tokens, B * TT, sizeof(int32_t));
+    TAKE(M->d_labels, B, sizeof(int32_t));
+    TAKE(M->d_scalar, 16, 1);
   }
   A->act_end = A->used; /* what follows are gradient workspaces */
   int64_t R = B * NV;
@@ -216,6 +228,7 @@ static void layout(ampc_mmodel *M, arena *A) {
         max_sz(ampc_linear_fp8_ws_bytes(rows, D, MLP), ampc_linear_fp8_ws_bytes(rows, MLP, D)));
     TAKE(M->fp8_ws, M->fp8_ws_bytes, 1);
   }
+#undef TAKE_H
 #undef TAKE
 }
 
@@ -227,6 +240,9 @@ ampc_status ampc_mmodel_set_group(ampc_mmodel *M, const ampc_model_group *g) {
   memset(&M->group, 0, sizeof M->group);
   if (!g || g->size <= 1)
     return AMPC_OK;
+  if (M->be->device)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "global negatives are not on the %s device yet",
+                     M->be->name);
   if (M->c.image_only)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "global negatives: model %s has no contrastive loss (image-only)", M->c.name);
@@ -262,7 +278,11 @@ void ampc_mmodel_free(ampc_mmodel *M) {
   if (!M)
     return;
   ampc_fp8_sites_free(&M->fp8);
-  free(M->arena);
+  if (M->be && M->be->device)
+    M->be->release(M->arena);
+  else
+    free(M->arena);
+  free(M->host_arena);
   free(M->gbuf);
   free(M);
 }
@@ -319,7 +339,7 @@ ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, a
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_plan_bytes: out of memory");
   set_dims(M, c, batch, p, ampc_precision_lowp(p));
   arena A = {NULL, 0, 0};
-  layout(M, &A);
+  layout(M, &A, NULL);
   free(M);
   if (activations)
     *activations = A.act_end;
@@ -328,17 +348,36 @@ ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, a
   return AMPC_OK;
 }
 
+const ampc_backend *ampc_device_backend(ampc_device dev) {
+  switch (dev) {
+  case AMPC_DEVICE_CPU: return ampc_backend_cpu();
+  case AMPC_DEVICE_CUDA: return ampc_backend_cuda();
+  case AMPC_DEVICE_CPU_SPLIT: return ampc_backend_cpu_split();
+  }
+  return NULL;
+}
+
 ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                const ampc_amp_config *amp, int64_t max_batch) {
-  if (!out || !c || !P || !amp || max_batch < 2 || max_batch > (1 << 20))
+  return ampc_mmodel_create_on(out, c, P, amp, max_batch, AMPC_DEVICE_CPU);
+}
+
+ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
+                                  const ampc_amp_config *amp, int64_t max_batch, ampc_device dev) {
+  const ampc_backend *be = ampc_device_backend(dev);
+  if (!out || !c || !P || !amp || !be || max_batch < 2 || max_batch > (1 << 20))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_create: bad arguments (batch %lld)",
                      (long long)max_batch);
   *out = NULL;
+  if (be->device && ampc_precision_is_fp8(amp->precision))
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "ampc_mmodel_create: fp8-mixed is not on the %s device yet", be->name);
   ampc_mmodel *M = calloc(1, sizeof *M);
   if (!M)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_create: out of memory");
   set_dims(M, c, max_batch, amp->precision, P->wdt);
   M->P = P;
+  M->be = be;
   M->acc = amp->accumulate;
   int ok = 1;
 #define IDX(field, name) ok = ok && (M->field = ampc_params_find(P, name)) >= 0
@@ -386,9 +425,23 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_mmodel_create: the parameter table is not that of model %s", c->name);
   }
-  arena A = {NULL, 0, 0};
-  layout(M, &A);
-  M->arena = calloc(1, A.used + 64);
+  arena A = {NULL, 0, 0}, H = {NULL, 0, 0};
+  layout(M, &A, be->device ? &H : NULL);
+  if (be->device) {
+    const ampc_status st = be->alloc(&M->arena, A.used + 64);
+    M->host_arena = st == AMPC_OK ? calloc(1, H.used + 64) : NULL;
+    if (!M->host_arena) {
+      ampc_mmodel_free(M);
+      return st != AMPC_OK
+                 ? st
+                 : ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_create: cannot allocate %zu host bytes",
+                             H.used);
+    }
+    H.base = (char *)(((uintptr_t)M->host_arena + 63) / 64 * 64);
+    H.used = 0;
+  } else {
+    M->arena = calloc(1, A.used + 64);
+  }
   if (!M->arena) {
     free(M);
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_create: cannot allocate %zu bytes of activations",
@@ -397,12 +450,11 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
   M->arena_bytes = A.used;
   A.base = (char *)(((uintptr_t)M->arena + 63) / 64 * 64);
   A.used = 0;
-  layout(M, &A);
+  layout(M, &A, be->device ? &H : NULL);
   if (M->fp8_on) { /* the sites: 6 per block, in the order of the towers */
     ampc_status st = ampc_fp8_sites_init(&M->fp8, ampc_mmodel_fp8_site_count(c), amp, 0);
     if (st != AMPC_OK) {
-      free(M->arena);
-      free(M);
+      ampc_mmodel_free(M);
       return st;
     }
     M->fp8.ws.base = M->fp8_ws;

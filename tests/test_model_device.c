@@ -1,0 +1,407 @@
+/*
+ * tests/test_model_device.c: the multimodal model on a device backend
+ * (ampc_mmodel_create_on, src/model/backend.h) against the same model on the
+ * CPU, from the same weights and batch.
+ *
+ * 1. AMPC_DEVICE_CPU_SPLIT (everywhere, CI included): the CPU's functions
+ *    with the device path's memory handling, every host copy (masks, hard
+ *    negatives, pairs, targets, accuracies, the logit scale, the batch's
+ *    inputs) a real copy between separate buffers. It must give the CPU's
+ *    bits: every loss, every gradient byte, the hard negatives, the
+ *    embeddings. A copy the device path forgets leaves a buffer at zero and
+ *    changes the bits, so this tests the plumbing the GPU run relies on.
+ * 2. AMPC_DEVICE_CUDA (where a GPU is; else skipped with the reason): the
+ *    same cases, compared within tolerances. Both sides compute the same
+ *    function with the same roundings; they differ in the order of GEMM and
+ *    row sums (ampc/cuda_nn.h), which can move a 16-bit stored value by an
+ *    ulp. tests/test_mm_parity.c bounds each side against the exact (float64)
+ *    model: gradients within 32 u of their tensor's maximum (u = 2^-11
+ *    binary16, 2^-8 bfloat16), losses within 8 u; 32-true gradients within
+ *    1e-4 of the tensor maximum and losses within 2e-5. The triangle
+ *    inequality gives twice those between the two sides, the tolerances
+ *    used here. The fixture is test_mm_parity's (mm-micro, its seeds), whose
+ *    hard negatives have a margin of 0.134 (34 bfloat16 units), so they must
+ *    be equal on both sides.
+ *
+ * Cases per preset (32-true, 16-mixed, bf16-mixed): the composite loss with
+ * one backward pass; per-branch seeds (powers of two: the gradients crossing
+ * branches are rescaled); sampled hard negatives (neg_seed != 0, which reads
+ * the similarities on the host); masked caption modelling (the MLM head, the
+ * masked copies, the scatter of its row gradients); the image-only vit-ref;
+ * the retrieval embeddings. Exits non-zero on any failure.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/ampc.h"
+#include "ampc/cuda_nn.h"
+#include "ampc/data.h"
+#include "numeric/numeric.h" /* ampc_elem_load */
+
+static int g_fail;
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+      printf(__VA_ARGS__);                                                                         \
+      printf("\n");                                                                                \
+      g_fail++;                                                                                    \
+    }                                                                                              \
+  } while (0)
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    const ampc_status st_ = (call);                                                                \
+    if (st_ != AMPC_OK) {                                                                          \
+      printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, ampc_last_error());                \
+      g_fail++;                                                                                    \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+/* return a failed status from the enclosing function */
+#define AMPC_TRY_T(call)                                                                           \
+  do {                                                                                             \
+    const ampc_status t_ = (call);                                                                 \
+    if (t_ != AMPC_OK)                                                                             \
+      return t_;                                                                                   \
+  } while (0)
+
+enum { B = 6, TT = 5, VOCAB = 11, CLASSES = 3 };
+static const uint64_t k_init_seed = 5, k_noise_seed = 13, k_batch_seed = 7;
+static const uint8_t k_used[B][TT] = {{1, 1, 1, 1, 1}, {1, 0, 0, 0, 0}, {1, 1, 1, 0, 0},
+                                      {1, 1, 0, 0, 0}, {1, 0, 1, 1, 0}, {1, 1, 1, 1, 0}};
+
+static ampc_cuda_ctx *g_ctx; /* the GPU's, when there is one */
+
+/* ---- device memory for the parameter table ------------------------------------ */
+
+static ampc_status dev_alloc(ampc_device dev, void **p, size_t bytes) {
+  if (dev == AMPC_DEVICE_CUDA)
+    return ampc_cuda_malloc(g_ctx, bytes, p);
+  *p = calloc(1, bytes ? bytes : 1);
+  return *p ? AMPC_OK : AMPC_ERR_NOMEM;
+}
+static void dev_free(ampc_device dev, void *p) {
+  if (dev == AMPC_DEVICE_CUDA)
+    ampc_cuda_free(g_ctx, p);
+  else
+    free(p);
+}
+static ampc_status dev_put(ampc_device dev, void *d, const void *h, size_t bytes) {
+  if (dev == AMPC_DEVICE_CUDA)
+    return ampc_cuda_to_device(g_ctx, d, h, bytes);
+  memcpy(d, h, bytes);
+  return AMPC_OK;
+}
+static ampc_status dev_get(ampc_device dev, void *h, const void *d, size_t bytes) {
+  if (dev == AMPC_DEVICE_CUDA)
+    return ampc_cuda_to_host(g_ctx, h, d, bytes);
+  memcpy(h, d, bytes);
+  return AMPC_OK;
+}
+
+/* D: P's table with its weights and (zero) gradients in the device's memory */
+static ampc_status mirror_params(ampc_device dev, const ampc_params *P, ampc_params *D) {
+  *D = *P; /* the metadata (P->p) is shared and stays on the host */
+  D->master = NULL, D->m = D->v = D->comp = NULL;
+  const size_t bytes = (size_t)P->total * ampc_dtype_size(P->wdt);
+  D->w = D->grad = NULL;
+  ampc_status st = dev_alloc(dev, &D->w, bytes);
+  if (st == AMPC_OK)
+    st = dev_alloc(dev, &D->grad, bytes);
+  if (st == AMPC_OK)
+    st = dev_put(dev, D->w, P->w, bytes);
+  if (st == AMPC_OK)
+    st = dev_put(dev, D->grad, P->grad, bytes); /* zeros */
+  return st;
+}
+static void mirror_free(ampc_device dev, ampc_params *D) {
+  dev_free(dev, D->w);
+  dev_free(dev, D->grad);
+}
+
+/* ---- the fixture (tests/test_mm_parity.c's) -------------------------------------- */
+
+typedef struct {
+  ampc_mmodel_config c;
+  ampc_mmodel_specs sp;
+  ampc_trainer T;
+} weights;
+
+static ampc_status make_weights(weights *w, const char *model, ampc_precision p, float w_mlm) {
+  memset(w, 0, sizeof *w);
+  AMPC_TRY_T(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &w->c));
+  w->c.w_itc = 1.0f, w->c.w_itm = 0.7f, w->c.w_cls = 0.5f;
+  w->c.w_mlm = w_mlm, w->c.mlm_prob = w_mlm > 0.0f ? 0.3f : 0.0f;
+  AMPC_TRY_T(ampc_mmodel_specs_make(&w->c, &w->sp));
+  ampc_amp_config a;
+  ampc_amp_config_preset(p, &a);
+  const ampc_optim_config o = ampc_optim_adamw_defaults();
+  AMPC_TRY_T(ampc_trainer_init(&w->T, &a, &o, w->sp.specs, w->sp.n, k_init_seed));
+  float *w32 = w->T.params.master ? w->T.params.master : (float *)w->T.params.w;
+  ampc_rng r;
+  ampc_rng_seed(&r, k_noise_seed);
+  for (int i = 0; i < w->T.params.count; i++) {
+    const ampc_param *q = &w->T.params.p[i];
+    if (strcmp(q->name, "heads.logit_scale") == 0)
+      continue;
+    for (int64_t e = 0; e < q->numel; e++)
+      w32[q->offset + e] += (float)(0.3 * ampc_rng_normal(&r));
+  }
+  ampc_params_sync_working(&w->T.params);
+  return AMPC_OK;
+}
+static void free_weights(weights *w) {
+  ampc_trainer_free(&w->T);
+  ampc_mmodel_specs_free(&w->sp);
+}
+
+/* npix: the pixels of B images (mm-micro: B * IMG * IMG * CH, the parity fixture's) */
+static void make_batch(uint8_t *images, int64_t npix, int32_t *tokens, int32_t *labels) {
+  ampc_rng r;
+  ampc_rng_seed(&r, k_batch_seed);
+  for (int64_t i = 0; i < npix; i++)
+    images[i] = (uint8_t)(ampc_rng_next(&r) % 256);
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < TT; t++)
+      tokens[b * TT + t] =
+          k_used[b][t] ? 1 + (int32_t)(ampc_rng_next(&r) % (VOCAB - 1)) : AMPC_TOKEN_PAD;
+    labels[b] = (int32_t)(ampc_rng_next(&r) % CLASSES);
+  }
+}
+
+/* ---- one case ----------------------------------------------------------------------- */
+
+typedef enum { PASS_ONE, PASS_BRANCHES, PASS_LOSSES } pass_kind;
+
+typedef struct {
+  const char *name;
+  const char *model; /* mm-micro or vit-ref */
+  float w_mlm;
+  uint64_t neg_seed;
+  bool neg_uniform;
+  pass_kind pass;
+} case_t;
+
+/* tolerances (see the top): u per dtype, k for gradients and losses */
+static double unit_of(ampc_dtype dt) {
+  return dt == AMPC_F16 ? 0x1p-11 : dt == AMPC_BF16 ? 0x1p-8 : 1.0;
+}
+
+static int compare_losses(const char *what, const ampc_mmodel_losses *a,
+                          const ampc_mmodel_losses *b, bool exact, double ltol) {
+  const float av[] = {a->total, a->itc, a->itm, a->cls, a->itm_acc, a->cls_acc, a->mlm, a->mlm_acc};
+  const float bv[] = {b->total, b->itc, b->itm, b->cls, b->itm_acc, b->cls_acc, b->mlm, b->mlm_acc};
+  static const char *const nm[] = {"total",   "itc",     "itm", "cls",
+                                   "itm_acc", "cls_acc", "mlm", "mlm_acc"};
+  for (int i = 0; i < 8; i++) {
+    if (exact)
+      CHECK(memcmp(&av[i], &bv[i], sizeof av[i]) == 0,
+            "%s: loss %s %.9g on the device, %.9g on "
+            "the CPU",
+            what, nm[i], (double)av[i], (double)bv[i]);
+    else
+      CHECK(fabs((double)av[i] - (double)bv[i]) <= ltol * fabs((double)bv[i]) + 1e-7,
+            "%s: loss %s %.9g on the device, %.9g on the CPU (tol %.3g rel)", what, nm[i],
+            (double)av[i], (double)bv[i], ltol);
+  }
+  CHECK(a->mlm_tokens == b->mlm_tokens, "%s: %lld masked tokens, %lld on the CPU", what,
+        (long long)a->mlm_tokens, (long long)b->mlm_tokens);
+  return 0;
+}
+
+/* the device's gradients (copied back) against the CPU's */
+static void compare_grads(const char *what, ampc_device dev, const ampc_params *Pc,
+                          const ampc_params *Pd, bool exact, double k) {
+  const size_t es = ampc_dtype_size(Pc->wdt), bytes = (size_t)Pc->total * es;
+  void *g = malloc(bytes);
+  CHECK(g != NULL, "out of memory");
+  if (!g)
+    return;
+  if (dev_get(dev, g, Pd->grad, bytes) != AMPC_OK) {
+    CHECK(0, "%s: copying the gradients back: %s", what, ampc_last_error());
+    free(g);
+    return;
+  }
+  if (exact) {
+    for (int i = 0; i < Pc->count; i++) {
+      const ampc_param *q = &Pc->p[i];
+      const char *a = (const char *)g + (size_t)q->offset * es;
+      const char *b = (const char *)Pc->grad + (size_t)q->offset * es;
+      CHECK(memcmp(a, b, (size_t)q->numel * es) == 0, "%s: gradient of %s differs from the CPU's",
+            what, q->name);
+    }
+  } else {
+    double gmax = 0.0;
+    for (int64_t e = 0; e < Pc->total; e++)
+      gmax = fmax(gmax, fabs((double)ampc_elem_load(Pc->grad, Pc->wdt, e)));
+    for (int i = 0; i < Pc->count; i++) {
+      const ampc_param *q = &Pc->p[i];
+      double tmax = 0.0, worst = 0.0;
+      for (int64_t e = 0; e < q->numel; e++)
+        tmax = fmax(tmax, fabs((double)ampc_elem_load(Pc->grad, Pc->wdt, q->offset + e)));
+      const double tol = k * tmax + 1e-7 * gmax;
+      for (int64_t e = 0; e < q->numel; e++) {
+        const double a = (double)ampc_elem_load(g, Pc->wdt, q->offset + e);
+        const double b = (double)ampc_elem_load(Pc->grad, Pc->wdt, q->offset + e);
+        worst = fmax(worst, isnan(a) != isnan(b) ? (double)INFINITY : fabs(a - b));
+      }
+      CHECK(worst <= tol, "%s: gradient of %s: worst |diff| %.3g > tol %.3g", what, q->name, worst,
+            tol);
+    }
+  }
+  free(g);
+}
+
+static int run_case(ampc_device dev, ampc_precision p, const case_t *cs) {
+  char what[160];
+  snprintf(what, sizeof what, "%s %s %s", dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
+           ampc_precision_name(p), cs->name);
+  weights w;
+  OK(make_weights(&w, cs->model, p, cs->w_mlm));
+  ampc_params *Pc = &w.T.params, Pd;
+  OK(mirror_params(dev, Pc, &Pd));
+  ampc_mmodel *Mc = NULL, *Md = NULL;
+  OK(ampc_mmodel_create(&Mc, &w.c, Pc, &w.T.amp, B));
+  OK(ampc_mmodel_create_on(&Md, &w.c, &Pd, &w.T.amp, B, dev));
+  const int64_t npix = B * w.c.img * w.c.img * w.c.channels;
+  uint8_t *images = malloc((size_t)npix);
+  if (!images) {
+    CHECK(0, "out of memory");
+    return 1;
+  }
+  int32_t tokens[B * TT], labels[B];
+  make_batch(images, npix, tokens, labels);
+  const bool image_only = w.c.image_only;
+  ampc_mmodel_batch bt = {.b = B,
+                          .images = images,
+                          .tokens = image_only ? NULL : tokens,
+                          .labels = labels,
+                          .neg_seed = cs->neg_seed,
+                          .mask_seed = cs->w_mlm > 0.0f ? 99 : 0,
+                          .neg_uniform = cs->neg_uniform};
+  const bool exact = dev != AMPC_DEVICE_CUDA;
+  const double u = unit_of(Pc->wdt);
+  const double kg = u == 1.0 ? 2e-4 : 64.0 * u, kl = u == 1.0 ? 4e-5 : 16.0 * u;
+  ampc_mmodel_losses Lc, Ld;
+  OK(ampc_mmodel_forward(Mc, &bt, &Lc));
+  OK(ampc_mmodel_forward(Md, &bt, &Ld));
+  compare_losses(what, &Ld, &Lc, exact, kl);
+  if (!image_only) {
+    int32_t nc[B], nd[B];
+    ampc_mmodel_last_negatives(Mc, B, nc);
+    ampc_mmodel_last_negatives(Md, B, nd);
+    CHECK(memcmp(nc, nd, sizeof nc) == 0, "%s: the hard negatives differ", what);
+  }
+  const float S = Pc->wdt == AMPC_F16 ? 1024.0f : 1.0f;
+  if (cs->pass == PASS_BRANCHES) {
+    const float seeds[AMPC_BRANCH_COUNT] = {4 * S, 2 * S, S / 2, S}; /* vision text fusion heads */
+    OK(ampc_mmodel_backward_branches(Mc, seeds));
+    OK(ampc_mmodel_backward_branches(Md, seeds));
+  } else if (cs->pass == PASS_LOSSES) {
+    const float s1[AMPC_MM_LOSSES] = {S, 0, 0, 0}, s2[AMPC_MM_LOSSES] = {0, 2 * S, S, S};
+    OK(ampc_mmodel_backward_losses(Mc, s1));
+    OK(ampc_mmodel_backward_losses(Md, s1));
+    OK(ampc_mmodel_backward_losses(Mc, s2));
+    OK(ampc_mmodel_backward_losses(Md, s2));
+  } else {
+    OK(ampc_mmodel_backward(Mc, S));
+    OK(ampc_mmodel_backward(Md, S));
+  }
+  compare_grads(what, dev, Pc, &Pd, exact, kg);
+  /* retrieval embeddings and group predictions */
+  float ec[B * 64], ed[B * 64], tc[B * 64], td[B * 64];
+  int32_t cc[B], cd[B];
+  const int64_t E = w.c.embed;
+  if (!image_only && E <= 64) {
+    OK(ampc_mmodel_embed(Mc, B, images, tokens, ec, tc, cc));
+    OK(ampc_mmodel_embed(Md, B, images, tokens, ed, td, cd));
+    const size_t n = (size_t)(B * E);
+    if (exact) {
+      CHECK(memcmp(ec, ed, n * sizeof *ec) == 0, "%s: image embeddings differ", what);
+      CHECK(memcmp(tc, td, n * sizeof *tc) == 0, "%s: text embeddings differ", what);
+    } else {
+      for (size_t i = 0; i < n; i++) {
+        CHECK(fabsf(ec[i] - ed[i]) <= (float)(kl + 1e-6), "%s: image embedding %zu", what, i);
+        CHECK(fabsf(tc[i] - td[i]) <= (float)(kl + 1e-6), "%s: text embedding %zu", what, i);
+      }
+    }
+    CHECK(memcmp(cc, cd, sizeof cc) == 0, "%s: group predictions differ", what);
+  } else if (image_only) {
+    OK(ampc_mmodel_embed(Mc, B, images, NULL, NULL, NULL, cc));
+    OK(ampc_mmodel_embed(Md, B, images, NULL, NULL, NULL, cd));
+    CHECK(memcmp(cc, cd, sizeof cc) == 0, "%s: class predictions differ", what);
+  }
+  ampc_mmodel_free(Md);
+  ampc_mmodel_free(Mc);
+  mirror_free(dev, &Pd);
+  free_weights(&w);
+  free(images);
+  printf("ok - %s\n", what);
+  return 0;
+}
+
+static const case_t k_cases[] = {
+    {"composite", "mm-micro", 0.0f, 0, false, PASS_ONE},
+    {"per-branch seeds", "mm-micro", 0.0f, 0, false, PASS_BRANCHES},
+    {"per-loss passes", "mm-micro", 0.0f, 0, false, PASS_LOSSES},
+    {"sampled negatives", "mm-micro", 0.0f, 1234, false, PASS_ONE},
+    {"uniform negatives", "mm-micro", 0.0f, 77, true, PASS_ONE},
+    {"masked captions", "mm-micro", 0.5f, 0, false, PASS_ONE},
+    {"image-only", "vit-ref", 0.0f, 0, false, PASS_ONE},
+};
+
+static int run_device(ampc_device dev) {
+  static const ampc_precision presets[] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
+                                           AMPC_PRECISION_BF16_MIXED};
+  for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
+    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++)
+      run_case(dev, presets[p], &k_cases[i]);
+  return 0;
+}
+
+/* what a device model refuses, with a clear error */
+static int refusals(void) {
+  weights w;
+  OK(make_weights(&w, "mm-micro", AMPC_PRECISION_FP8_MIXED, 0.0f));
+  ampc_mmodel *M = NULL;
+  CHECK(ampc_mmodel_create_on(&M, &w.c, &w.T.params, &w.T.amp, B, AMPC_DEVICE_CPU_SPLIT) ==
+                AMPC_ERR_UNSUPPORTED &&
+            strstr(ampc_last_error(), "fp8-mixed") != NULL,
+        "fp8-mixed on a device: %s", ampc_last_error());
+  CHECK(M == NULL, "no model on a refusal");
+  free_weights(&w);
+  OK(make_weights(&w, "mm-micro", AMPC_PRECISION_16_MIXED, 0.0f));
+  OK(ampc_mmodel_create_on(&M, &w.c, &w.T.params, &w.T.amp, B, AMPC_DEVICE_CPU_SPLIT));
+  const ampc_model_group g = {.rank = 0, .size = 2, .allgather = NULL, .sum_f32 = NULL};
+  CHECK(ampc_mmodel_set_group(M, &g) == AMPC_ERR_UNSUPPORTED, "global negatives on a device");
+  ampc_mmodel_free(M);
+  CHECK(ampc_mmodel_create_on(&M, &w.c, &w.T.params, &w.T.amp, B, (ampc_device)7) ==
+            AMPC_ERR_INVALID_ARG,
+        "an unknown device");
+  free_weights(&w);
+  return 0;
+}
+
+int main(void) {
+  refusals();
+  run_device(AMPC_DEVICE_CPU_SPLIT);
+  if (ampc_cuda_device_count() == 0) {
+    printf("# skip: the CUDA half (no GPU: %s)\n", ampc_cuda_unavailable_reason());
+  } else {
+    if (ampc_cuda_create(0, 0, &g_ctx) != AMPC_OK) {
+      printf("FAIL: ampc_cuda_create: %s\n", ampc_last_error());
+      return 1;
+    }
+    ampc_cuda_bind(g_ctx);
+    run_device(AMPC_DEVICE_CUDA);
+    ampc_cuda_bind(NULL);
+    ampc_cuda_destroy(g_ctx);
+  }
+  if (g_fail)
+    printf("%d check(s) failed\n", g_fail);
+  return g_fail ? 1 : 0;
+}
