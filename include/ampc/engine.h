@@ -30,6 +30,7 @@
 
 #include "ampc/amp.h"
 #include "ampc/io.h"
+#include "ampc/model.h" /* ampc_device */
 #include "ampc/optim.h"
 #include "ampc/params.h"
 
@@ -60,6 +61,13 @@ typedef struct ampc_trainer {
   const float *grad32;
   bool term_nonfinite[AMPC_BRANCH_COUNT];
   bool term_on[AMPC_BRANCH_COUNT]; /* the terms the model has (its loss_scale: the smallest) */
+  /* on a device (ampc_trainer_to_device): the table the model and the step
+   * use, whose role buffers are that device's memory (its metadata, p, is
+   * params'); `params` stays the host's copy, current after
+   * ampc_trainer_sync_host. AMPC_DEVICE_CPU: dparams unused */
+  ampc_device device;
+  ampc_params dparams;
+  ampc_status device_status; /* a failed zero_grad on the device, reported by the next step */
 } ampc_trainer;
 
 /* What one call to ampc_trainer_step did. */
@@ -95,6 +103,25 @@ void ampc_trainer_free(ampc_trainer *T);
 
 /* S to seed the backward pass with (1 when loss scaling is off; per-branch:
  * the heads' S, which seeds the losses). */
+/* Move the step to a device (issue 17): allocate every role buffer of the
+ * parameter table there (the backend's memory: AMPC_DEVICE_CUDA needs a
+ * context bound with ampc_cuda_bind) and copy the host's values. From then
+ * on zero_grad and step run there (the unscale check and the optimizer of
+ * ampc/cuda_nn.h: the CPU's bits per element; the global norm within 2^-50
+ * relative); a model must be made over ampc_trainer_params(T) on the same
+ * device. Per-loss scaling stays on the CPU (its step: AMPC_ERR_UNSUPPORTED).
+ * AMPC_DEVICE_CPU: a no-op. Errors: AMPC_ERR_INVALID_ARG (already on a
+ * device, an unknown one), the device's (nothing is left allocated). */
+ampc_status ampc_trainer_to_device(ampc_trainer *T, ampc_device dev);
+/* The table the model and the step use: the device's, or params. */
+ampc_params *ampc_trainer_params(ampc_trainer *T);
+/* Copy the weights, master weights, moments and compensation (not the
+ * gradients) from the device into params (before a checkpoint or a host
+ * read), or from params to the device (after ampc_trainer_load). No-ops on
+ * the CPU. Errors: the device's. */
+ampc_status ampc_trainer_sync_host(ampc_trainer *T);
+ampc_status ampc_trainer_sync_device(ampc_trainer *T);
+
 float ampc_trainer_loss_scale(const ampc_trainer *T);
 /* S_k of loss term k (per-loss; ampc_scaler_term_scale). */
 float ampc_trainer_term_scale(const ampc_trainer *T, int k);
@@ -121,7 +148,8 @@ int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, c
 
 /* ---- checkpoints (src/train/checkpoint.c): safetensors ---------------------- */
 
-/* Save atomically: FP32 master weights (the working weights widened, exactly,
+/* Save atomically (on a device, from the device's values: the host's copy
+ * is brought up to date first): FP32 master weights (the working weights widened, exactly,
  * when there is no master) under the parameter names; optimizer moments under
  * optimizer.exp_avg.<name> / optimizer.exp_avg_sq.<name> (AdamW) or
  * optimizer.momentum_buffer.<name> (SGD), in the state dtype; metadata
@@ -140,7 +168,8 @@ ampc_status ampc_trainer_save_ex(const ampc_trainer *T, const char *path, const 
  * parameter must be present with the same shape (dtype F32, F16 or BF16;
  * converted exactly or rounded once), moments likewise when the optimizer has
  * them; step, iteration, scaler state and RNG are restored, the working
- * weights are re-rounded from the loaded master. Saving then loading restores
+ * weights are re-rounded from the loaded master (and copied to the device
+ * when the trainer is on one). Saving then loading restores
  * every bit. Loading never runs a step. On any error T is unchanged.
  * Errors: AMPC_ERR_IO, AMPC_ERR_FORMAT (message names the file and tensor). */
 ampc_status ampc_trainer_load(ampc_trainer *T, const char *path);

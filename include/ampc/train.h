@@ -220,6 +220,11 @@ ampc_status ampc_model_specs(const ampc_model_desc *d, ampc_mmodel_specs *out);
  * AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
 ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_params *P,
                               const ampc_amp_config *amp, int64_t max_batch);
+/* The same on a device (ampc_mmodel_create_on: P's role buffers are that
+ * device's, e.g. ampc_trainer_params of a trainer moved there); the
+ * multimodal models and ViTs only (else AMPC_ERR_UNSUPPORTED). */
+ampc_status ampc_model_create_on(ampc_model *m, const ampc_model_desc *d, ampc_params *P,
+                                 const ampc_amp_config *amp, int64_t max_batch, ampc_device dev);
 void ampc_model_free(ampc_model *m);
 /* The activation and workspace bytes ampc_model_create would allocate,
  * without allocating (the memory account). Errors: AMPC_ERR_INVALID_ARG. */
@@ -397,6 +402,14 @@ typedef struct ampc_run_config {
   /* with itm_sample_negatives: drawn uniformly over the other texts of the
    * batch instead of by similarity (--itm-negatives random) */
   bool itm_random_negatives;
+  /* where the model and the step run (issue 17): AMPC_DEVICE_CPU (0, the
+   * default); AMPC_DEVICE_CUDA, GPU 0 (the run makes and binds its context;
+   * the host only feeds batches and reads losses, metrics and step scalars);
+   * AMPC_DEVICE_CPU_SPLIT, the device path on the CPU (a test aid: the CPU's
+   * bits). Not on a device yet (AMPC_ERR_UNSUPPORTED): the MLP, fp8-mixed,
+   * several ranks, per-loss scaling, FP32 staging of micro-batches, the
+   * rounding telemetry (off there). */
+  ampc_device device;
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,

@@ -96,6 +96,8 @@ static ampc_status cpu_scale_f32(int64_t n, float *x, float s) {
   .gemm = ampc_gemm,                                                                               \
   .store_f32 = ampc_store_f32,                                                                     \
   .convert = ampc_convert,                                                                         \
+  .grad_unscale_check = ampc_grad_unscale_check,                                                   \
+  .optim_step_from = ampc_optim_step_from,                                                         \
 }
 // clang-format on
 
@@ -201,6 +203,8 @@ static const ampc_backend k_cuda = {
     .gemm = cuda_gemm,
     .store_f32 = ampc_cuda_store_f32,
     .convert = ampc_cuda_convert,
+    .grad_unscale_check = ampc_cuda_grad_unscale_check,
+    .optim_step_from = ampc_cuda_optim_step_from,
 };
 
 const ampc_backend *ampc_backend_cuda(void) { return &k_cuda; }

@@ -2,7 +2,8 @@
  * src/model/backend.h: where a model's tensors live and which functions
  * compute on them (issue 17): one table of function pointers with the
  * signatures of the CPU layers (ampc/nn.h, ampc_gemm, ampc_store_f32,
- * ampc_convert), plus the memory operations a model needs. The CPU table
+ * ampc_convert) and of the trainer's unscale check and optimizer step, plus
+ * the memory operations a model and its trainer need. The CPU table
  * holds the CPU functions themselves, so a model run through it gives the
  * bits it gave before the table existed; the CUDA table holds their twins of
  * ampc/cuda_nn.h (the same arguments on device buffers). Not installed.
@@ -29,6 +30,8 @@
 #include "ampc/gemm.h"
 #include "ampc/model.h"
 #include "ampc/nn.h"
+#include "ampc/optim.h"
+#include "ampc/amp.h"
 #include "ampc/status.h"
 
 typedef struct ampc_backend {
@@ -152,6 +155,13 @@ typedef struct ampc_backend {
                            ampc_round_stats *stats);
   ampc_status (*convert)(void *dst, ampc_dtype dst_dt, const void *src, ampc_dtype src_dt,
                          size_t n);
+  /* ---- the trainer's step (ampc/amp.h, ampc/optim.h): P's role buffers and
+   * the gradients are tensors; nonfinite, norm and sw are host memory ---- */
+  ampc_status (*grad_unscale_check)(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                    int64_t *nonfinite, double *norm, ampc_scratch *ws);
+  ampc_status (*optim_step_from)(ampc_params *P, const ampc_optim_config *c, int64_t t, float lr,
+                                 const float grad_mult[AMPC_BRANCH_COUNT], float clip_coef,
+                                 ampc_swallow_stats *sw, const void *grad, ampc_dtype gdt);
 } ampc_backend;
 
 /* The CPU's table (the functions of ampc/nn.h themselves) and the GPU's

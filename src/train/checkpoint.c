@@ -42,6 +42,9 @@ ampc_status ampc_trainer_save_ex(const ampc_trainer *T, const char *path, const 
                                  int nextra, const ampc_st_tensor *xt, int nxt) {
   if (!T || !path || nextra < 0 || (nextra > 0 && !extra) || nxt < 0 || (nxt > 0 && !xt))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_save: bad arguments");
+  /* on a device, params is the host's cache of the device's table: bring it
+   * up to date (the trainer's state itself does not change) */
+  AMPC_TRY(ampc_trainer_sync_host((ampc_trainer *)(uintptr_t)T));
   const ampc_params *P = &T->params;
   const int nmom = ampc_optim_moments(&T->opt);
   const int nt = P->count * (1 + nmom + (P->comp ? 1 : 0)) + nxt;
@@ -414,6 +417,7 @@ ampc_status ampc_trainer_load(ampc_trainer *T, const char *path) {
   T->iteration = iter;
   T->scaler = sc;
   T->rng = rng;
+  st = ampc_trainer_sync_device(T); /* on a device: the loaded values there too */
 done:
   cJSON_Delete(sj);
   free(master);

@@ -328,14 +328,23 @@ static const ampc_model_ops k_mm_ops = {
 
 ampc_status ampc_model_create(ampc_model *m, const ampc_model_desc *d, ampc_params *P,
                               const ampc_amp_config *amp, int64_t max_batch) {
+  return ampc_model_create_on(m, d, P, amp, max_batch, AMPC_DEVICE_CPU);
+}
+
+ampc_status ampc_model_create_on(ampc_model *m, const ampc_model_desc *d, ampc_params *P,
+                                 const ampc_amp_config *amp, int64_t max_batch, ampc_device dev) {
   if (!m || !d || !P || !amp)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_create: NULL argument");
   memset(m, 0, sizeof *m);
   m->desc = *d;
   m->max_batch = max_batch;
+  if (dev != AMPC_DEVICE_CPU && d->kind != AMPC_MODEL_MM)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "model %s is not on a device yet (the multimodal models and ViTs are)",
+                     d->name);
   if (d->kind == AMPC_MODEL_MM) {
     ampc_mmodel *M = NULL;
-    AMPC_TRY(ampc_mmodel_create(&M, &d->mm, P, amp, max_batch));
+    AMPC_TRY(ampc_mmodel_create_on(&M, &d->mm, P, amp, max_batch, dev));
     m->impl = M;
     m->ops = &k_mm_ops;
     m->fp8 = ampc_mmodel_fp8(M);

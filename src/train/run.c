@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ampc/cuda_nn.h"
 #include "ampc/io.h"
 #include "ampc/report.h"
 #include "ampc/train.h"
@@ -120,6 +121,7 @@ struct ampc_run {
   ampc_trainer T;
   ampc_model model;
   bool have_trainer, have_model;
+  ampc_cuda_ctx *cuda; /* --device cuda: GPU 0's context, bound to this thread */
   ampc_sampler smp;
   int64_t ntrain, mb; /* training samples; samples per micro-batch (on this rank) */
   int rank, size;     /* data parallelism (0 and 1: one process) */
@@ -216,6 +218,10 @@ void ampc_run_free(ampc_run *R) {
     ampc_model_free(&R->model);
   if (R->have_trainer)
     ampc_trainer_free(&R->T);
+  if (R->cuda) { /* after everything it holds */
+    ampc_cuda_bind(NULL);
+    ampc_cuda_destroy(R->cuda);
+  }
   ampc_mmodel_specs_free(&R->specs);
   ampc_sampler_free(&R->smp);
   ampc_telemetry_end(R->telemetry);
@@ -458,9 +464,36 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     goto fail;
   R->have_trainer = true;
   const size_t stage = ampc_accum_stage_bytes(&R->accum, R->T.params.total);
+  if (rc->device != AMPC_DEVICE_CPU) { /* what the device path does not have yet, then the device */
+    const char *dn = rc->device == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split";
+    if (R->size > 1)
+      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: one process only for now", dn));
+    if (R->accum.per_loss)
+      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: --loss-scale per-loss is not there yet",
+                     dn));
+    if (stage)
+      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "--device %s: micro-batches summed in FP32 are not there yet (use "
+                     "--micro-batches 1, or --allreduce working)",
+                     dn));
+    if (ampc_precision_is_fp8(amp->precision))
+      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: fp8-mixed is not there yet", dn));
+    if (rc->device == AMPC_DEVICE_CUDA) {
+      if (ampc_cuda_device_count() == 0)
+        FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device cuda: no CUDA device: %s",
+                       ampc_cuda_unavailable_reason()));
+      if ((st = ampc_cuda_create(0, 0, &R->cuda)) != AMPC_OK)
+        goto fail;
+      ampc_cuda_bind(R->cuda);
+    }
+    if ((st = ampc_trainer_to_device(&R->T, rc->device)) != AMPC_OK)
+      goto fail;
+    R->rc.telemetry_every = 0; /* the rounding tally is not fed on a device */
+  }
   if (stage && !(R->accum.stage = malloc(stage)))
     FAIL(ampc_fail(AMPC_ERR_NOMEM, "cannot allocate the %zu-byte FP32 gradient staging", stage));
-  if ((st = ampc_model_create(&R->model, md, &R->T.params, amp, R->mb)) != AMPC_OK)
+  if ((st = ampc_model_create_on(&R->model, md, ampc_trainer_params(&R->T), amp, R->mb,
+                                 rc->device)) != AMPC_OK)
     goto fail;
   R->have_model = true;
   if (R->model.fp8 && !(R->fp8_amax = calloc((size_t)R->model.fp8->n * 3, sizeof(double))))
@@ -686,6 +719,10 @@ static cJSON *config_object(const ampc_run *R) {
   /* what the contrastive loss contrasts: each rank's shard, or the global
    * batch (the hard negatives of the matching head stay in the shard) */
   cJSON_AddStringToObject(dp, "negatives", rc->global_negatives ? "global" : "shard");
+  cJSON_AddStringToObject(run_o, "device",
+                          rc->device == AMPC_DEVICE_CUDA        ? "cuda"
+                          : rc->device == AMPC_DEVICE_CPU_SPLIT ? "cpu-split"
+                                                                : "cpu");
   cJSON_AddItemToObject(cj, "run", run_o);
   char warns[16][256];
   const int nw = ampc_config_lint(&R->T.amp, &R->T.opt, warns, 16);

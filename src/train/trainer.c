@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ampc/engine.h"
+#include "model/backend.h"
 #include "numeric/numeric.h"
 
 ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
@@ -59,9 +60,82 @@ ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
   return AMPC_OK;
 }
 
+/* the role buffers of a table, in ampc_param_role order */
+static void **role_ptr(ampc_params *P, int r) {
+  switch (r) {
+  case AMPC_ROLE_WEIGHTS: return &P->w;
+  case AMPC_ROLE_MASTER: return (void **)&P->master;
+  case AMPC_ROLE_GRADS: return &P->grad;
+  case AMPC_ROLE_MOMENT1: return &P->m;
+  case AMPC_ROLE_MOMENT2: return &P->v;
+  default: return &P->comp;
+  }
+}
+
+static void release_device(ampc_trainer *T) {
+  const ampc_backend *be = ampc_device_backend(T->device);
+  if (T->device != AMPC_DEVICE_CPU && be)
+    for (int r = 0; r < AMPC_ROLE_COUNT; r++)
+      be->release(*role_ptr(&T->dparams, r));
+  memset(&T->dparams, 0, sizeof T->dparams);
+  T->device = AMPC_DEVICE_CPU;
+}
+
+ampc_status ampc_trainer_to_device(ampc_trainer *T, ampc_device dev) {
+  const ampc_backend *be = ampc_device_backend(dev);
+  if (!T || !be || T->device != AMPC_DEVICE_CPU)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_trainer_to_device: bad arguments (device %d, already on %d)", (int)dev,
+                     T ? (int)T->device : -1);
+  if (dev == AMPC_DEVICE_CPU)
+    return AMPC_OK;
+  T->dparams = T->params; /* the metadata (p) is shared with the host's table */
+  for (int r = 0; r < AMPC_ROLE_COUNT; r++)
+    *role_ptr(&T->dparams, r) = NULL;
+  T->device = dev;
+  for (int r = 0; r < AMPC_ROLE_COUNT; r++) {
+    void *h = *role_ptr(&T->params, r);
+    if (!h)
+      continue;
+    void **d = role_ptr(&T->dparams, r);
+    ampc_status st = be->alloc(d, T->params.bytes[r]);
+    if (st == AMPC_OK)
+      st = be->to_device(*d, h, T->params.bytes[r]);
+    if (st != AMPC_OK) {
+      release_device(T);
+      return ampc_fail(st, "the parameters on the %s device: %s", be->name, ampc_last_error());
+    }
+  }
+  return AMPC_OK;
+}
+
+/* copy the roles (all but the gradients) one way or the other */
+static ampc_status sync_roles(ampc_trainer *T, bool to_host) {
+  if (!T)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_sync: NULL trainer");
+  if (T->device == AMPC_DEVICE_CPU)
+    return AMPC_OK;
+  const ampc_backend *be = ampc_device_backend(T->device);
+  for (int r = 0; r < AMPC_ROLE_COUNT; r++) {
+    void *h = *role_ptr(&T->params, r), *d = *role_ptr(&T->dparams, r);
+    if (r == AMPC_ROLE_GRADS || !h || !d)
+      continue;
+    AMPC_TRY(to_host ? be->to_host(h, d, T->params.bytes[r])
+                     : be->to_device(d, h, T->params.bytes[r]));
+  }
+  return AMPC_OK;
+}
+ampc_status ampc_trainer_sync_host(ampc_trainer *T) { return sync_roles(T, true); }
+ampc_status ampc_trainer_sync_device(ampc_trainer *T) { return sync_roles(T, false); }
+
+ampc_params *ampc_trainer_params(ampc_trainer *T) {
+  return T->device != AMPC_DEVICE_CPU ? &T->dparams : &T->params;
+}
+
 void ampc_trainer_free(ampc_trainer *T) {
   if (!T)
     return;
+  release_device(T);
   ampc_params_free(&T->params);
   free(T->swallow);
   free(T->unscale_ws.base);
@@ -78,12 +152,31 @@ float ampc_trainer_branch_scale(const ampc_trainer *T, ampc_branch b) {
   return ampc_scaler_branch_scale(&T->scaler, b);
 }
 
-void ampc_trainer_zero_grad(ampc_trainer *T) { ampc_params_zero_grad(&T->params); }
+void ampc_trainer_zero_grad(ampc_trainer *T) {
+  if (T->device == AMPC_DEVICE_CPU) {
+    ampc_params_zero_grad(&T->params);
+    return;
+  }
+  const ampc_backend *be = ampc_device_backend(T->device);
+  const ampc_status st = be->zero(T->dparams.grad, T->params.bytes[AMPC_ROLE_GRADS]);
+  if (st != AMPC_OK && T->device_status == AMPC_OK) /* reported by the next step */
+    T->device_status = st;
+}
 
 ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   if (!T || !info)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_step: NULL argument");
-  ampc_params *P = &T->params;
+  ampc_params *P = ampc_trainer_params(T);
+  const ampc_backend *be = ampc_device_backend(T->device);
+  if (T->device_status != AMPC_OK) {
+    const ampc_status ds = T->device_status;
+    T->device_status = AMPC_OK;
+    return ampc_fail(ds, "ampc_trainer_step: zeroing the gradients on the %s device failed",
+                     be->name);
+  }
+  if (T->device != AMPC_DEVICE_CPU && T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "ampc_trainer_step: per-loss scaling is not on the %s device yet", be->name);
   ampc_step_info r = {.iteration = T->iteration + 1, .loss_scale = T->scaler.scale};
   const float inv = ampc_scaler_inv_scale(&T->scaler);
   const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
@@ -109,8 +202,8 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     if (r.nonfinite > 0 && !any) /* a sum over ranks that overflowed FP32: the first term */
       bnf[0] = true;
   } else if (!per_branch) {
-    st = ampc_grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite, &r.grad_norm,
-                                 &T->unscale_ws);
+    st = be->grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite, &r.grad_norm,
+                                &T->unscale_ws);
   } else { /* each tensor with its branch's 1/S_b; the norm from the tensors' sums */
     const size_t gsz = ampc_dtype_size(P->wdt);
     double sumsq = 0.0;
@@ -119,8 +212,8 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
       const int b = (unsigned)p->branch < AMPC_BRANCH_COUNT ? (int)p->branch : AMPC_BRANCH_HEADS;
       int64_t nf = 0;
       double norm = 0.0;
-      st = ampc_grad_unscale_check((const char *)P->grad + (size_t)p->offset * gsz, P->wdt,
-                                   p->numel, binv[b], &nf, &norm, &T->unscale_ws);
+      st = be->grad_unscale_check((const char *)P->grad + (size_t)p->offset * gsz, P->wdt, p->numel,
+                                  binv[b], &nf, &norm, &T->unscale_ws);
       sumsq += norm * norm;
       r.nonfinite += nf;
       bnf[b] = bnf[b] || nf > 0;
@@ -140,12 +233,11 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     /* (only with loss scaling off can a non-finite step reach here: the
      * finite values are clipped by their own norm, the others stay non-finite) */
     r.clip_coef = ampc_clip_coef(finite_norm, T->opt.clip_norm);
-    st = per_loss     ? ampc_optim_step_from(P, &T->opt, T->step + 1, r.lr, binv, r.clip_coef,
-                                         T->telemetry ? T->swallow : NULL, T->grad32, AMPC_F32)
-         : per_branch ? ampc_optim_step_branches(P, &T->opt, T->step + 1, r.lr, binv, r.clip_coef,
-                                                 T->telemetry ? T->swallow : NULL)
-                      : ampc_optim_step(P, &T->opt, T->step + 1, r.lr, inv, r.clip_coef,
-                                        T->telemetry ? T->swallow : NULL);
+    /* the plain step multiplies every gradient by 1/S (ampc_optim_step) */
+    const float uni[AMPC_BRANCH_COUNT] = {inv, inv, inv, inv};
+    st = be->optim_step_from(P, &T->opt, T->step + 1, r.lr, per_loss || per_branch ? binv : uni,
+                             r.clip_coef, T->telemetry ? T->swallow : NULL,
+                             per_loss ? T->grad32 : P->grad, per_loss ? AMPC_F32 : P->wdt);
     if (st != AMPC_OK)
       return st;
     T->step++;

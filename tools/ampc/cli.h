@@ -19,6 +19,7 @@ typedef struct ampc_command {
   int (*run)(int argc, char **argv); /* argv[0] is the command name */
   const char *usage_more;            /* the help text's continuation, or NULL (C99 compilers
                                         need not take a literal over 4095 characters) */
+  const char *usage_tail;            /* its end, or NULL */
 } ampc_command;
 
 extern const ampc_command ampc_cmd_formats;

@@ -640,4 +640,5 @@ done:
 }
 
 const ampc_command ampc_cmd_inspect = {
-    "inspect", "what FP16/BF16/FP8 would do to a safetensors file's tensors", k_usage, run, NULL};
+    "inspect", "what FP16/BF16/FP8 would do to a safetensors file's tensors", k_usage, run, NULL,
+    NULL};

@@ -110,6 +110,17 @@ static const char k_usage_more[] =
     "  --json           the summary as one JSON object on stdout ({\"runs\":[...]} when\n"
     "                   --precision lists several)\n"
     "  --quiet          no progress lines\n"
+    "\n";
+
+/* ... and its end */
+static const char k_usage_tail[] =
+    "Device:\n"
+    "  --device cpu|cuda  where the model and the step run (cpu). cuda: GPU 0, the\n"
+    "                   forward and backward passes, the unscale check and the\n"
+    "                   optimizer on the device (multimodal and ViT models; not yet:\n"
+    "                   fp8-mixed, per-loss scaling, several ranks, FP32-summed\n"
+    "                   micro-batches, the rounding telemetry); exit 1 without a GPU.\n"
+    "                   cpu-split: the device path run on the CPU (a test aid)\n"
     "\n"
     "Data parallel (mpirun -np N ampc train ...; --batch is global; see README):\n"
     "  --allreduce f32|working  sum gradients in FP32 in rank order (default: the\n"
@@ -374,7 +385,16 @@ int train_parse_args(int argc, char **argv, train_args *a) {
         rc = cli_usage_error("train", "--on-stall: expected stop or warn, got '%s'", v);
     } else if (!strcmp(n, "stall-steps"))
       rc = parse_i64(flag, v, 1, 1000000000, &a->stall_steps);
-    else if (!strcmp(n, "allreduce")) {
+    else if (!strcmp(n, "device")) {
+      if (!strcmp(v, "cpu"))
+        a->device = AMPC_DEVICE_CPU;
+      else if (!strcmp(v, "cuda"))
+        a->device = AMPC_DEVICE_CUDA;
+      else if (!strcmp(v, "cpu-split"))
+        a->device = AMPC_DEVICE_CPU_SPLIT;
+      else
+        rc = cli_usage_error("train", "--device: expected cpu or cuda, got '%s'", v);
+    } else if (!strcmp(n, "allreduce")) {
       if (!strcmp(v, "f32"))
         a->reduce = AMPC_REDUCE_F32;
       else if (!strcmp(v, "working"))
@@ -645,6 +665,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   c.comm = ampc_dist_comm(g_dist), c.reduce = A.reduce, c.check_replicas = A.check_replicas;
   c.global_negatives = A.global_negatives;
   c.on_stall = A.on_stall, c.stall_steps = A.stall_steps;
+  c.device = A.device;
   ampc_run *R = NULL;
   int ret = AMPC_EXIT_OK;
   const ampc_status st = ampc_run_create(&R, &c, &A.amp, &A.opt, &md, &data);
@@ -859,5 +880,6 @@ const ampc_command ampc_cmd_train = {
     .summary = "train a model with mixed precision (presets, loss scaling, checkpoints)",
     .usage = k_usage,
     .usage_more = k_usage_more,
+    .usage_tail = k_usage_tail,
     .run = run,
 };

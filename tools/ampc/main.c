@@ -77,6 +77,8 @@ int main(int argc, char **argv) {
           fputs(c->usage, stdout);
           if (c->usage_more)
             fputs(c->usage_more, stdout);
+          if (c->usage_tail)
+            fputs(c->usage_tail, stdout);
           return finish(AMPC_EXIT_OK);
         }
       }

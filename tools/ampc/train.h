@@ -34,6 +34,7 @@ typedef struct train_args {
   int64_t augment_shift;      /* --augment-shift (0: off) */
   bool itm_sampled;           /* --itm-negatives sampled (or random) */
   bool itm_random;            /* --itm-negatives random */
+  ampc_device device;         /* --device (cpu) */
 } train_args;
 
 /* Parse the flags of `ampc train` (argv[0] is the command name) into *a and

@@ -1,0 +1,72 @@
+#!/bin/sh
+# tests/check_device.sh AMPC: `ampc train --device` (issue 17).
+# 1. --device cpu-split runs the device path (the model's tensors, the
+#    parameter table's role buffers, the unscale check and the optimizer
+#    through the backend, every host exchange a real copy) on the CPU: its
+#    step lines (loss, loss scale, gradient norm), evaluations and checkpoint
+#    must equal --device cpu's bit for bit, for 16-mixed on mm-tiny with
+#    sampled negatives, bf16-mixed on vit-ref, per-branch loss scaling,
+#    micro-batches summed in the working dtype, MLM, and a resume.
+# 2. --device cuda without a GPU: exit 1 naming the reason; a bad device:
+#    exit 2; what the device path does not have yet: exit 1 with a message.
+. "$(dirname "$0")/cli_lib.sh"
+OMP_WAIT_POLICY=passive
+export OMP_WAIT_POLICY
+
+# same_run NAME ARGS...: the run on cpu and on cpu-split, logs and checkpoints compared
+same_run() {
+  name=$1; shift
+  for d in cpu cpu-split; do
+    "$ampc" train --threads 2 --quiet --device $d --log "$tmp/$name.$d.jsonl" \
+      --save "$tmp/$name.$d.st" "$@" >"$tmp/$name.$d.out" 2>&1 ||
+      { die "$name --device $d: exit $? ($(tail -1 "$tmp/$name.$d.out"))"; return; }
+  done
+  python3 - "$tmp/$name.cpu.jsonl" "$tmp/$name.cpu-split.jsonl" <<'PY' || die "$name: the logs differ"
+import json, sys
+def keep(f):
+    out = []
+    for l in open(f):
+        e = json.loads(l)
+        if e.get("event") == "step":
+            out.append(("step", e["step"], e["loss"], e["loss_scale"], e["grad_norm"], e["skipped"]))
+        elif e.get("event") == "eval":
+            out.append(("eval", e["step"], json.dumps(e["metrics"], sort_keys=True)))
+    return out
+a, b = keep(sys.argv[1]), keep(sys.argv[2])
+assert a and a == b, [x for x in zip(a, b) if x[0] != x[1]][:3]
+d = [json.loads(l) for l in open(sys.argv[2])][0]
+assert d["run"]["device"] == "cpu-split", d["run"]
+PY
+  cmp -s "$tmp/$name.cpu.st" "$tmp/$name.cpu-split.st" || die "$name: the checkpoints differ"
+}
+
+same_run mm16 --model mm-tiny --precision 16-mixed --steps 5 --batch 12 --eval-every 5 \
+  --itm-negatives sampled
+same_run vitbf16 --model vit-ref --precision bf16-mixed --steps 4 --batch 16
+same_run branch --model mm-tiny --precision 16-mixed --loss-scale per-branch --steps 4 --batch 8 \
+  --no-eval
+same_run micro --model mm-tiny --precision bf16-mixed --micro-batches 2 --allreduce working \
+  --steps 3 --batch 8 --no-eval
+same_run mlm --model mm-tiny --precision 16-mixed --w-mlm 0.5 --steps 3 --batch 8 --no-eval
+# a resume on the device path continues as the CPU does
+for d in cpu cpu-split; do
+  "$ampc" train --threads 2 --quiet --model mm-tiny --steps 5 --batch 8 --no-eval --device $d \
+    --resume "$tmp/branch.cpu.st" --loss-scale per-branch --log "$tmp/res.$d.jsonl" \
+    --save "$tmp/res.$d.st" >/dev/null 2>&1 || die "resume --device $d: exit $?"
+done
+cmp -s "$tmp/res.cpu.st" "$tmp/res.cpu-split.st" || die "resume: the checkpoints differ"
+
+# 2. errors
+"$ampc" train --device cuda --steps 1 --quiet >/dev/null 2>"$tmp/err"
+rc=$?
+if grep -q "no CUDA device" "$tmp/err"; then # no GPU here (CI): a clear runtime error
+  [ $rc -eq 1 ] || die "--device cuda without a GPU: exit $rc, expected 1"
+elif [ $rc -ne 0 ]; then
+  die "--device cuda: exit $rc: $(cat "$tmp/err")"
+fi
+expect 2 train --device gpu --steps 1
+expect 1 train --device cpu-split --model mlp --steps 1
+expect 1 train --device cpu-split --precision fp8-mixed --steps 1
+expect 1 train --device cpu-split --loss-scale per-loss --steps 1
+expect 1 train --device cpu-split --micro-batches 2 --steps 1
+exit $fail
