@@ -8,11 +8,21 @@
 #      test_cuda_nn (the GPU's layers and optimizer against the CPU's; issue 17),
 #   4. gpu_bench gemm --device cuda --json (every mode, every shape), then
 #      PyTorch's torch.matmul / torch._scaled_mm on the same shapes,
-#   5. merge both into a markdown table (bench/gpu/table.py).
+#   5. merge both into a markdown table (bench/gpu/table.py),
+#   6. issue 17: test_model_device (the whole model on the GPU against the
+#      CPU, every preset), gpu_train (ampc's whole training step: vit-ref,
+#      mm-tiny, mm-base in 32-true, 16-mixed, bf16-mixed) and PyTorch's
+#      (tests/reference/torch_step.py --device cuda: fp32 without TF32,
+#      autocast bf16, autocast fp16 + GradScaler, and fp16 with torch.compile
+#      where it works), merged by bench/gpu/train_table.py.
 # Results go to $OUT (the device tool brings it back): nvidia-smi.txt,
 # build.log, test_cuda_gemm.txt, test_cuda_nn.txt, ampc_gemm.json, torch_gemm.json,
-# gemm_table.md. Exits non-zero if the build or a test fails.
-# Device call: run(command="sh bench/gpu/check.sh", carry=[".gpu-debs"], timeout_s=420)
+# gemm_table.md, test_model_device.txt, ampc_train.jsonl, torch_train.jsonl,
+# train_table.md. Each part runs under a time limit so that one hang leaves
+# the rest. Exits non-zero if the build or a test fails.
+# Device call: run(command="sh bench/gpu/check.sh", carry=[".gpu-debs"], timeout_s=600)
+# (issue 16's part was sized for 420 s; the training part's limits add at
+# most 150 + 150 + 9 x 45 + 120 s. Nothing here has run on a GPU yet.)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ampc-gpu-out}
@@ -58,4 +68,30 @@ else
   echo "check.sh: gpu_bench failed"
   rc=1
 fi
+# ---- issue 17: the whole training step -------------------------------------------
+rc_md=0
+timeout 150 ./build-gpu/test_model_device >"$OUT/test_model_device.txt" 2>&1 || rc_md=$?
+tail -n 25 "$OUT/test_model_device.txt"
+echo "check.sh: test_model_device exit $rc_md"
+[ "$rc_md" -eq 0 ] || rc=1
+timeout 150 ./build-gpu/gpu_train --steps 10 --warmup 3 >"$OUT/ampc_train.jsonl" 2>"$OUT/ampc_train.err" ||
+  { echo "check.sh: gpu_train failed: $(tail -n 3 "$OUT/ampc_train.err")"; rc=1; }
+: >"$OUT/torch_train.jsonl"
+for m in vit-ref mm-tiny mm-base; do
+  b=128
+  [ "$m" = mm-base ] && b=64
+  for mode in fp32 bf16 fp16; do
+    timeout 45 python3 tests/reference/torch_step.py --device cuda --model "$m" --mode "$mode" \
+      --batch "$b" --steps 10 --warmup 3 >>"$OUT/torch_train.jsonl" 2>>"$OUT/torch_train.err" ||
+      echo "check.sh: torch_step $m $mode failed"
+  done
+done
+for m in mm-base; do # torch.compile: its compile time is not timed (warmup)
+  b=64
+  timeout 120 python3 tests/reference/torch_step.py --device cuda --model "$m" --mode fp16 \
+    --compile --batch "$b" --steps 10 --warmup 3 >>"$OUT/torch_train.jsonl" \
+    2>>"$OUT/torch_train.err" || echo "check.sh: torch_step $m fp16 --compile failed"
+done
+python3 bench/gpu/train_table.py "$OUT/ampc_train.jsonl" "$OUT/torch_train.jsonl" \
+  >"$OUT/train_table.md" && cat "$OUT/train_table.md"
 exit $rc

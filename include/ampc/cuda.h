@@ -86,6 +86,9 @@ void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr);
 ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
 ampc_status ampc_cuda_to_host(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
 ampc_status ampc_cuda_synchronize(ampc_cuda_ctx *ctx);
+/* The context's device memory now (cudaMemGetInfo): free and total bytes.
+ * Errors: AMPC_ERR_INVALID_ARG (NULL), AMPC_ERR_DEVICE. */
+ampc_status ampc_cuda_mem_info(ampc_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
 
 /* dst[i] = round(lo + (hi - lo) * u_i) in dt (F32, F16, BF16, F8_E4M3 or
  * F8_E5M2; FP8 saturating), u_i in [0, 1) a hash of (seed, i): device-side
@@ -178,6 +181,10 @@ ampc_cuda_gemm_args ampc_cuda_gemm_args_default(void);
 
 ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args);
 
+/* The FLOPs of every product ampc_cuda_gemm ran on ctx so far (2 m n k per
+ * matrix; K = 0 products count 0): a step's model FLOPs are the difference
+ * across it. */
+uint64_t ampc_cuda_gemm_flops(const ampc_cuda_ctx *ctx);
 /* Number of heuristic queries so far (cache misses) and cached plans. */
 void ampc_cuda_gemm_cache_stats(const ampc_cuda_ctx *ctx, int64_t *queries, int *entries);
 

@@ -108,7 +108,7 @@ ampc_status ampc_cuda_load_cublaslt(size_t *version) {
 #define cublasLtMatrixLayoutDestroy p_cublasLtMatrixLayoutDestroy
 #define cublasLtMatrixLayoutSetAttribute p_cublasLtMatrixLayoutSetAttribute
 
-enum { CACHE_SIZE = 64 };
+enum { CACHE_SIZE = 256 }; /* a training step of mm-base has ~100 distinct GEMMs */
 
 static int is_fp8(ampc_dtype dt) { return dt == AMPC_F8_E4M3 || dt == AMPC_F8_E5M2; }
 
@@ -145,6 +145,7 @@ struct ampc_cuda_ctx {
   plan_entry cache[CACHE_SIZE];
   int next_victim;
   int64_t queries;
+  uint64_t flops; /* 2 m n k batch of every product run (model FLOP utilisation) */
 };
 
 /* ---- errors ------------------------------------------------------------- */
@@ -414,6 +415,16 @@ ampc_status ampc_cuda_timer_stop(ampc_cuda_ctx *ctx, float *ms) {
   return AMPC_OK;
 }
 
+uint64_t ampc_cuda_gemm_flops(const ampc_cuda_ctx *ctx) { return ctx ? ctx->flops : 0; }
+
+ampc_status ampc_cuda_mem_info(ampc_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes) {
+  if (!ctx || !free_bytes || !total_bytes)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_mem_info: NULL argument");
+  CU(cudaSetDevice(ctx->device), "cudaSetDevice");
+  CU(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+  return AMPC_OK;
+}
+
 void ampc_cuda_gemm_cache_stats(const ampc_cuda_ctx *ctx, int64_t *queries, int *entries) {
   int n = 0;
   if (ctx)
@@ -669,6 +680,7 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args) 
   LT(cublasLtMatmul(ctx->lt, e->desc, alpha, p.a, e->la, p.b, e->lb, beta, c_ptr, e->lc, p.d, e->ld,
                     &e->algo, ctx->workspace, ctx->ws_bytes, ctx->stream),
      "cublasLtMatmul");
+  ctx->flops += 2u * (uint64_t)p.m * (uint64_t)p.n * (uint64_t)p.k * (uint64_t)p.batch;
   if (p.amax_d && e->own_amax)
     CU((cudaError_t)ampc_cuda_k_amax(ctx->stream, p.d, (int)p.d_dt, p.m, p.n, p.ldd, p.stride_d,
                                      p.batch, p.amax_d),

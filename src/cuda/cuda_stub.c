@@ -55,6 +55,14 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args) 
   (void)ctx, (void)args;
   return no_cuda("ampc_cuda_gemm");
 }
+ampc_status ampc_cuda_mem_info(ampc_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes) {
+  (void)ctx, (void)free_bytes, (void)total_bytes;
+  return no_cuda("ampc_cuda_mem_info");
+}
+uint64_t ampc_cuda_gemm_flops(const ampc_cuda_ctx *ctx) {
+  (void)ctx;
+  return 0;
+}
 void ampc_cuda_gemm_cache_stats(const ampc_cuda_ctx *ctx, int64_t *queries, int *entries) {
   (void)ctx;
   if (queries)

@@ -11,8 +11,12 @@ prints one JSON object like `ampc bench step --json`: model, precision
 ("torch-fp32" or "torch-bf16-autocast"), batch, threads, ms_per_step_median,
 peak_rss_bytes (getrusage), ms_steps (every timed step), parameters.
 A step is zero_grad (set_to_none), forward (under
-torch.autocast("cpu", dtype=torch.bfloat16) in bf16 mode), backward,
-optimizer.step(). The batch is random (seed 0) with the data's shapes (the
+torch.autocast(device, dtype=torch.bfloat16) in bf16 mode, float16 in fp16
+mode), backward (through torch.cuda.amp.GradScaler in fp16 mode),
+optimizer.step() (the scaler's step and update in fp16 mode). --device cuda
+(issue 17's comparison on the GPU): TF32 off, a synchronize ends each step,
+peak_device_bytes is torch.cuda.max_memory_allocated; --compile wraps the
+model in torch.compile. The batch is random (seed 0) with the data's shapes (the
 bundled emoji data: 32x32x3 images, captions of 24 tokens, vocab 3840, 9
 groups; vit-ref gets 10 classes as ampc's bench): speed does not depend on the
 values. --dump FILE writes the first step's activations, activation
@@ -201,7 +205,12 @@ def no_decay(name, p):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="vit-ref", choices=sorted(CONFIGS))
-    ap.add_argument("--mode", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--mode", default="fp32", choices=["fp32", "bf16", "fp16"],
+                    help="fp32; bf16: autocast bfloat16; fp16: autocast float16 + GradScaler")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: GPU 0, TF32 off (the 32-true baseline), a synchronize per step, "
+                         "peak memory from torch.cuda.max_memory_allocated")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
@@ -213,6 +222,8 @@ def main(argv):
                     help="write the first step's activations and gradients to FILE with "
                          "tools/python/ampc_dump.py (for ampc inspect)")
     a = ap.parse_args(argv[1:])
+    if a.mode == "fp16" and a.device != "cuda":
+        ap.error("--mode fp16 (autocast float16 + GradScaler) needs --device cuda")
     if a.check:
         ok = True
         for name in sorted(CONFIGS):
@@ -234,7 +245,11 @@ def main(argv):
     c = dict(CONFIGS[a.model])
     if a.dim > 0:
         c["dim"], c["mlp"] = a.dim, 4 * a.dim
-    model = Model(c)
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = Model(c).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     named = list(model.named_parameters())
     opt = torch.optim.AdamW(
@@ -249,6 +264,14 @@ def main(argv):
     tokens = torch.randint(1, VOCAB, (B, SEQ_LEN), generator=g)
     tokens = tokens * (torch.arange(SEQ_LEN)[None] < lengths)
     labels = torch.randint(0, c["classes"], (B,), generator=g)
+    images, tokens, labels = images.to(dev), tokens.to(dev), labels.to(dev)
+    scaler = None
+    if a.mode == "fp16":  # torch.amp.GradScaler("cuda") where it exists (torch >= 2.3)
+        scaler = (torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler")
+                  else torch.cuda.amp.GradScaler())
+    step_model = torch.compile(model) if a.compile else model
+    if a.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     ms = []
     loss = None
     dumper = None
@@ -262,20 +285,34 @@ def main(argv):
         opt.zero_grad(set_to_none=True)
         if dumper:
             dumper.__enter__()
-        if a.mode == "bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(images, tokens, labels)
+        if a.mode in ("bf16", "fp16"):
+            dt = torch.bfloat16 if a.mode == "bf16" else torch.float16
+            with torch.autocast(a.device, dtype=dt):
+                loss = step_model(images, tokens, labels)
         else:
-            loss = model(images, tokens, labels)
-        loss.backward()
+            loss = step_model(images, tokens, labels)
+        if scaler:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
         if dumper:
             dumper.__exit__(None, None, None)
             dumper = None
-        opt.step()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        if a.device == "cuda":
+            torch.cuda.synchronize()
         if s >= 0:
             ms.append((time.perf_counter() - t0) * 1e3)
+    names = {"fp32": "torch-fp32", "bf16": "torch-bf16-autocast",
+             "fp16": "torch-fp16-autocast-gradscaler"}
     out = {"model": a.model,
-           "precision": "torch-fp32" if a.mode == "fp32" else "torch-bf16-autocast",
+           "precision": names[a.mode] + ("-compile" if a.compile else ""),
+           "device": a.device,
+           "peak_device_bytes": torch.cuda.max_memory_allocated() if a.device == "cuda" else None,
            "batch": B, "threads": torch.get_num_threads(),
            "ms_per_step_median": statistics.median(ms),
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -1,0 +1,214 @@
+/*
+ * bench/gpu/gpu_train.c: issue 17's measurement of ampc's whole training
+ * step on a device, one JSON object per (model, preset) on stdout:
+ *
+ *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
+ *             [--models vit-ref,mm-tiny,mm-base] [--batch B]
+ *
+ * A step is what `ampc train --device cuda` does per iteration: zero_grad,
+ * the forward pass (loss on the device, losses and accuracies read back),
+ * the backward pass seeded with the loss scale, the trainer's step (unscale,
+ * non-finite check, clip, AdamW on the FP32 master weights, the 16-bit copy
+ * re-rounded, the scaler update), then a synchronize. The batch is random
+ * with the bundled emoji data's shapes (32x32x3 images, 24-token captions of
+ * vocab 3840, 9 groups; vit-ref 10 classes), as tests/reference/torch_step.py's.
+ * Reported: ms per step (median of the timed steps, and all of them),
+ * samples/s, the GEMM FLOPs of one step (counted by the CUDA context) and
+ * their rate against the H200's dense peak (FP16/BF16 989 TFLOP/s; FP32
+ * without Tensor Cores 67), the parameter table's and the activation
+ * arena's bytes (the prediction) and the device memory the run took
+ * (cudaMemGetInfo after the timed steps minus before the trainer existed).
+ * --device cpu-split runs the same code on the CPU (for checking this
+ * driver where there is no GPU: no FLOP count or device memory there).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ampc/ampc.h"
+#include "ampc/cuda.h"
+#include "ampc/cuda_nn.h"
+#include "ampc/engine.h"
+
+enum { VOCAB = 3840, SEQ = 24, GROUPS = 9 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static ampc_cuda_ctx *g_ctx;
+
+static int fail(const char *what) {
+  fprintf(stderr, "gpu_train: %s: %s\n", what, ampc_last_error());
+  return 1;
+}
+
+static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, int steps,
+                   ampc_device dev) {
+  ampc_mmodel_config c;
+  const int64_t classes = strcmp(model, "vit-ref") == 0 ? 10 : GROUPS;
+  if (ampc_mmodel_config_get(model, VOCAB, SEQ, classes, &c) != AMPC_OK)
+    return fail("config");
+  ampc_mmodel_specs sp;
+  if (ampc_mmodel_specs_make(&c, &sp) != AMPC_OK)
+    return fail("specs");
+  ampc_amp_config amp;
+  ampc_amp_config_preset(p, &amp);
+  const ampc_optim_config opt = ampc_optim_adamw_defaults();
+  size_t free0 = 0, free1 = 0, total = 0;
+  if (dev == AMPC_DEVICE_CUDA && ampc_cuda_mem_info(g_ctx, &free0, &total) != AMPC_OK)
+    return fail("cudaMemGetInfo");
+  ampc_trainer T;
+  if (ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1) != AMPC_OK)
+    return fail("trainer");
+  T.telemetry = false; /* the swallowed-update counts would make the step wait */
+  ampc_mmodel *M = NULL;
+  if (ampc_trainer_to_device(&T, dev) != AMPC_OK ||
+      ampc_mmodel_create_on(&M, &c, ampc_trainer_params(&T), &amp, B, dev) != AMPC_OK)
+    return fail("trainer or model on the device");
+  const int64_t npix = B * c.img * c.img * c.channels;
+  uint8_t *images = malloc((size_t)npix);
+  int32_t *tokens = malloc((size_t)(B * SEQ) * sizeof *tokens);
+  int32_t *labels = malloc((size_t)B * sizeof *labels);
+  double *ms = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *ms);
+  if (!images || !tokens || !labels || !ms)
+    return fail("out of memory");
+  ampc_rng r;
+  ampc_rng_seed(&r, 7);
+  for (int64_t i = 0; i < npix; i++)
+    images[i] = (uint8_t)(ampc_rng_next(&r) % 256);
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t len = 1 + (int64_t)(ampc_rng_next(&r) % SEQ);
+    for (int64_t t = 0; t < SEQ; t++)
+      tokens[b * SEQ + t] = t < len ? 1 + (int32_t)(ampc_rng_next(&r) % (VOCAB - 1)) : 0;
+    labels[b] = (int32_t)(ampc_rng_next(&r) % (uint64_t)classes);
+  }
+  const ampc_mmodel_batch bt = {
+      .b = B, .images = images, .tokens = c.image_only ? NULL : tokens, .labels = labels};
+  ampc_mmodel_losses L = {0};
+  int64_t skipped = 0, queries0 = 0;
+  uint64_t flops0 = 0, flops_step = 0;
+  for (int s = -warmup; s < steps; s++) {
+    if (s == 0 && dev == AMPC_DEVICE_CUDA)
+      ampc_cuda_gemm_cache_stats(g_ctx, &queries0, NULL);
+    const double t0 = now_s();
+    if (dev == AMPC_DEVICE_CUDA)
+      flops0 = ampc_cuda_gemm_flops(g_ctx);
+    ampc_trainer_zero_grad(&T);
+    ampc_step_info info;
+    if (ampc_mmodel_forward(M, &bt, &L) != AMPC_OK ||
+        ampc_mmodel_backward(M, ampc_trainer_loss_scale(&T)) != AMPC_OK ||
+        ampc_trainer_step(&T, &info) != AMPC_OK)
+      return fail("step");
+    if (dev == AMPC_DEVICE_CUDA && ampc_cuda_synchronize(g_ctx) != AMPC_OK)
+      return fail("synchronize");
+    const double t1 = now_s();
+    if (dev == AMPC_DEVICE_CUDA)
+      flops_step = ampc_cuda_gemm_flops(g_ctx) - flops0;
+    if (s >= 0) {
+      ms[s] = (t1 - t0) * 1e3;
+      skipped += info.skipped;
+    }
+  }
+  int64_t queries1 = 0;
+  if (dev == AMPC_DEVICE_CUDA) {
+    ampc_cuda_gemm_cache_stats(g_ctx, &queries1, NULL);
+    if (ampc_cuda_mem_info(g_ctx, &free1, &total) != AMPC_OK)
+      return fail("cudaMemGetInfo");
+  }
+  double *sorted = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *sorted);
+  memcpy(sorted, ms, (size_t)steps * sizeof *ms);
+  qsort(sorted, (size_t)steps, sizeof *sorted, cmp_d);
+  const double med = steps > 0 ? (steps % 2 ? sorted[steps / 2]
+                                            : 0.5 * (sorted[steps / 2 - 1] + sorted[steps / 2]))
+                               : 0.0;
+  free(sorted);
+  size_t pbytes = 0;
+  for (int role = 0; role < AMPC_ROLE_COUNT; role++)
+    pbytes += T.params.bytes[role];
+  const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
+  const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
+  printf("{\"model\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
+         "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
+         "\"gemm_flop_per_step\":%llu,\"tflops\":%.3f,\"peak_tflops\":%.0f,\"mfu\":%.4f,"
+         "\"param_bytes\":%zu,\"activation_bytes\":%zu,\"predicted_bytes\":%zu,"
+         "\"device_bytes_used\":%lld,\"gemm_plan_queries_timed\":%lld,\"skipped\":%lld,"
+         "\"final_loss\":%.6g,\"ms_steps\":[",
+         model, ampc_precision_name(p), dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
+         (long long)B, (long long)T.params.numel, med, med > 0 ? (double)B / (med * 1e-3) : 0.0,
+         (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
+         ampc_mmodel_activation_bytes(M), pbytes + ampc_mmodel_activation_bytes(M),
+         dev == AMPC_DEVICE_CUDA ? (long long)(free0 - free1) : -1LL,
+         (long long)(queries1 - queries0), (long long)skipped, (double)L.total);
+  for (int s = 0; s < steps; s++)
+    printf("%s%.4f", s ? "," : "", ms[s]);
+  printf("]}\n");
+  fflush(stdout);
+  ampc_mmodel_free(M);
+  ampc_trainer_free(&T);
+  ampc_mmodel_specs_free(&sp);
+  free(images), free(tokens), free(labels), free(ms);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  ampc_device dev = AMPC_DEVICE_CUDA;
+  int steps = 10, warmup = 3;
+  int64_t batch = 0;
+  const char *models = "vit-ref,mm-tiny,mm-base";
+  for (int i = 1; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : "";
+    if (!strcmp(argv[i], "--device") && i + 1 < argc)
+      dev = !strcmp(v, "cpu-split") ? AMPC_DEVICE_CPU_SPLIT : AMPC_DEVICE_CUDA, i++;
+    else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = atoi(v), i++;
+    else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
+      warmup = atoi(v), i++;
+    else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+      batch = atoll(v), i++;
+    else if (!strcmp(argv[i], "--models") && i + 1 < argc)
+      models = v, i++;
+    else {
+      fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
+                      "[--models a,b] [--batch B]\n");
+      return 2;
+    }
+  }
+  if (steps < 1 || warmup < 0) {
+    fprintf(stderr, "gpu_train: --steps must be >= 1 and --warmup >= 0\n");
+    return 2;
+  }
+  if (dev == AMPC_DEVICE_CUDA) {
+    if (ampc_cuda_device_count() == 0) {
+      fprintf(stderr, "gpu_train: no CUDA device: %s\n", ampc_cuda_unavailable_reason());
+      return 1;
+    }
+    if (ampc_cuda_create(0, 0, &g_ctx) != AMPC_OK)
+      return fail("context");
+    ampc_cuda_bind(g_ctx);
+  }
+  static const ampc_precision presets[] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
+                                           AMPC_PRECISION_BF16_MIXED};
+  char list[256];
+  snprintf(list, sizeof list, "%s", models);
+  int rc = 0;
+  for (char *m = strtok(list, ","); m && !rc; m = strtok(NULL, ","))
+    for (size_t k = 0; k < sizeof presets / sizeof *presets && !rc; k++) {
+      const int64_t B = batch > 0 ? batch : strcmp(m, "mm-base") == 0 ? 64 : 128;
+      rc = run_one(m, presets[k], B, warmup, steps, dev);
+    }
+  if (g_ctx) {
+    ampc_cuda_bind(NULL);
+    ampc_cuda_destroy(g_ctx);
+  }
+  return rc;
+}

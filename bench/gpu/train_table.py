@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""bench/gpu/train_table.py AMPC_JSONL TORCH_JSONL: issue 17's table from one
+GPU run: ampc's whole training step (gpu_train: 32-true, 16-mixed,
+bf16-mixed) beside PyTorch's (tests/reference/torch_step.py --device cuda:
+eager FP32 without TF32, autocast bf16, autocast fp16 + GradScaler, and
+torch.compile where it ran), per model. Prints markdown on stdout.
+
+Columns: ms/step (median), samples/s, model FLOP utilisation (GEMM FLOPs
+counted by ampc's CUDA context over the median step time, against the H200's
+dense peak: 989 TFLOP/s for 16-bit Tensor Cores, 67 for FP32), device memory
+(ampc: cudaMemGetInfo taken by the run; torch: max_memory_allocated), and the
+issue's three ratios: ampc 16-mixed against its own 32-true (goal >= 3x),
+ampc 16-mixed step time over torch autocast fp16's (goal <= 0.7), ampc's
+activation bytes at 16-mixed over 32-true (goal <= 0.55).
+"""
+import json
+import sys
+
+
+def load(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+    except OSError:
+        pass
+    return rows
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    ampc, torch = load(argv[1]), load(argv[2])
+    models = []
+    for r in ampc + torch:
+        if r["model"] not in models:
+            models.append(r["model"])
+    a = {(r["model"], r["precision"]): r for r in ampc}
+    t = {(r["model"], r["precision"]): r for r in torch}
+    print("| model | run | batch | ms/step | samples/s | MFU | device MiB |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for m in models:
+        for p in ("32-true", "16-mixed", "bf16-mixed"):
+            r = a.get((m, p))
+            if r:
+                print(f"| {m} | ampc {p} | {r['batch']} | {r['ms_per_step_median']:.2f} | "
+                      f"{r['samples_per_s']:.0f} | {r['mfu']:.3f} | "
+                      f"{r['device_bytes_used'] / 2**20:.0f} |")
+        for p in sorted(k[1] for k in t if k[0] == m):
+            r = t[(m, p)]
+            mib = (r.get("peak_device_bytes") or 0) / 2**20
+            print(f"| {m} | {p} | {r['batch']} | {r['ms_per_step_median']:.2f} | "
+                  f"{r['batch'] / (r['ms_per_step_median'] * 1e-3):.0f} | | {mib:.0f} |")
+    print()
+    print("| model | ampc 16-mixed vs 32-true (goal >= 3x) | ampc 16-mixed / torch fp16 AMP "
+          "(goal <= 0.7) | activations 16-mixed / 32-true (goal <= 0.55) |")
+    print("|---|---:|---:|---:|")
+    for m in models:
+        a32, a16 = a.get((m, "32-true")), a.get((m, "16-mixed"))
+        t16 = t.get((m, "torch-fp16-autocast-gradscaler"))
+        sp = f"{a32['ms_per_step_median'] / a16['ms_per_step_median']:.2f}x" if a32 and a16 else "-"
+        vs = (f"{a16['ms_per_step_median'] / t16['ms_per_step_median']:.2f}"
+              if a16 and t16 else "-")
+        act = (f"{a16['activation_bytes'] / a32['activation_bytes']:.3f}"
+               if a32 and a16 else "-")
+        print(f"| {m} | {sp} | {vs} | {act} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
