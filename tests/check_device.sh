@@ -69,4 +69,33 @@ expect 1 train --device cpu-split --model mlp --steps 1
 expect 1 train --device cpu-split --precision fp8-mixed --steps 1
 expect 1 train --device cpu-split --loss-scale per-loss --steps 1
 expect 1 train --device cpu-split --micro-batches 2 --steps 1
+# 3. the device memory account: every role of the CPU's, the arena a little
+#    larger (the batch's inputs), device_scratch's allowance; the plan on it
+"$ampc" memory --model mm-base --batch 64 --json >"$tmp/mc.json" || die "memory: exit $?"
+"$ampc" memory --model mm-base --batch 64 --device cuda --json >"$tmp/mg.json" ||
+  die "memory --device cuda: exit $?"
+python3 - "$tmp/mc.json" "$tmp/mg.json" <<'PY' || die "memory --device cuda: the account is off"
+import json, sys
+c, g = (json.load(open(f)) for f in sys.argv[1:])
+rc, rg = c["roles"], g["roles"]
+for k in ("weights", "master", "grads", "moments"):
+    assert rc[k] == rg[k], k
+assert rc["device_scratch"] == 0 and rg["device_scratch"] >= 32 << 20, (rc, rg)
+arena_c, arena_g = rc["activations"] + rc["workspace"], rg["activations"] + rg["workspace"]
+inputs = 64 * (32 * 32 * 3 + 24 * 4 + 4) + 16
+assert arena_c < arena_g <= arena_c + inputs + 64 * 8, (arena_c, arena_g)
+assert g["device"] == "cuda" and g["total_bytes"] == sum(rg.values())
+PY
+"$ampc" plan --device cuda --budget 80G --model mm-base --json >"$tmp/plan.json" ||
+  die "plan --device cuda: exit $?"
+python3 - "$tmp/plan.json" <<'PY' || die "plan --device cuda: no batch fits 80 GB"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["device"] == "cuda" and o["overhead_source"] == "cuda context allowance", o
+for p in o["plans"]:
+    assert p["fits"] and p["batch"] > 64 and p["predicted_bytes"] <= 80e9, p
+PY
+expect 2 memory --device gpu --model mm-tiny
+expect 2 memory --device cuda --params 1e6
+expect 2 plan --device tpu --budget 8G
 exit $fail

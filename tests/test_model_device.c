@@ -267,6 +267,10 @@ static int run_case(ampc_device dev, ampc_precision p, const case_t *cs) {
   ampc_mmodel *Mc = NULL, *Md = NULL;
   OK(ampc_mmodel_create(&Mc, &w.c, Pc, &w.T.amp, B));
   OK(ampc_mmodel_create_on(&Md, &w.c, &Pd, &w.T.amp, B, dev));
+  size_t pa = 0, pw = 0; /* the memory account's prediction is what the device model took */
+  OK(ampc_mmodel_plan_bytes_on(&w.c, B, w.T.amp.precision, dev, &pa, &pw));
+  CHECK(pa + pw == ampc_mmodel_activation_bytes(Md), "%s: predicted %zu arena bytes, took %zu",
+        cs->name, pa + pw, ampc_mmodel_activation_bytes(Md));
   const int64_t npix = B * w.c.img * w.c.img * w.c.channels;
   uint8_t *images = malloc((size_t)npix);
   if (!images) {

@@ -16,7 +16,9 @@
  * samples/s, the GEMM FLOPs of one step (counted by the CUDA context) and
  * their rate against the H200's dense peak (FP16/BF16 989 TFLOP/s; FP32
  * without Tensor Cores 67), the parameter table's and the activation
- * arena's bytes (the prediction) and the device memory the run took
+ * arena's bytes, the memory account's prediction (ampc memory --device
+ * cuda: every role, device_scratch's allowance included) and the device
+ * memory the run took
  * (cudaMemGetInfo after the timed steps minus before the trainer existed).
  * --device cpu-split runs the same code on the CPU (for checking this
  * driver where there is no GPU: no FLOP count or device memory there).
@@ -31,6 +33,7 @@
 #include "ampc/cuda.h"
 #include "ampc/cuda_nn.h"
 #include "ampc/engine.h"
+#include "ampc/report.h"
 
 enum { VOCAB = 3840, SEQ = 24, GROUPS = 9 };
 
@@ -135,18 +138,22 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   size_t pbytes = 0;
   for (int role = 0; role < AMPC_ROLE_COUNT; role++)
     pbytes += T.params.bytes[role];
+  ampc_mem_account acct; /* ampc memory --device cuda's account of this run */
+  if (ampc_mem_account_mm_on(&c, B, &amp, 2, dev, &acct) != AMPC_OK)
+    return fail("memory account");
   const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
   const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
   printf("{\"model\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
          "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
          "\"gemm_flop_per_step\":%llu,\"tflops\":%.3f,\"peak_tflops\":%.0f,\"mfu\":%.4f,"
          "\"param_bytes\":%zu,\"activation_bytes\":%zu,\"predicted_bytes\":%zu,"
+         "\"predicted_device_scratch\":%zu,"
          "\"device_bytes_used\":%lld,\"gemm_plan_queries_timed\":%lld,\"skipped\":%lld,"
          "\"final_loss\":%.6g,\"ms_steps\":[",
          model, ampc_precision_name(p), dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
          (long long)B, (long long)T.params.numel, med, med > 0 ? (double)B / (med * 1e-3) : 0.0,
          (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
-         ampc_mmodel_activation_bytes(M), pbytes + ampc_mmodel_activation_bytes(M),
+         ampc_mmodel_activation_bytes(M), acct.total, acct.bytes[AMPC_MEM_DEVICE_SCRATCH],
          dev == AMPC_DEVICE_CUDA ? (long long)(free0 - free1) : -1LL,
          (long long)(queries1 - queries0), (long long)skipped, (double)L.total);
   for (int s = 0; s < steps; s++)

@@ -238,6 +238,12 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
  * AMPC_ERR_UNSUPPORTED, and the device's (AMPC_ERR_DEVICE). */
 ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                   const ampc_amp_config *amp, int64_t max_batch, ampc_device dev);
+/* ampc_mmodel_plan_bytes for a model made on dev: on a device the arena also
+ * holds the batch's inputs (images, token ids, labels) and one scalar;
+ * *activations + *workspace equals ampc_mmodel_activation_bytes of that
+ * model. Errors: as ampc_mmodel_plan_bytes, an unknown device. */
+ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
+                                      ampc_device dev, size_t *activations, size_t *workspace);
 void ampc_mmodel_free(ampc_mmodel *M);
 /* The model's FP8 sites (fp8-mixed), or NULL in the other presets. */
 ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M);

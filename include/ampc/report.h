@@ -16,6 +16,8 @@
  *                under fp8-mixed also the casts' BF16 containers)
  *   fp8_state    fp8-mixed: every FP8 cast's amax history and scale
  *                (ampc_fp8_sites_state_bytes; --fp8-amax-history)
+ *   device_scratch  a GPU run only (ampc_mem_account_mm_on): cuBLASLt's
+ *                workspace and the device scratch the CUDA layers take
  *
  * The parameter roles follow ampc_params_create exactly (every tensor padded
  * to 16 elements); the model roles follow the model's own allocation plan
@@ -50,12 +52,14 @@ typedef enum ampc_mem_role {
   AMPC_MEM_COMPENSATION = 4, /* the parameter roles end here */
   AMPC_MEM_ACTIVATIONS = 5,
   AMPC_MEM_WORKSPACE = 6,
-  AMPC_MEM_FP8_STATE = 7, /* fp8-mixed: the amax histories and scales (model accounts) */
+  AMPC_MEM_FP8_STATE = 7,      /* fp8-mixed: the amax histories and scales (model accounts) */
+  AMPC_MEM_DEVICE_SCRATCH = 8, /* on a GPU: cuBLASLt's workspace and the layers' scratch (an
+                                  allowance, ampc_mem_device_scratch_bytes); 0 on the CPU */
   AMPC_MEM_ROLE_COUNT
 } ampc_mem_role;
 
 /* "weights", "master", "grads", "moments", "compensation", "activations",
- * "workspace", "fp8_state"; "?". */
+ * "workspace", "fp8_state", "device_scratch"; "?". */
 const char *ampc_mem_role_name(ampc_mem_role r);
 
 typedef struct ampc_mem_account {
@@ -93,6 +97,26 @@ ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const am
 ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
                                 const ampc_amp_config *amp, int moments, ampc_mem_account *out);
 
+/* The account of the same run on a device (issue 17): every role lives in
+ * the device's memory; activations and workspace are the device arena
+ * (ampc_mmodel_plan_bytes_on: the batch's inputs too); device_scratch is
+ * ampc_mem_device_scratch_bytes on AMPC_DEVICE_CUDA (0 on the CPU and
+ * AMPC_DEVICE_CPU_SPLIT). Errors: as ampc_mem_account_mm. */
+ampc_status ampc_mem_account_mm_on(const ampc_mmodel_config *c, int64_t batch,
+                                   const ampc_amp_config *amp, int moments, ampc_device dev,
+                                   ampc_mem_account *out);
+
+/* The device memory a GPU training step of model c at batch `batch` takes
+ * beyond the parameter table and the model's arena: cuBLASLt's workspace
+ * (32 MiB, ampc_cuda_create's default) plus the CUDA layers' scratch, which
+ * the context grows to the largest single call's need. That scratch is
+ * bounded from the layers' code (src/cuda/: the FP32 copies of a staged
+ * GEMM's A, B and C and of a linear layer's output, each at most R x
+ * max(dim, mlp) FP32 values, R the most rows any layer sees) by
+ * 4 R max(dim, mlp) x 4 bytes: an allowance, not an exact count (checked
+ * against cudaMemGetInfo by bench/gpu/gpu_train.c). 0 for bad arguments. */
+size_t ampc_mem_device_scratch_bytes(const ampc_mmodel_config *c, int64_t batch);
+
 /* The same for the MLP classifier (ampc_mlp_plan_bytes). */
 ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
                                  const ampc_amp_config *amp, int moments, ampc_mem_account *out);
@@ -105,6 +129,10 @@ ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
 ampc_status ampc_mem_plan_mm(const ampc_mmodel_config *c, const ampc_amp_config *amp, int moments,
                              size_t budget, size_t overhead, int64_t max_batch, int64_t *batch,
                              ampc_mem_account *at);
+/* The same for a run on dev (ampc_mem_account_mm_on). */
+ampc_status ampc_mem_plan_mm_on(const ampc_mmodel_config *c, const ampc_amp_config *amp,
+                                int moments, ampc_device dev, size_t budget, size_t overhead,
+                                int64_t max_batch, int64_t *batch, ampc_mem_account *at);
 
 /* Parse a byte count: a non-negative decimal number with an optional suffix
  * K, M, G, T (powers of 1000; also KB, MB, GB, TB) or KiB, MiB, GiB, TiB

@@ -328,6 +328,13 @@ static void set_dims(ampc_mmodel *M, const ampc_mmodel_config *c, int64_t max_ba
 
 ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
                                    size_t *activations, size_t *workspace) {
+  return ampc_mmodel_plan_bytes_on(c, batch, p, AMPC_DEVICE_CPU, activations, workspace);
+}
+
+ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
+                                      ampc_device dev, size_t *activations, size_t *workspace) {
+  if (!ampc_device_backend(dev))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_plan_bytes: unknown device %d", (int)dev);
   if (!c || batch < 2 || batch > (1 << 20) || (unsigned)p >= AMPC_PRECISION_COUNT ||
       c->v_depth < 1 || c->v_depth > MAX_DEPTH || c->t_depth > MAX_DEPTH ||
       c->f_depth > MAX_DEPTH || c->patch < 1 || c->img % c->patch || c->dim < 1 || c->heads < 1 ||
@@ -338,8 +345,8 @@ ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, a
   if (!M)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_plan_bytes: out of memory");
   set_dims(M, c, batch, p, ampc_precision_lowp(p));
-  arena A = {NULL, 0, 0};
-  layout(M, &A, NULL);
+  arena A = {NULL, 0, 0}, H = {NULL, 0, 0};
+  layout(M, &A, dev != AMPC_DEVICE_CPU ? &H : NULL); /* a device's: the inputs' copies too */
   free(M);
   if (activations)
     *activations = A.act_end;

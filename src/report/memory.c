@@ -25,6 +25,7 @@ const char *ampc_mem_role_name(ampc_mem_role r) {
       [AMPC_MEM_ACTIVATIONS] = "activations",
       [AMPC_MEM_WORKSPACE] = "workspace",
       [AMPC_MEM_FP8_STATE] = "fp8_state",
+      [AMPC_MEM_DEVICE_SCRATCH] = "device_scratch",
   };
   return (unsigned)r < AMPC_MEM_ROLE_COUNT ? names[r] : "?";
 }
@@ -125,13 +126,33 @@ ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const am
   return AMPC_OK;
 }
 
+size_t ampc_mem_device_scratch_bytes(const ampc_mmodel_config *c, int64_t batch) {
+  if (!c || batch < 1 || c->patch < 1)
+    return 0;
+  const int64_t nv = (c->img / c->patch) * (c->img / c->patch) + 1;
+  const int64_t fb = c->image_only ? 0 : c->w_mlm > 0.0f ? 3 : 2; /* fusion pairs per sample */
+  int64_t rows = batch * nv;
+  if (batch * fb * c->seq_len > rows)
+    rows = batch * fb * c->seq_len;
+  if (batch * fb * nv > rows) /* the cross-attention's keys */
+    rows = batch * fb * nv;
+  const int64_t width = c->mlp > c->dim ? c->mlp : c->dim;
+  return ((size_t)32 << 20) + (size_t)(4 * rows * width) * sizeof(float);
+}
+
 ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
                                 const ampc_amp_config *amp, int moments, ampc_mem_account *out) {
+  return ampc_mem_account_mm_on(c, batch, amp, moments, AMPC_DEVICE_CPU, out);
+}
+
+ampc_status ampc_mem_account_mm_on(const ampc_mmodel_config *c, int64_t batch,
+                                   const ampc_amp_config *amp, int moments, ampc_device dev,
+                                   ampc_mem_account *out) {
   ampc_status st = check_amp(amp, moments, out);
   if (st != AMPC_OK)
     return st;
   size_t act = 0, ws = 0;
-  if ((st = ampc_mmodel_plan_bytes(c, batch, amp->precision, &act, &ws)) != AMPC_OK)
+  if ((st = ampc_mmodel_plan_bytes_on(c, batch, amp->precision, dev, &act, &ws)) != AMPC_OK)
     return st;
   ampc_mmodel_specs sp;
   if ((st = ampc_mmodel_specs_make(c, &sp)) != AMPC_OK)
@@ -146,6 +167,8 @@ ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
   if (ampc_precision_is_fp8(amp->precision))
     out->bytes[AMPC_MEM_FP8_STATE] =
         ampc_fp8_sites_state_bytes(ampc_mmodel_fp8_site_count(c), amp->fp8_amax_history);
+  if (dev == AMPC_DEVICE_CUDA)
+    out->bytes[AMPC_MEM_DEVICE_SCRATCH] = ampc_mem_device_scratch_bytes(c, batch);
   finish(out);
   return AMPC_OK;
 }
@@ -173,12 +196,19 @@ ampc_status ampc_mem_account_mlp(const ampc_mlp_config *c, int64_t batch,
 ampc_status ampc_mem_plan_mm(const ampc_mmodel_config *c, const ampc_amp_config *amp, int moments,
                              size_t budget, size_t overhead, int64_t max_batch, int64_t *batch,
                              ampc_mem_account *at) {
+  return ampc_mem_plan_mm_on(c, amp, moments, AMPC_DEVICE_CPU, budget, overhead, max_batch, batch,
+                             at);
+}
+
+ampc_status ampc_mem_plan_mm_on(const ampc_mmodel_config *c, const ampc_amp_config *amp,
+                                int moments, ampc_device dev, size_t budget, size_t overhead,
+                                int64_t max_batch, int64_t *batch, ampc_mem_account *at) {
   if (!batch || max_batch < 2)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "memory plan: max batch %lld < 2", (long long)max_batch);
   if (max_batch > (1 << 20))
     max_batch = 1 << 20;
   ampc_mem_account a;
-  ampc_status st = ampc_mem_account_mm(c, 2, amp, moments, &a);
+  ampc_status st = ampc_mem_account_mm_on(c, 2, amp, moments, dev, &a);
   if (st != AMPC_OK)
     return st;
   *batch = 0;
@@ -192,7 +222,7 @@ ampc_status ampc_mem_plan_mm(const ampc_mmodel_config *c, const ampc_amp_config 
   ampc_mem_account best = a;
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if ((st = ampc_mem_account_mm(c, mid, amp, moments, &a)) != AMPC_OK)
+    if ((st = ampc_mem_account_mm_on(c, mid, amp, moments, dev, &a)) != AMPC_OK)
       return st;
     if (a.total <= budget && overhead <= budget - a.total)
       lo = mid, best = a;

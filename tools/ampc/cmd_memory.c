@@ -24,6 +24,10 @@
  * OpenBLAS per-thread buffers, allocator slack). Measured in docs/DIAGNOSIS.md
  * ("Memory account"). */
 #define PLAN_MARGIN_BYTES ((uint64_t)48 << 20)
+/* `ampc plan --device cuda`: what the CUDA runtime and driver take on the
+ * device for the context itself (the kernels' code, the runtime's heap),
+ * beyond what ampc allocates; an allowance until measured (issue 17) */
+#define PLAN_CUDA_CONTEXT_BYTES ((uint64_t)512 << 20)
 
 static const char k_memory_usage[] =
     "Usage: ampc memory --params N [--optimizer adamw|sgd|none] [--precision P] [--json]\n"
@@ -50,6 +54,10 @@ static const char k_memory_usage[] =
     "  --master-weights on|off   override the preset's FP32 master copy\n"
     "  --weight-update nearest|stochastic|kahan   kahan adds a compensation buffer\n"
     "                     in the working dtype (16-bit weights without a master)\n"
+    "  --device cpu|cuda  with --model: the account of a run on that device (cuda:\n"
+    "                     every role in GPU memory, the arena also holds the batch's\n"
+    "                     inputs, and device_scratch allows for cuBLASLt's workspace\n"
+    "                     and the CUDA layers' scratch)\n"
     "  --json             one JSON object: bytes_per_param, total_bytes, roles{...}\n"
     "\n"
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
@@ -75,6 +83,10 @@ static const char k_plan_usage[] =
     "                     (default: emoji; fashion-mnist for vit-fm)\n"
     "  --max-batch N      upper end of the search (default: the training split's size)\n"
     "  --overhead BYTES   use this process overhead instead of measuring it\n"
+    "  --device cpu|cuda  cuda: plan GPU memory (ampc memory --device cuda's roles;\n"
+    "                     the overhead is an allowance of 512 MiB for the CUDA\n"
+    "                     context's own share unless --overhead), e.g.\n"
+    "                     ampc plan --device cuda --budget 80G --model mm-base\n"
     "  --json             one JSON object with one plan per preset\n"
     "\n"
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
@@ -85,6 +97,7 @@ typedef struct mem_args {
   int64_t batch, classes, in, hidden, max_batch;
   float w_mlm; /* --w-mlm: the masked caption modelling term's weight (0: off) */
   bool json;
+  ampc_device device; /* --device (cpu) */
 } mem_args;
 
 static int parse_i64_flag(const char *cmd, const char *flag, const char *v, int64_t lo, int64_t hi,
@@ -153,7 +166,14 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->in);
     else if (!is_plan && !strcmp(name, "hidden"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->hidden);
-    else if (is_plan && !strcmp(name, "budget"))
+    else if (!strcmp(name, "device")) {
+      if (!strcmp(v, "cpu"))
+        a->device = AMPC_DEVICE_CPU;
+      else if (!strcmp(v, "cuda"))
+        a->device = AMPC_DEVICE_CUDA;
+      else
+        return cli_usage_error(cmd, "--device: expected cpu or cuda, got '%s'", v);
+    } else if (is_plan && !strcmp(name, "budget"))
       a->budget = v;
     else if (is_plan && !strcmp(name, "overhead"))
       a->overhead = v;
@@ -236,17 +256,19 @@ static int model_config(const char *cmd, const char *name, int64_t classes,
 
 static void print_table(const ampc_mem_account *m, bool model) {
   char b1[32];
-  printf("%-12s %14s %14s", "role", "bytes", "");
+  printf("%-14s %12s %14s", "role", "bytes", "");
   printf("%s\n", model ? "" : "   bytes/param");
   const int n = model ? AMPC_MEM_ROLE_COUNT : AMPC_MEM_ACTIVATIONS;
   for (int k = 0; k < n; k++) {
-    printf("%-12s %14zu %14s", ampc_mem_role_name((ampc_mem_role)k), m->bytes[k],
+    if (k == AMPC_MEM_DEVICE_SCRATCH && m->bytes[k] == 0) /* a CPU account */
+      continue;
+    printf("%-14s %12zu %14s", ampc_mem_role_name((ampc_mem_role)k), m->bytes[k],
            human(m->bytes[k], b1, sizeof b1));
     if (!model)
       printf(" %14g", (double)m->bytes[k] / (double)m->params);
     putchar('\n');
   }
-  printf("%-12s %14zu %14s", "total", m->total, human(m->total, b1, sizeof b1));
+  printf("%-14s %12zu %14s", "total", m->total, human(m->total, b1, sizeof b1));
   if (!model)
     printf(" %14g", m->bytes_per_param);
   putchar('\n');
@@ -269,6 +291,9 @@ static int run_memory(int argc, char **argv) {
     return rc;
   ampc_mem_account m, m32;
   const bool model = a.model != NULL;
+  if (a.device != AMPC_DEVICE_CPU && (!model || !strcmp(a.model, "mlp")))
+    return cli_usage_error(cmd, "--device cuda: give a multimodal or ViT --model (the GPU runs "
+                                "those; --params and mlp are CPU accounts)");
   if (!model) {
     char *end = NULL;
     errno = 0;
@@ -292,8 +317,8 @@ static int run_memory(int argc, char **argv) {
       mc.w_mlm = a.w_mlm;
     if (a.batch < 2)
       return cli_usage_error(cmd, "--batch: model %s needs at least 2", a.model);
-    if (ampc_mem_account_mm(&mc, a.batch, &amp, moments, &m) != AMPC_OK ||
-        ampc_mem_account_mm(&mc, a.batch, &ref, moments, &m32) != AMPC_OK)
+    if (ampc_mem_account_mm_on(&mc, a.batch, &amp, moments, a.device, &m) != AMPC_OK ||
+        ampc_mem_account_mm_on(&mc, a.batch, &ref, moments, a.device, &m32) != AMPC_OK)
       return cli_usage_error(cmd, "%s", ampc_last_error());
   }
   if (a.json) {
@@ -304,6 +329,7 @@ static int run_memory(int argc, char **argv) {
     }
     cJSON_AddNumberToObject(o, "params", (double)m.params);
     cJSON_AddStringToObject(o, "precision", a.precision);
+    cJSON_AddStringToObject(o, "device", a.device == AMPC_DEVICE_CUDA ? "cuda" : "cpu");
     cJSON_AddStringToObject(o, "optimizer", a.optimizer);
     cJSON_AddBoolToObject(o, "master_weights", amp.master_weights && amp.lowp != AMPC_F32);
     cJSON_AddNumberToObject(o, "bytes_per_param", m.bytes_per_param);
@@ -314,15 +340,17 @@ static int run_memory(int argc, char **argv) {
   }
   char b1[32], b2[32];
   if (model)
-    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s\n", a.model,
-           (long long)a.batch, (long long)m.params, a.precision, a.optimizer);
+    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s\n", a.model,
+           (long long)a.batch, (long long)m.params, a.precision, a.optimizer,
+           a.device == AMPC_DEVICE_CUDA ? ", on the GPU (device memory)" : "");
   else
     printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
            a.precision, a.optimizer);
   print_table(&m, model);
   const size_t p = m.total - m.bytes[AMPC_MEM_ACTIVATIONS] - m.bytes[AMPC_MEM_WORKSPACE] -
-                   m.bytes[AMPC_MEM_FP8_STATE];
-  const size_t p32 = m32.total - m32.bytes[AMPC_MEM_ACTIVATIONS] - m32.bytes[AMPC_MEM_WORKSPACE];
+                   m.bytes[AMPC_MEM_FP8_STATE] - m.bytes[AMPC_MEM_DEVICE_SCRATCH];
+  const size_t p32 = m32.total - m32.bytes[AMPC_MEM_ACTIVATIONS] - m32.bytes[AMPC_MEM_WORKSPACE] -
+                     m32.bytes[AMPC_MEM_DEVICE_SCRATCH];
   const double r = (double)m.total / (double)m32.total;
   if (!model && fabs(r - 1.0) < 1e-9)
     printf("%s: %g bytes/param, %s, the same as 32-true with %s: weight and optimizer memory "
@@ -358,6 +386,7 @@ static int run_plan(int argc, char **argv) {
     return cli_usage_error(cmd, "--overhead: %s", ampc_last_error());
   if (!strcmp(a.model, "mlp"))
     return cli_usage_error(cmd, "--model mlp is not planned (its batch is not memory-bound)");
+  const bool gpu = a.device == AMPC_DEVICE_CUDA;
   int moments;
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
     return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
@@ -403,7 +432,9 @@ static int run_plan(int argc, char **argv) {
     return cli_usage_error(cmd, "%s has no captions: model %s needs image-text pairs", data,
                            mc.name);
   const int64_t rss = ampc_peak_rss_bytes();
-  const bool measured = a.overhead == NULL;
+  const bool measured = a.overhead == NULL && !gpu;
+  if (a.overhead == NULL && gpu) /* the device: the CUDA context's own share */
+    overhead = PLAN_CUDA_CONTEXT_BYTES;
   if (measured) {
     if (rss < 0)
       return cli_runtime_error(cmd, "getrusage failed; give --overhead BYTES");
@@ -418,7 +449,11 @@ static int run_plan(int argc, char **argv) {
   cJSON_AddStringToObject(o, "data", data);
   cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
   cJSON_AddNumberToObject(o, "overhead_bytes", (double)overhead);
-  cJSON_AddStringToObject(o, "overhead_source", measured ? "measured" : "--overhead");
+  cJSON_AddStringToObject(o, "overhead_source",
+                          measured     ? "measured"
+                          : a.overhead ? "--overhead"
+                                       : "cuda context allowance");
+  cJSON_AddStringToObject(o, "device", gpu ? "cuda" : "cpu");
   if (measured) {
     cJSON_AddNumberToObject(o, "baseline_rss_bytes", (double)rss);
     cJSON_AddNumberToObject(o, "margin_bytes", (double)PLAN_MARGIN_BYTES);
@@ -431,7 +466,9 @@ static int run_plan(int argc, char **argv) {
   if (!a.json)
     printf("ampc plan: %s on %s, budget %s, overhead %s (%s), batch <= %lld\n", mc.name, data,
            human((size_t)budget, b1, sizeof b1), human((size_t)overhead, b2, sizeof b2),
-           measured ? "measured RSS after loading the data + 48 MiB" : "--overhead",
+           measured     ? "measured RSS after loading the data + 48 MiB"
+           : a.overhead ? "--overhead"
+                        : "the CUDA context's allowance; GPU memory",
            (long long)max_batch);
   if (!a.json)
     printf("%-11s %7s %14s %14s %14s\n", "precision", "batch", "parameters", "activations",
@@ -439,8 +476,8 @@ static int run_plan(int argc, char **argv) {
   for (int k = 0; k < np; k++) {
     int64_t b = 0;
     ampc_mem_account m;
-    if (ampc_mem_plan_mm(&mc, &amps[k], moments, (size_t)budget, (size_t)overhead, max_batch, &b,
-                         &m) != AMPC_OK) {
+    if (ampc_mem_plan_mm_on(&mc, &amps[k], moments, a.device, (size_t)budget, (size_t)overhead,
+                            max_batch, &b, &m) != AMPC_OK) {
       cJSON_Delete(o);
       return cli_runtime_error(cmd, "%s", ampc_last_error());
     }
@@ -458,7 +495,9 @@ static int run_plan(int argc, char **argv) {
       if (b > 0)
         printf("%-11s %7lld %14s %14s %14s%s\n", names[k], (long long)b,
                human(params, b1, sizeof b1),
-               human(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE], b2, sizeof b2),
+               human(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE] +
+                         m.bytes[AMPC_MEM_DEVICE_SCRATCH],
+                     b2, sizeof b2),
                human(m.total + overhead, b3, sizeof b3),
                b == max_batch ? "  (the whole training split)" : "");
       else
