@@ -14,15 +14,16 @@
 #      mm-tiny, mm-base in 32-true, 16-mixed, bf16-mixed) and PyTorch's
 #      (tests/reference/torch_step.py --device cuda: fp32 without TF32,
 #      autocast bf16, autocast fp16 + GradScaler, and fp16 with torch.compile
-#      where it works), merged by bench/gpu/train_table.py.
+#      where it works), the 50-step loss curves on the GPU against the CPU
+#      (gpu_train --curve), merged by bench/gpu/train_table.py.
 # Results go to $OUT (the device tool brings it back): nvidia-smi.txt,
 # build.log, test_cuda_gemm.txt, test_cuda_nn.txt, ampc_gemm.json, torch_gemm.json,
 # gemm_table.md, test_model_device.txt, ampc_train.jsonl, torch_train.jsonl,
-# train_table.md. Each part runs under a time limit so that one hang leaves
+# curves.jsonl, train_table.md. Each part runs under a time limit so that one hang leaves
 # the rest. Exits non-zero if the build or a test fails.
 # Device call: run(command="sh bench/gpu/check.sh", carry=[".gpu-debs"], timeout_s=600)
 # (issue 16's part was sized for 420 s; the training part's limits add at
-# most 150 + 150 + 9 x 45 + 120 s. Nothing here has run on a GPU yet.)
+# most 150 + 150 + 9 x 45 + 120 + 150 s. Nothing here has run on a GPU yet.)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ampc-gpu-out}
@@ -92,6 +93,9 @@ for m in mm-base; do # torch.compile: its compile time is not timed (warmup)
     --compile --batch "$b" --steps 10 --warmup 3 >>"$OUT/torch_train.jsonl" \
     2>>"$OUT/torch_train.err" || echo "check.sh: torch_step $m fp16 --compile failed"
 done
+# 50-step loss curves, GPU against the CPU and the CPU's seed-to-seed spread
+timeout 150 ./build-gpu/gpu_train --curve 50 --models mm-tiny --batch 32 >"$OUT/curves.jsonl" \
+  2>"$OUT/curves.err" || { echo "check.sh: the loss curves failed: $(tail -n 3 "$OUT/curves.err")"; rc=1; }
 python3 bench/gpu/train_table.py "$OUT/ampc_train.jsonl" "$OUT/torch_train.jsonl" \
-  >"$OUT/train_table.md" && cat "$OUT/train_table.md"
+  "$OUT/curves.jsonl" >"$OUT/train_table.md" && cat "$OUT/train_table.md"
 exit $rc

@@ -3,7 +3,10 @@
  * step on a device, one JSON object per (model, preset) on stdout:
  *
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
- *             [--models vit-ref,mm-tiny,mm-base] [--batch B]
+ *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
+ *
+ * --curve N: instead, the loss-curve check (curves(), below) on the first
+ * model of --models (batch 32 unless --batch).
  *
  * A step is what `ampc train --device cuda` does per iteration: zero_grad,
  * the forward pass (loss on the device, losses and accuracies read back),
@@ -23,6 +26,7 @@
  * --device cpu-split runs the same code on the CPU (for checking this
  * driver where there is no GPU: no FLOP count or device memory there).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +59,11 @@ static int fail(const char *what) {
   return 1;
 }
 
+/* warmup + steps training steps of model under p on dev from init seed
+ * `seed`; curve (NULL: print the timing object instead) receives each timed
+ * step's loss (total, FP32) */
 static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, int steps,
-                   ampc_device dev) {
+                   ampc_device dev, uint64_t seed, float *curve) {
   ampc_mmodel_config c;
   const int64_t classes = strcmp(model, "vit-ref") == 0 ? 10 : GROUPS;
   if (ampc_mmodel_config_get(model, VOCAB, SEQ, classes, &c) != AMPC_OK)
@@ -71,7 +78,7 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   if (dev == AMPC_DEVICE_CUDA && ampc_cuda_mem_info(g_ctx, &free0, &total) != AMPC_OK)
     return fail("cudaMemGetInfo");
   ampc_trainer T;
-  if (ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, 1) != AMPC_OK)
+  if (ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, seed) != AMPC_OK)
     return fail("trainer");
   T.telemetry = false; /* the swallowed-update counts would make the step wait */
   ampc_mmodel *M = NULL;
@@ -120,6 +127,8 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
     if (s >= 0) {
       ms[s] = (t1 - t0) * 1e3;
       skipped += info.skipped;
+      if (curve)
+        curve[s] = L.total;
     }
   }
   int64_t queries1 = 0;
@@ -141,6 +150,13 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   ampc_mem_account acct; /* ampc memory --device cuda's account of this run */
   if (ampc_mem_account_mm_on(&c, B, &amp, 2, dev, &acct) != AMPC_OK)
     return fail("memory account");
+  if (curve) { /* the caller prints */
+    ampc_mmodel_free(M);
+    ampc_trainer_free(&T);
+    ampc_mmodel_specs_free(&sp);
+    free(images), free(tokens), free(labels), free(ms);
+    return 0;
+  }
   const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
   const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
   printf("{\"model\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
@@ -167,9 +183,57 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   return 0;
 }
 
+/* The loss-curve check: n steps of model at batch B on dev (seed 1) and on
+ * the CPU (seeds 1 and 2), one JSON object per preset with the three curves,
+ * the largest |dev - cpu| over the steps, the seed-to-seed spread (the
+ * largest |cpu seed 1 - cpu seed 2|) and whether the first is within the
+ * second (issue 17: "50-step loss curves within seed-to-seed spread"). */
+static int curves(const char *model, int64_t B, int n, ampc_device dev) {
+  static const ampc_precision presets[] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
+                                           AMPC_PRECISION_BF16_MIXED};
+  float *g = malloc((size_t)n * 3 * sizeof *g);
+  if (!g)
+    return fail("out of memory");
+  float *c1 = g + n, *c2 = g + 2 * n;
+  int rc = 0;
+  for (size_t k = 0; k < sizeof presets / sizeof *presets && !rc; k++) {
+    rc = run_one(model, presets[k], B, 0, n, dev, 1, g);
+    if (!rc)
+      rc = run_one(model, presets[k], B, 0, n, AMPC_DEVICE_CPU, 1, c1);
+    if (!rc)
+      rc = run_one(model, presets[k], B, 0, n, AMPC_DEVICE_CPU, 2, c2);
+    if (rc)
+      break;
+    double dmax = 0.0, spread = 0.0;
+    for (int s = 0; s < n; s++) {
+      const double d = fabs((double)g[s] - (double)c1[s]);
+      dmax = d > dmax || d != d ? d : dmax; /* a NaN wins */
+      const double e = fabs((double)c1[s] - (double)c2[s]);
+      spread = e > spread ? e : spread;
+    }
+    printf("{\"curve\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
+           "\"steps\":%d,\"max_abs_diff_vs_cpu\":%.6g,\"seed_spread_cpu\":%.6g,"
+           "\"within_spread\":%s,\"loss_device\":[",
+           model, ampc_precision_name(presets[k]), dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
+           (long long)B, n, dmax, spread, dmax <= spread ? "true" : "false");
+    for (int s = 0; s < n; s++)
+      printf("%s%.6g", s ? "," : "", (double)g[s]);
+    printf("],\"loss_cpu\":[");
+    for (int s = 0; s < n; s++)
+      printf("%s%.6g", s ? "," : "", (double)c1[s]);
+    printf("],\"loss_cpu_seed2\":[");
+    for (int s = 0; s < n; s++)
+      printf("%s%.6g", s ? "," : "", (double)c2[s]);
+    printf("]}\n");
+    fflush(stdout);
+  }
+  free(g);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   ampc_device dev = AMPC_DEVICE_CUDA;
-  int steps = 10, warmup = 3;
+  int steps = 10, warmup = 3, curve = 0;
   int64_t batch = 0;
   const char *models = "vit-ref,mm-tiny,mm-base";
   for (int i = 1; i < argc; i++) {
@@ -184,9 +248,11 @@ int main(int argc, char **argv) {
       batch = atoll(v), i++;
     else if (!strcmp(argv[i], "--models") && i + 1 < argc)
       models = v, i++;
+    else if (!strcmp(argv[i], "--curve") && i + 1 < argc)
+      curve = atoi(v), i++;
     else {
       fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
-                      "[--models a,b] [--batch B]\n");
+                      "[--models a,b] [--batch B] [--curve N]\n");
       return 2;
     }
   }
@@ -209,10 +275,15 @@ int main(int argc, char **argv) {
   snprintf(list, sizeof list, "%s", models);
   int rc = 0;
   for (char *m = strtok(list, ","); m && !rc; m = strtok(NULL, ","))
-    for (size_t k = 0; k < sizeof presets / sizeof *presets && !rc; k++) {
+    for (size_t k = 0; k < sizeof presets / sizeof *presets && !rc && !curve; k++) {
       const int64_t B = batch > 0 ? batch : strcmp(m, "mm-base") == 0 ? 64 : 128;
-      rc = run_one(m, presets[k], B, warmup, steps, dev);
+      rc = run_one(m, presets[k], B, warmup, steps, dev, 1, NULL);
     }
+  if (curve > 0 && !rc) { /* the first model of --models */
+    snprintf(list, sizeof list, "%s", models);
+    const char *m = strtok(list, ",");
+    rc = m ? curves(m, batch > 0 ? batch : 32, curve, dev) : 2;
+  }
   if (g_ctx) {
     ampc_cuda_bind(NULL);
     ampc_cuda_destroy(g_ctx);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gpu/train_table.py AMPC_JSONL TORCH_JSONL: issue 17's table from one
+"""bench/gpu/train_table.py AMPC_JSONL TORCH_JSONL [CURVES_JSONL]: issue 17's table from one
 GPU run: ampc's whole training step (gpu_train: 32-true, 16-mixed,
 bf16-mixed) beside PyTorch's (tests/reference/torch_step.py --device cuda:
 eager FP32 without TF32, autocast bf16, autocast fp16 + GradScaler, and
@@ -11,7 +11,9 @@ dense peak: 989 TFLOP/s for 16-bit Tensor Cores, 67 for FP32), device memory
 (ampc: cudaMemGetInfo taken by the run; torch: max_memory_allocated), and the
 issue's three ratios: ampc 16-mixed against its own 32-true (goal >= 3x),
 ampc 16-mixed step time over torch autocast fp16's (goal <= 0.7), ampc's
-activation bytes at 16-mixed over 32-true (goal <= 0.55).
+activation bytes at 16-mixed over 32-true (goal <= 0.55). With CURVES_JSONL
+(gpu_train --curve): the largest loss difference between the GPU and the CPU
+over the steps beside the CPU's seed-to-seed spread, per preset.
 """
 import json
 import sys
@@ -31,7 +33,7 @@ def load(path):
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
     ampc, torch = load(argv[1]), load(argv[2])
@@ -68,6 +70,15 @@ def main(argv):
         act = (f"{a16['activation_bytes'] / a32['activation_bytes']:.3f}"
                if a32 and a16 else "-")
         print(f"| {m} | {sp} | {vs} | {act} |")
+    curves = load(argv[3]) if len(argv) == 4 else []
+    if curves:
+        print()
+        print("| loss curve | preset | steps | max abs(GPU - CPU) | CPU seed-to-seed spread | within |")
+        print("|---|---|---:|---:|---:|---|")
+        for c in curves:
+            print(f"| {c['curve']} (batch {c['batch']}) | {c['precision']} | {c['steps']} | "
+                  f"{c['max_abs_diff_vs_cpu']:.4g} | {c['seed_spread_cpu']:.4g} | "
+                  f"{'yes' if c['within_spread'] else 'NO'} |")
     return 0
 
 
