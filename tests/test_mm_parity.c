@@ -82,6 +82,7 @@
 
 #include "ampc/ampc.h"
 #include "ampc/data.h"
+#include "mm_fixture.h"
 
 /* a forward pass and, when seed > 0, the backward pass seeded with it */
 static ampc_status fwd_bwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, float seed,
@@ -92,14 +93,10 @@ static ampc_status fwd_bwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, float se
   return st;
 }
 
-enum { B = 6, TT = 5, VOCAB = 11, CLASSES = 3, IMG = 8, CH = 3 };
-static const uint64_t k_init_seed = 5, k_noise_seed = 13, k_batch_seed = 7;
+/* the fixture (tests/mm_fixture.h) */
+enum { B = MMF_B, TT = MMF_TT, VOCAB = MMF_VOCAB, CLASSES = MMF_CLASSES, IMG = 8, CH = 3 };
+static const uint64_t k_init_seed = k_mmf_init_seed;
 static const float k_w_itc = 1.0f, k_w_itm = 0.7f, k_w_cls = 0.5f;
-/* which token positions hold a token (1) or padding (0, AMPC_TOKEN_PAD): full,
- * a single token, prefixes, an interior pad (row 4), so the masks are masks
- * and not lengths */
-static const uint8_t k_used[B][TT] = {{1, 1, 1, 1, 1}, {1, 0, 0, 0, 0}, {1, 1, 1, 0, 0},
-                                      {1, 1, 0, 0, 0}, {1, 0, 1, 1, 0}, {1, 1, 1, 1, 0}};
 
 typedef struct {
   ampc_mmodel_config c;
@@ -126,19 +123,8 @@ static ampc_status make_model(model *m, ampc_precision p) {
   const ampc_optim_config o = ampc_optim_adamw_defaults();
   if ((st = ampc_trainer_init(&m->T, &a, &o, m->sp.specs, m->sp.n, k_init_seed)) != AMPC_OK)
     return st;
-  if (!m->T.params.master && m->T.params.wdt != AMPC_F32)
-    return AMPC_ERR_INVALID_ARG; /* no FP32 copy of the weights to perturb */
-  ampc_rng r;
-  ampc_rng_seed(&r, k_noise_seed);
-  float *w = weights32(&m->T);
-  for (int i = 0; i < m->T.params.count; i++) {
-    const ampc_param *q = &m->T.params.p[i];
-    if (strcmp(q->name, "heads.logit_scale") == 0)
-      continue;
-    for (int64_t e = 0; e < q->numel; e++)
-      w[q->offset + e] += (float)(0.3 * ampc_rng_normal(&r));
-  }
-  ampc_params_sync_working(&m->T.params);
+  if ((st = mmf_perturb(&m->T)) != AMPC_OK) /* no FP32 copy of the weights to perturb */
+    return st;
   return ampc_mmodel_create(&m->M, &m->c, &m->T.params, &m->T.amp, B);
 }
 
@@ -149,16 +135,7 @@ static void free_model(model *m) {
 }
 
 static void make_batch(uint8_t *images, int32_t *tokens, int32_t *labels) {
-  ampc_rng r;
-  ampc_rng_seed(&r, k_batch_seed);
-  for (int64_t i = 0; i < (int64_t)B * IMG * IMG * CH; i++)
-    images[i] = (uint8_t)(ampc_rng_next(&r) % 256);
-  for (int b = 0; b < B; b++) {
-    for (int t = 0; t < TT; t++)
-      tokens[b * TT + t] =
-          k_used[b][t] ? 1 + (int32_t)(ampc_rng_next(&r) % (VOCAB - 1)) : AMPC_TOKEN_PAD;
-    labels[b] = (int32_t)(ampc_rng_next(&r) % CLASSES);
-  }
+  mmf_batch(images, (int64_t)B * IMG * IMG * CH, tokens, labels);
 }
 
 /* ---- dump mode ----------------------------------------------------------------- */

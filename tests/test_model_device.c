@@ -39,6 +39,7 @@
 #include "ampc/ampc.h"
 #include "ampc/cuda_nn.h"
 #include "ampc/data.h"
+#include "mm_fixture.h"
 #include "numeric/numeric.h" /* ampc_elem_load */
 
 static int g_fail;
@@ -69,10 +70,7 @@ static int g_fail;
       return t_;                                                                                   \
   } while (0)
 
-enum { B = 6, TT = 5, VOCAB = 11, CLASSES = 3 };
-static const uint64_t k_init_seed = 5, k_noise_seed = 13, k_batch_seed = 7;
-static const uint8_t k_used[B][TT] = {{1, 1, 1, 1, 1}, {1, 0, 0, 0, 0}, {1, 1, 1, 0, 0},
-                                      {1, 1, 0, 0, 0}, {1, 0, 1, 1, 0}, {1, 1, 1, 1, 0}};
+enum { B = MMF_B, TT = MMF_TT, VOCAB = MMF_VOCAB, CLASSES = MMF_CLASSES };
 
 static ampc_cuda_ctx *g_ctx; /* the GPU's, when there is one */
 
@@ -123,7 +121,7 @@ static void mirror_free(ampc_device dev, ampc_params *D) {
   dev_free(dev, D->grad);
 }
 
-/* ---- the fixture (tests/test_mm_parity.c's) -------------------------------------- */
+/* ---- the fixture (tests/mm_fixture.h, test_mm_parity's) ------------------------------ */
 
 typedef struct {
   ampc_mmodel_config c;
@@ -140,37 +138,12 @@ static ampc_status make_weights(weights *w, const char *model, ampc_precision p,
   ampc_amp_config a;
   ampc_amp_config_preset(p, &a);
   const ampc_optim_config o = ampc_optim_adamw_defaults();
-  AMPC_TRY_T(ampc_trainer_init(&w->T, &a, &o, w->sp.specs, w->sp.n, k_init_seed));
-  float *w32 = w->T.params.master ? w->T.params.master : (float *)w->T.params.w;
-  ampc_rng r;
-  ampc_rng_seed(&r, k_noise_seed);
-  for (int i = 0; i < w->T.params.count; i++) {
-    const ampc_param *q = &w->T.params.p[i];
-    if (strcmp(q->name, "heads.logit_scale") == 0)
-      continue;
-    for (int64_t e = 0; e < q->numel; e++)
-      w32[q->offset + e] += (float)(0.3 * ampc_rng_normal(&r));
-  }
-  ampc_params_sync_working(&w->T.params);
-  return AMPC_OK;
+  AMPC_TRY_T(ampc_trainer_init(&w->T, &a, &o, w->sp.specs, w->sp.n, k_mmf_init_seed));
+  return mmf_perturb(&w->T);
 }
 static void free_weights(weights *w) {
   ampc_trainer_free(&w->T);
   ampc_mmodel_specs_free(&w->sp);
-}
-
-/* npix: the pixels of B images (mm-micro: B * IMG * IMG * CH, the parity fixture's) */
-static void make_batch(uint8_t *images, int64_t npix, int32_t *tokens, int32_t *labels) {
-  ampc_rng r;
-  ampc_rng_seed(&r, k_batch_seed);
-  for (int64_t i = 0; i < npix; i++)
-    images[i] = (uint8_t)(ampc_rng_next(&r) % 256);
-  for (int b = 0; b < B; b++) {
-    for (int t = 0; t < TT; t++)
-      tokens[b * TT + t] =
-          k_used[b][t] ? 1 + (int32_t)(ampc_rng_next(&r) % (VOCAB - 1)) : AMPC_TOKEN_PAD;
-    labels[b] = (int32_t)(ampc_rng_next(&r) % CLASSES);
-  }
 }
 
 /* ---- one case ----------------------------------------------------------------------- */
@@ -278,7 +251,7 @@ static int run_case(ampc_device dev, ampc_precision p, const case_t *cs) {
     return 1;
   }
   int32_t tokens[B * TT], labels[B];
-  make_batch(images, npix, tokens, labels);
+  mmf_batch(images, npix, tokens, labels);
   const bool image_only = w.c.image_only;
   ampc_mmodel_batch bt = {.b = B,
                           .images = images,
