@@ -23,12 +23,18 @@
  *    hard negatives have a margin of 0.134 (34 bfloat16 units), so they must
  *    be equal on both sides.
  *
- * Cases per preset (32-true, 16-mixed, bf16-mixed): the composite loss with
- * one backward pass; per-branch seeds (powers of two: the gradients crossing
- * branches are rescaled); sampled hard negatives (neg_seed != 0, which reads
- * the similarities on the host); masked caption modelling (the MLM head, the
- * masked copies, the scatter of its row gradients); the image-only vit-ref;
- * the retrieval embeddings. Exits non-zero on any failure.
+ * Cases per preset (32-true, 16-mixed, bf16-mixed), one "ok" line each: the
+ * composite loss with one backward pass; per-branch seeds (powers of two: the
+ * gradients crossing branches are rescaled); per-loss passes (two backward
+ * passes over one forward pass, the model's side of per-loss scaling, which
+ * the trainer does not run on a device yet); sampled and uniform hard
+ * negatives (neg_seed != 0: the similarities read on the host); masked
+ * caption modelling (the MLM head, the masked copies, the scatter of its row
+ * gradients); the image-only vit-ref. Within every case: the retrieval
+ * embeddings and group predictions, and the device arena against the memory
+ * account's prediction. Before them, silently: what a device model refuses
+ * (fp8-mixed, global negatives, an unknown device). Exits non-zero on any
+ * failure.
  */
 #include <math.h>
 #include <stdarg.h>

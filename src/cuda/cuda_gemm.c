@@ -184,8 +184,13 @@ int ampc_cuda_device_count(void) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    snprintf(g_reason, sizeof g_reason, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
-             cudaGetErrorName(e));
+    /* CUDA says "driver version is insufficient" also where there is no
+     * driver at all: say what to look for */
+    snprintf(g_reason, sizeof g_reason, "cudaGetDeviceCount: %s (%s)%s", cudaGetErrorString(e),
+             cudaGetErrorName(e),
+             e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice
+                 ? "; is an NVIDIA GPU with its driver installed here?"
+                 : "");
     (void)cudaGetLastError(); /* clear the error, which is not sticky */
     return 0;
   }

@@ -340,7 +340,8 @@ ampc_status ampc_model_create_on(ampc_model *m, const ampc_model_desc *d, ampc_p
   m->max_batch = max_batch;
   if (dev != AMPC_DEVICE_CPU && d->kind != AMPC_MODEL_MM)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
-                     "model %s is not on a device yet (the multimodal models and ViTs are)",
+                     "--device: model %s is not on a device yet (the multimodal models and ViTs "
+                     "are)",
                      d->name);
   if (d->kind == AMPC_MODEL_MM) {
     ampc_mmodel *M = NULL;

@@ -121,7 +121,8 @@ struct ampc_run {
   ampc_trainer T;
   ampc_model model;
   bool have_trainer, have_model;
-  ampc_cuda_ctx *cuda; /* --device cuda: GPU 0's context, bound to this thread */
+  ampc_cuda_ctx *cuda;    /* --device cuda: GPU 0's context, bound to this thread */
+  bool telemetry_dropped; /* --telemetry-every N > 0 asked on a device: switched off */
   ampc_sampler smp;
   int64_t ntrain, mb; /* training samples; samples per micro-batch (on this rank) */
   int rank, size;     /* data parallelism (0 and 1: one process) */
@@ -488,6 +489,7 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     }
     if ((st = ampc_trainer_to_device(&R->T, rc->device)) != AMPC_OK)
       goto fail;
+    R->telemetry_dropped = R->rc.telemetry_every > 0;
     R->rc.telemetry_every = 0; /* the rounding tally is not fed on a device */
   }
   if (stage && !(R->accum.stage = malloc(stage)))
@@ -597,7 +599,15 @@ const ampc_model_desc *ampc_run_model_desc(const ampc_run *R) { return R ? &R->m
 const ampc_run_config *ampc_run_get_config(const ampc_run *R) { return R ? &R->rc : NULL; }
 
 int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max) {
-  return R ? ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max) : 0;
+  if (!R)
+    return 0;
+  int n = ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
+  if (R->telemetry_dropped && n < max)
+    snprintf(msgs[n++], 256,
+             "the rounding telemetry is off on --device %s (not on a device yet): the step "
+             "lines carry no per-branch counts and the diagnosis has none",
+             R->rc.device == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split");
+  return n;
 }
 
 /* ---- what the diagnosis sees of a step (src/diag/ knows no trainer) ---------------- */
@@ -725,7 +735,7 @@ static cJSON *config_object(const ampc_run *R) {
                                                                 : "cpu");
   cJSON_AddItemToObject(cj, "run", run_o);
   char warns[16][256];
-  const int nw = ampc_config_lint(&R->T.amp, &R->T.opt, warns, 16);
+  const int nw = ampc_run_warnings(R, warns, 16);
   cJSON *wj = cJSON_AddArrayToObject(cj, "warnings");
   for (int k = 0; k < nw && k < 16; k++)
     cJSON_AddItemToArray(wj, cJSON_CreateString(warns[k]));

@@ -56,8 +56,9 @@ static const char k_memory_usage[] =
     "                     in the working dtype (16-bit weights without a master)\n"
     "  --device cpu|cuda  with --model: the account of a run on that device (cuda:\n"
     "                     every role in GPU memory, the arena also holds the batch's\n"
-    "                     inputs, and device_scratch allows for cuBLASLt's workspace\n"
-    "                     and the CUDA layers' scratch)\n"
+    "                     inputs, and device_scratch allows for cuBLASLt's 32 MiB\n"
+    "                     workspace and the CUDA layers' FP32 staging, which grows\n"
+    "                     with the batch; fp8-mixed is not on the GPU yet)\n"
     "  --json             one JSON object: bytes_per_param, total_bytes, roles{...}\n"
     "\n"
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
@@ -85,8 +86,9 @@ static const char k_plan_usage[] =
     "  --overhead BYTES   use this process overhead instead of measuring it\n"
     "  --device cpu|cuda  cuda: plan GPU memory (ampc memory --device cuda's roles;\n"
     "                     the overhead is an allowance of 512 MiB for the CUDA\n"
-    "                     context's own share unless --overhead), e.g.\n"
-    "                     ampc plan --device cuda --budget 80G --model mm-base\n"
+    "                     context's own share unless --overhead; the act+scratch\n"
+    "                     column adds device_scratch, which grows with the batch),\n"
+    "                     e.g. ampc plan --device cuda --budget 80G --model mm-base\n"
     "  --json             one JSON object with one plan per preset\n"
     "\n"
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
@@ -291,6 +293,8 @@ static int run_memory(int argc, char **argv) {
     return rc;
   ampc_mem_account m, m32;
   const bool model = a.model != NULL;
+  if (a.device != AMPC_DEVICE_CPU && ampc_precision_is_fp8(amp.precision))
+    return cli_usage_error(cmd, "--device cuda: fp8-mixed is not on the GPU yet");
   if (a.device != AMPC_DEVICE_CPU && (!model || !strcmp(a.model, "mlp")))
     return cli_usage_error(cmd, "--device cuda: give a multimodal or ViT --model (the GPU runs "
                                 "those; --params and mlp are CPU accounts)");
@@ -404,6 +408,8 @@ static int run_plan(int argc, char **argv) {
     names[np][len] = '\0';
     if ((rc = resolve_amp(cmd, names[np], a.master, a.update, a.fp8hist, &amps[np])) != 0)
       return rc;
+    if (a.device != AMPC_DEVICE_CPU && ampc_precision_is_fp8(amps[np].precision))
+      return cli_usage_error(cmd, "--device cuda: fp8-mixed is not on the GPU yet");
     np++;
     s = e ? e + 1 : s + len;
     if (e && !*s)
@@ -471,8 +477,8 @@ static int run_plan(int argc, char **argv) {
                         : "the CUDA context's allowance; GPU memory",
            (long long)max_batch);
   if (!a.json)
-    printf("%-11s %7s %14s %14s %14s\n", "precision", "batch", "parameters", "activations",
-           "total");
+    printf("%-11s %7s %14s %14s %14s\n", "precision", "batch", "parameters",
+           gpu ? "act+scratch" : "activations", "total");
   for (int k = 0; k < np; k++) {
     int64_t b = 0;
     ampc_mem_account m;

@@ -115,12 +115,13 @@ static const char k_usage_more[] =
 /* ... and its end */
 static const char k_usage_tail[] =
     "Device:\n"
-    "  --device cpu|cuda  where the model and the step run (cpu). cuda: GPU 0, the\n"
-    "                   forward and backward passes, the unscale check and the\n"
-    "                   optimizer on the device (multimodal and ViT models; not yet:\n"
-    "                   fp8-mixed, per-loss scaling, several ranks, FP32-summed\n"
-    "                   micro-batches, the rounding telemetry); exit 1 without a GPU.\n"
-    "                   cpu-split: the device path run on the CPU (a test aid)\n"
+    "  --device cpu|cuda|cpu-split  where the model and the step run (cpu).\n"
+    "                   cuda: GPU 0: the forward and backward passes, the unscale\n"
+    "                   check and the optimizer on the device (multimodal and ViT\n"
+    "                   models; not yet: fp8-mixed, per-loss scaling, several\n"
+    "                   ranks, FP32-summed micro-batches, the rounding telemetry);\n"
+    "                   exit 1 without a GPU. cpu-split: the device path run on the\n"
+    "                   CPU (a test aid; the CPU's bits)\n"
     "\n"
     "Data parallel (mpirun -np N ampc train ...; --batch is global; see README):\n"
     "  --allreduce f32|working  sum gradients in FP32 in rank order (default: the\n"
@@ -393,7 +394,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       else if (!strcmp(v, "cpu-split"))
         a->device = AMPC_DEVICE_CPU_SPLIT;
       else
-        rc = cli_usage_error("train", "--device: expected cpu or cuda, got '%s'", v);
+        rc = cli_usage_error("train", "--device: expected cpu, cuda or cpu-split, got '%s'", v);
     } else if (!strcmp(n, "allreduce")) {
       if (!strcmp(v, "f32"))
         a->reduce = AMPC_REDUCE_F32;
