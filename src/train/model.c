@@ -473,7 +473,8 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   const ampc_comm *c = a->comm;
   const int size = c ? c->size : 1;
   const int64_t n_micro = a->micro_batches, K = n_micro * size;
-  ampc_params *P = &T->params;
+  ampc_params *P = ampc_trainer_params(T); /* on a device, its table (the run refuses there
+                                              what would read P->grad on the host) */
   const bool staged = ampc_accum_stage_bytes(a, P->total) > 0;
   if (staged && !a->stage)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: no FP32 staging buffer");

@@ -383,7 +383,9 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
                           R,
                           rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f,
                           amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS};
-  if (getenv("AMPC_FAULT_FAIL") || getenv("AMPC_FAULT_NAN_GRAD"))
+  /* the fault injection writes the gradients from the host: not GPU memory */
+  if ((getenv("AMPC_FAULT_FAIL") || getenv("AMPC_FAULT_NAN_GRAD")) &&
+      rc->device != AMPC_DEVICE_CUDA)
     R->accum.before_reduce = fault_hook;
 #define FAIL(s)                                                                                    \
   do {                                                                                             \
