@@ -22,7 +22,9 @@
  * arena's bytes, the memory account's prediction (ampc memory --device
  * cuda: every role, device_scratch's allowance included) and the device
  * memory the run took
- * (cudaMemGetInfo after the timed steps minus before the trainer existed).
+ * (cudaMemGetInfo after the timed steps minus before the run's own CUDA
+ * context, made per run, existed: its cuBLASLt workspace and layer scratch
+ * included, the CUDA runtime's own share not).
  * --device cpu-split runs the same code on the CPU (for checking this
  * driver where there is no GPU: no FLOP count or device memory there).
  */
@@ -52,7 +54,21 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static ampc_cuda_ctx *g_ctx;
+/* g_probe: a context held for the whole program (the device stays
+ * initialised, cudaMemGetInfo works before a run's own context exists);
+ * g_ctx: the context of one run, made and destroyed by run_one, so each
+ * run's device memory (its cuBLASLt workspace and layer scratch, which a
+ * context keeps until destroyed) is measured alone */
+static ampc_cuda_ctx *g_probe, *g_ctx;
+
+/* the run's context, after everything made on it is freed */
+static void drop_ctx(void) {
+  if (g_ctx) {
+    ampc_cuda_bind(g_probe);
+    ampc_cuda_destroy(g_ctx);
+    g_ctx = NULL;
+  }
+}
 
 static int fail(const char *what) {
   fprintf(stderr, "gpu_train: %s: %s\n", what, ampc_last_error());
@@ -75,8 +91,13 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   ampc_amp_config_preset(p, &amp);
   const ampc_optim_config opt = ampc_optim_adamw_defaults();
   size_t free0 = 0, free1 = 0, total = 0;
-  if (dev == AMPC_DEVICE_CUDA && ampc_cuda_mem_info(g_ctx, &free0, &total) != AMPC_OK)
-    return fail("cudaMemGetInfo");
+  if (dev == AMPC_DEVICE_CUDA) {
+    if (ampc_cuda_mem_info(g_probe, &free0, &total) != AMPC_OK)
+      return fail("cudaMemGetInfo");
+    if (ampc_cuda_create(0, 0, &g_ctx) != AMPC_OK)
+      return fail("context");
+    ampc_cuda_bind(g_ctx);
+  }
   ampc_trainer T;
   if (ampc_trainer_init(&T, &amp, &opt, sp.specs, sp.n, seed) != AMPC_OK)
     return fail("trainer");
@@ -134,7 +155,7 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   int64_t queries1 = 0;
   if (dev == AMPC_DEVICE_CUDA) {
     ampc_cuda_gemm_cache_stats(g_ctx, &queries1, NULL);
-    if (ampc_cuda_mem_info(g_ctx, &free1, &total) != AMPC_OK)
+    if (ampc_cuda_mem_info(g_probe, &free1, &total) != AMPC_OK)
       return fail("cudaMemGetInfo");
   }
   double *sorted = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *sorted);
@@ -153,6 +174,7 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   if (curve) { /* the caller prints */
     ampc_mmodel_free(M);
     ampc_trainer_free(&T);
+    drop_ctx();
     ampc_mmodel_specs_free(&sp);
     free(images), free(tokens), free(labels), free(ms);
     return 0;
@@ -178,6 +200,7 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   fflush(stdout);
   ampc_mmodel_free(M);
   ampc_trainer_free(&T);
+  drop_ctx();
   ampc_mmodel_specs_free(&sp);
   free(images), free(tokens), free(labels), free(ms);
   return 0;
@@ -238,7 +261,8 @@ int main(int argc, char **argv) {
   const char *models = "vit-ref,mm-tiny,mm-base";
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : "";
-    if (!strcmp(argv[i], "--device") && i + 1 < argc)
+    if (!strcmp(argv[i], "--device") && i + 1 < argc &&
+        (!strcmp(v, "cuda") || !strcmp(v, "cpu-split")))
       dev = !strcmp(v, "cpu-split") ? AMPC_DEVICE_CPU_SPLIT : AMPC_DEVICE_CUDA, i++;
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
       steps = atoi(v), i++;
@@ -265,9 +289,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "gpu_train: no CUDA device: %s\n", ampc_cuda_unavailable_reason());
       return 1;
     }
-    if (ampc_cuda_create(0, 0, &g_ctx) != AMPC_OK)
+    if (ampc_cuda_create(0, 0, &g_probe) != AMPC_OK)
       return fail("context");
-    ampc_cuda_bind(g_ctx);
+    ampc_cuda_bind(g_probe);
   }
   static const ampc_precision presets[] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
                                            AMPC_PRECISION_BF16_MIXED};
@@ -284,9 +308,9 @@ int main(int argc, char **argv) {
     const char *m = strtok(list, ",");
     rc = m ? curves(m, batch > 0 ? batch : 32, curve, dev) : 2;
   }
-  if (g_ctx) {
+  if (g_probe) {
     ampc_cuda_bind(NULL);
-    ampc_cuda_destroy(g_ctx);
+    ampc_cuda_destroy(g_probe);
   }
   return rc;
 }

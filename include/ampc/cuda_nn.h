@@ -243,7 +243,8 @@ ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xd
  * are not range-checked on the device (the caller's, as in the model, which
  * builds them). Stores and conversions take F32, F16 and BF16 only (FP8:
  * AMPC_ERR_INVALID_ARG); a NaN converted to 16 bits becomes the canonical
- * quiet NaN. */
+ * quiet NaN, also in a same-dtype gather or convert (the CPU copies its
+ * payload and sign): NaN payloads are the one exception to "bit-equal". */
 ampc_status ampc_cuda_gather_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,
                                   const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt);
 ampc_status ampc_cuda_scatter_rows(int64_t n, int64_t d, const int32_t *idx, int64_t rows,

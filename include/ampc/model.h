@@ -234,6 +234,9 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
  * to the host. Not on a device yet (AMPC_ERR_UNSUPPORTED): fp8-mixed,
  * global negatives (ampc_mmodel_set_group); the probe's shadow GEMM and
  * marks are skipped there (the rounding tally is not fed on a GPU).
+ * On AMPC_DEVICE_CUDA also refused: --accumulate fp16 (cuBLASLt's COMPUTE_16F
+ * takes F16 only). Free the model with the same context bound (its memory
+ * is released through the bound context; with none bound it would leak).
  * AMPC_DEVICE_CPU is ampc_mmodel_create. Errors: as ampc_mmodel_create,
  * AMPC_ERR_UNSUPPORTED, and the device's (AMPC_ERR_DEVICE). */
 ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,

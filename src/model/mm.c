@@ -902,6 +902,7 @@ ampc_status ampc_mmodel_embed(ampc_mmodel *M, int64_t b, const uint8_t *images,
   if (M->be->device && E > M->NV * M->D)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_embed: embed %lld past the staging rows",
                      (long long)E);
+  M->have_fwd = false; /* the buffers a backward pass would read are overwritten */
   AMPC_TRY(load_inputs(M, b, images, tokens, NULL));
   if (images) {
     AMPC_TRY(vision_fwd(M, b));

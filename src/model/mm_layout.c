@@ -210,8 +210,9 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
   TAKE(M->dtpool, B * D, gs);
   TAKE(M->dv32, B * NV * D, sizeof(float));
   TAKE(M->dt32, BT * TT * D, sizeof(float));
-  /* the layers' scratch: the largest that any one call of the passes takes */
-  M->ws.bytes = scratch_bytes(M);
+  /* the layers' scratch: the largest that any one call of the passes takes
+   * (none on the GPU, whose layers take theirs from the CUDA context) */
+  M->ws.bytes = M->be == ampc_backend_cuda() ? 0 : scratch_bytes(M);
   TAKE(M->ws.base, M->ws.bytes, 1);
   /* fp8-mixed: the quantized operands of the largest block linear layer
    * (R rows: the vision tokens, or the fusion's 2B pairs of text queries or
@@ -345,6 +346,7 @@ ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch
   if (!M)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_plan_bytes: out of memory");
   set_dims(M, c, batch, p, ampc_precision_lowp(p));
+  M->be = ampc_device_backend(dev);
   arena A = {NULL, 0, 0}, H = {NULL, 0, 0};
   layout(M, &A, dev != AMPC_DEVICE_CPU ? &H : NULL); /* a device's: the inputs' copies too */
   free(M);
@@ -376,6 +378,10 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_create: bad arguments (batch %lld)",
                      (long long)max_batch);
   *out = NULL;
+  if (dev == AMPC_DEVICE_CUDA && amp->accumulate == AMPC_ACC_F16)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "ampc_mmodel_create: FP16 accumulation (--accumulate fp16) is not on the GPU "
+                     "yet (cuBLASLt's COMPUTE_16F takes F16 only; the model mixes FP32 outputs)");
   if (be->device && ampc_precision_is_fp8(amp->precision))
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "ampc_mmodel_create: fp8-mixed is not on the %s device yet", be->name);

@@ -121,8 +121,9 @@ struct ampc_run {
   ampc_trainer T;
   ampc_model model;
   bool have_trainer, have_model;
-  ampc_cuda_ctx *cuda;    /* --device cuda: GPU 0's context, bound to this thread */
-  bool telemetry_dropped; /* --telemetry-every N > 0 asked on a device: switched off */
+  ampc_cuda_ctx *cuda;      /* --device cuda: GPU 0's context, bound to this thread */
+  ampc_cuda_ctx *prev_cuda; /* the context bound before (restored by ampc_run_free) */
+  bool telemetry_dropped;   /* --telemetry-every N > 0 asked on a device: switched off */
   ampc_sampler smp;
   int64_t ntrain, mb; /* training samples; samples per micro-batch (on this rank) */
   int rank, size;     /* data parallelism (0 and 1: one process) */
@@ -220,7 +221,7 @@ void ampc_run_free(ampc_run *R) {
   if (R->have_trainer)
     ampc_trainer_free(&R->T);
   if (R->cuda) { /* after everything it holds */
-    ampc_cuda_bind(NULL);
+    ampc_cuda_bind(R->prev_cuda);
     ampc_cuda_destroy(R->cuda);
   }
   ampc_mmodel_specs_free(&R->specs);
@@ -474,6 +475,11 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     if (R->accum.per_loss)
       FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: --loss-scale per-loss is not there yet",
                      dn));
+    if (amp->scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH)
+      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "--device %s: --loss-scale per-branch picks its scales from the rounding "
+                     "telemetry, which is not there yet",
+                     dn));
     if (stage)
       FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "--device %s: micro-batches summed in FP32 are not there yet (use "
@@ -487,7 +493,7 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
                        ampc_cuda_unavailable_reason()));
       if ((st = ampc_cuda_create(0, 0, &R->cuda)) != AMPC_OK)
         goto fail;
-      ampc_cuda_bind(R->cuda);
+      R->prev_cuda = ampc_cuda_bind(R->cuda);
     }
     if ((st = ampc_trainer_to_device(&R->T, rc->device)) != AMPC_OK)
       goto fail;
