@@ -75,6 +75,31 @@ static int fail(const char *what) {
   return 1;
 }
 
+/* one run's timing object (one JSON line on stdout) */
+static void print_run(const char *model, ampc_precision p, ampc_device dev, int64_t B,
+                      const ampc_trainer *T, const ampc_mmodel *M, const ampc_mem_account *acct,
+                      size_t pbytes, double med, const double *ms, int steps, uint64_t flops_step,
+                      long long used, long long queries, long long skipped, float loss) {
+  const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
+  const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
+  printf("{\"model\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
+         "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
+         "\"gemm_flop_per_step\":%llu,\"tflops\":%.3f,\"peak_tflops\":%.0f,\"mfu\":%.4f,"
+         "\"param_bytes\":%zu,\"activation_bytes\":%zu,\"predicted_bytes\":%zu,"
+         "\"predicted_device_scratch\":%zu,"
+         "\"device_bytes_used\":%lld,\"gemm_plan_queries_timed\":%lld,\"skipped\":%lld,"
+         "\"final_loss\":%.6g,\"ms_steps\":[",
+         model, ampc_precision_name(p), dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
+         (long long)B, (long long)T->params.numel, med, med > 0 ? (double)B / (med * 1e-3) : 0.0,
+         (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
+         ampc_mmodel_activation_bytes(M), acct->total, acct->bytes[AMPC_MEM_DEVICE_SCRATCH], used,
+         queries, skipped, (double)loss);
+  for (int s = 0; s < steps; s++)
+    printf("%s%.4f", s ? "," : "", ms[s]);
+  printf("]}\n");
+  fflush(stdout);
+}
+
 /* warmup + steps training steps of model under p on dev from init seed
  * `seed`; curve (NULL: print the timing object instead) receives each timed
  * step's loss (total, FP32) */
@@ -171,33 +196,10 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   ampc_mem_account acct; /* ampc memory --device cuda's account of this run */
   if (ampc_mem_account_mm_on(&c, B, &amp, 2, dev, &acct) != AMPC_OK)
     return fail("memory account");
-  if (curve) { /* the caller prints */
-    ampc_mmodel_free(M);
-    ampc_trainer_free(&T);
-    drop_ctx();
-    ampc_mmodel_specs_free(&sp);
-    free(images), free(tokens), free(labels), free(ms);
-    return 0;
-  }
-  const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
-  const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
-  printf("{\"model\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
-         "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
-         "\"gemm_flop_per_step\":%llu,\"tflops\":%.3f,\"peak_tflops\":%.0f,\"mfu\":%.4f,"
-         "\"param_bytes\":%zu,\"activation_bytes\":%zu,\"predicted_bytes\":%zu,"
-         "\"predicted_device_scratch\":%zu,"
-         "\"device_bytes_used\":%lld,\"gemm_plan_queries_timed\":%lld,\"skipped\":%lld,"
-         "\"final_loss\":%.6g,\"ms_steps\":[",
-         model, ampc_precision_name(p), dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
-         (long long)B, (long long)T.params.numel, med, med > 0 ? (double)B / (med * 1e-3) : 0.0,
-         (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
-         ampc_mmodel_activation_bytes(M), acct.total, acct.bytes[AMPC_MEM_DEVICE_SCRATCH],
-         dev == AMPC_DEVICE_CUDA ? (long long)(free0 - free1) : -1LL,
-         (long long)(queries1 - queries0), (long long)skipped, (double)L.total);
-  for (int s = 0; s < steps; s++)
-    printf("%s%.4f", s ? "," : "", ms[s]);
-  printf("]}\n");
-  fflush(stdout);
+  if (!curve) /* with a curve the caller prints */
+    print_run(model, p, dev, B, &T, M, &acct, pbytes, med, ms, steps, flops_step,
+              dev == AMPC_DEVICE_CUDA ? (long long)(free0 - free1) : -1LL,
+              (long long)(queries1 - queries0), (long long)skipped, L.total);
   ampc_mmodel_free(M);
   ampc_trainer_free(&T);
   drop_ctx();
