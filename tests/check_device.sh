@@ -3,10 +3,12 @@
 # 1. --device cpu-split runs the device path (the model's tensors, the
 #    parameter table's role buffers, the unscale check and the optimizer
 #    through the backend, every host exchange a real copy) on the CPU: its
-#    step lines (loss, loss scale, gradient norm), evaluations and checkpoint
-#    must equal --device cpu's bit for bit, for 16-mixed on mm-tiny with
-#    sampled negatives, bf16-mixed on vit-ref, a static loss scale,
-#    micro-batches summed in the working dtype, MLM, and a resume.
+#    step lines (loss, loss scale, gradient norm, the rounding telemetry),
+#    evaluations and checkpoint must equal --device cpu's bit for bit, for
+#    16-mixed on mm-tiny with sampled negatives, bf16-mixed on vit-ref, a
+#    static loss scale, micro-batches summed in the working dtype, MLM,
+#    per-branch loss scaling, three of check_diagnose.sh's failure
+#    signatures (diagnosed the same), and a resume.
 # 2. --device cuda without a GPU: exit 1 naming the reason; a bad device:
 #    exit 2; what the device path does not have yet: exit 1 with a message.
 . "$(dirname "$0")/cli_lib.sh"
@@ -27,8 +29,9 @@ def keep(f):
     out = []
     for l in open(f):
         e = json.loads(l)
-        if e.get("event") == "step":
-            out.append(("step", e["step"], e["loss"], e["loss_scale"], e["grad_norm"], e["skipped"]))
+        if e.get("event") == "step":  # every field (telemetry too) but the time
+            e.pop("ms", None)
+            out.append(("step", json.dumps(e, sort_keys=True)))
         elif e.get("event") == "eval":
             out.append(("eval", e["step"], json.dumps(e["metrics"], sort_keys=True)))
     return out
@@ -48,6 +51,28 @@ same_run static --model mm-tiny --precision 16-mixed --loss-scale 1024 --steps 4
 same_run micro --model mm-tiny --precision bf16-mixed --micro-batches 2 --allreduce working \
   --steps 3 --batch 8 --no-eval
 same_run mlm --model mm-tiny --precision 16-mixed --w-mlm 0.5 --steps 3 --batch 8 --no-eval
+# the rounding telemetry on the device path: every sampled step's per-branch
+# counts, histograms, shadow accumulation error and swallowed updates equal;
+# so is per-branch loss scaling, which picks its scales from them, and the
+# signatures of check_diagnose.sh (underflow without loss scaling, forward
+# overflow at lr 100, swallowed updates without master weights)
+same_run tele --model mm-tiny --precision 16-mixed --steps 6 --batch 12 --no-eval \
+  --telemetry-every 2 --itm-negatives sampled
+same_run branch --model mm-tiny --precision 16-mixed --loss-scale per-branch --steps 12 \
+  --batch 8 --no-eval --telemetry-every 1
+same_run noscale --model mm-tiny --loss-scale none --steps 4 --batch 16 --no-eval --on-stall warn
+same_run bigact --model mm-tiny --optimizer sgd --lr 100 --steps 8 --batch 16 --no-eval --on-stall warn \
+  --telemetry-every 1
+same_run nomaster --model mm-tiny --master-weights off --optimizer sgd --lr 1e-4 --steps 4 \
+  --batch 16 --no-eval
+for n in noscale bigact nomaster; do
+  "$ampc" diagnose --json "$tmp/$n.cpu-split.jsonl" >"$tmp/$n.diag" 2>&1 || die "diagnose $n: exit $?"
+done
+grep -q '^{"verdict":"underflow"' "$tmp/noscale.diag" || die "noscale: $(head -c 200 "$tmp/noscale.diag")"
+grep -q '^{"verdict":"nonfinite-independent-of-scale"' "$tmp/bigact.diag" ||
+  die "bigact: $(head -c 200 "$tmp/bigact.diag")"
+grep -q '^{"verdict":"swallowed-updates"' "$tmp/nomaster.diag" ||
+  die "nomaster: $(head -c 200 "$tmp/nomaster.diag")"
 # a resume on the device path continues as the CPU does
 for d in cpu cpu-split; do
   "$ampc" train --threads 2 --quiet --model mm-tiny --steps 5 --batch 8 --no-eval --device $d \
@@ -68,7 +93,6 @@ expect 2 train --device gpu --steps 1
 expect 1 train --device cpu-split --model mlp --steps 1
 expect 1 train --device cpu-split --precision fp8-mixed --steps 1
 expect 1 train --device cpu-split --loss-scale per-loss --steps 1
-expect 1 train --device cpu-split --loss-scale per-branch --steps 1
 expect 1 train --device cpu-split --micro-batches 2 --steps 1
 # 3. the device memory account: every role of the CPU's, the arena a little
 #    larger (the batch's inputs), device_scratch's allowance; the plan on it

@@ -107,6 +107,7 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_argmax_rows ampc_argmax_rows
 #define ampc_cuda_store_f32 ampc_store_f32
 #define ampc_cuda_convert ampc_convert
+#define ampc_cuda_gemm_strided_batched ampc_gemm_strided_batched
 static ampc_status fake_scale_f32(int64_t n, float *x, float s) {
   for (int64_t i = 0; i < n; i++)
     x[i] *= s;
@@ -1406,6 +1407,224 @@ static void test_model_rows(void) {
   drop(&f), drop(&g), drop(&bidx);
 }
 
+/* ---- the rounding tally (ampc/tally.h) ------------------------------------ */
+
+/* With a tally bound, the device counts what its twin's stores counted on the
+ * CPU: the same number of values in every call (r.count), and for the
+ * bit-equal functions the same counts, histogram and max |x|. Each call runs
+ * on the CPU, then on the device, each side drained on its own. */
+static ampc_tally *g_tally;
+static ampc_tm_stats g_tc;
+#define TALLY_CPU(call)                                                                            \
+  do {                                                                                             \
+    (void)ampc_tally_bind(g_tally);                                                                \
+    OK(call);                                                                                      \
+    (void)ampc_tally_bind(NULL);                                                                   \
+    ampc_tally_drain(g_tally, &g_tc);                                                              \
+  } while (0)
+#define TALLY_DEV(what, exact, call)                                                               \
+  do {                                                                                             \
+    (void)ampc_tally_bind(g_tally);                                                                \
+    OK(call);                                                                                      \
+    (void)ampc_tally_bind(NULL);                                                                   \
+    ampc_tm_stats g_;                                                                              \
+    ampc_tally_drain(g_tally, &g_);                                                                \
+    tally_equal(what, &g_, &g_tc, exact);                                                          \
+  } while (0)
+
+static void tally_equal(const char *what, const ampc_tm_stats *g, const ampc_tm_stats *c,
+                        bool exact) {
+  g_checked++;
+  CHECK(g->r.count == c->r.count && c->r.count > 0,
+        "tally %s: %llu values counted, %llu on the CPU", what, (unsigned long long)g->r.count,
+        (unsigned long long)c->r.count);
+  if (exact)
+    CHECK(memcmp(g, c, sizeof *g) == 0,
+          "tally %s: counts differ (flushed %llu/%llu, subnormal %llu/%llu, zeros %llu/%llu)", what,
+          (unsigned long long)g->r.underflow, (unsigned long long)c->r.underflow,
+          (unsigned long long)g->r.subnormal, (unsigned long long)c->r.subnormal,
+          (unsigned long long)g->zeros, (unsigned long long)c->zeros);
+}
+
+static void test_tally(void) {
+  printf("rounding tally (what the telemetry counts):\n");
+  g_tally = ampc_tally_create();
+  if (!g_tally)
+    exit(1);
+  char nm[96];
+  for (int id = 0; id < 3; id++) {
+    const ampc_dtype dt = k_dts[id];
+    /* element-wise, bit-equal: the whole tally equal (values near the
+     * binary16 subnormal range so that flushes and subnormals occur) */
+    const int64_t n = 5000;
+    buf x = rnd_buf(dt, n, -4, 4), dy = rnd_buf(dt, n, -1e-5, 1e-5), dx = rnd_buf(dt, n, 0, 1);
+    snprintf(nm, sizeof nm, "gelu backward %s", dn(dt));
+    TALLY_CPU(ampc_gelu_backward(n, dy.h, dt, x.h, dt, dx.h));
+    TALLY_DEV(nm, true, ampc_cuda_gelu_backward(n, dy.d, dt, x.d, dt, dx.d));
+    buf v = rnd_buf(AMPC_F32, n, -1e-6, 1e-6);
+    snprintf(nm, sizeof nm, "gradient add %s", dn(dt));
+    TALLY_CPU(ampc_grad_add_f32(n, v.h, dx.h, dt));
+    TALLY_DEV(nm, true, ampc_cuda_grad_add_f32(n, v.d, dx.d, dt));
+    snprintf(nm, sizeof nm, "store_f32 %s", dn(dt));
+    TALLY_CPU(ampc_store_f32(dx.h, dt, v.h, (size_t)n, NULL));
+    TALLY_DEV(nm, true, ampc_cuda_store_f32(dx.d, dt, v.d, (size_t)n, NULL));
+    /* embeddings backward with repeated ids and the position gradient */
+    const int64_t b = 4, t = 6, d = 24, vocab = 9;
+    int32_t ids[4 * 6];
+    for (int i = 0; i < b * t; i++)
+      ids[i] = (int32_t)(urand() * 5.0);
+    buf bid = raw_buf(ids, sizeof ids), edy = rnd_buf(dt, b * t * d, -1e-4, 1e-4),
+        dtok = rnd_buf(dt, vocab * d, -1e-4, 1e-4), dpos = rnd_buf(dt, t * d, -1e-4, 1e-4);
+    snprintf(nm, sizeof nm, "embedding backward %s", dn(dt));
+    TALLY_CPU(ampc_embedding_backward(b, t, d, ids, vocab, edy.h, dt, dtok.h, dpos.h, NULL, NULL));
+    TALLY_DEV(
+        nm, true,
+        ampc_cuda_embedding_backward(b, t, d, bid.d, vocab, edy.d, dt, dtok.d, dpos.d, NULL, NULL));
+    drop(&x), drop(&dy), drop(&dx), drop(&v), drop(&bid), drop(&edy), drop(&dtok), drop(&dpos);
+
+    /* reductions: the same number of values */
+    const int64_t m = 33, dd = 96;
+    buf lx = rnd_buf(dt, m * dd, -2, 2), gam = rnd_buf(dt, dd, 0.5, 1.5),
+        ldy = rnd_buf(dt, m * dd, -1, 1), ldx = rnd_buf(dt, m * dd, 0, 1),
+        dg = rnd_buf(dt, dd, 0, 1), dbt = rnd_buf(dt, dd, 0, 1), mean = rnd_buf(AMPC_F32, m, 0, 0),
+        rstd = rnd_buf(AMPC_F32, m, 1, 1);
+    snprintf(nm, sizeof nm, "layer norm backward %s", dn(dt));
+    TALLY_CPU(ampc_layernorm_backward(m, dd, ldy.h, dt, lx.h, dt, gam.h, dt, mean.h, rstd.h, ldx.h,
+                                      dg.h, dbt.h, NULL));
+    TALLY_DEV(nm, false,
+              ampc_cuda_layernorm_backward(m, dd, ldy.d, dt, lx.d, dt, gam.d, dt, mean.d, rstd.d,
+                                           ldx.d, dg.d, dbt.d, NULL));
+    buf sy = rnd_buf(dt, m * dd, 0, 0.1), sdx = rnd_buf(AMPC_F32, m * dd, 0, 1);
+    snprintf(nm, sizeof nm, "softmax backward %s -> f32", dn(dt));
+    TALLY_CPU(ampc_softmax_backward(m, dd, ldy.h, dt, sy.h, dt, 0.5f, sdx.h));
+    TALLY_DEV(nm, false, ampc_cuda_softmax_backward(m, dd, ldy.d, dt, sy.d, dt, 0.5f, sdx.d));
+    drop(&lx), drop(&gam), drop(&ldy), drop(&ldx), drop(&dg), drop(&dbt), drop(&mean), drop(&rstd),
+        drop(&sy), drop(&sdx);
+
+    /* GEMMs: every C element once (F32 C; 16-bit C direct and through a
+     * beta = 1 accumulation; a mixed product; heads side by side with gaps) */
+    const int64_t gm = 40, gn = 24, gk = 56, nb = 3;
+    buf ga = rnd_buf(dt, nb * gm * gk, -1, 1), gb = rnd_buf(dt, nb * gk * gn, -1, 1),
+        gc = rnd_buf(AMPC_F32, nb * gm * gn, 0, 1), gd = rnd_buf(dt, gm * nb * gn, 0, 1),
+        gf = rnd_buf(AMPC_F32, gm * gk, -1, 1);
+    snprintf(nm, sizeof nm, "gemm %s -> f32, batch %d", dn(dt), (int)nb);
+    TALLY_CPU(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, gm, gn, gk, 1.0f, ga.h, dt, gk,
+                                        gm * gk, gb.h, dt, gn, gk * gn, 0.0f, gc.h, AMPC_F32, gn,
+                                        gm * gn, nb, AMPC_ACC_F32));
+    TALLY_DEV(nm, false,
+              ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, gm, gn, gk, 1.0f, ga.d, dt, gk,
+                                             gm * gk, gb.d, dt, gn, gk * gn, 0.0f, gc.d, AMPC_F32,
+                                             gn, gm * gn, nb, AMPC_ACC_F32));
+    snprintf(nm, sizeof nm, "gemm %s heads side by side, beta 1", dn(dt));
+    TALLY_CPU(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, gm, gn, gk, 0.5f, ga.h, dt, gk,
+                                        gm * gk, gb.h, dt, gn, gk * gn, 1.0f, gd.h, dt, nb * gn, gn,
+                                        nb, AMPC_ACC_F32));
+    TALLY_DEV(nm, false,
+              ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, gm, gn, gk, 0.5f, ga.d, dt, gk,
+                                             gm * gk, gb.d, dt, gn, gk * gn, 1.0f, gd.d, dt,
+                                             nb * gn, gn, nb, AMPC_ACC_F32));
+    snprintf(nm, sizeof nm, "gemm f32 x %s -> %s (mixed)", dn(dt), dn(dt));
+    TALLY_CPU(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, gm, gn, gk, 1.0f, gf.h, AMPC_F32, gk,
+                                        0, gb.h, dt, gn, 0, 0.0f, gd.h, dt, gn, 0, 1,
+                                        AMPC_ACC_F32));
+    TALLY_DEV(nm, false,
+              ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, gm, gn, gk, 1.0f, gf.d, AMPC_F32,
+                                             gk, 0, gb.d, dt, gn, 0, 0.0f, gd.d, dt, gn, 0, 1,
+                                             AMPC_ACC_F32));
+    drop(&ga), drop(&gb), drop(&gc), drop(&gd), drop(&gf);
+
+    /* layers: linear (bias; with stats), attention with FP32 probabilities */
+    const int64_t lm = 30, lk = 48, ln = 20;
+    buf x2 = rnd_buf(dt, lm * lk, -1, 1), w2 = rnd_buf(dt, ln * lk, -0.3, 0.3),
+        b2 = rnd_buf(dt, ln, -0.1, 0.1), y2 = rnd_buf(dt, lm * ln, 0, 1),
+        dy2 = rnd_buf(dt, lm * ln, -1, 1), dx2 = rnd_buf(dt, lm * lk, 0, 1),
+        dw2 = rnd_buf(dt, ln * lk, 0, 0.01), db2 = rnd_buf(dt, ln, 0, 0.01);
+    snprintf(nm, sizeof nm, "linear %s, bias", dn(dt));
+    TALLY_CPU(
+        ampc_linear_forward(lm, lk, ln, x2.h, dt, w2.h, dt, b2.h, y2.h, dt, AMPC_ACC_F32, NULL));
+    TALLY_DEV(nm, false,
+              ampc_cuda_linear_forward(lm, lk, ln, x2.d, dt, w2.d, dt, b2.d, y2.d, dt, AMPC_ACC_F32,
+                                       NULL));
+    ampc_round_stats rs = {0};
+    snprintf(nm, sizeof nm, "linear %s with stats", dn(dt));
+    TALLY_CPU(
+        ampc_linear_forward(lm, lk, ln, x2.h, dt, w2.h, dt, b2.h, y2.h, dt, AMPC_ACC_F32, &rs));
+    TALLY_DEV(nm, false,
+              ampc_cuda_linear_forward(lm, lk, ln, x2.d, dt, w2.d, dt, b2.d, y2.d, dt, AMPC_ACC_F32,
+                                       &rs));
+    snprintf(nm, sizeof nm, "linear backward %s", dn(dt));
+    TALLY_CPU(ampc_linear_backward(lm, lk, ln, dy2.h, dt, x2.h, dt, w2.h, dt, dx2.h, dw2.h, db2.h,
+                                   AMPC_ACC_F32, NULL));
+    TALLY_DEV(nm, false,
+              ampc_cuda_linear_backward(lm, lk, ln, dy2.d, dt, x2.d, dt, w2.d, dt, dx2.d, dw2.d,
+                                        db2.d, AMPC_ACC_F32, NULL));
+    drop(&x2), drop(&w2), drop(&b2), drop(&y2), drop(&dy2), drop(&dx2), drop(&dw2), drop(&db2);
+
+    const int64_t ab = 2, tq = 7, h = 2, dm = 32;
+    const ampc_dtype pdt = AMPC_F32;
+    buf xq = rnd_buf(dt, ab * tq * dm, -1, 1), W[4], B[4], dW[4], dB[4];
+    for (int i = 0; i < 4; i++) {
+      W[i] = rnd_buf(dt, dm * dm, -0.2, 0.2), B[i] = rnd_buf(dt, dm, -0.1, 0.1);
+      dW[i] = rnd_buf(dt, dm * dm, 0, 0.01), dB[i] = rnd_buf(dt, dm, 0, 0.01);
+    }
+    buf cq = rnd_buf(dt, ab * tq * dm, 0, 1), ck = rnd_buf(dt, ab * tq * dm, 0, 1),
+        cv = rnd_buf(dt, ab * tq * dm, 0, 1), co = rnd_buf(dt, ab * tq * dm, 0, 1),
+        cs = rnd_buf(pdt, ab * h * tq * tq, 0, 1), cp = rnd_buf(pdt, ab * h * tq * tq, 0, 1),
+        my = rnd_buf(dt, ab * tq * dm, 0, 1), mdy = rnd_buf(dt, ab * tq * dm, -1, 1),
+        mdx = rnd_buf(dt, ab * tq * dm, 0, 1);
+    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h};
+    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d};
+    snprintf(nm, sizeof nm, "mha forward %s, f32 probabilities", dn(dt));
+    TALLY_CPU(ampc_mha_forward(ab, tq, tq, dm, h, xq.h, xq.h, dt, W[0].h, B[0].h, W[1].h, B[1].h,
+                               W[2].h, B[2].h, W[3].h, B[3].h, dt, NULL, &hc, pdt, my.h,
+                               AMPC_ACC_F32, NULL, NULL));
+    TALLY_DEV(nm, false,
+              ampc_cuda_mha_forward(ab, tq, tq, dm, h, xq.d, xq.d, dt, W[0].d, B[0].d, W[1].d,
+                                    B[1].d, W[2].d, B[2].d, W[3].d, B[3].d, dt, NULL, &dc, pdt,
+                                    my.d, AMPC_ACC_F32, NULL, NULL));
+    snprintf(nm, sizeof nm, "mha backward %s, f32 probabilities", dn(dt));
+    TALLY_CPU(ampc_mha_backward_ex(ab, tq, tq, dm, h, xq.h, xq.h, dt, W[0].h, W[1].h, W[2].h,
+                                   W[3].h, dt, &hc, pdt, mdy.h, dt, mdx.h, NULL, 1.0f, dW[0].h,
+                                   dB[0].h, dW[1].h, dB[1].h, dW[2].h, dB[2].h, dW[3].h, dB[3].h,
+                                   AMPC_ACC_F32, NULL, NULL));
+    TALLY_DEV(nm, false,
+              ampc_cuda_mha_backward_ex(ab, tq, tq, dm, h, xq.d, xq.d, dt, W[0].d, W[1].d, W[2].d,
+                                        W[3].d, dt, &dc, pdt, mdy.d, dt, mdx.d, NULL, 1.0f, dW[0].d,
+                                        dB[0].d, dW[1].d, dB[1].d, dW[2].d, dB[2].d, dW[3].d,
+                                        dB[3].d, AMPC_ACC_F32, NULL, NULL));
+    drop(&xq);
+    for (int i = 0; i < 4; i++)
+      drop(&W[i]), drop(&B[i]), drop(&dW[i]), drop(&dB[i]);
+    drop(&cq), drop(&ck), drop(&cv), drop(&co), drop(&cs), drop(&cp), drop(&my), drop(&mdy),
+        drop(&mdx);
+
+    /* the patch embedding (its unfold counted both ways) */
+    const int64_t pb = 2, hh = 8, ww = 8, c = 3, p = 4, pd = 16, np = 4, pk = c * p * p;
+    uint8_t img[2 * 8 * 8 * 3];
+    for (size_t i = 0; i < sizeof img; i++)
+      img[i] = (uint8_t)(urand() * 256.0);
+    buf im = raw_buf(img, sizeof img), pw = rnd_buf(dt, pd * pk, -0.2, 0.2),
+        pbias = rnd_buf(dt, pd, -0.1, 0.1), py = rnd_buf(dt, pb * np * pd, 0, 1),
+        pdy = rnd_buf(dt, pb * np * pd, -1, 1), pdw = rnd_buf(dt, pd * pk, 0, 0.01),
+        pdb = rnd_buf(dt, pd, 0, 0.01);
+    snprintf(nm, sizeof nm, "patch embed forward %s", dn(dt));
+    TALLY_CPU(ampc_patch_embed_forward(pb, hh, ww, c, p, pd, img, 1.0f / 127.5f, -1.0f, pw.h, dt,
+                                       pbias.h, py.h, dt, AMPC_ACC_F32, NULL, NULL));
+    TALLY_DEV(nm, false,
+              ampc_cuda_patch_embed_forward(pb, hh, ww, c, p, pd, im.d, 1.0f / 127.5f, -1.0f, pw.d,
+                                            dt, pbias.d, py.d, dt, AMPC_ACC_F32, NULL, NULL));
+    snprintf(nm, sizeof nm, "patch embed backward %s", dn(dt));
+    TALLY_CPU(ampc_patch_embed_backward(pb, hh, ww, c, p, pd, img, 1.0f / 127.5f, -1.0f, dt, pdy.h,
+                                        dt, pdw.h, pdb.h, AMPC_ACC_F32, NULL));
+    TALLY_DEV(nm, false,
+              ampc_cuda_patch_embed_backward(pb, hh, ww, c, p, pd, im.d, 1.0f / 127.5f, -1.0f, dt,
+                                             pdy.d, dt, pdw.d, pdb.d, AMPC_ACC_F32, NULL));
+    drop(&im), drop(&pw), drop(&pbias), drop(&py), drop(&pdy), drop(&pdw), drop(&pdb);
+  }
+  ampc_tally_free(g_tally);
+  g_tally = NULL;
+}
+
 static void run_all(void) {
   test_elementwise();
   test_layernorm();
@@ -1418,6 +1637,7 @@ static void run_all(void) {
   test_unscale();
   test_optim();
   test_model_rows();
+  test_tally();
 }
 
 int main(void) {

@@ -147,7 +147,60 @@ static void test_shadow_gemm(void **state) {
   assert_int_equal(t->acc_k[AMPC_BRANCH_FUSION], K);
   assert_string_equal(t->acc_tensor[AMPC_BRANCH_FUSION], "f.fc");
   assert_true(t->acc_err[AMPC_BRANCH_TEXT] < 0.0); /* not sampled */
+  /* a product measured elsewhere (a device's): the same sampled rows, their
+   * FP16-accumulated product handed in, give the same error */
+  const double e16 = t->acc_err[AMPC_BRANCH_FUSION];
+  const int64_t rows = ampc_probe_shadow_rows(M), step = M / rows;
+  assert_int_equal(rows, 16);
+  ampc_f16 *xs = malloc((size_t)(rows * K) * sizeof *xs);
+  float *y = malloc((size_t)(rows * N) * sizeof *y);
+  assert_non_null(xs);
+  assert_non_null(y);
+  for (int64_t i = 0; i < rows; i++)
+    memcpy(xs + i * K, x + i * step * K, K * sizeof *xs);
+  assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_T, rows, N, K, 1.0f, xs, AMPC_F16, K, w, AMPC_F16,
+                             K, 0.0f, y, AMPC_F32, N, AMPC_ACC_F16),
+                   AMPC_OK);
+  assert_int_equal(ampc_telemetry_begin(t), AMPC_OK);
+  assert_int_equal(ampc_telemetry_shadow_result(t, AMPC_BRANCH_TEXT, "t.fc", rows, K, N, xs,
+                                                AMPC_F16, w, AMPC_F16, y),
+                   AMPC_OK);
+  assert_int_equal(ampc_telemetry_shadow_result(t, AMPC_BRANCH_TEXT, "t.fc", rows, K, N, NULL,
+                                                AMPC_F16, w, AMPC_F16, y),
+                   AMPC_ERR_INVALID_ARG);
+  ampc_telemetry_end(t);
+  assert_true(t->acc_err[AMPC_BRANCH_TEXT] == e16);
+  assert_int_equal(t->acc_k[AMPC_BRANCH_TEXT], K);
+  free(xs), free(y);
   free(t), free(x), free(w);
+}
+
+/* counts made elsewhere (a GPU's store kernels) join the thread's own */
+static void test_tally_add(void **state) {
+  (void)state;
+  ampc_tally *t = ampc_tally_create();
+  assert_non_null(t);
+  const float src[4] = {0.0f, 1e-9f, 3.0f, 70000.0f};
+  uint16_t dst[4];
+  ampc_tally *was = ampc_tally_bind(t);
+  assert_int_equal(ampc_store_f32(dst, AMPC_F16, src, 4, NULL), AMPC_OK);
+  (void)ampc_tally_bind(was);
+  ampc_tm_stats one, two;
+  ampc_tally_drain(t, &one);
+  assert_int_equal(one.r.count, 4);
+  ampc_tally_add(t, &one);
+  ampc_tally_add(t, &one);
+  ampc_tally_add(t, NULL);
+  ampc_tally_add(NULL, &one);
+  ampc_tally_drain(t, &two);
+  assert_int_equal(two.r.count, 8);
+  assert_int_equal(two.r.underflow, 2 * one.r.underflow);
+  assert_int_equal(two.r.overflow, 2);
+  assert_int_equal(two.zeros, 2);
+  assert_true(two.r.max_abs == 70000.0f);
+  for (int b = 0; b < AMPC_TM_BINS; b++)
+    assert_int_equal(two.hist[b], 2 * one.hist[b]);
+  ampc_tally_free(t);
 }
 
 /* The tally is handed to the kernels' workers: with two threads every store
@@ -806,6 +859,7 @@ int main(void) {
       cmocka_unit_test(test_store_counts),
       cmocka_unit_test(test_gemm_and_elem_counts),
       cmocka_unit_test(test_shadow_gemm),
+      cmocka_unit_test(test_tally_add),
       cmocka_unit_test(test_one_collector),
       cmocka_unit_test(test_workers_counted),
       cmocka_unit_test(test_collectors_per_thread),

@@ -327,6 +327,109 @@ static int run_case(ampc_device dev, ampc_precision p, const case_t *cs) {
   return 0;
 }
 
+/* The rounding telemetry of one forward and backward pass (composite loss,
+ * sampled negatives, MLM) on the CPU and on dev, with the loss scale S of a
+ * healthy run and with those of two failure signatures of
+ * tests/check_diagnose.sh (S = 1 without loss scaling: gradients flush to
+ * zero; S = 2^30: they overflow): on cpu-split every count,
+ * histogram and shadow error equal; on the GPU the number of values counted
+ * per branch and pass equal (the same stores counted), every branch's shadow
+ * accumulation error below 4 K 2^-24 (FP32 accumulation; none on 32-true's
+ * pedantic FP32 beyond that either), and the rounding outcomes close: a value
+ * can change class (flushed, subnormal, zero) only where the two sides'
+ * orders of summation move it across a class boundary, which a few values
+ * in a thousand may do (first checked on the first device run). */
+static int run_telemetry(ampc_device dev, ampc_precision p, float S, const char *label) {
+  char what[160];
+  snprintf(what, sizeof what, "%s %s telemetry, %s", dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
+           ampc_precision_name(p), label);
+  weights w;
+  OK(make_weights(&w, "mm-micro", p, 0.5f));
+  ampc_params *Pc = &w.T.params, Pd;
+  OK(mirror_params(dev, Pc, &Pd));
+  ampc_mmodel *M[2] = {NULL, NULL};
+  OK(ampc_mmodel_create(&M[0], &w.c, Pc, &w.T.amp, B));
+  OK(ampc_mmodel_create_on(&M[1], &w.c, &Pd, &w.T.amp, B, dev));
+  const int64_t npix = B * w.c.img * w.c.img * w.c.channels;
+  uint8_t *images = malloc((size_t)npix);
+  ampc_telemetry *tm = calloc(2, sizeof *tm);
+  if (!images || !tm) {
+    CHECK(0, "out of memory");
+    return 1;
+  }
+  int32_t tokens[B * TT], labels[B];
+  mmf_batch(images, npix, tokens, labels);
+  const ampc_mmodel_batch bt = {.b = B,
+                                .images = images,
+                                .tokens = tokens,
+                                .labels = labels,
+                                .neg_seed = 1234,
+                                .mask_seed = 99};
+  for (int side = 0; side < 2; side++) {
+    const ampc_model_probe pr = ampc_telemetry_probe(&tm[side]);
+    ampc_mmodel_set_probe(M[side], &pr);
+    ampc_mmodel_losses L;
+    OK(ampc_telemetry_begin(&tm[side]));
+    OK(ampc_mmodel_forward(M[side], &bt, &L));
+    OK(ampc_mmodel_backward(M[side], S));
+    ampc_telemetry_end(&tm[side]);
+  }
+  const ampc_telemetry *c = &tm[0], *d = &tm[1];
+  static const char *const br[] = {"vision", "text", "fusion", "heads"};
+  for (int ph = 0; ph < AMPC_TM_PHASES; ph++)
+    for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+      const ampc_tm_stats *x = &d->s[ph][b], *y = &c->s[ph][b];
+      const char *pn = ph == AMPC_TM_ACT ? "act" : "grad";
+      if (dev != AMPC_DEVICE_CUDA) {
+        CHECK(memcmp(x, y, sizeof *x) == 0, "%s: %s %s counts differ from the CPU's", what, br[b],
+              pn);
+        continue;
+      }
+      CHECK(x->r.count == y->r.count, "%s: %s %s: %llu values counted, %llu on the CPU", what,
+            br[b], pn, (unsigned long long)x->r.count, (unsigned long long)y->r.count);
+      const double slack = 4e-3 * (double)y->r.count + 8.0;
+      const uint64_t xs[] = {x->r.underflow, x->r.subnormal, x->zeros, x->r.inf, x->r.nan};
+      const uint64_t ys[] = {y->r.underflow, y->r.subnormal, y->zeros, y->r.inf, y->r.nan};
+      static const char *const nm[] = {"flushed", "subnormal", "zeros", "inf", "nan"};
+      for (int k = 0; k < 5; k++)
+        CHECK(fabs((double)xs[k] - (double)ys[k]) <= slack, "%s: %s %s: %s %llu, %llu on the CPU",
+              what, br[b], pn, nm[k], (unsigned long long)xs[k], (unsigned long long)ys[k]);
+    }
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    if (dev != AMPC_DEVICE_CUDA) {
+      CHECK(c->acc_err[b] == d->acc_err[b] && c->acc_k[b] == d->acc_k[b] &&
+                !strcmp(c->acc_tensor[b], d->acc_tensor[b]),
+            "%s: %s shadow error %.3g (%s), %.3g (%s) on the CPU", what, br[b], d->acc_err[b],
+            d->acc_tensor[b], c->acc_err[b], c->acc_tensor[b]);
+    } else {
+      CHECK((c->acc_err[b] < 0.0) == (d->acc_err[b] < 0.0), "%s: %s shadow sampled on one side",
+            what, br[b]);
+      CHECK(d->acc_err[b] <= 4.0 * (double)d->acc_k[b] * 0x1p-24,
+            "%s: %s shadow error %.3g (k %lld)", what, br[b], d->acc_err[b],
+            (long long)d->acc_k[b]);
+    }
+  }
+  CHECK(!strcmp(c->first_nonfinite, d->first_nonfinite), "%s: first non-finite %s, %s on the CPU",
+        what, d->first_nonfinite, c->first_nonfinite);
+  /* the signatures are there to be compared: binary16 gradients flush
+   * without a loss scale, and overflow at 2^30 */
+  uint64_t flushed = 0, nonfinite = 0;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    flushed += c->s[AMPC_TM_GRAD][b].r.underflow, nonfinite += c->s[AMPC_TM_GRAD][b].r.overflow;
+  if (Pc->wdt == AMPC_F16 && S == 1.0f)
+    CHECK(flushed > 0, "%s: no gradient flushed to zero on the CPU", what);
+  if (Pc->wdt == AMPC_F16 && S > 65504.0f)
+    CHECK(nonfinite > 0 && c->first_nonfinite[0], "%s: no gradient overflowed on the CPU", what);
+  ampc_mmodel_free(M[1]);
+  ampc_mmodel_free(M[0]);
+  mirror_free(dev, &Pd);
+  free_weights(&w);
+  free(images);
+  free(tm);
+  printf("ok - %s\n", what);
+  return 0;
+}
+
 static const case_t k_cases[] = {
     {"composite", "mm-micro", 0.0f, 0, false, PASS_ONE},
     {"per-branch seeds", "mm-micro", 0.0f, 0, false, PASS_BRANCHES},
@@ -343,6 +446,14 @@ static int run_device(ampc_device dev) {
   for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
     for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++)
       run_case(dev, presets[p], &k_cases[i]);
+  for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
+    run_telemetry(dev, presets[p], presets[p] == AMPC_PRECISION_16_MIXED ? 1024.0f : 1.0f,
+                  "healthy");
+    if (presets[p] != AMPC_PRECISION_32_TRUE) {
+      run_telemetry(dev, presets[p], 1.0f, "no loss scale");
+      run_telemetry(dev, presets[p], 0x1p30f, "loss scale 2^30");
+    }
+  }
   return 0;
 }
 

@@ -22,7 +22,15 @@
  *  - They run on the stream of the context bound to the calling thread
  *    (ampc_cuda_bind), asynchronously unless stated. `ws` (ampc_scratch) is
  *    ignored: device scratch comes from the context.
- *  - The rounding telemetry's tally (ampc/tally.h) is not fed: only `stats`.
+ *  - The rounding telemetry's tally (ampc/tally.h): while one is bound to
+ *    the calling thread, every store the CPU twin counts is counted on the
+ *    device too (the same values: an FP32 scratch the CPU counts is counted
+ *    here, a copy it does not count is not) with the histogram of the FP32
+ *    values (warp-aggregated atomics), and each call waits for its counts
+ *    and adds them into the tally (ampc_tally_add): slow, for the sampled
+ *    steps only. A GEMM with a 16-bit C then runs as an FP32 product rounded
+ *    once by ampc's store (its counted values), not in cuBLASLt's epilogue:
+ *    the same bound, not always the same bits as an unsampled step.
  *  - Not yet on the GPU (AMPC_ERR_UNSUPPORTED): FP8 projections (fp8-mixed),
  *    and the FP16-accumulation ablation (AMPC_ACC_F16) wherever a layer's
  *    GEMM has an F32 or BF16 operand or output (cuBLASLt's COMPUTE_16F

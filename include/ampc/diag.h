@@ -79,6 +79,17 @@ ampc_status ampc_telemetry_shadow_linear(ampc_telemetry *t, ampc_branch br, cons
                                          ampc_dtype xdt, const void *w, ampc_dtype wdt,
                                          ampc_acc acc);
 
+/* The shadow check of a product computed elsewhere (a device's GEMM, e.g.
+ * cuBLASLt's on Tensor Cores): y [rows, n] FP32, the unrounded product x w^T of
+ * x [rows, k] (xdt, contiguous) and w [n, k] (wdt), all host memory, against
+ * the FP64 reference (ampc_gemm_reference); kept as
+ * ampc_telemetry_shadow_linear keeps its error. No-op when t is NULL or not
+ * on. Errors: AMPC_ERR_INVALID_ARG for a NULL buffer, AMPC_ERR_NOMEM. */
+ampc_status ampc_telemetry_shadow_result(ampc_telemetry *t, ampc_branch br, const char *name,
+                                         int64_t rows, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const float *y);
+
 /* The collector as a model's probe (ampc/model.h): marks and shadow GEMMs
  * reported by the model go to t while t->on. t must outlive the model's use. */
 ampc_model_probe ampc_telemetry_probe(ampc_telemetry *t);

@@ -232,8 +232,9 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
  * activations, caches and workspaces the model allocates; the batches stay
  * host memory (copied in by the forward pass), losses and metrics come back
  * to the host. Not on a device yet (AMPC_ERR_UNSUPPORTED): fp8-mixed,
- * global negatives (ampc_mmodel_set_group); the probe's shadow GEMM and
- * marks are skipped there (the rounding tally is not fed on a GPU).
+ * global negatives (ampc_mmodel_set_group). The probe's marks work there
+ * (the CUDA layers feed the bound rounding tally, ampc/cuda_nn.h), and its
+ * shadow GEMM runs on the device (shadow_result).
  * On AMPC_DEVICE_CUDA also refused: --accumulate fp16 (cuBLASLt's COMPUTE_16F
  * takes F16 only). Free the model with the same context bound (its memory
  * is released through the bound context; with none bound it would leak).
@@ -331,7 +332,10 @@ ampc_status ampc_mmodel_backward_losses(ampc_mmodel *M, const float seed[AMPC_MM
  * for the FP64 shadow accumulation check (y = x W^T: x [m, k], w [n, k]). A
  * probe is an interface the model calls and does not own; the diagnosis layer
  * implements it (ampc_telemetry_probe in ampc/diag.h), so the model does not
- * depend on the layer above it. on() false: the model skips both. */
+ * depend on the layer above it. on() false: the model skips both. A model on
+ * a device reports its shadow through shadow_result instead: the sampled rows
+ * (ampc_probe_shadow_rows) of x, w and the device's own FP32 product of
+ * them (y [rows, n]), copied to the host. */
 typedef struct ampc_model_probe {
   void *user;
   bool (*on)(void *user);
@@ -339,7 +343,14 @@ typedef struct ampc_model_probe {
   ampc_status (*shadow_linear)(void *user, ampc_branch br, const char *name, int64_t m, int64_t k,
                                int64_t n, const void *x, ampc_dtype xdt, const void *w,
                                ampc_dtype wdt, ampc_acc acc);
+  ampc_status (*shadow_result)(void *user, ampc_branch br, const char *name, int64_t rows,
+                               int64_t k, int64_t n, const void *x, ampc_dtype xdt, const void *w,
+                               ampc_dtype wdt, const float *y);
 } ampc_model_probe;
+
+/* The rows of an x [m, k] a shadow check samples: min(m, 16) rows (0 for
+ * m < 1), every (m / rows)-th from row 0. */
+static inline int64_t ampc_probe_shadow_rows(int64_t m) { return m < 16 ? (m < 1 ? 0 : m) : 16; }
 
 /* Attach a probe (copied; NULL detaches). */
 void ampc_mmodel_set_probe(ampc_mmodel *M, const ampc_model_probe *p);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "ampc/cuda_nn.h"
+#include "ampc/tally.h"
 #include "cuda/cuda_impl.h"
 
 namespace ampc_cu {
@@ -58,19 +59,29 @@ __device__ __forceinline__ float rnd(float v, int dt) {
   }
 }
 
-/* ampc_round_stats on the device (every counter 64-bit for the atomics) */
+/* ampc_round_stats on the device (every counter 64-bit for the atomics),
+ * and with hist_on (a rounding tally, ampc/tally.h, is bound on the host) the
+ * tally's FP32 side: zeros and the exponent histogram of the values stored */
 struct dev_stats {
   unsigned long long count, underflow, subnormal, overflow, inf, nan;
   unsigned int max_abs_bits;
+  int hist_on;
+  unsigned long long zeros;
+  unsigned long long hist[AMPC_TM_BINS];
 };
 
 /* one thread's counts; flush() adds a warp's counts with one atomic each.
  * Every lane of the warp must call flush (kernels that count have no early
- * return before it). */
+ * return before it). The histogram goes straight to the device counters,
+ * aggregated over the lanes that store a value of the same exponent. */
 struct lstats {
-  uint32_t n, uf, sub, of, inf, nan, maxb;
-  __device__ lstats() : n(0), uf(0), sub(0), of(0), inf(0), nan(0), maxb(0) {}
-  /* x: the FP32 value rounded, out: the stored bits in dt (as store.c's count1) */
+  uint32_t n, uf, sub, of, inf, nan, maxb, z;
+  unsigned long long *hist;
+  __device__ explicit lstats(const dev_stats *ds)
+      : n(0), uf(0), sub(0), of(0), inf(0), nan(0), maxb(0), z(0),
+        hist(ds && ds->hist_on ? const_cast<unsigned long long *>(ds->hist) : nullptr) {}
+  /* x: the FP32 value rounded, out: the stored bits in dt (as store.c's
+   * count1 and tally.c's count16/count32) */
   __device__ __forceinline__ void add(float x, int dt, uint32_t out) {
     const uint32_t ax = __float_as_uint(x) & 0x7FFFFFFFu;
     const bool finite_in = ax < 0x7F800000u;
@@ -91,34 +102,47 @@ struct lstats {
     nan += isnan;
     if (finite_in && ax > maxb)
       maxb = ax;
+    if (hist && finite_in) {
+      if (ax == 0) {
+        z++;
+      } else { /* the lanes here with the same exponent add once */
+        const uint32_t bin = ax >> 23;
+        const unsigned same = __match_any_sync(__activemask(), bin);
+        if ((int)(threadIdx.x & 31) == __ffs(same) - 1)
+          atomicAdd(&hist[bin], (unsigned long long)__popc(same));
+      }
+    }
   }
   __device__ void flush(dev_stats *s) {
     if (!s)
       return;
-    uint32_t v[7] = {n, uf, sub, of, inf, nan, maxb};
-    for (int k = 0; k < 7; k++)
+    uint32_t v[8] = {n, uf, sub, of, inf, nan, maxb, z};
+    for (int k = 0; k < 8; k++)
       for (int o = 16; o > 0; o >>= 1) {
         const uint32_t w = __shfl_down_sync(0xFFFFFFFFu, v[k], o);
         v[k] = k == 6 ? (w > v[k] ? w : v[k]) : v[k] + w;
       }
     if ((threadIdx.x & 31) == 0) {
-      if (v[0])
-        atomicAdd(&s->count, (unsigned long long)v[0]);
-      if (v[1])
-        atomicAdd(&s->underflow, (unsigned long long)v[1]);
-      if (v[2])
-        atomicAdd(&s->subnormal, (unsigned long long)v[2]);
-      if (v[3])
-        atomicAdd(&s->overflow, (unsigned long long)v[3]);
-      if (v[4])
-        atomicAdd(&s->inf, (unsigned long long)v[4]);
-      if (v[5])
-        atomicAdd(&s->nan, (unsigned long long)v[5]);
+      unsigned long long *const c[6] = {&s->count,    &s->underflow, &s->subnormal,
+                                        &s->overflow, &s->inf,       &s->nan};
+      for (int k = 0; k < 6; k++)
+        if (v[k])
+          atomicAdd(c[k], (unsigned long long)v[k]);
       if (v[6])
         atomicMax(&s->max_abs_bits, v[6]);
+      if (v[7])
+        atomicAdd(&s->zeros, (unsigned long long)v[7]);
     }
   }
 };
+
+/* st() counted into ls when ds (the kernel's counters) is given */
+__device__ __forceinline__ void cst(void *p, int dt, int64_t i, float v, lstats &ls,
+                                    const dev_stats *ds) {
+  const uint32_t o = st(p, dt, i, v);
+  if (ds)
+    ls.add(v, dt, o);
+}
 
 /* warp all-reduce (every lane gets the result; a fixed butterfly order) */
 __device__ __forceinline__ double warp_sum(double v) {
@@ -165,11 +189,17 @@ extern "C" ampc_status ampc_fail(ampc_status s, const char *fmt, ...);
 ampc_status ampc_cu_begin(const char *fn, ampc_cuda_ctx **ctx, cudaStream_t *stream);
 /* AMPC_ERR_DEVICE naming fn when the last launch failed, else AMPC_OK. */
 ampc_status ampc_cu_launched(const char *fn);
-/* Device counters for a store (NULL when stats is NULL), zeroed on the
- * stream; ampc_cu_stats_end waits for the stream and adds them into stats. */
+/* Device counters for a store, zeroed on the stream: NULL when stats is NULL
+ * and no rounding tally is bound to the calling thread (ampc/tally.h); with
+ * a tally, the histogram side too. ampc_cu_stats_end waits for the stream
+ * and adds them into stats and into the bound tally. Take them after any
+ * nested call that counts on its own (a GEMM, another layer): the counters
+ * rotate through 8 blocks, so a block outlives 7 later begins only. */
 ampc_status ampc_cu_stats_begin(ampc_cuda_ctx *ctx, cudaStream_t s, ampc_round_stats *stats,
                                 ampc_cu::dev_stats **out);
 ampc_status ampc_cu_stats_end(cudaStream_t s, const ampc_cu::dev_stats *d, ampc_round_stats *stats);
+/* a rounding tally is bound: every store the CPU's twin counts is counted */
+static inline bool ampc_cu_tally_on(void) { return ampc_tally_current() != NULL; }
 /* F32, F16 or BF16 */
 static inline bool ampc_cu_dt_ok(ampc_dtype dt) {
   return dt == AMPC_F32 || dt == AMPC_F16 || dt == AMPC_BF16;

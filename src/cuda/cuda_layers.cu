@@ -35,17 +35,36 @@ __global__ void widen_k(int64_t n, const void *src, int dt, float *dst) {
     dst[i] = ld(src, dt, i);
 }
 
-/* dst (dt) = round(src) over a rows x cols matrix (ld_s, ld_d), counting */
-__global__ void round_k(int64_t rows, int64_t cols, const float *src, int64_t lds, void *dst,
-                        int dt, int64_t ldd, dev_stats *ds) {
-  lstats ls;
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cols;
+/* dst (dt) = round(src) over a batch of rows x cols matrices (leading
+ * dimensions lds, ldd; batch strides ss, sd), counting */
+__global__ void round_k(int64_t batch, int64_t rows, int64_t cols, const float *src, int64_t lds,
+                        int64_t ss, void *dst, int dt, int64_t ldd, int64_t sd, dev_stats *ds) {
+  lstats ls(ds);
+  const int64_t per = rows * cols;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * per;
        e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = e / cols, j = e % cols;
-    const float v = src[i * lds + j];
-    const uint32_t o = st(dst, dt, i * ldd + j, v);
+    const int64_t bi = e / per, i = (e % per) / cols, j = e % cols;
+    const float v = src[bi * ss + i * lds + j];
+    const uint32_t o = st(dst, dt, bi * sd + i * ldd + j, v);
     if (ds)
       ls.add(v, dt, o);
+  }
+  ls.flush(ds);
+}
+
+/* count what a batch of rows x cols matrices in dt holds, as stored from
+ * itself (an FP32 result is its own source; the rounding tally's view of a
+ * product cuBLASLt wrote) */
+__global__ void count_k(int64_t batch, int64_t rows, int64_t cols, const void *c, int dt,
+                        int64_t ldc, int64_t sc, dev_stats *ds) {
+  lstats ls(ds);
+  const int64_t per = rows * cols;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * per;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / per, i = (e % per) / cols, j = e % cols, at = bi * sc + i * ldc + j;
+    const uint32_t o =
+        dt == DT_F32 ? static_cast<const uint32_t *>(c)[at] : static_cast<const uint16_t *>(c)[at];
+    ls.add(ld(c, dt, at), dt, o);
   }
   ls.flush(ds);
 }
@@ -59,14 +78,20 @@ __global__ void bias_rows_k(int64_t m, int64_t n, const void *b, int bdt, void *
 }
 
 /* db[j] = round(db[j] + sum over rows of dy[i][j], rows in order, FP32) */
-__global__ void bias_grad_k(int64_t m, int64_t n, const void *dy, int gdt, void *db) {
+__global__ void bias_grad_k(int64_t m, int64_t n, const void *dy, int gdt, void *db,
+                            dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
        j += (int64_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (int64_t i = 0; i < m; i++)
       s += ld(dy, gdt, i * n + j);
-    st(db, gdt, j, ld(db, gdt, j) + s);
+    const float v = ld(db, gdt, j) + s;
+    const uint32_t o = st(db, gdt, j, v);
+    if (ds)
+      ls.add(v, gdt, o);
   }
+  ls.flush(ds);
 }
 
 /* elements spanned by a strided batch of rows x cols matrices */
@@ -106,53 +131,78 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
   g.a = a, g.a_dt = a_dt, g.lda = lda, g.stride_a = stride_a;
   g.b = b, g.b_dt = b_dt, g.ldb = ldb, g.stride_b = stride_b;
   g.c = c, g.c_dt = c_dt, g.ldc = ldc, g.stride_c = stride_c, g.batch = batch;
+  /* With a rounding tally bound, C is counted as the CPU's GEMM epilogue
+   * counts it (m n per matrix): an FP32 C after the product; a 16-bit C
+   * through an FP32 product rounded once here, as a mixed product is. */
+  const bool counting = ampc_cu_tally_on();
   if (acc == AMPC_ACC_F16) {
     if (a_dt != AMPC_F16 || b_dt != AMPC_F16 || c_dt != AMPC_F16)
       return ampc_fail(AMPC_ERR_UNSUPPORTED,
                        "%s: FP16 accumulation on the GPU needs F16 A, B and C (CUBLAS_COMPUTE_16F)",
                        fn);
     g.compute = AMPC_CUDA_COMPUTE_16F;
-    return ampc_cuda_gemm(ctx, &g);
+    AMPC_TRY(ampc_cuda_gemm(ctx, &g));
+    if (!counting)
+      return AMPC_OK;
+    STATS_BEGIN(NULL); /* the FP16 sums are the stored values: counted as they are */
+    count_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, c, c_dt, ldc, stride_c,
+                                                           dst);
+    FINISH(fn, NULL);
   }
-  if (direct_ok(a_dt, b_dt, c_dt)) {
+  const bool direct = direct_ok(a_dt, b_dt, c_dt);
+  if (direct && !(counting && c_dt != AMPC_F32)) {
     g.compute = a_dt == AMPC_F32 ? AMPC_CUDA_COMPUTE_32F_PEDANTIC : AMPC_CUDA_COMPUTE_32F;
-    return ampc_cuda_gemm(ctx, &g);
+    AMPC_TRY(ampc_cuda_gemm(ctx, &g));
+    if (!counting)
+      return AMPC_OK;
+    STATS_BEGIN(NULL);
+    count_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, c, c_dt, ldc, stride_c,
+                                                           dst);
+    FINISH(fn, NULL);
   }
   /* mixed: widen to FP32 (exact), FP32 GEMM, one rounding into C */
   const int64_t ar = opa == AMPC_OP_N ? m : k, ac = opa == AMPC_OP_N ? k : m;
   const int64_t br = opb == AMPC_OP_N ? k : n, bc = opb == AMPC_OP_N ? n : k;
-  if (k > 0 && a_dt != AMPC_F32) {
+  if (!direct && k > 0 && a_dt != AMPC_F32) {
     const int64_t sp = span(ar, ac, lda, stride_a, batch);
     void *w = NULL;
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_A, (size_t)sp * sizeof(float), &w));
     widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, a, a_dt, static_cast<float *>(w));
     g.a = w, g.a_dt = AMPC_F32;
   }
-  if (k > 0 && b_dt != AMPC_F32) {
+  if (!direct && k > 0 && b_dt != AMPC_F32) {
     const int64_t sp = span(br, bc, ldb, stride_b, batch);
     void *w = NULL;
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_B, (size_t)sp * sizeof(float), &w));
     widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, b, b_dt, static_cast<float *>(w));
     g.b = w, g.b_dt = AMPC_F32;
   }
-  g.compute = AMPC_CUDA_COMPUTE_32F_PEDANTIC;
+  /* 16-bit A and B (a counted direct product) keep their Tensor Core sums */
+  g.compute = direct ? AMPC_CUDA_COMPUTE_32F : AMPC_CUDA_COMPUTE_32F_PEDANTIC;
   if (c_dt == AMPC_F32) {
     AMPC_TRY(ampc_cu_launched(fn));
-    return ampc_cuda_gemm(ctx, &g);
+    AMPC_TRY(ampc_cuda_gemm(ctx, &g));
+    if (!counting)
+      return AMPC_OK;
+    STATS_BEGIN(NULL);
+    count_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, c, c_dt, ldc, stride_c,
+                                                           dst);
+    FINISH(fn, NULL);
   }
-  /* a 16-bit C: its span widened (beta may read it), the FP32 result
-   * rounded back over the same span (elements between the matrices come
-   * back unchanged: a 16-bit value survives the round trip) */
+  /* a 16-bit C: its span widened when beta reads it, the FP32 result
+   * rounded back into the matrices (elements between them are not touched) */
   const int64_t sp = span(m, n, ldc, stride_c, batch);
   void *w = NULL;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_C, (size_t)sp * sizeof(float), &w));
-  widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, c, c_dt, static_cast<float *>(w));
+  if (beta != 0.0f)
+    widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, c, c_dt, static_cast<float *>(w));
   g.c = w, g.c_dt = AMPC_F32;
   AMPC_TRY(ampc_cu_launched(fn));
   AMPC_TRY(ampc_cuda_gemm(ctx, &g));
-  round_k<<<grid_for(sp), THREADS, 0, strm>>>(1, sp, static_cast<const float *>(w), sp, c, c_dt, sp,
-                                              NULL);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL);
+  round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(
+      batch, m, n, static_cast<const float *>(w), ldc, stride_c, c, c_dt, ldc, stride_c, dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
@@ -186,8 +236,8 @@ ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void
     return AMPC_OK;
   dev_stats *dst = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst));
-  round_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, static_cast<const float *>(c), n, y, ydt, n,
-                                                 dst);
+  round_k<<<grid_for(m * n), THREADS, 0, strm>>>(1, m, n, static_cast<const float *>(c), n, 0, y,
+                                                 ydt, n, 0, dst);
   AMPC_TRY(ampc_cu_launched(fn));
   return ampc_cu_stats_end(strm, dst, stats);
 }
@@ -215,11 +265,11 @@ ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const voi
   /* dW [n, k] += dy^T [n, m] . x [m, k] */
   AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, 0, x,
                                           xdt, k, 0, 1.0f, dw, gdt, k, 0, 1, acc));
-  if (db) {
-    bias_grad_k<<<grid_for(n), THREADS, 0, strm>>>(m, n, dy, gdt, db);
-    AMPC_TRY(ampc_cu_launched(fn));
-  }
-  return AMPC_OK;
+  if (!db)
+    return AMPC_OK;
+  STATS_BEGIN(NULL); /* db counted as the CPU's gradient add counts it */
+  bias_grad_k<<<grid_for(n), THREADS, 0, strm>>>(m, n, dy, gdt, db, dst);
+  FINISH(fn, NULL);
 }
 
 /* The attention core: one strided batched GEMM per head, batched over the
@@ -280,7 +330,7 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   dev_stats *dstats = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dstats));
   round_k<<<grid_for(b * tq * h * dh), THREADS, 0, strm>>>(
-      b * tq, h * dh, static_cast<const float *>(dst), ldd, out, odt, ldo, dstats);
+      1, b * tq, h * dh, static_cast<const float *>(dst), ldd, 0, out, odt, ldo, 0, dstats);
   AMPC_TRY(ampc_cu_launched(fn));
   return ampc_cu_stats_end(strm, dstats, stats);
 }
@@ -332,24 +382,32 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   /* dS = softmax backward, FP32 */
   AMPC_TRY(ampc_cuda_softmax_backward(b * h * tq, tk, dp, AMPC_F32, probs, pdt, 1.0f, dsm));
   for (int64_t hi = 0; hi < h; hi++) {
-    /* dq = scale dS k ; dk = scale dS^T q (FP32, then one rounding each) */
-    AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss,
-                                            AMPC_F32, tk, h * ss, (const char *)k + hi * dh * xs,
-                                            xdt, ldk, tk * ldk, 0.0f, dq32 + hi * dh, AMPC_F32, dm,
-                                            tq * dm, b, acc));
-    AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm + hi * ss,
-                                            AMPC_F32, tk, h * ss, (const char *)q + hi * dh * xs,
-                                            xdt, ldq, tq * ldq, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
-                                            tk * dm, b, acc));
+    /* dq = scale dS k ; dk = scale dS^T q (FP32, then one rounding each,
+     * counted there: the CPU's GEMM writes them straight into dq, dk) */
+    ampc_tally *const was = ampc_tally_bind(NULL);
+    ampc_status st = ampc_cuda_gemm_strided_batched(
+        AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss, AMPC_F32, tk, h * ss,
+        (const char *)k + hi * dh * xs, xdt, ldk, tk * ldk, 0.0f, dq32 + hi * dh, AMPC_F32, dm,
+        tq * dm, b, acc);
+    if (st == AMPC_OK)
+      st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm + hi * ss,
+                                          AMPC_F32, tk, h * ss, (const char *)q + hi * dh * xs, xdt,
+                                          ldq, tq * ldq, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
+                                          tk * dm, b, acc);
+    (void)ampc_tally_bind(was);
+    AMPC_TRY(st);
     /* dv = P^T dout */
     AMPC_TRY(ampc_cuda_gemm_strided_batched(
         AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
         (const char *)dout + hi * dh * gs, gdt, lddo, tq * lddo, 0.0f, (char *)dv + hi * dh * gs,
         gdt, lddv, tk * lddv, b, acc));
   }
-  round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(b * tq, dm, dq32, dm, dq, gdt, lddq, NULL);
-  round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(b * tk, dm, dk32, dm, dk, gdt, lddk, NULL);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL);
+  round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(1, b * tq, dm, dq32, dm, 0, dq, gdt, lddq, 0,
+                                                       dst);
+  round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dk32, dm, 0, dk, gdt, lddk, 0,
+                                                       dst);
+  FINISH(fn, NULL);
 }
 
 } /* extern "C" */

@@ -30,7 +30,9 @@ namespace {
 enum { SLOT_PATCH = 9, SLOT_LOSS = 10 }; /* cuda_impl.h */
 
 __global__ void unfold_k(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
-                         const uint8_t *images, float sc, float sh, void *out, int wdt) {
+                         const uint8_t *images, float sc, float sh, void *out, int wdt,
+                         dev_stats *ds) {
+  lstats ls(ds);
   const int64_t gw = ww / p, np = (hh / p) * gw, k = c * p * p;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * np * k;
        e += (int64_t)gridDim.x * blockDim.x) {
@@ -38,8 +40,9 @@ __global__ void unfold_k(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p
     const int64_t bi = r / np, pr = r % np, py = pr / gw, px = pr % gw;
     const int64_t ch = col / (p * p), dy = (col / p) % p, dx = col % p;
     const int64_t yy = py * p + dy, xx = px * p + dx;
-    st(out, wdt, e, (float)images[((bi * hh + yy) * ww + xx) * c + ch] * sc + sh);
+    cst(out, wdt, e, (float)images[((bi * hh + yy) * ww + xx) * c + ch] * sc + sh, ls, ds);
   }
+  ls.flush(ds);
 }
 
 /* log-sum-exp of row `base` (n values, stride step) scaled, in the CPU's
@@ -83,7 +86,8 @@ __global__ void ordered_sum_k(int64_t n, const double *v, double *out) {
 }
 
 __global__ void ce_bwd_k(int64_t m, int64_t c, const void *x, int dt, const int32_t *t, float g,
-                         void *dx, int gdt, int *bad) {
+                         void *dx, int gdt, int *bad, dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int32_t ti = t[i];
@@ -94,9 +98,10 @@ __global__ void ce_bwd_k(int64_t m, int64_t c, const void *x, int dt, const int3
     const float lse = (float)row_lse(x, dt, i * c, c, 1, 1.0f);
     for (int64_t j = 0; j < c; j++) {
       const float p = expf(ld(x, dt, i * c + j) - lse);
-      st(dx, gdt, i * c + j, g * (p - (j == ti ? 1.0f : 0.0f)));
+      cst(dx, gdt, i * c + j, g * (p - (j == ti ? 1.0f : 0.0f)), ls, ds);
     }
   }
+  ls.flush(ds);
 }
 
 __global__ void bce_fwd_k(int64_t m, const void *x, int dt, const float *t, double *term) {
@@ -108,14 +113,16 @@ __global__ void bce_fwd_k(int64_t m, const void *x, int dt, const float *t, doub
 }
 
 __global__ void bce_bwd_k(int64_t m, const void *x, int dt, const float *t, float g, void *dx,
-                          int gdt) {
+                          int gdt, dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m;
        i += (int64_t)gridDim.x * blockDim.x) {
     const float v = ld(x, dt, i);
     const float e = expf(-fabsf(v));
     const float sig = v >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-    st(dx, gdt, i, g * (sig - t[i]));
+    cst(dx, gdt, i, g * (sig - t[i]), ls, ds);
   }
+  ls.flush(ds);
 }
 
 /* lse[i] = row i's, lse[b + i] = column i's (scaled) */
@@ -134,7 +141,8 @@ __global__ void infonce_lse_k(int64_t b, const void *sim, int dt, float scale, f
 
 /* dsim and the row sums of g * logit (for dlog_temp) */
 __global__ void infonce_bwd_k(int64_t b, const void *sim, int dt, float scale, const float *lse,
-                              float loss_scale, void *dsim, int gdt, double *rowdt) {
+                              float loss_scale, void *dsim, int gdt, double *rowdt, dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < b;
        i += (int64_t)gridDim.x * blockDim.x) {
     double d = 0.0;
@@ -143,10 +151,11 @@ __global__ void infonce_bwd_k(int64_t b, const void *sim, int dt, float scale, c
       const float g = (expf(logit - lse[i]) + expf(logit - lse[b + j]) - (i == j ? 2.0f : 0.0f)) /
                       (2.0f * (float)b);
       d += (double)g * (double)logit;
-      st(dsim, gdt, i * b + j, loss_scale * scale * g);
+      cst(dsim, gdt, i * b + j, loss_scale * scale * g, ls, ds);
     }
     rowdt[i] = d;
   }
+  ls.flush(ds);
 }
 
 ampc_status fetch(const char *fn, cudaStream_t s, void *host, const void *dev, size_t bytes) {
@@ -188,8 +197,9 @@ ampc_status unfold(const char *fn, int64_t b, int64_t hh, int64_t ww, int64_t c,
   AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
   const int64_t n = b * (hh / p) * (ww / p) * c * p * p;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_PATCH, (size_t)n * ampc_dtype_size(wdt), pt));
-  unfold_k<<<grid_for(n), THREADS, 0, strm>>>(b, hh, ww, c, p, images, sc, sh, *pt, wdt);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL); /* the CPU's unfold stores are counted: so are these */
+  unfold_k<<<grid_for(n), THREADS, 0, strm>>>(b, hh, ww, c, p, images, sc, sh, *pt, wdt, dst);
+  FINISH(fn, NULL);
 }
 
 } // namespace
@@ -285,9 +295,11 @@ ampc_status ampc_cuda_cross_entropy_backward(int64_t m, int64_t c, const void *l
   double *term, *out;
   int *bad;
   AMPC_TRY(loss_scratch(fn, ctx, strm, 0, &term, &out, &bad));
+  STATS_BEGIN(NULL);
   ce_bwd_k<<<grid_for(m), THREADS, 0, strm>>>(m, c, logits, xdt, target, loss_scale / (float)m,
-                                              dlogits, gdt, bad);
+                                              dlogits, gdt, bad, dst);
   AMPC_TRY(ampc_cu_launched(fn));
+  AMPC_TRY(ampc_cu_stats_end(strm, dst, NULL));
   int nbad = 0;
   AMPC_TRY(fetch(fn, strm, &nbad, bad, sizeof nbad));
   return nbad ? bad_targets(fn, nbad, c) : AMPC_OK;
@@ -324,8 +336,9 @@ ampc_status ampc_cuda_bce_logits_backward(int64_t m, const void *x, ampc_dtype x
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, gdt);
   CU_BEGIN(fn);
-  bce_bwd_k<<<grid_for(m), THREADS, 0, strm>>>(m, x, xdt, t, loss_scale / (float)m, dx, gdt);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL);
+  bce_bwd_k<<<grid_for(m), THREADS, 0, strm>>>(m, x, xdt, t, loss_scale / (float)m, dx, gdt, dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_infonce_forward(int64_t b, const void *sim, ampc_dtype xdt, float log_temp,
@@ -368,10 +381,12 @@ ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xd
   float *lse = reinterpret_cast<float *>(rowdt + b);
   const float scale = expf(log_temp); /* the host's expf, as the CPU's */
   infonce_lse_k<<<grid_for(b), THREADS, 0, strm>>>(b, sim, xdt, scale, lse, NULL);
+  STATS_BEGIN(NULL);
   infonce_bwd_k<<<grid_for(b), THREADS, 0, strm>>>(b, sim, xdt, scale, lse, loss_scale, dsim, gdt,
-                                                   rowdt);
+                                                   rowdt, dst);
   ordered_sum_k<<<1, 32, 0, strm>>>(b, rowdt, out);
   AMPC_TRY(ampc_cu_launched(fn));
+  AMPC_TRY(ampc_cu_stats_end(strm, dst, NULL));
   double dt = 0.0;
   AMPC_TRY(fetch(fn, strm, &dt, out, sizeof dt));
   *dlog_temp += (float)((double)loss_scale * dt);

@@ -17,10 +17,13 @@ namespace {
 enum { SLOT_MHA = 8 }; /* the backward pass's gradient buffers (cuda_impl.h) */
 
 /* dst (dt) = round(scale * src) */
-__global__ void store_scaled_k(int64_t n, const float *src, float scale, void *dst, int dt) {
+__global__ void store_scaled_k(int64_t n, const float *src, float scale, void *dst, int dt,
+                               dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
-    st(dst, dt, i, scale == 1.0f ? src[i] : src[i] * scale);
+    cst(dst, dt, i, scale == 1.0f ? src[i] : src[i] * scale, ls, ds);
+  ls.flush(ds);
 }
 
 ampc_status no_fp8(const char *fn) {
@@ -58,9 +61,13 @@ ampc_status lin_dgrad(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtyp
 ampc_status store_scaled(void *dst, ampc_dtype dt, float *src, int64_t n, float scale) {
   const char *fn = "ampc_cuda_mha_backward";
   CU_BEGIN(fn);
-  if (n > 0)
-    store_scaled_k<<<grid_for(n), THREADS, 0, strm>>>(n, src, scale, dst, dt);
-  return ampc_cu_launched(fn);
+  if (n < 1)
+    return AMPC_OK;
+  ampc_cu::dev_stats *ds = NULL; /* counted as the CPU's store (a bound tally only) */
+  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, NULL, &ds));
+  store_scaled_k<<<grid_for(n), THREADS, 0, strm>>>(n, src, scale, dst, dt, ds);
+  AMPC_TRY(ampc_cu_launched(fn));
+  return ampc_cu_stats_end(strm, ds, NULL);
 }
 
 void *take(ampc_scratch *ws, size_t *off, size_t bytes, ampc_mha_buf *own) {

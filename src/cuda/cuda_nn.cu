@@ -33,7 +33,7 @@ __device__ __forceinline__ float exp32(float x) {
 
 __global__ void add_k(int64_t n, const void *a, int adt, const void *b, int bdt, void *y, int ydt,
                       dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const float v = ld(a, adt, i) + ld(b, bdt, i);
@@ -45,7 +45,7 @@ __global__ void add_k(int64_t n, const void *a, int adt, const void *b, int bdt,
 }
 
 __global__ void gelu_k(int64_t n, const void *x, int xdt, void *y, int ydt, dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const float v = (float)ampc_gelu1((double)ld(x, xdt, i), 0, c_exp_taylor, c_erfcx_cheb);
@@ -56,18 +56,23 @@ __global__ void gelu_k(int64_t n, const void *x, int xdt, void *y, int ydt, dev_
   ls.flush(ds);
 }
 
-__global__ void gelu_bwd_k(int64_t n, const void *dy, int gdt, const void *x, int xdt, void *dx) {
+__global__ void gelu_bwd_k(int64_t n, const void *dy, int gdt, const void *x, int xdt, void *dx,
+                           dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const float f = (float)ampc_gelu1((double)ld(x, xdt, i), 1, c_exp_taylor, c_erfcx_cheb);
-    st(dx, gdt, i, ld(dy, gdt, i) * f);
+    cst(dx, gdt, i, ld(dy, gdt, i) * f, ls, ds);
   }
+  ls.flush(ds);
 }
 
-__global__ void grad_add_k(int64_t n, const float *v, void *g, int gdt) {
+__global__ void grad_add_k(int64_t n, const float *v, void *g, int gdt, dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
-    st(g, gdt, i, ld(g, gdt, i) + v[i]);
+    cst(g, gdt, i, ld(g, gdt, i) + v[i], ls, ds);
+  ls.flush(ds);
 }
 
 /* ---- layer norm ----------------------------------------------------------- */
@@ -75,7 +80,7 @@ __global__ void grad_add_k(int64_t n, const float *v, void *g, int gdt) {
 __global__ void ln_fwd_k(int64_t m, int64_t d, const void *x, int xdt, const void *gamma,
                          const void *beta, int wdt, float eps, void *y, int ydt, float *mean,
                          float *rstd, dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   const int lane = threadIdx.x & 31;
   const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
   if (i < m) { /* whole warps agree: no lane leaves before the shuffles */
@@ -109,26 +114,28 @@ __global__ void ln_fwd_k(int64_t m, int64_t d, const void *x, int xdt, const voi
  * it writes it) */
 __global__ void ln_bwd_dx_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
                             const void *gamma, int wdt, const float *mean, const float *rstd,
-                            void *dx) {
+                            void *dx, dev_stats *ds) {
+  lstats ls(ds);
   const int lane = threadIdx.x & 31;
   const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
-  if (i >= m)
-    return;
-  const int64_t base = i * d;
-  const float mi = mean[i], ri = rstd[i];
-  double sg = 0.0, sgx = 0.0;
-  for (int64_t j = lane; j < d; j += 32) {
-    const float xhat = (ld(x, xdt, base + j) - mi) * ri;
-    const float gg = ld(dy, gdt, base + j) * ld(gamma, wdt, j);
-    sg += (double)gg;
-    sgx += (double)gg * (double)xhat;
+  if (i < m) { /* whole warps agree: no lane leaves before the shuffles */
+    const int64_t base = i * d;
+    const float mi = mean[i], ri = rstd[i];
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t j = lane; j < d; j += 32) {
+      const float xhat = (ld(x, xdt, base + j) - mi) * ri;
+      const float gg = ld(dy, gdt, base + j) * ld(gamma, wdt, j);
+      sg += (double)gg;
+      sgx += (double)gg * (double)xhat;
+    }
+    const float mg = (float)(warp_sum(sg) / (double)d), mgx = (float)(warp_sum(sgx) / (double)d);
+    for (int64_t j = lane; j < d; j += 32) {
+      const float xhat = (ld(x, xdt, base + j) - mi) * ri;
+      const float g = ld(dy, gdt, base + j);
+      cst(dx, gdt, base + j, ri * (g * ld(gamma, wdt, j) - mg - xhat * mgx), ls, ds);
+    }
   }
-  const float mg = (float)(warp_sum(sg) / (double)d), mgx = (float)(warp_sum(sgx) / (double)d);
-  for (int64_t j = lane; j < d; j += 32) {
-    const float xhat = (ld(x, xdt, base + j) - mi) * ri;
-    const float g = ld(dy, gdt, base + j);
-    st(dx, gdt, base + j, ri * (g * ld(gamma, wdt, j) - mg - xhat * mgx));
-  }
+  ls.flush(ds);
 }
 
 enum { LN_RB = 32 }; /* rows per block of the parameter-gradient sums (the CPU's) */
@@ -155,7 +162,8 @@ __global__ void ln_bwd_part_k(int64_t m, int64_t d, int64_t nrb, const void *dy,
 }
 
 __global__ void ln_bwd_final_k(int64_t d, int64_t nrb, const double *part, void *dgamma,
-                               void *dbeta, int gdt) {
+                               void *dbeta, int gdt, dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < d;
        j += (int64_t)gridDim.x * blockDim.x) {
     double sgm = 0.0, sbt = 0.0;
@@ -163,16 +171,17 @@ __global__ void ln_bwd_final_k(int64_t d, int64_t nrb, const double *part, void 
       sgm += part[rb * 2 * d + j];
       sbt += part[rb * 2 * d + d + j];
     }
-    st(dgamma, gdt, j, ld(dgamma, gdt, j) + (float)sgm);
-    st(dbeta, gdt, j, ld(dbeta, gdt, j) + (float)sbt);
+    cst(dgamma, gdt, j, ld(dgamma, gdt, j) + (float)sgm, ls, ds);
+    cst(dbeta, gdt, j, ld(dbeta, gdt, j) + (float)sbt, ls, ds);
   }
+  ls.flush(ds);
 }
 
 /* ---- softmax --------------------------------------------------------------- */
 
 __global__ void softmax_k(int64_t m, int64_t n, const void *x, int xdt, float scale,
                           const uint8_t *mask, int64_t rpm, void *y, int ydt, dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   const int lane = threadIdx.x & 31;
   const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
   if (i < m) {
@@ -210,27 +219,29 @@ __global__ void softmax_k(int64_t m, int64_t n, const void *x, int xdt, float sc
 }
 
 __global__ void softmax_bwd_k(int64_t m, int64_t n, const void *dy, int gdt, const void *y, int ydt,
-                              float scale, void *dx) {
+                              float scale, void *dx, dev_stats *ds) {
+  lstats ls(ds);
   const int lane = threadIdx.x & 31;
   const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
-  if (i >= m)
-    return;
-  const int64_t base = i * n;
-  float dot = 0.0f;
-  for (int64_t j = lane; j < n; j += 32)
-    dot += ld(dy, gdt, base + j) * ld(y, ydt, base + j);
-  dot = warp_sumf(dot);
-  for (int64_t j = lane; j < n; j += 32) {
-    const float yj = ld(y, ydt, base + j);
-    st(dx, gdt, base + j, scale * yj * (ld(dy, gdt, base + j) - dot));
+  if (i < m) { /* whole warps agree */
+    const int64_t base = i * n;
+    float dot = 0.0f;
+    for (int64_t j = lane; j < n; j += 32)
+      dot += ld(dy, gdt, base + j) * ld(y, ydt, base + j);
+    dot = warp_sumf(dot);
+    for (int64_t j = lane; j < n; j += 32) {
+      const float yj = ld(y, ydt, base + j);
+      cst(dx, gdt, base + j, scale * yj * (ld(dy, gdt, base + j) - dot), ls, ds);
+    }
   }
+  ls.flush(ds);
 }
 
 /* ---- embeddings, ViT tokens ------------------------------------------------ */
 
 __global__ void emb_fwd_k(int64_t rows, int64_t t, int64_t d, const int32_t *ids, const void *tok,
                           const void *pos, int wdt, void *y, int ydt, dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * d;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = e / d, j = e % d;
@@ -298,7 +309,7 @@ __global__ void emb_place_k(int64_t rows, const int32_t *ids, const int32_t *ran
  * order) */
 __global__ void emb_sum_k(int64_t rows, int64_t d, const int32_t *ids, const int32_t *sorted,
                           const void *dy, int gdt, void *dtok, dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * d;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t s = e / d, j = e % d;
@@ -317,7 +328,9 @@ __global__ void emb_sum_k(int64_t rows, int64_t d, const int32_t *ids, const int
 }
 
 /* dpos[tp][j] = round(dpos[tp][j] + the batch's sum, batch order) */
-__global__ void emb_pos_k(int64_t b, int64_t t, int64_t d, const void *dy, int gdt, void *dpos) {
+__global__ void emb_pos_k(int64_t b, int64_t t, int64_t d, const void *dy, int gdt, void *dpos,
+                          dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < t * d;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t tp = e / d, j = e % d;
@@ -325,35 +338,41 @@ __global__ void emb_pos_k(int64_t b, int64_t t, int64_t d, const void *dy, int g
     float bsum = 0.0f;
     for (int64_t bi = 0; bi < b; bi++)
       bsum += ld(dy, gdt, (bi * t + tp) * d + j);
-    st(dpos, gdt, e, acc + bsum);
+    cst(dpos, gdt, e, acc + bsum, ls, ds);
   }
+  ls.flush(ds);
 }
 
 __global__ void vit_fwd_k(int64_t b, int64_t np, int64_t d, const void *patches, int pdt,
-                          const void *cls, const void *pos, int wdt, void *y, int ydt) {
+                          const void *cls, const void *pos, int wdt, void *y, int ydt,
+                          dev_stats *ds) {
+  lstats ls(ds);
   const int64_t nt = np + 1;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * nt * d;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t bi = e / (nt * d), tj = e % (nt * d), t = tj / d, j = tj % d;
     const float s = t == 0 ? ld(cls, wdt, j) : ld(patches, pdt, (bi * np + t - 1) * d + j);
-    st(y, ydt, e, s + ld(pos, wdt, tj));
+    cst(y, ydt, e, s + ld(pos, wdt, tj), ls, ds);
   }
+  ls.flush(ds);
 }
 
 /* the batch sum of position k of every sample (batch order) into dpos and,
  * for k < d, dcls */
 __global__ void vit_bwd_sum_k(int64_t b, int64_t row, int64_t d, const void *dy, int gdt,
-                              void *dcls, void *dpos) {
+                              void *dcls, void *dpos, dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < row;
        k += (int64_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
     for (int64_t bi = 0; bi < b; bi++)
       s += ld(dy, gdt, bi * row + k);
     if (dpos)
-      st(dpos, gdt, k, ld(dpos, gdt, k) + s);
+      cst(dpos, gdt, k, ld(dpos, gdt, k) + s, ls, ds);
     if (dcls && k < d)
-      st(dcls, gdt, k, ld(dcls, gdt, k) + s);
+      cst(dcls, gdt, k, ld(dcls, gdt, k) + s, ls, ds);
   }
+  ls.flush(ds);
 }
 
 /* dpatches[bi] = dy[bi, 1:], element copies of gdt (2 or 4 bytes) */
@@ -381,7 +400,7 @@ __device__ __forceinline__ int64_t mask_count(const uint8_t *mask, int64_t bi, i
 
 __global__ void pool_fwd_k(int64_t b, int64_t t, int64_t d, const void *x, int xdt,
                            const uint8_t *mask, void *y, int ydt, dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * d;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t bi = e / d, j = e % d;
@@ -399,14 +418,16 @@ __global__ void pool_fwd_k(int64_t b, int64_t t, int64_t d, const void *x, int x
 }
 
 __global__ void pool_bwd_k(int64_t b, int64_t t, int64_t d, const void *dy, int gdt,
-                           const uint8_t *mask, void *dx) {
+                           const uint8_t *mask, void *dx, dev_stats *ds) {
+  lstats ls(ds);
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * t * d;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t bi = e / (t * d), ti = (e / d) % t, j = e % d;
     const int64_t cnt = mask_count(mask, bi, t);
     const int on = !mask || mask[bi * t + ti];
-    st(dx, gdt, e, on && cnt ? ld(dy, gdt, bi * d + j) / (float)cnt : 0.0f);
+    cst(dx, gdt, e, on && cnt ? ld(dy, gdt, bi * d + j) / (float)cnt : 0.0f, ls, ds);
   }
+  ls.flush(ds);
 }
 
 __device__ __forceinline__ double row_norm(const void *x, int xdt, int64_t base, int64_t d,
@@ -421,7 +442,7 @@ __device__ __forceinline__ double row_norm(const void *x, int xdt, int64_t base,
 
 __global__ void l2_fwd_k(int64_t m, int64_t d, const void *x, int xdt, float eps, void *y, int ydt,
                          dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   const int lane = threadIdx.x & 31;
   const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
   if (i < m) {
@@ -438,27 +459,29 @@ __global__ void l2_fwd_k(int64_t m, int64_t d, const void *x, int xdt, float eps
 }
 
 __global__ void l2_bwd_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
-                         float eps, void *dx) {
+                         float eps, void *dx, dev_stats *ds) {
+  lstats ls(ds);
   const int lane = threadIdx.x & 31;
   const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
-  if (i >= m)
-    return;
   const int64_t base = i * d;
-  const double nrm = row_norm(x, xdt, base, d, lane);
-  if (nrm <= (double)eps) { /* y = x / eps: a plain scaling */
+  /* whole warps agree on i < m and on the branch (nrm is warp-reduced) */
+  const double nrm = i < m ? row_norm(x, xdt, base, d, lane) : 0.0;
+  if (i >= m) {
+  } else if (nrm <= (double)eps) { /* y = x / eps: a plain scaling */
     for (int64_t j = lane; j < d; j += 32)
-      st(dx, gdt, base + j, ld(dy, gdt, base + j) / eps);
-    return;
+      cst(dx, gdt, base + j, ld(dy, gdt, base + j) / eps, ls, ds);
+  } else {
+    double ydy = 0.0;
+    for (int64_t j = lane; j < d; j += 32)
+      ydy += (double)ld(x, xdt, base + j) / nrm * (double)ld(dy, gdt, base + j);
+    ydy = warp_sum(ydy);
+    const float inv = (float)(1.0 / nrm), c = (float)ydy;
+    for (int64_t j = lane; j < d; j += 32) {
+      const float yj = ld(x, xdt, base + j) * inv;
+      cst(dx, gdt, base + j, (ld(dy, gdt, base + j) - yj * c) * inv, ls, ds);
+    }
   }
-  double ydy = 0.0;
-  for (int64_t j = lane; j < d; j += 32)
-    ydy += (double)ld(x, xdt, base + j) / nrm * (double)ld(dy, gdt, base + j);
-  ydy = warp_sum(ydy);
-  const float inv = (float)(1.0 / nrm), c = (float)ydy;
-  for (int64_t j = lane; j < d; j += 32) {
-    const float yj = ld(x, xdt, base + j) * inv;
-    st(dx, gdt, base + j, (ld(dy, gdt, base + j) - yj * c) * inv);
-  }
+  ls.flush(ds);
 }
 
 unsigned rows_grid(int64_t m) { return (unsigned)((m + WARPS - 1) / WARPS); }
@@ -487,25 +510,37 @@ ampc_status ampc_cu_launched(const char *fn) {
                    cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+/* the counter block a begin takes next (8 rotate: see cuda_common.cuh) */
+static thread_local unsigned g_stats_turn;
+enum { STATS_BLOCKS = 8 };
+
 ampc_status ampc_cu_stats_begin(ampc_cuda_ctx *ctx, cudaStream_t s, ampc_round_stats *stats,
                                 dev_stats **out) {
   *out = NULL;
-  if (!stats)
+  const bool tally = ampc_cu_tally_on();
+  if (!stats && !tally)
     return AMPC_OK;
   void *p = NULL;
-  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 0, sizeof(dev_stats), &p));
-  const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(dev_stats), s);
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 0, STATS_BLOCKS * sizeof(dev_stats), &p));
+  dev_stats *d = static_cast<dev_stats *>(p) + (g_stats_turn++ % STATS_BLOCKS);
+  /* without a tally the histogram stays off and is neither cleared nor read */
+  const size_t head = offsetof(dev_stats, hist);
+  cudaError_t e = cudaMemsetAsync(d, 0, tally ? sizeof(dev_stats) : head, s);
+  if (e == cudaSuccess && tally)
+    e = cudaMemsetAsync(&d->hist_on, 1, 1, s); /* hist_on = 1 (little-endian int) */
   if (e != cudaSuccess)
     return ampc_fail(AMPC_ERR_DEVICE, "round stats: cudaMemsetAsync: %s", cudaGetErrorString(e));
-  *out = static_cast<dev_stats *>(p);
+  *out = d;
   return AMPC_OK;
 }
 
 ampc_status ampc_cu_stats_end(cudaStream_t s, const dev_stats *d, ampc_round_stats *stats) {
-  if (!d || !stats)
+  if (!d)
     return AMPC_OK;
-  dev_stats h;
-  cudaError_t e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s);
+  ampc_tally *const t = ampc_tally_current();
+  static thread_local dev_stats h;
+  const size_t bytes = t ? sizeof h : offsetof(dev_stats, hist);
+  cudaError_t e = cudaMemcpyAsync(&h, d, bytes, cudaMemcpyDeviceToHost, s);
   if (e == cudaSuccess)
     e = cudaStreamSynchronize(s);
   if (e != cudaSuccess)
@@ -514,7 +549,16 @@ ampc_status ampc_cu_stats_end(cudaStream_t s, const dev_stats *d, ampc_round_sta
   r.count = h.count, r.underflow = h.underflow, r.subnormal = h.subnormal;
   r.overflow = h.overflow, r.inf = h.inf, r.nan = h.nan;
   memcpy(&r.max_abs, &h.max_abs_bits, sizeof r.max_abs);
-  ampc_round_stats_merge(stats, &r);
+  if (stats)
+    ampc_round_stats_merge(stats, &r);
+  if (t && h.count) {
+    static thread_local ampc_tm_stats tm;
+    tm.r = r;
+    tm.zeros = h.zeros;
+    for (int i = 0; i < AMPC_TM_BINS; i++)
+      tm.hist[i] = h.hist[i];
+    ampc_tally_add(t, &tm);
+  }
   return AMPC_OK;
 }
 
@@ -561,8 +605,9 @@ ampc_status ampc_cuda_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, c
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, xdt);
   CU_BEGIN(fn);
-  gelu_bwd_k<<<grid_for(n), THREADS, 0, strm>>>(n, dy, gdt, x, xdt, dx);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL); /* counted only for a bound rounding tally */
+  gelu_bwd_k<<<grid_for(n), THREADS, 0, strm>>>(n, dy, gdt, x, xdt, dx, dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtype gdt) {
@@ -576,8 +621,9 @@ ampc_status ampc_cuda_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtyp
   CU_CHECK_PTR(fn, g);
   CU_CHECK_DT(fn, gdt);
   CU_BEGIN(fn);
-  grad_add_k<<<grid_for(n), THREADS, 0, strm>>>(n, v, g, gdt);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL);
+  grad_add_k<<<grid_for(n), THREADS, 0, strm>>>(n, v, g, gdt, dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
@@ -631,11 +677,12 @@ ampc_status ampc_cuda_layernorm_backward(int64_t m, int64_t d, const void *dy, a
   /* the parameter sums first: dx may overwrite dy */
   ln_bwd_part_k<<<grid_for(nrb * d), THREADS, 0, strm>>>(m, d, nrb, dy, gdt, x, xdt, mean, rstd,
                                                          static_cast<double *>(part));
+  STATS_BEGIN(NULL);
   ln_bwd_final_k<<<grid_for(d), THREADS, 0, strm>>>(d, nrb, static_cast<const double *>(part),
-                                                    dgamma, dbeta, gdt);
-  ln_bwd_dx_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd,
-                                                  dx);
-  return ampc_cu_launched(fn);
+                                                    dgamma, dbeta, gdt, dst);
+  ln_bwd_dx_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd, dx,
+                                                  dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_softmax_forward(int64_t m, int64_t n, const void *x, ampc_dtype xdt,
@@ -668,8 +715,9 @@ ampc_status ampc_cuda_softmax_backward(int64_t m, int64_t n, const void *dy, amp
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, ydt);
   CU_BEGIN(fn);
-  softmax_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, dy, gdt, y, ydt, scale, dx);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL);
+  softmax_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, dy, gdt, y, ydt, scale, dx, dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_embedding_forward(int64_t b, int64_t t, int64_t d, const int32_t *ids,
@@ -723,9 +771,16 @@ ampc_status ampc_cuda_embedding_backward(int64_t b, int64_t t, int64_t d, const 
   emb_scan_k<<<1, THREADS, 0, strm>>>(vocab, start);
   emb_place_k<<<grid_for(rows), THREADS, 0, strm>>>(rows, ids, rank, start, sorted);
   emb_sum_k<<<grid_for(rows * d), THREADS, 0, strm>>>(rows, d, ids, sorted, dy, gdt, dtok, dst);
-  if (dpos)
-    emb_pos_k<<<grid_for(t * d), THREADS, 0, strm>>>(b, t, d, dy, gdt, dpos);
-  FINISH(fn, stats);
+  AMPC_TRY(ampc_cu_launched(fn));
+  AMPC_TRY(ampc_cu_stats_end(strm, dst, stats));
+  if (!dpos)
+    return AMPC_OK;
+  /* dpos: counted by a bound tally only (the CPU's stats count dtok) */
+  dev_stats *dsp = NULL;
+  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, NULL, &dsp));
+  emb_pos_k<<<grid_for(t * d), THREADS, 0, strm>>>(b, t, d, dy, gdt, dpos, dsp);
+  AMPC_TRY(ampc_cu_launched(fn));
+  return ampc_cu_stats_end(strm, dsp, NULL);
 }
 
 ampc_status ampc_cuda_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const void *patches,
@@ -746,9 +801,10 @@ ampc_status ampc_cuda_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const
   CU_CHECK_DT(fn, wdt);
   CU_CHECK_DT(fn, ydt);
   CU_BEGIN(fn);
+  STATS_BEGIN(NULL);
   vit_fwd_k<<<grid_for(b * (np + 1) * d), THREADS, 0, strm>>>(b, np, d, patches, pdt, cls, pos, wdt,
-                                                              y, ydt);
-  return ampc_cu_launched(fn);
+                                                              y, ydt, dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_vit_tokens_backward(int64_t b, int64_t np, int64_t d, const void *dy,
@@ -763,12 +819,13 @@ ampc_status ampc_cuda_vit_tokens_backward(int64_t b, int64_t np, int64_t d, cons
   CU_CHECK_DT(fn, gdt);
   CU_BEGIN(fn);
   const int64_t row = (np + 1) * d;
+  STATS_BEGIN(NULL); /* the sums counted; the patch gradients are a copy */
   if (dpos || dcls)
-    vit_bwd_sum_k<<<grid_for(row), THREADS, 0, strm>>>(b, row, d, dy, gdt, dcls, dpos);
+    vit_bwd_sum_k<<<grid_for(row), THREADS, 0, strm>>>(b, row, d, dy, gdt, dcls, dpos, dst);
   if (dpatches && np > 0)
     vit_bwd_copy_k<<<grid_for(b * np * d), THREADS, 0, strm>>>(b, np, d, dy,
                                                                gdt == AMPC_F32 ? 4 : 2, dpatches);
-  return ampc_cu_launched(fn);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_mean_pool_forward(int64_t b, int64_t t, int64_t d, const void *x,
@@ -798,8 +855,9 @@ ampc_status ampc_cuda_mean_pool_backward(int64_t b, int64_t t, int64_t d, const 
   CU_CHECK_PTR(fn, dx);
   CU_CHECK_DT(fn, gdt);
   CU_BEGIN(fn);
-  pool_bwd_k<<<grid_for(b * t * d), THREADS, 0, strm>>>(b, t, d, dy, gdt, mask, dx);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL);
+  pool_bwd_k<<<grid_for(b * t * d), THREADS, 0, strm>>>(b, t, d, dy, gdt, mask, dx, dst);
+  FINISH(fn, NULL);
 }
 
 ampc_status ampc_cuda_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt, float eps,
@@ -828,8 +886,9 @@ ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc
   CU_CHECK_DT(fn, gdt);
   CU_CHECK_DT(fn, xdt);
   CU_BEGIN(fn);
-  l2_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, eps, dx);
-  return ampc_cu_launched(fn);
+  STATS_BEGIN(NULL);
+  l2_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, eps, dx, dst);
+  FINISH(fn, NULL);
 }
 
 } /* extern "C" */

@@ -90,7 +90,7 @@ __global__ void argmax_k(int64_t m, int64_t n, const void *x, int xdt, bool skip
 }
 
 __global__ void store_k(int64_t n, const float *src, void *dst, int dt, dev_stats *ds) {
-  lstats ls;
+  lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const float v = src[i];

@@ -67,41 +67,68 @@ void ampc_telemetry_end(ampc_telemetry *t) {
   t->on = false;
 }
 
+/* Keep the relative Frobenius error of y [rows, n] (FP32) against the FP64
+ * reference ref [rows, n] for branch br if it is the largest so far. */
+static void shadow_keep(ampc_telemetry *t, ampc_branch br, const char *name, int64_t rows,
+                        int64_t k, int64_t n, const float *y, const double *ref) {
+  double num = 0.0, den = 0.0;
+  for (int64_t i = 0; i < rows * n; i++) {
+    const double d = (double)y[i] - ref[i];
+    num += d * d, den += ref[i] * ref[i];
+  }
+  const double rel = den > 0.0 ? sqrt(num / den) : (num > 0.0 ? (double)INFINITY : 0.0);
+  if (rel > t->acc_err[br] || isnan(rel)) {
+    t->acc_err[br] = rel;
+    t->acc_k[br] = k;
+    snprintf(t->acc_tensor[br], sizeof t->acc_tensor[br], "%s", name ? name : "?");
+  }
+}
+
+/* The shadow of rows rows of x (every step-th) times w^T: y0 the product the
+ * caller measured (NULL: ampc_gemm computes it here in mode acc). */
+static ampc_status shadow(ampc_telemetry *t, ampc_branch br, const char *name, int64_t rows,
+                          int64_t step, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                          const void *w, ampc_dtype wdt, ampc_acc acc, const float *y0) {
+  float *y = y0 ? NULL : malloc((size_t)(rows * n) * sizeof *y);
+  double *ref = malloc((size_t)(rows * n) * sizeof *ref);
+  if ((!y0 && !y) || !ref) {
+    free(y), free(ref);
+    return ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM workspace");
+  }
+  ampc_tally *was = ampc_tally_bind(NULL); /* the shadow's own stores are not the model's */
+  ampc_status st = AMPC_OK;
+  if (!y0)
+    st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0f, x, xdt, step * k, w, wdt, k, 0.0f, y,
+                   AMPC_F32, n, acc);
+  if (st == AMPC_OK)
+    st = ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0, x, xdt, step * k, w, wdt, k,
+                             0.0, NULL, AMPC_F32, n, ref, NULL);
+  (void)ampc_tally_bind(was);
+  if (st == AMPC_OK)
+    shadow_keep(t, br, name, rows, k, n, y0 ? y0 : y, ref);
+  free(y), free(ref);
+  return st;
+}
+
 ampc_status ampc_telemetry_shadow_linear(ampc_telemetry *t, ampc_branch br, const char *name,
                                          int64_t m, int64_t k, int64_t n, const void *x,
                                          ampc_dtype xdt, const void *w, ampc_dtype wdt,
                                          ampc_acc acc) {
   if (!live(t) || (unsigned)br >= AMPC_BRANCH_COUNT || m < 1 || k < 1 || n < 1)
     return AMPC_OK;
-  const int64_t rows = m < 16 ? m : 16, step = m / rows;
-  float *y = malloc((size_t)(rows * n) * sizeof *y);
-  double *ref = malloc((size_t)(rows * n) * sizeof *ref);
-  if (!y || !ref) {
-    free(y), free(ref);
-    return ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM workspace");
-  }
-  ampc_tally *was = ampc_tally_bind(NULL); /* the shadow's own stores are not the model's */
-  ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0f, x, xdt, step * k, w, wdt, k,
-                             0.0f, y, AMPC_F32, n, acc);
-  if (st == AMPC_OK)
-    st = ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0, x, xdt, step * k, w, wdt, k,
-                             0.0, NULL, AMPC_F32, n, ref, NULL);
-  (void)ampc_tally_bind(was);
-  if (st == AMPC_OK) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < rows * n; i++) {
-      const double d = (double)y[i] - ref[i];
-      num += d * d, den += ref[i] * ref[i];
-    }
-    const double rel = den > 0.0 ? sqrt(num / den) : (num > 0.0 ? (double)INFINITY : 0.0);
-    if (rel > t->acc_err[br] || isnan(rel)) {
-      t->acc_err[br] = rel;
-      t->acc_k[br] = k;
-      snprintf(t->acc_tensor[br], sizeof t->acc_tensor[br], "%s", name ? name : "?");
-    }
-  }
-  free(y), free(ref);
-  return st;
+  const int64_t rows = ampc_probe_shadow_rows(m);
+  return shadow(t, br, name, rows, m / rows, k, n, x, xdt, w, wdt, acc, NULL);
+}
+
+ampc_status ampc_telemetry_shadow_result(ampc_telemetry *t, ampc_branch br, const char *name,
+                                         int64_t rows, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const float *y) {
+  if (!live(t) || (unsigned)br >= AMPC_BRANCH_COUNT || rows < 1 || k < 1 || n < 1)
+    return AMPC_OK;
+  if (!x || !w || !y)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_telemetry_shadow_result: NULL buffer");
+  return shadow(t, br, name, rows, 1, k, n, x, xdt, w, wdt, AMPC_ACC_F32, y);
 }
 
 /* ---- the collector as a model probe ------------------------------------------------- */
@@ -121,6 +148,12 @@ static ampc_status probe_shadow(void *user, ampc_branch br, const char *name, in
   return ampc_telemetry_shadow_linear(user, br, name, m, k, n, x, xdt, w, wdt, acc);
 }
 
+static ampc_status probe_result(void *user, ampc_branch br, const char *name, int64_t rows,
+                                int64_t k, int64_t n, const void *x, ampc_dtype xdt, const void *w,
+                                ampc_dtype wdt, const float *y) {
+  return ampc_telemetry_shadow_result(user, br, name, rows, k, n, x, xdt, w, wdt, y);
+}
+
 ampc_model_probe ampc_telemetry_probe(ampc_telemetry *t) {
-  return (ampc_model_probe){t, probe_on, probe_mark, probe_shadow};
+  return (ampc_model_probe){t, probe_on, probe_mark, probe_shadow, probe_result};
 }

@@ -60,9 +60,43 @@ void ampc_mmodel_set_probe(ampc_mmodel *M, const ampc_model_probe *p) {
   }
 }
 
-/* the probe reads host memory and the CPU's rounding tally: not on a device */
-static bool probe_on(const ampc_mmodel *M) {
-  return !M->be->device && M->probe.on && M->probe.on(M->probe.user);
+/* the telemetry's probe: on a device too (its kernels feed the bound tally;
+ * the shadow GEMM runs there and its inputs and product are copied back) */
+static bool probe_on(const ampc_mmodel *M) { return M->probe.on && M->probe.on(M->probe.user); }
+
+/* The shadow check of y = x w^T (x [m, k] xdt, w [n, k] wdt, tensors) on a
+ * device: the sampled rows of x times w^T by the backend's own GEMM into FP32,
+ * then rows, w and product copied to the host for the FP64 reference. Nothing
+ * here is counted by the tally. */
+static ampc_status shadow_on_device(ampc_mmodel *M, ampc_branch br, const char *name, int64_t m,
+                                    int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                    const void *w, ampc_dtype wdt) {
+  const ampc_backend *be = M->be;
+  const int64_t rows = ampc_probe_shadow_rows(m), step = m / rows;
+  const size_t xs = ampc_dtype_size(xdt), wsz = ampc_dtype_size(wdt);
+  const size_t ybytes = (size_t)(rows * n) * sizeof(float);
+  void *hx = malloc((size_t)(rows * k) * xs), *hw = malloc((size_t)(n * k) * wsz);
+  float *hy = malloc(ybytes);
+  void *dy = NULL;
+  ampc_status st = hx && hw && hy ? be->alloc(&dy, ybytes)
+                                  : ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM buffers");
+  ampc_tally *was = ampc_tally_bind(NULL); /* the shadow's stores are not the model's */
+  if (st == AMPC_OK)
+    st = be->gemm(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0f, x, xdt, step * k, w, wdt, k, 0.0f, dy,
+                  AMPC_F32, n, M->acc);
+  (void)ampc_tally_bind(was);
+  for (int64_t i = 0; st == AMPC_OK && i < rows; i++)
+    st = be->to_host((char *)hx + (size_t)(i * k) * xs,
+                     (const char *)x + (size_t)(i * step * k) * xs, (size_t)k * xs);
+  if (st == AMPC_OK)
+    st = be->to_host(hw, w, (size_t)(n * k) * wsz);
+  if (st == AMPC_OK)
+    st = be->to_host(hy, dy, ybytes);
+  if (st == AMPC_OK && M->probe.shadow_result)
+    st = M->probe.shadow_result(M->probe.user, br, name, rows, k, n, hx, xdt, hw, wdt, hy);
+  be->release(dy);
+  free(hx), free(hw), free(hy);
+  return st;
 }
 
 /* The inputs the passes read (M->in_*): the caller's host buffers on the
@@ -138,7 +172,9 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   if (probe_on(M)) {
     char nm[64];
     snprintf(nm, sizeof nm, "%s.mlp.fc2", name);
-    if (M->probe.shadow_linear)
+    if (M->be->device)
+      AMPC_TRY(shadow_on_device(M, br, nm, rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt));
+    else if (M->probe.shadow_linear)
       AMPC_TRY(M->probe.shadow_linear(M->probe.user, br, nm, rq, MLP, D, a->g, act_dt, W(M, p->f2w),
                                       weight_dt, M->acc));
     mark_tensor(M, br, AMPC_TM_ACT, "%s", name);

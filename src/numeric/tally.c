@@ -161,6 +161,16 @@ void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dty
   s->r.count += n;
 }
 
+void ampc_tally_add(ampc_tally *t, const ampc_tm_stats *s) {
+  if (!t || !s)
+    return;
+  tm_slot *slot = my_slot(t);
+  ampc_round_stats_merge(&slot->s.r, &s->r);
+  slot->s.zeros += s->zeros;
+  for (int b = 0; b < AMPC_TM_BINS; b++)
+    slot->h4[0][b] += s->hist[b];
+}
+
 void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from) {
   ampc_round_stats_merge(&into->r, &from->r);
   into->zeros += from->zeros;

@@ -123,7 +123,6 @@ struct ampc_run {
   bool have_trainer, have_model;
   ampc_cuda_ctx *cuda;      /* --device cuda: GPU 0's context, bound to this thread */
   ampc_cuda_ctx *prev_cuda; /* the context bound before (restored by ampc_run_free) */
-  bool telemetry_dropped;   /* --telemetry-every N > 0 asked on a device: switched off */
   ampc_sampler smp;
   int64_t ntrain, mb; /* training samples; samples per micro-batch (on this rank) */
   int rank, size;     /* data parallelism (0 and 1: one process) */
@@ -475,11 +474,6 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     if (R->accum.per_loss)
       FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: --loss-scale per-loss is not there yet",
                      dn));
-    if (amp->scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH)
-      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED,
-                     "--device %s: --loss-scale per-branch picks its scales from the rounding "
-                     "telemetry, which is not there yet",
-                     dn));
     if (stage)
       FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "--device %s: micro-batches summed in FP32 are not there yet (use "
@@ -497,8 +491,6 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     }
     if ((st = ampc_trainer_to_device(&R->T, rc->device)) != AMPC_OK)
       goto fail;
-    R->telemetry_dropped = R->rc.telemetry_every > 0;
-    R->rc.telemetry_every = 0; /* the rounding tally is not fed on a device */
   }
   if (stage && !(R->accum.stage = malloc(stage)))
     FAIL(ampc_fail(AMPC_ERR_NOMEM, "cannot allocate the %zu-byte FP32 gradient staging", stage));
@@ -609,13 +601,7 @@ const ampc_run_config *ampc_run_get_config(const ampc_run *R) { return R ? &R->r
 int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max) {
   if (!R)
     return 0;
-  int n = ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
-  if (R->telemetry_dropped && n < max)
-    snprintf(msgs[n++], 256,
-             "the rounding telemetry is off on --device %s (not on a device yet): the step "
-             "lines carry no per-branch counts and the diagnosis has none",
-             R->rc.device == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split");
-  return n;
+  return ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
 }
 
 /* ---- what the diagnosis sees of a step (src/diag/ knows no trainer) ---------------- */
