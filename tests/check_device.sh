@@ -6,9 +6,9 @@
 #    step lines (loss, loss scale, gradient norm, the rounding telemetry),
 #    evaluations and checkpoint must equal --device cpu's bit for bit, for
 #    16-mixed on mm-tiny with sampled negatives, bf16-mixed on vit-ref, a
-#    static loss scale, micro-batches summed in the working dtype, MLM,
-#    per-branch loss scaling, three of check_diagnose.sh's failure
-#    signatures (diagnosed the same), and a resume.
+#    static loss scale, micro-batches summed in the working dtype and in
+#    FP32, MLM, per-branch and per-loss loss scaling, three of
+#    check_diagnose.sh's failure signatures (diagnosed the same), a resume.
 # 2. --device cuda without a GPU: exit 1 naming the reason; a bad device:
 #    exit 2; what the device path does not have yet: exit 1 with a message.
 . "$(dirname "$0")/cli_lib.sh"
@@ -51,6 +51,12 @@ same_run static --model mm-tiny --precision 16-mixed --loss-scale 1024 --steps 4
 same_run micro --model mm-tiny --precision bf16-mixed --micro-batches 2 --allreduce working \
   --steps 3 --batch 8 --no-eval
 same_run mlm --model mm-tiny --precision 16-mixed --w-mlm 0.5 --steps 3 --batch 8 --no-eval
+# the trainer's FP32 staging on the device: micro-batches summed in FP32,
+# per-loss scaling (one backward pass per term, each unscaled into FP32)
+same_run micro32 --model mm-tiny --precision 16-mixed --micro-batches 2 --steps 3 --batch 8 \
+  --no-eval
+same_run perloss --model mm-tiny --precision 16-mixed --loss-scale per-loss --micro-batches 2 \
+  --steps 4 --batch 8 --no-eval --telemetry-every 2
 # the rounding telemetry on the device path: every sampled step's per-branch
 # counts, histograms, shadow accumulation error and swallowed updates equal;
 # so is per-branch loss scaling, which picks its scales from them, and the
@@ -92,8 +98,6 @@ fi
 expect 2 train --device gpu --steps 1
 expect 1 train --device cpu-split --model mlp --steps 1
 expect 1 train --device cpu-split --precision fp8-mixed --steps 1
-expect 1 train --device cpu-split --loss-scale per-loss --steps 1
-expect 1 train --device cpu-split --micro-batches 2 --steps 1
 # 3. the device memory account: every role of the CPU's, the arena a little
 #    larger (the batch's inputs), device_scratch's allowance; the plan on it
 "$ampc" memory --model mm-base --batch 64 --json >"$tmp/mc.json" || die "memory: exit $?"

@@ -19,6 +19,7 @@
 #    job with its message and a non-zero exit within seconds, no hang; a
 #    global batch that does not divide over the ranks is a clear error.
 # 6. --global-negatives: the loss and gradient of the global batch (below).
+# 7. The device path on 2 ranks (--device cpu-split): the CPU path's bits.
 set -u
 OMP_WAIT_POLICY=passive
 # no cross-memory attach between ranks: containers often forbid the ptrace
@@ -77,6 +78,22 @@ for case in "2 32-true 16" "2 16-mixed 16" "2 bf16-mixed 16" "2 fp8-mixed 16" "3
   msg=$(same_log "$tmp/dp.$tag.jsonl" "$tmp/mb.$tag.jsonl" 2>&1) ||
     die "$p: $n ranks and $n micro-batches log differently: $msg"
   grep -q '"ranks":'"$n" "$tmp/dp.$tag.jsonl" || die "$p: the config line does not name $n ranks"
+done
+
+# the device path (issue 17) on 2 ranks, run on the CPU (--device cpu-split:
+# separate "device" buffers, the ranks' sum through host memory): the bits of
+# the CPU path, in FP32 and in the working dtype, per-loss scaling too
+for case in "f32 dynamic" "working dynamic" "f32 per-loss"; do
+  set -- $case
+  for d in cpu cpu-split; do
+    mpi 2 "$ampc" train $common --precision 16-mixed --batch 16 --check-replicas --allreduce "$1" \
+      --loss-scale "$2" --device $d --save "$tmp/dev.$1.$2.$d.st" --log "$tmp/dev.$1.$2.$d.jsonl" \
+      >"$tmp/dev.out" 2>&1 || { die "2 ranks, --device $d, $case: exit $?"; cat "$tmp/dev.out" >&2; }
+  done
+  cmp -s "$tmp/dev.$1.$2.cpu.st" "$tmp/dev.$1.$2.cpu-split.st" ||
+    die "2 ranks, $case: --device cpu-split leaves another checkpoint than --device cpu"
+  msg=$(same_log "$tmp/dev.$1.$2.cpu.jsonl" "$tmp/dev.$1.$2.cpu-split.jsonl" 2>&1) ||
+    die "2 ranks, $case: --device cpu-split logs differently: $msg"
 done
 
 # per-branch and per-loss scaling on 2 ranks: the ranks hold the same weights

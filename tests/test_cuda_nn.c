@@ -1625,6 +1625,34 @@ static void test_tally(void) {
   g_tally = NULL;
 }
 
+/* the trainer's FP32 staging: (first ? 0 : stage) + widen(g) * inv, the
+ * CPU's formula (one product, one sum), bit for bit */
+static void test_stage(void) {
+#ifndef AMPC_TEST_ON_CPU
+  printf("FP32 gradient staging:\n");
+  const int64_t n = 3001;
+  for (int id = 0; id < 3; id++) {
+    const ampc_dtype dt = k_dts[id];
+    buf g = rnd_buf(dt, n, -3, 3), st = rnd_buf(AMPC_F32, n, 0, 0);
+    float *gf = host_f32(&g), *ref = malloc((size_t)n * sizeof *ref);
+    const float invs[3] = {1.0f, 0x1p-10f, 0.3f};
+    for (int k = 0; k < 3; k++) {
+      OK(ampc_cuda_stage_f32(n, g.d, dt, invs[k], k == 0, st.d));
+      for (int64_t i = 0; i < n; i++) {
+        const float v = invs[k] == 1.0f ? gf[i] : gf[i] * invs[k];
+        ref[i] = k == 0 ? v : ref[i] + v;
+      }
+    }
+    memcpy(st.h, ref, (size_t)n * sizeof *ref);
+    char nm[64];
+    snprintf(nm, sizeof nm, "stage f32 += %s * inv", dn(dt));
+    compare(nm, &st, NULL);
+    free(gf), free(ref);
+    drop(&g), drop(&st);
+  }
+#endif
+}
+
 static void run_all(void) {
   test_elementwise();
   test_layernorm();
@@ -1638,6 +1666,7 @@ static void run_all(void) {
   test_optim();
   test_model_rows();
   test_tally();
+  test_stage();
 }
 
 int main(void) {

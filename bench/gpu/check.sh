@@ -10,7 +10,9 @@
 #      PyTorch's torch.matmul / torch._scaled_mm on the same shapes,
 #   5. merge both into a markdown table (bench/gpu/table.py),
 #   6. issue 17: test_model_device (the whole model on the GPU against the
-#      CPU, every preset), gpu_train (ampc's whole training step: vit-ref,
+#      CPU, every preset, and its rounding telemetry: the same values counted
+#      per branch and pass, healthy and with two failure signatures; the
+#      per-call counts are in test_cuda_nn's "rounding tally"), gpu_train (ampc's whole training step: vit-ref,
 #      mm-tiny, mm-base in 32-true, 16-mixed, bf16-mixed) and PyTorch's
 #      (tests/reference/torch_step.py --device cuda: fp32 without TF32,
 #      autocast bf16, autocast fp16 + GradScaler, and fp16 with torch.compile

@@ -23,14 +23,17 @@
  *    (ampc_cuda_bind), asynchronously unless stated. `ws` (ampc_scratch) is
  *    ignored: device scratch comes from the context.
  *  - The rounding telemetry's tally (ampc/tally.h): while one is bound to
- *    the calling thread, every store the CPU twin counts is counted on the
- *    device too (the same values: an FP32 scratch the CPU counts is counted
- *    here, a copy it does not count is not) with the histogram of the FP32
- *    values (warp-aggregated atomics), and each call waits for its counts
- *    and adds them into the tally (ampc_tally_add): slow, for the sampled
- *    steps only. A GEMM with a 16-bit C then runs as an FP32 product rounded
- *    once by ampc's store (its counted values), not in cuBLASLt's epilogue:
- *    the same bound, not always the same bits as an unsampled step.
+ *    the calling thread, every store the CPU twin of a layer counts is
+ *    counted on the device too (the same values: an FP32 scratch the CPU
+ *    counts is counted here, a copy it does not count is not) with the
+ *    histogram of the FP32 values (warp-aggregated atomics), and each call
+ *    waits for its counts and adds them into the tally (ampc_tally_add):
+ *    slow, for the sampled steps only. The results do not change: a GEMM
+ *    whose 16-bit C cuBLASLt rounds itself runs once more into FP32 and that
+ *    twin's rounding is counted (sums within the same bound, not cuBLASLt's
+ *    exact ones). Not counted: the optimizer step (the telemetry ends before
+ *    it; its CPU twin counts its stores), and the FP16-accumulation ablation
+ *    counts its F16 sums as they are (no flush or overflow to see).
  *  - Not yet on the GPU (AMPC_ERR_UNSUPPORTED): FP8 projections (fp8-mixed),
  *    and the FP16-accumulation ablation (AMPC_ACC_F16) wherever a layer's
  *    GEMM has an F32 or BF16 operand or output (cuBLASLt's COMPUTE_16F
@@ -269,6 +272,13 @@ ampc_status ampc_cuda_convert(void *dst, ampc_dtype dst_dt, const void *src, amp
                               size_t n);
 /* x [n] FP32 *= s in place */
 ampc_status ampc_cuda_scale_f32(int64_t n, float *x, float s);
+/* The trainer's FP32 gradient staging on the device (micro-batches summed in
+ * FP32, per-loss scaling): stage [n] FP32 = (first ? 0 : stage) + widen(g) *
+ * inv for g [n] (gdt F32, F16 or BF16); inv == 1 skips the product. The
+ * CPU's bits (src/model/backend.c's cpu_stage_f32: one product and one sum,
+ * no fma). Errors: n < 0, NULL buffers, a bad dtype (AMPC_ERR_INVALID_ARG). */
+ampc_status ampc_cuda_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float inv, bool first,
+                                float *stage);
 /* bytes of zeros at p; rows rows of width bytes, device to device, between
  * pitched buffers (cudaMemsetAsync, cudaMemcpy2DAsync on the bound stream) */
 ampc_status ampc_cuda_zero(void *p, size_t bytes);

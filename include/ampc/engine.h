@@ -109,7 +109,8 @@ void ampc_trainer_free(ampc_trainer *T);
  * on zero_grad and step run there (the unscale check and the optimizer of
  * ampc/cuda_nn.h: the CPU's bits per element; the global norm within 2^-50
  * relative); a model must be made over ampc_trainer_params(T) on the same
- * device. Per-loss scaling stays on the CPU (its step: AMPC_ERR_UNSUPPORTED).
+ * device. Per-loss scaling and FP32-staged micro-batches take their FP32
+ * sum (ampc_accum.stage) in that device's memory too.
  * AMPC_DEVICE_CPU: a no-op. Errors: AMPC_ERR_INVALID_ARG (already on a
  * device, an unknown one), the device's (nothing is left allocated). */
 ampc_status ampc_trainer_to_device(ampc_trainer *T, ampc_device dev);

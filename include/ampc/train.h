@@ -299,7 +299,9 @@ typedef struct ampc_accum {
   const ampc_comm *comm;   /* NULL: one process */
   ampc_grad_reduce reduce; /* AMPC_REDUCE_F32 or AMPC_REDUCE_WORKING */
   float *stage;            /* [params total] FP32; needed by AMPC_REDUCE_F32 when
-                              micro_batches > 1 or comm->size > 1 (else unused) */
+                              micro_batches > 1 or comm->size > 1, and by per-loss
+                              scaling (else unused); in the trainer's device's
+                              memory when it is on one (ampc_trainer_to_device) */
   /* optional: called with this rank's summed gradient (the FP32 stage or
    * the working-dtype gradient, n values) just before the ranks' sum (the
    * run's test hooks inject a non-finite value on one rank there) */
@@ -312,6 +314,10 @@ typedef struct ampc_accum {
   /* --loss-scale per-loss: a backward pass per loss term, each unscaled into
    * the FP32 stage (always needed then), which the trainer's step reads */
   bool per_loss;
+  /* a trainer on a device with comm->size > 1: host memory the ranks' sum
+   * goes through (the communicator works on host buffers; size:
+   * ampc_accum_host_bytes); else unused */
+  void *host;
 } ampc_accum;
 
 /* Let model m contrast over a data-parallel group (ampc_mmodel_set_group; NULL:
@@ -322,6 +328,9 @@ ampc_status ampc_model_set_group(ampc_model *m, const ampc_model_group *g);
 /* Bytes of FP32 staging that accumulation `a` needs over n parameters (0 when
  * it needs none). */
 size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n);
+/* Bytes of host staging (ampc_accum.host) for the ranks' sum of n parameters
+ * in dtype wdt when the trainer is on a device (0 for one process). */
+size_t ampc_accum_host_bytes(const ampc_accum *a, int64_t n, ampc_dtype wdt);
 
 /* ampc_train_accumulate across micro-batches and ranks: each micro-batch's
  * backward pass is seeded with S / K, K = micro_batches x ranks (as
@@ -406,9 +415,11 @@ typedef struct ampc_run_config {
    * default); AMPC_DEVICE_CUDA, GPU 0 (the run makes and binds its context;
    * the host only feeds batches and reads losses, metrics and step scalars);
    * AMPC_DEVICE_CPU_SPLIT, the device path on the CPU (a test aid: the CPU's
-   * bits). Not on a device yet (AMPC_ERR_UNSUPPORTED): the MLP, fp8-mixed,
-   * several ranks, per-loss scaling, FP32 staging of micro-batches, the
-   * rounding telemetry (off there). */
+   * bits). Every loss-scaling mode, FP32 staging of micro-batches, the
+   * rounding telemetry and several ranks (CUDA: rank r on GPU r mod the
+   * count; the ranks' sum through host memory, ampc_accum.host) run there.
+   * Not on a device yet (AMPC_ERR_UNSUPPORTED): the MLP, fp8-mixed, global
+   * negatives. */
   ampc_device device;
 } ampc_run_config;
 

@@ -50,6 +50,15 @@ __device__ __forceinline__ uint32_t st(void *p, int dt, int64_t i, float v) {
   }
 }
 
+/* the bits st() would store for v in dt, without storing */
+__device__ __forceinline__ uint32_t rbits(float v, int dt) {
+  switch (dt) {
+  case DT_F16: return __half_as_ushort(__float2half_rn(v));
+  case DT_BF16: return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  default: return __float_as_uint(v);
+  }
+}
+
 /* v rounded to dt and widened back */
 __device__ __forceinline__ float rnd(float v, int dt) {
   switch (dt) {

@@ -52,6 +52,21 @@ __global__ void round_k(int64_t batch, int64_t rows, int64_t cols, const float *
   ls.flush(ds);
 }
 
+/* count the rounding to dt of a batch of rows x cols FP32 products, without
+ * storing it (a counting twin of a product cuBLASLt rounds into C itself) */
+__global__ void count_round_k(int64_t batch, int64_t rows, int64_t cols, const float *src,
+                              int64_t lds, int64_t ss, int dt, dev_stats *ds) {
+  lstats ls(ds);
+  const int64_t per = rows * cols;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * per;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / per, i = (e % per) / cols, j = e % cols;
+    const float v = src[bi * ss + i * lds + j];
+    ls.add(v, dt, rbits(v, dt));
+  }
+  ls.flush(ds);
+}
+
 /* count what a batch of rows x cols matrices in dt holds, as stored from
  * itself (an FP32 result is its own source; the rounding tally's view of a
  * product cuBLASLt wrote) */
@@ -99,6 +114,29 @@ int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t bat
   return (batch - 1) * stride + (rows - 1) * ld + cols;
 }
 
+/* count C (a batch of m x n matrices, ldc, stride sc) as it is stored: an
+ * FP32 product is its own source (the tally's view of cuBLASLt's output) */
+ampc_status count_c(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t batch, int64_t m,
+                    int64_t n, const void *c, ampc_dtype dt, int64_t ldc, int64_t sc) {
+  STATS_BEGIN(NULL);
+  count_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, c, dt, ldc, sc, dst);
+  FINISH(fn, NULL);
+}
+
+/* FP32 scratch over the span of a 16-bit C (slot SLOT_C), holding C widened
+ * when beta reads it */
+ampc_status widen_c(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t batch, int64_t m,
+                    int64_t n, const void *c, ampc_dtype dt, int64_t ldc, int64_t sc, float beta,
+                    float **w) {
+  const int64_t sp = span(m, n, ldc, sc, batch);
+  void *p = NULL;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_C, (size_t)sp * sizeof(float), &p));
+  *w = static_cast<float *>(p);
+  if (beta != 0.0f)
+    widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, c, dt, *w);
+  return ampc_cu_launched(fn);
+}
+
 bool direct_ok(ampc_dtype a, ampc_dtype b, ampc_dtype c) {
   if (a != b)
     return false;
@@ -132,8 +170,11 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
   g.b = b, g.b_dt = b_dt, g.ldb = ldb, g.stride_b = stride_b;
   g.c = c, g.c_dt = c_dt, g.ldc = ldc, g.stride_c = stride_c, g.batch = batch;
   /* With a rounding tally bound, C is counted as the CPU's GEMM epilogue
-   * counts it (m n per matrix): an FP32 C after the product; a 16-bit C
-   * through an FP32 product rounded once here, as a mixed product is. */
+   * counts it (m n per matrix), and the product is the one an unsampled step
+   * makes (the telemetry does not change the run): an FP32 C is counted after
+   * the product; a 16-bit C that cuBLASLt rounds itself is counted from a
+   * second, FP32 product of the same operands (its rounding computed, not
+   * stored: the counts describe sums within the GEMM bound of cuBLASLt's) */
   const bool counting = ampc_cu_tally_on();
   if (acc == AMPC_ACC_F16) {
     if (a_dt != AMPC_F16 || b_dt != AMPC_F16 || c_dt != AMPC_F16)
@@ -142,66 +183,62 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
                        fn);
     g.compute = AMPC_CUDA_COMPUTE_16F;
     AMPC_TRY(ampc_cuda_gemm(ctx, &g));
-    if (!counting)
-      return AMPC_OK;
-    STATS_BEGIN(NULL); /* the FP16 sums are the stored values: counted as they are */
-    count_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, c, c_dt, ldc, stride_c,
-                                                           dst);
-    FINISH(fn, NULL);
+    /* the FP16 sums are the stored values: counted as they are */
+    return counting ? count_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c) : AMPC_OK;
   }
   const bool direct = direct_ok(a_dt, b_dt, c_dt);
-  if (direct && !(counting && c_dt != AMPC_F32)) {
+  if (direct) {
     g.compute = a_dt == AMPC_F32 ? AMPC_CUDA_COMPUTE_32F_PEDANTIC : AMPC_CUDA_COMPUTE_32F;
-    AMPC_TRY(ampc_cuda_gemm(ctx, &g));
     if (!counting)
-      return AMPC_OK;
+      return ampc_cuda_gemm(ctx, &g);
+    if (c_dt == AMPC_F32) {
+      AMPC_TRY(ampc_cuda_gemm(ctx, &g));
+      return count_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c);
+    }
+    /* the counting twin first (with beta it reads C before the product writes it) */
+    float *w = NULL;
+    AMPC_TRY(widen_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c, beta, &w));
+    ampc_cuda_gemm_args t = g;
+    t.c = w, t.c_dt = AMPC_F32;
+    AMPC_TRY(ampc_cuda_gemm(ctx, &t));
+    AMPC_TRY(ampc_cuda_gemm(ctx, &g));
     STATS_BEGIN(NULL);
-    count_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, c, c_dt, ldc, stride_c,
-                                                           dst);
+    count_round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, w, ldc, stride_c,
+                                                                 c_dt, dst);
     FINISH(fn, NULL);
   }
   /* mixed: widen to FP32 (exact), FP32 GEMM, one rounding into C */
   const int64_t ar = opa == AMPC_OP_N ? m : k, ac = opa == AMPC_OP_N ? k : m;
   const int64_t br = opb == AMPC_OP_N ? k : n, bc = opb == AMPC_OP_N ? n : k;
-  if (!direct && k > 0 && a_dt != AMPC_F32) {
+  if (k > 0 && a_dt != AMPC_F32) {
     const int64_t sp = span(ar, ac, lda, stride_a, batch);
     void *w = NULL;
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_A, (size_t)sp * sizeof(float), &w));
     widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, a, a_dt, static_cast<float *>(w));
     g.a = w, g.a_dt = AMPC_F32;
   }
-  if (!direct && k > 0 && b_dt != AMPC_F32) {
+  if (k > 0 && b_dt != AMPC_F32) {
     const int64_t sp = span(br, bc, ldb, stride_b, batch);
     void *w = NULL;
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_B, (size_t)sp * sizeof(float), &w));
     widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, b, b_dt, static_cast<float *>(w));
     g.b = w, g.b_dt = AMPC_F32;
   }
-  /* 16-bit A and B (a counted direct product) keep their Tensor Core sums */
-  g.compute = direct ? AMPC_CUDA_COMPUTE_32F : AMPC_CUDA_COMPUTE_32F_PEDANTIC;
+  g.compute = AMPC_CUDA_COMPUTE_32F_PEDANTIC;
   if (c_dt == AMPC_F32) {
     AMPC_TRY(ampc_cu_launched(fn));
     AMPC_TRY(ampc_cuda_gemm(ctx, &g));
-    if (!counting)
-      return AMPC_OK;
-    STATS_BEGIN(NULL);
-    count_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, c, c_dt, ldc, stride_c,
-                                                           dst);
-    FINISH(fn, NULL);
+    return counting ? count_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c) : AMPC_OK;
   }
   /* a 16-bit C: its span widened when beta reads it, the FP32 result
    * rounded back into the matrices (elements between them are not touched) */
-  const int64_t sp = span(m, n, ldc, stride_c, batch);
-  void *w = NULL;
-  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_C, (size_t)sp * sizeof(float), &w));
-  if (beta != 0.0f)
-    widen_k<<<grid_for(sp), THREADS, 0, strm>>>(sp, c, c_dt, static_cast<float *>(w));
+  float *w = NULL;
+  AMPC_TRY(widen_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c, beta, &w));
   g.c = w, g.c_dt = AMPC_F32;
-  AMPC_TRY(ampc_cu_launched(fn));
   AMPC_TRY(ampc_cuda_gemm(ctx, &g));
   STATS_BEGIN(NULL);
-  round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(
-      batch, m, n, static_cast<const float *>(w), ldc, stride_c, c, c_dt, ldc, stride_c, dst);
+  round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, w, ldc, stride_c, c, c_dt,
+                                                         ldc, stride_c, dst);
   FINISH(fn, NULL);
 }
 

@@ -551,7 +551,7 @@ ampc_status ampc_cu_stats_end(cudaStream_t s, const dev_stats *d, ampc_round_sta
   memcpy(&r.max_abs, &h.max_abs_bits, sizeof r.max_abs);
   if (stats)
     ampc_round_stats_merge(stats, &r);
-  if (t && h.count) {
+  if (t && h.hist_on && h.count) { /* a tally bound at begin and still at end */
     static thread_local ampc_tm_stats tm;
     tm.r = r;
     tm.zeros = h.zeros;

@@ -107,6 +107,14 @@ __global__ void convert_k(int64_t n, const void *src, int sdt, void *dst, int dd
     st(dst, ddt, i, ld(src, sdt, i));
 }
 
+__global__ void stage_k(int64_t n, const void *g, int gdt, float inv, int first, float *stage) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float w = ld(g, gdt, i), v = inv == 1.0f ? w : w * inv;
+    stage[i] = first ? v : stage[i] + v;
+  }
+}
+
 __global__ void scale_k(int64_t n, float *x, float s) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
@@ -243,6 +251,23 @@ ampc_status ampc_cuda_scale_f32(int64_t n, float *x, float s) {
   CU_BEGIN(fn);
   (void)ctx;
   scale_k<<<grid_for(n), THREADS, 0, strm>>>(n, x, s);
+  return ampc_cu_launched(fn);
+}
+
+ampc_status ampc_cuda_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float inv, bool first,
+                                float *stage) {
+  const char *fn = "ampc_cuda_stage_f32";
+  if (n < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: n must not be negative (got %lld)", fn,
+                     (long long)n);
+  if (n == 0)
+    return AMPC_OK;
+  CU_CHECK_PTR(fn, g);
+  CU_CHECK_PTR(fn, stage);
+  CU_CHECK_DT(fn, gdt);
+  CU_BEGIN(fn);
+  (void)ctx;
+  stage_k<<<grid_for(n), THREADS, 0, strm>>>(n, g, gdt, inv, first ? 1 : 0, stage);
   return ampc_cu_launched(fn);
 }
 

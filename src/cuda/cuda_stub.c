@@ -349,6 +349,11 @@ ampc_status ampc_cuda_convert(void *dst, ampc_dtype dst_dt, const void *src, amp
   (void)dst, (void)dst_dt, (void)src, (void)src_dt, (void)n;
   return no_cuda("ampc_cuda_convert");
 }
+ampc_status ampc_cuda_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float inv, bool first,
+                                float *stage) {
+  (void)n, (void)g, (void)gdt, (void)inv, (void)first, (void)stage;
+  return no_cuda("ampc_cuda_stage_f32");
+}
 ampc_status ampc_cuda_scale_f32(int64_t n, float *x, float s) {
   (void)n, (void)x, (void)s;
   return no_cuda("ampc_cuda_scale_f32");

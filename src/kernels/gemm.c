@@ -412,6 +412,12 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
                   g->alpha, (const float *)g->a + t * g->stride_a, (int)g->lda,
                   (const float *)g->b + t * g->stride_b, (int)g->ldb, g->beta,
                   (float *)g->c + t * g->stride_c, (int)g->ldc);
+    ampc_tally *const tm = ampc_tally_tls; /* count C as the other paths' epilogues do */
+    for (int64_t t = 0; tm && t < g->batch; t++)
+      for (int64_t i = 0; i < g->m; i++) {
+        const float *row = (const float *)g->c + t * g->stride_c + i * g->ldc;
+        ampc_tally_count(tm, row, row, AMPC_F32, (size_t)g->n);
+      }
     return AMPC_OK;
   }
   const ampc_gemm_ukernel *uk = ampc_gemm_active_ukernel();

@@ -49,6 +49,22 @@ static ampc_status cpu_scale_f32(int64_t n, float *x, float s) {
   return AMPC_OK;
 }
 
+static ampc_status cpu_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float inv, bool first,
+                                 float *stage) {
+  enum { CH = 1024 };
+  float buf[CH];
+  const size_t es = ampc_dtype_size(gdt);
+  for (int64_t i0 = 0; i0 < n; i0 += CH) {
+    const int64_t len = n - i0 < CH ? n - i0 : CH;
+    AMPC_TRY(ampc_convert(buf, AMPC_F32, (const char *)g + (size_t)i0 * es, gdt, (size_t)len));
+    for (int64_t i = 0; i < len; i++) {
+      const float v = inv == 1.0f ? buf[i] : buf[i] * inv;
+      stage[i0 + i] = first ? v : stage[i0 + i] + v;
+    }
+  }
+  return AMPC_OK;
+}
+
 /* the CPU table, named nm, with `device` dev */
 // clang-format off
 #define CPU_TABLE(nm, dev) {                                                                       \
@@ -61,6 +77,7 @@ static ampc_status cpu_scale_f32(int64_t n, float *x, float s) {
   .zero = cpu_zero,                                                                                \
   .copy2d = cpu_copy2d,                                                                            \
   .scale_f32 = cpu_scale_f32,                                                                      \
+  .stage_f32 = cpu_stage_f32,                                                                      \
   .layernorm_forward = ampc_layernorm_forward,                                                     \
   .layernorm_backward = ampc_layernorm_backward,                                                   \
   .mha_forward = ampc_mha_forward,                                                                 \
@@ -168,6 +185,7 @@ static const ampc_backend k_cuda = {
     .zero = ampc_cuda_zero,
     .copy2d = ampc_cuda_copy2d,
     .scale_f32 = ampc_cuda_scale_f32,
+    .stage_f32 = ampc_cuda_stage_f32,
     .layernorm_forward = ampc_cuda_layernorm_forward,
     .layernorm_backward = ampc_cuda_layernorm_backward,
     .mha_forward = ampc_cuda_mha_forward,

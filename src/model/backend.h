@@ -48,6 +48,12 @@ typedef struct ampc_backend {
                         size_t rows);
   /* x [n] FP32 *= s, in place (one rounding per element) */
   ampc_status (*scale_f32)(int64_t n, float *x, float s);
+  /* the trainer's FP32 gradient staging (micro-batches summed in FP32,
+   * per-loss scaling): stage [n] FP32 = (first ? 0 : stage) + widen(g) * inv,
+   * g [n] in gdt; inv == 1: no product (the widened value exactly), else one
+   * FP32 product and one FP32 sum per element */
+  ampc_status (*stage_f32)(int64_t n, const void *g, ampc_dtype gdt, float inv, bool first,
+                           float *stage);
   /* ---- the layers (ampc/nn.h) ---- */
   ampc_status (*layernorm_forward)(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
                                    const void *gamma, const void *beta, ampc_dtype wdt, float eps,

@@ -72,7 +72,10 @@ static ampc_status shadow_on_device(ampc_mmodel *M, ampc_branch br, const char *
                                     int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                     const void *w, ampc_dtype wdt) {
   const ampc_backend *be = M->be;
-  const int64_t rows = ampc_probe_shadow_rows(m), step = m / rows;
+  const int64_t rows = ampc_probe_shadow_rows(m);
+  if (!M->probe.shadow_result || rows < 1)
+    return AMPC_OK;
+  const int64_t step = m / rows;
   const size_t xs = ampc_dtype_size(xdt), wsz = ampc_dtype_size(wdt);
   const size_t ybytes = (size_t)(rows * n) * sizeof(float);
   void *hx = malloc((size_t)(rows * k) * xs), *hw = malloc((size_t)(n * k) * wsz);
@@ -92,7 +95,7 @@ static ampc_status shadow_on_device(ampc_mmodel *M, ampc_branch br, const char *
     st = be->to_host(hw, w, (size_t)(n * k) * wsz);
   if (st == AMPC_OK)
     st = be->to_host(hy, dy, ybytes);
-  if (st == AMPC_OK && M->probe.shadow_result)
+  if (st == AMPC_OK)
     st = M->probe.shadow_result(M->probe.user, br, name, rows, k, n, hx, xdt, hw, wdt, hy);
   be->release(dy);
   free(hx), free(hw), free(hy);

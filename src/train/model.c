@@ -15,6 +15,7 @@
 
 #include "ampc/io.h"
 #include "ampc/train.h"
+#include "model/backend.h"
 
 ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out) {
   if (!name || !out)
@@ -428,41 +429,33 @@ size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
   return a->micro_batches > 1 || size > 1 ? (size_t)n * sizeof(float) : 0;
 }
 
-/* the FP32 staging: stage = widen(g) for the first micro-batch, stage +=
- * widen(g) after it (the first is a copy, so a -0 stays -0 as it would in
- * rank 0's own buffer) */
-/* per-loss: stage (+)= widen(g) * inv (1/S_k of the term, one FP32 product) */
-static void stage_add_unscaled(float *stage, const void *g, ampc_dtype dt, int64_t n, float inv,
-                               bool first) {
-  enum { CH = 1024 };
-  float buf[CH];
-  const size_t es = ampc_dtype_size(dt);
-  for (int64_t i0 = 0; i0 < n; i0 += CH) {
-    const int64_t len = n - i0 < CH ? n - i0 : CH;
-    ampc_convert(buf, AMPC_F32, (const char *)g + (size_t)i0 * es, dt, (size_t)len);
-    if (first)
-      for (int64_t i = 0; i < len; i++)
-        stage[i0 + i] = buf[i] * inv;
-    else
-      for (int64_t i = 0; i < len; i++)
-        stage[i0 + i] += buf[i] * inv;
-  }
+/* The FP32 staging goes through the trainer's backend (stage_f32): stage =
+ * widen(g) for the first micro-batch, stage += widen(g) after it (the first is
+ * a copy, so a -0 stays -0 as it would in rank 0's own buffer); per-loss,
+ * stage (+)= widen(g) * (1/S_k) of the term (one FP32 product). */
+
+size_t ampc_accum_host_bytes(const ampc_accum *a, int64_t n, ampc_dtype wdt) {
+  if (!a || n < 1 || !a->comm || a->comm->size < 2)
+    return 0;
+  const size_t st = ampc_accum_stage_bytes(a, n), w = (size_t)n * ampc_dtype_size(wdt);
+  return st > w ? st : w;
 }
 
-static void stage_add(float *stage, const void *g, ampc_dtype dt, int64_t n, bool first) {
-  enum { CH = 1024 };
-  if (first) {
-    ampc_convert(stage, AMPC_F32, g, dt, (size_t)n);
-    return;
+/* The ranks' sum of x [n] (dt; FP32 in rank order, or in the working dtype)
+ * in place; on a device through the host buffer `host`. */
+static ampc_status reduce_ranks(const ampc_comm *c, const ampc_backend *be, void *host, void *x,
+                                ampc_dtype dt, int64_t n, bool f32) {
+  const size_t bytes = (size_t)n * ampc_dtype_size(dt);
+  void *h = x;
+  if (be->device) {
+    if (!host)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "ampc_train_accumulate_dp: no host buffer for the ranks' sum on a device");
+    h = host;
+    AMPC_TRY(be->to_host(h, x, bytes));
   }
-  float buf[CH];
-  const size_t es = ampc_dtype_size(dt);
-  for (int64_t i0 = 0; i0 < n; i0 += CH) {
-    const int64_t len = n - i0 < CH ? n - i0 : CH;
-    ampc_convert(buf, AMPC_F32, (const char *)g + (size_t)i0 * es, dt, (size_t)len);
-    for (int64_t i = 0; i < len; i++)
-      stage[i0 + i] += buf[i];
-  }
+  AMPC_TRY(f32 ? c->sum_f32_ordered(c->user, h, n) : c->sum_working(c->user, h, dt, n));
+  return be->device ? be->to_device(x, h, bytes) : AMPC_OK;
 }
 
 ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
@@ -475,6 +468,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   const int64_t n_micro = a->micro_batches, K = n_micro * size;
   ampc_params *P = ampc_trainer_params(T); /* on a device, its table (the run refuses there
                                               what would read P->grad on the host) */
+  const ampc_backend *be = ampc_device_backend(T->device);
   const bool staged = ampc_accum_stage_bytes(a, P->total) > 0;
   if (staged && !a->stage)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: no FP32 staging buffer");
@@ -518,15 +512,15 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
         int64_t nf = 0;
         double norm = 0.0;
         AMPC_TRY(
-            ampc_grad_unscale_check(P->grad, P->wdt, P->total, 1.0f, &nf, &norm, &T->unscale_ws));
+            be->grad_unscale_check(P->grad, P->wdt, P->total, 1.0f, &nf, &norm, &T->unscale_ws));
         if (nf > 0)
           T->term_nonfinite[t] = true;
-        stage_add_unscaled(a->stage, P->grad, P->wdt, P->total, (float)(1.0 / (double)St),
-                           first_add);
+        AMPC_TRY(be->stage_f32(P->total, P->grad, P->wdt, (float)(1.0 / (double)St), first_add,
+                               a->stage));
         first_add = false;
       }
       if (first_add) /* no term on: a zero gradient */
-        memset(a->stage, 0, (size_t)P->total * sizeof(float));
+        AMPC_TRY(be->zero(a->stage, (size_t)P->total * sizeof(float)));
     } else if (per_branch && m->ops->backward_branches) {
       float seeds[AMPC_BRANCH_COUNT];
       for (int br = 0; br < AMPC_BRANCH_COUNT; br++)
@@ -536,7 +530,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
       AMPC_TRY(m->ops->backward(m, (S / (float)K) * lm));
     }
     if (staged && !a->per_loss)
-      stage_add(a->stage, P->grad, P->wdt, P->total, k == 0);
+      AMPC_TRY(be->stage_f32(P->total, P->grad, P->wdt, 1.0f, k == 0, a->stage));
     mean->total += w * L.total;
     mean->n_parts = L.n_parts;
     for (int i = 0; i < L.n_parts; i++) {
@@ -549,9 +543,9 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
                     : a->before_reduce(a->hook_user, P->grad, P->wdt, P->total));
   if (size > 1) {
     if (staged)
-      AMPC_TRY(c->sum_f32_ordered(c->user, a->stage, P->total));
+      AMPC_TRY(reduce_ranks(c, be, a->host, a->stage, AMPC_F32, P->total, true));
     else
-      AMPC_TRY(c->sum_working(c->user, P->grad, P->wdt, P->total));
+      AMPC_TRY(reduce_ranks(c, be, a->host, P->grad, P->wdt, P->total, false));
     float l[1 + AMPC_LOSS_PARTS_MAX];
     l[0] = mean->total;
     for (int i = 0; i < mean->n_parts; i++)
@@ -576,7 +570,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     return AMPC_OK;
   }
   if (staged) /* one rounding of the whole sum into the working dtype */
-    AMPC_TRY(ampc_convert(P->grad, P->wdt, a->stage, AMPC_F32, (size_t)P->total));
+    AMPC_TRY(be->convert(P->grad, P->wdt, a->stage, AMPC_F32, (size_t)P->total));
   return AMPC_OK;
 }
 

@@ -19,6 +19,7 @@
 
 #include "ampc/cuda_nn.h"
 #include "ampc/io.h"
+#include "model/backend.h"
 #include "ampc/report.h"
 #include "ampc/train.h"
 
@@ -219,6 +220,10 @@ void ampc_run_free(ampc_run *R) {
     ampc_model_free(&R->model);
   if (R->have_trainer)
     ampc_trainer_free(&R->T);
+  if (R->accum.stage && R->rc.device != AMPC_DEVICE_CPU) { /* with its context still bound */
+    ampc_device_backend(R->rc.device)->release(R->accum.stage);
+    R->accum.stage = NULL;
+  }
   if (R->cuda) { /* after everything it holds */
     ampc_cuda_bind(R->prev_cuda);
     ampc_cuda_destroy(R->cuda);
@@ -232,6 +237,7 @@ void ampc_run_free(ampc_run *R) {
   cJSON_Delete(R->summary);
   free(R->train_idx), free(R->grp_off), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
   free(R->accum.stage);
+  free(R->accum.host);
   free(R);
 }
 
@@ -375,14 +381,13 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   R->rank = rc->comm ? rc->comm->rank : 0;
   R->size = rc->comm ? rc->comm->size : 1;
   R->mb = rc->batch / R->size / rc->micro_batches;
-  R->accum = (ampc_accum){rc->micro_batches,
-                          R->size > 1 ? rc->comm : NULL,
-                          rc->reduce,
-                          NULL,
-                          NULL,
-                          R,
-                          rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f,
-                          amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS};
+  R->accum =
+      (ampc_accum){.micro_batches = rc->micro_batches,
+                   .comm = R->size > 1 ? rc->comm : NULL,
+                   .reduce = rc->reduce,
+                   .hook_user = R,
+                   .loss_multiplier = rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f,
+                   .per_loss = amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS};
   /* the fault injection writes the gradients from the host: not GPU memory */
   if ((getenv("AMPC_FAULT_FAIL") || getenv("AMPC_FAULT_NAN_GRAD")) &&
       rc->device != AMPC_DEVICE_CUDA)
@@ -469,31 +474,36 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   const size_t stage = ampc_accum_stage_bytes(&R->accum, R->T.params.total);
   if (rc->device != AMPC_DEVICE_CPU) { /* what the device path does not have yet, then the device */
     const char *dn = rc->device == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split";
-    if (R->size > 1)
-      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: one process only for now", dn));
-    if (R->accum.per_loss)
-      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: --loss-scale per-loss is not there yet",
-                     dn));
-    if (stage)
-      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED,
-                     "--device %s: micro-batches summed in FP32 are not there yet (use "
-                     "--micro-batches 1, or --allreduce working)",
-                     dn));
     if (ampc_precision_is_fp8(amp->precision))
       FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: fp8-mixed is not there yet", dn));
     if (rc->device == AMPC_DEVICE_CUDA) {
       if (ampc_cuda_device_count() == 0)
         FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device cuda: no CUDA device: %s",
                        ampc_cuda_unavailable_reason()));
-      if ((st = ampc_cuda_create(0, 0, &R->cuda)) != AMPC_OK)
+      /* rank r on GPU r mod the node's count (one process per GPU on a node) */
+      if ((st = ampc_cuda_create(R->rank % ampc_cuda_device_count(), 0, &R->cuda)) != AMPC_OK)
         goto fail;
       R->prev_cuda = ampc_cuda_bind(R->cuda);
     }
     if ((st = ampc_trainer_to_device(&R->T, rc->device)) != AMPC_OK)
       goto fail;
   }
-  if (stage && !(R->accum.stage = malloc(stage)))
+  if (stage && rc->device != AMPC_DEVICE_CPU) { /* the FP32 staging where the gradients are */
+    void *p = NULL;
+    if ((st = ampc_device_backend(rc->device)->alloc(&p, stage)) != AMPC_OK)
+      goto fail;
+    R->accum.stage = p;
+  } else if (stage && !(R->accum.stage = malloc(stage))) {
     FAIL(ampc_fail(AMPC_ERR_NOMEM, "cannot allocate the %zu-byte FP32 gradient staging", stage));
+  }
+  /* several ranks on a device: the ranks' sum goes through host memory (the
+   * communicator is MPI on host buffers, not NCCL) */
+  const size_t hostb = rc->device != AMPC_DEVICE_CPU
+                           ? ampc_accum_host_bytes(&R->accum, R->T.params.total, R->T.params.wdt)
+                           : 0;
+  if (hostb && !(R->accum.host = malloc(hostb)))
+    FAIL(ampc_fail(AMPC_ERR_NOMEM, "cannot allocate the %zu-byte host buffer of the ranks' sum",
+                   hostb));
   if ((st = ampc_model_create_on(&R->model, md, ampc_trainer_params(&R->T), amp, R->mb,
                                  rc->device)) != AMPC_OK)
     goto fail;
@@ -1139,6 +1149,8 @@ static ampc_status check_replicas(ampc_run *R, const ampc_step_info *info) {
            (long long)info->iteration);
   AMPC_TRY(c->check_same(c->user, st, sizeof st, what));
   if (R->rc.check_replicas) {
+    if (R->rc.device != AMPC_DEVICE_CPU) /* the host copies the check reads */
+      AMPC_TRY(ampc_trainer_sync_host(&R->T));
     const ampc_params *P = &T->params;
     snprintf(what, sizeof what, "the weights after iteration %lld", (long long)info->iteration);
     AMPC_TRY(c->check_same(c->user, P->w, (size_t)P->total * ampc_dtype_size(P->wdt), what));

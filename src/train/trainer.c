@@ -174,9 +174,6 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     return ampc_fail(ds, "ampc_trainer_step: zeroing the gradients on the %s device failed",
                      be->name);
   }
-  if (T->device != AMPC_DEVICE_CPU && T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED,
-                     "ampc_trainer_step: per-loss scaling is not on the %s device yet", be->name);
   ampc_step_info r = {.iteration = T->iteration + 1, .loss_scale = T->scaler.scale};
   const float inv = ampc_scaler_inv_scale(&T->scaler);
   const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
@@ -194,8 +191,8 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   }
   ampc_status st = AMPC_OK;
   if (per_loss) { /* already unscaled, term by term */
-    st = ampc_grad_unscale_check(T->grad32, AMPC_F32, P->total, 1.0f, &r.nonfinite, &r.grad_norm,
-                                 &T->unscale_ws);
+    st = be->grad_unscale_check(T->grad32, AMPC_F32, P->total, 1.0f, &r.nonfinite, &r.grad_norm,
+                                &T->unscale_ws);
     bool any = false;
     for (int k = 0; k < AMPC_BRANCH_COUNT; k++)
       bnf[k] = T->term_nonfinite[k], any = any || bnf[k];
