@@ -242,7 +242,8 @@ ampc_status ampc_mmodel_set_group(ampc_mmodel *M, const ampc_model_group *g) {
   if (!g || g->size <= 1)
     return AMPC_OK;
   if (M->be->device)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "global negatives are not on the %s device yet",
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "--global-negatives: global negatives are not on the %s device yet",
                      M->be->name);
   if (M->c.image_only)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
