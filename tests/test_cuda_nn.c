@@ -1288,6 +1288,12 @@ static void test_host_checks(void) {
     CHECK(ampc_cuda_grad_unscale_check(x, AMPC_F32, 4, 1.0f, NULL, NULL, NULL) ==
               AMPC_ERR_INVALID_ARG,
           "NULL outputs accepted");
+    CHECK(ampc_cuda_stage_f32(-1, x, AMPC_F32, 1.0f, true, x) == AMPC_ERR_INVALID_ARG,
+          "staging n < 0 accepted");
+    CHECK(ampc_cuda_stage_f32(4, x, AMPC_F8_E5M2, 1.0f, true, x) == AMPC_ERR_INVALID_ARG,
+          "staging an FP8 gradient accepted");
+    CHECK(ampc_cuda_stage_f32(4, x, AMPC_F32, 1.0f, true, NULL) == AMPC_ERR_INVALID_ARG,
+          "staging into NULL accepted");
   }
   /* well-formed calls without a bound context (or without CUDA) */
   ampc_cuda_bind(NULL);
@@ -1300,6 +1306,8 @@ static void test_host_checks(void) {
   double norm = 0;
   CHECK(ampc_cuda_grad_unscale_check(x, AMPC_F32, 4, 1.0f, &nf, &norm, NULL) == nb,
         "unscale without a context");
+  CHECK(ampc_cuda_stage_f32(4, x, AMPC_F32, 0.5f, false, x) == nb, "staging without a context");
+  CHECK(x[0] == 0.0f, "a refused staging wrote");
   CHECK(ampc_cuda_current() == NULL, "a context is bound");
   printf("host-side checks: %s\n", g_fail ? "FAILED" : "passed");
 }
