@@ -36,7 +36,9 @@ __global__ void widen_k(int64_t n, const void *src, int dt, float *dst) {
 }
 
 /* dst (dt) = round(src) over a batch of rows x cols matrices (leading
- * dimensions lds, ldd; batch strides ss, sd), counting */
+ * dimensions lds, ldd; batch strides ss, sd), counting; dst NULL: the
+ * rounding only counted, not stored (the counting twin of a product cuBLASLt
+ * rounds into C itself) */
 __global__ void round_k(int64_t batch, int64_t rows, int64_t cols, const float *src, int64_t lds,
                         int64_t ss, void *dst, int dt, int64_t ldd, int64_t sd, dev_stats *ds) {
   lstats ls(ds);
@@ -45,24 +47,9 @@ __global__ void round_k(int64_t batch, int64_t rows, int64_t cols, const float *
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t bi = e / per, i = (e % per) / cols, j = e % cols;
     const float v = src[bi * ss + i * lds + j];
-    const uint32_t o = st(dst, dt, bi * sd + i * ldd + j, v);
+    const uint32_t o = dst ? st(dst, dt, bi * sd + i * ldd + j, v) : rbits(v, dt);
     if (ds)
       ls.add(v, dt, o);
-  }
-  ls.flush(ds);
-}
-
-/* count the rounding to dt of a batch of rows x cols FP32 products, without
- * storing it (a counting twin of a product cuBLASLt rounds into C itself) */
-__global__ void count_round_k(int64_t batch, int64_t rows, int64_t cols, const float *src,
-                              int64_t lds, int64_t ss, int dt, dev_stats *ds) {
-  lstats ls(ds);
-  const int64_t per = rows * cols;
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * per;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t bi = e / per, i = (e % per) / cols, j = e % cols;
-    const float v = src[bi * ss + i * lds + j];
-    ls.add(v, dt, rbits(v, dt));
   }
   ls.flush(ds);
 }
@@ -203,8 +190,8 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
     AMPC_TRY(ampc_cuda_gemm(ctx, &t));
     AMPC_TRY(ampc_cuda_gemm(ctx, &g));
     STATS_BEGIN(NULL);
-    count_round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, w, ldc, stride_c,
-                                                                 c_dt, dst);
+    round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, w, ldc, stride_c, NULL,
+                                                           c_dt, 0, 0, dst);
     FINISH(fn, NULL);
   }
   /* mixed: widen to FP32 (exact), FP32 GEMM, one rounding into C */

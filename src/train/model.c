@@ -429,11 +429,6 @@ size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
   return a->micro_batches > 1 || size > 1 ? (size_t)n * sizeof(float) : 0;
 }
 
-/* The FP32 staging goes through the trainer's backend (stage_f32): stage =
- * widen(g) for the first micro-batch, stage += widen(g) after it (the first is
- * a copy, so a -0 stays -0 as it would in rank 0's own buffer); per-loss,
- * stage (+)= widen(g) * (1/S_k) of the term (one FP32 product). */
-
 size_t ampc_accum_host_bytes(const ampc_accum *a, int64_t n, ampc_dtype wdt) {
   if (!a || n < 1 || !a->comm || a->comm->size < 2)
     return 0;
@@ -458,6 +453,11 @@ static ampc_status reduce_ranks(const ampc_comm *c, const ampc_backend *be, void
   return be->device ? be->to_device(x, h, bytes) : AMPC_OK;
 }
 
+/* The FP32 staging goes through the trainer's backend (stage_f32): stage =
+ * widen(g) for the first micro-batch, stage += widen(g) after it (the first is
+ * a copy, so a -0 stays -0 as it would in rank 0's own buffer); per-loss,
+ * stage (+)= widen(g) * (1/S_k) of the term (one FP32 product). */
+
 ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
                                      ampc_batch_fn next, void *user, ampc_losses *mean) {
   if (!T || !m || !m->ops || !a || a->micro_batches < 1 || !next || !mean ||
@@ -466,8 +466,8 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   const ampc_comm *c = a->comm;
   const int size = c ? c->size : 1;
   const int64_t n_micro = a->micro_batches, K = n_micro * size;
-  ampc_params *P = ampc_trainer_params(T); /* on a device, its table (the run refuses there
-                                              what would read P->grad on the host) */
+  ampc_params *P = ampc_trainer_params(T); /* on a device, its table: every read of P->grad
+                                              goes through the backend */
   const ampc_backend *be = ampc_device_backend(T->device);
   const bool staged = ampc_accum_stage_bytes(a, P->total) > 0;
   if (staged && !a->stage)

@@ -19,9 +19,9 @@
 
 #include "ampc/cuda_nn.h"
 #include "ampc/io.h"
-#include "model/backend.h"
 #include "ampc/report.h"
 #include "ampc/train.h"
+#include "model/backend.h"
 
 /* ---- the sampler ------------------------------------------------------------------ */
 
@@ -220,10 +220,10 @@ void ampc_run_free(ampc_run *R) {
     ampc_model_free(&R->model);
   if (R->have_trainer)
     ampc_trainer_free(&R->T);
-  if (R->accum.stage && R->rc.device != AMPC_DEVICE_CPU) { /* with its context still bound */
-    ampc_device_backend(R->rc.device)->release(R->accum.stage);
-    R->accum.stage = NULL;
-  }
+  /* by the backend that made it, with a device's context still bound */
+  const ampc_backend *sbe = ampc_device_backend(R->rc.device);
+  if (sbe && R->accum.stage)
+    sbe->release(R->accum.stage);
   if (R->cuda) { /* after everything it holds */
     ampc_cuda_bind(R->prev_cuda);
     ampc_cuda_destroy(R->cuda);
@@ -236,7 +236,6 @@ void ampc_run_free(ampc_run *R) {
   free(R->fp8_amax);
   cJSON_Delete(R->summary);
   free(R->train_idx), free(R->grp_off), free(R->bimg), free(R->btok), free(R->blab), free(R->bfeat);
-  free(R->accum.stage);
   free(R->accum.host);
   free(R);
 }
@@ -488,13 +487,11 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     if ((st = ampc_trainer_to_device(&R->T, rc->device)) != AMPC_OK)
       goto fail;
   }
-  if (stage && rc->device != AMPC_DEVICE_CPU) { /* the FP32 staging where the gradients are */
+  if (stage) { /* the FP32 staging where the gradients are (host memory on the CPU) */
     void *p = NULL;
     if ((st = ampc_device_backend(rc->device)->alloc(&p, stage)) != AMPC_OK)
       goto fail;
     R->accum.stage = p;
-  } else if (stage && !(R->accum.stage = malloc(stage))) {
-    FAIL(ampc_fail(AMPC_ERR_NOMEM, "cannot allocate the %zu-byte FP32 gradient staging", stage));
   }
   /* several ranks on a device: the ranks' sum goes through host memory (the
    * communicator is MPI on host buffers, not NCCL) */
