@@ -7,7 +7,8 @@
 #    evaluations and checkpoint must equal --device cpu's bit for bit, for
 #    16-mixed on mm-tiny with sampled negatives, bf16-mixed on vit-ref, a
 #    static loss scale, micro-batches summed in the working dtype and in
-#    FP32, MLM, per-branch and per-loss loss scaling, three of
+#    FP32, MLM, 16-true (FP16 accumulation), per-branch and per-loss loss
+#    scaling, three of
 #    check_diagnose.sh's failure signatures (diagnosed the same), a resume.
 # 2. --device cuda without a GPU: exit 1 naming the reason; a bad device:
 #    exit 2; what the device path does not have yet: exit 1 with a message.
@@ -51,6 +52,9 @@ same_run static --model mm-tiny --precision 16-mixed --loss-scale 1024 --steps 4
 same_run micro --model mm-tiny --precision bf16-mixed --micro-batches 2 --allreduce working \
   --steps 3 --batch 8 --no-eval
 same_run mlm --model mm-tiny --precision 16-mixed --w-mlm 0.5 --steps 3 --batch 8 --no-eval
+# the FP16-accumulation ablation (16-true: binary16 sums inside every GEMM)
+same_run true16 --model mm-tiny --precision 16-true --optimizer sgd --lr 1e-2 --steps 3 --batch 8 \
+  --no-eval --telemetry-every 1
 # the trainer's FP32 staging on the device: micro-batches summed in FP32,
 # per-loss scaling (one backward pass per term, each unscaled into FP32)
 same_run micro32 --model mm-tiny --precision 16-mixed --micro-batches 2 --steps 3 --batch 8 \

@@ -11,6 +11,7 @@
 #define AMPC_TESTS_MM_FIXTURE_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ampc/ampc.h"
@@ -26,20 +27,36 @@ static const uint8_t k_mmf_used[MMF_B][MMF_TT] = {{1, 1, 1, 1, 1}, {1, 0, 0, 0, 
                                                   {1, 0, 1, 1, 0}, {1, 1, 1, 1, 0}};
 
 /* N(0, 0.3^2) noise on T's FP32 weights (the master copy, or the working
- * copy in 32-true) but the logit scale, the working copy re-rounded.
- * AMPC_ERR_INVALID_ARG without an FP32 copy to perturb. */
+ * copy in 32-true) but the logit scale, the working copy re-rounded; without
+ * master weights in a 16-bit preset (16-true), on the working copy widened
+ * to FP32 and rounded back once. AMPC_ERR_NOMEM if that copy cannot be made. */
 static inline ampc_status mmf_perturb(ampc_trainer *T) {
-  if (!T->params.master && T->params.wdt != AMPC_F32)
-    return AMPC_ERR_INVALID_ARG;
-  float *w = T->params.master ? T->params.master : (float *)T->params.w;
+  const ampc_params *P = &T->params;
+  float *w = P->master ? P->master : P->wdt == AMPC_F32 ? (float *)P->w : NULL;
+  float *tmp = NULL;
+  if (!w) {
+    if (!(tmp = (float *)malloc((size_t)P->total * sizeof *tmp)))
+      return AMPC_ERR_NOMEM;
+    ampc_status st = ampc_convert(tmp, AMPC_F32, P->w, P->wdt, (size_t)P->total);
+    if (st != AMPC_OK) {
+      free(tmp);
+      return st;
+    }
+    w = tmp;
+  }
   ampc_rng r;
   ampc_rng_seed(&r, k_mmf_noise_seed);
-  for (int i = 0; i < T->params.count; i++) {
-    const ampc_param *q = &T->params.p[i];
+  for (int i = 0; i < P->count; i++) {
+    const ampc_param *q = &P->p[i];
     if (strcmp(q->name, "heads.logit_scale") == 0)
       continue;
     for (int64_t e = 0; e < q->numel; e++)
       w[q->offset + e] += (float)(0.3 * ampc_rng_normal(&r));
+  }
+  if (tmp) {
+    const ampc_status st = ampc_convert(P->w, P->wdt, tmp, AMPC_F32, (size_t)P->total);
+    free(tmp);
+    return st;
   }
   ampc_params_sync_working(&T->params);
   return AMPC_OK;

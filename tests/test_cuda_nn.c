@@ -108,6 +108,7 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_store_f32 ampc_store_f32
 #define ampc_cuda_convert ampc_convert
 #define ampc_cuda_gemm_strided_batched ampc_gemm_strided_batched
+#define ampc_cuda_set_acc16_exact(on) ((void)(on))
 static ampc_status fake_scale_f32(int64_t n, float *x, float s) {
   for (int64_t i = 0; i < n; i++)
     x[i] *= s;
@@ -671,13 +672,15 @@ static void test_linear(void) {
     tol[i] = (tol[i] - 2 * ulp_min(AMPC_F16)) * 0x1p13 +
              2 * (ulp_rel(AMPC_F16) * fabs((double)yf[i]) + ulp_min(AMPC_F16));
   compare("linear f16, FP16 accumulation (bound K 2^-11)", &y, tol);
-#ifndef AMPC_TEST_ON_CPU
-  CHECK(ampc_cuda_linear_forward(m, k, n, x.d, AMPC_F16, w.d, AMPC_F16, NULL, y.d, AMPC_F32,
-                                 AMPC_ACC_F16, NULL) == AMPC_ERR_UNSUPPORTED,
-        "FP16 accumulation into F32 accepted");
-#endif
+  /* into an F32 C (the F16 sums widened, the FP32 epilogue): the same bound */
+  buf y32 = rnd_buf(AMPC_F32, m * n, 0, 1);
+  OK(ampc_linear_forward(m, k, n, x.h, AMPC_F16, w.h, AMPC_F16, NULL, y32.h, AMPC_F32, AMPC_ACC_F16,
+                         NULL));
+  OK(ampc_cuda_linear_forward(m, k, n, x.d, AMPC_F16, w.d, AMPC_F16, NULL, y32.d, AMPC_F32,
+                              AMPC_ACC_F16, NULL));
+  compare("linear f16 -> f32, FP16 accumulation", &y32, tol);
   free(xf), free(wf), free(yf), free(tol);
-  drop(&x), drop(&w), drop(&y);
+  drop(&x), drop(&w), drop(&y), drop(&y32);
 }
 
 static void test_attention(void) {
@@ -1633,6 +1636,116 @@ static void test_tally(void) {
   g_tally = NULL;
 }
 
+/* The FP16-accumulation ablation on the GPU (ampc_cuda_gemm_strided_batched
+ * with AMPC_ACC_F16): with ampc_cuda_set_acc16_exact(true) every operand mix
+ * gives the CPU's bits (s <- fp16(a b + s) in K order, the FP32 epilogue) and
+ * the tally's counts; by default F16 x F16 products run on COMPUTE_16F,
+ * within (K + 3) 2^-11 sum |ab| (the bound of binary16 sums in any order)
+ * plus the output rounding. The sum of 4096 ones in FP16 stops at 2048
+ * (2048 + 1 is a tie, rounded to even): the exact kernel gives 2048; what
+ * the Tensor Cores give is printed. */
+static void test_acc16(void) {
+  printf("FP16 accumulation (the ablation):\n");
+  typedef struct {
+    ampc_op opa, opb;
+    ampc_dtype adt, bdt, cdt;
+    int64_t m, n, k, batch;
+    float alpha, beta;
+  } cfg;
+  static const cfg cs[] = {
+      {AMPC_OP_N, AMPC_OP_T, AMPC_F16, AMPC_F16, AMPC_F16, 37, 29, 300, 1, 1.0f, 0.0f},
+      {AMPC_OP_N, AMPC_OP_T, AMPC_F16, AMPC_F16, AMPC_F32, 37, 29, 300, 2, 0.25f, 1.0f},
+      {AMPC_OP_T, AMPC_OP_N, AMPC_F32, AMPC_F16, AMPC_F16, 21, 18, 77, 3, 0.125f, 1.0f},
+      {AMPC_OP_N, AMPC_OP_N, AMPC_F32, AMPC_F16, AMPC_F32, 16, 40, 64, 1, 1.0f, 0.0f},
+      {AMPC_OP_T, AMPC_OP_T, AMPC_BF16, AMPC_BF16, AMPC_BF16, 19, 23, 130, 2, 1.0f, 0.5f},
+      {AMPC_OP_N, AMPC_OP_N, AMPC_F16, AMPC_F16, AMPC_BF16, 8, 8, 50, 1, 0.0f, 1.0f},
+  };
+  g_tally = ampc_tally_create();
+  if (!g_tally)
+    exit(1);
+  for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++) {
+    const cfg *q = &cs[ci];
+    const int64_t ar = q->opa == AMPC_OP_N ? q->m : q->k, ac = q->opa == AMPC_OP_N ? q->k : q->m;
+    const int64_t br = q->opb == AMPC_OP_N ? q->k : q->n, bc = q->opb == AMPC_OP_N ? q->n : q->k;
+    const int64_t lda = ac + 3, ldb = bc + 1, ldc = q->n + 2; /* padded rows */
+    const int64_t sa = ar * lda + 5, sb = br * ldb, sc = q->m * ldc + 7;
+    buf a = rnd_buf(q->adt, q->batch * sa, -1, 1), b = rnd_buf(q->bdt, q->batch * sb, -1, 1),
+        c = rnd_buf(q->cdt, q->batch * sc, -1, 1);
+    float *c0 = host_f32(&c); /* C before: beta reads it */
+    char nm[120];
+    snprintf(nm, sizeof nm, "acc16 %s%s %s x %s -> %s, batch %d, alpha %g beta %g",
+             q->opa == AMPC_OP_N ? "N" : "T", q->opb == AMPC_OP_N ? "N" : "T", dn(q->adt),
+             dn(q->bdt), dn(q->cdt), (int)q->batch, (double)q->alpha, (double)q->beta);
+    TALLY_CPU(ampc_gemm_strided_batched(q->opa, q->opb, q->m, q->n, q->k, q->alpha, a.h, q->adt,
+                                        lda, sa, b.h, q->bdt, ldb, sb, q->beta, c.h, q->cdt, ldc,
+                                        sc, q->batch, AMPC_ACC_F16));
+    ampc_cuda_set_acc16_exact(true);
+    TALLY_DEV(nm, true,
+              ampc_cuda_gemm_strided_batched(q->opa, q->opb, q->m, q->n, q->k, q->alpha, a.d,
+                                             q->adt, lda, sa, b.d, q->bdt, ldb, sb, q->beta, c.d,
+                                             q->cdt, ldc, sc, q->batch, AMPC_ACC_F16));
+    compare(nm, &c, NULL);
+    ampc_cuda_set_acc16_exact(false);
+    if (q->adt == AMPC_F16 && q->bdt == AMPC_F16 && q->alpha != 0.0f) { /* on COMPUTE_16F */
+      buf c2 = from_f32(q->cdt, c0, q->batch * sc);
+      OK(ampc_cuda_gemm_strided_batched(q->opa, q->opb, q->m, q->n, q->k, q->alpha, a.d, q->adt,
+                                        lda, sa, b.d, q->bdt, ldb, sb, q->beta, c2.d, q->cdt, ldc,
+                                        sc, q->batch, AMPC_ACC_F16));
+      float *af = host_f32(&a), *bff = host_f32(&b), *cr = host_f32(&c);
+      double *tol = calloc((size_t)(q->batch * sc), sizeof *tol);
+      for (int64_t t = 0; t < q->batch; t++)
+        for (int64_t i = 0; i < q->m; i++)
+          for (int64_t j = 0; j < q->n; j++) {
+            double sab = 0.0;
+            for (int64_t p = 0; p < q->k; p++) {
+              const double x = af[t * sa + (q->opa == AMPC_OP_N ? i * lda + p : p * lda + i)];
+              const double y = bff[t * sb + (q->opb == AMPC_OP_N ? p * ldb + j : j * ldb + p)];
+              sab += fabs(x * y);
+            }
+            const int64_t e = t * sc + i * ldc + j;
+            /* both sides within (K + 3) 2^-11 |alpha| sum|ab| (plus alpha's
+             * binary16 rounding, exact here) of the product; the outputs'
+             * roundings */
+            tol[e] = 2 * ((double)(q->k + 3) * 0x1p-11 * fabs((double)q->alpha) * sab) +
+                     2 * (ulp_rel(q->cdt) * fabs((double)cr[e]) + ulp_min(q->cdt)) +
+                     fabs((double)q->beta * (double)c0[e]) * 0x1p-10;
+          }
+      memcpy(c2.h, c.h, c.bytes); /* the CPU's result as the reference */
+      char nm2[140];
+      snprintf(nm2, sizeof nm2, "%s, COMPUTE_16F", nm);
+      compare(nm2, &c2, tol);
+      free(af), free(bff), free(cr), free(tol);
+      drop(&c2);
+    }
+    free(c0);
+    drop(&a), drop(&b), drop(&c);
+  }
+  ampc_tally_free(g_tally);
+  g_tally = NULL;
+  /* the sum of 4096 ones */
+  const int64_t k = 4096;
+  float *ones = malloc((size_t)k * sizeof *ones);
+  for (int64_t i = 0; i < k; i++)
+    ones[i] = 1.0f;
+  buf a1 = from_f32(AMPC_F16, ones, k), b1 = from_f32(AMPC_F16, ones, k);
+  buf s1 = rnd_buf(AMPC_F32, 1, 0, 0);
+  ampc_cuda_set_acc16_exact(true);
+  OK(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, 1, 1, k, 1.0f, a1.d, AMPC_F16, k, 0, b1.d,
+                                    AMPC_F16, 1, 0, 0.0f, s1.d, AMPC_F32, 1, 0, 1, AMPC_ACC_F16));
+  float *v = down_f32(&s1);
+  CHECK(v[0] == 2048.0f, "4096 ones summed in FP16 (exact kernel): %g, not 2048", (double)v[0]);
+  free(v);
+  ampc_cuda_set_acc16_exact(false);
+  OK(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, 1, 1, k, 1.0f, a1.d, AMPC_F16, k, 0, b1.d,
+                                    AMPC_F16, 1, 0, 0.0f, s1.d, AMPC_F32, 1, 0, 1, AMPC_ACC_F16));
+  v = down_f32(&s1);
+  printf("  4096 ones summed with FP16 accumulation: %g exact kernel 2048, COMPUTE_16F %g\n",
+         2048.0, (double)v[0]);
+  CHECK(v[0] >= 2048.0f && v[0] <= 4096.0f, "4096 ones on COMPUTE_16F: %g", (double)v[0]);
+  free(v), free(ones);
+  drop(&a1), drop(&b1), drop(&s1);
+}
+
 /* the trainer's FP32 staging: (first ? 0 : stage) + widen(g) * inv, the
  * CPU's formula (one product, one sum), bit for bit */
 static void test_stage(void) {
@@ -1674,6 +1787,7 @@ static void run_all(void) {
   test_optim();
   test_model_rows();
   test_tally();
+  test_acc16();
   test_stage();
 }
 

@@ -156,15 +156,28 @@ ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc
  * without TF32 (COMPUTE_32F_PEDANTIC); a mixed pair is widened to FP32 in
  * device scratch (exact: the CPU widens while packing) and multiplied in
  * FP32, and a 16-bit C of an FP32 product passes through an FP32 copy (one
- * rounding). AMPC_ACC_F16 needs F16 A, B and C (COMPUTE_16F), else
- * AMPC_ERR_UNSUPPORTED. Bound as the CPU's: |err| <= (K + 3) 2^-24 sum |ab|
- * plus the output rounding. */
+ * rounding). Bound as the CPU's: |err| <= (K + 3) 2^-24 sum |ab| plus the
+ * output rounding.
+ * AMPC_ACC_F16 (the FP16-accumulation ablation, the 16-true preset): F16 A
+ * and B on cuBLASLt's COMPUTE_16F, the Tensor Cores' FP16 sums (an F16 C
+ * straight, alpha and beta in binary16; an F32 or BF16 C through F16
+ * scratch and the CPU's FP32 epilogue alpha s + beta C, one rounding):
+ * within (K + 3) 2^-11 sum |ab| of the exact product plus the output
+ * rounding. Other operands (an FP32 dS in the attention's backward pass,
+ * BF16), or every product after ampc_cuda_set_acc16_exact(true): a kernel
+ * computing the CPU's definition (ampc/gemm.h AMPC_ACC_F16: s <- fp16(a b +
+ * s) in K order), the CPU's bits; one thread per element, slow. */
 ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n,
                                            int64_t k, float alpha, const void *a, ampc_dtype a_dt,
                                            int64_t lda, int64_t stride_a, const void *b,
                                            ampc_dtype b_dt, int64_t ldb, int64_t stride_b,
                                            float beta, void *c, ampc_dtype c_dt, int64_t ldc,
                                            int64_t stride_c, int64_t batch, ampc_acc acc);
+/* Process-wide: exact = true puts every FP16-accumulated product of
+ * ampc_cuda_gemm_strided_batched on the kernel with the CPU's bits (parity
+ * checks), false (the default) lets F16 x F16 products run on COMPUTE_16F.
+ * The environment variable AMPC_CUDA_ACC16=exact sets it at the first GEMM. */
+void ampc_cuda_set_acc16_exact(bool exact);
 /* The bias is laid into y rounded to y's dtype and added by the GEMM in FP32
  * (beta = 1), as the CPU does; with stats through an FP32 copy. */
 ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,

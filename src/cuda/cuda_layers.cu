@@ -12,11 +12,16 @@
  * into device scratch (exact) and the FP32 GEMM runs (no TF32: PEDANTIC), and
  * a 16-bit C of an FP32 product goes through an FP32 copy rounded once.
  * Products of two 16-bit operands run on Tensor Cores with FP32 sums
- * (COMPUTE_32F); the FP16-accumulation ablation (AMPC_ACC_F16) needs F16
- * A, B and C (COMPUTE_16F). Built with --fmad=false.
+ * (COMPUTE_32F). The FP16-accumulation ablation (AMPC_ACC_F16): F16 A and
+ * B on cuBLASLt's COMPUTE_16F (the Tensor Cores' FP16 sums; an F32 or BF16
+ * C through F16 scratch and the CPU's FP32 epilogue), other operands on a
+ * kernel that sums in binary16 in order as the CPU does (gemm.c), every
+ * product there with AMPC_CUDA_ACC16=exact. Built with --fmad=false.
  */
+#include <atomic>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_common.cuh"
@@ -96,6 +101,93 @@ __global__ void bias_grad_k(int64_t m, int64_t n, const void *dy, int gdt, void 
   ls.flush(ds);
 }
 
+/* binary16 rounding of a double (RNE, subnormals kept, overflow to inf) as
+ * a double: gemm.c's round_f16_f64, the same operations (scale the binary16
+ * ulp to 1, round with the 1.5 2^52 trick, scale back) */
+__device__ __forceinline__ double round_f16_d(double x) {
+  const unsigned long long u = (unsigned long long)__double_as_longlong(x);
+  const unsigned long long ax = u & ~(1ull << 63);
+  if (ax >= 0x7FF0000000000000ull) /* inf or NaN */
+    return x;
+  int e = (int)(ax >> 52) - 1023;
+  if (e < -14)
+    e = -14;
+  if (e > 16)
+    return x > 0 ? __longlong_as_double(0x7FF0000000000000ll)
+                 : __longlong_as_double((long long)0xFFF0000000000000ull);
+  const double s_up = __longlong_as_double((long long)(1023 + 10 - e) << 52);
+  const double s_down = __longlong_as_double((long long)(1023 - 10 + e) << 52);
+  const double q = x * s_up; /* |q| < 2^11: exact */
+  const double r = __dsub_rn(__dadd_rn(q, 0x1.8p52), 0x1.8p52);
+  const double v = copysign(r * s_down, x);
+  if (fabs(v) > 65504.0)
+    return x > 0 ? __longlong_as_double(0x7FF0000000000000ll)
+                 : __longlong_as_double((long long)0xFFF0000000000000ull);
+  return v;
+}
+
+/* The FP16-accumulation ablation as the CPU defines it (gemm.c's
+ * gemm_acc16): per element of C, s <- fp16(fma(a, b, s)) for p = 0..k-1 in
+ * order from +0 (operands widened exactly to double), then the FP32
+ * epilogue alpha s + beta C rounded once into C, counted. op(A)[i][p] =
+ * a[i rsa + p csa], op(B)[p][j] = b[p rsb + j csb]. One thread per element:
+ * slow, for the ablation's operand mixes that COMPUTE_16F cannot take, and
+ * for all of them with AMPC_CUDA_ACC16=exact. */
+__global__ void acc16_k(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                        int adt, int64_t rsa, int64_t csa, int64_t sa, const void *b, int bdt,
+                        int64_t rsb, int64_t csb, int64_t sb, float beta, void *c, int cdt,
+                        int64_t ldc, int64_t sc, dev_stats *ds) {
+  lstats ls(ds);
+  const int64_t per = m * n;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * per;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t t = e / per, i = (e % per) / n, j = e % n;
+    const int64_t a0 = t * sa + i * rsa, b0 = t * sb + j * csb;
+    double s = 0.0;
+    for (int64_t p = 0; p < k; p++)
+      s = round_f16_d(fma((double)ld(a, adt, a0 + p * csa), (double)ld(b, bdt, b0 + p * rsb), s));
+    const int64_t at = t * sc + i * ldc + j;
+    float v = alpha * (float)s;
+    if (beta != 0.0f)
+      v += beta * ld(c, cdt, at);
+    cst(c, cdt, at, v, ls, ds);
+  }
+  ls.flush(ds);
+}
+
+/* C (cdt, counted) = alpha s + beta C in FP32, one rounding: the epilogue
+ * of an FP16-accumulated product s (F16, ldc n, batch stride m n) */
+__global__ void acc16_epi_k(int64_t batch, int64_t m, int64_t n, const __half *s, float alpha,
+                            float beta, void *c, int cdt, int64_t ldc, int64_t sc, dev_stats *ds) {
+  lstats ls(ds);
+  const int64_t per = m * n;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * per;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t t = e / per, i = (e % per) / n, j = e % n, at = t * sc + i * ldc + j;
+    float v = alpha * __half2float(s[e]);
+    if (beta != 0.0f)
+      v += beta * ld(c, cdt, at);
+    cst(c, cdt, at, v, ls, ds);
+  }
+  ls.flush(ds);
+}
+
+/* 1: every FP16-accumulated product on acc16_k (the CPU's bits); 0: F16 x
+ * F16 products on cuBLASLt's COMPUTE_16F; -1: not yet set, AMPC_CUDA_ACC16
+ * ("exact") decides at the first use */
+std::atomic<int> g_acc16_exact{-1};
+bool acc16_exact(void) {
+  int v = g_acc16_exact.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char *e = getenv("AMPC_CUDA_ACC16");
+    v = e && strcmp(e, "exact") == 0;
+    int unset = -1; /* a setter's value wins */
+    if (!g_acc16_exact.compare_exchange_strong(unset, v))
+      v = g_acc16_exact.load(std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
 /* elements spanned by a strided batch of rows x cols matrices */
 int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
   return (batch - 1) * stride + (rows - 1) * ld + cols;
@@ -136,6 +228,8 @@ bool direct_ok(ampc_dtype a, ampc_dtype b, ampc_dtype c) {
 
 extern "C" {
 
+void ampc_cuda_set_acc16_exact(bool exact) { g_acc16_exact.store(exact ? 1 : 0); }
+
 ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n,
                                            int64_t k, float alpha, const void *a, ampc_dtype a_dt,
                                            int64_t lda, int64_t stride_a, const void *b,
@@ -164,14 +258,34 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
    * stored: the counts describe sums within the GEMM bound of cuBLASLt's) */
   const bool counting = ampc_cu_tally_on();
   if (acc == AMPC_ACC_F16) {
-    if (a_dt != AMPC_F16 || b_dt != AMPC_F16 || c_dt != AMPC_F16)
-      return ampc_fail(AMPC_ERR_UNSUPPORTED,
-                       "%s: FP16 accumulation on the GPU needs F16 A, B and C (CUBLAS_COMPUTE_16F)",
-                       fn);
-    g.compute = AMPC_CUDA_COMPUTE_16F;
-    AMPC_TRY(ampc_cuda_gemm(ctx, &g));
-    /* the FP16 sums are the stored values: counted as they are */
-    return counting ? count_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c) : AMPC_OK;
+    const bool none = alpha == 0.0f || k == 0; /* as the CPU: A B not read */
+    if (!none && !acc16_exact() && a_dt == AMPC_F16 && b_dt == AMPC_F16) {
+      g.compute = AMPC_CUDA_COMPUTE_16F;
+      if (c_dt == AMPC_F16) { /* straight into C: alpha and beta in binary16 */
+        AMPC_TRY(ampc_cuda_gemm(ctx, &g));
+        /* the FP16 sums are the stored values: counted as they are */
+        return counting ? count_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c) : AMPC_OK;
+      }
+      /* an F32 or BF16 C: the FP16 sums into F16 scratch, then the CPU's
+       * FP32 epilogue (alpha s + beta C, one rounding) */
+      void *s16 = NULL;
+      AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_C, (size_t)(batch * m * n) * 2, &s16));
+      g.alpha = 1.0f, g.beta = 0.0f;
+      g.c = s16, g.c_dt = AMPC_F16, g.ldc = n, g.stride_c = m * n;
+      AMPC_TRY(ampc_cuda_gemm(ctx, &g));
+      STATS_BEGIN(NULL);
+      acc16_epi_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(
+          batch, m, n, static_cast<const __half *>(s16), alpha, beta, c, c_dt, ldc, stride_c, dst);
+      FINISH(fn, NULL);
+    }
+    /* any other operands (an FP32 dS, BF16), or AMPC_CUDA_ACC16=exact: the
+     * CPU's definition, element by element */
+    STATS_BEGIN(NULL);
+    acc16_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(
+        batch, m, n, none ? 0 : k, none ? 0.0f : alpha, a, a_dt, opa == AMPC_OP_N ? lda : 1,
+        opa == AMPC_OP_N ? 1 : lda, stride_a, b, b_dt, opb == AMPC_OP_N ? ldb : 1,
+        opb == AMPC_OP_N ? 1 : ldb, stride_b, beta, c, c_dt, ldc, stride_c, dst);
+    FINISH(fn, NULL);
   }
   const bool direct = direct_ok(a_dt, b_dt, c_dt);
   if (direct) {

@@ -200,6 +200,7 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
       (void)c_dt, (void)ldc, (void)stride_c, (void)batch, (void)acc;
   return no_cuda("ampc_cuda_gemm_strided_batched");
 }
+void ampc_cuda_set_acc16_exact(bool exact) { (void)exact; }
 ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                      const void *w, ampc_dtype wdt, const void *b, void *y,
                                      ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats) {

@@ -379,10 +379,6 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_create: bad arguments (batch %lld)",
                      (long long)max_batch);
   *out = NULL;
-  if (dev == AMPC_DEVICE_CUDA && amp->accumulate == AMPC_ACC_F16)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED,
-                     "ampc_mmodel_create: FP16 accumulation (--accumulate fp16) is not on the GPU "
-                     "yet (cuBLASLt's COMPUTE_16F takes F16 only; the model mixes FP32 outputs)");
   if (be->device && ampc_precision_is_fp8(amp->precision))
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "ampc_mmodel_create: fp8-mixed is not on the %s device yet", be->name);
