@@ -1771,6 +1771,33 @@ static void test_stage(void) {
     free(gf), free(ref);
     drop(&g), drop(&st);
   }
+  /* host-to-device copies staged in pinned memory and queued without
+   * waiting: the source reused at once, the 4 MiB staging buffer wrapped
+   * (40 copies of 200 kB), one copy over the 1 MiB staging limit */
+  enum { NC = 40, CB = 200000 };
+  unsigned char *src = malloc(2 << 20), *back = malloc(2 << 20);
+  void *d[NC + 1];
+  for (int i = 0; i <= NC; i++)
+    OK(ampc_cuda_malloc(g_ctx, i < NC ? CB : 2 << 20, &d[i]));
+  for (int i = 0; i <= NC; i++) {
+    const size_t nb = i < NC ? CB : 2 << 20;
+    for (size_t j = 0; j < nb; j++)
+      src[j] = (unsigned char)(i * 7 + j * 13);
+    OK(ampc_cuda_to_device(g_ctx, d[i], src, nb));
+    memset(src, 0xAB, nb); /* the copy must have read src already */
+  }
+  int64_t bad = 0;
+  for (int i = 0; i <= NC; i++) {
+    const size_t nb = i < NC ? CB : 2 << 20;
+    OK(ampc_cuda_to_host(g_ctx, back, d[i], nb));
+    for (size_t j = 0; j < nb; j++)
+      bad += back[j] != (unsigned char)(i * 7 + j * 13);
+    ampc_cuda_free(g_ctx, d[i]);
+  }
+  CHECK(bad == 0, "staged host-to-device copies: %lld bytes wrong", (long long)bad);
+  printf("  %d staged copies (8 MB through a 4 MiB pinned buffer) and one of 2 MiB: %s\n", NC,
+         bad ? "WRONG" : "bit-equal");
+  free(src), free(back);
 #endif
 }
 

@@ -79,8 +79,13 @@ ampc_status ampc_cuda_create(int device, size_t workspace_bytes, ampc_cuda_ctx *
 void ampc_cuda_destroy(ampc_cuda_ctx *ctx); /* NULL is a no-op */
 
 /* Device memory (cudaMalloc: never managed memory), freed with
- * ampc_cuda_free (NULL is a no-op). Copies are on the context's stream;
- * host-to-device and device-to-host copies return when the copy is done. */
+ * ampc_cuda_free (NULL is a no-op, and waits for the stream first). Copies
+ * are on the context's stream, in order with its kernels. A device-to-host
+ * copy returns when it is done. A host-to-device copy returns once src has
+ * been read: up to 1 MiB it is staged in the context's pinned buffer (4 MiB,
+ * cudaHostAlloc) and the DMA queued without waiting, so that putting a
+ * batch's inputs does not stall the host; larger copies, or all of them if
+ * pinned memory cannot be had, return when the copy is done. */
 ampc_status ampc_cuda_malloc(ampc_cuda_ctx *ctx, size_t bytes, void **dptr);
 void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr);
 ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);

@@ -146,7 +146,16 @@ struct ampc_cuda_ctx {
   int next_victim;
   int64_t queries;
   uint64_t flops; /* 2 m n k batch of every product run (model FLOP utilisation) */
+  /* pinned staging of small host-to-device copies (ampc_cuda_to_device):
+   * filled from `staged` on, reused from 0 after a stream synchronisation */
+  void *pinned;
+  size_t staged;
+  int pinned_failed;
 };
+
+/* the staging buffer's size and the largest copy staged (larger copies:
+ * weights, checkpoints, wait for the copy) */
+enum { PINNED_BYTES = 4 << 20, PINNED_MAX_COPY = 1 << 20 };
 
 /* ---- errors ------------------------------------------------------------- */
 
@@ -270,6 +279,8 @@ void ampc_cuda_destroy(ampc_cuda_ctx *ctx) {
     cublasLtDestroy(ctx->lt);
   if (ctx->stream)
     cudaStreamDestroy(ctx->stream);
+  if (ctx->pinned)
+    cudaFreeHost(ctx->pinned);
   free(ctx);
 }
 
@@ -370,9 +381,38 @@ void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr) {
   cudaFree(dptr);
 }
 
+/* A small copy goes through the pinned staging buffer: src is copied into
+ * it (so the caller may reuse src at once) and the DMA is queued on the
+ * stream without waiting, so the host keeps queueing the step's kernels
+ * (the model puts a batch's inputs, masks, pair indices and targets
+ * mid-step). The buffer is filled in order; when the next copy does not fit
+ * the stream is synchronised (every earlier copy out of it done) and it is
+ * reused from the start. Without pinned memory (cudaHostAlloc failed), and
+ * for copies over PINNED_MAX_COPY, the copy is waited for. */
 ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes) {
   if (!ctx || (bytes && (!dst || !src)))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_to_device: NULL");
+  if (bytes == 0)
+    return AMPC_OK;
+  if (bytes <= PINNED_MAX_COPY && !ctx->pinned && !ctx->pinned_failed) {
+    CU(cudaSetDevice(ctx->device), "cudaSetDevice");
+    if (cudaHostAlloc(&ctx->pinned, PINNED_BYTES, cudaHostAllocPortable) != cudaSuccess) {
+      ctx->pinned = NULL, ctx->pinned_failed = 1; /* pageable copies from now on */
+      (void)cudaGetLastError();
+    }
+  }
+  if (bytes <= PINNED_MAX_COPY && ctx->pinned) {
+    const size_t need = (bytes + 255) & ~(size_t)255;
+    if (ctx->staged + need > PINNED_BYTES) {
+      CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+      ctx->staged = 0;
+    }
+    char *p = (char *)ctx->pinned + ctx->staged;
+    memcpy(p, src, bytes);
+    CU(cudaMemcpyAsync(dst, p, bytes, cudaMemcpyHostToDevice, ctx->stream), "cudaMemcpy H2D");
+    ctx->staged += need;
+    return AMPC_OK;
+  }
   CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "cudaMemcpy H2D");
   CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
   return AMPC_OK;
