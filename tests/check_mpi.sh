@@ -19,7 +19,8 @@
 #    job with its message and a non-zero exit within seconds, no hang; a
 #    global batch that does not divide over the ranks is a clear error.
 # 6. --global-negatives: the loss and gradient of the global batch (below).
-# 7. The device path on 2 ranks (--device cpu-split): the CPU path's bits.
+# 7. The device path on 2 ranks (--device cpu-split): the CPU path's bits,
+#    global negatives too.
 set -u
 OMP_WAIT_POLICY=passive
 # no cross-memory attach between ranks: containers often forbid the ptrace
@@ -167,6 +168,19 @@ assert abs(g["loss_itc"] - one["loss_itc"]) <= 2 ** -22 * abs(one["loss_itc"]), 
 assert abs(g["grad_norm"] - one["grad_norm"]) <= 1e-5 * one["grad_norm"], (g["grad_norm"], one["grad_norm"])
 assert abs(loc["loss_itc"] - one["loss_itc"]) > 0.1, (loc["loss_itc"], one["loss_itc"])
 PY
+# global negatives on the device path (--device cpu-split: the embeddings
+# and the rows' gradients through host buffers): the CPU path's bits, in
+# 16-mixed with the matching head on
+for d in cpu cpu-split; do
+  mpi 2 "$ampc" train $common --precision 16-mixed --batch 16 --global-negatives --check-replicas \
+    --device $d --save "$tmp/gn.$d.st" --log "$tmp/gn.$d.jsonl" >"$tmp/gn.out" 2>&1 ||
+    { die "--global-negatives --device $d: exit $?"; cat "$tmp/gn.out" >&2; }
+done
+cmp -s "$tmp/gn.cpu.st" "$tmp/gn.cpu-split.st" ||
+  die "--global-negatives: --device cpu-split leaves another checkpoint than --device cpu"
+msg=$(same_log "$tmp/gn.cpu.jsonl" "$tmp/gn.cpu-split.jsonl" 2>&1) ||
+  die "--global-negatives: --device cpu-split logs differently: $msg"
+grep -q '"negatives":"global"' "$tmp/gn.cpu-split.jsonl" || die "--global-negatives: cpu-split ran without"
 
 # 5. a failing rank ends the job; a batch that does not divide
 start=$(date +%s)

@@ -40,7 +40,8 @@
  * gradients); the image-only vit-ref. Within every case: the retrieval
  * embeddings and group predictions, and the device arena against the memory
  * account's prediction. Before them, silently: what a device model refuses
- * (fp8-mixed, global negatives, an unknown device). Exits non-zero on any
+ * (fp8-mixed, a group without its exchange, an unknown device). Global
+ * negatives on the device path: tests/check_mpi.sh (2 ranks, cpu-split). Exits non-zero on any
  * failure.
  */
 #include <math.h>
@@ -478,7 +479,7 @@ static int refusals(void) {
   OK(make_weights(&w, "mm-micro", AMPC_PRECISION_16_MIXED, 0.0f));
   OK(ampc_mmodel_create_on(&M, &w.c, &w.T.params, &w.T.amp, B, AMPC_DEVICE_CPU_SPLIT));
   const ampc_model_group g = {.rank = 0, .size = 2, .allgather = NULL, .sum_f32 = NULL};
-  CHECK(ampc_mmodel_set_group(M, &g) == AMPC_ERR_UNSUPPORTED, "global negatives on a device");
+  CHECK(ampc_mmodel_set_group(M, &g) == AMPC_ERR_INVALID_ARG, "a group without its exchange");
   ampc_mmodel_free(M);
   CHECK(ampc_mmodel_create_on(&M, &w.c, &w.T.params, &w.T.amp, B, (ampc_device)7) ==
             AMPC_ERR_INVALID_ARG,

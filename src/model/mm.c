@@ -460,57 +460,87 @@ static ampc_status image_only_bwd(ampc_mmodel *M) {
  * in M->sim for the hard negatives. */
 static ampc_status global_itc_fwd(ampc_mmodel *M, int64_t b, float ls, float *itc) {
   const ampc_model_group *g = &M->group;
+  const ampc_backend *be = M->be;
   const int64_t E = M->E, G = b * g->size, r0 = b * g->rank;
   const ampc_dtype act_dt = M->act_dt;
   const size_t bytes = (size_t)(b * E) * ampc_dtype_size(act_dt);
-  AMPC_TRY(g->allgather(g->user, M->inorm, bytes, M->iall));
-  AMPC_TRY(g->allgather(g->user, M->tnorm, bytes, M->tall));
-  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->inorm, act_dt, E, M->tall, act_dt, E,
-                       0.0f, M->sim_i2t, AMPC_F32, G, M->acc));
-  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->tnorm, act_dt, E, M->iall, act_dt, E,
-                       0.0f, M->sim_t2i, AMPC_F32, G, M->acc));
+  /* the ranks' exchange on host buffers (on a device: this rank's rows
+   * copied out, every rank's copied back in) */
+  const void *src = M->inorm;
+  if (be->device) {
+    AMPC_TRY(ampc_backend_get(be, M->h_loc, M->inorm, bytes));
+    src = M->h_loc;
+  }
+  AMPC_TRY(g->allgather(g->user, src, bytes, M->h_iall));
+  src = M->tnorm;
+  if (be->device) {
+    AMPC_TRY(ampc_backend_get(be, M->h_loc, M->tnorm, bytes));
+    src = M->h_loc;
+  }
+  AMPC_TRY(g->allgather(g->user, src, bytes, M->h_tall));
+  AMPC_TRY(ampc_backend_put(be, M->iall, M->h_iall, bytes * (size_t)g->size));
+  AMPC_TRY(ampc_backend_put(be, M->tall, M->h_tall, bytes * (size_t)g->size));
+  AMPC_TRY(be->gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->inorm, act_dt, E, M->tall, act_dt, E,
+                    0.0f, M->sim_i2t, AMPC_F32, G, M->acc));
+  AMPC_TRY(be->gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->tnorm, act_dt, E, M->iall, act_dt, E,
+                    0.0f, M->sim_t2i, AMPC_F32, G, M->acc));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
+  /* the InfoNCE rows on the host (b x G FP32 each way) */
+  const size_t sb = (size_t)(b * G) * sizeof(float);
+  AMPC_TRY(ampc_backend_get(be, M->h_sim_i2t, M->sim_i2t, sb));
+  AMPC_TRY(ampc_backend_get(be, M->h_sim_t2i, M->sim_t2i, sb));
   double s1 = 0.0, s2 = 0.0;
-  AMPC_TRY(ampc_infonce_rows_forward(b, G, M->sim_i2t, AMPC_F32, ls, r0, &s1));
-  AMPC_TRY(ampc_infonce_rows_forward(b, G, M->sim_t2i, AMPC_F32, ls, r0, &s2));
+  AMPC_TRY(ampc_infonce_rows_forward(b, G, M->h_sim_i2t, AMPC_F32, ls, r0, &s1));
+  AMPC_TRY(ampc_infonce_rows_forward(b, G, M->h_sim_t2i, AMPC_F32, ls, r0, &s2));
   *itc = (float)((s1 + s2) / (2.0 * (double)b));
+  /* this rank's b x b block: the hard negatives are mined in the shard */
   for (int64_t i = 0; i < b; i++)
-    memcpy(M->sim + i * b, M->sim_i2t + i * G + r0, (size_t)b * sizeof *M->sim);
-  return AMPC_OK;
+    memcpy(M->h_sim + i * b, M->h_sim_i2t + i * G + r0, (size_t)b * sizeof *M->h_sim);
+  return ampc_backend_put(be, M->sim, M->h_sim, (size_t)(b * b) * sizeof *M->h_sim);
 }
 
 /* Its backward pass, seeded with S (times the loss weight): the gradients
  * of this rank's rows w.r.t. all G embeddings (part_i, part_t) are summed
  * over the ranks; each rank keeps the rows of its own samples and adds the
  * gradient through its own rows: dinorm = dA tall + sum_r part_i[r0..], in
- * FP32, one rounding into the gradient dtype. */
+ * FP32, one rounding into the gradient dtype. The rows' gradients (dA, dC)
+ * and the ranks' sum are computed on the host, the products on the device. */
 static ampc_status global_itc_bwd(ampc_mmodel *M, int64_t b, float ls, float S, float *dls) {
   const ampc_model_group *g = &M->group;
+  const ampc_backend *be = M->be;
   const int64_t E = M->E, G = b * g->size, r0 = b * g->rank;
   const ampc_dtype act_dt = M->act_dt, grad_dt = M->grad_dt;
   const ampc_acc acc = M->acc;
   const float coef = S / (2.0f * (float)b);
-  AMPC_TRY(ampc_infonce_rows_backward(b, G, M->sim_i2t, AMPC_F32, ls, r0, coef, M->dA, grad_dt, dls,
-                                      &M->ws));
-  AMPC_TRY(ampc_infonce_rows_backward(b, G, M->sim_t2i, AMPC_F32, ls, r0, coef, M->dC, grad_dt, dls,
-                                      &M->ws));
+  ampc_scratch *ws = be->device ? NULL : &M->ws; /* a device's ws is not host memory */
+  AMPC_TRY(ampc_infonce_rows_backward(b, G, M->h_sim_i2t, AMPC_F32, ls, r0, coef, M->h_dA, grad_dt,
+                                      dls, ws));
+  AMPC_TRY(ampc_infonce_rows_backward(b, G, M->h_sim_t2i, AMPC_F32, ls, r0, coef, M->h_dC, grad_dt,
+                                      dls, ws));
+  const size_t db = (size_t)(b * G) * ampc_dtype_size(grad_dt), pb = (size_t)(G * E) * 4;
+  AMPC_TRY(ampc_backend_put(be, M->dA, M->h_dA, db));
+  AMPC_TRY(ampc_backend_put(be, M->dC, M->h_dC, db));
   /* texts' gradient from this rank's image rows, images' from its text rows */
-  AMPC_TRY(M->be->gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dA, grad_dt, G, M->inorm, act_dt, E,
-                       0.0f, M->part_t, AMPC_F32, E, acc));
-  AMPC_TRY(M->be->gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dC, grad_dt, G, M->tnorm, act_dt, E,
-                       0.0f, M->part_i, AMPC_F32, E, acc));
-  AMPC_TRY(g->sum_f32(g->user, M->part_t, G * E));
-  AMPC_TRY(g->sum_f32(g->user, M->part_i, G * E));
-  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dA, grad_dt, G, M->tall, act_dt, E,
-                       0.0f, M->dloc_i, AMPC_F32, E, acc));
-  AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dC, grad_dt, G, M->iall, act_dt, E,
-                       0.0f, M->dloc_t, AMPC_F32, E, acc));
-  AMPC_TRY(M->be->scatter_add_rows(b, E, NULL, b, M->part_i + r0 * E, AMPC_F32, NULL, AMPC_F32,
-                                   M->dloc_i, E));
-  AMPC_TRY(M->be->scatter_add_rows(b, E, NULL, b, M->part_t + r0 * E, AMPC_F32, NULL, AMPC_F32,
-                                   M->dloc_t, E));
-  AMPC_TRY(M->be->store_f32(M->dinorm, grad_dt, M->dloc_i, (size_t)(b * E), NULL));
-  return M->be->store_f32(M->dtnorm, grad_dt, M->dloc_t, (size_t)(b * E), NULL);
+  AMPC_TRY(be->gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dA, grad_dt, G, M->inorm, act_dt, E,
+                    0.0f, M->part_t, AMPC_F32, E, acc));
+  AMPC_TRY(be->gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dC, grad_dt, G, M->tnorm, act_dt, E,
+                    0.0f, M->part_i, AMPC_F32, E, acc));
+  AMPC_TRY(ampc_backend_get(be, M->h_part_t, M->part_t, pb));
+  AMPC_TRY(ampc_backend_get(be, M->h_part_i, M->part_i, pb));
+  AMPC_TRY(g->sum_f32(g->user, M->h_part_t, G * E));
+  AMPC_TRY(g->sum_f32(g->user, M->h_part_i, G * E));
+  AMPC_TRY(ampc_backend_put(be, M->part_t, M->h_part_t, pb));
+  AMPC_TRY(ampc_backend_put(be, M->part_i, M->h_part_i, pb));
+  AMPC_TRY(be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dA, grad_dt, G, M->tall, act_dt, E,
+                    0.0f, M->dloc_i, AMPC_F32, E, acc));
+  AMPC_TRY(be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dC, grad_dt, G, M->iall, act_dt, E,
+                    0.0f, M->dloc_t, AMPC_F32, E, acc));
+  AMPC_TRY(be->scatter_add_rows(b, E, NULL, b, M->part_i + r0 * E, AMPC_F32, NULL, AMPC_F32,
+                                M->dloc_i, E));
+  AMPC_TRY(be->scatter_add_rows(b, E, NULL, b, M->part_t + r0 * E, AMPC_F32, NULL, AMPC_F32,
+                                M->dloc_t, E));
+  AMPC_TRY(be->store_f32(M->dinorm, grad_dt, M->dloc_i, (size_t)(b * E), NULL));
+  return be->store_f32(M->dtnorm, grad_dt, M->dloc_t, (size_t)(b * E), NULL);
 }
 
 /* MLM's masking (BERT's, without the 10 % random and 10 % kept tokens):

@@ -81,7 +81,14 @@ struct ampc_mmodel {
   void *dA, *dC;            /* [B, G] grad_dt: their gradients */
   float *part_i, *part_t;   /* [G, E]: the gradient of every embedding from this rank's rows */
   float *dloc_i, *dloc_t;   /* [B, E] */
-  ampc_model_probe probe;   /* the telemetry's (probe.on NULL: none) */
+  /* the host's side of the above (the same pointers on the CPU; on a
+   * device one host allocation, gbuf_host): the ranks' exchange (allgather,
+   * sum) and the InfoNCE rows run on the host; h_loc [B, E] act_dt stages
+   * this rank's embeddings for the allgather (NULL on the CPU) */
+  void *gbuf_host;
+  void *h_iall, *h_tall, *h_dA, *h_dC, *h_loc;
+  float *h_sim_i2t, *h_sim_t2i, *h_part_i, *h_part_t;
+  ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
   /* what the backward pass needs of the last forward pass */
   ampc_mmodel_batch fwd; /* the batch (borrowed: valid until the backward pass) */
   float fwd_ls;          /* log-temperature used */

@@ -233,18 +233,23 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
 #undef TAKE
 }
 
+/* the group's buffers (global negatives) back to none */
+static void group_release(ampc_mmodel *M) {
+  if (M->be && M->be->device)
+    M->be->release(M->gbuf);
+  else
+    free(M->gbuf);
+  free(M->gbuf_host);
+  M->gbuf = M->gbuf_host = NULL, M->gbuf_bytes = 0, M->global = false;
+  memset(&M->group, 0, sizeof M->group);
+}
+
 ampc_status ampc_mmodel_set_group(ampc_mmodel *M, const ampc_model_group *g) {
   if (!M)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_set_group: M is NULL");
-  free(M->gbuf);
-  M->gbuf = NULL, M->gbuf_bytes = 0, M->global = false;
-  memset(&M->group, 0, sizeof M->group);
+  group_release(M);
   if (!g || g->size <= 1)
     return AMPC_OK;
-  if (M->be->device)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED,
-                     "--global-negatives: global negatives are not on the %s device yet",
-                     M->be->name);
   if (M->c.image_only)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "global negatives: model %s has no contrastive loss (image-only)", M->c.name);
@@ -252,25 +257,43 @@ ampc_status ampc_mmodel_set_group(ampc_mmodel *M, const ampc_model_group *g) {
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_set_group: bad group");
   const int64_t B = M->B, E = M->E, G = B * g->size;
   const size_t as = ampc_dtype_size(M->act_dt), gs = ampc_dtype_size(M->grad_dt);
-  const size_t sz[9] = {(size_t)(G * E) * as, (size_t)(G * E) * as, (size_t)(B * G) * 4,
-                        (size_t)(B * G) * 4,  (size_t)(B * G) * gs, (size_t)(B * G) * gs,
-                        (size_t)(G * E) * 4,  (size_t)(G * E) * 4,  (size_t)(2 * B * E) * 4};
-  size_t total = 0;
-  for (int i = 0; i < 9; i++)
-    total += (sz[i] + 63) & ~(size_t)63;
-  char *p = aligned_alloc(64, total);
-  if (!p)
-    return ampc_fail(AMPC_ERR_NOMEM, "global negatives: cannot allocate %zu bytes", total);
-  void *q[9];
-  size_t off = 0;
-  for (int i = 0; i < 9; i++) {
-    q[i] = p + off;
-    off += (sz[i] + 63) & ~(size_t)63;
+  /* iall tall sim_i2t sim_t2i dA dC part_i part_t dloc (the tensors), then
+   * on a device h_loc (the host's staging of one embedding matrix) */
+  const size_t sz[10] = {(size_t)(G * E) * as, (size_t)(G * E) * as, (size_t)(B * G) * 4,
+                         (size_t)(B * G) * 4,  (size_t)(B * G) * gs, (size_t)(B * G) * gs,
+                         (size_t)(G * E) * 4,  (size_t)(G * E) * 4,  (size_t)(2 * B * E) * 4,
+                         (size_t)(B * E) * as};
+  size_t off[10], total = 0;
+  for (int i = 0; i < 10; i++) {
+    off[i] = total;
+    total += i < 9 || M->be->device ? (sz[i] + 63) & ~(size_t)63 : 0;
   }
-  M->iall = q[0], M->tall = q[1], M->sim_i2t = q[2], M->sim_t2i = q[3], M->dA = q[4];
-  M->dC = q[5], M->part_i = q[6], M->part_t = q[7], M->dloc_i = q[8];
-  M->dloc_t = M->dloc_i + B * E;
-  M->gbuf = p, M->gbuf_bytes = total, M->group = *g, M->global = true;
+  const size_t tensors = off[9];
+  char *p = NULL;
+  if (M->be->device) {
+    void *d = NULL;
+    AMPC_TRY(M->be->alloc(&d, tensors));
+    M->gbuf = d;
+    if (!(M->gbuf_host = aligned_alloc(64, total))) {
+      group_release(M);
+      return ampc_fail(AMPC_ERR_NOMEM, "global negatives: cannot allocate %zu host bytes", total);
+    }
+    p = M->gbuf;
+  } else {
+    if (!(p = aligned_alloc(64, tensors)))
+      return ampc_fail(AMPC_ERR_NOMEM, "global negatives: cannot allocate %zu bytes", tensors);
+    M->gbuf = p;
+  }
+  M->iall = p + off[0], M->tall = p + off[1], M->sim_i2t = (float *)(p + off[2]);
+  M->sim_t2i = (float *)(p + off[3]), M->dA = p + off[4], M->dC = p + off[5];
+  M->part_i = (float *)(p + off[6]), M->part_t = (float *)(p + off[7]);
+  M->dloc_i = (float *)(p + off[8]), M->dloc_t = M->dloc_i + B * E;
+  char *h = M->gbuf_host ? (char *)M->gbuf_host : p; /* the CPU: the same buffers */
+  M->h_iall = h + off[0], M->h_tall = h + off[1], M->h_sim_i2t = (float *)(h + off[2]);
+  M->h_sim_t2i = (float *)(h + off[3]), M->h_dA = h + off[4], M->h_dC = h + off[5];
+  M->h_part_i = (float *)(h + off[6]), M->h_part_t = (float *)(h + off[7]);
+  M->h_loc = M->gbuf_host ? h + off[9] : NULL;
+  M->gbuf_bytes = tensors, M->group = *g, M->global = true;
   return AMPC_OK;
 }
 
@@ -285,7 +308,7 @@ void ampc_mmodel_free(ampc_mmodel *M) {
   else
     free(M->arena);
   free(M->host_arena);
-  free(M->gbuf);
+  group_release(M);
   free(M);
 }
 
