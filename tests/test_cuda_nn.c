@@ -87,6 +87,10 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_l2norm_backward ampc_l2norm_backward
 #define ampc_cuda_linear_forward ampc_linear_forward
 #define ampc_cuda_linear_backward ampc_linear_backward
+#define ampc_cuda_fp8_cast_bf16 ampc_fp8_cast_bf16
+#define ampc_cuda_linear_forward_fp8 ampc_linear_forward_fp8
+#define ampc_cuda_linear_backward_fp8 ampc_linear_backward_fp8
+#define ampc_cuda_linear_dgrad_fp8 ampc_linear_dgrad_fp8
 #define ampc_cuda_attention_forward ampc_attention_forward
 #define ampc_cuda_attention_backward ampc_attention_backward
 #define ampc_cuda_mha_forward ampc_mha_forward
@@ -1636,6 +1640,143 @@ static void test_tally(void) {
   g_tally = NULL;
 }
 
+/* the quantizers' states equal (amax bit for bit, the counters) */
+static void q_equal(const char *what, const ampc_fp8_q *g, const ampc_fp8_q *c) {
+  g_checked++;
+  CHECK(memcmp(&g->amax, &c->amax, sizeof g->amax) == 0 && g->values == c->values &&
+            g->saturated == c->saturated && g->flushed == c->flushed,
+        "%s: quantizer differs: amax %g/%g, values %llu/%llu, saturated %llu/%llu, flushed "
+        "%llu/%llu (gpu/cpu)",
+        what, (double)g->amax, (double)c->amax, (unsigned long long)g->values,
+        (unsigned long long)c->values, (unsigned long long)g->saturated,
+        (unsigned long long)c->saturated, (unsigned long long)g->flushed,
+        (unsigned long long)c->flushed);
+}
+
+/* the quantized values of src (rows x cols) as FP32, cast on the host */
+static float *quantized(const ampc_fp8_q *q, const buf *src, int64_t rows, int64_t cols) {
+  ampc_fp8_q t = *q;
+  uint16_t *bits = malloc((size_t)(rows * cols) * 2);
+  float *f = malloc((size_t)(rows * cols) * sizeof *f);
+  OK(ampc_fp8_cast_bf16(&t, src->h, src->dt, rows, cols, cols, bits, false));
+  OK(ampc_convert(f, AMPC_F32, bits, AMPC_BF16, (size_t)(rows * cols)));
+  free(bits);
+  return f;
+}
+
+/* The FP8 layers of fp8-mixed (ampc_cuda_fp8_cast_bf16, ampc_cuda_linear_
+ * {forward,backward,dgrad}_fp8): every cast bit-equal to the CPU's, with the
+ * same amax and counters (values across 40 binades, zeros, subnormals of
+ * both formats, the saturation edges 448/464/465 and 57344/61440, inf and
+ * NaN; three scales; a row stride); the products within the GEMM bound of
+ * the quantized operands (both sides multiply the same exact FP8 values
+ * with FP32 sums), the bias gradient bit-equal, every quantizer's state
+ * equal after each call. */
+static void test_fp8(void) {
+  printf("FP8 layers (fp8-mixed):\n");
+  const int64_t rows = 37, cols = 111, ld = 120;
+  float *v = malloc((size_t)(rows * ld) * sizeof *v);
+  for (int64_t i = 0; i < rows * ld; i++) {
+    const double mag = ldexp(1.0 + urand(), (int)(urand() * 40.0) - 24);
+    v[i] = (float)(urand() < 0.5 ? -mag : mag);
+  }
+  const float special[] = {0.0f,     -0.0f,     448.0f,    464.0f,   465.0f,     -500.0f,
+                           57344.0f, 61440.0f,  -70000.0f, 0x1p-9f,  0x1p-10f,   0x1.8p-10f,
+                           0x1p-16f, 0x1p-17f,  1e-30f,    INFINITY, -INFINITY,  NAN,
+                           0x1p-6f,  0x1.fp-7f, 0x1p-14f,  3.0e38f,  -0x1p-149f, 1.0f};
+  for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+    v[i * 37 % (rows * cols)] = special[i];
+  const float scales[3] = {1.0f, 0.125f, 37.5f};
+  for (int id = 0; id < 3; id++) {
+    const ampc_dtype dt = k_dts[id];
+    buf src = from_f32(dt, v, rows * ld);
+    for (int fm = 0; fm < 2; fm++)
+      for (int si = 0; si < 3; si++) {
+        ampc_fp8_q qc = {
+            fm ? AMPC_F8_E5M2 : AMPC_F8_E4M3, scales[si], 1.0f / scales[si], 0.0f, 0, 0, 0};
+        ampc_fp8_q qg = qc;
+        buf dst = rnd_buf(AMPC_BF16, rows * cols, 0, 0);
+        OK(ampc_fp8_cast_bf16(&qc, src.h, dt, rows, cols, ld, dst.h, true));
+        OK(ampc_cuda_fp8_cast_bf16(&qg, src.d, dt, rows, cols, ld, dst.d, true));
+        char nm[96];
+        snprintf(nm, sizeof nm, "cast %s -> %s, scale %g", dn(dt), fm ? "e5m2" : "e4m3",
+                 (double)scales[si]);
+        compare(nm, &dst, NULL);
+        q_equal(nm, &qg, &qc);
+        drop(&dst);
+      }
+    drop(&src);
+  }
+  free(v);
+  /* linear layers */
+  const int64_t m = 70, k = 48, n = 40;
+  for (int id = 1; id < 3; id++) {
+    const ampc_dtype dt = k_dts[id];
+    ampc_linear_fp8 fc, fg;
+    ampc_linear_fp8_init(&fc, NULL);
+    fc.x.scale = 4.0f, fc.x.scale_inv = 0.25f, fc.w.scale = 16.0f, fc.w.scale_inv = 0.0625f;
+    fc.dy.scale = 1024.0f, fc.dy.scale_inv = 0x1p-10f;
+    fg = fc;
+    buf x = rnd_buf(dt, m * k, -2, 2), w = rnd_buf(dt, n * k, -0.3, 0.3),
+        bias = rnd_buf(dt, n, -1, 1), y = rnd_buf(dt, m * n, 0, 1);
+    char nm[96];
+    OK(ampc_linear_forward_fp8(m, k, n, x.h, dt, w.h, dt, bias.h, y.h, dt, AMPC_ACC_F32, &fc,
+                               NULL));
+    OK(ampc_cuda_linear_forward_fp8(m, k, n, x.d, dt, w.d, dt, bias.d, y.d, dt, AMPC_ACC_F32, &fg,
+                                    NULL));
+    float *xq = quantized(&fc.x, &x, m, k), *wq = quantized(&fc.w, &w, n, k);
+    float *yf = host_f32(&y), *bf = host_f32(&bias), *bb = malloc((size_t)(m * n) * sizeof *bb);
+    for (int64_t i = 0; i < m * n; i++)
+      bb[i] = bf[i % n];
+    double *tol = gemm_tol(m, n, k, xq, k, 1, wq, 1, k, (double)(fc.x.scale_inv * fc.w.scale_inv),
+                           bb, yf, dt);
+    snprintf(nm, sizeof nm, "linear fp8 forward %s", dn(dt));
+    compare(nm, &y, tol);
+    q_equal("fp8 forward x", &fg.x, &fc.x);
+    q_equal("fp8 forward w", &fg.w, &fc.w);
+    free(tol);
+    /* backward: dx, dW += , db += (from the unquantized dy) */
+    buf dy = rnd_buf(dt, m * n, -1e-3, 1e-3), dx = rnd_buf(dt, m * k, 0, 1),
+        dw = rnd_buf(dt, n * k, -0.01, 0.01), db = rnd_buf(dt, n, -0.01, 0.01);
+    float *dw0 = host_f32(&dw);
+    OK(ampc_linear_backward_fp8(m, k, n, dy.h, dt, x.h, dt, w.h, dt, dx.h, dw.h, db.h, AMPC_ACC_F32,
+                                &fc, NULL));
+    OK(ampc_cuda_linear_backward_fp8(m, k, n, dy.d, dt, x.d, dt, w.d, dt, dx.d, dw.d, db.d,
+                                     AMPC_ACC_F32, &fg, NULL));
+    float *dyq = quantized(&fc.dy, &dy, m, n), *dxf = host_f32(&dx), *dwf = host_f32(&dw);
+    tol = gemm_tol(m, k, n, dyq, n, 1, wq, k, 1, (double)(fc.dy.scale_inv * fc.w.scale_inv), NULL,
+                   dxf, dt);
+    snprintf(nm, sizeof nm, "linear fp8 dx %s", dn(dt));
+    compare(nm, &dx, tol);
+    free(tol);
+    tol = gemm_tol(n, k, m, dyq, 1, n, xq, k, 1, (double)(fc.dy.scale_inv * fc.x.scale_inv), dw0,
+                   dwf, dt);
+    snprintf(nm, sizeof nm, "linear fp8 dW += %s", dn(dt));
+    compare(nm, &dw, tol);
+    free(tol);
+    snprintf(nm, sizeof nm, "linear fp8 db += %s", dn(dt));
+    compare(nm, &db, NULL);
+    q_equal("fp8 backward dy", &fg.dy, &fc.dy);
+    q_equal("fp8 backward w", &fg.w, &fc.w);
+    q_equal("fp8 backward x", &fg.x, &fc.x);
+    /* the input-gradient product alone, into FP32 with beta = 1 */
+    buf c = rnd_buf(AMPC_F32, m * k, -1, 1);
+    float *c0 = host_f32(&c);
+    OK(ampc_linear_dgrad_fp8(m, k, n, dy.h, dt, w.h, dt, 1.0f, c.h, AMPC_F32, AMPC_ACC_F32, &fc,
+                             true));
+    OK(ampc_cuda_linear_dgrad_fp8(m, k, n, dy.d, dt, w.d, dt, 1.0f, c.d, AMPC_F32, AMPC_ACC_F32,
+                                  &fg, true));
+    float *cf = host_f32(&c);
+    tol = gemm_tol(m, k, n, dyq, n, 1, wq, k, 1, (double)(fc.dy.scale_inv * fc.w.scale_inv), c0, cf,
+                   AMPC_F32);
+    compare("linear fp8 dgrad -> f32, beta 1", &c, tol);
+    q_equal("fp8 dgrad dy", &fg.dy, &fc.dy);
+    free(tol), free(c0), free(cf);
+    free(xq), free(wq), free(yf), free(bf), free(bb), free(dw0), free(dyq), free(dxf), free(dwf);
+    drop(&x), drop(&w), drop(&bias), drop(&y), drop(&dy), drop(&dx), drop(&dw), drop(&db), drop(&c);
+  }
+}
+
 /* The FP16-accumulation ablation on the GPU (ampc_cuda_gemm_strided_batched
  * with AMPC_ACC_F16): with ampc_cuda_set_acc16_exact(true) every operand mix
  * gives the CPU's bits (s <- fp16(a b + s) in K order, the FP32 epilogue) and
@@ -1815,6 +1956,7 @@ static void run_all(void) {
   test_model_rows();
   test_tally();
   test_acc16();
+  test_fp8();
   test_stage();
 }
 

@@ -39,8 +39,9 @@
  * caption modelling (the MLM head, the masked copies, the scatter of its row
  * gradients); the image-only vit-ref. Within every case: the retrieval
  * embeddings and group predictions, and the device arena against the memory
- * account's prediction. Before them, silently: what a device model refuses
- * (fp8-mixed, a group without its exchange, an unknown device). Global
+ * account's prediction; fp8-mixed too on cpu-split. Before them, silently:
+ * what a device model refuses (a group without its exchange, an unknown
+ * device). Global
  * negatives on the device path: tests/check_mpi.sh (2 ranks, cpu-split). Exits non-zero on any
  * failure.
  */
@@ -454,6 +455,13 @@ static int run_device(ampc_device dev) {
   for (size_t p = 0; p < sizeof presets / sizeof *presets; p++)
     for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++)
       run_case(dev, presets[p], &k_cases[i]);
+  /* fp8-mixed on cpu-split only: on the GPU an ulp of difference before a
+   * cast can move an operand by an FP8 ulp (2^-3 relative), so no useful
+   * bound follows; the GPU's FP8 layers are checked one by one against the
+   * CPU's by test_cuda_nn (casts bit-equal, products within the GEMM bound) */
+  if (dev != AMPC_DEVICE_CUDA)
+    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++)
+      run_case(dev, AMPC_PRECISION_FP8_MIXED, &k_cases[i]);
   for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
     run_telemetry(dev, presets[p], presets[p] == AMPC_PRECISION_16_MIXED ? 1024.0f : 1.0f,
                   "healthy");
@@ -468,14 +476,7 @@ static int run_device(ampc_device dev) {
 /* what a device model refuses, with a clear error */
 static int refusals(void) {
   weights w;
-  OK(make_weights(&w, "mm-micro", AMPC_PRECISION_FP8_MIXED, 0.0f));
   ampc_mmodel *M = NULL;
-  CHECK(ampc_mmodel_create_on(&M, &w.c, &w.T.params, &w.T.amp, B, AMPC_DEVICE_CPU_SPLIT) ==
-                AMPC_ERR_UNSUPPORTED &&
-            strstr(ampc_last_error(), "fp8-mixed") != NULL,
-        "fp8-mixed on a device: %s", ampc_last_error());
-  CHECK(M == NULL, "no model on a refusal");
-  free_weights(&w);
   OK(make_weights(&w, "mm-micro", AMPC_PRECISION_16_MIXED, 0.0f));
   OK(ampc_mmodel_create_on(&M, &w.c, &w.T.params, &w.T.amp, B, AMPC_DEVICE_CPU_SPLIT));
   const ampc_model_group g = {.rank = 0, .size = 2, .allgather = NULL, .sum_f32 = NULL};

@@ -178,6 +178,32 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
  * checks), false (the default) lets F16 x F16 products run on COMPUTE_16F.
  * The environment variable AMPC_CUDA_ACC16=exact sets it at the first GEMM. */
 void ampc_cuda_set_acc16_exact(bool exact);
+/* The FP8 linear layers of fp8-mixed (ampc/nn.h, "FP8 linear layers"):
+ * the same casts (bit for bit: the quantized operands are exact FP8 values
+ * in bfloat16 containers), the same delayed-scaling bookkeeping (each
+ * quantizer's amax and counters, host structs, updated when the call
+ * returns: it waits for the stream), the products on the bfloat16 Tensor
+ * Cores with FP32 sums and the dequantization in alpha (within the GEMM
+ * bound of the CPU's; not yet cuBLASLt's FP8 GEMM, so no FP8 speed). The
+ * quantized copies go to f->ws when it is a device buffer large enough
+ * (ampc_linear_fp8_ws_bytes; the model's is in its device arena), else to
+ * device scratch of the context.
+ * ampc_cuda_fp8_cast_bf16: src and dst device buffers, q a host struct. */
+ampc_status ampc_cuda_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
+                                    int64_t cols, int64_t ld, uint16_t *dst, bool count);
+ampc_status ampc_cuda_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const void *b, void *y, ampc_dtype ydt, ampc_acc acc,
+                                         ampc_linear_fp8 *f, ampc_round_stats *stats);
+ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                          ampc_dtype gdt, const void *x, ampc_dtype xdt,
+                                          const void *w, ampc_dtype wdt, void *dx, void *dw,
+                                          void *db, ampc_acc acc, ampc_linear_fp8 *f,
+                                          ampc_scratch *ws);
+ampc_status ampc_cuda_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                       ampc_dtype gdt, const void *w, ampc_dtype wdt, float beta,
+                                       void *c, ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f,
+                                       bool count_dy);
 /* The bias is laid into y rounded to y's dtype and added by the GEMM in FP32
  * (beta = 1), as the CPU does; with stats through an FP32 copy. */
 ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
@@ -206,8 +232,8 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
 
 /* ampc_mha_forward / ampc_mha_backward_ex: the CPU's composition
  * (src/nn/mha_impl.h) over the layers above; the cache's buffers are device
- * buffers. fp8 must be NULL (FP8 projections are not on the GPU yet:
- * AMPC_ERR_UNSUPPORTED). */
+ * buffers; fp8 (the projections' quantizers, host structs) through the FP8
+ * linear layers above. */
 ampc_status ampc_cuda_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
                                   const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
                                   const void *bq, const void *wk, const void *bk, const void *wv,

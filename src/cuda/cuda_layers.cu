@@ -31,8 +31,9 @@ using namespace ampc_cu;
 namespace {
 
 /* scratch slots (cuda_impl.h): 4, 5, 6 the GEMM's widened A, B, C; 7 the
- * layers' FP32 buffers (linear with stats, attention's dP and dS, dq, dk) */
-enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7 };
+ * layers' FP32 buffers (linear with stats, attention's dP and dS, dq, dk);
+ * 11 the FP8 layers' quantized operands */
+enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11 };
 
 __global__ void widen_k(int64_t n, const void *src, int dt, float *dst) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -224,6 +225,148 @@ bool direct_ok(ampc_dtype a, ampc_dtype b, ampc_dtype c) {
   return c == a || c == AMPC_F32; /* F16 -> F16/F32, BF16 -> BF16/F32 */
 }
 
+/* ---- FP8 casts (fp8-mixed): linear.c's ampc_fp8_cast_bf16 on the device ---- */
+
+/* what one cast reports back: max |x| (FP32 bits; NaN ignored) and the
+ * saturated and flushed counts */
+struct f8_report {
+  unsigned int amax_bits, pad;
+  unsigned long long saturated, flushed;
+};
+enum { F8_REPORTS = 3, F8_HEAD = 256 }; /* dy / x / w casts of one call; bytes before the copies */
+
+/* dst [rows * cols] (bfloat16 bits of the FP8 values) = the cast of src
+ * (rows x cols, row stride ld) with scale: linear.c's scalar loop, op for
+ * op (one FP32 product; |v| clamped to the largest value; one RNE to the
+ * format's grid, below 2^emin by adding and subtracting 1.5 2^(23 + log2
+ * grid), above it on the bits; the sign put back); inf and NaN inputs kept
+ * non-finite as the non-saturating FP8 conversion and back gives them
+ * (E4M3: the NaN 0x7FFF; E5M2: inf keeps its sign, NaN 0x7FFF), not counted */
+__global__ void fp8_cast_k(int64_t rows, int64_t cols, int64_t ldx, const void *src, int sdt,
+                           float scale, int e4, uint16_t *dst, f8_report *rep) {
+  const float fmax = e4 ? 448.0f : 57344.0f, tiny = e4 ? 0x1p-6f : 0x1p-14f;
+  const float magic = e4 ? 0x1.8p14f : 0x1.8p7f;
+  const unsigned drop = e4 ? 20u : 21u;
+  const uint32_t low = (1u << drop) - 1u, half = (1u << (drop - 1u)) - 1u;
+  float am = 0.0f;
+  uint32_t ns = 0, nfl = 0;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cols;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = e / cols, j = e % cols;
+    const float r = ld(src, sdt, i * ldx + j);
+    const float ar = fabsf(r);
+    am = ar > am ? ar : am; /* NaN: ignored */
+    const float v = __fmul_rn(r, scale);
+    if (!(ar <= 3.402823466e38f)) { /* inf or NaN */
+      dst[e] =
+          (uint16_t)(isnan(v) || e4 ? 0x7FFFu : 0x7F80u | ((__float_as_uint(v) >> 16) & 0x8000u));
+      continue;
+    }
+    const float av = fabsf(v);
+    ns += !(av <= fmax);
+    const float a = av < fmax ? av : fmax;
+    const float sub = __fsub_rn(__fadd_rn(a, magic), magic);
+    uint32_t b = __float_as_uint(a);
+    b = (b + half + ((b >> drop) & 1u)) & ~low;
+    const float mq = a < tiny ? sub : __uint_as_float(b);
+    const uint32_t qb = __float_as_uint(mq) | (__float_as_uint(v) & 0x80000000u);
+    dst[e] = (uint16_t)(qb >> 16);
+    nfl += (ar != 0.0f) & (mq == 0.0f);
+  }
+  am = warp_maxf(am);
+  for (int o = 16; o > 0; o >>= 1) {
+    ns += __shfl_xor_sync(0xFFFFFFFFu, ns, o);
+    nfl += __shfl_xor_sync(0xFFFFFFFFu, nfl, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (am > 0.0f)
+      atomicMax(&rep->amax_bits, __float_as_uint(am)); /* non-negative: bits order as values */
+    if (ns)
+      atomicAdd(&rep->saturated, (unsigned long long)ns);
+    if (nfl)
+      atomicAdd(&rep->flushed, (unsigned long long)nfl);
+  }
+}
+
+/* the casts' reports (slot SLOT_F8, zeroed on the stream) and `bytes` of
+ * device memory for the quantized copies: the layer's workspace when it is
+ * given and large enough (the model's, in its device arena), else after
+ * the reports in the slot */
+ampc_status f8_scratch(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm,
+                       const ampc_scratch *ws, size_t bytes, f8_report **rep, uint16_t **q) {
+  const bool own = ws && ws->base && ws->bytes >= bytes;
+  void *p = NULL;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_F8, F8_HEAD + (own ? 0 : bytes), &p));
+  *rep = static_cast<f8_report *>(p);
+  *q = own ? static_cast<uint16_t *>(ws->base)
+           : reinterpret_cast<uint16_t *>(static_cast<char *>(p) + F8_HEAD);
+  if (cudaMemsetAsync(p, 0, F8_REPORTS * sizeof(f8_report), strm) != cudaSuccess)
+    return ampc_cu_launched(fn);
+  return AMPC_OK;
+}
+
+ampc_status f8_cast(const char *fn, cudaStream_t strm, const ampc_fp8_q *q, const void *src,
+                    ampc_dtype sdt, int64_t rows, int64_t cols, uint16_t *dst, f8_report *rep) {
+  if (q->fmt != AMPC_F8_E4M3 && q->fmt != AMPC_F8_E5M2)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: the quantizer's format is not E4M3 or E5M2", fn);
+  fp8_cast_k<<<grid_for(rows * cols), THREADS, 0, strm>>>(rows, cols, cols, src, sdt, q->scale,
+                                                          q->fmt == AMPC_F8_E4M3, dst, rep);
+  return ampc_cu_launched(fn);
+}
+
+/* read the reports back (waits for the stream) into the quantizers, as the
+ * CPU's cast updates its owner: amax folded in with max (a NaN amax
+ * replaced), the counters when counted */
+ampc_status f8_collect(const char *fn, ampc_cuda_ctx *ctx, const f8_report *rep, int n,
+                       ampc_fp8_q *const *q, const int64_t *values, const bool *count) {
+  f8_report h[F8_REPORTS];
+  (void)fn;
+  AMPC_TRY(ampc_cuda_to_host(ctx, h, rep, (size_t)n * sizeof *h));
+  for (int i = 0; i < n; i++) {
+    float am;
+    memcpy(&am, &h[i].amax_bits, sizeof am);
+    if (am > q[i]->amax || isnan(q[i]->amax))
+      q[i]->amax = am;
+    if (count[i]) {
+      q[i]->values += (uint64_t)values[i];
+      q[i]->saturated += h[i].saturated;
+      q[i]->flushed += h[i].flushed;
+    }
+  }
+  return AMPC_OK;
+}
+
+size_t pad64(size_t b) { return (b + 63) & ~(size_t)63; } /* as ampc_linear_fp8_ws_bytes */
+
+/* y = alpha x W^T + b (bias in bdt): ampc_cuda_linear_forward with the
+ * dequantization factor of an FP8 product in alpha */
+ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                    const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt, float alpha,
+                    void *y, ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats) {
+  CU_BEGIN(fn);
+  /* as the CPU: with stats, an FP32 product rounded once (and counted);
+   * the bias laid into the destination, rounded to its dtype, and added by
+   * the GEMM (beta = 1) in FP32 */
+  const ampc_dtype cdt = stats ? AMPC_F32 : ydt;
+  void *c = y;
+  if (stats)
+    AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(m * n) * sizeof(float), &c));
+  if (b) {
+    bias_rows_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, b, bdt, c, cdt);
+    AMPC_TRY(ampc_cu_launched(fn));
+  }
+  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, 0, w,
+                                          wdt, k, 0, b ? 1.0f : 0.0f, c, cdt, n, 0, 1, acc));
+  if (!stats)
+    return AMPC_OK;
+  dev_stats *dst = NULL;
+  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst));
+  round_k<<<grid_for(m * n), THREADS, 0, strm>>>(1, m, n, static_cast<const float *>(c), n, 0, y,
+                                                 ydt, n, 0, dst);
+  AMPC_TRY(ampc_cu_launched(fn));
+  return ampc_cu_stats_end(strm, dst, stats);
+}
+
 } // namespace
 
 extern "C" {
@@ -356,28 +499,7 @@ ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, wdt);
   CU_CHECK_DT(fn, ydt);
-  CU_BEGIN(fn);
-  /* as the CPU: with stats, an FP32 product rounded once (and counted);
-   * the bias laid into the destination, rounded to its dtype, and added by
-   * the GEMM (beta = 1) in FP32 */
-  const ampc_dtype cdt = stats ? AMPC_F32 : ydt;
-  void *c = y;
-  if (stats)
-    AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(m * n) * sizeof(float), &c));
-  if (b) {
-    bias_rows_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, b, wdt, c, cdt);
-    AMPC_TRY(ampc_cu_launched(fn));
-  }
-  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, m, n, k, 1.0f, x, xdt, k, 0, w, wdt,
-                                          k, 0, b ? 1.0f : 0.0f, c, cdt, n, 0, 1, acc));
-  if (!stats)
-    return AMPC_OK;
-  dev_stats *dst = NULL;
-  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst));
-  round_k<<<grid_for(m * n), THREADS, 0, strm>>>(1, m, n, static_cast<const float *>(c), n, 0, y,
-                                                 ydt, n, 0, dst);
-  AMPC_TRY(ampc_cu_launched(fn));
-  return ampc_cu_stats_end(strm, dst, stats);
+  return lin_fwd(fn, m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, y, ydt, acc, stats);
 }
 
 ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy,
@@ -406,6 +528,148 @@ ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const voi
   if (!db)
     return AMPC_OK;
   STATS_BEGIN(NULL); /* db counted as the CPU's gradient add counts it */
+  bias_grad_k<<<grid_for(n), THREADS, 0, strm>>>(m, n, dy, gdt, db, dst);
+  FINISH(fn, NULL);
+}
+
+ampc_status ampc_cuda_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
+                                    int64_t cols, int64_t ld, uint16_t *dst, bool count) {
+  const char *fn = "ampc_cuda_fp8_cast_bf16";
+  CU_CHECK_PTR(fn, q);
+  CU_CHECK_PTR(fn, src);
+  CU_CHECK_PTR(fn, dst);
+  CU_CHECK_DT(fn, sdt);
+  if (rows < 0 || cols < 0 || ld < cols || (q->fmt != AMPC_F8_E4M3 && q->fmt != AMPC_F8_E5M2))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: bad sizes (%lld x %lld, ld %lld) or format", fn,
+                     (long long)rows, (long long)cols, (long long)ld);
+  CU_BEGIN(fn);
+  f8_report *rep = NULL;
+  uint16_t *unused = NULL;
+  AMPC_TRY(f8_scratch(fn, ctx, strm, NULL, 0, &rep, &unused));
+  if (rows * cols > 0) {
+    fp8_cast_k<<<grid_for(rows * cols), THREADS, 0, strm>>>(rows, cols, ld, src, sdt, q->scale,
+                                                            q->fmt == AMPC_F8_E4M3, dst, rep);
+    AMPC_TRY(ampc_cu_launched(fn));
+  }
+  ampc_fp8_q *qs[1] = {q};
+  const int64_t vals[1] = {rows * cols};
+  const bool cnt[1] = {count};
+  return f8_collect(fn, ctx, rep, 1, qs, vals, cnt);
+}
+
+ampc_status ampc_cuda_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const void *b, void *y, ampc_dtype ydt, ampc_acc acc,
+                                         ampc_linear_fp8 *f, ampc_round_stats *stats) {
+  if (!f)
+    return ampc_cuda_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
+  const char *fn = "ampc_cuda_linear_forward_fp8";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, k);
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, w);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, wdt);
+  CU_CHECK_DT(fn, ydt);
+  CU_BEGIN(fn);
+  const size_t bx = pad64((size_t)(m * k) * 2), bw = pad64((size_t)(n * k) * 2);
+  f8_report *rep = NULL;
+  uint16_t *xq = NULL;
+  AMPC_TRY(f8_scratch(fn, ctx, strm, f->ws, bx + bw, &rep, &xq));
+  uint16_t *wq = xq + bx / 2;
+  AMPC_TRY(f8_cast(fn, strm, &f->x, x, xdt, m, k, xq, &rep[0]));
+  AMPC_TRY(f8_cast(fn, strm, &f->w, w, wdt, n, k, wq, &rep[1]));
+  AMPC_TRY(lin_fwd(fn, m, k, n, xq, AMPC_BF16, wq, AMPC_BF16, b, wdt,
+                   f->x.scale_inv * f->w.scale_inv, y, ydt, acc, stats));
+  ampc_fp8_q *qs[2] = {&f->x, &f->w};
+  const int64_t vals[2] = {m * k, n * k};
+  const bool cnt[2] = {true, true};
+  return f8_collect(fn, ctx, rep, 2, qs, vals, cnt);
+}
+
+ampc_status ampc_cuda_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                       ampc_dtype gdt, const void *w, ampc_dtype wdt, float beta,
+                                       void *c, ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f,
+                                       bool count_dy) {
+  if (!f)
+    return ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, 0, w,
+                                          wdt, k, 0, beta, c, cdt, k, 0, 1, acc);
+  const char *fn = "ampc_cuda_linear_dgrad_fp8";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, k);
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, w);
+  CU_CHECK_PTR(fn, c);
+  CU_CHECK_DT(fn, gdt);
+  CU_CHECK_DT(fn, wdt);
+  CU_CHECK_DT(fn, cdt);
+  CU_BEGIN(fn);
+  const size_t bdy = pad64((size_t)(m * n) * 2), bw = pad64((size_t)(n * k) * 2);
+  f8_report *rep = NULL;
+  uint16_t *dyq = NULL;
+  AMPC_TRY(f8_scratch(fn, ctx, strm, f->ws, bdy + bw, &rep, &dyq));
+  uint16_t *wq = dyq + bdy / 2;
+  AMPC_TRY(f8_cast(fn, strm, &f->dy, dy, gdt, m, n, dyq, &rep[0]));
+  AMPC_TRY(f8_cast(fn, strm, &f->w, w, wdt, n, k, wq, &rep[1]));
+  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, m, k, n,
+                                          f->dy.scale_inv * f->w.scale_inv, dyq, AMPC_BF16, n, 0,
+                                          wq, AMPC_BF16, k, 0, beta, c, cdt, k, 0, 1, acc));
+  ampc_fp8_q *qs[2] = {&f->dy, &f->w};
+  const int64_t vals[2] = {m * n, n * k};
+  const bool cnt[2] = {count_dy, false};
+  return f8_collect(fn, ctx, rep, 2, qs, vals, cnt);
+}
+
+ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                          ampc_dtype gdt, const void *x, ampc_dtype xdt,
+                                          const void *w, ampc_dtype wdt, void *dx, void *dw,
+                                          void *db, ampc_acc acc, ampc_linear_fp8 *f,
+                                          ampc_scratch *ws) {
+  if (!f)
+    return ampc_cuda_linear_backward(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, ws);
+  const char *fn = "ampc_cuda_linear_backward_fp8";
+  CU_CHECK_POS(fn, m);
+  CU_CHECK_POS(fn, k);
+  CU_CHECK_POS(fn, n);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_PTR(fn, x);
+  CU_CHECK_PTR(fn, w);
+  CU_CHECK_PTR(fn, dw);
+  CU_CHECK_DT(fn, gdt);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, wdt);
+  CU_BEGIN(fn);
+  const size_t bdy = pad64((size_t)(m * n) * 2), bw = pad64((size_t)(n * k) * 2);
+  const size_t bx = pad64((size_t)(m * k) * 2);
+  f8_report *rep = NULL;
+  uint16_t *dyq = NULL;
+  AMPC_TRY(f8_scratch(fn, ctx, strm, f->ws, bdy + bw + bx, &rep, &dyq));
+  uint16_t *wq = dyq + bdy / 2, *xq = wq + bw / 2;
+  /* the casts' reports in the order they run: dy, (w,) x */
+  ampc_fp8_q *qs[3] = {&f->dy, &f->w, &f->x};
+  int64_t vals[3] = {m * n, n * k, m * k};
+  const bool cnt[3] = {true, false, false};
+  AMPC_TRY(f8_cast(fn, strm, &f->dy, dy, gdt, m, n, dyq, &rep[0]));
+  if (dx) { /* dx [m, k] = dyq [m, n] . Wq [n, k] */
+    AMPC_TRY(f8_cast(fn, strm, &f->w, w, wdt, n, k, wq, &rep[1]));
+    AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, m, k, n,
+                                            f->dy.scale_inv * f->w.scale_inv, dyq, AMPC_BF16, n, 0,
+                                            wq, AMPC_BF16, k, 0, 0.0f, dx, gdt, k, 0, 1, acc));
+  }
+  /* dW [n, k] += dyq^T [n, m] . xq [m, k] */
+  if (!dx) /* no w cast: x reports second */
+    qs[1] = &f->x, vals[1] = m * k;
+  AMPC_TRY(f8_cast(fn, strm, &f->x, x, xdt, m, k, xq, &rep[dx ? 2 : 1]));
+  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, n, k, m,
+                                          f->dy.scale_inv * f->x.scale_inv, dyq, AMPC_BF16, n, 0,
+                                          xq, AMPC_BF16, k, 0, 1.0f, dw, gdt, k, 0, 1, acc));
+  AMPC_TRY(f8_collect(fn, ctx, rep, dx ? 3 : 2, qs, vals, cnt));
+  if (!db)
+    return AMPC_OK;
+  STATS_BEGIN(NULL); /* from the unquantized dy, as the CPU (TE's fused cast + dbias) */
   bias_grad_k<<<grid_for(n), THREADS, 0, strm>>>(m, n, dy, gdt, db, dst);
   FINISH(fn, NULL);
 }

@@ -2,8 +2,8 @@
  * src/cuda/cuda_mha.cu: the multi-head attention layer on the GPU: the CPU's
  * composition (src/nn/mha_impl.h: projections, attention core, FP32 sums of
  * the input gradients, in the same order) over the GPU's layers
- * (ampc/cuda_nn.h). FP8 projections (fp8-mixed) are not on the GPU yet:
- * a non-NULL quantizer gives AMPC_ERR_UNSUPPORTED. Built with --fmad=false.
+ * (ampc/cuda_nn.h), FP8 projections (fp8-mixed) through the GPU's FP8
+ * linear layers. Built with --fmad=false.
  */
 #include <stdint.h>
 
@@ -26,36 +26,23 @@ __global__ void store_scaled_k(int64_t n, const float *src, float scale, void *d
   ls.flush(ds);
 }
 
-ampc_status no_fp8(const char *fn) {
-  return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: FP8 projections (fp8-mixed) are not on the GPU yet",
-                   fn);
-}
-
 ampc_status lin_fwd(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt, const void *w,
                     ampc_dtype wdt, const void *b, void *y, ampc_dtype ydt, ampc_acc acc,
                     ampc_linear_fp8 *f, ampc_round_stats *stats) {
-  if (f)
-    return no_fp8("ampc_cuda_mha_forward");
-  return ampc_cuda_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
+  return ampc_cuda_linear_forward_fp8(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, f, stats);
 }
 
 ampc_status lin_bwd(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt, const void *x,
                     ampc_dtype xdt, const void *w, ampc_dtype wdt, void *dx, void *dw, void *db,
                     ampc_acc acc, ampc_linear_fp8 *f, ampc_scratch *ws) {
-  if (f)
-    return no_fp8("ampc_cuda_mha_backward");
-  return ampc_cuda_linear_backward(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, ws);
+  return ampc_cuda_linear_backward_fp8(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, f, ws);
 }
 
 /* c [m, k] (cdt) = dy [m, n] . W [n, k] + beta c */
 ampc_status lin_dgrad(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
                       const void *w, ampc_dtype wdt, float beta, void *c, ampc_dtype cdt,
                       ampc_acc acc, ampc_linear_fp8 *f, bool count_dy) {
-  (void)count_dy;
-  if (f)
-    return no_fp8("ampc_cuda_mha_backward");
-  return ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, 0, w, wdt,
-                                        k, 0, beta, c, cdt, k, 0, 1, acc);
+  return ampc_cuda_linear_dgrad_fp8(m, k, n, dy, gdt, w, wdt, beta, c, cdt, acc, f, count_dy);
 }
 
 ampc_status store_scaled(void *dst, ampc_dtype dt, float *src, int64_t n, float scale) {

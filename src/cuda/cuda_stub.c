@@ -201,6 +201,36 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
   return no_cuda("ampc_cuda_gemm_strided_batched");
 }
 void ampc_cuda_set_acc16_exact(bool exact) { (void)exact; }
+ampc_status ampc_cuda_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
+                                    int64_t cols, int64_t ld, uint16_t *dst, bool count) {
+  (void)q, (void)src, (void)sdt, (void)rows, (void)cols, (void)ld, (void)dst, (void)count;
+  return no_cuda("ampc_cuda_fp8_cast_bf16");
+}
+ampc_status ampc_cuda_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const void *b, void *y, ampc_dtype ydt, ampc_acc acc,
+                                         ampc_linear_fp8 *f, ampc_round_stats *stats) {
+  (void)m, (void)k, (void)n, (void)x, (void)xdt, (void)w, (void)wdt, (void)b, (void)y, (void)ydt,
+      (void)acc, (void)f, (void)stats;
+  return no_cuda("ampc_cuda_linear_forward_fp8");
+}
+ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                          ampc_dtype gdt, const void *x, ampc_dtype xdt,
+                                          const void *w, ampc_dtype wdt, void *dx, void *dw,
+                                          void *db, ampc_acc acc, ampc_linear_fp8 *f,
+                                          ampc_scratch *ws) {
+  (void)m, (void)k, (void)n, (void)dy, (void)gdt, (void)x, (void)xdt, (void)w, (void)wdt, (void)dx,
+      (void)dw, (void)db, (void)acc, (void)f, (void)ws;
+  return no_cuda("ampc_cuda_linear_backward_fp8");
+}
+ampc_status ampc_cuda_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
+                                       ampc_dtype gdt, const void *w, ampc_dtype wdt, float beta,
+                                       void *c, ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f,
+                                       bool count_dy) {
+  (void)m, (void)k, (void)n, (void)dy, (void)gdt, (void)w, (void)wdt, (void)beta, (void)c,
+      (void)cdt, (void)acc, (void)f, (void)count_dy;
+  return no_cuda("ampc_cuda_linear_dgrad_fp8");
+}
 ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                      const void *w, ampc_dtype wdt, const void *b, void *y,
                                      ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats) {

@@ -155,26 +155,6 @@ static ampc_status cuda_gemm(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int
   return ampc_cuda_gemm_strided_batched(opa, opb, m, n, k, alpha, a, a_dt, lda, 0, b, b_dt, ldb, 0,
                                         beta, c, c_dt, ldc, 0, 1, acc);
 }
-/* FP8 projections are not on the GPU yet: without a quantizer these are the
- * plain linear layer, as on the CPU */
-static ampc_status cuda_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x,
-                                           ampc_dtype xdt, const void *w, ampc_dtype wdt,
-                                           const void *b, void *y, ampc_dtype ydt, ampc_acc acc,
-                                           ampc_linear_fp8 *f, ampc_round_stats *stats) {
-  if (f)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "FP8 linear layers (fp8-mixed) are not on the GPU yet");
-  return ampc_cuda_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
-}
-static ampc_status cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
-                                            ampc_dtype gdt, const void *x, ampc_dtype xdt,
-                                            const void *w, ampc_dtype wdt, void *dx, void *dw,
-                                            void *db, ampc_acc acc, ampc_linear_fp8 *f,
-                                            ampc_scratch *ws) {
-  if (f)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "FP8 linear layers (fp8-mixed) are not on the GPU yet");
-  return ampc_cuda_linear_backward(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, ws);
-}
-
 static const ampc_backend k_cuda = {
     .name = "cuda",
     .device = true,
@@ -193,8 +173,8 @@ static const ampc_backend k_cuda = {
     .add_forward = ampc_cuda_add_forward,
     .linear_forward = ampc_cuda_linear_forward,
     .linear_backward = ampc_cuda_linear_backward,
-    .linear_forward_fp8 = cuda_linear_forward_fp8,
-    .linear_backward_fp8 = cuda_linear_backward_fp8,
+    .linear_forward_fp8 = ampc_cuda_linear_forward_fp8,
+    .linear_backward_fp8 = ampc_cuda_linear_backward_fp8,
     .gelu_forward = ampc_cuda_gelu_forward,
     .gelu_backward = ampc_cuda_gelu_backward,
     .patch_embed_forward = ampc_cuda_patch_embed_forward,

@@ -402,9 +402,6 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_create: bad arguments (batch %lld)",
                      (long long)max_batch);
   *out = NULL;
-  if (be->device && ampc_precision_is_fp8(amp->precision))
-    return ampc_fail(AMPC_ERR_UNSUPPORTED,
-                     "ampc_mmodel_create: fp8-mixed is not on the %s device yet", be->name);
   ampc_mmodel *M = calloc(1, sizeof *M);
   if (!M)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_create: out of memory");

@@ -471,10 +471,7 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     goto fail;
   R->have_trainer = true;
   const size_t stage = ampc_accum_stage_bytes(&R->accum, R->T.params.total);
-  if (rc->device != AMPC_DEVICE_CPU) { /* what the device path does not have yet, then the device */
-    const char *dn = rc->device == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split";
-    if (ampc_precision_is_fp8(amp->precision))
-      FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device %s: fp8-mixed is not on the device yet", dn));
+  if (rc->device != AMPC_DEVICE_CPU) { /* the device and the trainer's state on it */
     if (rc->device == AMPC_DEVICE_CUDA) {
       if (ampc_cuda_device_count() == 0)
         FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device cuda: no CUDA device: %s",

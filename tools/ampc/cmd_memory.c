@@ -58,7 +58,7 @@ static const char k_memory_usage[] =
     "                     every role in GPU memory, the arena also holds the batch's\n"
     "                     inputs, and device_scratch allows for cuBLASLt's 32 MiB\n"
     "                     workspace and the CUDA layers' FP32 staging, which grows\n"
-    "                     with the batch; fp8-mixed is not on the GPU yet)\n"
+    "                     with the batch)\n"
     "  --json             one JSON object: bytes_per_param, total_bytes, roles{...}\n"
     "\n"
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
@@ -293,8 +293,6 @@ static int run_memory(int argc, char **argv) {
     return rc;
   ampc_mem_account m, m32;
   const bool model = a.model != NULL;
-  if (a.device != AMPC_DEVICE_CPU && ampc_precision_is_fp8(amp.precision))
-    return cli_usage_error(cmd, "--device cuda: fp8-mixed is not on the GPU yet");
   if (a.device != AMPC_DEVICE_CPU && (!model || !strcmp(a.model, "mlp")))
     return cli_usage_error(cmd, "--device cuda: give a multimodal or ViT --model (the GPU runs "
                                 "those; --params and mlp are CPU accounts)");
@@ -408,8 +406,6 @@ static int run_plan(int argc, char **argv) {
     names[np][len] = '\0';
     if ((rc = resolve_amp(cmd, names[np], a.master, a.update, a.fp8hist, &amps[np])) != 0)
       return rc;
-    if (a.device != AMPC_DEVICE_CPU && ampc_precision_is_fp8(amps[np].precision))
-      return cli_usage_error(cmd, "--device cuda: fp8-mixed is not on the GPU yet");
     np++;
     s = e ? e + 1 : s + len;
     if (e && !*s)
