@@ -24,34 +24,20 @@ sig() {
     die "$name: the summary's diagnosis is not $want"
 }
 
-sig healthy healthy --steps 8
-sig fp32 healthy --steps 4 --precision 32-true
-# a static loss scale of 2^20: every step's gradients overflow and are skipped
-sig static overflow --steps 4 --loss-scale 1048576
+# the suite (tests/signatures.txt: NAME VERDICT FLAGS per line)
+while read -r name want flags; do
+  case "$name" in '' | '#'*) continue ;; esac
+  # shellcheck disable=SC2086
+  sig "$name" "$want" $flags </dev/null
+done <"$(dirname "$0")/signatures.txt"
+# and what each names beyond its verdict
 grep -q '"tensor":"' "$tmp/static.diag" || die "static: no first non-finite tensor named"
-# no loss scaling: 5-10 % of the vision and fusion gradients flush to zero
-sig noscale underflow --steps 8 --loss-scale none
 # vision and fusion both pass 1 % flushed at step 1; either is the first
 grep -Eq '"branch":"(vision|fusion)"' "$tmp/noscale.diag" || die "noscale: wrong branch"
-# pure FP16 AdamW: eps = 1e-8 rounds to 0, unused embedding rows get 0/0
-sig true16 nonfinite-independent-of-scale --steps 3 --precision 16-true --accumulate fp32
 grep -q 'non-finite weights' "$tmp/true16.diag" || die "true16: evidence lacks the weights"
-# SGD at lr 1e-4 on FP16 weights without a master copy
-sig nomaster swallowed-updates --steps 6 --master-weights off --optimizer sgd --lr 1e-4
-# FP16 accumulation: the shadow FP64 check sees the error
-sig acc16 accumulation-error --steps 2 --batch 4 --telemetry-every 1 --accumulate fp16
-# lr 100: the weights grow until activations pass 65504 in the forward pass
-sig bigact nonfinite-independent-of-scale --steps 8 --optimizer sgd --lr 100 --telemetry-every 1
 grep -q 'forward pass, vision' "$tmp/bigact.diag" || die "bigact: no forward overflow in vision"
-# fp8-mixed: healthy at the defaults; at lr 1e-2 without warmup the weights
-# move so fast that each step's amax outgrows the scale taken from the last
-# one (delayed scaling lags): the fusion branch saturates ~1 % of its casts;
-# a margin of 2 (the scale / 4) gives the headroom
-sig fp8 healthy --steps 8 --precision fp8-mixed
-sig fp8sat fp8-saturation --steps 12 --precision fp8-mixed --lr 1e-2 --warmup 0
 grep -q '"branch":"fusion"' "$tmp/fp8sat.diag" || die "fp8sat: the fusion branch is not named"
 grep -q 'fp8-margin' "$tmp/fp8sat.diag" || die "fp8sat: no --fp8-margin safeguard"
-sig fp8margin healthy --steps 12 --precision fp8-mixed --lr 1e-2 --warmup 0 --fp8-margin 2
 
 # against the FP32 twin (issue 18): the MLP at lr 1e-4 in pure bfloat16
 # stays 10 % above FP32's loss with most updates swallowed; bf16-mixed

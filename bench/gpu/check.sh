@@ -1,35 +1,78 @@
 #!/bin/sh
-# bench/gpu/check.sh: the whole GPU check of the CUDA GEMM backend (issue 16)
-# in one command, for the H200 machine lent through the device tool:
-#   1. unpack the carried .debs (bench/gpu/fetch_debs.sh made .gpu-debs/),
-#   2. configure and build bench/gpu (ampc's formats, reference GEMM, CUDA
-#      backend, test_cuda_gemm, gpu_bench) for sm_90,
-#   3. run test_cuda_gemm (every mode against the double reference) and
-#      test_cuda_nn (the GPU's layers and optimizer against the CPU's; issue 17),
-#   4. gpu_bench gemm --device cuda --json (every mode, every shape), then
-#      PyTorch's torch.matmul / torch._scaled_mm on the same shapes,
-#   5. merge both into a markdown table (bench/gpu/table.py),
-#   6. issue 17: test_model_device (the whole model on the GPU against the
-#      CPU, every preset, and its rounding telemetry: the same values counted
-#      per branch and pass, healthy and with two failure signatures; the
-#      per-call counts are in test_cuda_nn's "rounding tally"), gpu_train (ampc's whole training step: vit-ref,
-#      mm-tiny, mm-base in 32-true, 16-mixed, bf16-mixed) and PyTorch's
+# bench/gpu/check.sh [tests|bench|all]: the GPU checks of issues 16 and 17 in
+# one command, for the H200 machine lent through the device tool:
+#   1. unpack the carried .debs (bench/gpu/fetch_debs.sh made .gpu-debs/:
+#      cJSON, and zlib's static library for the dataset files),
+#   2. configure and build bench/gpu for sm_90: ampc's formats, reference
+#      GEMM, CUDA backend, model and trainer; test_cuda_gemm, test_cuda_nn,
+#      test_model_device, gpu_bench, gpu_train, and ampc-gpu (the `ampc` CLI's
+#      train, diagnose, memory and plan, without plotting),
+# then, "tests" (correctness first, in this order):
+#   3. test_cuda_gemm (every GEMM mode against the double reference),
+#      test_cuda_nn (the GPU's layers, FP8 casts, FP16-accumulation kernel,
+#      staged copies and optimizer against the CPU's), test_model_device (the
+#      whole model on the GPU against the CPU, every preset, and its rounding
+#      telemetry),
+#   4. the failure-signature suite (tests/signatures.txt, as
+#      tests/check_diagnose.sh runs it on the CPU) with `ampc-gpu train
+#      --device cuda` and `ampc-gpu diagnose` (bench/gpu/signatures.sh),
+# and "bench" (the measurements):
+#   5. gpu_bench gemm --device cuda --json (every mode, every shape), then
+#      PyTorch's torch.matmul / torch._scaled_mm on the same shapes, merged
+#      into a markdown table (bench/gpu/table.py),
+#   6. gpu_train (ampc's whole training step: vit-ref, mm-tiny, mm-base in
+#      32-true, 16-mixed, bf16-mixed) and PyTorch's
 #      (tests/reference/torch_step.py --device cuda: fp32 without TF32,
-#      autocast bf16, autocast fp16 + GradScaler, and fp16 with torch.compile
-#      where it works), the 50-step loss curves on the GPU against the CPU
+#      autocast bf16, autocast fp16 + GradScaler; fp16 with torch.compile on
+#      mm-base), the 50-step loss curves on the GPU against the CPU
 #      (gpu_train --curve), merged by bench/gpu/train_table.py.
+# "all" (the default) runs both. Every part runs under its own time limit,
+# cut to what is left of CHECK_BUDGET seconds (default 570, under the device
+# tool's 600 s per command) so that the results so far always come back; a
+# part with under 15 s left is skipped and says so.
 # Results go to $OUT (the device tool brings it back): nvidia-smi.txt,
-# build.log, test_cuda_gemm.txt, test_cuda_nn.txt, ampc_gemm.json, torch_gemm.json,
-# gemm_table.md, test_model_device.txt, ampc_train.jsonl, torch_train.jsonl,
-# curves.jsonl, train_table.md. Each part runs under a time limit so that one hang leaves
-# the rest. Exits non-zero if the build or a test fails.
+# build.log, test_cuda_gemm.txt, test_cuda_nn.txt, test_model_device.txt,
+# signatures.txt (+ sig/), ampc_gemm.json, torch_gemm.json, gemm_table.md,
+# ampc_train.jsonl, torch_train.jsonl, curves.jsonl, train_table.md,
+# parts.txt (each part's exit status and seconds). Exits non-zero if the
+# build, a test or a signature fails.
 # Device call: run(command="sh bench/gpu/check.sh", carry=[".gpu-debs"], timeout_s=600)
-# (issue 16's part was sized for 420 s; the training part's limits add at
-# most 150 + 150 + 9 x 45 + 120 + 150 s. Nothing here has run on a GPU yet.)
+# (Nothing here has run on a GPU yet.)
 set -u
+what=${1:-all}
+case "$what" in tests | bench | all) ;; *)
+  echo "usage: sh bench/gpu/check.sh [tests|bench|all]" >&2
+  exit 2
+  ;;
+esac
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ampc-gpu-out}
 mkdir -p "$OUT"
+t_start=$(date +%s)
+deadline=$((t_start + ${CHECK_BUDGET:-570}))
+: >"$OUT/parts.txt"
+rc=0
+
+# part NAME LIMIT CMD...: CMD under min(LIMIT, what is left), its output in
+# $OUT/NAME.txt; records the exit status; non-zero (and rc=1) on failure
+part() {
+  name=$1 limit=$2
+  shift 2
+  left=$((deadline - $(date +%s) - 5))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 15 ]; then
+    echo "check.sh: $name skipped: ${left}s left of the budget" | tee -a "$OUT/parts.txt"
+    rc=1
+    return 1
+  fi
+  t0=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
+  st=$?
+  echo "check.sh: $name exit $st in $(($(date +%s) - t0)) s (limit $limit s)" | tee -a "$OUT/parts.txt"
+  [ "$st" -eq 0 ] || rc=1
+  return "$st"
+}
+
 deps=/tmp/ampc-deps
 mkdir -p "$deps"
 for f in .gpu-debs/*.deb; do
@@ -45,59 +88,46 @@ command -v nvcc >/dev/null 2>&1 || export PATH="$PATH:/usr/local/cuda/bin"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 { nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv; } \
   >"$OUT/nvidia-smi.txt" 2>&1
-t0=$(date +%s)
 if ! { cmake -S bench/gpu -B build-gpu -DAMPC_DEPS="$deps" -DCMAKE_BUILD_TYPE=Release &&
   cmake --build build-gpu -j "$(nproc)"; } >"$OUT/build.log" 2>&1; then
   tail -n 40 "$OUT/build.log"
   echo "check.sh: the build failed (build.log)"
   exit 1
 fi
-echo "check.sh: built in $(($(date +%s) - t0)) s"
-rc=0
-./build-gpu/test_cuda_gemm >"$OUT/test_cuda_gemm.txt" 2>&1 || rc=$?
-cat "$OUT/test_cuda_gemm.txt"
-echo "check.sh: test_cuda_gemm exit $rc"
-rc_nn=0
-./build-gpu/test_cuda_nn >"$OUT/test_cuda_nn.txt" 2>&1 || rc_nn=$?
-cat "$OUT/test_cuda_nn.txt"
-echo "check.sh: test_cuda_nn exit $rc_nn"
-[ "$rc_nn" -eq 0 ] || rc=1
-if ./build-gpu/gpu_bench gemm --device cuda --json --reps 7 >"$OUT/ampc_gemm.json"; then
-  PYTHONUNBUFFERED=1 python3 bench/gpu/torch_matmul.py "$OUT/ampc_gemm.json" --reps 7 \
-    >"$OUT/torch_gemm.json" || echo "check.sh: torch_matmul.py failed"
-  python3 bench/gpu/table.py "$OUT/ampc_gemm.json" "$OUT/torch_gemm.json" >"$OUT/gemm_table.md" &&
-    cat "$OUT/gemm_table.md"
-else
-  echo "check.sh: gpu_bench failed"
-  rc=1
+echo "check.sh: built in $(($(date +%s) - t_start)) s"
+
+if [ "$what" != bench ]; then
+  part test_cuda_gemm 120 ./build-gpu/test_cuda_gemm
+  tail -n 30 "$OUT/test_cuda_gemm.txt"
+  part test_cuda_nn 150 ./build-gpu/test_cuda_nn
+  grep -E "FAIL|passed|failed" "$OUT/test_cuda_nn.txt" | tail -n 30
+  part test_model_device 150 ./build-gpu/test_model_device
+  grep -v '^ok' "$OUT/test_model_device.txt" | tail -n 25
+  part signatures_run 150 sh bench/gpu/signatures.sh ./build-gpu/ampc-gpu cuda "$OUT"
+  cat "$OUT/signatures.txt" 2>/dev/null
 fi
-# ---- issue 17: the whole training step -------------------------------------------
-rc_md=0
-timeout 150 ./build-gpu/test_model_device >"$OUT/test_model_device.txt" 2>&1 || rc_md=$?
-tail -n 25 "$OUT/test_model_device.txt"
-echo "check.sh: test_model_device exit $rc_md"
-[ "$rc_md" -eq 0 ] || rc=1
-timeout 150 ./build-gpu/gpu_train --steps 10 --warmup 3 >"$OUT/ampc_train.jsonl" 2>"$OUT/ampc_train.err" ||
-  { echo "check.sh: gpu_train failed: $(tail -n 3 "$OUT/ampc_train.err")"; rc=1; }
-: >"$OUT/torch_train.jsonl"
-for m in vit-ref mm-tiny mm-base; do
-  b=128
-  [ "$m" = mm-base ] && b=64
-  for mode in fp32 bf16 fp16; do
-    timeout 45 python3 tests/reference/torch_step.py --device cuda --model "$m" --mode "$mode" \
-      --batch "$b" --steps 10 --warmup 3 >>"$OUT/torch_train.jsonl" 2>>"$OUT/torch_train.err" ||
-      echo "check.sh: torch_step $m $mode failed"
+
+if [ "$what" != tests ]; then
+  if part ampc_gemm 150 sh -c "./build-gpu/gpu_bench gemm --device cuda --json --reps 7 >'$OUT/ampc_gemm.json'"; then
+    part torch_gemm 90 sh -c "PYTHONUNBUFFERED=1 python3 bench/gpu/torch_matmul.py '$OUT/ampc_gemm.json' --reps 7 >'$OUT/torch_gemm.json'"
+    python3 bench/gpu/table.py "$OUT/ampc_gemm.json" "$OUT/torch_gemm.json" >"$OUT/gemm_table.md" &&
+      cat "$OUT/gemm_table.md"
+  fi
+  part gpu_train 150 sh -c "./build-gpu/gpu_train --steps 10 --warmup 3 >'$OUT/ampc_train.jsonl'"
+  : >"$OUT/torch_train.jsonl"
+  for m in mm-base mm-tiny vit-ref; do
+    b=128
+    [ "$m" = mm-base ] && b=64
+    for mode in fp32 bf16 fp16; do
+      part "torch_$m.$mode" 45 sh -c "python3 tests/reference/torch_step.py --device cuda --model $m --mode $mode --batch $b --steps 10 --warmup 3 >>'$OUT/torch_train.jsonl'"
+    done
   done
-done
-for m in mm-base; do # torch.compile: its compile time is not timed (warmup)
-  b=64
-  timeout 120 python3 tests/reference/torch_step.py --device cuda --model "$m" --mode fp16 \
-    --compile --batch "$b" --steps 10 --warmup 3 >>"$OUT/torch_train.jsonl" \
-    2>>"$OUT/torch_train.err" || echo "check.sh: torch_step $m fp16 --compile failed"
-done
-# 50-step loss curves, GPU against the CPU and the CPU's seed-to-seed spread
-timeout 150 ./build-gpu/gpu_train --curve 50 --models mm-tiny --batch 32 >"$OUT/curves.jsonl" \
-  2>"$OUT/curves.err" || { echo "check.sh: the loss curves failed: $(tail -n 3 "$OUT/curves.err")"; rc=1; }
-python3 bench/gpu/train_table.py "$OUT/ampc_train.jsonl" "$OUT/torch_train.jsonl" \
-  "$OUT/curves.jsonl" >"$OUT/train_table.md" && cat "$OUT/train_table.md"
+  # torch.compile: its compile time is not timed (warmup)
+  part torch_mm-base.compile 120 sh -c "python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp16 --compile --batch 64 --steps 10 --warmup 3 >>'$OUT/torch_train.jsonl'"
+  # 50-step loss curves, GPU against the CPU and the CPU's seed-to-seed spread
+  part curves 150 sh -c "./build-gpu/gpu_train --curve 50 --models mm-tiny --batch 32 >'$OUT/curves.jsonl'"
+  python3 bench/gpu/train_table.py "$OUT/ampc_train.jsonl" "$OUT/torch_train.jsonl" \
+    "$OUT/curves.jsonl" >"$OUT/train_table.md" && cat "$OUT/train_table.md"
+fi
+echo "check.sh: done in $(($(date +%s) - t_start)) s, exit $rc"
 exit $rc

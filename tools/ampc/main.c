@@ -9,11 +9,20 @@
 
 #include "ampc/ampc.h"
 
+#ifdef AMPC_CLI_LITE /* bench/gpu's ampc-gpu: what the GPU check runs, without plotting */
+static const ampc_command *const k_commands[] = {
+    &ampc_cmd_train,
+    &ampc_cmd_diagnose,
+    &ampc_cmd_memory,
+    &ampc_cmd_plan,
+};
+#else
 static const ampc_command *const k_commands[] = {
     &ampc_cmd_formats, &ampc_cmd_convert, &ampc_cmd_bench,    &ampc_cmd_train,
     &ampc_cmd_eval,    &ampc_cmd_data,    &ampc_cmd_diagnose, &ampc_cmd_compare,
     &ampc_cmd_memory,  &ampc_cmd_plan,    &ampc_cmd_inspect,
 };
+#endif
 enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };
 
 static void print_usage(FILE *f) {
