@@ -1684,11 +1684,19 @@ static void test_fp8(void) {
                            57344.0f, 61440.0f,  -70000.0f, 0x1p-9f,  0x1p-10f,   0x1.8p-10f,
                            0x1p-16f, 0x1p-17f,  1e-30f,    INFINITY, -INFINITY,  NAN,
                            0x1p-6f,  0x1.fp-7f, 0x1p-14f,  3.0e38f,  -0x1p-149f, 1.0f};
+  /* each special in its own row, inside the cast columns */
   for (size_t i = 0; i < sizeof special / sizeof *special; i++)
-    v[i * 37 % (rows * cols)] = special[i];
+    v[(int64_t)i * ld + (int64_t)(i * 7) % cols] = special[i];
   const float scales[3] = {1.0f, 0.125f, 37.5f};
-  for (int id = 0; id < 3; id++) {
-    const ampc_dtype dt = k_dts[id];
+  for (int id = 0; id < 6; id++) {
+    /* id 3..5: the same with the non-finite values made finite, so that
+     * amax is a finite maximum (with +inf present it is inf whatever the
+     * reduction does) */
+    const ampc_dtype dt = k_dts[id % 3];
+    if (id == 3)
+      for (int64_t i = 0; i < rows * ld; i++)
+        if (!isfinite(v[i]))
+          v[i] = 0.75f;
     buf src = from_f32(dt, v, rows * ld);
     for (int fm = 0; fm < 2; fm++)
       for (int si = 0; si < 3; si++) {
@@ -1699,8 +1707,8 @@ static void test_fp8(void) {
         OK(ampc_fp8_cast_bf16(&qc, src.h, dt, rows, cols, ld, dst.h, true));
         OK(ampc_cuda_fp8_cast_bf16(&qg, src.d, dt, rows, cols, ld, dst.d, true));
         char nm[96];
-        snprintf(nm, sizeof nm, "cast %s -> %s, scale %g", dn(dt), fm ? "e5m2" : "e4m3",
-                 (double)scales[si]);
+        snprintf(nm, sizeof nm, "cast %s -> %s, scale %g%s", dn(dt), fm ? "e5m2" : "e4m3",
+                 (double)scales[si], id >= 3 ? ", finite" : "");
         compare(nm, &dst, NULL);
         q_equal(nm, &qg, &qc);
         drop(&dst);
@@ -1708,15 +1716,27 @@ static void test_fp8(void) {
     drop(&src);
   }
   free(v);
-  /* linear layers */
+  /* linear layers, the quantized copies in the context's scratch (no
+   * workspace), in a device workspace of ampc_linear_fp8_ws_bytes, and with
+   * one too small (back to the scratch) */
   const int64_t m = 70, k = 48, n = 40;
-  for (int id = 1; id < 3; id++) {
-    const ampc_dtype dt = k_dts[id];
+  for (int iw = 0; iw < 6; iw++) {
+    const ampc_dtype dt = k_dts[1 + iw % 2];
+    const int wsmode = iw / 2;
+    ampc_scratch dws = {NULL, 0};
+    if (wsmode > 0) {
+      dws.bytes = wsmode == 1 ? ampc_linear_fp8_ws_bytes(m, k, n) : 64;
+      OK(ampc_cuda_malloc(g_ctx, dws.bytes, &dws.base));
+    }
     ampc_linear_fp8 fc, fg;
     ampc_linear_fp8_init(&fc, NULL);
     fc.x.scale = 4.0f, fc.x.scale_inv = 0.25f, fc.w.scale = 16.0f, fc.w.scale_inv = 0.0625f;
     fc.dy.scale = 1024.0f, fc.dy.scale_inv = 0x1p-10f;
     fg = fc;
+    fg.ws = wsmode > 0 ? &dws : NULL;
+    printf("  (%s)\n", wsmode == 0   ? "no workspace"
+                       : wsmode == 1 ? "a device workspace"
+                                     : "a workspace too small");
     buf x = rnd_buf(dt, m * k, -2, 2), w = rnd_buf(dt, n * k, -0.3, 0.3),
         bias = rnd_buf(dt, n, -1, 1), y = rnd_buf(dt, m * n, 0, 1);
     char nm[96];
@@ -1774,6 +1794,66 @@ static void test_fp8(void) {
     free(tol), free(c0), free(cf);
     free(xq), free(wq), free(yf), free(bf), free(bb), free(dw0), free(dyq), free(dxf), free(dwf);
     drop(&x), drop(&w), drop(&bias), drop(&y), drop(&dy), drop(&dx), drop(&dw), drop(&db), drop(&c);
+    if (dws.base)
+      ampc_cuda_free(g_ctx, dws.base);
+  }
+  /* the attention layer with FP8 projections (the CPU's composition over
+   * the GPU's FP8 linear layers). The projections of the layer's own inputs
+   * cast the same values on both sides: their quantizers' amax and counts
+   * must be equal; the output projection casts the attention output, which
+   * the two sides compute in different orders (an ulp of bfloat16 apart,
+   * which may move an FP8 value by an FP8 ulp): its amax within 2^-7
+   * relative, and the output within a loose normwise bound of two E4M3
+   * roundings per operand (2 x 2 x 2^-4 of max |y|): a plumbing check */
+  {
+    const int64_t b = 3, tq = 11, h = 4, dm = 64;
+    const ampc_dtype adt = AMPC_BF16;
+    buf xq = rnd_buf(adt, b * tq * dm, -1, 1), W[4], B[4];
+    for (int i = 0; i < 4; i++)
+      W[i] = rnd_buf(adt, dm * dm, -0.2, 0.2), B[i] = rnd_buf(adt, dm, -0.1, 0.1);
+    buf cq = rnd_buf(adt, b * tq * dm, 0, 1), ck = rnd_buf(adt, b * tq * dm, 0, 1),
+        cv = rnd_buf(adt, b * tq * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
+        cs = rnd_buf(AMPC_F32, b * h * tq * tq, 0, 1),
+        cp = rnd_buf(AMPC_F32, b * h * tq * tq, 0, 1);
+    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h};
+    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d};
+    ampc_linear_fp8 qc[4], qg[4];
+    ampc_linear_fp8 *pc[4], *pg[4];
+    for (int i = 0; i < 4; i++) {
+      ampc_linear_fp8_init(&qc[i], NULL);
+      qc[i].x.scale = 8.0f, qc[i].x.scale_inv = 0.125f, qc[i].w.scale = 64.0f;
+      qc[i].w.scale_inv = 1.0f / 64.0f;
+      qg[i] = qc[i], pc[i] = &qc[i], pg[i] = &qg[i];
+    }
+    buf y = rnd_buf(adt, b * tq * dm, 0, 1);
+    OK(ampc_mha_forward(b, tq, tq, dm, h, xq.h, xq.h, adt, W[0].h, B[0].h, W[1].h, B[1].h, W[2].h,
+                        B[2].h, W[3].h, B[3].h, adt, NULL, &hc, AMPC_F32, y.h, AMPC_ACC_F32, pc,
+                        NULL));
+    OK(ampc_cuda_mha_forward(b, tq, tq, dm, h, xq.d, xq.d, adt, W[0].d, B[0].d, W[1].d, B[1].d,
+                             W[2].d, B[2].d, W[3].d, B[3].d, adt, NULL, &dc, AMPC_F32, y.d,
+                             AMPC_ACC_F32, pg, NULL));
+    float *yf = host_f32(&y);
+    double mx = 0.0;
+    for (int64_t i = 0; i < y.n; i++)
+      mx = fmax(mx, fabs((double)yf[i]));
+    double *tol = malloc((size_t)y.n * sizeof *tol);
+    for (int64_t i = 0; i < y.n; i++)
+      tol[i] = 4.0 * 0x1p-4 * mx;
+    compare("mha self forward bf16, FP8 projections", &y, tol);
+    for (int i = 0; i < 3; i++) {
+      q_equal("mha fp8 projection x", &qg[i].x, &qc[i].x);
+      q_equal("mha fp8 projection w", &qg[i].w, &qc[i].w);
+    }
+    q_equal("mha fp8 output projection w", &qg[3].w, &qc[3].w);
+    g_checked++;
+    CHECK(fabs((double)qg[3].x.amax - (double)qc[3].x.amax) <= 0x1p-7 * (double)qc[3].x.amax &&
+              qg[3].x.values == qc[3].x.values,
+          "mha fp8 output projection x: amax %g, %g on the CPU", (double)qg[3].x.amax,
+          (double)qc[3].x.amax);
+    free(yf), free(tol);
+    drop(&xq), drop(&y), drop(&cq), drop(&ck), drop(&cv), drop(&co), drop(&cs), drop(&cp);
+    for (int i = 0; i < 4; i++)
+      drop(&W[i]), drop(&B[i]);
   }
 }
 

@@ -85,7 +85,9 @@ void ampc_cuda_destroy(ampc_cuda_ctx *ctx); /* NULL is a no-op */
  * been read: up to 1 MiB it is staged in the context's pinned buffer (4 MiB,
  * cudaHostAlloc) and the DMA queued without waiting, so that putting a
  * batch's inputs does not stall the host; larger copies, or all of them if
- * pinned memory cannot be had, return when the copy is done. */
+ * pinned memory cannot be had, return when the copy is done. An error of a
+ * queued copy (a bad device pointer) is reported by the next call that
+ * waits for the stream. */
 ampc_status ampc_cuda_malloc(ampc_cuda_ctx *ctx, size_t bytes, void **dptr);
 void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr);
 ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);

@@ -166,7 +166,8 @@ ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc
  * rounding. Other operands (an FP32 dS in the attention's backward pass,
  * BF16), or every product after ampc_cuda_set_acc16_exact(true): a kernel
  * computing the CPU's definition (ampc/gemm.h AMPC_ACC_F16: s <- fp16(a b +
- * s) in K order), the CPU's bits; one thread per element, slow. */
+ * s) in K order), the CPU's bits (NaN payloads aside: a NaN here is CUDA's
+ * canonical one); one thread per element, slow. */
 ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n,
                                            int64_t k, float alpha, const void *a, ampc_dtype a_dt,
                                            int64_t lda, int64_t stride_a, const void *b,
@@ -185,9 +186,9 @@ void ampc_cuda_set_acc16_exact(bool exact);
  * returns: it waits for the stream), the products on the bfloat16 Tensor
  * Cores with FP32 sums and the dequantization in alpha (within the GEMM
  * bound of the CPU's; not yet cuBLASLt's FP8 GEMM, so no FP8 speed). The
- * quantized copies go to f->ws when it is a device buffer large enough
- * (ampc_linear_fp8_ws_bytes; the model's is in its device arena), else to
- * device scratch of the context.
+ * quantized copies go to f->ws when it is device memory large enough
+ * (ampc_linear_fp8_ws_bytes; the model's is in its device arena; checked
+ * with cudaPointerGetAttributes), else to device scratch of the context.
  * ampc_cuda_fp8_cast_bf16: src and dst device buffers, q a host struct. */
 ampc_status ampc_cuda_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
                                     int64_t cols, int64_t ld, uint16_t *dst, bool count);

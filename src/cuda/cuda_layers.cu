@@ -34,6 +34,7 @@ namespace {
  * layers' FP32 buffers (linear with stats, attention's dP and dS, dq, dk);
  * 11 the FP8 layers' quantized operands */
 enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11 };
+static_assert(SLOT_F8 < AMPC_CUDA_SCRATCH_SLOTS, "the FP8 slot is a context slot");
 
 __global__ void widen_k(int64_t n, const void *src, int dt, float *dst) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -290,11 +291,17 @@ __global__ void fp8_cast_k(int64_t rows, int64_t cols, int64_t ldx, const void *
 
 /* the casts' reports (slot SLOT_F8, zeroed on the stream) and `bytes` of
  * device memory for the quantized copies: the layer's workspace when it is
- * given and large enough (the model's, in its device arena), else after
- * the reports in the slot */
+ * device memory and large enough (the model's, in its device arena), else
+ * after the reports in the slot */
 ampc_status f8_scratch(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm,
                        const ampc_scratch *ws, size_t bytes, f8_report **rep, uint16_t **q) {
-  const bool own = ws && ws->base && ws->bytes >= bytes;
+  bool own = ws && ws->base && ws->bytes >= bytes;
+  if (own) { /* device memory only (a host workspace, e.g. of the CPU's layers, is not) */
+    cudaPointerAttributes at;
+    own = cudaPointerGetAttributes(&at, ws->base) == cudaSuccess &&
+          (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged);
+    (void)cudaGetLastError();
+  }
   void *p = NULL;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_F8, F8_HEAD + (own ? 0 : bytes), &p));
   *rep = static_cast<f8_report *>(p);
