@@ -37,7 +37,9 @@
  * the trainer does not run on a device yet); sampled and uniform hard
  * negatives (neg_seed != 0: the similarities read on the host); masked
  * caption modelling (the MLM head, the masked copies, the scatter of its row
- * gradients); the image-only vit-ref. Within every case: the retrieval
+ * gradients); the image-only vit-ref; global negatives (a group of 2 ranks
+ * simulated in the process, the other rank holding the same batch: the
+ * embeddings and the rows' gradients through the host). Within every case: the retrieval
  * embeddings and group predictions, and the device arena against the memory
  * account's prediction; fp8-mixed too on cpu-split. Before them, silently:
  * what a device model refuses (a group without its exchange, an unknown
@@ -172,7 +174,23 @@ typedef struct {
   uint64_t neg_seed;
   bool neg_uniform;
   pass_kind pass;
+  bool global; /* global negatives over a group of 2 simulated in this process */
 } case_t;
+
+/* a data-parallel group of 2 whose other rank holds this rank's batch: the
+ * allgather repeats x, the sum doubles (exactly) */
+static ampc_status twin_allgather(void *user, const void *x, size_t bytes, void *y) {
+  (void)user;
+  memcpy(y, x, bytes);
+  memcpy((char *)y + bytes, x, bytes);
+  return AMPC_OK;
+}
+static ampc_status twin_sum(void *user, float *x, int64_t n) {
+  (void)user;
+  for (int64_t i = 0; i < n; i++)
+    x[i] = x[i] + x[i];
+  return AMPC_OK;
+}
 
 /* tolerances (see the top): u per dtype, k for gradients and losses */
 static double unit_of(ampc_dtype dt) {
@@ -255,6 +273,11 @@ static int run_case(ampc_device dev, ampc_precision p, const case_t *cs) {
   ampc_mmodel *Mc = NULL, *Md = NULL;
   OK(ampc_mmodel_create(&Mc, &w.c, Pc, &w.T.amp, B));
   OK(ampc_mmodel_create_on(&Md, &w.c, &Pd, &w.T.amp, B, dev));
+  if (cs->global) {
+    const ampc_model_group g = {NULL, 0, 2, twin_allgather, twin_sum};
+    OK(ampc_mmodel_set_group(Mc, &g));
+    OK(ampc_mmodel_set_group(Md, &g));
+  }
   size_t pa = 0, pw = 0; /* the memory account's prediction is what the device model took */
   OK(ampc_mmodel_plan_bytes_on(&w.c, B, w.T.amp.precision, dev, &pa, &pw));
   CHECK(pa + pw == ampc_mmodel_activation_bytes(Md), "%s: predicted %zu arena bytes, took %zu",
@@ -416,7 +439,8 @@ static int run_telemetry(ampc_device dev, ampc_precision p, float S, const char 
             what, br[b]);
       /* FP32 sums: 4 K 2^-24; binary16 sums (16-true): (K + 3) 2^-11 */
       const double k = (double)d->acc_k[b];
-      const double lim = w.T.amp.accumulate == AMPC_ACC_F16 ? (k + 3.0) * 0x1p-11 : 4.0 * k * 0x1p-24;
+      const double lim =
+          w.T.amp.accumulate == AMPC_ACC_F16 ? (k + 3.0) * 0x1p-11 : 4.0 * k * 0x1p-24;
       CHECK(d->acc_err[b] <= lim, "%s: %s shadow error %.3g (k %lld, bound %.3g)", what, br[b],
             d->acc_err[b], (long long)d->acc_k[b], lim);
     }
@@ -443,13 +467,14 @@ static int run_telemetry(ampc_device dev, ampc_precision p, float S, const char 
 }
 
 static const case_t k_cases[] = {
-    {"composite", "mm-micro", 0.0f, 0, false, PASS_ONE},
-    {"per-branch seeds", "mm-micro", 0.0f, 0, false, PASS_BRANCHES},
-    {"per-loss passes", "mm-micro", 0.0f, 0, false, PASS_LOSSES},
-    {"sampled negatives", "mm-micro", 0.0f, 1234, false, PASS_ONE},
-    {"uniform negatives", "mm-micro", 0.0f, 77, true, PASS_ONE},
-    {"masked captions", "mm-micro", 0.5f, 0, false, PASS_ONE},
-    {"image-only", "vit-ref", 0.0f, 0, false, PASS_ONE},
+    {"composite", "mm-micro", 0.0f, 0, false, PASS_ONE, false},
+    {"per-branch seeds", "mm-micro", 0.0f, 0, false, PASS_BRANCHES, false},
+    {"per-loss passes", "mm-micro", 0.0f, 0, false, PASS_LOSSES, false},
+    {"sampled negatives", "mm-micro", 0.0f, 1234, false, PASS_ONE, false},
+    {"uniform negatives", "mm-micro", 0.0f, 77, true, PASS_ONE, false},
+    {"masked captions", "mm-micro", 0.5f, 0, false, PASS_ONE, false},
+    {"image-only", "vit-ref", 0.0f, 0, false, PASS_ONE, false},
+    {"global negatives", "mm-micro", 0.0f, 0, false, PASS_ONE, true},
 };
 
 static int run_device(ampc_device dev) {
