@@ -8,6 +8,10 @@
 # machine AMPC is bench/gpu's ampc-gpu (train, diagnose, memory, plan without
 # plotting); here it runs with --device cpu-split too.
 set -u
+if [ $# -ne 3 ]; then
+  echo "usage: sh bench/gpu/signatures.sh AMPC DEVICE OUTDIR (e.g. build-gpu/ampc-gpu cuda /tmp/out)" >&2
+  exit 2
+fi
 ampc=$1 dev=$2 out=$3
 list="$(dirname "$0")/../../tests/signatures.txt"
 common="--threads 1 --no-eval --quiet --batch 16 --on-stall warn"

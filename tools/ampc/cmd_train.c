@@ -119,9 +119,8 @@ static const char k_usage_tail[] =
     "                   cuda: GPU 0 (rank r of several: GPU r mod the GPUs; their\n"
     "                   sum over host memory): the forward and backward passes,\n"
     "                   the unscale check, the optimizer and the rounding\n"
-    "                   telemetry on the device (multimodal and ViT models; not\n"
-    "                   yet: fp8-mixed, --accumulate fp16 (cuda), global\n"
-    "                   negatives);\n"
+    "                   telemetry on the device (multimodal and ViT models, every\n"
+    "                   preset and safeguard, global negatives; not the mlp);\n"
     "                   exit 1 without a GPU. cpu-split: the device path run on the\n"
     "                   CPU (a test aid; the CPU's bits)\n"
     "\n"
@@ -808,6 +807,11 @@ static int run_list(int argc, char **argv) {
     memcpy(names[n], p, len);
     names[n++][len] = '\0';
     p = c ? c + 1 : p + len;
+  }
+  for (int k = 0; k < n; k++) { /* every name checked before the first run trains */
+    ampc_precision q;
+    if (ampc_precision_parse(names[k], &q) != AMPC_OK)
+      return cli_usage_error("train", "--precision: %s", ampc_last_error());
   }
   char **av = malloc((size_t)(argc + 1) * sizeof *av);
   cJSON *sums[8] = {NULL};
