@@ -499,6 +499,15 @@ static ampc_status global_itc_fwd(ampc_mmodel *M, int64_t b, float ls, float *it
   return ampc_backend_put(be, M->sim, M->h_sim, (size_t)(b * b) * sizeof *M->h_sim);
 }
 
+/* x [n] FP32 (a tensor) = the group's sum, through its host side h (the
+ * same buffer on the CPU) */
+static ampc_status group_sum(ampc_mmodel *M, float *x, float *h, int64_t n) {
+  const size_t bytes = (size_t)n * sizeof *x;
+  AMPC_TRY(ampc_backend_get(M->be, h, x, bytes));
+  AMPC_TRY(M->group.sum_f32(M->group.user, h, n));
+  return ampc_backend_put(M->be, x, h, bytes);
+}
+
 /* Its backward pass, seeded with S (times the loss weight): the gradients
  * of this rank's rows w.r.t. all G embeddings (part_i, part_t) are summed
  * over the ranks; each rank keeps the rows of its own samples and adds the
@@ -517,7 +526,7 @@ static ampc_status global_itc_bwd(ampc_mmodel *M, int64_t b, float ls, float S, 
                                       dls, ws));
   AMPC_TRY(ampc_infonce_rows_backward(b, G, M->h_sim_t2i, AMPC_F32, ls, r0, coef, M->h_dC, grad_dt,
                                       dls, ws));
-  const size_t db = (size_t)(b * G) * ampc_dtype_size(grad_dt), pb = (size_t)(G * E) * 4;
+  const size_t db = (size_t)(b * G) * ampc_dtype_size(grad_dt);
   AMPC_TRY(ampc_backend_put(be, M->dA, M->h_dA, db));
   AMPC_TRY(ampc_backend_put(be, M->dC, M->h_dC, db));
   /* texts' gradient from this rank's image rows, images' from its text rows */
@@ -525,12 +534,8 @@ static ampc_status global_itc_bwd(ampc_mmodel *M, int64_t b, float ls, float S, 
                     0.0f, M->part_t, AMPC_F32, E, acc));
   AMPC_TRY(be->gemm(AMPC_OP_T, AMPC_OP_N, G, E, b, 1.0f, M->dC, grad_dt, G, M->tnorm, act_dt, E,
                     0.0f, M->part_i, AMPC_F32, E, acc));
-  AMPC_TRY(ampc_backend_get(be, M->h_part_t, M->part_t, pb));
-  AMPC_TRY(ampc_backend_get(be, M->h_part_i, M->part_i, pb));
-  AMPC_TRY(g->sum_f32(g->user, M->h_part_t, G * E));
-  AMPC_TRY(g->sum_f32(g->user, M->h_part_i, G * E));
-  AMPC_TRY(ampc_backend_put(be, M->part_t, M->h_part_t, pb));
-  AMPC_TRY(ampc_backend_put(be, M->part_i, M->h_part_i, pb));
+  AMPC_TRY(group_sum(M, M->part_t, M->h_part_t, G * E));
+  AMPC_TRY(group_sum(M, M->part_i, M->h_part_i, G * E));
   AMPC_TRY(be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dA, grad_dt, G, M->tall, act_dt, E,
                     0.0f, M->dloc_i, AMPC_F32, E, acc));
   AMPC_TRY(be->gemm(AMPC_OP_N, AMPC_OP_N, b, E, G, 1.0f, M->dC, grad_dt, G, M->iall, act_dt, E,
