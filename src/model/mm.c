@@ -80,9 +80,15 @@ static ampc_status shadow_on_device(ampc_mmodel *M, ampc_branch br, const char *
   const size_t ybytes = (size_t)(rows * n) * sizeof(float);
   void *hx = malloc((size_t)(rows * k) * xs), *hw = malloc((size_t)(n * k) * wsz);
   float *hy = malloc(ybytes);
-  void *dy = NULL;
-  ampc_status st = hx && hw && hy ? be->alloc(&dy, ybytes)
-                                  : ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM buffers");
+  ampc_status st =
+      hx && hw && hy ? AMPC_OK : ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM buffers");
+  if (st == AMPC_OK && M->shadow_dev_bytes < ybytes) { /* the device product's buffer, kept */
+    be->release(M->shadow_dev);
+    M->shadow_dev = NULL, M->shadow_dev_bytes = 0;
+    if ((st = be->alloc(&M->shadow_dev, ybytes)) == AMPC_OK)
+      M->shadow_dev_bytes = ybytes;
+  }
+  void *dy = M->shadow_dev;
   ampc_tally *was = ampc_tally_bind(NULL); /* the shadow's stores are not the model's */
   if (st == AMPC_OK)
     st = be->gemm(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0f, x, xdt, step * k, w, wdt, k, 0.0f, dy,
@@ -97,7 +103,6 @@ static ampc_status shadow_on_device(ampc_mmodel *M, ampc_branch br, const char *
     st = be->to_host(hy, dy, ybytes);
   if (st == AMPC_OK)
     st = M->probe.shadow_result(M->probe.user, br, name, rows, k, n, hx, xdt, hw, wdt, hy);
-  be->release(dy);
   free(hx), free(hw), free(hy);
   return st;
 }

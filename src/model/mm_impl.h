@@ -117,6 +117,10 @@ struct ampc_mmodel {
   uint8_t *d_images;
   int32_t *d_tokens, *d_labels;
   float *d_scalar;
+  /* the shadow accumulation check's product on a device (telemetry steps;
+   * grown on demand, released with the model) */
+  void *shadow_dev;
+  size_t shadow_dev_bytes;
   /* the inputs the passes read (the batch's on the CPU, the copies above
    * on a device): set by the forward pass, read by the backward pass */
   const uint8_t *in_images;

@@ -303,6 +303,8 @@ void ampc_mmodel_free(ampc_mmodel *M) {
   if (!M)
     return;
   ampc_fp8_sites_free(&M->fp8);
+  if (M->be && M->be->device && M->shadow_dev)
+    M->be->release(M->shadow_dev);
   if (M->be && M->be->device)
     M->be->release(M->arena);
   else
