@@ -1,47 +1,54 @@
 #!/bin/sh
 # bench/gpu/check.sh [tests|bench|all]: the GPU checks of issues 16 and 17 in
-# one command, for the H200 machine lent through the device tool:
-#   1. unpack the carried .debs (bench/gpu/fetch_debs.sh made .gpu-debs/:
-#      cJSON, and zlib's static library for the dataset files),
-#   2. configure and build bench/gpu for sm_90: ampc's formats, reference
-#      GEMM, CUDA backend, model and trainer; test_cuda_gemm, test_cuda_nn,
-#      test_model_device, gpu_bench, gpu_train, and ampc-gpu (the `ampc` CLI's
-#      train, diagnose, memory and plan, without plotting),
-# then, "tests" (correctness first, in this order):
-#   3. test_cuda_gemm (every GEMM mode against the double reference),
-#      test_cuda_nn (the GPU's layers, FP8 casts, FP16-accumulation kernel,
-#      staged copies and optimizer against the CPU's), test_model_device (the
-#      whole model on the GPU against the CPU, every preset, and its rounding
-#      telemetry),
-#   4. the failure-signature suite (tests/signatures.txt, as
-#      tests/check_diagnose.sh runs it on the CPU) with `ampc-gpu train
-#      --device cuda` and `ampc-gpu diagnose` (bench/gpu/signatures.sh),
-# and "bench" (the measurements):
-#   5. gpu_bench gemm --device cuda --json (every mode, every shape), then
-#      PyTorch's torch.matmul / torch._scaled_mm on the same shapes, merged
-#      into a markdown table (bench/gpu/table.py),
-#   6. gpu_train (ampc's whole training step: vit-ref, mm-tiny, mm-base in
-#      32-true, 16-mixed, bf16-mixed) and PyTorch's
-#      (tests/reference/torch_step.py --device cuda: fp32 without TF32,
-#      autocast bf16, autocast fp16 + GradScaler; fp16 with torch.compile on
-#      mm-base), the 50-step loss curves on the GPU against the CPU
-#      (gpu_train --curve), merged by bench/gpu/train_table.py.
-# "all" (the default) runs both. The build and every part run under a time
-# limit (a part's own is a ceiling, not an estimate), cut to what is left of
-# CHECK_BUDGET seconds (default 570, under the device tool's 600 s per
-# command) so that the results so far always come back; a part with under
-# 15 s left is skipped and says so. If "all" runs out, run "bench" alone.
-# Results go to $OUT (the device tool brings it back): parts.txt (appended:
-# each part's exit status and seconds, skips, a skipped CUDA half),
-# nvidia-smi.txt, build.log; per part NAME.txt (its output: test_cuda_gemm,
-# test_cuda_nn, test_model_device, signatures_run, ampc_gemm, torch_gemm,
-# gpu_train, torch_MODEL.MODE, curves); signatures.txt, signatures.err and
-# sig/ (each run's log and diagnosis); ampc_gemm.json, torch_gemm.json,
-# gemm_table.md, ampc_train.jsonl, torch_train.jsonl, curves.jsonl,
-# train_table.md. Exits non-zero if the build or any part fails, is skipped
-# for lack of time, or skips its GPU half (no device).
-# Device call: run(command="sh bench/gpu/check.sh", carry=[".gpu-debs"], timeout_s=600)
-# (Nothing here has run on a GPU yet.)
+# one command, for the H200 machine lent through the device tool.
+#
+# Binaries: bench/gpu's build (ampc's formats, reference GEMM, CUDA backend,
+# model and trainer; test_cuda_gemm, test_cuda_nn, test_model_device,
+# gpu_bench, gpu_train, and ampc-gpu: the `ampc` CLI's train, diagnose,
+# memory and plan without plotting), either
+#   - prebuilt on the Debian machine (bench/gpu/prebuild.sh puts them in
+#     .gpu-prebuilt/, carried; the same CUDA 13.0 toolkit, sm_90 + PTX;
+#     cuBLASLt is loaded with dlopen, the CUDA runtime is static), used when
+#     every library they need is found there, or
+#   - configured and built there (cmake, nvcc, the host's compiler), with
+#     cJSON and zlib from the carried .debs (bench/gpu/fetch_debs.sh made
+#     .gpu-debs/).
+# Then, in this order (the issues' own checks first, each check's
+# measurements right after it, so a budget that runs out loses the least):
+#   test_cuda_gemm       every GEMM mode against the double reference (16)
+#   ampc_gemm, torch_gemm  gpu_bench gemm --device cuda --json, then
+#                        PyTorch on the same shapes; gemm_table.md (16)
+#   test_cuda_nn         the GPU's layers, FP8 casts, FP16-accumulation kernel,
+#                        staged copies and optimizer against the CPU's (17)
+#   test_model_device    the whole model on the GPU against the CPU, every
+#                        preset, and its rounding telemetry (17)
+#   gpu_train, torch_train  ampc's whole training step (vit-ref, mm-tiny,
+#                        mm-base in 32-true, 16-mixed, bf16-mixed) and
+#                        PyTorch's (fp32 without TF32, autocast bf16,
+#                        autocast fp16 + GradScaler) (17)
+#   signatures_run       tests/signatures.txt with `ampc-gpu train --device
+#                        cuda` and `ampc-gpu diagnose` (bench/gpu/signatures.sh)
+#   curves               50-step loss curves on the GPU against the CPU's
+#                        seed-to-seed spread (gpu_train --curve); train_table.md
+#   torch_compile        PyTorch fp16 + torch.compile on mm-base
+#   sanitize_NAME        compute-sanitizer memcheck on a test that failed
+#   build_on_device      the build there, when prebuilt binaries ran and
+#                        time is left (it checks that the build works there)
+# "tests" runs the three tests, signatures_run and curves; "bench" the
+# measurements; "all" (the default) everything.
+# Every part runs under a time limit (its own is a ceiling, not an
+# estimate), cut to what is left of CHECK_BUDGET seconds (default 560, under
+# the device tool's 600 s per command), so results so far always come back;
+# a part with under 15 s left is skipped and says so.
+# Results: the device tool brings back at most 8 files from $OUT, so every
+# output goes to a work folder that is packed into $OUT/results.tar.gz after
+# each part (per part NAME.txt; signatures.txt, sig/; ampc_gemm.json,
+# torch_gemm.json, ampc_train.jsonl, torch_train.jsonl, curves.jsonl;
+# build.log, nvidia-smi.txt), and parts.txt, gemm_table.md and
+# train_table.md are copied to $OUT too. Exits non-zero if a build or part
+# fails, is skipped for lack of time, or skips its GPU half (no device).
+# Device call, after sh bench/gpu/fetch_debs.sh and sh bench/gpu/prebuild.sh:
+#   run(command="sh bench/gpu/check.sh", carry=[".gpu-debs", ".gpu-prebuilt"], timeout_s=600)
 set -u
 what=${1:-all}
 case "$what" in tests | bench | all) ;; *)
@@ -50,39 +57,56 @@ case "$what" in tests | bench | all) ;; *)
   ;;
 esac
 cd "$(dirname "$0")/../.."
+root=$(pwd)
 OUT=${OUT:-/tmp/ampc-gpu-out}
-mkdir -p "$OUT"
+R=/tmp/ampc-gpu-results
+rm -rf "$R"
+mkdir -p "$OUT" "$R"
 t_start=$(date +%s)
-deadline=$((t_start + ${CHECK_BUDGET:-570}))
-echo "check.sh $what: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${CHECK_BUDGET:-570} s" >>"$OUT/parts.txt"
+deadline=$((t_start + ${CHECK_BUDGET:-560}))
+echo "check.sh $what: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${CHECK_BUDGET:-560} s" >>"$R/parts.txt"
 rc=0
 ran=0
 
+# pack: the results so far into $OUT (a few files, the rest in one archive)
+pack() {
+  tar czf "$OUT/results.tar.gz.tmp" -C "$R" . 2>/dev/null &&
+    mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
+  for f in parts.txt gemm_table.md train_table.md; do
+    [ -f "$R/$f" ] && cp "$R/$f" "$OUT/$f"
+  done
+  return 0
+}
+
+# left: seconds left of the budget
+left() { echo $((deadline - $(date +%s) - 5)); }
+
 # part NAME LIMIT CMD...: CMD under min(LIMIT, what is left), its output in
-# $OUT/NAME.txt (an old one removed first); records the exit status (77:
-# the program found no device and skipped; 124: the limit); ran=1 if it
-# ran; non-zero (and rc=1) on failure or skip
+# $R/NAME.txt; records the exit status (77: the program found no device and
+# skipped; 124: the limit); ran=1 if it ran; non-zero (and rc=1) on failure
+# or skip
 part() {
   name=$1 limit=$2
   shift 2
   ran=0
-  rm -f "$OUT/$name.txt"
-  left=$((deadline - $(date +%s) - 5))
-  [ "$left" -lt "$limit" ] && limit=$left
+  l=$(left)
+  [ "$l" -lt "$limit" ] && limit=$l
   if [ "$limit" -lt 15 ]; then
-    echo "check.sh: $name skipped: ${left}s left of the budget" | tee -a "$OUT/parts.txt"
+    echo "check.sh: $name skipped: ${l}s left of the budget" | tee -a "$R/parts.txt"
     rc=1
+    pack
     return 1
   fi
   t0=$(date +%s)
-  timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
+  timeout -k 5 "$limit" "$@" >"$R/$name.txt" 2>&1
   st=$?
   ran=1
   what_st="exit $st"
   [ "$st" -eq 77 ] && what_st="skipped (exit 77: no device)"
   [ "$st" -eq 124 ] && what_st="stopped at its limit (exit 124)"
-  echo "check.sh: $name $what_st in $(($(date +%s) - t0)) s (limit $limit s)" | tee -a "$OUT/parts.txt"
+  echo "check.sh: $name $what_st in $(($(date +%s) - t0)) s (limit $limit s)" | tee -a "$R/parts.txt"
   [ "$st" -eq 0 ] || rc=1
+  pack
   return "$st"
 }
 
@@ -93,62 +117,139 @@ for f in .gpu-debs/*.deb; do
   if command -v dpkg >/dev/null 2>&1; then
     dpkg -x "$f" "$deps"
   else # a .deb is an ar archive holding data.tar.*
-    abs="$(pwd)/$f"
+    abs="$root/$f"
     (cd "$deps" && ar x "$abs" && tar xf data.tar.* && rm -f data.tar.* control.tar.* debian-binary)
   fi
 done
 command -v nvcc >/dev/null 2>&1 || export PATH="$PATH:/usr/local/cuda/bin"
-export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv; } \
-  >"$OUT/nvidia-smi.txt" 2>&1
-if ! { cmake -S bench/gpu -B build-gpu -DAMPC_DEPS="$deps" -DCMAKE_BUILD_TYPE=Release &&
-  timeout $((deadline - $(date +%s) - 20)) cmake --build build-gpu -j "$(nproc)"; } \
-  >"$OUT/build.log" 2>&1; then
-  tail -n 40 "$OUT/build.log"
-  echo "check.sh: the build failed or ran out of the budget (build.log)" | tee -a "$OUT/parts.txt"
-  exit 1
+# cuBLASLt (dlopen'ed): the toolkit's, else the one PyTorch's wheels carry
+lt=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && lt="$lt:$d"
+done
+pylt=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null) &&
+  [ -d "$pylt" ] && lt="$lt:$pylt"
+export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu$lt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  nvidia-smi
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
+  echo "nvcc: $(nvcc --version 2>&1 | tail -n 2 | tr '\n' ' ')"
+  echo "cc: $(cc --version 2>&1 | head -n 1)"
+  echo "cmake: $(cmake --version 2>&1 | head -n 1)"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ls -l /usr/local/cuda*/lib64/libcublasLt.so* 2>&1
+  lscpu | grep -E 'Model name|^CPU\(s\)'
+} >"$R/nvidia-smi.txt" 2>&1
+
+# the binaries: prebuilt if all their libraries resolve here, else built here
+B=""
+if [ -x .gpu-prebuilt/test_cuda_gemm ] && [ -x .gpu-prebuilt/ampc-gpu ]; then
+  bins="test_cuda_gemm test_cuda_nn test_model_device gpu_bench gpu_train ampc-gpu"
+  if (cd .gpu-prebuilt && ldd $bins) >"$R/prebuilt_ldd.txt" 2>&1 &&
+    ! grep -q "not found" "$R/prebuilt_ldd.txt"; then
+    B=.gpu-prebuilt
+    echo "check.sh: prebuilt binaries ($(cat .gpu-prebuilt/BUILD_INFO 2>/dev/null | head -n 1))" | tee -a "$R/parts.txt"
+  else
+    echo "check.sh: prebuilt binaries lack libraries here (prebuilt_ldd.txt): building" | tee -a "$R/parts.txt"
+  fi
 fi
-echo "check.sh: built in $(($(date +%s) - t_start)) s" | tee -a "$OUT/parts.txt"
+build_here() {
+  cmake -S bench/gpu -B build-gpu -DAMPC_DEPS="$deps" -DCMAKE_BUILD_TYPE=Release &&
+    timeout $(($(left) - 15)) cmake --build build-gpu -j "$(nproc)"
+}
+if [ -z "$B" ]; then
+  if ! build_here >"$R/build.log" 2>&1; then
+    tail -n 40 "$R/build.log"
+    echo "check.sh: the build failed or ran out of the budget (build.log)" | tee -a "$R/parts.txt"
+    pack
+    exit 1
+  fi
+  B=build-gpu
+  echo "check.sh: built here in $(($(date +%s) - t_start)) s" | tee -a "$R/parts.txt"
+fi
+pack
+
+failed_tests=""
+# test BIN LIMIT: one test binary as a part, its summary on stdout
+test_part() {
+  part "$1" "$2" "./$B/$1"
+  st=$?
+  [ "$ran" = 1 ] || return
+  grep -E "FAIL|fail|SKIP|skip|passed|error|Error" "$R/$1.txt" | grep -v '^ok' | tail -n 25
+  [ "$st" -eq 0 ] || failed_tests="$failed_tests $1"
+  if [ "$1" = test_model_device ] && grep -q '^# skip' "$R/$1.txt"; then
+    echo "check.sh: test_model_device skipped its CUDA half (no device)" | tee -a "$R/parts.txt"
+    rc=1
+  fi
+}
+
+[ "$what" != bench ] && test_part test_cuda_gemm 90
+
+if [ "$what" != tests ]; then
+  if part ampc_gemm 120 sh -c "./$B/gpu_bench gemm --device cuda --json --reps 7 >'$R/ampc_gemm.json'"; then
+    part torch_gemm 90 sh -c "PYTHONUNBUFFERED=1 python3 bench/gpu/torch_matmul.py '$R/ampc_gemm.json' --reps 7 >'$R/torch_gemm.json'"
+    python3 bench/gpu/table.py "$R/ampc_gemm.json" "$R/torch_gemm.json" >"$R/gemm_table.md" 2>&1
+    cat "$R/gemm_table.md"
+    pack
+  fi
+fi
 
 if [ "$what" != bench ]; then
-  part test_cuda_gemm 120 ./build-gpu/test_cuda_gemm
-  [ "$ran" = 1 ] && tail -n 30 "$OUT/test_cuda_gemm.txt"
-  part test_cuda_nn 150 ./build-gpu/test_cuda_nn
-  [ "$ran" = 1 ] && grep -E "FAIL|SKIP|passed|failed" "$OUT/test_cuda_nn.txt" | tail -n 30
-  part test_model_device 150 ./build-gpu/test_model_device
-  if [ "$ran" = 1 ]; then
-    grep -v '^ok' "$OUT/test_model_device.txt" | tail -n 25
-    if grep -q '^# skip' "$OUT/test_model_device.txt"; then # its cpu-split half passed alone
-      echo "check.sh: test_model_device skipped its CUDA half (no device)" | tee -a "$OUT/parts.txt"
-      rc=1
-    fi
-  fi
-  rm -f "$OUT/signatures.txt" "$OUT/signatures.err"
-  part signatures_run 150 sh bench/gpu/signatures.sh ./build-gpu/ampc-gpu cuda "$OUT"
-  [ "$ran" = 1 ] && cat "$OUT/signatures.txt"
+  test_part test_cuda_nn 90
+  test_part test_model_device 120
 fi
 
 if [ "$what" != tests ]; then
-  if part ampc_gemm 150 sh -c "./build-gpu/gpu_bench gemm --device cuda --json --reps 7 >'$OUT/ampc_gemm.json'"; then
-    part torch_gemm 90 sh -c "PYTHONUNBUFFERED=1 python3 bench/gpu/torch_matmul.py '$OUT/ampc_gemm.json' --reps 7 >'$OUT/torch_gemm.json'"
-    python3 bench/gpu/table.py "$OUT/ampc_gemm.json" "$OUT/torch_gemm.json" >"$OUT/gemm_table.md" &&
-      cat "$OUT/gemm_table.md"
-  fi
-  part gpu_train 150 sh -c "./build-gpu/gpu_train --steps 10 --warmup 3 >'$OUT/ampc_train.jsonl'"
-  : >"$OUT/torch_train.jsonl"
-  for m in mm-base mm-tiny vit-ref; do
-    b=128
-    [ "$m" = mm-base ] && b=64
-    for mode in fp32 bf16 fp16; do
-      part "torch_$m.$mode" 45 sh -c "python3 tests/reference/torch_step.py --device cuda --model $m --mode $mode --batch $b --steps 10 --warmup 3 >>'$OUT/torch_train.jsonl'"
-    done
-  done
-  # torch.compile: its compile time is not timed (warmup)
-  part torch_mm-base.compile 120 sh -c "python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp16 --compile --batch 64 --steps 10 --warmup 3 >>'$OUT/torch_train.jsonl'"
-  # 50-step loss curves, GPU against the CPU and the CPU's seed-to-seed spread
-  part curves 150 sh -c "./build-gpu/gpu_train --curve 50 --models mm-tiny --batch 32 >'$OUT/curves.jsonl'"
-  python3 bench/gpu/train_table.py "$OUT/ampc_train.jsonl" "$OUT/torch_train.jsonl" \
-    "$OUT/curves.jsonl" >"$OUT/train_table.md" && cat "$OUT/train_table.md"
+  part gpu_train 120 sh -c "./$B/gpu_train --steps 10 --warmup 3 >'$R/ampc_train.jsonl'"
+  : >"$R/torch_train.jsonl"
+  # one process per batch size (one torch import and CUDA start each)
+  part torch_train_base 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp32,bf16,fp16 --batch 64 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
+  part torch_train_small 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-tiny,vit-ref --mode fp32,bf16,fp16 --batch 128 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
+  python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" >"$R/train_table.md" 2>&1
+  cat "$R/train_table.md"
+  pack
 fi
-echo "check.sh: done in $(($(date +%s) - t_start)) s, exit $rc"
+
+if [ "$what" != bench ]; then
+  part signatures_run 150 sh bench/gpu/signatures.sh "./$B/ampc-gpu" cuda "$R"
+  [ "$ran" = 1 ] && cat "$R/signatures.txt" "$R/signatures.err"
+  # 50-step loss curves, GPU against the CPU and the CPU's seed-to-seed spread
+  part curves 120 sh -c "./$B/gpu_train --curve 50 --models mm-tiny --batch 32 >'$R/curves.jsonl'"
+  [ "$ran" = 1 ] && sed 's/,"loss_device.*//' "$R/curves.jsonl"
+  if [ -f "$R/ampc_train.jsonl" ]; then
+    python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" \
+      "$R/curves.jsonl" >"$R/train_table.md" 2>&1
+    tail -n 8 "$R/train_table.md"
+  fi
+  pack
+fi
+
+if [ "$what" != tests ]; then
+  # torch.compile: its compile time is not timed (warmup)
+  part torch_compile 120 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp16 --compile --batch 64 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
+  if [ -f "$R/ampc_train.jsonl" ]; then
+    python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" \
+      "$R/curves.jsonl" >"$R/train_table.md" 2>&1
+    pack
+  fi
+fi
+
+# where a test failed: compute-sanitizer's memcheck on it, for the next session
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+for t in $failed_tests; do
+  [ -n "$cs" ] && [ "$(left)" -ge 40 ] || break
+  part "sanitize_$t" 120 "$cs" --tool memcheck --print-limit 20 "./$B/$t"
+  [ "$ran" = 1 ] && tail -n 30 "$R/sanitize_$t.txt"
+done
+
+# the build there too, when the prebuilt binaries ran (not counted in rc: it
+# checks that a GPU machine can build this, after the measurements)
+if [ "$B" = .gpu-prebuilt ] && [ "$(left)" -ge 60 ]; then
+  rc_keep=$rc
+  part build_on_device 300 sh -c "cmake -S bench/gpu -B build-gpu -DAMPC_DEPS='$deps' -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j $(nproc)"
+  [ "$ran" = 1 ] && tail -n 5 "$R/build_on_device.txt"
+  rc=$rc_keep
+fi
+echo "check.sh: done in $(($(date +%s) - t_start)) s, exit $rc" | tee -a "$R/parts.txt"
+pack
 exit $rc

@@ -7,7 +7,8 @@ weight decay 0.01 on the matrices only, as ampc), one fixed batch.
     /usr/bin/python3 tests/reference/torch_step.py --model vit-ref \
         --mode fp32|bf16 --batch 128 --steps 20 --warmup 3 --threads 2
 
-prints one JSON object like `ampc bench step --json`: model, precision
+prints one JSON object per model and mode (--model and --mode take
+comma-separated lists, run in one process) like `ampc bench step --json`: model, precision
 ("torch-fp32" or "torch-bf16-autocast"), batch, threads, ms_per_step_median,
 peak_rss_bytes (getrusage), ms_steps (every timed step), parameters.
 A step is zero_grad (set_to_none), forward (under
@@ -202,47 +203,10 @@ def no_decay(name, p):
     return p.ndim <= 1 or any(k in name for k in ("pos_embed", "token_embed", "cls_token"))
 
 
-def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="vit-ref", choices=sorted(CONFIGS))
-    ap.add_argument("--mode", default="fp32", choices=["fp32", "bf16", "fp16"],
-                    help="fp32; bf16: autocast bfloat16; fp16: autocast float16 + GradScaler")
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                    help="cuda: GPU 0, TF32 off (the 32-true baseline), a synchronize per step, "
-                         "peak memory from torch.cuda.max_memory_allocated")
-    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: as is)")
-    ap.add_argument("--dim", type=int, default=0, help="override the width (MLP = 4 dim)")
-    ap.add_argument("--check", action="store_true", help="parameter counts only")
-    ap.add_argument("--ampc", metavar="PATH", help="with --check: the ampc binary to ask")
-    ap.add_argument("--dump", metavar="FILE",
-                    help="write the first step's activations and gradients to FILE with "
-                         "tools/python/ampc_dump.py (for ampc inspect)")
-    a = ap.parse_args(argv[1:])
-    if a.mode == "fp16" and a.device != "cuda":
-        ap.error("--mode fp16 (autocast float16 + GradScaler) needs --device cuda")
-    if a.check:
-        ok = True
-        for name in sorted(CONFIGS):
-            n = sum(p.numel() for p in Model(CONFIGS[name]).parameters())
-            want = EXPECTED[name]
-            if a.ampc:
-                import subprocess
-                out = subprocess.run([a.ampc, "memory", "--model", name, "--classes",
-                                      str(CONFIGS[name]["classes"]), "--json"],
-                                     check=True, capture_output=True, text=True).stdout
-                want = json.loads(out)["params"]
-                ok = ok and want == EXPECTED[name]
-            print(f"{name}: {n} parameters (ampc: {want})")
-            ok = ok and n == want
-        return 0 if ok else 1
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
+def run(a, name, mode):
+    """one model in one mode: warmup + steps training steps; the JSON object"""
     torch.manual_seed(0)
-    c = dict(CONFIGS[a.model])
+    c = dict(CONFIGS[name])
     if a.dim > 0:
         c["dim"], c["mlp"] = a.dim, 4 * a.dim
     dev = torch.device(a.device)
@@ -266,11 +230,12 @@ def main(argv):
     labels = torch.randint(0, c["classes"], (B,), generator=g)
     images, tokens, labels = images.to(dev), tokens.to(dev), labels.to(dev)
     scaler = None
-    if a.mode == "fp16":  # torch.amp.GradScaler("cuda") where it exists (torch >= 2.3)
+    if mode == "fp16":  # torch.amp.GradScaler("cuda") where it exists (torch >= 2.3)
         scaler = (torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler")
                   else torch.cuda.amp.GradScaler())
     step_model = torch.compile(model) if a.compile else model
     if a.device == "cuda":
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     ms = []
     loss = None
@@ -285,8 +250,8 @@ def main(argv):
         opt.zero_grad(set_to_none=True)
         if dumper:
             dumper.__enter__()
-        if a.mode in ("bf16", "fp16"):
-            dt = torch.bfloat16 if a.mode == "bf16" else torch.float16
+        if mode in ("bf16", "fp16"):
+            dt = torch.bfloat16 if mode == "bf16" else torch.float16
             with torch.autocast(a.device, dtype=dt):
                 loss = step_model(images, tokens, labels)
         else:
@@ -309,8 +274,8 @@ def main(argv):
             ms.append((time.perf_counter() - t0) * 1e3)
     names = {"fp32": "torch-fp32", "bf16": "torch-bf16-autocast",
              "fp16": "torch-fp16-autocast-gradscaler"}
-    out = {"model": a.model,
-           "precision": names[a.mode] + ("-compile" if a.compile else ""),
+    out = {"model": name,
+           "precision": names[mode] + ("-compile" if a.compile else ""),
            "device": a.device,
            "peak_device_bytes": torch.cuda.max_memory_allocated() if a.device == "cuda" else None,
            "batch": B, "threads": torch.get_num_threads(),
@@ -318,7 +283,60 @@ def main(argv):
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
            "ms_steps": ms, "steps": a.steps, "warmup": a.warmup, "dim": c["dim"],
            "parameters": nparams, "final_loss": float(loss), "torch": torch.__version__}
-    print(json.dumps(out))
+    return out
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="vit-ref",
+                    help="one of %s, or a comma-separated list (one JSON line each, one "
+                         "process)" % ", ".join(sorted(CONFIGS)))
+    ap.add_argument("--mode", default="fp32",
+                    help="fp32; bf16: autocast bfloat16; fp16: autocast float16 + GradScaler; "
+                         "or a comma-separated list")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: GPU 0, TF32 off (the 32-true baseline), a synchronize per step, "
+                         "peak memory from torch.cuda.max_memory_allocated")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: as is)")
+    ap.add_argument("--dim", type=int, default=0, help="override the width (MLP = 4 dim)")
+    ap.add_argument("--check", action="store_true", help="parameter counts only")
+    ap.add_argument("--ampc", metavar="PATH", help="with --check: the ampc binary to ask")
+    ap.add_argument("--dump", metavar="FILE",
+                    help="write the first step's activations and gradients to FILE with "
+                         "tools/python/ampc_dump.py (for ampc inspect)")
+    a = ap.parse_args(argv[1:])
+    for m in a.model.split(","):
+        if m not in CONFIGS:
+            ap.error("--model: unknown model '%s' (%s)" % (m, ", ".join(sorted(CONFIGS))))
+    for m in a.mode.split(","):
+        if m not in ("fp32", "bf16", "fp16"):
+            ap.error("--mode: unknown mode '%s' (fp32, bf16, fp16)" % m)
+    if "fp16" in a.mode.split(",") and a.device != "cuda":
+        ap.error("--mode fp16 (autocast float16 + GradScaler) needs --device cuda")
+    if a.check:
+        ok = True
+        for name in sorted(CONFIGS):
+            n = sum(p.numel() for p in Model(CONFIGS[name]).parameters())
+            want = EXPECTED[name]
+            if a.ampc:
+                import subprocess
+                out = subprocess.run([a.ampc, "memory", "--model", name, "--classes",
+                                      str(CONFIGS[name]["classes"]), "--json"],
+                                     check=True, capture_output=True, text=True).stdout
+                want = json.loads(out)["params"]
+                ok = ok and want == EXPECTED[name]
+            print(f"{name}: {n} parameters (ampc: {want})")
+            ok = ok and n == want
+        return 0 if ok else 1
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    for name in a.model.split(","):
+        for mode in a.mode.split(","):
+            print(json.dumps(run(a, name, mode)), flush=True)
     return 0
 
 
