@@ -159,9 +159,15 @@ static double run(const mode *md, const shape *s, uint64_t seed) {
         double bound;
         if (md->compute == AMPC_CUDA_COMPUTE_16F)
           bound = (double)(k + 3) * 0x1p-11 * S + 0x1p-11 * fabs(r) + 0x1p-24;
-        else
-          bound = (double)(k + 3) * 0x1p-24 * S + unit(md->out) * fabs(r) + tiny(md->out) +
-                  (md->compute == AMPC_CUDA_COMPUTE_32F_FAST_TF32 ? 0x1p-9 * S : 0.0);
+        else /* cuBLASLt's bias epilogue on a 16-bit D rounds alpha A B to D's dtype
+              * before it adds the bias (seen on an H200, cuBLASLt 13.1): one more
+              * rounding of that term (ampc's layers form such sums in FP32 instead:
+              * ampc_cuda_gemm_strided_batched, tests/test_cuda_nn.c) */
+          bound =
+              (double)(k + 3) * 0x1p-24 * S + unit(md->out) * fabs(r) + tiny(md->out) +
+              (md->compute == AMPC_CUDA_COMPUTE_32F_FAST_TF32 ? 0x1p-9 * S : 0.0) +
+              (s->bias && md->out != AMPC_F32 ? unit(md->out) * fabs(r - (double)bv) + tiny(md->out)
+                                              : 0.0);
         const double err = fabs((double)v - r);
         if (!(err <= bound)) {
           CHECK(0,
@@ -269,7 +275,21 @@ static void test_fp8(const ampc_cuda_device_info *info) {
       g.a = a.d, g.a_dt = AMPC_F8_E4M3, g.lda = k, g.b = b.d, g.b_dt = bts[bi], g.ldb = k;
       g.c = c, g.c_dt = outs[oi], g.ldc = n, g.scale_a = dinv, g.scale_b = dinv + 1;
       g.amax_c = damax;
-      OK(ampc_cuda_gemm(g_ctx, &g));
+      const ampc_status st = ampc_cuda_gemm(g_ctx, &g);
+      if (st != AMPC_OK) { /* say which combination, and whether amax is what fails */
+        char why[320];
+        snprintf(why, sizeof why, "%s", ampc_last_error());
+        g.amax_c = NULL;
+        const ampc_status st2 = ampc_cuda_gemm(g_ctx, &g);
+        CHECK(0, "FP8 e4m3 x %s -> %s: %s (without amax_c: %s)", ampc_dtype_name(bts[bi]),
+              ampc_dtype_name(outs[oi]), why, st2 == AMPC_OK ? "runs" : ampc_last_error());
+        drop(&a);
+        drop(&b);
+        ampc_cuda_free(g_ctx, dinv);
+        ampc_cuda_free(g_ctx, damax);
+        ampc_cuda_free(g_ctx, c);
+        continue;
+      }
       void *got = malloc((size_t)(m * n) * 4);
       float *af = malloc((size_t)(m * k) * 4), *bf = malloc((size_t)(n * k) * 4);
       double *ref = malloc((size_t)(m * n) * 8), *abs_ = malloc((size_t)(m * n) * 8);

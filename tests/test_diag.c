@@ -253,6 +253,62 @@ static void test_workers_counted(void **state) {
   free(a), free(b), free(x), free(c), free(y);
 }
 
+/* More threads than a tally has slots, over the process's life and at once:
+ * a process makes new threads as it goes (each thread that starts OpenMP
+ * work gets its own team), so thread numbers pass any fixed count. 70
+ * threads come and go first; then 72 count into one tally at the same time
+ * (64 own slots, 8 share the spill slot): not one count is lost. */
+enum { TM_ADDS = 4000 };
+typedef struct {
+  ampc_tally *t;
+  pthread_barrier_t *bar;
+} tm_many_job;
+static void *tm_many_thread(void *arg) {
+  tm_many_job *j = arg;
+  ampc_tm_stats one;
+  memset(&one, 0, sizeof one);
+  one.r.count = 1, one.r.underflow = 1, one.hist[100] = 1;
+  if (j->bar)
+    pthread_barrier_wait(j->bar);
+  for (int i = 0; i < (j->bar ? TM_ADDS : 1); i++)
+    ampc_tally_add(j->t, &one);
+  return NULL;
+}
+static void test_tally_many_threads(void **state) {
+  (void)state;
+  ampc_tally *old = ampc_tally_create();
+  assert_non_null(old);
+  for (int i = 0; i < 70; i++) { /* threads that count once and end */
+    tm_many_job j = {old, NULL};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, tm_many_thread, &j), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+  }
+  ampc_tm_stats out;
+  ampc_tally_drain(old, &out);
+  assert_int_equal(out.r.count, 70);
+  ampc_tally_free(old);
+  enum { NT = 72 };
+  ampc_tally *t = ampc_tally_create();
+  assert_non_null(t);
+  pthread_barrier_t bar;
+  assert_int_equal(pthread_barrier_init(&bar, NULL, NT), 0);
+  tm_many_job j = {t, &bar};
+  pthread_t th[NT];
+  for (int i = 0; i < NT; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, tm_many_thread, &j), 0);
+  for (int i = 0; i < NT; i++)
+    assert_int_equal(pthread_join(th[i], NULL), 0);
+  pthread_barrier_destroy(&bar);
+  ampc_tally_drain(t, &out);
+  assert_int_equal(out.r.count, (uint64_t)NT * TM_ADDS);
+  assert_int_equal(out.r.underflow, (uint64_t)NT * TM_ADDS);
+  assert_int_equal(out.hist[100], (uint64_t)NT * TM_ADDS);
+  ampc_tally_drain(t, &out); /* drained: nothing left */
+  assert_int_equal(out.r.count, 0);
+  ampc_tally_free(t);
+}
+
 /* Two threads, each driving its own collector at the same time: each counts
  * exactly its own stores (the tally has no process-wide owner). */
 typedef struct {
@@ -863,6 +919,7 @@ int main(void) {
       cmocka_unit_test(test_one_collector),
       cmocka_unit_test(test_workers_counted),
       cmocka_unit_test(test_collectors_per_thread),
+      cmocka_unit_test(test_tally_many_threads),
       cmocka_unit_test(test_verdict_healthy_and_dynamic_skips),
       cmocka_unit_test(test_verdict_static_overflow),
       cmocka_unit_test(test_verdict_floor_and_weights),

@@ -31,6 +31,8 @@
 #   curves               50-step loss curves on the GPU against the CPU's
 #                        seed-to-seed spread (gpu_train --curve); train_table.md
 #   torch_compile        PyTorch fp16 + torch.compile on mm-base
+#   profile              Nsight Compute's GPU time per kernel over one 16-mixed
+#                        mm-base step (with its warm-up step)
 #   sanitize_NAME        compute-sanitizer memcheck on a test that failed
 #   build_on_device      the build there, when prebuilt binaries ran and
 #                        time is left (it checks that the build works there)
@@ -39,7 +41,8 @@
 # Every part runs under a time limit (its own is a ceiling, not an
 # estimate), cut to what is left of CHECK_BUDGET seconds (default 560, under
 # the device tool's 600 s per command), so results so far always come back;
-# a part with under 15 s left is skipped and says so.
+# a part with under 15 s left is skipped and says so, as is one named in
+# CHECK_SKIP (e.g. CHECK_SKIP="ampc_gemm build_on_device" for a re-run).
 # Results: the device tool brings back at most 8 files from $OUT, so every
 # output goes to a work folder that is packed into $OUT/results.tar.gz after
 # each part (per part NAME.txt; signatures.txt, sig/; ampc_gemm.json,
@@ -89,6 +92,11 @@ part() {
   name=$1 limit=$2
   shift 2
   ran=0
+  case " ${CHECK_SKIP:-} " in *" $name "*)
+    echo "check.sh: $name skipped (CHECK_SKIP)" | tee -a "$R/parts.txt"
+    return 1
+    ;;
+  esac
   l=$(left)
   [ "$l" -lt "$limit" ] && limit=$l
   if [ "$limit" -lt 15 ]; then
@@ -232,6 +240,16 @@ if [ "$what" != tests ]; then
       "$R/curves.jsonl" >"$R/train_table.md" 2>&1
     pack
   fi
+fi
+
+# where the step's time goes: one 16-mixed mm-base step's kernels under
+# Nsight Compute (GPU time per kernel, summed by name; the clocks left alone)
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+if [ "$what" != tests ] && [ -n "$ncu" ]; then
+  part profile 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
+    --print-summary per-kernel "./$B/gpu_train" --models mm-base --precision 16-mixed \
+    --steps 1 --warmup 1
+  [ "$ran" = 1 ] && grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$R/profile.txt" | head -n 6
 fi
 
 # where a test failed: compute-sanitizer's memcheck on it, for the next session

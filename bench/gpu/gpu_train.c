@@ -4,6 +4,9 @@
  *
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
  *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
+ *             [--precision 32-true|16-mixed|bf16-mixed]
+ *
+ * --precision: that preset alone (default: the three).
  *
  * --curve N: instead, the loss-curve check (curves(), below) on the first
  * model of --models (batch 32 unless --batch).
@@ -260,6 +263,7 @@ int main(int argc, char **argv) {
   ampc_device dev = AMPC_DEVICE_CUDA;
   int steps = 10, warmup = 3, curve = 0;
   int64_t batch = 0;
+  const char *only = NULL; /* --precision */
   const char *models = "vit-ref,mm-tiny,mm-base";
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -276,9 +280,13 @@ int main(int argc, char **argv) {
       models = v, i++;
     else if (!strcmp(argv[i], "--curve") && i + 1 < argc)
       curve = atoi(v), i++;
+    else if (!strcmp(argv[i], "--precision") && i + 1 < argc &&
+             (!strcmp(v, "32-true") || !strcmp(v, "16-mixed") || !strcmp(v, "bf16-mixed")))
+      only = v, i++;
     else {
       fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
-                      "[--models a,b] [--batch B] [--curve N]\n");
+                      "[--models a,b] [--batch B] [--curve N] "
+                      "[--precision 32-true|16-mixed|bf16-mixed]\n");
       return 2;
     }
   }
@@ -302,6 +310,8 @@ int main(int argc, char **argv) {
   int rc = 0;
   for (char *m = strtok(list, ","); m && !rc; m = strtok(NULL, ","))
     for (size_t k = 0; k < sizeof presets / sizeof *presets && !rc && !curve; k++) {
+      if (only && strcmp(only, ampc_precision_name(presets[k])) != 0)
+        continue;
       const int64_t B = batch > 0 ? batch : strcmp(m, "mm-base") == 0 ? 64 : 128;
       rc = run_one(m, presets[k], B, warmup, steps, dev, 1, NULL);
     }

@@ -45,7 +45,8 @@ typedef enum ampc_tm_phase {
 
 typedef struct ampc_tally ampc_tally;
 
-/* A new tally with every count zero (about 660 KB: one slot per thread);
+/* A new tally with every count zero (about 670 KB: a slot for each of the
+ * first 64 threads that count into it, one shared by any more);
  * NULL when out of memory. Free with ampc_tally_free (NULL is a no-op; a
  * tally bound to the calling thread is unbound first). */
 ampc_tally *ampc_tally_create(void);

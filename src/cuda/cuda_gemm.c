@@ -576,9 +576,10 @@ static ampc_status set_pointers(cublasLtMatmulDesc_t d, const ampc_cuda_plan *p,
     st = set_ptr(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p->scale_b, "B_SCALE_POINTER");
   if (p->scale_d && st == AMPC_OK)
     st = set_ptr(d, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, p->scale_d, "D_SCALE_POINTER");
-  if (p->amax_d && st == AMPC_OK)
-    st = set_ptr(d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, with_amax ? (const void *)p->amax_d : NULL,
-                 "AMAX_D_POINTER");
+  /* only for an FP8 D (Transformer Engine sets it only then too); a 16-bit
+   * or FP32 D gets ampc's amax kernel and never this attribute */
+  if (p->amax_d && with_amax && st == AMPC_OK)
+    st = set_ptr(d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, p->amax_d, "AMAX_D_POINTER");
   return st;
 }
 

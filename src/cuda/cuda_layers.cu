@@ -440,22 +440,31 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
   const bool direct = direct_ok(a_dt, b_dt, c_dt);
   if (direct) {
     g.compute = a_dt == AMPC_F32 ? AMPC_CUDA_COMPUTE_32F_PEDANTIC : AMPC_CUDA_COMPUTE_32F;
-    if (!counting)
+    /* A 16-bit C that beta reads: cuBLASLt's epilogue rounds alpha A B to
+     * C's dtype before it adds beta C (seen on an H200, cuBLASLt 13.1: two
+     * roundings, up to 1.5 ulps), so the sum is formed in FP32 scratch and
+     * rounded once, as the CPU's epilogue does */
+    const bool wide = c_dt != AMPC_F32 && beta != 0.0f;
+    if (!counting && !wide)
       return ampc_cuda_gemm(ctx, &g);
     if (c_dt == AMPC_F32) {
       AMPC_TRY(ampc_cuda_gemm(ctx, &g));
       return count_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c);
     }
-    /* the counting twin first (with beta it reads C before the product writes it) */
+    /* the FP32 product first (with beta it reads C before anything writes
+     * it); without beta, cuBLASLt's own 16-bit C beside it (one rounding
+     * too) and the FP32 one only counted */
     float *w = NULL;
     AMPC_TRY(widen_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c, beta, &w));
     ampc_cuda_gemm_args t = g;
     t.c = w, t.c_dt = AMPC_F32;
     AMPC_TRY(ampc_cuda_gemm(ctx, &t));
-    AMPC_TRY(ampc_cuda_gemm(ctx, &g));
+    if (!wide)
+      AMPC_TRY(ampc_cuda_gemm(ctx, &g));
     STATS_BEGIN(NULL);
-    round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, w, ldc, stride_c, NULL,
-                                                           c_dt, 0, 0, dst);
+    round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, w, ldc, stride_c,
+                                                           wide ? c : NULL, c_dt, wide ? ldc : 0,
+                                                           wide ? stride_c : 0, dst);
     FINISH(fn, NULL);
   }
   /* mixed: widen to FP32 (exact), FP32 GEMM, one rounding into C */

@@ -6,8 +6,9 @@
  * binds to the thread that drives the kernels (ampc_tally_bind); the kernels
  * read the calling thread's tally once and hand it to their OpenMP workers
  * (ampc_tally_adopt), and count only when it is not NULL. Inside a tally each
- * thread adds to its own slot, indexed by a number the thread draws once, so
- * no atomics run per value; ampc_tally_drain sums and clears the slots from
+ * thread adds to its own slot, claimed on its first count into that tally
+ * (64 of them; further threads share a spill slot under a lock), so no
+ * atomics run per value; ampc_tally_drain sums and clears the slots from
  * the owning thread between parallel regions (the barrier at the end of each
  * region orders the workers' writes before it). The diagnosis layer
  * (src/diag/telemetry.c) owns a tally per collector and attributes its
@@ -34,26 +35,59 @@ typedef struct tm_slot {
   uint64_t h4[4][AMPC_TM_BINS];
 } tm_slot;
 
+/* Slot i belongs to the thread whose id is owner[i] (0: free), claimed by
+ * the thread's first count into this tally; threads beyond TM_MAX_SLOTS (a
+ * process can make more over its life than are alive at once: each thread
+ * that starts OpenMP work gets its own team of workers) share the spill slot
+ * under a lock. serial tells tallies apart for the threads' cached slot
+ * numbers (a freed tally's address can come back). */
 struct ampc_tally {
-  tm_slot slot[TM_MAX_SLOTS];
+  uint64_t serial;
+  _Atomic uint64_t owner[TM_MAX_SLOTS];
+  atomic_flag spill_lock;
+  tm_slot slot[TM_MAX_SLOTS + 1]; /* the last: the spill slot */
 };
 
-/* Threads are numbered once, in the order they first count; the number picks
- * the thread's slot in every tally. The numbering owns no counts. */
-static atomic_int g_nthreads;
-static _Thread_local int tls_ix = -1;
+static atomic_uint_fast64_t g_thread_ids, g_serials;
+static _Thread_local uint64_t tls_id;     /* this thread's id, 0 until drawn */
+static _Thread_local uint64_t tls_serial; /* the tally tls_ix is a slot of */
+static _Thread_local int tls_ix;
 
-static tm_slot *my_slot(ampc_tally *t) {
-  if (tls_ix < 0) {
-    const int i = atomic_fetch_add(&g_nthreads, 1);
-    /* more threads than slots cannot happen with ampc's thread counts; share
-     * the last slot rather than lose the counts (a benign miscount at worst) */
-    tls_ix = i < TM_MAX_SLOTS ? i : TM_MAX_SLOTS - 1;
+/* the calling thread's slot of t, claimed on first use; the spill slot is
+ * returned locked (slot_leave unlocks it) */
+static tm_slot *slot_enter(ampc_tally *t) {
+  if (tls_serial != t->serial) {
+    if (tls_id == 0)
+      tls_id = (uint64_t)atomic_fetch_add(&g_thread_ids, 1) + 1;
+    int ix = TM_MAX_SLOTS;
+    for (int i = 0; i < TM_MAX_SLOTS && ix == TM_MAX_SLOTS; i++) {
+      uint64_t o = atomic_load(&t->owner[i]);
+      if (o == tls_id || (o == 0 && atomic_compare_exchange_strong(&t->owner[i], &o, tls_id)))
+        ix = i;
+    }
+    tls_serial = t->serial, tls_ix = ix;
   }
+  if (tls_ix == TM_MAX_SLOTS)
+    while (atomic_flag_test_and_set_explicit(&t->spill_lock, memory_order_acquire))
+      ;
   return &t->slot[tls_ix];
 }
 
-ampc_tally *ampc_tally_create(void) { return calloc(1, sizeof(ampc_tally)); }
+static void slot_leave(ampc_tally *t, const tm_slot *slot) {
+  if (slot == &t->slot[TM_MAX_SLOTS])
+    atomic_flag_clear_explicit(&t->spill_lock, memory_order_release);
+}
+
+ampc_tally *ampc_tally_create(void) {
+  ampc_tally *t = calloc(1, sizeof(ampc_tally));
+  if (!t)
+    return NULL;
+  t->serial = (uint64_t)atomic_fetch_add(&g_serials, 1) + 1;
+  for (int i = 0; i < TM_MAX_SLOTS; i++)
+    atomic_init(&t->owner[i], 0);
+  atomic_flag_clear(&t->spill_lock);
+  return t;
+}
 
 void ampc_tally_free(ampc_tally *t) {
   if (t && ampc_tally_tls == t)
@@ -132,7 +166,7 @@ static void count32(tm_slot *slot, const float *src, size_t n) {
 }
 
 void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt, size_t n) {
-  tm_slot *slot = my_slot(t);
+  tm_slot *slot = slot_enter(t);
   ampc_tm_stats *s = &slot->s;
   switch (dt) {
   case AMPC_F16: count16(slot, src, dst, n, 0x7C00u, 0x7C00u); break;
@@ -159,16 +193,18 @@ void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dty
   } break;
   }
   s->r.count += n;
+  slot_leave(t, slot);
 }
 
 void ampc_tally_add(ampc_tally *t, const ampc_tm_stats *s) {
   if (!t || !s)
     return;
-  tm_slot *slot = my_slot(t);
+  tm_slot *slot = slot_enter(t);
   ampc_round_stats_merge(&slot->s.r, &s->r);
   slot->s.zeros += s->zeros;
   for (int b = 0; b < AMPC_TM_BINS; b++)
     slot->h4[0][b] += s->hist[b];
+  slot_leave(t, slot);
 }
 
 void ampc_tm_stats_merge(ampc_tm_stats *into, const ampc_tm_stats *from) {
@@ -184,8 +220,7 @@ void ampc_tally_drain(ampc_tally *tally, ampc_tm_stats *out) {
   memset(out, 0, sizeof *out);
   if (!tally)
     return;
-  const int n = atomic_load(&g_nthreads);
-  for (int i = 0; i < n && i < TM_MAX_SLOTS; i++) {
+  for (int i = 0; i <= TM_MAX_SLOTS; i++) {
     tm_slot *t = &tally->slot[i];
     if (t->s.r.count) {
       for (int k = 0; k < 4; k++)

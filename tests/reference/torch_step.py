@@ -184,7 +184,7 @@ class Model(nn.Module):
         txt_n = F.normalize(H.text_proj(masked_mean(tfin, valid)).float(), dim=-1, eps=1e-12)
         sim = img_n @ txt_n.t()
         logits = torch.clamp(H.logit_scale[0], max=MAX_LOG_SCALE).exp() * sim
-        diag = torch.arange(b)
+        diag = torch.arange(b, device=images.device)
         itc = (F.cross_entropy(logits, diag) + F.cross_entropy(logits.t(), diag)) / 2
         with torch.no_grad():  # hard negatives: argmax over j != i (lowest j on ties)
             s = sim.detach().clone()
@@ -194,7 +194,8 @@ class Model(nn.Module):
         txt_idx = torch.cat([diag, neg])
         ffin = self.fusion(tfin[txt_idx], vfin[img_idx])
         itm_logit = H.itm(masked_mean(ffin, valid[txt_idx]))[:, 0].float()
-        target = torch.cat([torch.ones(b), torch.zeros(b)])
+        target = torch.cat([torch.ones(b, device=images.device),
+                            torch.zeros(b, device=images.device)])
         itm = F.binary_cross_entropy_with_logits(itm_logit, target)
         return weights[0] * itc + weights[1] * itm + weights[2] * cls_loss
 
