@@ -279,10 +279,24 @@ static void test_fp8(const ampc_cuda_device_info *info) {
       if (st != AMPC_OK) { /* say which combination, and whether amax is what fails */
         char why[320];
         snprintf(why, sizeof why, "%s", ampc_last_error());
-        g.amax_c = NULL;
-        const ampc_status st2 = ampc_cuda_gemm(g_ctx, &g);
-        CHECK(0, "FP8 e4m3 x %s -> %s: %s (without amax_c: %s)", ampc_dtype_name(bts[bi]),
-              ampc_dtype_name(outs[oi]), why, st2 == AMPC_OK ? "runs" : ampc_last_error());
+        /* which part cuBLASLt refuses: the amax, the scale pointers, the
+         * size (64 x 64 from the same buffers) */
+        char tried[4][96];
+        const char *what[4] = {"no amax_c", "no amax_c, no scales", "64 x 64, scales",
+                               "64 x 64, no scales"};
+        for (int v = 0; v < 4; v++) {
+          ampc_cuda_gemm_args h = g;
+          h.amax_c = NULL;
+          if (v == 1 || v == 3)
+            h.scale_a = h.scale_b = NULL;
+          if (v >= 2)
+            h.m = h.n = 64;
+          snprintf(tried[v], sizeof tried[v], "%s",
+                   ampc_cuda_gemm(g_ctx, &h) == AMPC_OK ? "runs" : "refused");
+        }
+        CHECK(0, "FP8 e4m3 x %s -> %s: %s; %s: %s, %s: %s, %s: %s, %s: %s",
+              ampc_dtype_name(bts[bi]), ampc_dtype_name(outs[oi]), why, what[0], tried[0], what[1],
+              tried[1], what[2], tried[2], what[3], tried[3]);
         drop(&a);
         drop(&b);
         ampc_cuda_free(g_ctx, dinv);

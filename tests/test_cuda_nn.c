@@ -616,6 +616,24 @@ static double *gemm_tol(int64_t m, int64_t n, int64_t k, const float *a, int64_t
   return tol;
 }
 
+/* bound for db [n] += column sums of dy [m, n] (FP32 sums rounded once into
+ * db): the GPU sums on cuBLASLt (ones . dy) in its order, the CPU in row
+ * order; each within (m + 3) 2^-24 (sum |dy| + |db0|) of the exact sum, plus
+ * db's rounding; the two results differ by at most twice that */
+static double *colsum_tol(int64_t m, int64_t n, const float *dyf, const float *db0, const buf *db) {
+  float *f = host_f32(db);
+  double *tol = malloc((size_t)n * sizeof *tol);
+  for (int64_t j = 0; j < n; j++) {
+    double sa = fabs((double)db0[j]);
+    for (int64_t i = 0; i < m; i++)
+      sa += fabs((double)dyf[i * n + j]);
+    tol[j] = 2 * (double)(m + 3) * 0x1p-24 * sa +
+             2 * (ulp_rel(db->dt) * fabs((double)f[j]) + ulp_min(db->dt));
+  }
+  free(f);
+  return tol;
+}
+
 static void test_linear(void) {
   printf("linear (cuBLASLt):\n");
   const int64_t m = 130, k = 96, n = 72;
@@ -642,7 +660,7 @@ static void test_linear(void) {
       const ampc_dtype gdt = ydt;
       buf dy = rnd_buf(gdt, m * n, -1, 1), dx = rnd_buf(gdt, m * k, 0, 1),
           dw = rnd_buf(gdt, n * k, -0.1, 0.1), db = rnd_buf(gdt, n, -0.1, 0.1);
-      float *dw0 = host_f32(&dw);
+      float *dw0 = host_f32(&dw), *db0 = host_f32(&db);
       OK(ampc_linear_backward(m, k, n, dy.h, gdt, x.h, xdt, w.h, wdt, dx.h, dw.h, db.h,
                               AMPC_ACC_F32, NULL));
       OK(ampc_cuda_linear_backward(m, k, n, dy.d, gdt, x.d, xdt, w.d, wdt, dx.d, dw.d, db.d,
@@ -656,8 +674,10 @@ static void test_linear(void) {
       snprintf(nm, sizeof nm, "linear dW += %s", dn(gdt));
       compare(nm, &dw, tol);
       free(tol);
+      tol = colsum_tol(m, n, dyf, db0, &db);
       snprintf(nm, sizeof nm, "linear db += %s", dn(gdt));
-      compare(nm, &db, NULL);
+      compare(nm, &db, tol);
+      free(tol), free(db0);
       free(xf), free(wf), free(yf), free(bf), free(bb), free(dw0), free(dyf), free(dxf), free(dwf);
       drop(&x), drop(&w), drop(&bias), drop(&y), drop(&dy), drop(&dx), drop(&dw), drop(&db);
     }
@@ -1015,7 +1035,7 @@ static void test_patch_and_losses(void) {
     free(tol);
     buf dy = rnd_buf(gdt, b * np * d, -1, 1), dw = rnd_buf(gdt, d * k, -0.1, 0.1),
         db = rnd_buf(gdt, d, -0.1, 0.1);
-    float *dw0 = host_f32(&dw);
+    float *dw0 = host_f32(&dw), *db0 = host_f32(&db);
     OK(ampc_patch_embed_backward(b, hh, ww, c, p, d, img, sc, sh, wdt, dy.h, gdt, dw.h, db.h,
                                  AMPC_ACC_F32, NULL));
     OK(ampc_cuda_patch_embed_backward(b, hh, ww, c, p, d, im.d, sc, sh, wdt, dy.d, gdt, dw.d, db.d,
@@ -1032,8 +1052,11 @@ static void test_patch_and_losses(void) {
     }
     snprintf(nm, sizeof nm, "patch embed dW += %s", dn(gdt));
     compare(nm, &dw, tol);
+    free(tol);
+    tol = colsum_tol(b * np, d, dyf, db0, &db);
     snprintf(nm, sizeof nm, "patch embed db += %s", dn(gdt));
-    compare(nm, &db, NULL);
+    compare(nm, &db, tol);
+    free(db0);
     free(tol), free(wf), free(bf), free(yf), free(dw0), free(dyf), free(dwf), free(img);
     drop(&im), drop(&w), drop(&bias), drop(&y), drop(&dy), drop(&dw), drop(&db);
 
@@ -1784,7 +1807,7 @@ static void test_fp8(void) {
     /* backward: dx, dW += , db += (from the unquantized dy) */
     buf dy = rnd_buf(dt, m * n, -1e-3, 1e-3), dx = rnd_buf(dt, m * k, 0, 1),
         dw = rnd_buf(dt, n * k, -0.01, 0.01), db = rnd_buf(dt, n, -0.01, 0.01);
-    float *dw0 = host_f32(&dw);
+    float *dw0 = host_f32(&dw), *db0 = host_f32(&db);
     OK(ampc_linear_backward_fp8(m, k, n, dy.h, dt, x.h, dt, w.h, dt, dx.h, dw.h, db.h, AMPC_ACC_F32,
                                 &fc, NULL));
     OK(ampc_cuda_linear_backward_fp8(m, k, n, dy.d, dt, x.d, dt, w.d, dt, dx.d, dw.d, db.d,
@@ -1800,8 +1823,11 @@ static void test_fp8(void) {
     snprintf(nm, sizeof nm, "linear fp8 dW += %s", dn(dt));
     compare(nm, &dw, tol);
     free(tol);
+    float *dyu = host_f32(&dy); /* db is from the unquantized dy */
+    tol = colsum_tol(m, n, dyu, db0, &db);
     snprintf(nm, sizeof nm, "linear fp8 db += %s", dn(dt));
-    compare(nm, &db, NULL);
+    compare(nm, &db, tol);
+    free(tol), free(dyu), free(db0);
     q_equal("fp8 backward dy", &fg.dy, &fc.dy);
     q_equal("fp8 backward w", &fg.w, &fc.w);
     q_equal("fp8 backward x", &fg.x, &fc.x);

@@ -76,8 +76,9 @@ int ampc_cuda_ctx_device(const ampc_cuda_ctx *ctx);
  * swallowed-update counts; 4, 5, 6 a mixed GEMM's widened A, B, C; 7 the
  * GEMM layers' FP32 buffers; 8 the attention layer's gradient buffers; 9
  * the unfolded patches; 10 the losses' row terms; 11 the FP8 layers' casts'
- * reports and quantized operands. Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
-#define AMPC_CUDA_SCRATCH_SLOTS 12
+ * reports and quantized operands; 12 the bias gradient's ones vector.
+ * Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
+#define AMPC_CUDA_SCRATCH_SLOTS 13
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out);
 
 /* ---- device kernels (cuda_kernels.cu; built with AMPC_CUDA) -------------- */

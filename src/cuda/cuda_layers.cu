@@ -33,8 +33,8 @@ namespace {
 /* scratch slots (cuda_impl.h): 4, 5, 6 the GEMM's widened A, B, C; 7 the
  * layers' FP32 buffers (linear with stats, attention's dP and dS, dq, dk);
  * 11 the FP8 layers' quantized operands */
-enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11 };
-static_assert(SLOT_F8 < AMPC_CUDA_SCRATCH_SLOTS, "the FP8 slot is a context slot");
+enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11, SLOT_ONES = 12 };
+static_assert(SLOT_ONES < AMPC_CUDA_SCRATCH_SLOTS, "the ones slot is a context slot");
 
 __global__ void widen_k(int64_t n, const void *src, int dt, float *dst) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -86,21 +86,11 @@ __global__ void bias_rows_k(int64_t m, int64_t n, const void *b, int bdt, void *
     st(c, dt, e, ld(b, bdt, e % n));
 }
 
-/* db[j] = round(db[j] + sum over rows of dy[i][j], rows in order, FP32) */
-__global__ void bias_grad_k(int64_t m, int64_t n, const void *dy, int gdt, void *db,
-                            dev_stats *ds) {
-  lstats ls(ds);
-  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
-       j += (int64_t)gridDim.x * blockDim.x) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < m; i++)
-      s += ld(dy, gdt, i * n + j);
-    const float v = ld(db, gdt, j) + s;
-    const uint32_t o = st(db, gdt, j, v);
-    if (ds)
-      ls.add(v, gdt, o);
-  }
-  ls.flush(ds);
+/* p [n] (dt) = 1: the ones vector of the bias gradient's product */
+__global__ void ones_k(int64_t n, void *p, int dt) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    st(p, dt, i, 1.0f);
 }
 
 /* binary16 rounding of a double (RNE, subnormals kept, overflow to inf) as
@@ -374,6 +364,23 @@ ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void 
   return ampc_cu_stats_end(strm, dst, stats);
 }
 
+/* db [n] += the column sums of dy [m, n] (gdt): the product ones [1, m] .
+ * dy on cuBLASLt, FP32 sums rounded once into db (beta = 1), as the CPU's
+ * FP32 column sums added to db with one rounding; the sums' order is
+ * cuBLASLt's (within the GEMM bound), not the CPU's row order. A column
+ * per thread in row order (bit-equal) took 270 us a call on an H200 at
+ * mm-base's shapes, 70 % of a 16-mixed step: too few threads, one long
+ * dependent chain each. Counted as the GEMM's C: n values. */
+ampc_status bias_grad(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t m, int64_t n,
+                      const void *dy, ampc_dtype gdt, void *db) {
+  void *ones = NULL;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_ONES, (size_t)m * ampc_dtype_size(gdt), &ones));
+  ones_k<<<grid_for(m), THREADS, 0, strm>>>(m, ones, (int)gdt);
+  AMPC_TRY(ampc_cu_launched(fn));
+  return ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, 1, n, m, 1.0f, ones, gdt, m, 0, dy,
+                                        gdt, n, 0, 1.0f, db, gdt, n, 0, 1, AMPC_ACC_F32);
+}
+
 } // namespace
 
 extern "C" {
@@ -541,11 +548,7 @@ ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const voi
   /* dW [n, k] += dy^T [n, m] . x [m, k] */
   AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, 0, x,
                                           xdt, k, 0, 1.0f, dw, gdt, k, 0, 1, acc));
-  if (!db)
-    return AMPC_OK;
-  STATS_BEGIN(NULL); /* db counted as the CPU's gradient add counts it */
-  bias_grad_k<<<grid_for(n), THREADS, 0, strm>>>(m, n, dy, gdt, db, dst);
-  FINISH(fn, NULL);
+  return db ? bias_grad(fn, ctx, strm, m, n, dy, gdt, db) : AMPC_OK;
 }
 
 ampc_status ampc_cuda_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
@@ -683,11 +686,8 @@ ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const
                                           f->dy.scale_inv * f->x.scale_inv, dyq, AMPC_BF16, n, 0,
                                           xq, AMPC_BF16, k, 0, 1.0f, dw, gdt, k, 0, 1, acc));
   AMPC_TRY(f8_collect(fn, ctx, rep, dx ? 3 : 2, qs, vals, cnt));
-  if (!db)
-    return AMPC_OK;
-  STATS_BEGIN(NULL); /* from the unquantized dy, as the CPU (TE's fused cast + dbias) */
-  bias_grad_k<<<grid_for(n), THREADS, 0, strm>>>(m, n, dy, gdt, db, dst);
-  FINISH(fn, NULL);
+  /* db from the unquantized dy, as the CPU (TE's fused cast + dbias) */
+  return db ? bias_grad(fn, ctx, strm, m, n, dy, gdt, db) : AMPC_OK;
 }
 
 /* The attention core: one strided batched GEMM per head, batched over the
