@@ -263,7 +263,8 @@ static void test_fp8(const ampc_cuda_device_info *info) {
       const float sa = 128.0f, sb = bts[bi] == AMPC_F8_E4M3 ? 128.0f : 16384.0f;
       dbuf a = make(AMPC_F8_E4M3, m * k, 7 + (uint64_t)bi, -3 * sa, 3 * sa);
       dbuf b = make(bts[bi], n * k, 9 + (uint64_t)oi, -3 * sb, 3 * sb);
-      float inv[2] = {1.0f / sa, 1.0f / sb}, amax = -1;
+      /* the two scales 16 bytes apart (FP8 scale pointers are 16-byte aligned) */
+      float inv[8] = {1.0f / sa, 0, 0, 0, 1.0f / sb, 0, 0, 0}, amax = -1;
       float *dinv, *damax;
       void *c;
       OK(ampc_cuda_malloc(g_ctx, sizeof inv, (void **)&dinv));
@@ -273,7 +274,7 @@ static void test_fp8(const ampc_cuda_device_info *info) {
       ampc_cuda_gemm_args g = ampc_cuda_gemm_args_default();
       g.opa = AMPC_OP_N, g.opb = AMPC_OP_T, g.m = m, g.n = n, g.k = k;
       g.a = a.d, g.a_dt = AMPC_F8_E4M3, g.lda = k, g.b = b.d, g.b_dt = bts[bi], g.ldb = k;
-      g.c = c, g.c_dt = outs[oi], g.ldc = n, g.scale_a = dinv, g.scale_b = dinv + 1;
+      g.c = c, g.c_dt = outs[oi], g.ldc = n, g.scale_a = dinv, g.scale_b = dinv + 4;
       g.amax_c = damax;
       const ampc_status st = ampc_cuda_gemm(g_ctx, &g);
       if (st != AMPC_OK) { /* say which combination, and whether amax is what fails */
@@ -313,7 +314,7 @@ static void test_fp8(const ampc_cuda_device_info *info) {
       OK(ampc_cuda_to_host(g_ctx, &amax, damax, 4));
       OK(ampc_convert(af, AMPC_F32, a.h, AMPC_F8_E4M3, (size_t)(m * k)));
       OK(ampc_convert(bf, AMPC_F32, b.h, bts[bi], (size_t)(n * k)));
-      OK(ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, m, n, k, (double)inv[0] * (double)inv[1], af,
+      OK(ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, m, n, k, (double)inv[0] * (double)inv[4], af,
                              AMPC_F32, k, bf, AMPC_F32, k, 0.0, NULL, AMPC_F32, n, ref, abs_));
       double worst = 0, rmax = 0, emax = 0, relmax = 0;
       for (int64_t i = 0; i < m * n; i++) {
@@ -321,7 +322,7 @@ static void test_fp8(const ampc_cuda_device_info *info) {
         OK(ampc_convert(&v, AMPC_F32, (const char *)got + (size_t)i * ampc_dtype_size(outs[oi]),
                         outs[oi], 1));
         /* the scales' product is rounded to FP32 once more than in double */
-        const double S = (double)inv[0] * (double)inv[1] * abs_[i];
+        const double S = (double)inv[0] * (double)inv[4] * abs_[i];
         const double bound =
             (double)(k + 4) * 0x1p-24 * S + unit(outs[oi]) * fabs(ref[i]) + tiny(outs[oi]);
         const double err = fabs((double)v - ref[i]);

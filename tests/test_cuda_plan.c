@@ -220,7 +220,9 @@ static void test_fp8_mapping(void **state) {
   ampc_f8_e5m2 *b = rand_buf(AMPC_F8_E5M2, n * k);
   float *c = rand_buf(AMPC_F32, m * n);
   ampc_bf16 *bias = rand_buf(AMPC_BF16, n);
-  const float sa = 0.25f, sb = 3.0f; /* host stand-ins for the device scales */
+  /* host stand-ins for the device scales (16-byte aligned, as required) */
+  _Alignas(16) const float sa = 0.25f;
+  _Alignas(16) const float sb = 3.0f;
   float amax;
   ampc_cuda_gemm_args g = ampc_cuda_gemm_args_default();
   g.opa = AMPC_OP_N, g.opb = AMPC_OP_T, g.m = m, g.n = n, g.k = k;
@@ -254,7 +256,7 @@ static void test_fp8_mapping(void **state) {
     assert_true(out[i] == ref[i] + (double)ampc_bf16_to_f32(bias[i % n]));
   /* an FP8 C: its C layout is BF16 (beta = 0), scale_c allowed */
   ampc_f8_e4m3 *c8 = rand_buf(AMPC_F8_E4M3, m * n);
-  const float sc = 2.0f;
+  _Alignas(16) const float sc = 2.0f;
   g.c = c8, g.c_dt = AMPC_F8_E4M3, g.scale_c = &sc;
   assert_int_equal(ampc_cuda_plan_gemm("test", &g, &p), AMPC_OK);
   assert_int_equal(p.c_layout_dt, AMPC_BF16);
@@ -342,6 +344,11 @@ static void test_checks(void **state) {
   f.a_dt = AMPC_F8_E4M3, f.b_dt = AMPC_F8_E4M3, f.c_dt = AMPC_BF16;
   f.opb = AMPC_OP_T, f.ldb = 48;
   assert_int_equal(ampc_cuda_plan_gemm("t", &f, &p), AMPC_OK);
+  _Alignas(16) float scales[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  g = f, g.scale_a = scales, g.scale_b = scales + 4;
+  assert_int_equal(ampc_cuda_plan_gemm("t", &g, &p), AMPC_OK);
+  g = f, g.scale_a = scales, g.scale_b = scales + 1;
+  expect(&g, AMPC_ERR_INVALID_ARG, "16-byte aligned");
   g = f, g.opb = AMPC_OP_N, g.ldb = 32;
   expect(&g, AMPC_ERR_UNSUPPORTED, "op(A) = N and op(B) = T");
   g = f, g.opa = AMPC_OP_T, g.lda = 16;
