@@ -210,7 +210,12 @@ ampc_status ampc_cuda_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const vo
 ampc_status ampc_cuda_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                      const void *w, ampc_dtype wdt, const void *b, void *y,
                                      ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats);
-/* db: each column summed in FP32 over the rows in order (the CPU's bits). */
+/* db += the column sums of dy, as the product ones [1, m] . dy on cuBLASLt:
+ * FP32 sums (in cuBLASLt's order, within (m + 3) 2^-24 sum |dy| of the
+ * CPU's row-order sums) rounded once into db. (A thread per column in row
+ * order gave the CPU's bits but took 70 % of a 16-mixed mm-base step on an
+ * H200.) dW += likewise with FP32 sums and one rounding, through FP32
+ * scratch for a 16-bit dW (cuBLASLt's own epilogue would round twice). */
 ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy,
                                       ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
                                       ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
