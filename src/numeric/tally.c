@@ -44,8 +44,7 @@ typedef struct tm_slot {
 struct ampc_tally {
   uint64_t serial;
   _Atomic uint64_t owner[TM_MAX_SLOTS];
-  _Alignas(64) atomic_flag spill_lock; /* its own cache line, not slot 0's */
-  _Alignas(64) char pad;
+  atomic_flag spill_lock;
   tm_slot slot[TM_MAX_SLOTS + 1]; /* the last: the spill slot */
 };
 
