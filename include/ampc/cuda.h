@@ -137,7 +137,9 @@ typedef enum ampc_cuda_compute {
  * layout cuBLASLt calls "TN"), lda, ldb and ldc multiples of 16, a, b, c
  * 16-byte aligned; C F16, BF16, F32, E4M3 or E5M2 (FP8 C needs beta = 0 and
  * takes scale_c; E5M2 C needs an E5M2 operand). scale_a and scale_b are device pointers to one FP32
- * each (NULL: 1) that multiply the FP8 values back (Transformer Engine's scale_inv); scale_c (FP8 C
+ * each, 16-byte aligned as scale_c (else AMPC_ERR_INVALID_ARG: cuBLASLt refused scaled FP8 products
+ * on an H200 with a scale 4 bytes into an allocation; that alignment is the fix is not yet
+ * verified on a GPU) (NULL: 1) that multiply the FP8 values back (Transformer Engine's scale_inv); scale_c (FP8 C
  * only; NULL: 1) multiplies the result before its rounding to FP8 (TE's scale); amax_c (device, one
  * FP32; NULL: not computed) receives max |result| before scale_c, over all batches (fused by
  * cuBLASLt for an FP8 C; for a 16-bit or F32 C, which cuBLASLt refuses, ampc's own kernel reads C
@@ -150,7 +152,11 @@ typedef enum ampc_cuda_compute {
  * any element-aligned pointer and leading dimension works (misaligned ones run slower kernels), FP8
  * as above.
  *
- * Rounding: C is rounded once from the compute type (RNE); split-K is
+ * Rounding: C is rounded once from the compute type (RNE), except that
+ * cuBLASLt's epilogue on a 16-bit C rounds alpha A B to C's dtype before it
+ * adds the bias or beta C (measured on an H200, cuBLASLt 13.1: two
+ * roundings; ampc's layers avoid it, ampc_cuda_gemm_strided_batched forming
+ * such sums in FP32 scratch); split-K is
  * allowed only with partial sums in the compute type
  * (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE). Error bound for
  * compute 32F with F16/BF16 inputs: |err| <= K * 2^-24 * sum |a b| plus the

@@ -10,7 +10,8 @@ weight decay 0.01 on the matrices only, as ampc), one fixed batch.
 prints one JSON object per model and mode (--model and --mode take
 comma-separated lists, run in one process) like `ampc bench step --json`: model, precision
 ("torch-fp32" or "torch-bf16-autocast"), batch, threads, ms_per_step_median,
-peak_rss_bytes (getrusage), ms_steps (every timed step), parameters.
+peak_rss_bytes (getrusage: the process's peak so far, so with lists the
+largest of the runs up to this one), ms_steps (every timed step), parameters.
 A step is zero_grad (set_to_none), forward (under
 torch.autocast(device, dtype=torch.bfloat16) in bf16 mode, float16 in fp16
 mode), backward (through torch.cuda.amp.GradScaler in fp16 mode),
@@ -316,6 +317,8 @@ def main(argv):
     for m in a.mode.split(","):
         if m not in ("fp32", "bf16", "fp16"):
             ap.error("--mode: unknown mode '%s' (fp32, bf16, fp16)" % m)
+    if a.dump and ("," in a.model or "," in a.mode):
+        ap.error("--dump takes one model and one mode (it writes one file)")
     if "fp16" in a.mode.split(",") and a.device != "cuda":
         ap.error("--mode fp16 (autocast float16 + GradScaler) needs --device cuda")
     if a.check:
