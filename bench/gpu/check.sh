@@ -32,7 +32,8 @@
 #                        seed-to-seed spread (gpu_train --curve); train_table.md
 #   torch_compile        PyTorch fp16 + torch.compile on mm-base
 #   profile              Nsight Compute's GPU time per kernel over one 16-mixed
-#                        mm-base step (with its warm-up step)
+#                        mm-base step (after two warm-up steps, not recorded);
+#                        profile_table.md
 #   sanitize_NAME        compute-sanitizer memcheck on a test that failed
 #   build_on_device      the build there, when prebuilt binaries ran and
 #                        time is left (it checks that the build works there)
@@ -47,8 +48,8 @@
 # output goes to a work folder that is packed into $OUT/results.tar.gz after
 # each part (per part NAME.txt; signatures.txt, sig/; ampc_gemm.json,
 # torch_gemm.json, ampc_train.jsonl, torch_train.jsonl, curves.jsonl;
-# build.log, nvidia-smi.txt), and parts.txt, gemm_table.md and
-# train_table.md are copied to $OUT too. Exits non-zero if a build or part
+# build.log, nvidia-smi.txt), and parts.txt, gemm_table.md,
+# train_table.md and profile_table.md are copied to $OUT too. Exits non-zero if a build or part
 # fails, is skipped for lack of time, or skips its GPU half (no device).
 # Device call, after sh bench/gpu/fetch_debs.sh and sh bench/gpu/prebuild.sh:
 #   run(command="sh bench/gpu/check.sh", carry=[".gpu-debs", ".gpu-prebuilt"], timeout_s=600)
@@ -75,7 +76,7 @@ ran=0
 pack() {
   tar czf "$OUT/results.tar.gz.tmp" -C "$R" . 2>/dev/null &&
     mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
-  for f in parts.txt gemm_table.md train_table.md; do
+  for f in parts.txt gemm_table.md train_table.md profile_table.md; do
     [ -f "$R/$f" ] && cp "$R/$f" "$OUT/$f"
   done
   return 0
@@ -243,13 +244,19 @@ if [ "$what" != tests ]; then
 fi
 
 # where the step's time goes: one 16-mixed mm-base step's kernels under
-# Nsight Compute (GPU time per kernel, summed by name; the clocks left alone)
+# Nsight Compute (GPU time per launch, each kernel alone; the clocks left
+# alone), the step after two warm-up steps bracketed by gpu_train --profile;
+# summed by kernel in profile_table.md (bench/gpu/ncu_table.py)
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 if [ "$what" != tests ] && [ -n "$ncu" ]; then
-  part profile 90 "$ncu" --clock-control none --metrics gpu__time_duration.sum \
-    --print-summary per-kernel "./$B/gpu_train" --models mm-base --precision 16-mixed \
-    --steps 1 --warmup 1
-  [ "$ran" = 1 ] && grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$R/profile.txt" | head -n 6
+  part profile 90 "$ncu" --profile-from-start off --clock-control none --csv \
+    --metrics gpu__time_duration.sum "./$B/gpu_train" --models mm-base --precision 16-mixed \
+    --steps 1 --warmup 2 --profile
+  if [ "$ran" = 1 ]; then
+    python3 bench/gpu/ncu_table.py "$R/profile.txt" >"$R/profile_table.md" 2>&1
+    head -n 14 "$R/profile_table.md"
+    pack
+  fi
 fi
 
 # where a test failed: compute-sanitizer's memcheck on it, for the next session

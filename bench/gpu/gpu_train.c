@@ -4,9 +4,11 @@
  *
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
  *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
- *             [--precision 32-true|16-mixed|bf16-mixed]
+ *             [--precision 32-true|16-mixed|bf16-mixed] [--profile]
  *
  * --precision: that preset alone (default: the three).
+ * --profile: the first timed step alone recorded by a profiler started with
+ * --profile-from-start off (cudaProfilerStart / Stop around it).
  *
  * --curve N: instead, the loss-curve check (curves(), below) on the first
  * model of --models (batch 32 unless --batch).
@@ -27,7 +29,10 @@
  * memory the run took
  * (cudaMemGetInfo after the timed steps minus before the run's own CUDA
  * context, made per run, existed: its cuBLASLt workspace and layer scratch
- * included, the CUDA runtime's own share not).
+ * included, the CUDA runtime's own share not), and per timed step the
+ * cuBLASLt calls and the host's waits for the stream with their
+ * milliseconds (a step that hardly waits is bound by the host issuing its
+ * kernels, not by the GPU: ampc_cuda_counters_get).
  * --device cpu-split runs the same code on the CPU (for checking this
  * driver where there is no GPU: no FLOP count or device memory there).
  */
@@ -57,6 +62,10 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* --profile: the first timed step bracketed for a profiler started with
+ * --profile-from-start off (bench/gpu/check.sh's Nsight Compute part) */
+static int g_profile;
+
 /* g_probe: a context held for the whole program (the device stays
  * initialised, cudaMemGetInfo works before a run's own context exists);
  * g_ctx: the context of one run, made and destroyed by run_one, so each
@@ -82,7 +91,8 @@ static int fail(const char *what) {
 static void print_run(const char *model, ampc_precision p, ampc_device dev, int64_t B,
                       const ampc_trainer *T, const ampc_mmodel *M, const ampc_mem_account *acct,
                       size_t pbytes, double med, const double *ms, int steps, uint64_t flops_step,
-                      long long used, long long queries, long long skipped, float loss) {
+                      long long used, long long queries, long long skipped, float loss,
+                      const ampc_cuda_counters *cn) {
   const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
   const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
   printf("{\"model\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
@@ -91,12 +101,14 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
          "\"param_bytes\":%zu,\"activation_bytes\":%zu,\"predicted_bytes\":%zu,"
          "\"predicted_device_scratch\":%zu,"
          "\"device_bytes_used\":%lld,\"gemm_plan_queries_timed\":%lld,\"skipped\":%lld,"
-         "\"final_loss\":%.6g,\"ms_steps\":[",
+         "\"final_loss\":%.6g,\"matmuls_per_step\":%.1f,\"host_waits_per_step\":%.1f,"
+         "\"host_wait_ms_per_step\":%.4f,\"ms_steps\":[",
          model, ampc_precision_name(p), dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
          (long long)B, (long long)T->params.numel, med, med > 0 ? (double)B / (med * 1e-3) : 0.0,
          (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
          ampc_mmodel_activation_bytes(M), acct->total, acct->bytes[AMPC_MEM_DEVICE_SCRATCH], used,
-         queries, skipped, (double)loss);
+         queries, skipped, (double)loss, (double)cn->matmuls / steps, (double)cn->waits / steps,
+         cn->wait_s * 1e3 / steps);
   for (int s = 0; s < steps; s++)
     printf("%s%.4f", s ? "," : "", ms[s]);
   printf("]}\n");
@@ -156,9 +168,14 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   ampc_mmodel_losses L = {0};
   int64_t skipped = 0, queries0 = 0;
   uint64_t flops0 = 0, flops_step = 0;
+  ampc_cuda_counters cn0 = {0}, cn1 = {0};
   for (int s = -warmup; s < steps; s++) {
-    if (s == 0 && dev == AMPC_DEVICE_CUDA)
+    if (s == 0 && dev == AMPC_DEVICE_CUDA) {
       ampc_cuda_gemm_cache_stats(g_ctx, &queries0, NULL);
+      ampc_cuda_counters_get(g_ctx, &cn0);
+      if (g_profile && ampc_cuda_profile_range(g_ctx, true) != AMPC_OK)
+        return fail("cudaProfilerStart");
+    }
     const double t0 = now_s();
     if (dev == AMPC_DEVICE_CUDA)
       flops0 = ampc_cuda_gemm_flops(g_ctx);
@@ -171,6 +188,9 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
     if (dev == AMPC_DEVICE_CUDA && ampc_cuda_synchronize(g_ctx) != AMPC_OK)
       return fail("synchronize");
     const double t1 = now_s();
+    if (s == 0 && g_profile && dev == AMPC_DEVICE_CUDA &&
+        ampc_cuda_profile_range(g_ctx, false) != AMPC_OK)
+      return fail("cudaProfilerStop");
     if (dev == AMPC_DEVICE_CUDA)
       flops_step = ampc_cuda_gemm_flops(g_ctx) - flops0;
     if (s >= 0) {
@@ -183,6 +203,7 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   int64_t queries1 = 0;
   if (dev == AMPC_DEVICE_CUDA) {
     ampc_cuda_gemm_cache_stats(g_ctx, &queries1, NULL);
+    ampc_cuda_counters_get(g_ctx, &cn1);
     if (ampc_cuda_mem_info(g_probe, &free1, &total) != AMPC_OK)
       return fail("cudaMemGetInfo");
   }
@@ -199,10 +220,14 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   ampc_mem_account acct; /* ampc memory --device cuda's account of this run */
   if (ampc_mem_account_mm_on(&c, B, &amp, 2, dev, &acct) != AMPC_OK)
     return fail("memory account");
+  /* the timed steps' counts (the last step's own synchronize included) */
+  const ampc_cuda_counters cn = {.matmuls = cn1.matmuls - cn0.matmuls,
+                                 .waits = cn1.waits - cn0.waits,
+                                 .wait_s = cn1.wait_s - cn0.wait_s};
   if (!curve) /* with a curve the caller prints */
     print_run(model, p, dev, B, &T, M, &acct, pbytes, med, ms, steps, flops_step,
               dev == AMPC_DEVICE_CUDA ? (long long)(free0 - free1) : -1LL,
-              (long long)(queries1 - queries0), (long long)skipped, L.total);
+              (long long)(queries1 - queries0), (long long)skipped, L.total, &cn);
   ampc_mmodel_free(M);
   ampc_trainer_free(&T);
   drop_ctx();
@@ -278,6 +303,8 @@ int main(int argc, char **argv) {
       batch = atoll(v), i++;
     else if (!strcmp(argv[i], "--models") && i + 1 < argc)
       models = v, i++;
+    else if (!strcmp(argv[i], "--profile"))
+      g_profile = 1;
     else if (!strcmp(argv[i], "--curve") && i + 1 < argc)
       curve = atoi(v), i++;
     else if (!strcmp(argv[i], "--precision") && i + 1 < argc &&
@@ -286,7 +313,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
                       "[--models a,b] [--batch B] [--curve N] "
-                      "[--precision 32-true|16-mixed|bf16-mixed]\n");
+                      "[--precision 32-true|16-mixed|bf16-mixed] [--profile]\n");
       return 2;
     }
   }

@@ -8,7 +8,10 @@ torch.compile where it ran), per model. Prints markdown on stdout.
 Columns: ms/step (median), samples/s, model FLOP utilisation (GEMM FLOPs
 counted by ampc's CUDA context over the median step time, against the H200's
 dense peak: 989 TFLOP/s for 16-bit Tensor Cores, 67 for FP32), device memory
-(ampc: cudaMemGetInfo taken by the run; torch: max_memory_allocated), and the
+(ampc: cudaMemGetInfo taken by the run; torch: max_memory_allocated), ampc's
+cuBLASLt calls and host waits for the stream per step (the waits' total
+milliseconds: a step whose waits are a small part of it is bound by the host
+issuing kernels), and the
 issue's three ratios: ampc 16-mixed against its own 32-true (goal >= 3x),
 ampc 16-mixed step time over torch autocast fp16's (goal <= 0.7), ampc's
 activation bytes at 16-mixed over 32-true (goal <= 0.55). With CURVES_JSONL
@@ -43,20 +46,23 @@ def main(argv):
             models.append(r["model"])
     a = {(r["model"], r["precision"]): r for r in ampc}
     t = {(r["model"], r["precision"]): r for r in torch}
-    print("| model | run | batch | ms/step | samples/s | MFU | device MiB |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| model | run | batch | ms/step | samples/s | MFU | device MiB | cuBLASLt calls "
+          "| host waits (ms) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
         for p in ("32-true", "16-mixed", "bf16-mixed"):
             r = a.get((m, p))
             if r:
                 print(f"| {m} | ampc {p} | {r['batch']} | {r['ms_per_step_median']:.2f} | "
                       f"{r['samples_per_s']:.0f} | {r['mfu']:.3f} | "
-                      f"{r['device_bytes_used'] / 2**20:.0f} |")
+                      f"{r['device_bytes_used'] / 2**20:.0f} | "
+                      f"{r.get('matmuls_per_step', '')} | {r.get('host_waits_per_step', '')} "
+                      f"({r.get('host_wait_ms_per_step', 0):.2f}) |")
         for p in sorted(k[1] for k in t if k[0] == m):
             r = t[(m, p)]
             mib = (r.get("peak_device_bytes") or 0) / 2**20
             print(f"| {m} | {p} | {r['batch']} | {r['ms_per_step_median']:.2f} | "
-                  f"{r['batch'] / (r['ms_per_step_median'] * 1e-3):.0f} | | {mib:.0f} |")
+                  f"{r['batch'] / (r['ms_per_step_median'] * 1e-3):.0f} | | {mib:.0f} | | |")
     print()
     print("| model | ampc 16-mixed vs 32-true (goal >= 3x) | ampc 16-mixed / torch fp16 AMP "
           "(goal <= 0.7) | activations 16-mixed / 32-true (goal <= 0.55) |")

@@ -28,6 +28,7 @@
 #ifndef AMPC_CUDA_H
 #define AMPC_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -200,6 +201,27 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args);
 uint64_t ampc_cuda_gemm_flops(const ampc_cuda_ctx *ctx);
 /* Number of heuristic queries so far (cache misses) and cached plans. */
 void ampc_cuda_gemm_cache_stats(const ampc_cuda_ctx *ctx, int64_t *queries, int *entries);
+
+/* Where a step's host time goes, counted on ctx since its creation (a
+ * step's share is the difference across it): the cuBLASLt products
+ * launched, and the host's waits for the stream (every
+ * cudaStreamSynchronize of ampc's layers, losses, optimizer, copies back
+ * and ampc_cuda_synchronize on the thread the context is bound to, or on
+ * ctx itself) with the seconds they took (CLOCK_MONOTONIC). A step whose
+ * waits take most of its time is bound by the GPU; one that hardly waits is
+ * bound by the host issuing its kernels (then fewer launches or a CUDA
+ * graph help, not faster kernels). Zeros without CUDA or for NULL. */
+typedef struct ampc_cuda_counters {
+  int64_t matmuls; /* cublasLtMatmul calls */
+  int64_t waits;   /* host waits for the stream */
+  double wait_s;   /* seconds the host spent in them */
+} ampc_cuda_counters;
+void ampc_cuda_counters_get(const ampc_cuda_ctx *ctx, ampc_cuda_counters *out);
+
+/* Brackets the region a profiler started with `--profile-from-start off`
+ * records (Nsight Compute, Nsight Systems): cudaProfilerStart (on) or
+ * cudaProfilerStop (off). Errors: AMPC_ERR_UNSUPPORTED without CUDA. */
+ampc_status ampc_cuda_profile_range(ampc_cuda_ctx *ctx, bool on);
 
 /* Timing on the context's stream (cudaEventRecord / cudaEventElapsedTime):
  * ampc_cuda_timer_start, then ampc_cuda_timer_stop gives the milliseconds

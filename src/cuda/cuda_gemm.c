@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* dlopen, pthread_once */
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <dlfcn.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/cuda_impl.h"
 #include "internal.h"
@@ -142,10 +144,12 @@ struct ampc_cuda_ctx {
   cudaEvent_t ev0, ev1;
   void *scratch[AMPC_CUDA_SCRATCH_SLOTS]; /* the layers' device scratch (cuda_nn.cu) */
   size_t scratch_bytes[AMPC_CUDA_SCRATCH_SLOTS];
+  uint64_t scratch_tag[AMPC_CUDA_SCRATCH_SLOTS]; /* 0 when (re)allocated */
   plan_entry cache[CACHE_SIZE];
   int next_victim;
   int64_t queries;
   uint64_t flops; /* 2 m n k batch of every product run (model FLOP utilisation) */
+  ampc_cuda_counters counters;
   /* pinned staging of small host-to-device copies (ampc_cuda_to_device):
    * filled from `staged` on, reused from 0 after a stream synchronisation */
   void *pinned;
@@ -353,9 +357,14 @@ ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, vo
       return cuda_fail(e, "cudaMalloc (layer scratch)");
     }
     ctx->scratch_bytes[slot] = want;
+    ctx->scratch_tag[slot] = 0;
   }
   *out = ctx->scratch[slot];
   return AMPC_OK;
+}
+
+uint64_t *ampc_cuda_ctx_scratch_tag(ampc_cuda_ctx *ctx, int slot) {
+  return ctx && slot >= 0 && slot < AMPC_CUDA_SCRATCH_SLOTS ? &ctx->scratch_tag[slot] : NULL;
 }
 
 ampc_status ampc_cuda_malloc(ampc_cuda_ctx *ctx, size_t bytes, void **dptr) {
@@ -381,6 +390,44 @@ void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr) {
   cudaFree(dptr);
 }
 
+/* the host waits for ctx's stream, counted (ampc_cuda_counters_get) */
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static cudaError_t ctx_wait(ampc_cuda_ctx *ctx) {
+  const double t0 = mono_s();
+  const cudaError_t e = cudaStreamSynchronize(ctx->stream);
+  ctx->counters.waits++;
+  ctx->counters.wait_s += mono_s() - t0;
+  return e;
+}
+
+int ampc_cuda_wait(void *stream) {
+  ampc_cuda_ctx *const ctx = g_bound;
+  if (ctx && (void *)ctx->stream == stream)
+    return (int)ctx_wait(ctx);
+  return (int)cudaStreamSynchronize((cudaStream_t)stream);
+}
+
+void ampc_cuda_counters_get(const ampc_cuda_ctx *ctx, ampc_cuda_counters *out) {
+  if (!out)
+    return;
+  memset(out, 0, sizeof *out);
+  if (ctx)
+    *out = ctx->counters;
+}
+
+ampc_status ampc_cuda_profile_range(ampc_cuda_ctx *ctx, bool on) {
+  if (!ctx)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_profile_range: NULL context");
+  CU(cudaSetDevice(ctx->device), "cudaSetDevice");
+  CU(on ? cudaProfilerStart() : cudaProfilerStop(), on ? "cudaProfilerStart" : "cudaProfilerStop");
+  return AMPC_OK;
+}
+
 /* A small copy goes through the pinned staging buffer: src is copied into
  * it (so the caller may reuse src at once) and the DMA is queued on the
  * stream without waiting, so the host keeps queueing the step's kernels
@@ -404,7 +451,7 @@ ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, 
   if (bytes <= PINNED_MAX_COPY && ctx->pinned) {
     const size_t need = (bytes + 255) & ~(size_t)255;
     if (ctx->staged + need > PINNED_BYTES) {
-      CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+      CU(ctx_wait(ctx), "cudaStreamSynchronize");
       ctx->staged = 0;
     }
     char *p = (char *)ctx->pinned + ctx->staged;
@@ -414,7 +461,7 @@ ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, 
     return AMPC_OK;
   }
   CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), "cudaMemcpy H2D");
-  CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+  CU(ctx_wait(ctx), "cudaStreamSynchronize");
   return AMPC_OK;
 }
 
@@ -422,14 +469,14 @@ ampc_status ampc_cuda_to_host(ampc_cuda_ctx *ctx, void *dst, const void *src, si
   if (!ctx || (bytes && (!dst || !src)))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_to_host: NULL");
   CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), "cudaMemcpy D2H");
-  CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+  CU(ctx_wait(ctx), "cudaStreamSynchronize");
   return AMPC_OK;
 }
 
 ampc_status ampc_cuda_synchronize(ampc_cuda_ctx *ctx) {
   if (!ctx)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_synchronize: NULL");
-  CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+  CU(ctx_wait(ctx), "cudaStreamSynchronize");
   return AMPC_OK;
 }
 
@@ -726,6 +773,7 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args) 
   LT(cublasLtMatmul(ctx->lt, e->desc, alpha, p.a, e->la, p.b, e->lb, beta, c_ptr, e->lc, p.d, e->ld,
                     &e->algo, ctx->workspace, ctx->ws_bytes, ctx->stream),
      "cublasLtMatmul");
+  ctx->counters.matmuls++;
   ctx->flops += 2u * (uint64_t)p.m * (uint64_t)p.n * (uint64_t)p.k * (uint64_t)p.batch;
   if (p.amax_d && e->own_amax)
     CU((cudaError_t)ampc_cuda_k_amax(ctx->stream, p.d, (int)p.d_dt, p.m, p.n, p.ldd, p.stride_d,

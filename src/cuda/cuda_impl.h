@@ -80,6 +80,14 @@ int ampc_cuda_ctx_device(const ampc_cuda_ctx *ctx);
  * Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
 #define AMPC_CUDA_SCRATCH_SLOTS 13
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out);
+/* cudaStreamSynchronize(stream) (a cudaStream_t), counted with the seconds
+ * it took in the bound context's counters (ampc_cuda_counters_get); returns
+ * the cudaError_t. */
+int ampc_cuda_wait(void *stream);
+/* The slot's tag: 0 whenever the slot's buffer is (re)allocated, else what
+ * its user last stored (e.g. what the contents are, so a constant buffer is
+ * filled once, not per call). NULL for a NULL ctx or a bad slot. */
+uint64_t *ampc_cuda_ctx_scratch_tag(ampc_cuda_ctx *ctx, int slot);
 
 /* ---- device kernels (cuda_kernels.cu; built with AMPC_CUDA) -------------- */
 #ifdef AMPC_HAVE_CUDA

@@ -78,12 +78,14 @@ __global__ void count_k(int64_t batch, int64_t rows, int64_t cols, const void *c
   ls.flush(ds);
 }
 
-/* every row of c [m, n] (dt) = bias (wdt) rounded to dt: the CPU's way of
- * adding the bias in the GEMM's FP32 epilogue (beta = 1) */
-__global__ void bias_rows_k(int64_t m, int64_t n, const void *b, int bdt, void *c, int dt) {
+/* every row of c [m, n] (dt) = bias (bdt) rounded to rdt, then stored in
+ * dt (rdt == dt, or dt F32: exact): the CPU's way of adding the bias in the
+ * GEMM's FP32 epilogue (beta = 1) */
+__global__ void bias_rows_k(int64_t m, int64_t n, const void *b, int bdt, int rdt, void *c,
+                            int dt) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < m * n;
        e += (int64_t)gridDim.x * blockDim.x)
-    st(c, dt, e, ld(b, bdt, e % n));
+    st(c, dt, e, rnd(ld(b, bdt, e % n), rdt));
 }
 
 /* p [n] (dt) = 1: the ones vector of the bias gradient's product */
@@ -184,6 +186,10 @@ bool acc16_exact(void) {
 int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
   return (batch - 1) * stride + (rows - 1) * ld + cols;
 }
+
+/* n FP32 elements rounded up to 256 bytes: the next buffer carved after
+ * them in one scratch slot starts aligned for cuBLASLt's vector loads */
+int64_t pad_f32(int64_t n) { return (n + 63) & ~(int64_t)63; }
 
 /* count C (a batch of m x n matrices, ldc, stride sc) as it is stored: an
  * FP32 product is its own source (the tally's view of cuBLASLt's output) */
@@ -341,20 +347,31 @@ ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void 
                     const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt, float alpha,
                     void *y, ampc_dtype ydt, ampc_acc acc, ampc_round_stats *stats) {
   CU_BEGIN(fn);
-  /* as the CPU: with stats, an FP32 product rounded once (and counted);
-   * the bias laid into the destination, rounded to its dtype, and added by
-   * the GEMM (beta = 1) in FP32 */
-  const ampc_dtype cdt = stats ? AMPC_F32 : ydt;
+  /* as the CPU: the bias laid into the destination, rounded to its dtype,
+   * and added by the GEMM (beta = 1) in FP32; with stats, an FP32 product
+   * rounded once (and counted). A 16-bit y with a bias (and FP32 sums) also
+   * goes through the FP32 copy: the GEMM would otherwise widen the laid
+   * bias from y into FP32 itself (cuBLASLt's 16-bit epilogue rounds twice),
+   * a pass and a 16-bit store more for the same values; the copy is then
+   * not the model's store, and is counted when rounded into y */
+  const bool via32 = stats || (b && ydt != AMPC_F32 && acc == AMPC_ACC_F32);
+  const ampc_dtype cdt = via32 ? AMPC_F32 : ydt;
   void *c = y;
-  if (stats)
+  if (via32)
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(m * n) * sizeof(float), &c));
   if (b) {
-    bias_rows_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, b, bdt, c, cdt);
+    bias_rows_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, b, bdt, stats ? AMPC_F32 : ydt, c,
+                                                       cdt);
     AMPC_TRY(ampc_cu_launched(fn));
   }
-  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, 0, w,
-                                          wdt, k, 0, b ? 1.0f : 0.0f, c, cdt, n, 0, 1, acc));
-  if (!stats)
+  ampc_tally *const was = via32 && !stats ? ampc_tally_bind(NULL) : NULL;
+  const ampc_status st =
+      ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, 0, w, wdt, k,
+                                     0, b ? 1.0f : 0.0f, c, cdt, n, 0, 1, acc);
+  if (via32 && !stats)
+    (void)ampc_tally_bind(was);
+  AMPC_TRY(st);
+  if (!via32)
     return AMPC_OK;
   dev_stats *dst = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst));
@@ -375,8 +392,14 @@ ampc_status bias_grad(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int
                       const void *dy, ampc_dtype gdt, void *db) {
   void *ones = NULL;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_ONES, (size_t)m * ampc_dtype_size(gdt), &ones));
-  ones_k<<<grid_for(m), THREADS, 0, strm>>>(m, ones, (int)gdt);
-  AMPC_TRY(ampc_cu_launched(fn));
+  /* filled once per (dtype, length) that outgrows it: the tag holds the
+   * filled length times 16 plus the dtype, 0 after a reallocation */
+  uint64_t *const tag = ampc_cuda_ctx_scratch_tag(ctx, SLOT_ONES);
+  if (!(*tag % 16 == (uint64_t)gdt && *tag / 16 >= (uint64_t)m)) {
+    ones_k<<<grid_for(m), THREADS, 0, strm>>>(m, ones, (int)gdt);
+    AMPC_TRY(ampc_cu_launched(fn));
+    *tag = (uint64_t)m * 16 + (uint64_t)gdt;
+  }
   return ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, 1, n, m, 1.0f, ones, gdt, m, 0, dy,
                                         gdt, n, 0, 1.0f, db, gdt, n, 0, 1, AMPC_ACC_F32);
 }
@@ -729,21 +752,44 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
         sdt, tk, h * ss, b, acc));
   AMPC_TRY(ampc_cuda_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs,
                                      pdt, NULL));
-  /* out = P v, heads side by side; with stats through an FP32 copy */
-  void *dst = out;
-  ampc_dtype ddt = odt;
-  int64_t ldd = ldo;
-  if (stats) {
-    AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(b * tq * h * dh) * sizeof(float), &dst));
-    ddt = AMPC_F32, ldd = h * dh;
+  /* out = P v, heads side by side. FP32 probabilities against 16-bit
+   * values (a mixed product: the values widened, exactly, for FP32 GEMMs):
+   * v widened once for all heads, not once per head, and a 16-bit out
+   * written through an FP32 copy rounded once (counted there, as the CPU's
+   * GEMM counts its stores); with stats always through an FP32 copy */
+  const bool pv_mixed = pdt == AMPC_F32 && xdt != AMPC_F32;
+  const bool via32 = stats || (pv_mixed && odt != AMPC_F32);
+  const int64_t n_out = pad_f32(b * tq * h * dh);
+  const int64_t n_v = pv_mixed ? span(b * tk, h * dh, ldv, 0, 1) : 0;
+  float *f32 = NULL;
+  if (via32 || pv_mixed) {
+    void *p = NULL;
+    AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(n_out + n_v) * sizeof(float), &p));
+    f32 = static_cast<float *>(p);
   }
-  const size_t ds = ampc_dtype_size(ddt);
-  for (int64_t hi = 0; hi < h; hi++)
-    AMPC_TRY(ampc_cuda_gemm_strided_batched(
-        AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
-        (const char *)v + hi * dh * xs, xdt, ldv, tk * ldv, 0.0f, (char *)dst + hi * dh * ds, ddt,
-        ldd, tq * ldd, b, acc));
-  if (!stats)
+  const void *vop = v;
+  ampc_dtype vdt = xdt;
+  if (pv_mixed) {
+    widen_k<<<grid_for(n_v), THREADS, 0, strm>>>(n_v, v, xdt, f32 + n_out);
+    AMPC_TRY(ampc_cu_launched(fn));
+    vop = f32 + n_out, vdt = AMPC_F32;
+  }
+  void *dst = via32 ? static_cast<void *>(f32) : out;
+  const ampc_dtype ddt = via32 ? AMPC_F32 : odt;
+  const int64_t ldd = via32 ? h * dh : ldo;
+  const size_t ds = ampc_dtype_size(ddt), vs = ampc_dtype_size(vdt);
+  /* without stats the FP32 copy is not the model's store: counted when rounded */
+  ampc_tally *const was = via32 && !stats ? ampc_tally_bind(NULL) : NULL;
+  ampc_status st = AMPC_OK;
+  for (int64_t hi = 0; hi < h && st == AMPC_OK; hi++)
+    st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f,
+                                        (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
+                                        (const char *)vop + hi * dh * vs, vdt, ldv, tk * ldv, 0.0f,
+                                        (char *)dst + hi * dh * ds, ddt, ldd, tq * ldd, b, acc);
+  if (via32 && !stats)
+    (void)ampc_tally_bind(was);
+  AMPC_TRY(st);
+  if (!via32)
     return AMPC_OK;
   dev_stats *dstats = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dstats));
@@ -785,13 +831,39 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   CU_BEGIN(fn);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk, dm = h * dh;
-  /* FP32 buffers: dP, dS [b, h, tq, tk]; dq32 [b*tq, dm]; dk32 [b*tk, dm] */
+  /* The mixed products (FP32 dS against 16-bit q and k; FP32 P against a
+   * 16-bit dout) take their 16-bit operand widened, exactly, into FP32:
+   * each is widened once here for all heads (the per-head GEMM call would
+   * widen its whole span once per head). dq, dk and a dv of such a product
+   * are summed per head into FP32 copies and rounded once each at the end
+   * (counted there; the CPU's GEMM writes them straight into dq, dk, dv).
+   * FP32 buffers in slot SLOT_L: dP, dS [b, h, tq, tk]; dq32 [b*tq, dm];
+   * dk32, dv32 [b*tk, dm]; then the widened q, k, dout spans. */
+  const bool qk_mixed = xdt != AMPC_F32, dv_mixed = pdt == AMPC_F32 && gdt != AMPC_F32;
+  const int64_t n_s = pad_f32(b * h * ss), n_q = pad_f32(b * tq * dm), n_k = pad_f32(b * tk * dm);
+  const int64_t w_q = qk_mixed ? pad_f32(span(b * tq, dm, ldq, 0, 1)) : 0;
+  const int64_t w_k = qk_mixed ? pad_f32(span(b * tk, dm, ldk, 0, 1)) : 0;
+  const int64_t w_do = dv_mixed ? pad_f32(span(b * tq, dm, lddo, 0, 1)) : 0;
+  const int64_t nf = 2 * n_s + n_q + n_k + (dv_mixed ? n_k : 0) + w_q + w_k + w_do;
   void *sp = NULL;
-  const int64_t nf = 2 * b * h * ss + b * tq * dm + b * tk * dm;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp));
-  float *dp = static_cast<float *>(sp), *dsm = dp + b * h * ss, *dq32 = dsm + b * h * ss,
-        *dk32 = dq32 + b * tq * dm;
+  float *dp = static_cast<float *>(sp), *dsm = dp + n_s, *dq32 = dsm + n_s, *dk32 = dq32 + n_q;
+  float *dv32 = dv_mixed ? dk32 + n_k : NULL;
+  float *q32 = dk32 + n_k + (dv_mixed ? n_k : 0), *k32 = q32 + w_q, *do32 = k32 + w_k;
+  const void *qop = q, *kop = k, *doop = dout;
+  ampc_dtype qkdt = xdt, dodt = gdt;
+  if (qk_mixed) {
+    widen_k<<<grid_for(w_q), THREADS, 0, strm>>>(span(b * tq, dm, ldq, 0, 1), q, xdt, q32);
+    widen_k<<<grid_for(w_k), THREADS, 0, strm>>>(span(b * tk, dm, ldk, 0, 1), k, xdt, k32);
+    qop = q32, kop = k32, qkdt = AMPC_F32;
+  }
+  if (dv_mixed) {
+    widen_k<<<grid_for(w_do), THREADS, 0, strm>>>(span(b * tq, dm, lddo, 0, 1), dout, gdt, do32);
+    doop = do32, dodt = AMPC_F32;
+  }
+  AMPC_TRY(ampc_cu_launched(fn));
   const size_t xs = ampc_dtype_size(xdt), gs = ampc_dtype_size(gdt), ps = ampc_dtype_size(pdt);
+  const size_t qks = ampc_dtype_size(qkdt), dos = ampc_dtype_size(dodt);
   for (int64_t hi = 0; hi < h; hi++) /* dP = dout v^T */
     AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f,
                                             (const char *)dout + hi * dh * gs, gdt, lddo, tq * lddo,
@@ -800,31 +872,39 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   /* dS = softmax backward, FP32 */
   AMPC_TRY(ampc_cuda_softmax_backward(b * h * tq, tk, dp, AMPC_F32, probs, pdt, 1.0f, dsm));
   for (int64_t hi = 0; hi < h; hi++) {
-    /* dq = scale dS k ; dk = scale dS^T q (FP32, then one rounding each,
-     * counted there: the CPU's GEMM writes them straight into dq, dk) */
+    /* dq = scale dS k ; dk = scale dS^T q (FP32, then one rounding each) */
     ampc_tally *const was = ampc_tally_bind(NULL);
     ampc_status st = ampc_cuda_gemm_strided_batched(
         AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss, AMPC_F32, tk, h * ss,
-        (const char *)k + hi * dh * xs, xdt, ldk, tk * ldk, 0.0f, dq32 + hi * dh, AMPC_F32, dm,
+        (const char *)kop + hi * dh * qks, qkdt, ldk, tk * ldk, 0.0f, dq32 + hi * dh, AMPC_F32, dm,
         tq * dm, b, acc);
     if (st == AMPC_OK)
       st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm + hi * ss,
-                                          AMPC_F32, tk, h * ss, (const char *)q + hi * dh * xs, xdt,
-                                          ldq, tq * ldq, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
+                                          AMPC_F32, tk, h * ss, (const char *)qop + hi * dh * qks,
+                                          qkdt, ldq, tq * ldq, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
                                           tk * dm, b, acc);
+    /* dv = P^T dout: into dv32 when mixed (rounded below), else into dv */
+    if (st == AMPC_OK && dv_mixed)
+      st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f,
+                                          (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
+                                          (const char *)doop + hi * dh * dos, dodt, lddo, tq * lddo,
+                                          0.0f, dv32 + hi * dh, AMPC_F32, dm, tk * dm, b, acc);
     (void)ampc_tally_bind(was);
     AMPC_TRY(st);
-    /* dv = P^T dout */
-    AMPC_TRY(ampc_cuda_gemm_strided_batched(
-        AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
-        (const char *)dout + hi * dh * gs, gdt, lddo, tq * lddo, 0.0f, (char *)dv + hi * dh * gs,
-        gdt, lddv, tk * lddv, b, acc));
+    if (!dv_mixed)
+      AMPC_TRY(ampc_cuda_gemm_strided_batched(
+          AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk,
+          h * ss, (const char *)dout + hi * dh * gs, gdt, lddo, tq * lddo, 0.0f,
+          (char *)dv + hi * dh * gs, gdt, lddv, tk * lddv, b, acc));
   }
   STATS_BEGIN(NULL);
   round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(1, b * tq, dm, dq32, dm, 0, dq, gdt, lddq, 0,
                                                        dst);
   round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dk32, dm, 0, dk, gdt, lddk, 0,
                                                        dst);
+  if (dv_mixed)
+    round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dv32, dm, 0, dv, gdt, lddv,
+                                                         0, dst);
   FINISH(fn, NULL);
 }
 

@@ -161,7 +161,7 @@ __global__ void infonce_bwd_k(int64_t b, const void *sim, int dt, float scale, c
 ampc_status fetch(const char *fn, cudaStream_t s, void *host, const void *dev, size_t bytes) {
   cudaError_t e = cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s);
   if (e == cudaSuccess)
-    e = cudaStreamSynchronize(s);
+    e = (cudaError_t)ampc_cuda_wait(s);
   if (e != cudaSuccess)
     return ampc_fail(AMPC_ERR_DEVICE, "%s: copy back: %s", fn, cudaGetErrorString(e));
   return AMPC_OK;

@@ -542,7 +542,7 @@ ampc_status ampc_cu_stats_end(cudaStream_t s, const dev_stats *d, ampc_round_sta
   const size_t bytes = t ? sizeof h : offsetof(dev_stats, hist);
   cudaError_t e = cudaMemcpyAsync(&h, d, bytes, cudaMemcpyDeviceToHost, s);
   if (e == cudaSuccess)
-    e = cudaStreamSynchronize(s);
+    e = (cudaError_t)ampc_cuda_wait(s);
   if (e != cudaSuccess)
     return ampc_fail(AMPC_ERR_DEVICE, "round stats: copy back: %s", cudaGetErrorString(e));
   ampc_round_stats r;

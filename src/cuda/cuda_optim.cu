@@ -224,7 +224,7 @@ ampc_status ampc_cuda_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t 
   if (e == cudaSuccess)
     e = cudaMemcpyAsync(&nb, out_bad, sizeof nb, cudaMemcpyDeviceToHost, strm);
   if (e == cudaSuccess)
-    e = cudaStreamSynchronize(strm);
+    e = (cudaError_t)ampc_cuda_wait(strm);
   if (e != cudaSuccess)
     return ampc_fail(AMPC_ERR_DEVICE, "%s: copy back: %s", fn, cudaGetErrorString(e));
   *nonfinite = (int64_t)nb;
@@ -295,7 +295,7 @@ ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c
     cudaError_t e =
         cudaMemcpyAsync(h, dsw, (size_t)P->count * 4 * sizeof *h, cudaMemcpyDeviceToHost, strm);
     if (e == cudaSuccess)
-      e = cudaStreamSynchronize(strm);
+      e = (cudaError_t)ampc_cuda_wait(strm);
     if (e != cudaSuccess) {
       free(h);
       return ampc_fail(AMPC_ERR_DEVICE, "%s: copy back: %s", fn, cudaGetErrorString(e));

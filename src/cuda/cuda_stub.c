@@ -2,6 +2,8 @@
  * src/cuda/cuda_stub.c: ampc/cuda.h and ampc/cuda_nn.h in a build without CUDA (AMPC_CUDA=OFF,
  * or no nvcc): no devices, and every call says so.
  */
+#include <string.h>
+
 #include "ampc/cuda_nn.h"
 #include "cuda/cuda_impl.h"
 #include "internal.h"
@@ -69,6 +71,15 @@ void ampc_cuda_gemm_cache_stats(const ampc_cuda_ctx *ctx, int64_t *queries, int 
     *queries = 0;
   if (entries)
     *entries = 0;
+}
+void ampc_cuda_counters_get(const ampc_cuda_ctx *ctx, ampc_cuda_counters *out) {
+  (void)ctx;
+  if (out)
+    memset(out, 0, sizeof *out);
+}
+ampc_status ampc_cuda_profile_range(ampc_cuda_ctx *ctx, bool on) {
+  (void)ctx, (void)on;
+  return no_cuda("ampc_cuda_profile_range");
 }
 ampc_status ampc_cuda_timer_start(ampc_cuda_ctx *ctx) {
   (void)ctx;
