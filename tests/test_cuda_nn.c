@@ -655,6 +655,14 @@ static void test_linear(void) {
       snprintf(nm, sizeof nm, "linear %s x %s -> %s, bias", dn(xdt), dn(wdt), dn(ydt));
       compare(nm, &y, tol);
       CHECK(sg.count == sc.count, "%s: stats count", nm);
+      /* without stats (the model's call): a 16-bit y with a bias goes
+       * through the device's FP32 scratch, not through y; the CPU's bits
+       * are those of the call with stats */
+      OK(ampc_linear_forward(m, k, n, x.h, xdt, w.h, wdt, bias.h, y.h, ydt, AMPC_ACC_F32, NULL));
+      OK(ampc_cuda_linear_forward(m, k, n, x.d, xdt, w.d, wdt, bias.d, y.d, ydt, AMPC_ACC_F32,
+                                  NULL));
+      snprintf(nm, sizeof nm, "linear %s x %s -> %s, bias, no stats", dn(xdt), dn(wdt), dn(ydt));
+      compare(nm, &y, tol);
       free(tol);
       /* backward: dx = dy W, dW += dy^T x, db += column sums */
       const ampc_dtype gdt = ydt;
