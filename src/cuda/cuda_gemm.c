@@ -339,13 +339,28 @@ void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx) { return ctx ? (void *)ctx->strea
 
 int ampc_cuda_ctx_device(const ampc_cuda_ctx *ctx) { return ctx ? ctx->device : -1; }
 
+/* the host waits for ctx's stream, counted (ampc_cuda_counters_get) */
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static cudaError_t ctx_wait(ampc_cuda_ctx *ctx) {
+  const double t0 = mono_s();
+  const cudaError_t e = cudaStreamSynchronize(ctx->stream);
+  ctx->counters.waits++;
+  ctx->counters.wait_s += mono_s() - t0;
+  return e;
+}
+
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out) {
   if (!ctx || !out || slot < 0 || slot >= AMPC_CUDA_SCRATCH_SLOTS)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_cuda_ctx_scratch: bad arguments");
   if (ctx->scratch_bytes[slot] < bytes) {
     CU(cudaSetDevice(ctx->device), "cudaSetDevice");
     if (ctx->scratch[slot]) { /* kernels on the stream may still read the old one */
-      CU(cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize");
+      CU(ctx_wait(ctx), "cudaStreamSynchronize");
       cudaFree(ctx->scratch[slot]);
       ctx->scratch[slot] = NULL, ctx->scratch_bytes[slot] = 0;
     }
@@ -388,21 +403,6 @@ void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr) {
   cudaSetDevice(ctx->device);
   cudaStreamSynchronize(ctx->stream);
   cudaFree(dptr);
-}
-
-/* the host waits for ctx's stream, counted (ampc_cuda_counters_get) */
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static cudaError_t ctx_wait(ampc_cuda_ctx *ctx) {
-  const double t0 = mono_s();
-  const cudaError_t e = cudaStreamSynchronize(ctx->stream);
-  ctx->counters.waits++;
-  ctx->counters.wait_s += mono_s() - t0;
-  return e;
 }
 
 int ampc_cuda_wait(void *stream) {

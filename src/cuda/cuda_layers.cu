@@ -31,8 +31,10 @@ using namespace ampc_cu;
 namespace {
 
 /* scratch slots (cuda_impl.h): 4, 5, 6 the GEMM's widened A, B, C; 7 the
- * layers' FP32 buffers (linear with stats, attention's dP and dS, dq, dk);
- * 11 the FP8 layers' quantized operands */
+ * layers' FP32 buffers (the linear layer's FP32 product with stats or with a
+ * bias into a 16-bit y; attention's FP32 out copy and widened v, its dP, dS,
+ * dq, dk, dv copies and widened q, k, dout); 11 the FP8 layers' quantized
+ * operands; 12 the bias gradient's ones vector */
 enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11, SLOT_ONES = 12 };
 static_assert(SLOT_ONES < AMPC_CUDA_SCRATCH_SLOTS, "the ones slot is a context slot");
 
@@ -40,6 +42,15 @@ __global__ void widen_k(int64_t n, const void *src, int dt, float *dst) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     dst[i] = ld(src, dt, i);
+}
+
+/* dst [rows, cols] (FP32, packed) = src [rows, cols] (dt, row stride ld),
+ * exactly: a view's rows widened without the gaps between them */
+__global__ void widen_rows_k(int64_t rows, int64_t cols, const void *src, int dt, int64_t lds,
+                             float *dst) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cols;
+       e += (int64_t)gridDim.x * blockDim.x)
+    dst[e] = ld(src, dt, (e / cols) * lds + e % cols);
 }
 
 /* dst (dt) = round(src) over a batch of rows x cols matrices (leading
@@ -353,8 +364,12 @@ ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void 
    * goes through the FP32 copy: the GEMM would otherwise widen the laid
    * bias from y into FP32 itself (cuBLASLt's 16-bit epilogue rounds twice),
    * a pass and a 16-bit store more for the same values; the copy is then
-   * not the model's store, and is counted when rounded into y */
-  const bool via32 = stats || (b && ydt != AMPC_F32 && acc == AMPC_ACC_F32);
+   * not the model's store, and is counted when rounded into y. Not where
+   * the FP32 C would move the product to other kernels: x and w of one
+   * 16-bit dtype and y of the other run widened on FP32 GEMMs (the mixed
+   * path), and would run on Tensor Cores into an FP32 C */
+  const bool via32 = stats || (b && ydt != AMPC_F32 && acc == AMPC_ACC_F32 &&
+                               (direct_ok(xdt, wdt, ydt) || xdt != wdt));
   const ampc_dtype cdt = via32 ? AMPC_F32 : ydt;
   void *c = y;
   if (via32)
@@ -753,14 +768,16 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   AMPC_TRY(ampc_cuda_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs,
                                      pdt, NULL));
   /* out = P v, heads side by side. FP32 probabilities against 16-bit
-   * values (a mixed product: the values widened, exactly, for FP32 GEMMs):
-   * v widened once for all heads, not once per head, and a 16-bit out
-   * written through an FP32 copy rounded once (counted there, as the CPU's
-   * GEMM counts its stores); with stats always through an FP32 copy */
-  const bool pv_mixed = pdt == AMPC_F32 && xdt != AMPC_F32;
+   * values with FP32 sums (a mixed product: the values widened, exactly,
+   * for FP32 GEMMs): v widened once for all heads (the per-head GEMM call
+   * would widen its span once per head), and a 16-bit out written through
+   * an FP32 copy rounded once (counted there, as the CPU's GEMM counts its
+   * stores); with stats always through an FP32 copy. FP16 accumulation:
+   * the per-head calls as they are. */
+  const int64_t dm = h * dh;
+  const bool pv_mixed = pdt == AMPC_F32 && xdt != AMPC_F32 && acc == AMPC_ACC_F32;
   const bool via32 = stats || (pv_mixed && odt != AMPC_F32);
-  const int64_t n_out = pad_f32(b * tq * h * dh);
-  const int64_t n_v = pv_mixed ? span(b * tk, h * dh, ldv, 0, 1) : 0;
+  const int64_t n_out = via32 ? pad_f32(b * tq * dm) : 0, n_v = pv_mixed ? b * tk * dm : 0;
   float *f32 = NULL;
   if (via32 || pv_mixed) {
     void *p = NULL;
@@ -769,23 +786,24 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   }
   const void *vop = v;
   ampc_dtype vdt = xdt;
-  if (pv_mixed) {
-    widen_k<<<grid_for(n_v), THREADS, 0, strm>>>(n_v, v, xdt, f32 + n_out);
+  int64_t ldvo = ldv;
+  if (pv_mixed) { /* v32 [b*tk, dm] */
+    widen_rows_k<<<grid_for(n_v), THREADS, 0, strm>>>(b * tk, dm, v, xdt, ldv, f32 + n_out);
     AMPC_TRY(ampc_cu_launched(fn));
-    vop = f32 + n_out, vdt = AMPC_F32;
+    vop = f32 + n_out, vdt = AMPC_F32, ldvo = dm;
   }
   void *dst = via32 ? static_cast<void *>(f32) : out;
   const ampc_dtype ddt = via32 ? AMPC_F32 : odt;
-  const int64_t ldd = via32 ? h * dh : ldo;
+  const int64_t ldd = via32 ? dm : ldo;
   const size_t ds = ampc_dtype_size(ddt), vs = ampc_dtype_size(vdt);
   /* without stats the FP32 copy is not the model's store: counted when rounded */
   ampc_tally *const was = via32 && !stats ? ampc_tally_bind(NULL) : NULL;
   ampc_status st = AMPC_OK;
   for (int64_t hi = 0; hi < h && st == AMPC_OK; hi++)
-    st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f,
-                                        (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
-                                        (const char *)vop + hi * dh * vs, vdt, ldv, tk * ldv, 0.0f,
-                                        (char *)dst + hi * dh * ds, ddt, ldd, tq * ldd, b, acc);
+    st = ampc_cuda_gemm_strided_batched(
+        AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
+        (const char *)vop + hi * dh * vs, vdt, ldvo, tk * ldvo, 0.0f, (char *)dst + hi * dh * ds,
+        ddt, ldd, tq * ldd, b, acc);
   if (via32 && !stats)
     (void)ampc_tally_bind(was);
   AMPC_TRY(st);
@@ -793,8 +811,8 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
     return AMPC_OK;
   dev_stats *dstats = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dstats));
-  round_k<<<grid_for(b * tq * h * dh), THREADS, 0, strm>>>(
-      1, b * tq, h * dh, static_cast<const float *>(dst), ldd, 0, out, odt, ldo, 0, dstats);
+  round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(
+      1, b * tq, dm, static_cast<const float *>(dst), ldd, 0, out, odt, ldo, 0, dstats);
   AMPC_TRY(ampc_cu_launched(fn));
   return ampc_cu_stats_end(strm, dstats, stats);
 }
@@ -831,35 +849,41 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   CU_BEGIN(fn);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk, dm = h * dh;
-  /* The mixed products (FP32 dS against 16-bit q and k; FP32 P against a
-   * 16-bit dout) take their 16-bit operand widened, exactly, into FP32:
-   * each is widened once here for all heads (the per-head GEMM call would
-   * widen its whole span once per head). dq, dk and a dv of such a product
-   * are summed per head into FP32 copies and rounded once each at the end
-   * (counted there; the CPU's GEMM writes them straight into dq, dk, dv).
+  /* The mixed products with FP32 sums (FP32 dS against 16-bit q and k;
+   * FP32 P against a 16-bit dout) take their 16-bit operand widened,
+   * exactly, into FP32: each widened once here for all heads, packed (the
+   * per-head GEMM call would widen its whole span once per head). A dv of
+   * such a product is summed per head into an FP32 copy and rounded once at
+   * the end, as dq and dk always are (counted there; the CPU's GEMM writes
+   * them straight into dq, dk, dv). FP16 accumulation: per head as before.
    * FP32 buffers in slot SLOT_L: dP, dS [b, h, tq, tk]; dq32 [b*tq, dm];
-   * dk32, dv32 [b*tk, dm]; then the widened q, k, dout spans. */
-  const bool qk_mixed = xdt != AMPC_F32, dv_mixed = pdt == AMPC_F32 && gdt != AMPC_F32;
-  const int64_t n_s = pad_f32(b * h * ss), n_q = pad_f32(b * tq * dm), n_k = pad_f32(b * tk * dm);
-  const int64_t w_q = qk_mixed ? pad_f32(span(b * tq, dm, ldq, 0, 1)) : 0;
-  const int64_t w_k = qk_mixed ? pad_f32(span(b * tk, dm, ldk, 0, 1)) : 0;
-  const int64_t w_do = dv_mixed ? pad_f32(span(b * tq, dm, lddo, 0, 1)) : 0;
-  const int64_t nf = 2 * n_s + n_q + n_k + (dv_mixed ? n_k : 0) + w_q + w_k + w_do;
+   * dk32 [b*tk, dm]; then, when used, dv32 [b*tk, dm] and the widened q32
+   * [b*tq, dm], k32 [b*tk, dm], do32 [b*tq, dm]. */
+  const bool f32acc = acc == AMPC_ACC_F32;
+  const bool qk_mixed = f32acc && xdt != AMPC_F32;
+  const bool dv_mixed = f32acc && pdt == AMPC_F32 && gdt != AMPC_F32;
+  const int64_t n_old = 2 * b * h * ss + b * tq * dm + b * tk * dm;
+  const int64_t n_dv = dv_mixed ? b * tk * dm : 0, n_q = qk_mixed ? b * tq * dm : 0;
+  const int64_t n_k = qk_mixed ? b * tk * dm : 0, n_do = dv_mixed ? b * tq * dm : 0;
+  const int64_t o_dv = pad_f32(n_old), o_q = o_dv + pad_f32(n_dv), o_k = o_q + pad_f32(n_q),
+                o_do = o_k + pad_f32(n_k);
+  const int64_t nf = n_dv + n_q + n_k + n_do ? o_do + n_do : n_old;
   void *sp = NULL;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp));
-  float *dp = static_cast<float *>(sp), *dsm = dp + n_s, *dq32 = dsm + n_s, *dk32 = dq32 + n_q;
-  float *dv32 = dv_mixed ? dk32 + n_k : NULL;
-  float *q32 = dk32 + n_k + (dv_mixed ? n_k : 0), *k32 = q32 + w_q, *do32 = k32 + w_k;
+  float *dp = static_cast<float *>(sp), *dsm = dp + b * h * ss, *dq32 = dsm + b * h * ss,
+        *dk32 = dq32 + b * tq * dm;
+  float *dv32 = dp + o_dv, *q32 = dp + o_q, *k32 = dp + o_k, *do32 = dp + o_do;
   const void *qop = q, *kop = k, *doop = dout;
   ampc_dtype qkdt = xdt, dodt = gdt;
+  int64_t ldqo = ldq, ldko = ldk, lddoo = lddo;
   if (qk_mixed) {
-    widen_k<<<grid_for(w_q), THREADS, 0, strm>>>(span(b * tq, dm, ldq, 0, 1), q, xdt, q32);
-    widen_k<<<grid_for(w_k), THREADS, 0, strm>>>(span(b * tk, dm, ldk, 0, 1), k, xdt, k32);
-    qop = q32, kop = k32, qkdt = AMPC_F32;
+    widen_rows_k<<<grid_for(n_q), THREADS, 0, strm>>>(b * tq, dm, q, xdt, ldq, q32);
+    widen_rows_k<<<grid_for(n_k), THREADS, 0, strm>>>(b * tk, dm, k, xdt, ldk, k32);
+    qop = q32, kop = k32, qkdt = AMPC_F32, ldqo = dm, ldko = dm;
   }
   if (dv_mixed) {
-    widen_k<<<grid_for(w_do), THREADS, 0, strm>>>(span(b * tq, dm, lddo, 0, 1), dout, gdt, do32);
-    doop = do32, dodt = AMPC_F32;
+    widen_rows_k<<<grid_for(n_do), THREADS, 0, strm>>>(b * tq, dm, dout, gdt, lddo, do32);
+    doop = do32, dodt = AMPC_F32, lddoo = dm;
   }
   AMPC_TRY(ampc_cu_launched(fn));
   const size_t xs = ampc_dtype_size(xdt), gs = ampc_dtype_size(gdt), ps = ampc_dtype_size(pdt);
@@ -876,19 +900,19 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
     ampc_tally *const was = ampc_tally_bind(NULL);
     ampc_status st = ampc_cuda_gemm_strided_batched(
         AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss, AMPC_F32, tk, h * ss,
-        (const char *)kop + hi * dh * qks, qkdt, ldk, tk * ldk, 0.0f, dq32 + hi * dh, AMPC_F32, dm,
-        tq * dm, b, acc);
+        (const char *)kop + hi * dh * qks, qkdt, ldko, tk * ldko, 0.0f, dq32 + hi * dh, AMPC_F32,
+        dm, tq * dm, b, acc);
     if (st == AMPC_OK)
       st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm + hi * ss,
                                           AMPC_F32, tk, h * ss, (const char *)qop + hi * dh * qks,
-                                          qkdt, ldq, tq * ldq, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
+                                          qkdt, ldqo, tq * ldqo, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
                                           tk * dm, b, acc);
     /* dv = P^T dout: into dv32 when mixed (rounded below), else into dv */
     if (st == AMPC_OK && dv_mixed)
-      st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f,
-                                          (const char *)probs + hi * ss * ps, pdt, tk, h * ss,
-                                          (const char *)doop + hi * dh * dos, dodt, lddo, tq * lddo,
-                                          0.0f, dv32 + hi * dh, AMPC_F32, dm, tk * dm, b, acc);
+      st = ampc_cuda_gemm_strided_batched(
+          AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk,
+          h * ss, (const char *)doop + hi * dh * dos, dodt, lddoo, tq * lddoo, 0.0f, dv32 + hi * dh,
+          AMPC_F32, dm, tk * dm, b, acc);
     (void)ampc_tally_bind(was);
     AMPC_TRY(st);
     if (!dv_mixed)
