@@ -123,9 +123,11 @@ typedef struct plan_key {
   int64_t compute, align_a, align_b, align_d, align_bias;
   int64_t has_bias, has_scale_a, has_scale_b, has_scale_d, has_amax;
 } plan_key;
+_Static_assert(sizeof(plan_key) % sizeof(int64_t) == 0, "key_hash reads the key as int64 words");
 
 typedef struct plan_entry {
   int used;
+  uint64_t hash; /* key_hash(&key): compared before the key itself */
   plan_key key;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc, ld;
@@ -706,10 +708,22 @@ static ampc_status entry_build(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, cons
   return AMPC_OK;
 }
 
+/* FNV-1a over the key's 64-bit fields: the lookup compares one word per
+ * cached plan, not up to the whole key (a step makes ~700 lookups) */
+static uint64_t key_hash(const plan_key *k) {
+  const int64_t *f = (const int64_t *)k;
+  uint64_t h = 1469598103934665603u;
+  for (size_t i = 0; i < sizeof *k / sizeof *f; i++)
+    h = (h ^ (uint64_t)f[i]) * 1099511628211u;
+  return h;
+}
+
 static ampc_status find_entry(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, plan_entry **out) {
   const plan_key key = make_key(p);
+  const uint64_t hash = key_hash(&key);
   for (int i = 0; i < CACHE_SIZE; i++)
-    if (ctx->cache[i].used && memcmp(&ctx->cache[i].key, &key, sizeof key) == 0) {
+    if (ctx->cache[i].used && ctx->cache[i].hash == hash &&
+        memcmp(&ctx->cache[i].key, &key, sizeof key) == 0) {
       *out = &ctx->cache[i];
       return AMPC_OK;
     }
@@ -726,6 +740,7 @@ static ampc_status find_entry(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, plan_
   const int own_amax = p->amax_d && !is_fp8(p->d_dt);
   ampc_status st = entry_build(ctx, p, &key, p->amax_d && !own_amax, e);
   e->own_amax = own_amax;
+  e->hash = hash;
   if (st != AMPC_OK) {
     entry_free(e);
     return st;
