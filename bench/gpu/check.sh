@@ -212,7 +212,7 @@ if [ "$what" != tests ]; then
   part gpu_train 120 sh -c "./$B/gpu_train --steps 10 --warmup 3 >'$R/ampc_train.jsonl'"
   : >"$R/torch_train.jsonl"
   # one process per batch size (one torch import and CUDA start each)
-  part torch_train_base 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp32,bf16,fp16 --batch 64 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
+  part torch_train_base 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp32,bf16,fp16 --batch 64 --steps 10 --warmup 3 --saved-bytes >>'$R/torch_train.jsonl'"
   part torch_train_small 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-tiny,vit-ref --mode fp32,bf16,fp16 --batch 128 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
   python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" >"$R/train_table.md" 2>&1
   cat "$R/train_table.md"

@@ -14,7 +14,9 @@ milliseconds: a step whose waits are a small part of it is bound by the host
 issuing kernels), and the
 issue's three ratios: ampc 16-mixed against its own 32-true (goal >= 3x),
 ampc 16-mixed step time over torch autocast fp16's (goal <= 0.7), ampc's
-activation bytes at 16-mixed over 32-true (goal <= 0.55). With CURVES_JSONL
+activation bytes at 16-mixed over 32-true (goal <= 0.55; beside it PyTorch's
+where torch_step.py ran with --saved-bytes: what autograd saved in one
+forward under fp16 autocast over fp32). With CURVES_JSONL
 (gpu_train --curve): the largest loss difference between the GPU and the CPU
 over the steps beside the CPU's seed-to-seed spread, per preset.
 """
@@ -75,6 +77,11 @@ def main(argv):
               if a16 and t16 else "-")
         act = (f"{a16['activation_bytes'] / a32['activation_bytes']:.3f}"
                if a32 and a16 else "-")
+        t32 = t.get((m, "torch-fp32"))
+        if (t16 and t32 and t16.get("saved_activation_bytes") and
+                t32.get("saved_activation_bytes")):  # torch_step.py --saved-bytes
+            act += (f" (PyTorch's saved tensors, fp16 autocast / fp32: "
+                    f"{t16['saved_activation_bytes'] / t32['saved_activation_bytes']:.3f})")
         print(f"| {m} | {sp} | {vs} | {act} |")
     curves = load(argv[3]) if len(argv) == 4 else []
     if curves:

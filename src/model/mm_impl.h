@@ -23,7 +23,8 @@ typedef struct { /* parameter indices of one block */
 
 enum { SITES_PER_BLOCK = 6 };
 
-typedef struct { /* saved activations of one block */
+typedef struct { /* saved activations of one block (y and c.scores: the
+                  * forward's transients, one buffer shared by every block) */
   void *ln1, *y, *x1, *ln2, *h, *g, *out;
   float *mean1, *rstd1, *mean2, *rstd2;
   ampc_mha_cache c;
@@ -65,6 +66,10 @@ struct ampc_mmodel {
   int32_t *mtok, *mlm_pos, *mlm_tgt, *mlm_pred;
   void *mrows, *mlog;
   int64_t n_masked;
+  /* the blocks' forward-only buffers (after the activations): the
+   * attention scores before the softmax and the MHA / MLP outputs before
+   * their residual adds, which no backward pass reads */
+  void *fwd_scores, *fwd_y;
   /* gradient workspaces */
   void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
   void *dmlog, *dmrows; /* MLM: the logits' and the gathered rows' gradients */

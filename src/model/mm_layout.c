@@ -117,7 +117,6 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
       blk_a *a = &groups[g].a[i];
       const int64_t rq = groups[g].b * groups[g].tq, rk = groups[g].b * groups[g].tk;
       TAKE(a->ln1, rq * D, as);
-      TAKE(a->y, rq * D, as);
       TAKE(a->x1, rq * D, ss);
       TAKE(a->ln2, rq * D, as);
       TAKE(a->h, rq * MLP, as);
@@ -131,7 +130,6 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
       TAKE(a->c.k, rk * D, as);
       TAKE(a->c.v, rk * D, as);
       TAKE(a->c.o, rq * D, as);
-      TAKE(a->c.scores, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
       TAKE(a->c.probs, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
     }
   }
@@ -182,7 +180,23 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
     TAKE(M->d_labels, B, sizeof(int32_t));
     TAKE(M->d_scalar, 16, 1);
   }
-  A->act_end = A->used; /* what follows are gradient workspaces */
+  A->act_end = A->used; /* what follows are workspaces */
+  /* the blocks' forward-only buffers, one for all blocks (the blocks run one
+   * after another): the pre-softmax scores (the backward pass reads the
+   * probabilities) and the MHA / MLP outputs y (read by the residual add
+   * only), sized for the largest group */
+  int64_t n_sc = 0, n_y = 0;
+  for (int g = 0; g < 3; g++)
+    if (groups[g].depth > 0) {
+      const int64_t sc = groups[g].b * H * groups[g].tq * groups[g].tk;
+      const int64_t y = groups[g].b * groups[g].tq * D;
+      n_sc = sc > n_sc ? sc : n_sc, n_y = y > n_y ? y : n_y;
+    }
+  TAKE(M->fwd_scores, n_sc, ps);
+  TAKE(M->fwd_y, n_y, as);
+  for (int g = 0; g < 3; g++)
+    for (int64_t i = 0; i < groups[g].depth; i++)
+      groups[g].a[i].c.scores = M->fwd_scores, groups[g].a[i].y = M->fwd_y;
   int64_t R = B * NV;
   if (BF * TT > R)
     R = BF * TT;

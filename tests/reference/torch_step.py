@@ -23,7 +23,11 @@ bundled emoji data: 32x32x3 images, captions of 24 tokens, vocab 3840, 9
 groups; vit-ref gets 10 classes as ampc's bench): speed does not depend on the
 values. --dump FILE writes the first step's activations, activation
 gradients and parameter gradients (tools/python/ampc_dump.py) for `ampc
-inspect`. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
+inspect`. --saved-bytes adds saved_activation_bytes (what autograd keeps
+for the backward pass of one forward, counted once per storage, parameters
+not counted) and saved_weight_cast_bytes (autocast's 16-bit weight copies
+that linear saves), from one untimed forward before the steps: the
+activation memory of issue 17's goal, PyTorch's side. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
 2,113,931; mm-base 59,050,507) and exits non-zero when they differ from
 ampc's; with --ampc PATH it also asks that binary (`ampc memory --model M
 --json`) instead of trusting the numbers written here.
@@ -205,6 +209,68 @@ def no_decay(name, p):
     return p.ndim <= 1 or any(k in name for k in ("pos_embed", "token_embed", "cls_token"))
 
 
+VIEW_OR_CAST = {"ToCopyBackward0", "SplitBackward0", "SplitWithSizesBackward0",
+                "UnbindBackward0", "SliceBackward0", "SelectBackward0", "ViewBackward0",
+                "UnsafeViewBackward0", "ReshapeAliasBackward0", "TBackward0",
+                "TransposeBackward0", "PermuteBackward0", "ExpandBackward0",
+                "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1",
+                "AsStridedBackward0", "CloneBackward0"}
+
+
+def from_parameter(t):
+    """t is a copy or view of a parameter (autocast's cast of a weight, a
+    chunk of it): its autograd history is only casts and views back to a
+    leaf's AccumulateGrad"""
+    fn = t.grad_fn
+    for _ in range(8):
+        if fn is None:
+            return False
+        if type(fn).__name__ == "AccumulateGrad":
+            return True
+        if type(fn).__name__ not in VIEW_OR_CAST:
+            return False
+        nxt = [f for f, _ in fn.next_functions if f is not None]
+        if len(nxt) != 1:
+            return False
+        fn = nxt[0]
+    return False
+
+
+def saved_bytes(model, images, tokens, labels, mode, device):
+    """What autograd keeps for the backward pass of one forward (the
+    activation memory): every tensor the forward saves, through
+    torch.autograd.graph.saved_tensors_hooks, counted once per storage (views
+    share one). Parameters themselves are not counted; a saved copy or view
+    of a parameter (autocast's 16-bit cast of a weight, which linear saves;
+    nn.MultiheadAttention's chunks of its cast in_proj_weight: from_parameter)
+    is counted apart as a weight cast. Returns (activation bytes, weight cast
+    bytes)."""
+    params = {p.data_ptr() for p in model.parameters()}
+    seen, act, cast = set(), 0, 0
+
+    def pack(t):
+        nonlocal act, cast
+        st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+        key = st.data_ptr()
+        if key not in seen and key not in params:
+            seen.add(key)
+            if from_parameter(t):
+                cast += st.nbytes()
+            else:
+                act += st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if mode in ("bf16", "fp16"):
+            dt = torch.bfloat16 if mode == "bf16" else torch.float16
+            with torch.autocast(device, dtype=dt):
+                loss = model(images, tokens, labels)
+        else:
+            loss = model(images, tokens, labels)
+    del loss
+    return act, cast
+
+
 def run(a, name, mode):
     """one model in one mode: warmup + steps training steps; the JSON object"""
     torch.manual_seed(0)
@@ -235,6 +301,8 @@ def run(a, name, mode):
     if mode == "fp16":  # torch.amp.GradScaler("cuda") where it exists (torch >= 2.3)
         scaler = (torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler")
                   else torch.cuda.amp.GradScaler())
+    saved = saved_bytes(model, images, tokens, labels, mode, a.device) if a.saved_bytes else None
+    model.zero_grad(set_to_none=True)
     step_model = torch.compile(model) if a.compile else model
     if a.device == "cuda":
         torch.cuda.empty_cache()
@@ -285,6 +353,8 @@ def run(a, name, mode):
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
            "ms_steps": ms, "steps": a.steps, "warmup": a.warmup, "dim": c["dim"],
            "parameters": nparams, "final_loss": float(loss), "torch": torch.__version__}
+    if saved:
+        out["saved_activation_bytes"], out["saved_weight_cast_bytes"] = saved
     return out
 
 
@@ -307,6 +377,9 @@ def main(argv):
     ap.add_argument("--dim", type=int, default=0, help="override the width (MLP = 4 dim)")
     ap.add_argument("--check", action="store_true", help="parameter counts only")
     ap.add_argument("--ampc", metavar="PATH", help="with --check: the ampc binary to ask")
+    ap.add_argument("--saved-bytes", action="store_true",
+                    help="first, one untimed forward counting what autograd saves for the "
+                         "backward pass: saved_activation_bytes, saved_weight_cast_bytes")
     ap.add_argument("--dump", metavar="FILE",
                     help="write the first step's activations and gradients to FILE with "
                          "tools/python/ampc_dump.py (for ampc inspect)")
