@@ -235,6 +235,28 @@ flag "Nesterov needs momentum > 0" --optimizer sgd --nesterov --momentum 0
 flag "--log must not name the checkpoint file" --log "$tmp/x.st" --save "$tmp/x.st"
 flag "--threads: expected an integer in [1, 1024], got '0'" --threads 0
 flag "--save-every: expected an integer in [0, 1000000000], got '-1'" --save-every -1
+flag "unknown option --frobnicate" --frobnicate
+flag "--steps needs a value" --steps
+# an input is never an output, however its path is spelt
+cp "$tmp/good.st" "$tmp/in.st"
+expect 2 "--log must not name the checkpoint file ($tmp/./in.st)" \
+  "$ampc" train $mlp --resume "$tmp/in.st" --log "$tmp/./in.st"
+cmp -s "$tmp/good.st" "$tmp/in.st" || die "--log ./in.st changed the checkpoint it resumes"
+cp "$tmp/good.st" "$tmp/set.ampcds"
+expect 2 "--save $tmp/./set.ampcds names the --data file" \
+  "$ampc" train --data "$tmp/set.ampcds" --save "$tmp/./set.ampcds" --steps 1 --quiet
+expect 2 "--log $tmp/set.ampcds names the --data file" \
+  "$ampc" train --data "$tmp/./set.ampcds" --log "$tmp/set.ampcds" --steps 1 --quiet
+cmp -s "$tmp/good.st" "$tmp/set.ampcds" || die "--save/--log over --data changed the dataset"
+expect 2 "--plot $tmp/./in.st names the input file" "$ampc" inspect "$tmp/in.st" --plot "$tmp/./in.st"
+cmp -s "$tmp/good.st" "$tmp/in.st" || die "inspect --plot over its input changed it"
+# a --precision list: every run's flags checked before the first one trains
+rm -f "$tmp"/l.*.jsonl
+flag "(in the run of --precision 16-mixed)" --precision bf16-true,16-mixed \
+  --weight-update stochastic --master-weights off --log "$tmp/l.jsonl"
+[ -e "$tmp/l.bf16-true.jsonl" ] && die "a --precision list trained before checking its last run"
+flag "--precision: 32-true is listed twice" --precision 32-true,32-true
+flag "--precision: at most 8 presets" --precision a,b,c,d,e,f,g,h,i
 expect 2 "batch 100000 is larger than the training split (3458 samples)" \
   "$ampc" train --batch 100000 --steps 1 --quiet
 

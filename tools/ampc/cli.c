@@ -1,13 +1,17 @@
 /*
  * tools/ampc/cli.c: error printing and JSON output shared by the subcommands.
  */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/stat.h>
 
 #include "ampc/data.h"
 
@@ -36,6 +40,41 @@ int cli_runtime_error(const char *cmd, const char *fmt, ...) {
   vreport(cmd, fmt, ap);
   va_end(ap);
   return AMPC_EXIT_ERROR;
+}
+
+/* out = realpath(dirname(p)) + "/" + basename(p); false when the
+ * directory does not resolve */
+static bool canon(const char *p, char *out, size_t cap) {
+  char dir[PATH_MAX], res[PATH_MAX];
+  const char *slash = strrchr(p, '/');
+  const char *base = slash ? slash + 1 : p;
+  if (slash) {
+    const size_t n = slash == p ? 1 : (size_t)(slash - p);
+    if (n >= sizeof dir)
+      return false;
+    memcpy(dir, p, n);
+    dir[n] = '\0';
+  } else {
+    dir[0] = '.', dir[1] = '\0';
+  }
+  if (!realpath(dir, res))
+    return false;
+  return snprintf(out, cap, "%s/%s", res, base) < (int)cap;
+}
+
+bool cli_same_file(const char *a, const char *b) {
+  if (!a || !b)
+    return false;
+  if (!strcmp(a, b))
+    return true;
+  struct stat sa, sb;
+  const bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea && eb)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea || eb) /* one exists, the other not: different files */
+    return false;
+  char ca[PATH_MAX + 256], cb[PATH_MAX + 256];
+  return canon(a, ca, sizeof ca) && canon(b, cb, sizeof cb) && !strcmp(ca, cb);
 }
 
 int cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }

@@ -45,6 +45,13 @@ extern bool cli_quiet_usage;
 int cli_runtime_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
 /* True for "-h" and "--help". */
 int cli_is_help(const char *arg);
+
+/* Whether paths a and b name the same file: the same text, the same file
+ * (device and inode) where both exist, or the same name in the same
+ * directory (directories resolved with realpath) where they do not yet. So
+ * `--log ./c.st` is caught against `--resume c.st`, and an output that is a
+ * hard link or symlink to an input too. NULL: false. */
+bool cli_same_file(const char *a, const char *b);
 /* Print a cJSON object on one line to stdout and free it; AMPC_EXIT_ERROR if
  * it could not be built. */
 struct cJSON;

@@ -330,6 +330,9 @@ static int run(int argc, char **argv) {
   }
   if (!path)
     return cli_usage_error("inspect", "missing FILE (a .safetensors file)");
+  if (plot_path && cli_same_file(plot_path, path))
+    return cli_usage_error("inspect", "--plot %s names the input file: give another name",
+                           plot_path);
 
   ampc_safetensors *f = NULL;
   if (ampc_safetensors_read_ex(path, AMPC_ST_ANY_DTYPE, &f) != AMPC_OK)

@@ -165,6 +165,71 @@ typedef struct {
   const char *value;
 } flag_value;
 
+/* the other flags that take a value (train_parse_args's chain below; keep
+ * in step): a missing value of one of these is "needs a value", of any
+ * other name "unknown option" */
+static const char *const k_value_flags[] = {"lr",
+                                            "weight-decay",
+                                            "beta1",
+                                            "beta2",
+                                            "eps",
+                                            "momentum",
+                                            "min-lr",
+                                            "lr-vision",
+                                            "lr-text",
+                                            "lr-fusion",
+                                            "lr-heads",
+                                            "clip-norm",
+                                            "warmup",
+                                            "schedule",
+                                            "steps",
+                                            "stop-at",
+                                            "batch",
+                                            "micro-batches",
+                                            "loss-multiplier",
+                                            "eval-every",
+                                            "log-every",
+                                            "telemetry-every",
+                                            "save-every",
+                                            "seed",
+                                            "threads",
+                                            "in",
+                                            "hidden",
+                                            "classes",
+                                            "train-size",
+                                            "test-size",
+                                            "separation",
+                                            "log",
+                                            "save",
+                                            "checkpoint",
+                                            "data",
+                                            "hold-out-style",
+                                            "augment-shift",
+                                            "itm-negatives",
+                                            "w-itc",
+                                            "w-itm",
+                                            "w-cls",
+                                            "w-mlm",
+                                            "mlm-prob",
+                                            "resume",
+                                            "on-stall",
+                                            "stall-steps",
+                                            "device",
+                                            "allreduce",
+                                            "model",
+                                            "precision",
+                                            "optimizer"};
+
+static bool takes_value(const char *name) {
+  for (size_t k = 0; k < sizeof k_value_flags / sizeof *k_value_flags; k++)
+    if (!strcmp(name, k_value_flags[k]))
+      return true;
+  for (int k = 0; k < N_AMP_FLAGS; k++)
+    if (!strcmp(name, k_amp_flags[k]))
+      return true;
+  return false;
+}
+
 /* the job's group (one process unless started by mpirun) */
 static ampc_dist *g_dist;
 /* a --precision list under --json: stdout carries only {"runs":[...]} */
@@ -208,6 +273,8 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       continue;
     }
     if (!f.value) {
+      if ((i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) && !takes_value(f.name))
+        return cli_usage_error("train", "unknown option --%s", f.name);
       if (i + 1 >= argc)
         return cli_usage_error("train", "--%s needs a value", f.name);
       if (!strncmp(argv[i + 1], "--", 2)) /* no value is a flag: "--lr --steps 5" */
@@ -433,9 +500,14 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     return cli_usage_error("train", "--batch %lld is not a multiple of --micro-batches %lld",
                            (long long)a->batch, (long long)a->micro_batches);
   /* output paths: distinct, and checked now rather than after the run */
-  if ((a->log && a->save && !strcmp(a->log, a->save)) ||
-      (a->log && a->resume && !strcmp(a->log, a->resume)))
+  if (cli_same_file(a->log, a->save) || cli_same_file(a->log, a->resume))
     return cli_usage_error("train", "--log must not name the checkpoint file (%s)", a->log);
+  /* an input is never overwritten: --data FILE (a prepared dataset; not
+   * the names of the built-in sets, which are no files here) */
+  if (cli_same_file(a->log, a->data) || cli_same_file(a->save, a->data))
+    return cli_usage_error("train", "--%s %s names the --data file",
+                           a->log && cli_same_file(a->log, a->data) ? "log" : "save",
+                           cli_same_file(a->log, a->data) ? a->log : a->save);
   if (a->save && ampc_dist_rank(g_dist) == 0) { /* rank 0 alone writes it */
     struct stat sb;
     char dir[4096];
@@ -737,16 +809,40 @@ static char *with_tag(const char *path, const char *tag) {
   return out;
 }
 
+/* metrics.split.key (key NULL: metrics.split), NaN where absent */
 static double metric(const cJSON *sum, const char *split, const char *key) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(
-      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sum, "metrics"), split),
-      key);
+  const cJSON *m =
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sum, "metrics"), split);
+  if (key)
+    m = cJSON_GetObjectItemCaseSensitive(m, key);
   return cJSON_IsNumber(m) ? m->valuedouble : (double)NAN;
 }
 
 static double field(const cJSON *sum, const char *key) {
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(sum, key);
   return cJSON_IsNumber(m) ? m->valuedouble : (double)NAN;
+}
+
+/* the summary's test accuracy (vit-fm / vit-ref: metrics.test_accuracy; the
+ * MLP: test_accuracy), ms per step (the mean, or wall time over steps) and
+ * activation MiB (the arena, or the MLP's activations + workspace); NaN
+ * where the run has none */
+static double test_acc(const cJSON *s) {
+  const double a = metric(s, "test_accuracy", NULL);
+  return isnan(a) ? field(s, "test_accuracy") : a;
+}
+
+static double ms_per_step(const cJSON *s) {
+  const double m = field(s, "ms_per_step_mean");
+  return isnan(m) ? 1e3 * field(s, "wall_s") / field(s, "steps") : m;
+}
+
+static double act_mib(const cJSON *s) {
+  const double a = field(s, "activation_bytes");
+  if (!isnan(a))
+    return a / 1048576.0;
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, "memory");
+  return (field(m, "activations") + field(m, "workspace")) / 1048576.0;
 }
 
 /* --precision A,B,...: one run per preset (same seed and data), then a
@@ -786,6 +882,41 @@ static int run(int argc, char **argv) {
   return rc;
 }
 
+/* av (argc + 1 entries) = argv with the --precision list at pi replaced by
+ * name, --log/--save/--checkpoint tagged with it (tagged[0], tagged[1]:
+ * the caller frees them) and --json replaced by --quiet (*json set: one
+ * object for the whole list). Non-zero when out of memory. */
+static int list_argv(int argc, char **argv, int pi, const char *name, char **av, char **tagged,
+                     char *pbuf, size_t pcap, bool *json) {
+  for (int i = 0; i < argc; i++) {
+    av[i] = argv[i];
+    if (!strcmp(argv[i], "--json")) {
+      *json = true;
+      av[i] = "--quiet";
+    }
+  }
+  av[argc] = NULL;
+  if (!strncmp(argv[pi], "--precision=", 12)) {
+    snprintf(pbuf, pcap, "--precision=%s", name);
+    av[pi] = pbuf;
+  } else {
+    av[pi] = (char *)name;
+  }
+  for (int i = 1; i + 1 < argc; i++) {
+    if (!strcmp(argv[i], "--log") || !strcmp(argv[i], "--save") ||
+        !strcmp(argv[i], "--checkpoint")) {
+      char *t = with_tag(argv[i + 1], name);
+      if (!t)
+        return 1;
+      const int slot = argv[i][2] == 'l' ? 0 : 1;
+      free(tagged[slot]);
+      tagged[slot] = t;
+      av[i + 1] = t;
+    }
+  }
+  return 0;
+}
+
 static int run_list(int argc, char **argv) {
   int pi = -1;
   const char *list = NULL;
@@ -797,15 +928,23 @@ static int run_list(int argc, char **argv) {
   }
   if (!list || !strchr(list, ','))
     return run_one(argc, argv, NULL);
-  char names[8][32];
+  enum { MAX_LIST = 8 };
+  char names[MAX_LIST][32];
   int n = 0;
-  for (const char *p = list; *p && n < 8;) {
+  for (const char *p = list; *p;) {
     const char *c = strchr(p, ',');
     const size_t len = c ? (size_t)(c - p) : strlen(p);
     if (len == 0 || len >= sizeof names[0])
       return cli_usage_error("train", "--precision: bad list '%s'", list);
+    if (n == MAX_LIST)
+      return cli_usage_error("train", "--precision: at most %d presets in a list ('%s')", MAX_LIST,
+                             list);
     memcpy(names[n], p, len);
-    names[n++][len] = '\0';
+    names[n][len] = '\0';
+    for (int k = 0; k < n; k++)
+      if (!strcmp(names[k], names[n]))
+        return cli_usage_error("train", "--precision: %s is listed twice", names[n]);
+    n++;
     p = c ? c + 1 : p + len;
   }
   for (int k = 0; k < n; k++) { /* every name checked before the first run trains */
@@ -814,39 +953,32 @@ static int run_list(int argc, char **argv) {
       return cli_usage_error("train", "--precision: %s", ampc_last_error());
   }
   char **av = malloc((size_t)(argc + 1) * sizeof *av);
-  cJSON *sums[8] = {NULL};
+  if (!av)
+    return cli_runtime_error("train", "out of memory");
+  cJSON *sums[MAX_LIST] = {NULL};
   char pbuf[64];
   int rc = 0;
   bool json = false;
-  for (int k = 0; k < n && !rc && av; k++) {
+  /* every run's flags checked (the preset's own rules, its tagged paths)
+   * before the first one trains; under mpirun rank 0 alone reports */
+  cli_quiet_usage = ampc_dist_rank(g_dist) != 0;
+  for (int k = 0; k < n && !rc; k++) {
     char *tagged[2] = {NULL, NULL};
-    for (int i = 0; i < argc; i++) {
-      av[i] = argv[i];
-      if (!strcmp(argv[i], "--json")) { /* one JSON object for the whole list, below */
-        json = true;
-        g_json_list = true;
-        av[i] = "--quiet";
-      }
-    }
-    av[argc] = NULL;
-    if (!strncmp(argv[pi], "--precision=", 12)) {
-      snprintf(pbuf, sizeof pbuf, "--precision=%s", names[k]);
-      av[pi] = pbuf;
-    } else {
-      av[pi] = names[k];
-    }
-    for (int i = 1; i + 1 < argc; i++) {
-      if (!strcmp(argv[i], "--log") || !strcmp(argv[i], "--save") ||
-          !strcmp(argv[i], "--checkpoint")) {
-        char *t = with_tag(argv[i + 1], names[k]);
-        if (!t)
-          break;
-        free(tagged[argv[i][2] == 'l' ? 0 : 1]);
-        tagged[argv[i][2] == 'l' ? 0 : 1] = t;
-        av[i + 1] = t;
-      }
-    }
-    rc = run_one(argc, av, &sums[k]);
+    if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
+      rc = cli_runtime_error("train", "out of memory");
+    else if ((rc = train_check_args(argc, av)) != 0 && !cli_quiet_usage)
+      fprintf(stderr, "ampc train: (in the run of --precision %s)\n", names[k]);
+    free(tagged[0]);
+    free(tagged[1]);
+  }
+  cli_quiet_usage = false;
+  g_json_list = json;
+  for (int k = 0; k < n && !rc; k++) {
+    char *tagged[2] = {NULL, NULL};
+    if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
+      rc = cli_runtime_error("train", "out of memory");
+    else
+      rc = run_one(argc, av, &sums[k]);
     free(tagged[0]);
     free(tagged[1]);
   }
@@ -859,6 +991,17 @@ static int run_list(int argc, char **argv) {
       sums[k] = NULL;
     }
     rc = cli_print_json("train", o);
+  } else if (!rc && n > 0 && sums[n - 1] && isnan(metric(sums[0], "new_style", "i2t_r1"))) {
+    /* no retrieval (vit-fm, vit-ref, the MLP): the test accuracy */
+    printf("\nside by side (same seed, data and steps):\n");
+    printf("%-11s %9s %8s %9s %9s %10s\n", "precision", "loss", "skipped", "test acc", "ms/step",
+           "act MiB");
+    for (int k = 0; k < n; k++) {
+      const cJSON *s = sums[k];
+      if (s)
+        printf("%-11s %9.4f %8.0f %9.4f %9.2f %10.2f\n", names[k], field(s, "final_train_loss"),
+               field(s, "skipped_steps"), test_acc(s), ms_per_step(s), act_mib(s));
+    }
   } else if (!rc && n > 0 && sums[n - 1]) {
     printf("\nside by side (same seed, data and steps):\n");
     printf("%-11s %9s %8s %11s %11s %11s %11s %9s %9s %10s\n", "precision", "loss", "skipped",
