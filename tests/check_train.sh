@@ -66,7 +66,7 @@ expect 2 --optimizer lion
 expect 2 --min-scale 10 --max-scale 1
 expect 2 --steps
 grep -q -- "--steps" "$tmp/err" || die "missing value message does not name --steps"
-expect 1 --log /nonexistent/dir/log.jsonl
+expect 2 --log /nonexistent/dir/log.jsonl
 grep -q "/nonexistent/dir/log.jsonl" "$tmp/err" || die "log error does not name the file"
 expect 1 --resume "$tmp/missing.st"
 printf 'garbage' >"$tmp/bad.st"

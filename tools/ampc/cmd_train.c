@@ -235,6 +235,29 @@ static ampc_dist *g_dist;
 /* a --precision list under --json: stdout carries only {"runs":[...]} */
 static bool g_json_list;
 
+/* an output path (NULL: none) that can be written, checked before the run
+ * rather than after it: in a directory that exists, and not a directory
+ * (regular: nor any other non-regular file; a log may be a device or FIFO,
+ * /dev/stdout) */
+static int check_out_path(const char *flag, const char *path, bool regular) {
+  if (!path)
+    return 0;
+  struct stat sb;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    slash == dir ? (void)(slash[1] = '\0') : (void)(*slash = '\0');
+  else
+    snprintf(dir, sizeof dir, ".");
+  if (!path[0] || (stat(path, &sb) == 0 && (regular ? !S_ISREG(sb.st_mode) : S_ISDIR(sb.st_mode))))
+    return cli_usage_error("train", "%s %s: not a %s path", flag, path,
+                           regular ? "regular file" : "file");
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return cli_usage_error("train", "%s %s: directory %s does not exist", flag, path, dir);
+  return 0;
+}
+
 int train_parse_args(int argc, char **argv, train_args *a) {
   memset(a, 0, sizeof *a);
   const char *precision = "16-mixed", *optimizer = "adamw";
@@ -508,19 +531,13 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     return cli_usage_error("train", "--%s %s names the --data file",
                            a->log && cli_same_file(a->log, a->data) ? "log" : "save",
                            cli_same_file(a->log, a->data) ? a->log : a->save);
-  if (a->save && ampc_dist_rank(g_dist) == 0) { /* rank 0 alone writes it */
-    struct stat sb;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", a->save);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-      slash == dir ? (void)(slash[1] = '\0') : (void)(*slash = '\0');
-    else
-      snprintf(dir, sizeof dir, ".");
-    if (!a->save[0] || (stat(a->save, &sb) == 0 && !S_ISREG(sb.st_mode)))
-      return cli_usage_error("train", "--save %s: not a regular file path", a->save);
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-      return cli_usage_error("train", "--save %s: directory %s does not exist", a->save, dir);
+  /* rank 0 alone writes them */
+  if (ampc_dist_rank(g_dist) == 0) {
+    int rc = check_out_path("--save", a->save, true);
+    if (!rc)
+      rc = check_out_path("--log", a->log, false);
+    if (rc)
+      return rc;
   }
   if (!(a->w_itc >= 0.0f && a->w_itm >= 0.0f && a->w_cls >= 0.0f && a->w_mlm >= 0.0f))
     return cli_usage_error("train", "--w-itc/--w-itm/--w-cls/--w-mlm must be >= 0");
