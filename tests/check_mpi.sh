@@ -203,6 +203,13 @@ grep -q "MPI_ABORT" "$tmp/st.out" && die "a stall on 2 ranks went through MPI_Ab
 [ "$(grep -c 'the run stalled at step' "$tmp/st.out")" -eq 1 ] || die "a stall on 2 ranks: not reported once"
 mpi 2 "$ampc" train --allreduce bogus >"$tmp/u.out" 2>&1 && die "--allreduce bogus: exit 0"
 [ "$(grep -c "expected f32 or working" "$tmp/u.out")" -eq 1 ] || die "a usage error on 2 ranks: not printed once"
+# a check that rank 0 alone makes (the paths it writes): every rank stops
+# with its exit code, none waits in the run (timeout: a hang fails the case)
+timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$ampc" train $common \
+  --model mlp --log "$tmp/no/such/dir/l.jsonl" >"$tmp/p.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || die "--log in a missing directory on 2 ranks: exit $rc, expected 2 (124: a hang)"
+[ "$(grep -c "does not exist" "$tmp/p.out")" -eq 1 ] || die "--log in a missing directory on 2 ranks: not printed once"
 
 [ $fail -eq 0 ] && echo "check_mpi: all cases passed"
 exit $fail

@@ -527,7 +527,9 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     return cli_usage_error("train", "--log must not name the checkpoint file (%s)", a->log);
   /* an input is never overwritten: --data FILE (a prepared dataset; not
    * the names of the built-in sets, which are no files here) */
-  if (cli_same_file(a->log, a->data) || cli_same_file(a->save, a->data))
+  const bool data_file = strcmp(a->data, "emoji") != 0 && strcmp(a->data, "fashion-mnist") != 0 &&
+                         strncmp(a->data, "fashion-mnist:", 14) != 0;
+  if (data_file && (cli_same_file(a->log, a->data) || cli_same_file(a->save, a->data)))
     return cli_usage_error("train", "--%s %s names the --data file",
                            a->log && cli_same_file(a->log, a->data) ? "log" : "save",
                            cli_same_file(a->log, a->data) ? a->log : a->save);
@@ -622,7 +624,11 @@ static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
   } else if (!pr->A->quiet && (info->iteration % pr->every == 0 || info->iteration == p->end)) {
     fprintf(pr->out, "step %lld/%lld  loss %.4f", (long long)info->iteration,
             (long long)pr->A->steps, (double)p->losses->total);
-    if (p->losses->n_parts >= 3) /* the multimodal terms */
+    const bool image_only = p->losses->n_parts >= 3 && p->losses->part[0] == 0.0f &&
+                            p->losses->part[1] == 0.0f; /* vit-fm, vit-ref: no ITC/ITM */
+    if (image_only)
+      fprintf(pr->out, " (cls %.4f", (double)p->losses->part[2]);
+    else if (p->losses->n_parts >= 3) /* the multimodal terms */
       fprintf(pr->out, " (itc %.4f itm %.4f cls %.4f", (double)p->losses->part[0],
               (double)p->losses->part[1], (double)p->losses->part[2]);
     if (p->losses->n_parts >= 7)
@@ -878,8 +884,18 @@ static int run(int argc, char **argv) {
     list = list || (!strcmp(argv[i], "--precision") && i + 1 < argc && strchr(argv[i + 1], ',')) ||
            (!strncmp(argv[i], "--precision=", 12) && strchr(argv[i], ','));
   cli_quiet_usage = ampc_dist_rank(g_dist) != 0;
-  const int check = list ? AMPC_EXIT_OK : train_check_args(argc, argv);
+  int check = list ? AMPC_EXIT_OK : train_check_args(argc, argv);
   cli_quiet_usage = false;
+  /* some checks run on rank 0 alone (the output paths it writes): every
+   * rank learns the worst result, so none goes on alone into the run */
+  const ampc_comm *cm = ampc_dist_comm(g_dist);
+  if (cm && cm->size > 1) {
+    double worst = check;
+    if (cm->max_f64(cm->user, &worst, 1) != AMPC_OK)
+      check = cli_runtime_error("train", "%s", ampc_last_error());
+    else if (check == AMPC_EXIT_OK)
+      check = (int)worst;
+  }
   if (check != AMPC_EXIT_OK) {
     ampc_dist_finalize(g_dist); /* every rank stops here: nobody waits */
     g_dist = NULL;
@@ -905,6 +921,8 @@ static int run(int argc, char **argv) {
  * object for the whole list). Non-zero when out of memory. */
 static int list_argv(int argc, char **argv, int pi, const char *name, char **av, char **tagged,
                      char *pbuf, size_t pcap, bool *json) {
+  /* tagged [argc]: the tagged copy of argv[i], NULL elsewhere (a flag may
+   * be given twice: each copy lives until the caller frees them all) */
   for (int i = 0; i < argc; i++) {
     av[i] = argv[i];
     if (!strcmp(argv[i], "--json")) {
@@ -925,13 +943,17 @@ static int list_argv(int argc, char **argv, int pi, const char *name, char **av,
       char *t = with_tag(argv[i + 1], name);
       if (!t)
         return 1;
-      const int slot = argv[i][2] == 'l' ? 0 : 1;
-      free(tagged[slot]);
-      tagged[slot] = t;
+      free(tagged[i + 1]);
+      tagged[i + 1] = t;
       av[i + 1] = t;
     }
   }
   return 0;
+}
+
+static void free_tagged(char **tagged, int argc) {
+  for (int i = 0; i <= argc; i++)
+    free(tagged[i]), tagged[i] = NULL;
 }
 
 static int run_list(int argc, char **argv) {
@@ -970,8 +992,11 @@ static int run_list(int argc, char **argv) {
       return cli_usage_error("train", "--precision: %s", ampc_last_error());
   }
   char **av = malloc((size_t)(argc + 1) * sizeof *av);
-  if (!av)
+  char **tagged = calloc((size_t)argc + 1, sizeof *tagged);
+  if (!av || !tagged) {
+    free(av), free(tagged);
     return cli_runtime_error("train", "out of memory");
+  }
   cJSON *sums[MAX_LIST] = {NULL};
   char pbuf[64];
   int rc = 0;
@@ -980,26 +1005,22 @@ static int run_list(int argc, char **argv) {
    * before the first one trains; under mpirun rank 0 alone reports */
   cli_quiet_usage = ampc_dist_rank(g_dist) != 0;
   for (int k = 0; k < n && !rc; k++) {
-    char *tagged[2] = {NULL, NULL};
     if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
       rc = cli_runtime_error("train", "out of memory");
     else if ((rc = train_check_args(argc, av)) != 0 && !cli_quiet_usage)
       fprintf(stderr, "ampc train: (in the run of --precision %s)\n", names[k]);
-    free(tagged[0]);
-    free(tagged[1]);
+    free_tagged(tagged, argc);
   }
   cli_quiet_usage = false;
   g_json_list = json;
   for (int k = 0; k < n && !rc; k++) {
-    char *tagged[2] = {NULL, NULL};
     if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
       rc = cli_runtime_error("train", "out of memory");
     else
       rc = run_one(argc, av, &sums[k]);
-    free(tagged[0]);
-    free(tagged[1]);
+    free_tagged(tagged, argc);
   }
-  free(av);
+  free(av), free(tagged);
   if (!rc && json) {
     cJSON *o = cJSON_CreateObject();
     cJSON *runs = cJSON_AddArrayToObject(o, "runs");
