@@ -455,6 +455,13 @@ typedef struct ampc_run_callbacks {
  * (on_stall AMPC_STALL_STOP; it returned AMPC_ERR_NUMERIC). */
 bool ampc_run_stalled(const ampc_run *R);
 
+/* Whether `path` (NULL: none) can be written, checked before a run rather
+ * than after its last step: its directory exists, and it is not a directory
+ * (regular: nor any other non-regular file; a log may be a device or FIFO
+ * such as /dev/stdout). `what` names it in the message ("--save",
+ * "save_path"). Errors: AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_check_out_path(const char *what, const char *path, bool regular);
+
 /* Check rc, build the trainer (ampc_trainer_init with rc->seed) and the model
  * for micro-batches of batch / micro_batches samples, and resume from
  * rc->resume_path. Errors: AMPC_ERR_INVALID_ARG (a bad setting, a batch

@@ -298,9 +298,7 @@ static ampc_status check_data(ampc_run *R) {
   return AMPC_OK;
 }
 
-/* the directory a file will be written in must exist (checked before the run,
- * not after its last step) */
-static ampc_status check_out_dir(const char *what, const char *path) {
+ampc_status ampc_check_out_path(const char *what, const char *path, bool regular) {
   if (!path)
     return AMPC_OK;
   char dir[4096];
@@ -311,8 +309,9 @@ static ampc_status check_out_dir(const char *what, const char *path) {
   else
     snprintf(dir, sizeof dir, ".");
   struct stat sb;
-  if (!path[0] || (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: not a regular file path", what, path);
+  if (!path[0] || (stat(path, &sb) == 0 && (regular ? !S_ISREG(sb.st_mode) : S_ISDIR(sb.st_mode))))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: not a %s path", what, path,
+                     regular ? "regular file" : "file");
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: directory %s does not exist", what, path, dir);
   return AMPC_OK;
@@ -332,8 +331,9 @@ static ampc_status check_config(const ampc_run_config *rc) {
                      (long long)rc->log_every);
   /* only rank 0 writes the checkpoint, so only its file system must have
    * the directory */
-  const ampc_status st =
-      rc->comm && rc->comm->rank != 0 ? AMPC_OK : check_out_dir("save_path", rc->save_path);
+  const ampc_status st = rc->comm && rc->comm->rank != 0
+                             ? AMPC_OK
+                             : ampc_check_out_path("save_path", rc->save_path, true);
   if (st != AMPC_OK)
     return st;
   if ((rc->on_stall != AMPC_STALL_STOP && rc->on_stall != AMPC_STALL_WARN) || rc->stall_steps < 0)

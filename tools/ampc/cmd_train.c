@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -235,27 +234,12 @@ static ampc_dist *g_dist;
 /* a --precision list under --json: stdout carries only {"runs":[...]} */
 static bool g_json_list;
 
-/* an output path (NULL: none) that can be written, checked before the run
- * rather than after it: in a directory that exists, and not a directory
- * (regular: nor any other non-regular file; a log may be a device or FIFO,
- * /dev/stdout) */
+/* an output path (NULL: none) that can be written (ampc_check_out_path),
+ * as a usage error */
 static int check_out_path(const char *flag, const char *path, bool regular) {
-  if (!path)
-    return 0;
-  struct stat sb;
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    slash == dir ? (void)(slash[1] = '\0') : (void)(*slash = '\0');
-  else
-    snprintf(dir, sizeof dir, ".");
-  if (!path[0] || (stat(path, &sb) == 0 && (regular ? !S_ISREG(sb.st_mode) : S_ISDIR(sb.st_mode))))
-    return cli_usage_error("train", "%s %s: not a %s path", flag, path,
-                           regular ? "regular file" : "file");
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return cli_usage_error("train", "%s %s: directory %s does not exist", flag, path, dir);
-  return 0;
+  return ampc_check_out_path(flag, path, regular) == AMPC_OK
+             ? 0
+             : cli_usage_error("train", "%s", ampc_last_error());
 }
 
 int train_parse_args(int argc, char **argv, train_args *a) {
