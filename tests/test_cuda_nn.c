@@ -335,6 +335,35 @@ static void test_elementwise(void) {
       compare(nm, &dx, NULL);
       drop(&x), drop(&b), drop(&y), drop(&dy), drop(&dx);
     }
+  /* GELU and its derivative of every 16-bit value (the GPU reads them from
+   * a table built once per context: every entry against the CPU's method),
+   * into F32 so that nothing rounds them further */
+  for (int ix = 1; ix < 3; ix++) {
+    const ampc_dtype adt = k_dts[ix];
+    enum { N16 = 65536 };
+    uint16_t *bits = malloc(N16 * sizeof *bits);
+    float *ones = malloc(N16 * sizeof *ones);
+    if (!bits || !ones)
+      exit(1);
+    for (int i = 0; i < N16; i++)
+      bits[i] = (uint16_t)i, ones[i] = 1.0f;
+    buf x = raw_buf(bits, N16 * sizeof *bits);
+    x.dt = adt, x.n = N16;
+    buf dy = from_f32(AMPC_F32, ones, N16), y = rnd_buf(AMPC_F32, N16, 0, 1),
+        dx = rnd_buf(AMPC_F32, N16, 0, 1);
+    char nm[96];
+    OK(ampc_gelu_forward(N16, x.h, adt, y.h, AMPC_F32, NULL));
+    OK(ampc_cuda_gelu_forward(N16, x.d, adt, y.d, AMPC_F32, NULL));
+    snprintf(nm, sizeof nm, "gelu of every %s value", dn(adt));
+    compare(nm, &y, NULL);
+    OK(ampc_gelu_backward(N16, dy.h, AMPC_F32, x.h, adt, dx.h));
+    OK(ampc_cuda_gelu_backward(N16, dy.d, AMPC_F32, x.d, adt, dx.d));
+    snprintf(nm, sizeof nm, "gelu' of every %s value", dn(adt));
+    compare(nm, &dx, NULL);
+    drop(&x), drop(&dy), drop(&y), drop(&dx);
+    free(bits);
+    free(ones);
+  }
 }
 
 static void test_layernorm(void) {

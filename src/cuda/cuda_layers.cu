@@ -53,6 +53,34 @@ __global__ void widen_rows_k(int64_t rows, int64_t cols, const void *src, int dt
     dst[e] = ld(src, dt, (e / cols) * lds + e % cols);
 }
 
+/* dst [b, h, t, dh] (FP32, head-major: each sample's head a packed t x dh
+ * matrix) = src [b * t, h * dh] (dt, row stride lds), exactly: the heads
+ * laid out for one strided batched GEMM over b * h */
+__global__ void widen_heads_k(int64_t b, int64_t t, int64_t h, int64_t dh, const void *src, int dt,
+                              int64_t lds, float *dst) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * h * t * dh;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = e % dh, ti = (e / dh) % t, hh = (e / (dh * t)) % h, bi = e / (dh * t * h);
+    dst[e] = ld(src, dt, (bi * t + ti) * lds + hh * dh + j);
+  }
+}
+
+/* dst [b * t, h * dh] (dt, row stride ldd) = round(src [b, h, t, dh]),
+ * counting: widen_heads_k's layout back, rounded once */
+__global__ void round_heads_k(int64_t b, int64_t t, int64_t h, int64_t dh, const float *src,
+                              void *dst, int dt, int64_t ldd, dev_stats *ds) {
+  lstats ls(ds);
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * h * t * dh;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = e % dh, ti = (e / dh) % t, hh = (e / (dh * t)) % h, bi = e / (dh * t * h);
+    const float v = src[e];
+    const uint32_t o = st(dst, dt, (bi * t + ti) * ldd + hh * dh + j, v);
+    if (ds)
+      ls.add(v, dt, o);
+  }
+  ls.flush(ds);
+}
+
 /* dst (dt) = round(src) over a batch of rows x cols matrices (leading
  * dimensions lds, ldd; batch strides ss, sd), counting; dst NULL: the
  * rounding only counted, not stored (the counting twin of a product cuBLASLt
@@ -66,6 +94,24 @@ __global__ void round_k(int64_t batch, int64_t rows, int64_t cols, const float *
     const int64_t bi = e / per, i = (e % per) / cols, j = e % cols;
     const float v = src[bi * ss + i * lds + j];
     const uint32_t o = dst ? st(dst, dt, bi * sd + i * ldd + j, v) : rbits(v, dt);
+    if (ds)
+      ls.add(v, dt, o);
+  }
+  ls.flush(ds);
+}
+
+/* y [rows, cols] (dt) = round(src + bias rounded to rdt), counting: a
+ * linear layer's FP32 product (beta = 0) and its bias added in FP32 as the
+ * GEMM's epilogue would add them with beta = 1 and alpha = 1 (one FP32
+ * rounding, the same), then rounded once into y; one pass where laying the
+ * bias into the FP32 copy first took two */
+__global__ void round_bias_k(int64_t rows, int64_t cols, const float *src, const void *b, int bdt,
+                             int rdt, void *y, int dt, dev_stats *ds) {
+  lstats ls(ds);
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cols;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const float v = src[e] + rnd(ld(b, bdt, e % cols), rdt);
+    const uint32_t o = st(y, dt, e, v);
     if (ds)
       ls.add(v, dt, o);
   }
@@ -374,15 +420,20 @@ ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void 
   void *c = y;
   if (via32)
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(m * n) * sizeof(float), &c));
-  if (b) {
-    bias_rows_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, b, bdt, stats ? AMPC_F32 : ydt, c,
-                                                       cdt);
+  /* through the FP32 copy with alpha = 1 and no stats, the bias is added
+   * when the copy is rounded (round_bias_k: the same FP32 sum), not laid in
+   * first (with stats, a bound tally counts the GEMM's C, which then holds
+   * the bias too, as on the CPU) */
+  const bool late_bias = b && via32 && alpha == 1.0f && !stats;
+  const int rdt = stats ? AMPC_F32 : ydt;
+  if (b && !late_bias) {
+    bias_rows_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, b, bdt, rdt, c, cdt);
     AMPC_TRY(ampc_cu_launched(fn));
   }
   ampc_tally *const was = via32 && !stats ? ampc_tally_bind(NULL) : NULL;
   const ampc_status st =
       ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, 0, w, wdt, k,
-                                     0, b ? 1.0f : 0.0f, c, cdt, n, 0, 1, acc);
+                                     0, b && !late_bias ? 1.0f : 0.0f, c, cdt, n, 0, 1, acc);
   if (via32 && !stats)
     (void)ampc_tally_bind(was);
   AMPC_TRY(st);
@@ -390,8 +441,12 @@ ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void 
     return AMPC_OK;
   dev_stats *dst = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst));
-  round_k<<<grid_for(m * n), THREADS, 0, strm>>>(1, m, n, static_cast<const float *>(c), n, 0, y,
-                                                 ydt, n, 0, dst);
+  if (late_bias)
+    round_bias_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, static_cast<const float *>(c), b, bdt,
+                                                        rdt, y, ydt, dst);
+  else
+    round_k<<<grid_for(m * n), THREADS, 0, strm>>>(1, m, n, static_cast<const float *>(c), n, 0, y,
+                                                   ydt, n, 0, dst);
   AMPC_TRY(ampc_cu_launched(fn));
   return ampc_cu_stats_end(strm, dst, stats);
 }
@@ -730,7 +785,9 @@ ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const
 
 /* The attention core: one strided batched GEMM per head, batched over the
  * samples (a head's q block of sample i is q + i tq ldq + head dh; its
- * scores are at (i h + head) tq tk). */
+ * scores are at (i h + head) tq tk); the mixed products with FP32 sums
+ * (FP32 P or dS against a 16-bit operand) on head-major FP32 copies, one
+ * GEMM over b * h. */
 ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                         const void *q, int64_t ldq, const void *k, int64_t ldk,
                                         const void *v, int64_t ldv, ampc_dtype xdt,
@@ -783,6 +840,28 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
     void *p = NULL;
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(n_out + n_v) * sizeof(float), &p));
     f32 = static_cast<float *>(p);
+  }
+  /* mixed into an FP32 copy: v and the copy head-major ([b, h, t, dh]), so
+   * that one strided batched GEMM over b * h forms every head's P v (8 small
+   * FP32 GEMM calls a layer before, the step's largest cost after the
+   * roundings on an H200) */
+  const bool hm = pv_mixed && via32;
+  if (hm) {
+    widen_heads_k<<<grid_for(n_v), THREADS, 0, strm>>>(b, tk, h, dh, v, xdt, ldv, f32 + n_out);
+    AMPC_TRY(ampc_cu_launched(fn));
+    ampc_tally *const was = !stats ? ampc_tally_bind(NULL) : NULL;
+    const ampc_status st = ampc_cuda_gemm_strided_batched(
+        AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, probs, pdt, tk, ss, f32 + n_out, AMPC_F32, dh,
+        tk * dh, 0.0f, f32, AMPC_F32, dh, tq * dh, b * h, acc);
+    if (!stats)
+      (void)ampc_tally_bind(was);
+    AMPC_TRY(st);
+    dev_stats *dstats = NULL;
+    AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dstats));
+    round_heads_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(b, tq, h, dh, f32, out, odt, ldo,
+                                                               dstats);
+    AMPC_TRY(ampc_cu_launched(fn));
+    return ampc_cu_stats_end(strm, dstats, stats);
   }
   const void *vop = v;
   ampc_dtype vdt = xdt;
@@ -858,7 +937,8 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
    * them straight into dq, dk, dv). FP16 accumulation: per head as before.
    * FP32 buffers in slot SLOT_L: dP, dS [b, h, tq, tk]; dq32 [b*tq, dm];
    * dk32 [b*tk, dm]; then, when used, dv32 [b*tk, dm] and the widened q32
-   * [b*tq, dm], k32 [b*tk, dm], do32 [b*tq, dm]. */
+   * [b*tq, dm], k32 [b*tk, dm], do32 [b*tq, dm]; the mixed products' copies
+   * and results (q32, k32, dq32, dk32; do32, dv32) head-major instead. */
   const bool f32acc = acc == AMPC_ACC_F32;
   const bool qk_mixed = f32acc && xdt != AMPC_F32;
   const bool dv_mixed = f32acc && pdt == AMPC_F32 && gdt != AMPC_F32;
@@ -873,21 +953,23 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   float *dp = static_cast<float *>(sp), *dsm = dp + b * h * ss, *dq32 = dsm + b * h * ss,
         *dk32 = dq32 + b * tq * dm;
   float *dv32 = dp + o_dv, *q32 = dp + o_q, *k32 = dp + o_k, *do32 = dp + o_do;
-  const void *qop = q, *kop = k, *doop = dout;
-  ampc_dtype qkdt = xdt, dodt = gdt;
-  int64_t ldqo = ldq, ldko = ldk, lddoo = lddo;
+  const void *qop = q, *kop = k;
+  ampc_dtype qkdt = xdt;
+  int64_t ldqo = ldq, ldko = ldk;
+  /* the widened copies and the FP32 results are head-major ([b, h, t, dh],
+   * widen_heads_k): one strided batched GEMM over b * h a product, not one
+   * per head */
   if (qk_mixed) {
-    widen_rows_k<<<grid_for(n_q), THREADS, 0, strm>>>(b * tq, dm, q, xdt, ldq, q32);
-    widen_rows_k<<<grid_for(n_k), THREADS, 0, strm>>>(b * tk, dm, k, xdt, ldk, k32);
-    qop = q32, kop = k32, qkdt = AMPC_F32, ldqo = dm, ldko = dm;
+    widen_heads_k<<<grid_for(n_q), THREADS, 0, strm>>>(b, tq, h, dh, q, xdt, ldq, q32);
+    widen_heads_k<<<grid_for(n_k), THREADS, 0, strm>>>(b, tk, h, dh, k, xdt, ldk, k32);
+    qop = q32, kop = k32, qkdt = AMPC_F32, ldqo = dh, ldko = dh;
   }
   if (dv_mixed) {
-    widen_rows_k<<<grid_for(n_do), THREADS, 0, strm>>>(b * tq, dm, dout, gdt, lddo, do32);
-    doop = do32, dodt = AMPC_F32, lddoo = dm;
+    widen_heads_k<<<grid_for(n_do), THREADS, 0, strm>>>(b, tq, h, dh, dout, gdt, lddo, do32);
   }
   AMPC_TRY(ampc_cu_launched(fn));
   const size_t xs = ampc_dtype_size(xdt), gs = ampc_dtype_size(gdt), ps = ampc_dtype_size(pdt);
-  const size_t qks = ampc_dtype_size(qkdt), dos = ampc_dtype_size(dodt);
+  const size_t qks = ampc_dtype_size(qkdt);
   for (int64_t hi = 0; hi < h; hi++) /* dP = dout v^T */
     AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f,
                                             (const char *)dout + hi * dh * gs, gdt, lddo, tq * lddo,
@@ -895,24 +977,40 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
                                             0.0f, dp + hi * ss, AMPC_F32, tk, h * ss, b, acc));
   /* dS = softmax backward, FP32 */
   AMPC_TRY(ampc_cuda_softmax_backward(b * h * tq, tk, dp, AMPC_F32, probs, pdt, 1.0f, dsm));
-  for (int64_t hi = 0; hi < h; hi++) {
+  if (qk_mixed || dv_mixed) { /* the head-major products, batched over b * h */
+    ampc_tally *const was = ampc_tally_bind(NULL);
+    ampc_status st = AMPC_OK;
+    if (qk_mixed) {
+      st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm, AMPC_F32,
+                                          tk, ss, k32, AMPC_F32, dh, tk * dh, 0.0f, dq32, AMPC_F32,
+                                          dh, tq * dh, b * h, acc);
+      if (st == AMPC_OK)
+        st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm, AMPC_F32,
+                                            tk, ss, q32, AMPC_F32, dh, tq * dh, 0.0f, dk32,
+                                            AMPC_F32, dh, tk * dh, b * h, acc);
+    }
+    if (st == AMPC_OK && dv_mixed)
+      st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, probs, pdt, tk,
+                                          ss, do32, AMPC_F32, dh, tq * dh, 0.0f, dv32, AMPC_F32, dh,
+                                          tk * dh, b * h, acc);
+    (void)ampc_tally_bind(was);
+    AMPC_TRY(st);
+  }
+  for (int64_t hi = 0; hi < h && !(qk_mixed && dv_mixed); hi++) {
     /* dq = scale dS k ; dk = scale dS^T q (FP32, then one rounding each) */
     ampc_tally *const was = ampc_tally_bind(NULL);
-    ampc_status st = ampc_cuda_gemm_strided_batched(
-        AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss, AMPC_F32, tk, h * ss,
-        (const char *)kop + hi * dh * qks, qkdt, ldko, tk * ldko, 0.0f, dq32 + hi * dh, AMPC_F32,
-        dm, tq * dm, b, acc);
-    if (st == AMPC_OK)
+    ampc_status st = AMPC_OK;
+    if (!qk_mixed)
+      st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss,
+                                          AMPC_F32, tk, h * ss, (const char *)kop + hi * dh * qks,
+                                          qkdt, ldko, tk * ldko, 0.0f, dq32 + hi * dh, AMPC_F32, dm,
+                                          tq * dm, b, acc);
+    if (st == AMPC_OK && !qk_mixed)
       st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm + hi * ss,
                                           AMPC_F32, tk, h * ss, (const char *)qop + hi * dh * qks,
                                           qkdt, ldqo, tq * ldqo, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
                                           tk * dm, b, acc);
-    /* dv = P^T dout: into dv32 when mixed (rounded below), else into dv */
-    if (st == AMPC_OK && dv_mixed)
-      st = ampc_cuda_gemm_strided_batched(
-          AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk,
-          h * ss, (const char *)doop + hi * dh * dos, dodt, lddoo, tq * lddoo, 0.0f, dv32 + hi * dh,
-          AMPC_F32, dm, tk * dm, b, acc);
+    /* dv = P^T dout into dv (the mixed case above, head-major) */
     (void)ampc_tally_bind(was);
     AMPC_TRY(st);
     if (!dv_mixed)
@@ -922,13 +1020,20 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
           (char *)dv + hi * dh * gs, gdt, lddv, tk * lddv, b, acc));
   }
   STATS_BEGIN(NULL);
-  round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(1, b * tq, dm, dq32, dm, 0, dq, gdt, lddq, 0,
-                                                       dst);
-  round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dk32, dm, 0, dk, gdt, lddk, 0,
-                                                       dst);
-  if (dv_mixed)
-    round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dv32, dm, 0, dv, gdt, lddv,
+  if (qk_mixed) {
+    round_heads_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(b, tq, h, dh, dq32, dq, gdt, lddq,
+                                                               dst);
+    round_heads_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(b, tk, h, dh, dk32, dk, gdt, lddk,
+                                                               dst);
+  } else {
+    round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(1, b * tq, dm, dq32, dm, 0, dq, gdt, lddq,
                                                          0, dst);
+    round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dk32, dm, 0, dk, gdt, lddk,
+                                                         0, dst);
+  }
+  if (dv_mixed)
+    round_heads_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(b, tk, h, dh, dv32, dv, gdt, lddv,
+                                                               dst);
   FINISH(fn, NULL);
 }
 

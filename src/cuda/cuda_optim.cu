@@ -106,11 +106,12 @@ __device__ __forceinline__ float bf16_stochastic(float x, uint32_t r) {
   return __uint_as_float(((b + (r & 0xFFFFu)) >> 16) << 16);
 }
 
-/* sw: updated, swallowed, would_swallow, nonfinite (or NULL) */
-__global__ void optim_k(int64_t off, int64_t numel, okc k, const void *grad, void *wp,
-                        float *master, void *mp, void *vp, void *comp, unsigned long long *sw) {
-  for (int64_t e = off + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < off + numel;
-       e += (int64_t)gridDim.x * blockDim.x) {
+/* one element's step; sw: updated, swallowed, would_swallow, nonfinite (or
+ * NULL) */
+__device__ __forceinline__ void optim_elem(int64_t e, const okc &k, const void *grad, void *wp,
+                                           float *master, void *mp, void *vp, void *comp,
+                                           unsigned long long *sw) {
+  {
     float g = ld(grad, k.gdt, e) * k.gm;
     if (k.clip != 1.0f)
       g = g * k.clip;
@@ -193,6 +194,34 @@ __global__ void optim_k(int64_t off, int64_t numel, okc k, const void *grad, voi
   }
 }
 
+/* the step's constants of each (branch, decay) pair: [branch * 2 + decay],
+ * branch AMPC_BRANCH_COUNT for a tensor outside the branches; by value */
+enum { NVARIANTS = 2 * (AMPC_BRANCH_COUNT + 1) };
+struct okc_set {
+  okc v[NVARIANTS];
+};
+
+/* a piece of one tensor: elements [off, off + len) of the flat buffers,
+ * of tensor `param` (its swallow counters), with constants v[variant] */
+struct oseg {
+  int64_t off, len;
+  int32_t param, variant;
+};
+enum { SEG_ELEMS = 16384 }; /* elements a block steps */
+
+/* every tensor's step in one launch (the multi-tensor apply of apex and
+ * PyTorch's fused optimizers): a block per piece, the pieces listing the
+ * tensors in order; each element's operations as the one-tensor path */
+__global__ void optim_multi_k(const oseg *segs, okc_set ks, const void *grad, void *wp,
+                              float *master, void *mp, void *vp, void *comp,
+                              unsigned long long *sw) {
+  const oseg sg = segs[blockIdx.x];
+  const okc k = ks.v[sg.variant];
+  unsigned long long *const s = sw ? sw + 4 * (int64_t)sg.param : NULL;
+  for (int64_t e = sg.off + threadIdx.x; e < sg.off + sg.len; e += blockDim.x)
+    optim_elem(e, k, grad, wp, master, mp, vp, comp, s);
+}
+
 } // namespace
 
 extern "C" {
@@ -263,15 +292,16 @@ ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c
     dsw = static_cast<unsigned long long *>(p);
   }
   const bool has_master = P->master != NULL;
-  for (int i = 0; i < P->count; i++) {
-    const ampc_param *p = &P->p[i];
-    const step_consts *ki = (unsigned)p->branch < AMPC_BRANCH_COUNT ? &kb[p->branch] : &k0;
-    okc k;
-    memset(&k, 0, sizeof k);
+  okc_set ks;
+  memset(&ks, 0, sizeof ks);
+  for (int v = 0; v < NVARIANTS; v++) {
+    const int br = v / 2;
+    const step_consts *ki = br < AMPC_BRANCH_COUNT ? &kb[br] : &k0;
+    okc &k = ks.v[v];
     k.adamw = c->kind == AMPC_OPTIM_ADAMW;
     k.wdt = (int)P->wdt, k.sdt = (int)P->sdt, k.gdt = (int)gdt;
     k.has_master = has_master;
-    k.decay = p->decay && c->weight_decay != 0.0f;
+    k.decay = (v % 2) && c->weight_decay != 0.0f;
     k.sr = c->stochastic_round && !has_master && P->wdt == AMPC_BF16;
     k.kh = c->kahan && P->comp && !has_master && P->wdt != AMPC_F32;
     k.momentum_on = c->momentum != 0.0f;
@@ -282,11 +312,51 @@ ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c
     k.decay_factor = ki->decay_factor, k.lr_wd = ki->lr_wd;
     k.weight_decay = c->weight_decay, k.momentum = c->momentum, k.dampening = c->dampening;
     k.round_seed = c->round_seed, k.t = (long long)t;
-    if (p->numel > 0)
-      optim_k<<<grid_for(p->numel), THREADS, 0, strm>>>(p->offset, p->numel, k, grad, P->w,
-                                                        P->master, P->m, P->v, P->comp,
-                                                        dsw ? dsw + 4 * i : NULL);
   }
+  /* the pieces: listed on the host, copied to the device when they differ
+   * from the ones there (scratch slot 15; its tag: their hash) */
+  int64_t nseg = 0;
+  for (int i = 0; i < P->count; i++)
+    nseg += (P->p[i].numel + SEG_ELEMS - 1) / SEG_ELEMS;
+  if (nseg > INT32_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %lld pieces are too many", fn, (long long)nseg);
+  oseg *hs = (oseg *)malloc((size_t)(nseg > 0 ? nseg : 1) * sizeof *hs);
+  if (!hs)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of host memory", fn);
+  int64_t ns = 0;
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the pieces */
+  for (int i = 0; i < P->count; i++) {
+    const ampc_param *p = &P->p[i];
+    const int br = (unsigned)p->branch < AMPC_BRANCH_COUNT ? (int)p->branch : AMPC_BRANCH_COUNT;
+    for (int64_t o = 0; o < p->numel; o += SEG_ELEMS) {
+      oseg *g = &hs[ns++];
+      memset(g, 0, sizeof *g);
+      g->off = p->offset + o;
+      g->len = p->numel - o < (int64_t)SEG_ELEMS ? p->numel - o : (int64_t)SEG_ELEMS;
+      g->param = i, g->variant = br * 2 + (p->decay ? 1 : 0);
+      const unsigned char *b = (const unsigned char *)g;
+      for (size_t j = 0; j < sizeof *g; j++)
+        h = (h ^ b[j]) * 1099511628211ull;
+    }
+  }
+  h = h ? h : 1; /* 0: the slot's "nothing there" */
+  void *dsegs = NULL;
+  const size_t seg_bytes = (size_t)nseg * sizeof *hs;
+  ampc_status ss = ampc_cuda_ctx_scratch(ctx, 15, seg_bytes > 0 ? seg_bytes : 1, &dsegs);
+  uint64_t *const tag = ampc_cuda_ctx_scratch_tag(ctx, 15);
+  if (ss == AMPC_OK && *tag != h) {
+    /* pageable memory: the copy is staged before it returns, hs may go */
+    const cudaError_t e = cudaMemcpyAsync(dsegs, hs, seg_bytes, cudaMemcpyHostToDevice, strm);
+    if (e != cudaSuccess)
+      ss = ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemcpyAsync: %s", fn, cudaGetErrorString(e));
+    else
+      *tag = h;
+  }
+  free(hs);
+  AMPC_TRY(ss);
+  if (nseg > 0)
+    optim_multi_k<<<(unsigned)nseg, THREADS, 0, strm>>>(static_cast<const oseg *>(dsegs), ks, grad,
+                                                        P->w, P->master, P->m, P->v, P->comp, dsw);
   AMPC_TRY(ampc_cu_launched(fn));
   if (dsw) {
     unsigned long long *h = (unsigned long long *)malloc((size_t)P->count * 4 * sizeof *h);
