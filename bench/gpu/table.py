@@ -7,6 +7,7 @@ import json
 import sys
 
 MODES = ["f16", "bf16", "f16-acc16", "fp8", "fp8-e5m2", "tf32", "f32"]
+RIDGE = 989.4e12 / 4.8e12  # FLOP per byte where the H200's FP16 Tensor Cores and HBM meet
 
 
 def main():
@@ -33,10 +34,10 @@ def main():
     for r in a["results"]:
         rows.setdefault((int(r["m"]), int(r["n"]), int(r["k"]), r["shape"], r["fills_gpu"]),
                         {})[r["mode"]] = r
-    print("| M | N | K | shape | fills | " + " | ".join(MODES) +
+    print("| M | N | K | shape | tiles | FLOP/B | " + " | ".join(MODES) +
           " | f16/f32 | bf16/f32 | f16 % peak | bf16 % peak | fp8 % peak | torch f16 | torch bf16 "
           "| torch fp8 | torch tf32 | torch f32 |")
-    print("|" + "---|" * (5 + len(MODES) + 10))
+    print("|" + "---|" * (6 + len(MODES) + 10))
     for (m, n, k, label, fills), md in rows.items():
         def tf(x):
             return f"{md[x]['tflops']:.1f}" if x in md else "-"
@@ -51,7 +52,9 @@ def main():
             v = t.get((m, n, k, x))
             return f"{v:.1f}" if v else "-"
 
-        print(f"| {m} | {n} | {k} | {label} | {'yes' if fills else 'no'} | "
+        ai = 2.0 * m * n * k / (2.0 * (m * k + n * k + m * n))
+        bound = "" if ai >= RIDGE else " (memory)"
+        print(f"| {m} | {n} | {k} | {label} | {'yes' if fills else 'no'} | {ai:.0f}{bound} | "
               + " | ".join(tf(x) for x in MODES)
               + f" | {rt('f16')} | {rt('bf16')} | {pk('f16')} | {pk('bf16')} | {pk('fp8')} | "
               + " | ".join(tt(x) for x in ("f16", "bf16", "fp8", "tf32", "f32")) + " |")

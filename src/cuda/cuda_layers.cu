@@ -53,33 +53,46 @@ __global__ void widen_rows_k(int64_t rows, int64_t cols, const void *src, int dt
     dst[e] = ld(src, dt, (e / cols) * lds + e % cols);
 }
 
-/* dst [b, h, t, dh] (FP32, head-major: each sample's head a packed t x dh
- * matrix) = src [b * t, h * dh] (dt, row stride lds), exactly: the heads
- * laid out for one strided batched GEMM over b * h */
-__global__ void widen_heads_k(int64_t b, int64_t t, int64_t h, int64_t dh, const void *src, int dt,
-                              int64_t lds, float *dst) {
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * h * t * dh;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t j = e % dh, ti = (e / dh) % t, hh = (e / (dh * t)) % h, bi = e / (dh * t * h);
-    dst[e] = ld(src, dt, (bi * t + ti) * lds + hh * dh + j);
+/* The heads of rows [b * t, h * dh] (row stride ld) laid out head-major,
+ * [b, h, t, dh] (each sample's head a packed t x dh matrix), so that one
+ * strided batched GEMM over b * h forms every head's product. A block per
+ * row (grid-stride), its threads over the row's h * dh columns: 32-bit
+ * index arithmetic within the row (64-bit divisions per element made these
+ * copies 5x slower than their memory traffic on an H200).
+ * heads_k: dst (ddt) = src (sdt): exact (ddt F32 or sdt). */
+__global__ void heads_k(int64_t rows, int t, int h, int dh, const void *src, int sdt, int64_t lds,
+                        void *dst, int ddt) {
+  const int dm = h * dh;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t bi = r / t, ti = r % t;
+    for (int c = threadIdx.x; c < dm; c += blockDim.x) {
+      const int hh = c / dh, j = c - hh * dh;
+      st(dst, ddt, ((bi * h + hh) * t + ti) * dh + j, ld(src, sdt, r * lds + c));
+    }
   }
 }
 
-/* dst [b * t, h * dh] (dt, row stride ldd) = round(src [b, h, t, dh]),
- * counting: widen_heads_k's layout back, rounded once */
-__global__ void round_heads_k(int64_t b, int64_t t, int64_t h, int64_t dh, const float *src,
-                              void *dst, int dt, int64_t ldd, dev_stats *ds) {
+/* unheads_k: dst [b * t, ldd] (dt) = round(src [b, h, t, dh], FP32), once,
+ * counting */
+__global__ void unheads_k(int64_t rows, int t, int h, int dh, const float *src, void *dst, int dt,
+                          int64_t ldd, dev_stats *ds) {
   lstats ls(ds);
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * h * t * dh;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t j = e % dh, ti = (e / dh) % t, hh = (e / (dh * t)) % h, bi = e / (dh * t * h);
-    const float v = src[e];
-    const uint32_t o = st(dst, dt, (bi * t + ti) * ldd + hh * dh + j, v);
-    if (ds)
-      ls.add(v, dt, o);
+  const int dm = h * dh;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t bi = r / t, ti = r % t;
+    for (int c = threadIdx.x; c < dm; c += blockDim.x) {
+      const int hh = c / dh, j = c - hh * dh;
+      const float v = src[((bi * h + hh) * t + ti) * dh + j];
+      const uint32_t o = st(dst, dt, r * ldd + c, v);
+      if (ds)
+        ls.add(v, dt, o);
+    }
   }
   ls.flush(ds);
 }
+
+/* the launch shape of heads_k / unheads_k: a block per row, up to 2^20 */
+unsigned heads_grid(int64_t rows) { return (unsigned)(rows < (1 << 20) ? rows : (1 << 20)); }
 
 /* dst (dt) = round(src) over a batch of rows x cols matrices (leading
  * dimensions lds, ldd; batch strides ss, sd), counting; dst NULL: the
@@ -116,6 +129,22 @@ __global__ void round_bias_k(int64_t rows, int64_t cols, const float *src, const
       ls.add(v, dt, o);
   }
   ls.flush(ds);
+}
+
+/* c (dt) = round(c + src) over a batch of rows x cols matrices (src in c's
+ * layout): alpha A B + C with alpha = beta = 1 as the FP32 epilogue forms it
+ * (one FP32 addition of the product to C widened), rounded once; in place
+ * of widening C into the FP32 copy before the GEMM and rounding it after
+ * (a pass over C and a launch fewer: the weight gradients that the
+ * backward pass adds into 16-bit gradients) */
+__global__ void add_round_k(int64_t batch, int64_t rows, int64_t cols, const float *src, void *c,
+                            int dt, int64_t ldc, int64_t sc) {
+  const int64_t per = rows * cols;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < batch * per;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / per, i = (e % per) / cols, j = e % cols, at = bi * sc + i * ldc + j;
+    st(c, dt, at, ld(c, dt, at) + src[at]);
+  }
 }
 
 /* count what a batch of rows x cols matrices in dt holds, as stored from
@@ -551,6 +580,16 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
       AMPC_TRY(ampc_cuda_gemm(ctx, &g));
       return count_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c);
     }
+    if (!counting && alpha == 1.0f && beta == 1.0f) { /* C += A B, uncounted */
+      float *w = NULL;
+      AMPC_TRY(widen_c(fn, ctx, strm, batch, m, n, c, c_dt, ldc, stride_c, 0.0f, &w));
+      ampc_cuda_gemm_args t = g;
+      t.c = w, t.c_dt = AMPC_F32, t.beta = 0.0f;
+      AMPC_TRY(ampc_cuda_gemm(ctx, &t));
+      add_round_k<<<grid_for(batch * m * n), THREADS, 0, strm>>>(batch, m, n, w, c, c_dt, ldc,
+                                                                 stride_c);
+      return ampc_cu_launched(fn);
+    }
     /* the FP32 product first (with beta it reads C before anything writes
      * it); without beta, cuBLASLt's own 16-bit C beside it (one rounding
      * too) and the FP32 one only counted */
@@ -783,11 +822,145 @@ ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const
   return db ? bias_grad(fn, ctx, strm, m, n, dy, gdt, db) : AMPC_OK;
 }
 
-/* The attention core: one strided batched GEMM per head, batched over the
- * samples (a head's q block of sample i is q + i tq ldq + head dh; its
- * scores are at (i h + head) tq tk); the mixed products with FP32 sums
- * (FP32 P or dS against a 16-bit operand) on head-major FP32 copies, one
- * GEMM over b * h. */
+/* The attention core with FP32 sums (everything but the FP16-accumulation
+ * ablation): q, k, v (and dout) copied head-major (heads_k) into scratch,
+ * so that each product is one strided batched GEMM over the b * h heads
+ * (the scores' and probabilities' [b, h, tq, tk] layout is head-major
+ * already), not one call per head: on an H200 a 16-mixed mm-base step made
+ * 1,316 GEMM calls, most of them these small per-head products, and spent
+ * more time in them than in the model's large GEMMs. Each product's values
+ * are those of the per-head calls: the same operands (copied exactly,
+ * 16-bit ones against FP32 widened exactly), FP32 sums, and one rounding
+ * of an FP32 result into out, dq, dk, dv (unheads_k, counted there). */
+static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t b,
+                               int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
+                               int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
+                               ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                               ampc_dtype sdt, void *probs, ampc_dtype pdt, void *out, int64_t ldo,
+                               ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats) {
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  const int64_t ss = tq * tk, dm = h * dh, nq = b * tq * dm, nk = b * tk * dm;
+  /* P v: FP32 probabilities against v widened to FP32 (exact), 16-bit ones
+   * against v as it is */
+  const ampc_dtype vdt = pdt == AMPC_F32 ? AMPC_F32 : xdt;
+  const size_t xs = ampc_dtype_size(xdt), vs = ampc_dtype_size(vdt);
+  /* FP32 slots: o32 [b, h, tq, dh]; qh, kh (xdt), vh (vdt) */
+  const int64_t o_q = pad_f32(nq), o_k = o_q + pad_f32(((int64_t)xs * nq + 3) / 4),
+                o_v = o_k + pad_f32(((int64_t)xs * nk + 3) / 4),
+                nf = o_v + ((int64_t)vs * nk + 3) / 4;
+  void *sp = NULL;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp));
+  float *const o32 = static_cast<float *>(sp);
+  void *const qh = o32 + o_q, *const kh = o32 + o_k, *const vh = o32 + o_v;
+  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq,
+                                                    qh, xdt);
+  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk,
+                                                    kh, xdt);
+  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv,
+                                                    vh, vdt);
+  AMPC_TRY(ampc_cu_launched(fn));
+  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale, qh, xdt, dh,
+                                          tq * dh, kh, xdt, dh, tk * dh, 0.0f, scores, sdt, tk, ss,
+                                          b * h, acc));
+  AMPC_TRY(ampc_cuda_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs,
+                                     pdt, NULL));
+  /* the FP32 product is the model's store with stats only (the CPU's
+   * telemetry path forms it in an FP32 buffer too, and a bound tally counts
+   * it there); without, it is counted when rounded into out */
+  ampc_tally *const was = stats ? NULL : ampc_tally_bind(NULL);
+  const ampc_status st = ampc_cuda_gemm_strided_batched(
+      AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, probs, pdt, tk, ss, vh, vdt, dh, tk * dh, 0.0f, o32,
+      AMPC_F32, dh, tq * dh, b * h, acc);
+  if (!stats)
+    (void)ampc_tally_bind(was);
+  AMPC_TRY(st);
+  dev_stats *dstats = NULL;
+  AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dstats));
+  unheads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, o32, out,
+                                                      odt, ldo, dstats);
+  AMPC_TRY(ampc_cu_launched(fn));
+  return ampc_cu_stats_end(strm, dstats, stats);
+}
+
+static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t b,
+                               int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
+                               int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
+                               ampc_dtype xdt, const void *probs, ampc_dtype pdt, const void *dout,
+                               int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq, void *dk,
+                               int64_t lddk, void *dv, int64_t lddv, ampc_acc acc) {
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  const int64_t ss = tq * tk, dm = h * dh, nq = b * tq * dm, nk = b * tk * dm, nsc = b * h * ss;
+  /* dv = P^T dout: an FP32 P against dout widened to FP32, a 16-bit P
+   * against dout as it is */
+  const ampc_dtype dodt = pdt == AMPC_F32 ? AMPC_F32 : gdt;
+  const size_t xs = ampc_dtype_size(xdt), gs = ampc_dtype_size(gdt);
+  /* FP32 slots: dP, dS [b, h, tq, tk]; dq32, q32 [b, h, tq, dh]; dk32,
+   * dv32, k32 [b, h, tk, dh]; doh (gdt) [b, h, tq, dh]; vh (xdt) [b, h, tk,
+   * dh]; do32 [b, h, tq, dh] when dodt differs from gdt */
+  const int64_t o_ds = pad_f32(nsc), o_dq = o_ds + pad_f32(nsc), o_dk = o_dq + pad_f32(nq),
+                o_dv = o_dk + pad_f32(nk), o_q = o_dv + pad_f32(nk), o_k = o_q + pad_f32(nq),
+                o_do = o_k + pad_f32(nk), o_vh = o_do + pad_f32(((int64_t)gs * nq + 3) / 4),
+                o_d32 = o_vh + pad_f32(((int64_t)xs * nk + 3) / 4),
+                nf = o_d32 + (dodt != gdt ? nq : 0);
+  void *sp = NULL;
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp));
+  float *const f = static_cast<float *>(sp);
+  float *const dp = f, *const dsm = f + o_ds, *const dq32 = f + o_dq, *const dk32 = f + o_dk,
+               *const dv32 = f + o_dv, *const q32 = f + o_q, *const k32 = f + o_k;
+  void *const doh = f + o_do, *const vh = f + o_vh;
+  const void *dop = dodt != gdt ? static_cast<const void *>(f + o_d32) : doh;
+  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, dout, gdt,
+                                                    lddo, doh, gdt);
+  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv,
+                                                    vh, xdt);
+  AMPC_TRY(ampc_cu_launched(fn));
+  /* dP = dout v^T (FP32) */
+  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f, doh, gdt, dh,
+                                          tq * dh, vh, xdt, dh, tk * dh, 0.0f, dp, AMPC_F32, tk, ss,
+                                          b * h, acc));
+  /* dS = softmax backward, FP32 */
+  AMPC_TRY(ampc_cuda_softmax_backward(b * h * tq, tk, dp, AMPC_F32, probs, pdt, 1.0f, dsm));
+  /* dS against q and k widened to FP32 (exact) */
+  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq,
+                                                    q32, AMPC_F32);
+  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk,
+                                                    k32, AMPC_F32);
+  if (dodt != gdt)
+    heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, dout, gdt,
+                                                      lddo, f + o_d32, AMPC_F32);
+  AMPC_TRY(ampc_cu_launched(fn));
+  /* dq = scale dS k; dk = scale dS^T q; dv = P^T dout: FP32, then one
+   * rounding each (counted there) */
+  ampc_tally *const was = ampc_tally_bind(NULL);
+  ampc_status st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm,
+                                                  AMPC_F32, tk, ss, k32, AMPC_F32, dh, tk * dh,
+                                                  0.0f, dq32, AMPC_F32, dh, tq * dh, b * h, acc);
+  if (st == AMPC_OK)
+    st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm, AMPC_F32, tk,
+                                        ss, q32, AMPC_F32, dh, tq * dh, 0.0f, dk32, AMPC_F32, dh,
+                                        tk * dh, b * h, acc);
+  if (st == AMPC_OK)
+    st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, probs, pdt, tk, ss,
+                                        dop, dodt, dh, tq * dh, 0.0f, dv32, AMPC_F32, dh, tk * dh,
+                                        b * h, acc);
+  (void)ampc_tally_bind(was);
+  AMPC_TRY(st);
+  STATS_BEGIN(NULL);
+  unheads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, dq32, dq,
+                                                      gdt, lddq, dst);
+  unheads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, dk32, dk,
+                                                      gdt, lddk, dst);
+  unheads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, dv32, dv,
+                                                      gdt, lddv, dst);
+  FINISH(fn, NULL);
+}
+
+/* The attention core. FP32 sums: attn_fwd_hm / attn_bwd_hm above. FP16
+ * accumulation (the ablation, whose kernels differ by operand mix): one
+ * strided batched GEMM per head, batched over the samples (a head's q block
+ * of sample i is q + i tq ldq + head dh; its scores are at (i h + head) tq
+ * tk); the mixed-operand branches below are those of FP32 sums before the
+ * head-major path, kept for sizes over 2^31 (never in practice). */
 ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                         const void *q, int64_t ldq, const void *k, int64_t ldk,
                                         const void *v, int64_t ldv, ampc_dtype xdt,
@@ -814,6 +987,10 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, odt);
   CU_BEGIN(fn);
+  if (acc != AMPC_ACC_F16 && tq <= INT32_MAX && tk <= INT32_MAX && h * dh <= INT32_MAX &&
+      b * h <= INT32_MAX)
+    return attn_fwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, key_mask,
+                       scores, sdt, probs, pdt, out, ldo, odt, acc, stats);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk;
   const size_t xs = ampc_dtype_size(xdt), es = ampc_dtype_size(sdt), ps = ampc_dtype_size(pdt);
@@ -840,28 +1017,6 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
     void *p = NULL;
     AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)(n_out + n_v) * sizeof(float), &p));
     f32 = static_cast<float *>(p);
-  }
-  /* mixed into an FP32 copy: v and the copy head-major ([b, h, t, dh]), so
-   * that one strided batched GEMM over b * h forms every head's P v (8 small
-   * FP32 GEMM calls a layer before, the step's largest cost after the
-   * roundings on an H200) */
-  const bool hm = pv_mixed && via32;
-  if (hm) {
-    widen_heads_k<<<grid_for(n_v), THREADS, 0, strm>>>(b, tk, h, dh, v, xdt, ldv, f32 + n_out);
-    AMPC_TRY(ampc_cu_launched(fn));
-    ampc_tally *const was = !stats ? ampc_tally_bind(NULL) : NULL;
-    const ampc_status st = ampc_cuda_gemm_strided_batched(
-        AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, probs, pdt, tk, ss, f32 + n_out, AMPC_F32, dh,
-        tk * dh, 0.0f, f32, AMPC_F32, dh, tq * dh, b * h, acc);
-    if (!stats)
-      (void)ampc_tally_bind(was);
-    AMPC_TRY(st);
-    dev_stats *dstats = NULL;
-    AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dstats));
-    round_heads_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(b, tq, h, dh, f32, out, odt, ldo,
-                                                               dstats);
-    AMPC_TRY(ampc_cu_launched(fn));
-    return ampc_cu_stats_end(strm, dstats, stats);
   }
   const void *vop = v;
   ampc_dtype vdt = xdt;
@@ -926,6 +1081,10 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, gdt);
   CU_BEGIN(fn);
+  if (acc != AMPC_ACC_F16 && tq <= INT32_MAX && tk <= INT32_MAX && h * dh <= INT32_MAX &&
+      b * h <= INT32_MAX)
+    return attn_bwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, probs, pdt,
+                       dout, lddo, gdt, dq, lddq, dk, lddk, dv, lddv, acc);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk, dm = h * dh;
   /* The mixed products with FP32 sums (FP32 dS against 16-bit q and k;
@@ -937,8 +1096,7 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
    * them straight into dq, dk, dv). FP16 accumulation: per head as before.
    * FP32 buffers in slot SLOT_L: dP, dS [b, h, tq, tk]; dq32 [b*tq, dm];
    * dk32 [b*tk, dm]; then, when used, dv32 [b*tk, dm] and the widened q32
-   * [b*tq, dm], k32 [b*tk, dm], do32 [b*tq, dm]; the mixed products' copies
-   * and results (q32, k32, dq32, dk32; do32, dv32) head-major instead. */
+   * [b*tq, dm], k32 [b*tk, dm], do32 [b*tq, dm]. */
   const bool f32acc = acc == AMPC_ACC_F32;
   const bool qk_mixed = f32acc && xdt != AMPC_F32;
   const bool dv_mixed = f32acc && pdt == AMPC_F32 && gdt != AMPC_F32;
@@ -953,23 +1111,21 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   float *dp = static_cast<float *>(sp), *dsm = dp + b * h * ss, *dq32 = dsm + b * h * ss,
         *dk32 = dq32 + b * tq * dm;
   float *dv32 = dp + o_dv, *q32 = dp + o_q, *k32 = dp + o_k, *do32 = dp + o_do;
-  const void *qop = q, *kop = k;
-  ampc_dtype qkdt = xdt;
-  int64_t ldqo = ldq, ldko = ldk;
-  /* the widened copies and the FP32 results are head-major ([b, h, t, dh],
-   * widen_heads_k): one strided batched GEMM over b * h a product, not one
-   * per head */
+  const void *qop = q, *kop = k, *doop = dout;
+  ampc_dtype qkdt = xdt, dodt = gdt;
+  int64_t ldqo = ldq, ldko = ldk, lddoo = lddo;
   if (qk_mixed) {
-    widen_heads_k<<<grid_for(n_q), THREADS, 0, strm>>>(b, tq, h, dh, q, xdt, ldq, q32);
-    widen_heads_k<<<grid_for(n_k), THREADS, 0, strm>>>(b, tk, h, dh, k, xdt, ldk, k32);
-    qop = q32, kop = k32, qkdt = AMPC_F32, ldqo = dh, ldko = dh;
+    widen_rows_k<<<grid_for(n_q), THREADS, 0, strm>>>(b * tq, dm, q, xdt, ldq, q32);
+    widen_rows_k<<<grid_for(n_k), THREADS, 0, strm>>>(b * tk, dm, k, xdt, ldk, k32);
+    qop = q32, kop = k32, qkdt = AMPC_F32, ldqo = dm, ldko = dm;
   }
   if (dv_mixed) {
-    widen_heads_k<<<grid_for(n_do), THREADS, 0, strm>>>(b, tq, h, dh, dout, gdt, lddo, do32);
+    widen_rows_k<<<grid_for(n_do), THREADS, 0, strm>>>(b * tq, dm, dout, gdt, lddo, do32);
+    doop = do32, dodt = AMPC_F32, lddoo = dm;
   }
   AMPC_TRY(ampc_cu_launched(fn));
   const size_t xs = ampc_dtype_size(xdt), gs = ampc_dtype_size(gdt), ps = ampc_dtype_size(pdt);
-  const size_t qks = ampc_dtype_size(qkdt);
+  const size_t qks = ampc_dtype_size(qkdt), dos = ampc_dtype_size(dodt);
   for (int64_t hi = 0; hi < h; hi++) /* dP = dout v^T */
     AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f,
                                             (const char *)dout + hi * dh * gs, gdt, lddo, tq * lddo,
@@ -977,40 +1133,24 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
                                             0.0f, dp + hi * ss, AMPC_F32, tk, h * ss, b, acc));
   /* dS = softmax backward, FP32 */
   AMPC_TRY(ampc_cuda_softmax_backward(b * h * tq, tk, dp, AMPC_F32, probs, pdt, 1.0f, dsm));
-  if (qk_mixed || dv_mixed) { /* the head-major products, batched over b * h */
-    ampc_tally *const was = ampc_tally_bind(NULL);
-    ampc_status st = AMPC_OK;
-    if (qk_mixed) {
-      st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm, AMPC_F32,
-                                          tk, ss, k32, AMPC_F32, dh, tk * dh, 0.0f, dq32, AMPC_F32,
-                                          dh, tq * dh, b * h, acc);
-      if (st == AMPC_OK)
-        st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm, AMPC_F32,
-                                            tk, ss, q32, AMPC_F32, dh, tq * dh, 0.0f, dk32,
-                                            AMPC_F32, dh, tk * dh, b * h, acc);
-    }
-    if (st == AMPC_OK && dv_mixed)
-      st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, probs, pdt, tk,
-                                          ss, do32, AMPC_F32, dh, tq * dh, 0.0f, dv32, AMPC_F32, dh,
-                                          tk * dh, b * h, acc);
-    (void)ampc_tally_bind(was);
-    AMPC_TRY(st);
-  }
-  for (int64_t hi = 0; hi < h && !(qk_mixed && dv_mixed); hi++) {
+  for (int64_t hi = 0; hi < h; hi++) {
     /* dq = scale dS k ; dk = scale dS^T q (FP32, then one rounding each) */
     ampc_tally *const was = ampc_tally_bind(NULL);
-    ampc_status st = AMPC_OK;
-    if (!qk_mixed)
-      st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss,
-                                          AMPC_F32, tk, h * ss, (const char *)kop + hi * dh * qks,
-                                          qkdt, ldko, tk * ldko, 0.0f, dq32 + hi * dh, AMPC_F32, dm,
-                                          tq * dm, b, acc);
-    if (st == AMPC_OK && !qk_mixed)
+    ampc_status st = ampc_cuda_gemm_strided_batched(
+        AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm + hi * ss, AMPC_F32, tk, h * ss,
+        (const char *)kop + hi * dh * qks, qkdt, ldko, tk * ldko, 0.0f, dq32 + hi * dh, AMPC_F32,
+        dm, tq * dm, b, acc);
+    if (st == AMPC_OK)
       st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm + hi * ss,
                                           AMPC_F32, tk, h * ss, (const char *)qop + hi * dh * qks,
                                           qkdt, ldqo, tq * ldqo, 0.0f, dk32 + hi * dh, AMPC_F32, dm,
                                           tk * dm, b, acc);
-    /* dv = P^T dout into dv (the mixed case above, head-major) */
+    /* dv = P^T dout: into dv32 when mixed (rounded below), else into dv */
+    if (st == AMPC_OK && dv_mixed)
+      st = ampc_cuda_gemm_strided_batched(
+          AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, (const char *)probs + hi * ss * ps, pdt, tk,
+          h * ss, (const char *)doop + hi * dh * dos, dodt, lddoo, tq * lddoo, 0.0f, dv32 + hi * dh,
+          AMPC_F32, dm, tk * dm, b, acc);
     (void)ampc_tally_bind(was);
     AMPC_TRY(st);
     if (!dv_mixed)
@@ -1020,20 +1160,13 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
           (char *)dv + hi * dh * gs, gdt, lddv, tk * lddv, b, acc));
   }
   STATS_BEGIN(NULL);
-  if (qk_mixed) {
-    round_heads_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(b, tq, h, dh, dq32, dq, gdt, lddq,
-                                                               dst);
-    round_heads_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(b, tk, h, dh, dk32, dk, gdt, lddk,
-                                                               dst);
-  } else {
-    round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(1, b * tq, dm, dq32, dm, 0, dq, gdt, lddq,
-                                                         0, dst);
-    round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dk32, dm, 0, dk, gdt, lddk,
-                                                         0, dst);
-  }
+  round_k<<<grid_for(b * tq * dm), THREADS, 0, strm>>>(1, b * tq, dm, dq32, dm, 0, dq, gdt, lddq, 0,
+                                                       dst);
+  round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dk32, dm, 0, dk, gdt, lddk, 0,
+                                                       dst);
   if (dv_mixed)
-    round_heads_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(b, tk, h, dh, dv32, dv, gdt, lddv,
-                                                               dst);
+    round_k<<<grid_for(b * tk * dm), THREADS, 0, strm>>>(1, b * tk, dm, dv32, dm, 0, dv, gdt, lddv,
+                                                         0, dst);
   FINISH(fn, NULL);
 }
 

@@ -92,6 +92,51 @@ __global__ void gelu_bwd_k(int64_t n, const void *dy, int gdt, const void *x, in
   ls.flush(ds);
 }
 
+/* The tables' entries for |x| < 8 (bits & 0x7FFF below the window: 0x4800
+ * for F16, 0x4100 for BF16) copied into shared memory at the start of a
+ * block, the rest read from the table in L2: a million or more gathers
+ * from L2 (a 32-byte sector each) took three times their streaming
+ * traffic; the MLP's pre-activations lie inside the window. tab: the
+ * function's table (forward or derivative), win: the window. */
+__device__ __forceinline__ void gelu_win_load(float *t, const float *tab, int win) {
+  for (int i = threadIdx.x; i < win; i += blockDim.x)
+    t[i] = tab[i], t[win + i] = tab[0x8000 + i];
+  __syncthreads();
+}
+__device__ __forceinline__ float gelu_win(const float *t, const float *tab, int win, uint16_t b) {
+  const int a = b & 0x7FFF;
+  return a < win ? t[(b >> 15) * win + a] : tab[b];
+}
+
+__global__ void __launch_bounds__(1024) gelu_win_k(int64_t n, const uint16_t *x, void *y, int ydt,
+                                                   dev_stats *ds, const float *tab, int win) {
+  extern __shared__ float t[];
+  gelu_win_load(t, tab, win);
+  lstats ls(ds);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = gelu_win(t, tab, win, x[i]);
+    const uint32_t o = st(y, ydt, i, v);
+    if (ds)
+      ls.add(v, ydt, o);
+  }
+  ls.flush(ds);
+}
+
+__global__ void __launch_bounds__(1024)
+    gelu_bwd_win_k(int64_t n, const void *dy, int gdt, const uint16_t *x, void *dx, dev_stats *ds,
+                   const float *tab, int win) {
+  extern __shared__ float t[];
+  gelu_win_load(t, tab, win);
+  lstats ls(ds);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float f = gelu_win(t, tab, win, x[i]);
+    cst(dx, gdt, i, ld(dy, gdt, i) * f, ls, ds);
+  }
+  ls.flush(ds);
+}
+
 __global__ void grad_add_k(int64_t n, const float *v, void *g, int gdt, dev_stats *ds) {
   lstats ls(ds);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -358,9 +403,36 @@ __global__ void emb_sum_k(int64_t rows, int64_t d, const int32_t *ids, const int
     const int32_t id = ids[sorted[s]];
     if (s > 0 && ids[sorted[s - 1]] == id)
       continue;
+    /* the id's rows in sorted order, 8 at a time: their loads issued
+     * together (a frequent id, the padding token's, has thousands of rows:
+     * one chain of three dependent loads a row took 340 us on an H200),
+     * the adds in the same order as one at a time */
     float sum = 0.0f;
-    for (int64_t q = s; q < rows && ids[sorted[q]] == id; q++)
-      sum += ld(dy, gdt, (int64_t)sorted[q] * d + j);
+    for (int64_t q = s; q < rows; q += 8) {
+      int32_t r[8];
+      float v[8];
+      int n = 0;
+#pragma unroll
+      for (int u = 0; u < 8; u++)
+        r[u] = q + u < rows ? sorted[q + u] : -1;
+      int32_t iu[8];
+#pragma unroll
+      for (int u = 0; u < 8; u++)
+        iu[u] = r[u] >= 0 ? ids[r[u]] : 0;
+#pragma unroll
+      for (int u = 0; u < 8; u++)
+        if (n == u && r[u] >= 0 && iu[u] == id)
+          n = u + 1;
+#pragma unroll
+      for (int u = 0; u < 8; u++)
+        v[u] = u < n ? ld(dy, gdt, (int64_t)r[u] * d + j) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 8; u++) /* unrolled: the arrays stay in registers */
+        if (u < n)
+          sum += v[u];
+      if (n < 8)
+        break;
+    }
     sum += ld(dtok, gdt, (int64_t)id * d + j);
     const uint32_t o = st(dtok, gdt, (int64_t)id * d + j, sum);
     if (ds)
@@ -624,6 +696,49 @@ static ampc_status gelu_table(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t s
   return AMPC_OK;
 }
 
+/* the shared-memory launch of the GELU kernels for a 16-bit x of n elements:
+ * its window (0 when the plain kernels are better: a small n, whose blocks
+ * would spend more on loading the window than on their elements, or a
+ * device without the shared memory), the grid (a block per SM: the window
+ * takes most of an SM's shared memory) and the bytes */
+struct gelu_launch {
+  int win, grid;
+  size_t smem;
+};
+static ampc_status gelu_win_setup(const char *fn, ampc_dtype dt, int64_t n, gelu_launch *L) {
+  L->win = 0, L->grid = 0, L->smem = 0;
+  if ((dt != AMPC_F16 && dt != AMPC_BF16) || n < (1 << 20))
+    return AMPC_OK;
+  static thread_local int dev_seen = -1, sms = 0, optin = 0, attr_set = 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess)
+    return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaGetDevice failed", fn);
+  const int win = dt == AMPC_F16 ? 0x4800 : 0x4100;
+  const size_t bytes = 2 * (size_t)win * sizeof(float);
+  if (dev != dev_seen) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaDeviceGetAttribute failed", fn);
+    attr_set = 0;
+    if ((size_t)optin >= 2 * (size_t)0x4800 * sizeof(float)) {
+      const int big = 2 * 0x4800 * (int)sizeof(float);
+      if (cudaFuncSetAttribute(gelu_win_k, cudaFuncAttributeMaxDynamicSharedMemorySize, big) !=
+              cudaSuccess ||
+          cudaFuncSetAttribute(gelu_bwd_win_k, cudaFuncAttributeMaxDynamicSharedMemorySize, big) !=
+              cudaSuccess) {
+        (void)cudaGetLastError();
+      } else {
+        attr_set = 1;
+      }
+    }
+    dev_seen = dev;
+  }
+  if (!attr_set)
+    return AMPC_OK;
+  L->win = win, L->grid = sms > 0 ? sms : 1, L->smem = bytes;
+  return AMPC_OK;
+}
+
 extern "C" {
 
 ampc_status ampc_cuda_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,
@@ -654,8 +769,14 @@ ampc_status ampc_cuda_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, voi
   CU_BEGIN(fn);
   const float *tab = NULL;
   AMPC_TRY(gelu_table(fn, ctx, strm, xdt, &tab));
+  gelu_launch L;
+  AMPC_TRY(gelu_win_setup(fn, xdt, n, &L));
   STATS_BEGIN(stats);
-  gelu_k<<<grid_for(n), THREADS, 0, strm>>>(n, x, xdt, y, ydt, dst, tab);
+  if (L.win)
+    gelu_win_k<<<L.grid, 1024, L.smem, strm>>>(n, static_cast<const uint16_t *>(x), y, ydt, dst,
+                                               tab, L.win);
+  else
+    gelu_k<<<grid_for(n), THREADS, 0, strm>>>(n, x, xdt, y, ydt, dst, tab);
   FINISH(fn, stats);
 }
 
@@ -671,8 +792,14 @@ ampc_status ampc_cuda_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, c
   CU_BEGIN(fn);
   const float *tab = NULL;
   AMPC_TRY(gelu_table(fn, ctx, strm, xdt, &tab));
+  gelu_launch L;
+  AMPC_TRY(gelu_win_setup(fn, xdt, n, &L));
   STATS_BEGIN(NULL); /* counted only for a bound rounding tally */
-  gelu_bwd_k<<<grid_for(n), THREADS, 0, strm>>>(n, dy, gdt, x, xdt, dx, dst, tab);
+  if (L.win)
+    gelu_bwd_win_k<<<L.grid, 1024, L.smem, strm>>>(n, dy, gdt, static_cast<const uint16_t *>(x), dx,
+                                                   dst, tab + 65536, L.win);
+  else
+    gelu_bwd_k<<<grid_for(n), THREADS, 0, strm>>>(n, dy, gdt, x, xdt, dx, dst, tab);
   FINISH(fn, NULL);
 }
 

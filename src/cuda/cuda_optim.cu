@@ -9,8 +9,10 @@
  * operation for operation, from the same FP32 constants
  * (ampc_optim_consts, src/optim/optim_impl.h); with --fmad=false and CUDA's
  * IEEE sqrtf and division (the defaults: -prec-sqrt, -prec-div) every
- * element gets the CPU's bits, NaN payloads aside. One launch per parameter
- * tensor (its decay flag and branch group are the launch's constants).
+ * element gets the CPU's bits, NaN payloads aside. One launch for all the
+ * tensors (optim_multi_k: a block per piece of a tensor, each piece naming
+ * its tensor and its constants, which depend on the decay flag and the
+ * branch group).
  */
 #include <math.h>
 #include <stdint.h>
@@ -200,6 +202,7 @@ enum { NVARIANTS = 2 * (AMPC_BRANCH_COUNT + 1) };
 struct okc_set {
   okc v[NVARIANTS];
 };
+static_assert(sizeof(okc_set) <= 4000, "the constants are a kernel parameter (4 KB at most)");
 
 /* a piece of one tensor: elements [off, off + len) of the flat buffers,
  * of tensor `param` (its swallow counters), with constants v[variant] */
@@ -313,47 +316,49 @@ ampc_status ampc_cuda_optim_step_from(ampc_params *P, const ampc_optim_config *c
     k.weight_decay = c->weight_decay, k.momentum = c->momentum, k.dampening = c->dampening;
     k.round_seed = c->round_seed, k.t = (long long)t;
   }
-  /* the pieces: listed on the host, copied to the device when they differ
-   * from the ones there (scratch slot 15; its tag: their hash) */
+  /* the pieces: listed on the host and copied to the device when the
+   * tensors differ from those the device's list was made for (scratch slot
+   * 15; its tag: an FNV-1a hash of every tensor's offset, size, branch and
+   * decay flag), so a step of the same table hashes a few hundred entries */
   int64_t nseg = 0;
-  for (int i = 0; i < P->count; i++)
-    nseg += (P->p[i].numel + SEG_ELEMS - 1) / SEG_ELEMS;
-  if (nseg > INT32_MAX)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %lld pieces are too many", fn, (long long)nseg);
-  oseg *hs = (oseg *)malloc((size_t)(nseg > 0 ? nseg : 1) * sizeof *hs);
-  if (!hs)
-    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of host memory", fn);
-  int64_t ns = 0;
-  uint64_t h = 1469598103934665603ull; /* FNV-1a over the pieces */
+  uint64_t h = 1469598103934665603ull;
   for (int i = 0; i < P->count; i++) {
     const ampc_param *p = &P->p[i];
-    const int br = (unsigned)p->branch < AMPC_BRANCH_COUNT ? (int)p->branch : AMPC_BRANCH_COUNT;
-    for (int64_t o = 0; o < p->numel; o += SEG_ELEMS) {
-      oseg *g = &hs[ns++];
-      memset(g, 0, sizeof *g);
-      g->off = p->offset + o;
-      g->len = p->numel - o < (int64_t)SEG_ELEMS ? p->numel - o : (int64_t)SEG_ELEMS;
-      g->param = i, g->variant = br * 2 + (p->decay ? 1 : 0);
-      const unsigned char *b = (const unsigned char *)g;
-      for (size_t j = 0; j < sizeof *g; j++)
-        h = (h ^ b[j]) * 1099511628211ull;
-    }
+    nseg += (p->numel + SEG_ELEMS - 1) / SEG_ELEMS;
+    const int64_t key[4] = {p->offset, p->numel, (int64_t)p->branch, p->decay ? 1 : 0};
+    const unsigned char *b = (const unsigned char *)key;
+    for (size_t j = 0; j < sizeof key; j++)
+      h = (h ^ b[j]) * 1099511628211ull;
   }
   h = h ? h : 1; /* 0: the slot's "nothing there" */
+  if (nseg > INT32_MAX)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %lld pieces are too many", fn, (long long)nseg);
   void *dsegs = NULL;
-  const size_t seg_bytes = (size_t)nseg * sizeof *hs;
-  ampc_status ss = ampc_cuda_ctx_scratch(ctx, 15, seg_bytes > 0 ? seg_bytes : 1, &dsegs);
+  const size_t seg_bytes = (size_t)nseg * sizeof(oseg);
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 15, seg_bytes > 0 ? seg_bytes : 1, &dsegs));
   uint64_t *const tag = ampc_cuda_ctx_scratch_tag(ctx, 15);
-  if (ss == AMPC_OK && *tag != h) {
+  if (*tag != h && nseg > 0) {
+    oseg *hs = (oseg *)malloc(seg_bytes);
+    if (!hs)
+      return ampc_fail(AMPC_ERR_NOMEM, "%s: out of host memory", fn);
+    int64_t ns = 0;
+    for (int i = 0; i < P->count; i++) {
+      const ampc_param *p = &P->p[i];
+      const int br = (unsigned)p->branch < AMPC_BRANCH_COUNT ? (int)p->branch : AMPC_BRANCH_COUNT;
+      for (int64_t o = 0; o < p->numel; o += SEG_ELEMS) {
+        oseg *g = &hs[ns++];
+        g->off = p->offset + o;
+        g->len = p->numel - o < (int64_t)SEG_ELEMS ? p->numel - o : (int64_t)SEG_ELEMS;
+        g->param = i, g->variant = br * 2 + (p->decay ? 1 : 0);
+      }
+    }
     /* pageable memory: the copy is staged before it returns, hs may go */
     const cudaError_t e = cudaMemcpyAsync(dsegs, hs, seg_bytes, cudaMemcpyHostToDevice, strm);
+    free(hs);
     if (e != cudaSuccess)
-      ss = ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemcpyAsync: %s", fn, cudaGetErrorString(e));
-    else
-      *tag = h;
+      return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemcpyAsync: %s", fn, cudaGetErrorString(e));
+    *tag = h;
   }
-  free(hs);
-  AMPC_TRY(ss);
   if (nseg > 0)
     optim_multi_k<<<(unsigned)nseg, THREADS, 0, strm>>>(static_cast<const oseg *>(dsegs), ks, grad,
                                                         P->w, P->master, P->m, P->v, P->comp, dsw);
