@@ -108,17 +108,34 @@ __device__ __forceinline__ float gelu_win(const float *t, const float *tab, int 
   return a < win ? t[(b >> 15) * win + a] : tab[b];
 }
 
+/* a block per SM (the window takes most of its shared memory), so each
+ * thread takes GELU_ILP elements at a time, their loads issued together:
+ * one at a time, a thread's chain of dependent loads (x, then the table)
+ * bounded these kernels by latency */
+enum { GELU_ILP = 4 };
+
 __global__ void __launch_bounds__(1024) gelu_win_k(int64_t n, const uint16_t *x, void *y, int ydt,
                                                    dev_stats *ds, const float *tab, int win) {
   extern __shared__ float t[];
   gelu_win_load(t, tab, win);
   lstats ls(ds);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const float v = gelu_win(t, tab, win, x[i]);
-    const uint32_t o = st(y, ydt, i, v);
-    if (ds)
-      ls.add(v, ydt, o);
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < n;
+       i0 += GELU_ILP * stride) {
+    uint16_t xb[GELU_ILP];
+#pragma unroll
+    for (int u = 0; u < GELU_ILP; u++)
+      xb[u] = i0 + u * stride < n ? x[i0 + u * stride] : 0;
+#pragma unroll
+    for (int u = 0; u < GELU_ILP; u++) {
+      const int64_t i = i0 + u * stride;
+      if (i < n) {
+        const float v = gelu_win(t, tab, win, xb[u]);
+        const uint32_t o = st(y, ydt, i, v);
+        if (ds)
+          ls.add(v, ydt, o);
+      }
+    }
   }
   ls.flush(ds);
 }
@@ -129,10 +146,23 @@ __global__ void __launch_bounds__(1024)
   extern __shared__ float t[];
   gelu_win_load(t, tab, win);
   lstats ls(ds);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const float f = gelu_win(t, tab, win, x[i]);
-    cst(dx, gdt, i, ld(dy, gdt, i) * f, ls, ds);
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < n;
+       i0 += GELU_ILP * stride) {
+    uint16_t xb[GELU_ILP];
+    float g[GELU_ILP];
+#pragma unroll
+    for (int u = 0; u < GELU_ILP; u++) {
+      const int64_t i = i0 + u * stride;
+      xb[u] = i < n ? x[i] : 0;
+      g[u] = i < n ? ld(dy, gdt, i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < GELU_ILP; u++) {
+      const int64_t i = i0 + u * stride;
+      if (i < n)
+        cst(dx, gdt, i, g[u] * gelu_win(t, tab, win, xb[u]), ls, ds);
+    }
   }
   ls.flush(ds);
 }
@@ -180,6 +210,57 @@ __global__ void ln_fwd_k(int64_t m, int64_t d, const void *x, int xdt, const voi
   ls.flush(ds);
 }
 
+/* ln_fwd_k with the row in registers (d <= 32 C): the row's loads issued
+ * together, once, where ln_fwd_k walks the row three times one dependent
+ * load after another (17 us a call at mm-base's 4160 x 512 on an H200, a
+ * sixth of that its memory traffic). The same operations in the same
+ * order (lane, lane + 32, ...), so the same bits. */
+template <int C>
+__global__ void ln_fwd_c_k(int64_t m, int64_t d, const void *x, int xdt, const void *gamma,
+                           const void *beta, int wdt, float eps, void *y, int ydt, float *mean,
+                           float *rstd, dev_stats *ds) {
+  lstats ls(ds);
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i < m) { /* whole warps agree: no lane leaves before the shuffles */
+    const int64_t base = i * d;
+    float xv[C];
+#pragma unroll
+    for (int u = 0; u < C; u++)
+      xv[u] = lane + 32 * u < d ? ld(x, xdt, base + lane + 32 * u) : 0.0f;
+    double s = 0.0;
+#pragma unroll
+    for (int u = 0; u < C; u++)
+      if (lane + 32 * u < d)
+        s += (double)xv[u];
+    const double mu = warp_sum(s) / (double)d;
+    double q = 0.0;
+#pragma unroll
+    for (int u = 0; u < C; u++)
+      if (lane + 32 * u < d) {
+        const double c = (double)xv[u] - mu;
+        q += c * c;
+      }
+    const double v = warp_sum(q);
+    const double r = 1.0 / sqrt(v / (double)d + (double)eps);
+    if (lane == 0)
+      mean[i] = (float)mu, rstd[i] = (float)r;
+    const float muf = (float)mu, rf = (float)r;
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      const int64_t j = lane + 32 * u;
+      if (j < d) {
+        const float xhat = (xv[u] - muf) * rf;
+        const float o = xhat * ld(gamma, wdt, j) + ld(beta, wdt, j);
+        const uint32_t ob = st(y, ydt, base + j, o);
+        if (ds)
+          ls.add(o, ydt, ob);
+      }
+    }
+  }
+  ls.flush(ds);
+}
+
 /* dx per row (a warp a row); dy may be dx (each lane reads an element before
  * it writes it) */
 __global__ void ln_bwd_dx_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
@@ -203,6 +284,49 @@ __global__ void ln_bwd_dx_k(int64_t m, int64_t d, const void *dy, int gdt, const
       const float xhat = (ld(x, xdt, base + j) - mi) * ri;
       const float g = ld(dy, gdt, base + j);
       cst(dx, gdt, base + j, ri * (g * ld(gamma, wdt, j) - mg - xhat * mgx), ls, ds);
+    }
+  }
+  ls.flush(ds);
+}
+
+/* ln_bwd_dx_k with the row's x and dy in registers (d <= 32 C), as
+ * ln_fwd_c_k: the same operations in the same order */
+template <int C>
+__global__ void ln_bwd_dx_c_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
+                              const void *gamma, int wdt, const float *mean, const float *rstd,
+                              void *dx, dev_stats *ds) {
+  lstats ls(ds);
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i < m) { /* whole warps agree: no lane leaves before the shuffles */
+    const int64_t base = i * d;
+    const float mi = mean[i], ri = rstd[i];
+    float xv[C], gv[C];
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      const int64_t j = lane + 32 * u;
+      xv[u] = j < d ? ld(x, xdt, base + j) : 0.0f;
+      gv[u] = j < d ? ld(dy, gdt, base + j) : 0.0f;
+    }
+    double sg = 0.0, sgx = 0.0;
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      const int64_t j = lane + 32 * u;
+      if (j < d) {
+        const float xhat = (xv[u] - mi) * ri;
+        const float gg = gv[u] * ld(gamma, wdt, j);
+        sg += (double)gg;
+        sgx += (double)gg * (double)xhat;
+      }
+    }
+    const float mg = (float)(warp_sum(sg) / (double)d), mgx = (float)(warp_sum(sgx) / (double)d);
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      const int64_t j = lane + 32 * u;
+      if (j < d) {
+        const float xhat = (xv[u] - mi) * ri;
+        cst(dx, gdt, base + j, ri * (gv[u] * ld(gamma, wdt, j) - mg - xhat * mgx), ls, ds);
+      }
     }
   }
   ls.flush(ds);
@@ -260,6 +384,36 @@ __global__ void ln_bwd_final_k(int64_t d, int64_t nrb, const double *part, void 
     }
     cst(dgamma, gdt, j, ld(dgamma, gdt, j) + (float)sgm, ls, ds);
     cst(dbeta, gdt, j, ld(dbeta, gdt, j) + (float)sbt, ls, ds);
+  }
+  ls.flush(ds);
+}
+
+/* ln_bwd_final_k with a warp per column: the lanes load 32 row blocks'
+ * partials at once and the sums take them lane by lane (shuffles), in
+ * row-block order as ln_bwd_final_k, so the same bits; 16 times the
+ * threads (a thread per column left all but two SMs idle: 21 us a call at
+ * mm-base's 4160 x 512 on an H200) */
+__global__ void ln_bwd_final_w_k(int64_t d, int64_t nrb, const double *part, void *dgamma,
+                                 void *dbeta, int gdt, dev_stats *ds) {
+  lstats ls(ds);
+  const int lane = threadIdx.x & 31;
+  const int64_t j = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (j < d) { /* whole warps agree */
+    double sgm = 0.0, sbt = 0.0;
+    for (int64_t rb = 0; rb < nrb; rb += 32) {
+      const bool in = rb + lane < nrb;
+      const double pg = in ? part[(rb + lane) * 2 * d + j] : 0.0;
+      const double pb = in ? part[(rb + lane) * 2 * d + d + j] : 0.0;
+      const int n = nrb - rb < 32 ? (int)(nrb - rb) : 32;
+      for (int u = 0; u < n; u++) {
+        sgm += __shfl_sync(0xFFFFFFFFu, pg, u);
+        sbt += __shfl_sync(0xFFFFFFFFu, pb, u);
+      }
+    }
+    if (lane == 0) {
+      cst(dgamma, gdt, j, ld(dgamma, gdt, j) + (float)sgm, ls, ds);
+      cst(dbeta, gdt, j, ld(dbeta, gdt, j) + (float)sbt, ls, ds);
+    }
   }
   ls.flush(ds);
 }
@@ -839,8 +993,15 @@ ampc_status ampc_cuda_layernorm_forward(int64_t m, int64_t d, const void *x, amp
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: eps must be >= 0 (got %g)", fn, (double)eps);
   CU_BEGIN(fn);
   STATS_BEGIN(stats);
-  ln_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt, mean,
-                                               rstd, dst);
+  if (d <= 32 * 16)
+    ln_fwd_c_k<16><<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt,
+                                                       mean, rstd, dst);
+  else if (d <= 32 * 32)
+    ln_fwd_c_k<32><<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt,
+                                                       mean, rstd, dst);
+  else
+    ln_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt, mean,
+                                                 rstd, dst);
   FINISH(fn, stats);
 }
 
@@ -871,10 +1032,21 @@ ampc_status ampc_cuda_layernorm_backward(int64_t m, int64_t d, const void *dy, a
   ln_bwd_part_k<<<grid_for(nrb * d), THREADS, 0, strm>>>(m, d, nrb, dy, gdt, x, xdt, mean, rstd,
                                                          static_cast<double *>(part));
   STATS_BEGIN(NULL);
-  ln_bwd_final_k<<<grid_for(d), THREADS, 0, strm>>>(d, nrb, static_cast<const double *>(part),
-                                                    dgamma, dbeta, gdt, dst);
-  ln_bwd_dx_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd, dx,
-                                                  dst);
+  if (nrb > 2 * LN_UNROLL) /* a warp per column where there are row blocks to gather */
+    ln_bwd_final_w_k<<<rows_grid(d), THREADS, 0, strm>>>(d, nrb, static_cast<const double *>(part),
+                                                         dgamma, dbeta, gdt, dst);
+  else
+    ln_bwd_final_k<<<grid_for(d), THREADS, 0, strm>>>(d, nrb, static_cast<const double *>(part),
+                                                      dgamma, dbeta, gdt, dst);
+  if (d <= 32 * 16)
+    ln_bwd_dx_c_k<16><<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean,
+                                                          rstd, dx, dst);
+  else if (d <= 32 * 32)
+    ln_bwd_dx_c_k<32><<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean,
+                                                          rstd, dx, dst);
+  else
+    ln_bwd_dx_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd,
+                                                    dx, dst);
   FINISH(fn, NULL);
 }
 
