@@ -459,6 +459,63 @@ __global__ void softmax_k(int64_t m, int64_t n, const void *x, int xdt, float sc
   ls.flush(ds);
 }
 
+/* softmax_k with the row in registers (n <= 32 C): the scaled inputs and
+ * the mask loaded once, each exponential computed once and kept for the
+ * output (softmax_k computes it twice and walks the row three times); the
+ * same operations in the same order, so the same bits */
+template <int C>
+__global__ void softmax_c_k(int64_t m, int64_t n, const void *x, int xdt, float scale,
+                            const uint8_t *mask, int64_t rpm, void *y, int ydt, dev_stats *ds) {
+  lstats ls(ds);
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i < m) {
+    const int64_t base = i * n;
+    const uint8_t *mk = mask ? mask + (i / rpm) * n : NULL;
+    float v[C];
+    bool on[C];
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      const int64_t j = lane + 32 * u;
+      on[u] = j < n && (!mk || mk[j]);
+      v[u] = on[u] ? ld(x, xdt, base + j) * scale : 0.0f;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < C; u++)
+      if (on[u])
+        mx = v[u] > mx ? v[u] : mx;
+    mx = warp_maxf(mx);
+    if (mx == -INFINITY) { /* every key masked: zeros, not NaN */
+#pragma unroll
+      for (int u = 0; u < C; u++)
+        if (lane + 32 * u < n) {
+          const uint32_t ob = st(y, ydt, base + lane + 32 * u, 0.0f);
+          if (ds)
+            ls.add(0.0f, ydt, ob);
+        }
+    } else {
+      float s = 0.0f;
+#pragma unroll
+      for (int u = 0; u < C; u++)
+        if (on[u]) {
+          v[u] = exp32(v[u] - mx);
+          s += v[u];
+        }
+      const float inv = 1.0f / warp_sumf(s);
+#pragma unroll
+      for (int u = 0; u < C; u++)
+        if (lane + 32 * u < n) {
+          const float o = (on[u] ? v[u] : 0.0f) * inv;
+          const uint32_t ob = st(y, ydt, base + lane + 32 * u, o);
+          if (ds)
+            ls.add(o, ydt, ob);
+        }
+    }
+  }
+  ls.flush(ds);
+}
+
 __global__ void softmax_bwd_k(int64_t m, int64_t n, const void *dy, int gdt, const void *y, int ydt,
                               float scale, void *dx, dev_stats *ds) {
   lstats ls(ds);
@@ -474,6 +531,37 @@ __global__ void softmax_bwd_k(int64_t m, int64_t n, const void *dy, int gdt, con
       const float yj = ld(y, ydt, base + j);
       cst(dx, gdt, base + j, scale * yj * (ld(dy, gdt, base + j) - dot), ls, ds);
     }
+  }
+  ls.flush(ds);
+}
+
+/* softmax_bwd_k with the row's dy and y in registers (n <= 32 C): the same
+ * operations in the same order */
+template <int C>
+__global__ void softmax_bwd_c_k(int64_t m, int64_t n, const void *dy, int gdt, const void *y,
+                                int ydt, float scale, void *dx, dev_stats *ds) {
+  lstats ls(ds);
+  const int lane = threadIdx.x & 31;
+  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
+  if (i < m) { /* whole warps agree */
+    const int64_t base = i * n;
+    float g[C], yv[C];
+#pragma unroll
+    for (int u = 0; u < C; u++) {
+      const int64_t j = lane + 32 * u;
+      g[u] = j < n ? ld(dy, gdt, base + j) : 0.0f;
+      yv[u] = j < n ? ld(y, ydt, base + j) : 0.0f;
+    }
+    float dot = 0.0f;
+#pragma unroll
+    for (int u = 0; u < C; u++)
+      if (lane + 32 * u < n)
+        dot += g[u] * yv[u];
+    dot = warp_sumf(dot);
+#pragma unroll
+    for (int u = 0; u < C; u++)
+      if (lane + 32 * u < n)
+        cst(dx, gdt, base + lane + 32 * u, scale * yv[u] * (g[u] - dot), ls, ds);
   }
   ls.flush(ds);
 }
@@ -1064,8 +1152,12 @@ ampc_status ampc_cuda_softmax_forward(int64_t m, int64_t n, const void *x, ampc_
     CU_CHECK_POS(fn, rows_per_mask);
   CU_BEGIN(fn);
   STATS_BEGIN(stats);
-  softmax_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, x, xdt, scale, key_mask,
-                                                key_mask ? rows_per_mask : 1, y, ydt, dst);
+  if (n <= 32 * 4)
+    softmax_c_k<4><<<rows_grid(m), THREADS, 0, strm>>>(m, n, x, xdt, scale, key_mask,
+                                                       key_mask ? rows_per_mask : 1, y, ydt, dst);
+  else
+    softmax_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, x, xdt, scale, key_mask,
+                                                  key_mask ? rows_per_mask : 1, y, ydt, dst);
   FINISH(fn, stats);
 }
 
@@ -1081,7 +1173,10 @@ ampc_status ampc_cuda_softmax_backward(int64_t m, int64_t n, const void *dy, amp
   CU_CHECK_DT(fn, ydt);
   CU_BEGIN(fn);
   STATS_BEGIN(NULL);
-  softmax_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, dy, gdt, y, ydt, scale, dx, dst);
+  if (n <= 32 * 4)
+    softmax_bwd_c_k<4><<<rows_grid(m), THREADS, 0, strm>>>(m, n, dy, gdt, y, ydt, scale, dx, dst);
+  else
+    softmax_bwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, n, dy, gdt, y, ydt, scale, dx, dst);
   FINISH(fn, NULL);
 }
 
