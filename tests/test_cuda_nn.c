@@ -371,9 +371,8 @@ static void test_elementwise(void) {
 
 static void test_layernorm(void) {
   printf("layer norm:\n");
-  /* the GPU's kernels by shape: the row in registers (d <= 512, d <= 1024)
-   * or walked (d > 1024); the parameter gradients' final sums a thread or a
-   * warp per column (more than 16 blocks of 32 rows: 700 rows) */
+  /* the GPU's parameter-gradient final sums take a thread per column up to
+   * 16 blocks of 32 rows and a warp per column beyond (700 rows) */
   const int64_t shapes[4][2] = {{37, 128}, {300, 512}, {5, 3000}, {700, 640}};
   for (int s = 0; s < 4; s++)
     for (int ix = 0; ix < 3; ix++) {

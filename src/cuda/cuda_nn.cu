@@ -210,57 +210,6 @@ __global__ void ln_fwd_k(int64_t m, int64_t d, const void *x, int xdt, const voi
   ls.flush(ds);
 }
 
-/* ln_fwd_k with the row in registers (d <= 32 C): the row's loads issued
- * together, once, where ln_fwd_k walks the row three times one dependent
- * load after another (17 us a call at mm-base's 4160 x 512 on an H200, a
- * sixth of that its memory traffic). The same operations in the same
- * order (lane, lane + 32, ...), so the same bits. */
-template <int C>
-__global__ void ln_fwd_c_k(int64_t m, int64_t d, const void *x, int xdt, const void *gamma,
-                           const void *beta, int wdt, float eps, void *y, int ydt, float *mean,
-                           float *rstd, dev_stats *ds) {
-  lstats ls(ds);
-  const int lane = threadIdx.x & 31;
-  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
-  if (i < m) { /* whole warps agree: no lane leaves before the shuffles */
-    const int64_t base = i * d;
-    float xv[C];
-#pragma unroll
-    for (int u = 0; u < C; u++)
-      xv[u] = lane + 32 * u < d ? ld(x, xdt, base + lane + 32 * u) : 0.0f;
-    double s = 0.0;
-#pragma unroll
-    for (int u = 0; u < C; u++)
-      if (lane + 32 * u < d)
-        s += (double)xv[u];
-    const double mu = warp_sum(s) / (double)d;
-    double q = 0.0;
-#pragma unroll
-    for (int u = 0; u < C; u++)
-      if (lane + 32 * u < d) {
-        const double c = (double)xv[u] - mu;
-        q += c * c;
-      }
-    const double v = warp_sum(q);
-    const double r = 1.0 / sqrt(v / (double)d + (double)eps);
-    if (lane == 0)
-      mean[i] = (float)mu, rstd[i] = (float)r;
-    const float muf = (float)mu, rf = (float)r;
-#pragma unroll
-    for (int u = 0; u < C; u++) {
-      const int64_t j = lane + 32 * u;
-      if (j < d) {
-        const float xhat = (xv[u] - muf) * rf;
-        const float o = xhat * ld(gamma, wdt, j) + ld(beta, wdt, j);
-        const uint32_t ob = st(y, ydt, base + j, o);
-        if (ds)
-          ls.add(o, ydt, ob);
-      }
-    }
-  }
-  ls.flush(ds);
-}
-
 /* dx per row (a warp a row); dy may be dx (each lane reads an element before
  * it writes it) */
 __global__ void ln_bwd_dx_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
@@ -284,49 +233,6 @@ __global__ void ln_bwd_dx_k(int64_t m, int64_t d, const void *dy, int gdt, const
       const float xhat = (ld(x, xdt, base + j) - mi) * ri;
       const float g = ld(dy, gdt, base + j);
       cst(dx, gdt, base + j, ri * (g * ld(gamma, wdt, j) - mg - xhat * mgx), ls, ds);
-    }
-  }
-  ls.flush(ds);
-}
-
-/* ln_bwd_dx_k with the row's x and dy in registers (d <= 32 C), as
- * ln_fwd_c_k: the same operations in the same order */
-template <int C>
-__global__ void ln_bwd_dx_c_k(int64_t m, int64_t d, const void *dy, int gdt, const void *x, int xdt,
-                              const void *gamma, int wdt, const float *mean, const float *rstd,
-                              void *dx, dev_stats *ds) {
-  lstats ls(ds);
-  const int lane = threadIdx.x & 31;
-  const int64_t i = blockIdx.x * (int64_t)WARPS + (threadIdx.x >> 5);
-  if (i < m) { /* whole warps agree: no lane leaves before the shuffles */
-    const int64_t base = i * d;
-    const float mi = mean[i], ri = rstd[i];
-    float xv[C], gv[C];
-#pragma unroll
-    for (int u = 0; u < C; u++) {
-      const int64_t j = lane + 32 * u;
-      xv[u] = j < d ? ld(x, xdt, base + j) : 0.0f;
-      gv[u] = j < d ? ld(dy, gdt, base + j) : 0.0f;
-    }
-    double sg = 0.0, sgx = 0.0;
-#pragma unroll
-    for (int u = 0; u < C; u++) {
-      const int64_t j = lane + 32 * u;
-      if (j < d) {
-        const float xhat = (xv[u] - mi) * ri;
-        const float gg = gv[u] * ld(gamma, wdt, j);
-        sg += (double)gg;
-        sgx += (double)gg * (double)xhat;
-      }
-    }
-    const float mg = (float)(warp_sum(sg) / (double)d), mgx = (float)(warp_sum(sgx) / (double)d);
-#pragma unroll
-    for (int u = 0; u < C; u++) {
-      const int64_t j = lane + 32 * u;
-      if (j < d) {
-        const float xhat = (xv[u] - mi) * ri;
-        cst(dx, gdt, base + j, ri * (gv[u] * ld(gamma, wdt, j) - mg - xhat * mgx), ls, ds);
-      }
     }
   }
   ls.flush(ds);
@@ -1081,15 +987,8 @@ ampc_status ampc_cuda_layernorm_forward(int64_t m, int64_t d, const void *x, amp
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: eps must be >= 0 (got %g)", fn, (double)eps);
   CU_BEGIN(fn);
   STATS_BEGIN(stats);
-  if (d <= 32 * 16)
-    ln_fwd_c_k<16><<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt,
-                                                       mean, rstd, dst);
-  else if (d <= 32 * 32)
-    ln_fwd_c_k<32><<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt,
-                                                       mean, rstd, dst);
-  else
-    ln_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt, mean,
-                                                 rstd, dst);
+  ln_fwd_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, x, xdt, gamma, beta, wdt, eps, y, ydt, mean,
+                                               rstd, dst);
   FINISH(fn, stats);
 }
 
@@ -1126,15 +1025,8 @@ ampc_status ampc_cuda_layernorm_backward(int64_t m, int64_t d, const void *dy, a
   else
     ln_bwd_final_k<<<grid_for(d), THREADS, 0, strm>>>(d, nrb, static_cast<const double *>(part),
                                                       dgamma, dbeta, gdt, dst);
-  if (d <= 32 * 16)
-    ln_bwd_dx_c_k<16><<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean,
-                                                          rstd, dx, dst);
-  else if (d <= 32 * 32)
-    ln_bwd_dx_c_k<32><<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean,
-                                                          rstd, dx, dst);
-  else
-    ln_bwd_dx_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd,
-                                                    dx, dst);
+  ln_bwd_dx_k<<<rows_grid(m), THREADS, 0, strm>>>(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd, dx,
+                                                  dst);
   FINISH(fn, NULL);
 }
 
