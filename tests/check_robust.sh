@@ -237,6 +237,11 @@ flag "--threads: expected an integer in [1, 1024], got '0'" --threads 0
 flag "--save-every: expected an integer in [0, 1000000000], got '-1'" --save-every -1
 flag "unknown option --frobnicate" --frobnicate
 flag "--steps needs a value" --steps
+flag "--lr: '1e300' is out of the float range" --lr 1e300
+flag "--lr: '1e-50' is out of the float range" --lr 1e-50
+expect 2 "--data fashion-mnist: an image-only set" "$ampc" eval --checkpoint "$tmp/good.st" --data fashion-mnist
+mkdir -p "$tmp/logdir"
+expect 1 "$tmp/logdir: is a directory, not a metrics log" "$ampc" diagnose "$tmp/logdir"
 # an input is never an output, however its path is spelt
 cp "$tmp/good.st" "$tmp/in.st"
 expect 2 "--log must not name the checkpoint file ($tmp/./in.st)" \

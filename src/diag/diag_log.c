@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ampc/amp.h"
 #include "ampc/diag.h"
@@ -381,6 +382,14 @@ ampc_status ampc_diag_read_log(const char *path, ampc_diag **out) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return ampc_fail(AMPC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    fclose(f);
+    return ampc_fail(AMPC_ERR_IO,
+                     "%s: is a directory, not a metrics log (the JSON-lines file of `ampc train "
+                     "--log FILE`)",
+                     path);
+  }
   ampc_diag *d = NULL;
   ampc_status st = AMPC_OK;
   char *line = NULL;

@@ -75,6 +75,11 @@ static int run(int argc, char **argv) {
   }
   if (!ckpt)
     return cli_usage_error("eval", "--checkpoint FILE is required");
+  if (!strcmp(data, "fashion-mnist") || !strncmp(data, "fashion-mnist:", 14))
+    return cli_usage_error("eval",
+                           "--data %s: an image-only set; `ampc eval` measures image-text "
+                           "retrieval (--data emoji or a file from `ampc data emoji`)",
+                           data);
   if (threads > 0)
     ampc_set_num_threads((int)threads);
   ampc_model_desc md;

@@ -147,6 +147,10 @@ static int parse_f(const char *flag, const char *v, float *out) {
   char *end = NULL;
   errno = 0;
   const double x = strtod(v, &end);
+  if (end != v && !*end &&
+      (errno == ERANGE || (isfinite(x) && (fabs(x) > 3.4e38 || (x != 0.0 && (float)x == 0.0f)))))
+    return cli_usage_error(
+        "train", "%s: '%s' is out of the float range (0 or 1.4e-45 <= |x| <= 3.4e38)", flag, v);
   if (end == v || *end || errno || !isfinite(x) || fabs(x) > 3.4e38)
     return cli_usage_error("train", "%s: expected a finite number, got '%s'", flag, v);
   *out = (float)x;
