@@ -22,7 +22,8 @@
 typedef struct {
   char *base;
   size_t used;
-  size_t act_end; /* bytes before the gradient workspaces (set by layout) */
+  size_t act_end; /* the activations' bytes: what follows (the blocks' shared forward-only
+                     buffers, the gradient workspaces) is workspace (set by layout) */
 } arena;
 
 static void *take(arena *A, size_t bytes) {
