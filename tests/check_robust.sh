@@ -238,6 +238,9 @@ flag "--save-every: expected an integer in [0, 1000000000], got '-1'" --save-eve
 flag "unknown option --frobnicate" --frobnicate
 flag "--steps needs a value" --steps
 flag "--lr: '1e300' is out of the float range" --lr 1e300
+ln -s dangling.st "$tmp/dlink"
+flag "--log must not name the checkpoint file" --log "$tmp/dlink" --save "$tmp/dangling.st"
+[ -e "$tmp/dangling.st" ] && die "--log through a dangling link to --save: a file was written"
 flag "--lr: '1e-50' is out of the float range" --lr 1e-50
 expect 2 "--data fashion-mnist: an image-only set" "$ampc" eval --checkpoint "$tmp/good.st" --data fashion-mnist
 mkdir -p "$tmp/logdir"

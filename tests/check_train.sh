@@ -103,6 +103,14 @@ wait
   die "--precision list --json: exit $?"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["runs"]) == 2' \
   "$tmp/list.json" || die "--precision list --json: stdout is not one JSON object"
+# each run of a list writes its own --log and --save, tagged with its preset,
+# in both spellings (--log FILE, --log=FILE)
+"$ampc" train --model mlp --precision 32-true,16-mixed --steps 2 --quiet --log="$tmp/lr.jsonl" \
+  --save "$tmp/lm.st" >/dev/null 2>&1 || die "--precision list with --log=FILE: exit $?"
+for p in 32-true 16-mixed; do
+  [ -s "$tmp/lr.$p.jsonl" ] && [ -s "$tmp/lm.$p.st" ] || die "--precision list: no $p log or checkpoint"
+done
+[ -e "$tmp/lr.jsonl" ] && die "--precision list: --log=FILE written untagged"
 
 # --weight-update stochastic (issue 19): bf16-true learns where nearest
 # rounding swallows the updates; a stopped and resumed run is bit-identical;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ampc/data.h"
 
@@ -62,6 +63,35 @@ static bool canon(const char *p, char *out, size_t cap) {
   return snprintf(out, cap, "%s/%s", res, base) < (int)cap;
 }
 
+/* out = p with its symbolic links followed, each relative one from its
+ * link's directory, at most 40 deep: a dangling link names the file that
+ * writing through it would create. false when a link cannot be read or the
+ * path is too long. */
+static bool follow_links(const char *p, char *out, size_t cap) {
+  char cur[PATH_MAX], target[PATH_MAX];
+  if (snprintf(cur, sizeof cur, "%s", p) >= (int)sizeof cur)
+    return false;
+  for (int depth = 0; depth < 40; depth++) {
+    struct stat st;
+    if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode))
+      break;
+    const ssize_t n = readlink(cur, target, sizeof target - 1);
+    if (n < 0)
+      return false;
+    target[n] = '\0';
+    const char *slash = strrchr(cur, '/');
+    if (target[0] == '/' || !slash) {
+      memcpy(cur, target, (size_t)n + 1);
+    } else { /* relative: from the link's directory */
+      const size_t d = (size_t)(slash - cur) + 1;
+      if (d + (size_t)n + 1 > sizeof cur)
+        return false;
+      memcpy(cur + d, target, (size_t)n + 1);
+    }
+  }
+  return snprintf(out, cap, "%s", cur) < (int)cap;
+}
+
 bool cli_same_file(const char *a, const char *b) {
   if (!a || !b)
     return false;
@@ -73,8 +103,12 @@ bool cli_same_file(const char *a, const char *b) {
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
   if (ea || eb) /* one exists, the other not: different files */
     return false;
-  char ca[PATH_MAX + 256], cb[PATH_MAX + 256];
-  return canon(a, ca, sizeof ca) && canon(b, cb, sizeof cb) && !strcmp(ca, cb);
+  /* neither exists (yet): the same name in the same directory, once
+   * dangling links are followed to the files they would create */
+  char fa[PATH_MAX], fb[PATH_MAX], ca[PATH_MAX + 256], cb[PATH_MAX + 256];
+  if (!follow_links(a, fa, sizeof fa) || !follow_links(b, fb, sizeof fb))
+    return false;
+  return canon(fa, ca, sizeof ca) && canon(fb, cb, sizeof cb) && !strcmp(ca, cb);
 }
 
 int cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }

@@ -904,7 +904,7 @@ static int run(int argc, char **argv) {
 }
 
 /* av (argc + 1 entries) = argv with the --precision list at pi replaced by
- * name, --log/--save/--checkpoint tagged with it (tagged[0], tagged[1]:
+ * name, --log/--save/--checkpoint FILE (or =FILE) tagged with it (tagged:
  * the caller frees them) and --json replaced by --quiet (*json set: one
  * object for the whole list). Non-zero when out of memory. */
 static int list_argv(int argc, char **argv, int pi, const char *name, char **av, char **tagged,
@@ -925,17 +925,31 @@ static int list_argv(int argc, char **argv, int pi, const char *name, char **av,
   } else {
     av[pi] = (char *)name;
   }
-  for (int i = 1; i + 1 < argc; i++) {
-    if (!strcmp(argv[i], "--log") || !strcmp(argv[i], "--save") ||
-        !strcmp(argv[i], "--checkpoint")) {
-      char *t = with_tag(argv[i + 1], name);
-      if (!t)
-        return 1;
-      free(tagged[i + 1]);
-      tagged[i + 1] = t;
-      av[i + 1] = t;
+  static const char *const paths[3] = {"--log", "--save", "--checkpoint"};
+  for (int i = 1; i < argc; i++)
+    for (int f = 0; f < 3; f++) {
+      const size_t n = strlen(paths[f]);
+      if (!strcmp(argv[i], paths[f]) && i + 1 < argc) { /* --log FILE */
+        char *t = with_tag(argv[i + 1], name);
+        if (!t)
+          return 1;
+        free(tagged[i + 1]);
+        tagged[i + 1] = t;
+        av[i + 1] = t;
+      } else if (!strncmp(argv[i], paths[f], n) && argv[i][n] == '=') { /* --log=FILE */
+        char *t = with_tag(argv[i] + n + 1, name);
+        char *flag = t ? malloc(n + 1 + strlen(t) + 1) : NULL;
+        if (!flag) {
+          free(t);
+          return 1;
+        }
+        sprintf(flag, "%s=%s", paths[f], t);
+        free(t);
+        free(tagged[i]);
+        tagged[i] = flag;
+        av[i] = flag;
+      }
     }
-  }
   return 0;
 }
 
