@@ -210,6 +210,14 @@ timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$ampc" train $
 rc=$?
 [ $rc -eq 2 ] || die "--log in a missing directory on 2 ranks: exit $rc, expected 2 (124: a hang)"
 [ "$(grep -c "does not exist" "$tmp/p.out")" -eq 1 ] || die "--log in a missing directory on 2 ranks: not printed once"
+# a --precision list's bad flag: checked for every run before any trains,
+# reported once, every rank exits 2 without MPI_Abort
+timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$ampc" train $common \
+  --model mlp --precision 32-true,16-mixed --lr -1 >"$tmp/l.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || die "a list's bad flag on 2 ranks: exit $rc, expected 2"
+grep -q "MPI_ABORT" "$tmp/l.out" && die "a list's bad flag on 2 ranks went through MPI_Abort"
+[ "$(grep -c "must be a positive finite number" "$tmp/l.out")" -eq 1 ] || die "a list's bad flag on 2 ranks: not printed once"
 
 [ $fail -eq 0 ] && echo "check_mpi: all cases passed"
 exit $fail

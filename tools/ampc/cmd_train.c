@@ -857,8 +857,10 @@ static double act_mib(const cJSON *s) {
 }
 
 /* --precision A,B,...: one run per preset (same seed and data), then a
- * side-by-side table; --log/--save get the preset inserted in their names */
-static int run_list(int argc, char **argv);
+ * side-by-side table; --log/--save get the preset inserted in their names.
+ * check_only: the flags of every run checked, nothing run (one preset: its
+ * flags); the exit code. */
+static int run_list(int argc, char **argv, bool check_only);
 
 /* Under mpirun every rank runs this; a rank that fails ends the job
  * (MPI_Abort) after its message, so no rank waits for it forever. */
@@ -866,13 +868,9 @@ static int run(int argc, char **argv) {
   if (ampc_dist_init(NULL, NULL, &g_dist) != AMPC_OK)
     return cli_runtime_error("train", "%s", ampc_last_error());
   /* the flags are the same on every rank: rank 0 alone reports their errors,
-   * and every rank stops (a --precision list is checked run by run) */
-  bool list = false;
-  for (int i = 1; i < argc; i++)
-    list = list || (!strcmp(argv[i], "--precision") && i + 1 < argc && strchr(argv[i + 1], ',')) ||
-           (!strncmp(argv[i], "--precision=", 12) && strchr(argv[i], ','));
+   * and every rank stops (a --precision list: every run's flags) */
   cli_quiet_usage = ampc_dist_rank(g_dist) != 0;
-  int check = list ? AMPC_EXIT_OK : train_check_args(argc, argv);
+  int check = run_list(argc, argv, true);
   cli_quiet_usage = false;
   /* some checks run on rank 0 alone (the output paths it writes): every
    * rank learns the worst result, so none goes on alone into the run */
@@ -889,7 +887,7 @@ static int run(int argc, char **argv) {
     g_dist = NULL;
     return check;
   }
-  const int rc = run_list(argc, argv);
+  const int rc = run_list(argc, argv, false);
   g_json_list = false;
   /* a stall is decided on replicated state: every rank stops at the same
    * step, so they end together without MPI_Abort */
@@ -958,7 +956,7 @@ static void free_tagged(char **tagged, int argc) {
     free(tagged[i]), tagged[i] = NULL;
 }
 
-static int run_list(int argc, char **argv) {
+static int run_list(int argc, char **argv, bool check_only) {
   int pi = -1;
   const char *list = NULL;
   for (int i = 1; i < argc; i++) {
@@ -968,7 +966,7 @@ static int run_list(int argc, char **argv) {
       pi = i, list = argv[i] + 12;
   }
   if (!list || !strchr(list, ','))
-    return run_one(argc, argv, NULL);
+    return check_only ? train_check_args(argc, argv) : run_one(argc, argv, NULL);
   enum { MAX_LIST = 8 };
   char names[MAX_LIST][32];
   int n = 0;
@@ -1004,8 +1002,10 @@ static int run_list(int argc, char **argv) {
   int rc = 0;
   bool json = false;
   /* every run's flags checked (the preset's own rules, its tagged paths)
-   * before the first one trains; under mpirun rank 0 alone reports */
-  cli_quiet_usage = ampc_dist_rank(g_dist) != 0;
+   * before the first one trains; under mpirun rank 0 alone reports (run()
+   * calls this with check_only first, and the ranks agree on the result) */
+  const bool quiet = cli_quiet_usage;
+  cli_quiet_usage = quiet || ampc_dist_rank(g_dist) != 0;
   for (int k = 0; k < n && !rc; k++) {
     if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
       rc = cli_runtime_error("train", "out of memory");
@@ -1013,7 +1013,11 @@ static int run_list(int argc, char **argv) {
       fprintf(stderr, "ampc train: (in the run of --precision %s)\n", names[k]);
     free_tagged(tagged, argc);
   }
-  cli_quiet_usage = false;
+  cli_quiet_usage = quiet;
+  if (check_only) {
+    free(av), free(tagged);
+    return rc;
+  }
   g_json_list = json;
   for (int k = 0; k < n && !rc; k++) {
     if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
