@@ -242,6 +242,7 @@ ln -s dangling.st "$tmp/dlink"
 flag "--log must not name the checkpoint file" --log "$tmp/dlink" --save "$tmp/dangling.st"
 [ -e "$tmp/dangling.st" ] && die "--log through a dangling link to --save: a file was written"
 flag "--lr: '1e-50' is out of the float range" --lr 1e-50
+flag "--init-scale: '1e300' is out of the float range" --init-scale 1e300
 expect 2 "--data fashion-mnist: an image-only set" "$ampc" eval --checkpoint "$tmp/good.st" --data fashion-mnist
 mkdir -p "$tmp/logdir"
 expect 1 "$tmp/logdir: is a directory, not a metrics log" "$ampc" diagnose "$tmp/logdir"

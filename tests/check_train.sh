@@ -111,6 +111,12 @@ for p in 32-true 16-mixed; do
   [ -s "$tmp/lr.$p.jsonl" ] && [ -s "$tmp/lm.$p.st" ] || die "--precision list: no $p log or checkpoint"
 done
 [ -e "$tmp/lr.jsonl" ] && die "--precision list: --log=FILE written untagged"
+"$ampc" train --model mlp --precision 32-true,16-mixed --steps 2 --quiet --save="$tmp/ls.st" \
+  >/dev/null 2>&1 || die "--precision list with --save=FILE: exit $?"
+[ -s "$tmp/ls.32-true.st" ] && [ -s "$tmp/ls.16-mixed.st" ] || die "--precision list: --save=FILE not tagged"
+# an empty or directory-like value is not tagged into a hidden file: refused
+expect 2 --model mlp --precision 32-true,16-mixed --steps 2 --log=
+grep -q 'not a file path' "$tmp/err" || die "--precision list --log=: $(cat "$tmp/err")"
 
 # --weight-update stochastic (issue 19): bf16-true learns where nearest
 # rounding swallows the updates; a stopped and resumed run is bit-identical;

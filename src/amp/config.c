@@ -57,7 +57,13 @@ static ampc_status parse_float(const char *name, const char *v, float *out) {
   char *end = NULL;
   errno = 0;
   const double d = strtod(v, &end);
-  if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d) || fabs(d) > (double)FLT_MAX)
+  const bool syntax = end != v && *end == '\0';
+  if (syntax &&
+      (errno == ERANGE || (isfinite(d) && (isinf((float)d) || (d != 0.0 && (float)d == 0.0f)))))
+    return ampc_fail(
+        AMPC_ERR_INVALID_ARG,
+        "--%s: '%s' is out of the float range (nonzero |x| from about 1e-45 to 3.4e38)", name, v);
+  if (!syntax || errno || !isfinite(d))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "--%s: '%s' is not a finite number", name, v);
   *out = (float)d;
   return AMPC_OK;

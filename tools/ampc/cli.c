@@ -71,10 +71,12 @@ static bool follow_links(const char *p, char *out, size_t cap) {
   char cur[PATH_MAX], target[PATH_MAX];
   if (snprintf(cur, sizeof cur, "%s", p) >= (int)sizeof cur)
     return false;
-  for (int depth = 0; depth < 40; depth++) {
+  for (int depth = 0;; depth++) {
     struct stat st;
     if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode))
       break;
+    if (depth == 40) /* a loop (ELOOP): no file to compare */
+      return false;
     const ssize_t n = readlink(cur, target, sizeof target - 1);
     if (n < 0)
       return false;

@@ -73,13 +73,13 @@ static int run(int argc, char **argv) {
       return cli_usage_error("eval", "unknown or incomplete option '%s'", a);
     }
   }
-  if (!ckpt)
-    return cli_usage_error("eval", "--checkpoint FILE is required");
   if (!strcmp(data, "fashion-mnist") || !strncmp(data, "fashion-mnist:", 14))
     return cli_usage_error("eval",
                            "--data %s: an image-only set; `ampc eval` measures image-text "
                            "retrieval (--data emoji or a file from `ampc data emoji`)",
                            data);
+  if (!ckpt)
+    return cli_usage_error("eval", "--checkpoint FILE is required");
   if (threads > 0)
     ampc_set_num_threads((int)threads);
   ampc_model_desc md;

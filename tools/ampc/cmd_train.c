@@ -147,11 +147,14 @@ static int parse_f(const char *flag, const char *v, float *out) {
   char *end = NULL;
   errno = 0;
   const double x = strtod(v, &end);
-  if (end != v && !*end &&
-      (errno == ERANGE || (isfinite(x) && (fabs(x) > 3.4e38 || (x != 0.0 && (float)x == 0.0f)))))
+  const bool syntax = end != v && !*end;
+  /* a number that float cannot hold: it would round to inf or to 0 */
+  if (syntax &&
+      (errno == ERANGE || (isfinite(x) && (isinf((float)x) || (x != 0.0 && (float)x == 0.0f)))))
     return cli_usage_error(
-        "train", "%s: '%s' is out of the float range (0 or 1.4e-45 <= |x| <= 3.4e38)", flag, v);
-  if (end == v || *end || errno || !isfinite(x) || fabs(x) > 3.4e38)
+        "train", "%s: '%s' is out of the float range (nonzero |x| from about 1e-45 to 3.4e38)",
+        flag, v);
+  if (!syntax || errno || !isfinite(x))
     return cli_usage_error("train", "%s: expected a finite number, got '%s'", flag, v);
   *out = (float)x;
   return 0;
@@ -901,6 +904,15 @@ static int run(int argc, char **argv) {
   return rc;
 }
 
+/* a path a preset's tag can go into: not empty, not a directory's name
+ * (ends in '/', or is . or ..): those are left as given, for the run's own
+ * check to refuse */
+static bool taggable(const char *p) {
+  const size_t n = strlen(p);
+  const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+  return n > 0 && p[n - 1] != '/' && strcmp(base, ".") != 0 && strcmp(base, "..") != 0;
+}
+
 /* av (argc + 1 entries) = argv with the --precision list at pi replaced by
  * name, --log/--save/--checkpoint FILE (or =FILE) tagged with it (tagged:
  * the caller frees them) and --json replaced by --quiet (*json set: one
@@ -927,14 +939,15 @@ static int list_argv(int argc, char **argv, int pi, const char *name, char **av,
   for (int i = 1; i < argc; i++)
     for (int f = 0; f < 3; f++) {
       const size_t n = strlen(paths[f]);
-      if (!strcmp(argv[i], paths[f]) && i + 1 < argc) { /* --log FILE */
+      if (!strcmp(argv[i], paths[f]) && i + 1 < argc && taggable(argv[i + 1])) { /* --log FILE */
         char *t = with_tag(argv[i + 1], name);
         if (!t)
           return 1;
         free(tagged[i + 1]);
         tagged[i + 1] = t;
         av[i + 1] = t;
-      } else if (!strncmp(argv[i], paths[f], n) && argv[i][n] == '=') { /* --log=FILE */
+      } else if (!strncmp(argv[i], paths[f], n) && argv[i][n] == '=' &&
+                 taggable(argv[i] + n + 1)) { /* --log=FILE */
         char *t = with_tag(argv[i] + n + 1, name);
         char *flag = t ? malloc(n + 1 + strlen(t) + 1) : NULL;
         if (!flag) {
@@ -1006,7 +1019,7 @@ static int run_list(int argc, char **argv, bool check_only) {
    * calls this with check_only first, and the ranks agree on the result) */
   const bool quiet = cli_quiet_usage;
   cli_quiet_usage = quiet || ampc_dist_rank(g_dist) != 0;
-  for (int k = 0; k < n && !rc; k++) {
+  for (int k = 0; k < n && !rc && check_only; k++) {
     if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
       rc = cli_runtime_error("train", "out of memory");
     else if ((rc = train_check_args(argc, av)) != 0 && !cli_quiet_usage)
