@@ -1031,6 +1031,8 @@ static int run_list(int argc, char **argv, bool check_only) {
     free(av), free(tagged);
     return rc;
   }
+  for (int i = 1; i < argc; i++) /* one JSON object for the list (list_argv sets it too) */
+    json = json || !strcmp(argv[i], "--json");
   g_json_list = json;
   for (int k = 0; k < n && !rc; k++) {
     if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
