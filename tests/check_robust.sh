@@ -265,6 +265,10 @@ flag "(in the run of --precision 16-mixed)" --precision bf16-true,16-mixed \
   --weight-update stochastic --master-weights off --log "$tmp/l.jsonl"
 [ -e "$tmp/l.bf16-true.jsonl" ] && die "a --precision list trained before checking its last run"
 flag "--precision: 32-true is listed twice" --precision 32-true,32-true
+flag "--precision: bad list '32-true,'" --precision 32-true,
+mkdir -p "$tmp/adir"
+flag "--log $tmp/adir: not a file path" --precision 32-true,16-mixed --log "$tmp/adir"
+ls "$tmp" | grep -q '^adir\.' && die "a list's --log DIR was tagged into a file"
 flag "--precision: at most 8 presets" --precision a,b,c,d,e,f,g,h,i
 expect 2 "batch 100000 is larger than the training split (3458 samples)" \
   "$ampc" train --batch 100000 --steps 1 --quiet

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ampc/ampc.h"
@@ -35,7 +36,9 @@ static const char k_usage[] =
     "\n"
     "Precision (presets as PyTorch Lightning's precision=):\n"
     "  --precision P        32-true | 16-mixed | bf16-mixed | 16-true | bf16-true |\n"
-    "                       fp8-mixed (default 16-mixed)\n"
+    "                       fp8-mixed (default 16-mixed); a list A,B,... runs each\n"
+    "                       preset and prints them side by side, its --log and\n"
+    "                       --save FILEs named per preset (run.jsonl -> run.A.jsonl)\n"
     "  --fp8-amax-history N (1024) --fp8-amax-compute max|most_recent --fp8-margin M\n"
     "  --master-weights on|off   FP32 master copy of the weights\n"
     "  --loss-scale none|dynamic|per-branch|per-loss|S   loss scaling (S: a static\n"
@@ -905,12 +908,14 @@ static int run(int argc, char **argv) {
 }
 
 /* a path a preset's tag can go into: not empty, not a directory's name
- * (ends in '/', or is . or ..): those are left as given, for the run's own
- * check to refuse */
+ * (ends in '/', is . or .., or an existing directory): those are left as
+ * given, for the run's own check to refuse */
 static bool taggable(const char *p) {
   const size_t n = strlen(p);
   const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
-  return n > 0 && p[n - 1] != '/' && strcmp(base, ".") != 0 && strcmp(base, "..") != 0;
+  struct stat sb;
+  return n > 0 && p[n - 1] != '/' && strcmp(base, ".") != 0 && strcmp(base, "..") != 0 &&
+         !(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode));
 }
 
 /* av (argc + 1 entries) = argv with the --precision list at pi replaced by
@@ -983,6 +988,9 @@ static int run_list(int argc, char **argv, bool check_only) {
   enum { MAX_LIST = 8 };
   char names[MAX_LIST][32];
   int n = 0;
+  const size_t ll = strlen(list);
+  if (ll > 0 && list[ll - 1] == ',') /* "32-true,": an empty last name */
+    return cli_usage_error("train", "--precision: bad list '%s'", list);
   for (const char *p = list; *p;) {
     const char *c = strchr(p, ',');
     const size_t len = c ? (size_t)(c - p) : strlen(p);
