@@ -36,6 +36,20 @@ out=$("$ampc" memory --model mm-tiny --batch 32 --w-mlm 1 --json) || die "memory
 got=$(tail -n 1 "$tmp/mlm.jsonl" | sed -n 's/.*"memory":{[^}]*"activations":\([0-9]*\).*/\1/p')
 [ -n "$got" ] && [ "$(echo "$out" | sed -n 's/.*"activations":\([0-9]*\).*/\1/p')" = "$got" ] ||
   die "memory --w-mlm activations differ from the run's $got: $out"
+# --recompute off: the attention probabilities and x1 kept (more activation
+# bytes), as a training run with --recompute off allocates them
+off=$("$ampc" memory --model mm-tiny --batch 32 --recompute off --json) || die "memory --recompute off exited $?"
+act() { sed -n 's/.*"activations":\([0-9]*\).*/\1/p'; }
+on_b=$("$ampc" memory --model mm-tiny --batch 32 --json | act)
+off_b=$(echo "$off" | act)
+[ -n "$on_b" ] && [ -n "$off_b" ] && [ "$off_b" -gt "$on_b" ] ||
+  die "memory --recompute off: activations $off_b not above recompute on's $on_b"
+echo "$off" | grep -q '"recompute":false' || die "memory --recompute off --json: $off"
+"$ampc" train --recompute off --batch 32 --steps 1 --no-eval --threads 2 --quiet \
+  --log "$tmp/keep.jsonl" >/dev/null 2>&1 || die "train --recompute off for the memory check"
+got=$(tail -n 1 "$tmp/keep.jsonl" | sed -n 's/.*"memory":{[^}]*"activations":\([0-9]*\).*/\1/p')
+[ "$off_b" = "$got" ] || die "memory --recompute off activations $off_b differ from the run's $got"
+grep -q '"recompute":false' "$tmp/keep.jsonl" || die "train --recompute off: not in the log's config"
 
 # bad usage: exit 2 with a message
 expect2() {
@@ -49,6 +63,7 @@ expect2 memory --params 1e6 --precision 16-mixed --weight-update kahan
 expect2 memory --params 1e6 --precision bf16-true --weight-update kahn
 expect2 memory --params 1e9 --model mm-tiny
 expect2 memory --model mm-tiny --w-mlm -1
+expect2 memory --model mm-tiny --recompute maybe
 expect2 memory --params lots
 expect2 memory --params 1e9 --optimizer lamb
 expect2 memory --params 1e9 --precision 8-mixed

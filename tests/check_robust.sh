@@ -276,6 +276,7 @@ expect 2 "batch 100000 is larger than the training split (3458 samples)" \
 # ---- a log that cannot be written -------------------------------------------------
 expect 1 "cannot write log file /dev/full" "$ampc" train $mlp --log /dev/full
 expect 2 "--log $tmp: not a file path" "$ampc" train $mlp --log "$tmp"
+expect 2 "--recompute: expected on or off, got 'maybe'" "$ampc" train --recompute maybe --steps 1
 
 # ---- a full disk while saving: the previous checkpoint stays intact ---------------
 # Reference: the checkpoint a run leaves at step 4 (runs are deterministic).

@@ -93,6 +93,7 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_linear_dgrad_fp8 ampc_linear_dgrad_fp8
 #define ampc_cuda_attention_forward ampc_attention_forward
 #define ampc_cuda_attention_backward ampc_attention_backward
+#define ampc_cuda_attention_probs ampc_attention_probs
 #define ampc_cuda_mha_forward ampc_mha_forward
 #define ampc_cuda_mha_backward_ex ampc_mha_backward_ex
 #define ampc_cuda_patch_embed_forward ampc_patch_embed_forward
@@ -973,8 +974,8 @@ static void test_mha(void) {
       buf cq = rnd_buf(adt, b * tq * dm, 0, 1), ck = rnd_buf(adt, b * tk * dm, 0, 1),
           cv = rnd_buf(adt, b * tk * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
           cs = rnd_buf(pdt, b * h * tq * tk, 0, 1), cp = rnd_buf(pdt, b * h * tq * tk, 0, 1);
-      const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h};
-      const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d};
+      const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL};
+      const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
       buf y = rnd_buf(adt, b * tq * dm, 0, 1);
       OK(ampc_mha_forward(b, tq, tk, dm, h, xq.h, xkv.h, adt, W[0].h, B[0].h, W[1].h, B[1].h,
                           W[2].h, B[2].h, W[3].h, B[3].h, wdt, cross ? mk : NULL, &hc, pdt, y.h,
@@ -1041,6 +1042,80 @@ static void test_mha(void) {
       drop(&mask), drop(&cq), drop(&ck), drop(&cv), drop(&co), drop(&cs), drop(&cp), drop(&y);
       drop(&dy), drop(&dxq), drop(&dxkv);
     }
+}
+
+/* The backward pass that recomputes the attention probabilities
+ * (ampc_mha_cache.recompute: the model's default) against the one that
+ * reads the forward's, both on the GPU: bit-equal (the same kernels on the
+ * same q and k), with the forward's scores and probabilities overwritten in
+ * between; FP32 and 16-bit probabilities, self and cross with a key mask. */
+static void test_mha_recompute(void) {
+  printf("multi-head attention, probabilities recomputed in the backward pass:\n");
+  const int64_t b = 3, tq = 13, h = 4, dm = 64;
+  for (int ia = 0; ia < 3; ia++)
+    for (int cross = 0; cross < 2; cross++)
+      for (int p32 = 0; p32 < 2; p32++) {
+        const ampc_dtype adt = k_dts[ia], pdt = p32 ? AMPC_F32 : adt;
+        if (p32 && adt == AMPC_F32)
+          continue;
+        const int64_t tk = cross ? 21 : tq;
+        buf xq = rnd_buf(adt, b * tq * dm, -1, 1),
+            xkv = cross ? rnd_buf(adt, b * tk * dm, -1, 1) : xq;
+        buf W[4], B[4];
+        for (int i = 0; i < 4; i++)
+          W[i] = rnd_buf(adt, dm * dm, -0.2, 0.2), B[i] = rnd_buf(adt, dm, -0.1, 0.1);
+        uint8_t *mk = malloc((size_t)(b * tk));
+        for (int64_t i = 0; i < b * tk; i++)
+          mk[i] = urand() < 0.7 || i % tk == 1;
+        buf mask = raw_buf(mk, (size_t)(b * tk));
+        const uint8_t *dmask = cross ? mask.d : NULL;
+        buf cq = rnd_buf(adt, b * tq * dm, 0, 1), ck = rnd_buf(adt, b * tk * dm, 0, 1),
+            cv = rnd_buf(adt, b * tk * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
+            cs = rnd_buf(pdt, b * h * tq * tk, 0, 1), cp = rnd_buf(pdt, b * h * tq * tk, 0, 1);
+        buf y = rnd_buf(adt, b * tq * dm, 0, 1), dy = rnd_buf(adt, b * tq * dm, -1, 1);
+        buf g[2][10];
+        for (int r = 0; r < 2; r++) {
+          ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
+          OK(ampc_cuda_mha_forward(b, tq, tk, dm, h, xq.d, xkv.d, adt, W[0].d, B[0].d, W[1].d,
+                                   B[1].d, W[2].d, B[2].d, W[3].d, B[3].d, adt, dmask, &dc, pdt,
+                                   y.d, AMPC_ACC_F32, NULL, NULL));
+          if (r) { /* NaN where the forward left its scores and probabilities */
+            memset(cs.h, 0xff, cs.bytes), memset(cp.h, 0xff, cp.bytes);
+            OK(ampc_cuda_to_device(g_ctx, cs.d, cs.h, cs.bytes));
+            OK(ampc_cuda_to_device(g_ctx, cp.d, cp.h, cp.bytes));
+            dc.recompute = true, dc.key_mask = dmask;
+          }
+          g[r][0] = rnd_buf(adt, b * tq * dm, 0, 1), g[r][1] = rnd_buf(adt, b * tk * dm, 0, 1);
+          for (int i = 0; i < 4; i++) /* the same start for both runs */
+            g[r][2 + i] = rnd_buf(adt, dm * dm, 0, 0), g[r][6 + i] = rnd_buf(adt, dm, 0, 0);
+          OK(ampc_cuda_mha_backward_ex(b, tq, tk, dm, h, xq.d, xkv.d, adt, W[0].d, W[1].d, W[2].d,
+                                       W[3].d, adt, &dc, pdt, dy.d, adt, g[r][0].d,
+                                       cross ? g[r][1].d : NULL, cross ? 0.5f : 1.0f, g[r][2].d,
+                                       g[r][6].d, g[r][3].d, g[r][7].d, g[r][4].d, g[r][8].d,
+                                       g[r][5].d, g[r][9].d, AMPC_ACC_F32, NULL, NULL));
+        }
+        for (int i = 0; i < 10; i++) {
+          if (i == 1 && !cross)
+            continue;
+          /* the first run's result as the host copy of the second's */
+          OK(ampc_cuda_to_host(g_ctx, g[1][i].h, g[0][i].d, g[0][i].bytes));
+          char nm[96];
+          snprintf(nm, sizeof nm, "mha %s recompute %s, probs %s, grad %d",
+                   cross ? "cross" : "self", dn(adt), dn(pdt), i);
+          compare(nm, &g[1][i], NULL);
+        }
+        for (int r = 0; r < 2; r++)
+          for (int i = 0; i < 10; i++)
+            drop(&g[r][i]);
+        free(mk);
+        drop(&mask);
+        drop(&xq);
+        if (cross)
+          drop(&xkv);
+        for (int i = 0; i < 4; i++)
+          drop(&W[i]), drop(&B[i]);
+        drop(&cq), drop(&ck), drop(&cv), drop(&co), drop(&cs), drop(&cp), drop(&y), drop(&dy);
+      }
 }
 
 static void test_patch_and_losses(void) {
@@ -1678,8 +1753,8 @@ static void test_tally(void) {
         cs = rnd_buf(pdt, ab * h * tq * tq, 0, 1), cp = rnd_buf(pdt, ab * h * tq * tq, 0, 1),
         my = rnd_buf(dt, ab * tq * dm, 0, 1), mdy = rnd_buf(dt, ab * tq * dm, -1, 1),
         mdx = rnd_buf(dt, ab * tq * dm, 0, 1);
-    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h};
-    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d};
+    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL};
+    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
     snprintf(nm, sizeof nm, "mha forward %s, f32 probabilities", dn(dt));
     TALLY_CPU(ampc_mha_forward(ab, tq, tq, dm, h, xq.h, xq.h, dt, W[0].h, B[0].h, W[1].h, B[1].h,
                                W[2].h, B[2].h, W[3].h, B[3].h, dt, NULL, &hc, pdt, my.h,
@@ -1909,8 +1984,8 @@ static void test_fp8(void) {
         cv = rnd_buf(adt, b * tq * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
         cs = rnd_buf(AMPC_F32, b * h * tq * tq, 0, 1),
         cp = rnd_buf(AMPC_F32, b * h * tq * tq, 0, 1);
-    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h};
-    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d};
+    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL};
+    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
     ampc_linear_fp8 qc[4], qg[4];
     ampc_linear_fp8 *pc[4], *pg[4];
     for (int i = 0; i < 4; i++) {
@@ -2124,6 +2199,7 @@ static void run_all(void) {
   test_linear();
   test_attention();
   test_mha();
+  test_mha_recompute();
   test_patch_and_losses();
   test_unscale();
   test_optim();

@@ -276,6 +276,75 @@ static void test_backward_branches_exact(void **state) {
   branch_seeds_exact("vit-micro", AMPC_PRECISION_BF16_MIXED, 0.0f);
 }
 
+/* The backward pass that recomputes the attention probabilities and x1
+ * (the default) gives the bits of the one that keeps them, in every preset
+ * (with MLM and its masked rows too): the same gradients, losses and
+ * rounding tally; and it allocates fewer activation bytes (x1's half under
+ * an FP32 stream, every block's probabilities). */
+static void recompute_exact(const char *model, ampc_precision prec, float w_mlm) {
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
+  c.w_mlm = w_mlm;
+  ampc_mmodel_specs sp;
+  ampc_trainer T;
+  ampc_mmodel *M[2];
+  micro_setup(&c, prec, &sp, &T, &M[0]); /* recompute (the default) */
+  ampc_mmodel_config keep = c;
+  keep.no_recompute = true;
+  assert_int_equal(ampc_mmodel_create(&M[1], &keep, &T.params, &T.amp, B), AMPC_OK);
+  size_t act[2];
+  assert_int_equal(ampc_mmodel_plan_bytes(&c, B, prec, &act[0], NULL), AMPC_OK);
+  assert_int_equal(ampc_mmodel_plan_bytes(&keep, B, prec, &act[1], NULL), AMPC_OK);
+  assert_true(act[0] < act[1]);
+  ampc_params *P = &T.params;
+  uint8_t images[B * 8 * 8 * 3];
+  int32_t tokens[B * TT], labels[B];
+  make_batch(8, images, tokens, labels, 11);
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+  const size_t bytes = (size_t)P->total * ampc_dtype_size(P->wdt);
+  char *g[2];
+  ampc_mmodel_losses L[2];
+  ampc_tm_stats tm[2];
+  for (int r = 0; r < 2; r++) {
+    ampc_tally *t = ampc_tally_create();
+    assert_non_null(t);
+    ampc_tally *was = ampc_tally_bind(t);
+    ampc_trainer_zero_grad(&T);
+    assert_int_equal(fwd_bwd(M[r], &bt, 1024.0f, &L[r]), AMPC_OK);
+    ampc_tally_drain(t, &tm[r]);
+    ampc_tally_bind(was);
+    ampc_tally_free(t);
+    g[r] = malloc(bytes);
+    assert_non_null(g[r]);
+    memcpy(g[r], P->grad, bytes);
+  }
+  assert_memory_equal(g[0], g[1], bytes);
+  assert_memory_equal(&L[0], &L[1], sizeof L[0]);
+  assert_true(tm[0].r.count > 0);
+  const ampc_round_stats *a = &tm[0].r, *b = &tm[1].r;
+  assert_true(a->count == b->count && a->underflow == b->underflow &&
+              a->subnormal == b->subnormal && a->overflow == b->overflow && a->inf == b->inf &&
+              a->nan == b->nan && a->max_abs == b->max_abs && tm[0].zeros == tm[1].zeros);
+  assert_memory_equal(tm[0].hist, tm[1].hist, sizeof tm[0].hist);
+  printf("# %s %s%s: recompute bit-equal to keep; activations %zu of %zu bytes\n", model,
+         ampc_precision_name(prec), w_mlm > 0.0f ? " +MLM" : "", act[0], act[1]);
+  free(g[0]), free(g[1]);
+  ampc_mmodel_free(M[0]), ampc_mmodel_free(M[1]);
+  ampc_trainer_free(&T);
+  ampc_mmodel_specs_free(&sp);
+}
+
+static void test_recompute_exact(void **state) {
+  (void)state;
+  const ampc_precision ps[5] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
+                                AMPC_PRECISION_BF16_MIXED, AMPC_PRECISION_16_TRUE,
+                                AMPC_PRECISION_FP8_MIXED};
+  for (int i = 0; i < 5; i++)
+    recompute_exact("mm-micro", ps[i], 0.0f);
+  recompute_exact("mm-micro", AMPC_PRECISION_16_MIXED, 1.0f);
+  recompute_exact("vit-micro", AMPC_PRECISION_BF16_MIXED, 0.0f);
+}
+
 /* Per-loss seeds (--loss-scale per-loss): the passes keep the forward pass,
  * so a second pass with the same seeds gives the same bits; the three
  * one-term passes add up (in FP64 here) to the all-terms pass within the
@@ -484,10 +553,11 @@ static void test_training_lowers_loss(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_mm_tiny_names),      cmocka_unit_test(test_gradient_check),
-      cmocka_unit_test(test_gradient_check_mlm), cmocka_unit_test(test_uniform_negatives),
-      cmocka_unit_test(test_gradient_check_vit), cmocka_unit_test(test_backward_branches_exact),
-      cmocka_unit_test(test_backward_losses),    cmocka_unit_test(test_training_lowers_loss),
+      cmocka_unit_test(test_mm_tiny_names),        cmocka_unit_test(test_gradient_check),
+      cmocka_unit_test(test_gradient_check_mlm),   cmocka_unit_test(test_uniform_negatives),
+      cmocka_unit_test(test_gradient_check_vit),   cmocka_unit_test(test_backward_branches_exact),
+      cmocka_unit_test(test_backward_losses),      cmocka_unit_test(test_recompute_exact),
+      cmocka_unit_test(test_training_lowers_loss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

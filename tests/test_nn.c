@@ -846,7 +846,7 @@ typedef struct {
 } mha_ctx;
 static double mha_f(void *ctx) {
   mha_ctx *c = ctx;
-  ampc_mha_cache cache = {c->q, c->k, c->v, c->o, c->s, c->p};
+  ampc_mha_cache cache = {c->q, c->k, c->v, c->o, c->s, c->p, false, NULL};
   const int64_t tk = c->self ? MTQ : MTK;
   assert_int_equal(ampc_mha_forward(MB, MTQ, tk, MDM, MH, c->xq, c->self ? c->xq : c->xkv, AMPC_F32,
                                     c->w[0], c->bias[0], c->w[1], c->bias[1], c->w[2], c->bias[2],
@@ -867,7 +867,7 @@ static void test_mha(void **state) {
     for (int i = 0; i < 4; i++)
       fill(c.w[i], MDM * MDM), fill(c.bias[i], MDM);
     mha_f(&c);
-    ampc_mha_cache cache = {c.q, c.k, c.v, c.o, c.s, c.p};
+    ampc_mha_cache cache = {c.q, c.k, c.v, c.o, c.s, c.p, false, NULL};
     float dxq[MB * MTQ * MDM], dxkv[MB * MTK * MDM], dw[4][MDM * MDM], db[4][MDM];
     memset(dw, 0, sizeof dw);
     memset(db, 0, sizeof db);
@@ -888,6 +888,76 @@ static void test_mha(void **state) {
       check_fd(wn[i], mha_f, &c, c.bias[i], db[i], MDM, df);
     }
   }
+}
+
+/* The backward pass that recomputes the probabilities (ampc_mha_cache.
+ * recompute) gives the bits of the one that reads the forward's, in every
+ * storage dtype of the presets, with a key mask, and counts no rounding
+ * twice: the scores and probabilities are overwritten with NaN in between. */
+static void test_mha_recompute(void **state) {
+  (void)state;
+  enum { B = 3, TQ = 5, TK = 7, DM = 8, NH = 2 };
+  const ampc_dtype dts[3] = {AMPC_F32, AMPC_F16, AMPC_BF16};
+  const uint8_t mask[B * TK] = {1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0};
+  static float f[2 * B * TK * DM + 4 * DM * DM + 4 * DM + B * TQ * DM];
+  for (int d = 0; d < 3; d++)
+    for (int pd = 0; pd < 2; pd++) {
+      const ampc_dtype dt = dts[d], pdt = pd ? AMPC_F32 : dt;
+      const size_t es = ampc_dtype_size(dt), ps = ampc_dtype_size(pdt);
+      g_rng = 0x9E3779B97F4A7C15u + (uint64_t)(d * 2 + pd);
+      fill(f, (int64_t)(sizeof f / sizeof *f));
+      /* xq, xkv, w[4], b[4], dy in dt */
+      char *x = malloc(sizeof f / sizeof *f * es);
+      assert_non_null(x);
+      assert_int_equal(ampc_convert(f, AMPC_F32, x, dt, sizeof f / sizeof *f), AMPC_OK);
+      char *xq = x, *xkv = xq + B * TK * DM * es, *w = xkv + B * TK * DM * es;
+      char *bias = w + 4 * DM * DM * es, *dy = bias + 4 * DM * es;
+      const size_t nact = (size_t)B * TK * DM * es, nsc = (size_t)B * NH * TQ * TK * ps;
+      char *buf = calloc(1, 4 * nact + 2 * nsc + B * TQ * DM * es);
+      char *grads[2];
+      assert_non_null(buf);
+      ampc_mha_cache c = {
+          buf,   buf + nact, buf + 2 * nact, buf + 3 * nact, buf + 4 * nact, buf + 4 * nact + nsc,
+          false, NULL};
+      void *y = buf + 4 * nact + 2 * nsc;
+      const size_t wsz = DM * DM * es, bsz = DM * es;
+      uint64_t counted[2];
+      for (int r = 0; r < 2; r++) {
+        ampc_tally *t = ampc_tally_create();
+        assert_non_null(t);
+        ampc_tally *was = ampc_tally_bind(t);
+        assert_int_equal(ampc_mha_forward(B, TQ, TK, DM, NH, xq, xkv, dt, w, bias, w + wsz,
+                                          bias + bsz, w + 2 * wsz, bias + 2 * bsz, w + 3 * wsz,
+                                          bias + 3 * bsz, dt, mask, &c, pdt, y, AMPC_ACC_F32, NULL,
+                                          NULL),
+                         AMPC_OK);
+        c.recompute = r, c.key_mask = r ? mask : NULL;
+        if (r) { /* NaN where the forward left its scores and probabilities */
+          memset(c.scores, 0xff, nsc);
+          memset(c.probs, 0xff, nsc);
+        }
+        /* dxq, dxkv, dw[4], db[4] */
+        const size_t ng = 2 * nact + 4 * wsz + 4 * bsz;
+        grads[r] = calloc(1, ng);
+        assert_non_null(grads[r]);
+        char *g = grads[r], *gw = g + 2 * nact, *gb = gw + 4 * wsz;
+        assert_int_equal(ampc_mha_backward(B, TQ, TK, DM, NH, xq, xkv, dt, w, w + wsz, w + 2 * wsz,
+                                           w + 3 * wsz, dt, &c, pdt, dy, dt, g, g + nact, gw, gb,
+                                           gw + wsz, gb + bsz, gw + 2 * wsz, gb + 2 * bsz,
+                                           gw + 3 * wsz, gb + 3 * bsz, AMPC_ACC_F32, NULL, NULL),
+                         AMPC_OK);
+        ampc_tm_stats tm;
+        ampc_tally_drain(t, &tm);
+        counted[r] = tm.r.count;
+        ampc_tally_bind(was);
+        ampc_tally_free(t);
+        if (r)
+          assert_memory_equal(grads[0], grads[1], ng);
+      }
+      assert_true(counted[0] > 0);
+      assert_int_equal(counted[0], counted[1]);
+      free(grads[0]), free(grads[1]), free(buf), free(x);
+    }
 }
 
 static void test_errors(void **state) {
@@ -925,6 +995,7 @@ int main(void) {
       cmocka_unit_test(test_misc_grads),
       cmocka_unit_test(test_patch_grad),
       cmocka_unit_test(test_mha),
+      cmocka_unit_test(test_mha_recompute),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

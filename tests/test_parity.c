@@ -442,9 +442,14 @@ static void test_mha(void **state) {
     }
     void *xqd = as_dt(xq, b * tq * dm, dt), *xkvd = as_dt(xkv, b * tk * dm, dt),
          *gd = as_dt(g, b * tq * dm, dt);
-    ampc_mha_cache cache = {zeros(b * tq * dm, dt),     zeros(b * tk * dm, dt),
-                            zeros(b * tk * dm, dt),     zeros(b * tq * dm, dt),
-                            zeros(b * h * tq * tk, dt), zeros(b * h * tq * tk, dt)};
+    ampc_mha_cache cache = {zeros(b * tq * dm, dt),
+                            zeros(b * tk * dm, dt),
+                            zeros(b * tk * dm, dt),
+                            zeros(b * tq * dm, dt),
+                            zeros(b * h * tq * tk, dt),
+                            zeros(b * h * tq * tk, dt),
+                            false,
+                            NULL};
     void *y = zeros(b * tq * dm, dt), *dxq = zeros(b * tq * dm, dt), *dxkv = zeros(b * tk * dm, dt);
     assert_int_equal(ampc_mha_forward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[4], pd[1], pd[5],
                                       pd[2], pd[6], pd[3], pd[7], dt, km, &cache, dt, y,

@@ -210,6 +210,8 @@ fi
 
 if [ "$what" != tests ]; then
   part gpu_train 120 sh -c "./$B/gpu_train --steps 10 --warmup 3 >'$R/ampc_train.jsonl'"
+  # mm-base keeping the attention probabilities and x1 (--recompute off): what recomputing costs
+  part gpu_train_keep 60 sh -c "./$B/gpu_train --models mm-base --keep --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
   : >"$R/torch_train.jsonl"
   # one process per batch size (one torch import and CUDA start each)
   part torch_train_base 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp32,bf16,fp16 --batch 64 --steps 10 --warmup 3 --saved-bytes >>'$R/torch_train.jsonl'"

@@ -4,9 +4,11 @@
  *
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
  *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
- *             [--precision 32-true|16-mixed|bf16-mixed] [--profile]
+ *             [--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep]
  *
  * --precision: that preset alone (default: the three).
+ * --keep: the models keep the attention probabilities and x1 for the
+ * backward pass (ampc train --recompute off) instead of recomputing them.
  * --profile: the first timed step alone recorded by a profiler started with
  * --profile-from-start off (cudaProfilerStart / Stop around it).
  *
@@ -82,6 +84,10 @@ static void drop_ctx(void) {
   }
 }
 
+/* --keep: the model keeps the attention probabilities and x1 (ampc train
+ * --recompute off) */
+static bool g_keep;
+
 static int fail(const char *what) {
   fprintf(stderr, "gpu_train: %s: %s\n", what, ampc_last_error());
   return 1;
@@ -95,7 +101,8 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
                       const ampc_cuda_counters *cn) {
   const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
   const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
-  printf("{\"model\":\"%s\",\"precision\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"
+  printf("{\"model\":\"%s\",\"precision\":\"%s\",\"recompute\":%s,\"device\":\"%s\","
+         "\"batch\":%lld,"
          "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
          "\"gemm_flop_per_step\":%llu,\"tflops\":%.3f,\"peak_tflops\":%.0f,\"mfu\":%.4f,"
          "\"param_bytes\":%zu,\"activation_bytes\":%zu,\"predicted_bytes\":%zu,"
@@ -103,12 +110,12 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
          "\"device_bytes_used\":%lld,\"gemm_plan_queries_timed\":%lld,\"skipped\":%lld,"
          "\"final_loss\":%.6g,\"matmuls_per_step\":%.1f,\"host_waits_per_step\":%.1f,"
          "\"host_wait_ms_per_step\":%.4f,\"ms_steps\":[",
-         model, ampc_precision_name(p), dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
-         (long long)B, (long long)T->params.numel, med, med > 0 ? (double)B / (med * 1e-3) : 0.0,
-         (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
-         ampc_mmodel_activation_bytes(M), acct->total, acct->bytes[AMPC_MEM_DEVICE_SCRATCH], used,
-         queries, skipped, (double)loss, (double)cn->matmuls / steps, (double)cn->waits / steps,
-         cn->wait_s * 1e3 / steps);
+         model, ampc_precision_name(p), g_keep ? "false" : "true",
+         dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split", (long long)B, (long long)T->params.numel,
+         med, med > 0 ? (double)B / (med * 1e-3) : 0.0, (unsigned long long)flops_step, tflops,
+         peak / 1e12, tflops * 1e12 / peak, pbytes, ampc_mmodel_activation_bytes(M), acct->total,
+         acct->bytes[AMPC_MEM_DEVICE_SCRATCH], used, queries, skipped, (double)loss,
+         (double)cn->matmuls / steps, (double)cn->waits / steps, cn->wait_s * 1e3 / steps);
   for (int s = 0; s < steps; s++)
     printf("%s%.4f", s ? "," : "", ms[s]);
   printf("]}\n");
@@ -124,6 +131,7 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   const int64_t classes = strcmp(model, "vit-ref") == 0 ? 10 : GROUPS;
   if (ampc_mmodel_config_get(model, VOCAB, SEQ, classes, &c) != AMPC_OK)
     return fail("config");
+  c.no_recompute = g_keep;
   ampc_mmodel_specs sp;
   if (ampc_mmodel_specs_make(&c, &sp) != AMPC_OK)
     return fail("specs");
@@ -305,6 +313,8 @@ int main(int argc, char **argv) {
       models = v, i++;
     else if (!strcmp(argv[i], "--profile"))
       g_profile = 1;
+    else if (!strcmp(argv[i], "--keep"))
+      g_keep = true;
     else if (!strcmp(argv[i], "--curve") && i + 1 < argc)
       curve = atoi(v), i++;
     else if (!strcmp(argv[i], "--precision") && i + 1 < argc &&
@@ -313,7 +323,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
                       "[--models a,b] [--batch B] [--curve N] "
-                      "[--precision 32-true|16-mixed|bf16-mixed] [--profile]\n");
+                      "[--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep]\n");
       return 2;
     }
   }

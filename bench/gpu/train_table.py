@@ -18,7 +18,9 @@ activation bytes at 16-mixed over 32-true (goal <= 0.55; beside it PyTorch's
 where torch_step.py ran with --saved-bytes: what autograd saved in one
 forward under fp16 autocast over fp32). With CURVES_JSONL
 (gpu_train --curve): the largest loss difference between the GPU and the CPU
-over the steps beside the CPU's seed-to-seed spread, per preset.
+over the steps beside the CPU's seed-to-seed spread, per preset. Rows of
+gpu_train --keep (the attention probabilities and x1 kept for the backward
+pass rather than recomputed) appear as "kept", with their own ratios.
 """
 import json
 import sys
@@ -46,13 +48,16 @@ def main(argv):
     for r in ampc + torch:
         if r["model"] not in models:
             models.append(r["model"])
-    a = {(r["model"], r["precision"]): r for r in ampc}
+    # gpu_train --keep rows (the probabilities and x1 kept, not recomputed)
+    a = {(r["model"], r["precision"] + ("" if r.get("recompute", True) else " kept")): r
+         for r in ampc}
     t = {(r["model"], r["precision"]): r for r in torch}
     print("| model | run | batch | ms/step | samples/s | MFU | device MiB | cuBLASLt calls "
           "| host waits (ms) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
-        for p in ("32-true", "16-mixed", "bf16-mixed"):
+        for p in ("32-true", "16-mixed", "bf16-mixed", "32-true kept", "16-mixed kept",
+                  "bf16-mixed kept"):
             r = a.get((m, p))
             if r:
                 print(f"| {m} | ampc {p} | {r['batch']} | {r['ms_per_step_median']:.2f} | "
@@ -83,6 +88,13 @@ def main(argv):
             act += (f" (PyTorch's saved tensors, fp16 autocast / fp32: "
                     f"{t16['saved_activation_bytes'] / t32['saved_activation_bytes']:.3f})")
         print(f"| {m} | {sp} | {vs} | {act} |")
+        k32, k16 = a.get((m, "32-true kept")), a.get((m, "16-mixed kept"))
+        if k32 and k16:  # gpu_train --keep: the same without recomputation
+            ks = f"{k32['ms_per_step_median'] / k16['ms_per_step_median']:.2f}x"
+            kv = (f"{k16['ms_per_step_median'] / t16['ms_per_step_median']:.2f}"
+                  if t16 else "-")
+            print(f"| {m}, probabilities and x1 kept | {ks} | {kv} | "
+                  f"{k16['activation_bytes'] / k32['activation_bytes']:.3f} |")
     curves = load(argv[3]) if len(argv) == 4 else []
     if curves:
         print()

@@ -220,13 +220,22 @@ ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const voi
                                       ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
                                       ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
                                       ampc_scratch *ws);
-/* One GEMM launch per head, batched over the samples; key_mask device. */
+/* FP32 sums: q, k, v copied head-major and one strided batched GEMM over
+ * the b * h heads per product; FP16 accumulation: one GEMM launch per head,
+ * batched over the samples; key_mask device. */
 ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                         const void *q, int64_t ldq, const void *k, int64_t ldk,
                                         const void *v, int64_t ldv, ampc_dtype xdt,
                                         const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                                         void *probs, ampc_dtype pdt, void *out, int64_t ldo,
                                         ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats);
+/* ampc_attention_probs on the GPU: the scores and probabilities of
+ * ampc_cuda_attention_forward again, through the same kernels (the same
+ * bits), counting nothing. */
+ampc_status ampc_cuda_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                      ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                                      ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc);
 /* dP and dS in FP32 as on the CPU; dq and dk formed in FP32 and rounded once. */
 ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                          const void *q, int64_t ldq, const void *k, int64_t ldk,

@@ -154,6 +154,17 @@ typedef struct ampc_mmodel_config {
   float w_mlm, mlm_prob;
   bool image_only; /* vit-ref / vit-fm: the vision encoder and the class head only (CE loss;
                       no text, fusion or projections) */
+  /* false (the default): the backward pass recomputes two kinds of saved
+   * activation, with the forward's bits, instead of keeping them: every
+   * attention block's probabilities [b, h, tq, tk] (from its q and k, as
+   * memory-efficient attention does: Rabe & Staats 2021; FlashAttention,
+   * Dao et al. 2022), and, where the residual stream is wider than the
+   * activations (FP32 stream, 16-bit activations: 16-mixed, bf16-mixed),
+   * the stream after attention, x1 = x + attn(x), from the block's input
+   * and the 16-bit attention output (kept instead: half the bytes). Costs
+   * one more q k^T product, softmax and add per block in the backward pass.
+   * true: keep both (ampc train --recompute off). Neither changes a value. */
+  bool no_recompute;
 } ampc_mmodel_config;
 
 /* "mm-tiny", "mm-small", "mm-base" (width 512, 8 heads, MLP 2048, depths

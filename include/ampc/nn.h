@@ -318,6 +318,17 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
                                    const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                                    void *probs, ampc_dtype pdt, void *out, int64_t ldo,
                                    ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats);
+/* The scores and probabilities of ampc_attention_forward again, bit for bit
+ * (the same strided batched GEMM and softmax on the same q, k and
+ * key_mask; arguments and errors as there): for a backward pass that did
+ * not keep them (ampc_mha_cache.recompute; the memory-efficient attention of
+ * Rabe & Staats 2021 and FlashAttention, Dao et al. 2022, recompute them in
+ * the backward pass too). Counts nothing into the bound rounding tally: the
+ * forward pass counted these stores. */
+ampc_status ampc_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                 const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                 ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                                 ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc);
 /* dout [b, tq, h*dh] (row stride lddo, gdt) -> dq [b, tq, h*dh] (lddq),
  * dk, dv [b, tk, h*dh] (lddk, lddv), all gdt, overwritten; probs from the
  * forward pass. Intermediate dP and dS are FP32 (workspace 2*h*tq*tk floats). */
@@ -337,9 +348,16 @@ size_t ampc_attention_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, 
 /* Buffers the forward pass fills and the backward pass reads, owned by the
  * caller: q [b*tq, dm], k and v [b*tk, dm], o [b*tq, dm] (the core's output,
  * before the output projection) in the activation dtype; scores and probs
- * [b, h, tq, tk] in the probabilities' dtype. */
+ * [b, h, tq, tk] in the probabilities' dtype. recompute (false: the
+ * backward pass reads the forward's probs): the backward pass recomputes
+ * scores and probs from q and k (ampc_attention_probs) with key_mask, the
+ * forward's mask (or NULL), so scores and probs may be buffers that other
+ * layers overwrite in between (one pair for every block of a model: the
+ * probabilities, [b, h, tq, tk] per block, are then no saved activation). */
 typedef struct ampc_mha_cache {
   void *q, *k, *v, *o, *scores, *probs;
+  bool recompute;
+  const uint8_t *key_mask;
 } ampc_mha_cache;
 
 /* Multi-head attention with separate projections, as

@@ -875,13 +875,58 @@ ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const
  * are those of the per-head calls: the same operands (copied exactly,
  * 16-bit ones against FP32 widened exactly), FP32 sums, and one rounding
  * of an FP32 result into out, dq, dk, dv (unheads_k, counted there). */
+/* S = scale q k^T and P = softmax(S) on the head-major path: q and k
+ * copied head-major into qh, kh (xdt, scratch the caller owns), one strided
+ * batched GEMM over the b * h heads, the softmax. attn_fwd_hm and
+ * ampc_cuda_attention_probs both run it, so a recomputation has the
+ * forward's bits (the same kernels on the same operands). */
+static ampc_status scores_probs_hm(const char *fn, cudaStream_t strm, int64_t b, int64_t tq,
+                                   int64_t tk, int64_t h, int64_t dh, const void *q, int64_t ldq,
+                                   const void *k, int64_t ldk, ampc_dtype xdt,
+                                   const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                   void *probs, ampc_dtype pdt, ampc_acc acc, void *qh, void *kh) {
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq,
+                                                    qh, xdt);
+  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk,
+                                                    kh, xdt);
+  AMPC_TRY(ampc_cu_launched(fn));
+  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale, qh, xdt, dh,
+                                          tq * dh, kh, xdt, dh, tk * dh, 0.0f, scores, sdt, tk,
+                                          tq * tk, b * h, acc));
+  return ampc_cuda_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs, pdt,
+                                   NULL);
+}
+
+/* the same on the per-head path (FP16 accumulation, sizes over 2^31): one
+ * strided batched GEMM per head, batched over the samples */
+static ampc_status scores_probs_heads(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                      ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                                      ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc) {
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  const int64_t ss = tq * tk;
+  const size_t xs = ampc_dtype_size(xdt), es = ampc_dtype_size(sdt);
+  for (int64_t hi = 0; hi < h; hi++)
+    AMPC_TRY(ampc_cuda_gemm_strided_batched(
+        AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale, (const char *)q + hi * dh * xs, xdt, ldq, tq * ldq,
+        (const char *)k + hi * dh * xs, xdt, ldk, tk * ldk, 0.0f, (char *)scores + hi * ss * es,
+        sdt, tk, h * ss, b, acc));
+  return ampc_cuda_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs, pdt,
+                                   NULL);
+}
+
+static bool head_major(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, ampc_acc acc) {
+  return acc != AMPC_ACC_F16 && tq <= INT32_MAX && tk <= INT32_MAX && h * dh <= INT32_MAX &&
+         b * h <= INT32_MAX;
+}
+
 static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t b,
                                int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                                int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
                                ampc_dtype xdt, const uint8_t *key_mask, void *scores,
                                ampc_dtype sdt, void *probs, ampc_dtype pdt, void *out, int64_t ldo,
                                ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats) {
-  const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk, dm = h * dh, nq = b * tq * dm, nk = b * tk * dm;
   /* P v: FP32 probabilities against v widened to FP32 (exact), 16-bit ones
    * against v as it is */
@@ -895,18 +940,11 @@ static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp));
   float *const o32 = static_cast<float *>(sp);
   void *const qh = o32 + o_q, *const kh = o32 + o_k, *const vh = o32 + o_v;
-  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq,
-                                                    qh, xdt);
-  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk,
-                                                    kh, xdt);
+  AMPC_TRY(scores_probs_hm(fn, strm, b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt,
+                           probs, pdt, acc, qh, kh));
   heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv,
                                                     vh, vdt);
   AMPC_TRY(ampc_cu_launched(fn));
-  AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale, qh, xdt, dh,
-                                          tq * dh, kh, xdt, dh, tk * dh, 0.0f, scores, sdt, tk, ss,
-                                          b * h, acc));
-  AMPC_TRY(ampc_cuda_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs,
-                                     pdt, NULL));
   /* the FP32 product is the model's store with stats only (the CPU's
    * telemetry path forms it in an FP32 buffer too, and a bound tally counts
    * it there); without, it is counted when rounded into out */
@@ -1030,20 +1068,13 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, odt);
   CU_BEGIN(fn);
-  if (acc != AMPC_ACC_F16 && tq <= INT32_MAX && tk <= INT32_MAX && h * dh <= INT32_MAX &&
-      b * h <= INT32_MAX)
+  if (head_major(b, tq, tk, h, dh, acc))
     return attn_fwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, key_mask,
                        scores, sdt, probs, pdt, out, ldo, odt, acc, stats);
-  const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk;
-  const size_t xs = ampc_dtype_size(xdt), es = ampc_dtype_size(sdt), ps = ampc_dtype_size(pdt);
-  for (int64_t hi = 0; hi < h; hi++)
-    AMPC_TRY(ampc_cuda_gemm_strided_batched(
-        AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale, (const char *)q + hi * dh * xs, xdt, ldq, tq * ldq,
-        (const char *)k + hi * dh * xs, xdt, ldk, tk * ldk, 0.0f, (char *)scores + hi * ss * es,
-        sdt, tk, h * ss, b, acc));
-  AMPC_TRY(ampc_cuda_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs,
-                                     pdt, NULL));
+  const size_t ps = ampc_dtype_size(pdt);
+  AMPC_TRY(scores_probs_heads(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs,
+                              pdt, acc));
   /* out = P v, heads side by side. FP32 probabilities against 16-bit
    * values with FP32 sums (a mixed product: the values widened, exactly,
    * for FP32 GEMMs): v widened once for all heads (the per-head GEMM call
@@ -1094,6 +1125,46 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   return ampc_cu_stats_end(strm, dstats, stats);
 }
 
+ampc_status ampc_cuda_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                      ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                                      ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc) {
+  const char *fn = "ampc_cuda_attention_probs";
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, tq);
+  CU_CHECK_POS(fn, tk);
+  CU_CHECK_POS(fn, h);
+  CU_CHECK_POS(fn, dh);
+  if (ldq < h * dh || ldk < h * dh)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: ldq/ldk must be >= h*dh = %lld", fn,
+                     (long long)(h * dh));
+  CU_CHECK_PTR(fn, q);
+  CU_CHECK_PTR(fn, k);
+  CU_CHECK_PTR(fn, scores);
+  CU_CHECK_PTR(fn, probs);
+  CU_CHECK_DT(fn, xdt);
+  CU_CHECK_DT(fn, sdt);
+  CU_CHECK_DT(fn, pdt);
+  CU_BEGIN(fn);
+  ampc_tally *const was = ampc_tally_bind(NULL); /* counted once, by the forward pass */
+  ampc_status st = AMPC_OK;
+  if (head_major(b, tq, tk, h, dh, acc)) { /* qh, kh as attn_fwd_hm lays them out */
+    const int64_t dm = h * dh, nq = b * tq * dm, nk = b * tk * dm;
+    const size_t xs = ampc_dtype_size(xdt);
+    const int64_t o_k = pad_f32(((int64_t)xs * nq + 3) / 4), nf = o_k + ((int64_t)xs * nk + 3) / 4;
+    void *sp = NULL;
+    st = ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp);
+    if (st == AMPC_OK)
+      st = scores_probs_hm(fn, strm, b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt,
+                           probs, pdt, acc, sp, static_cast<float *>(sp) + o_k);
+  } else {
+    st = scores_probs_heads(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs,
+                            pdt, acc);
+  }
+  (void)ampc_tally_bind(was);
+  return st;
+}
+
 ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                          const void *q, int64_t ldq, const void *k, int64_t ldk,
                                          const void *v, int64_t ldv, ampc_dtype xdt,
@@ -1124,8 +1195,7 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, gdt);
   CU_BEGIN(fn);
-  if (acc != AMPC_ACC_F16 && tq <= INT32_MAX && tk <= INT32_MAX && h * dh <= INT32_MAX &&
-      b * h <= INT32_MAX)
+  if (head_major(b, tq, tk, h, dh, acc))
     return attn_bwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, probs, pdt,
                        dout, lddo, gdt, dq, lddq, dk, lddk, dv, lddv, acc);
   const float scale = (float)(1.0 / sqrt((double)dh));

@@ -81,6 +81,7 @@ ampc_mha_ops cuda_mha_ops() {
   o.linear_bwd = lin_bwd;
   o.linear_dgrad = lin_dgrad;
   o.attn_fwd = ampc_cuda_attention_forward;
+  o.attn_probs = ampc_cuda_attention_probs;
   o.attn_bwd = ampc_cuda_attention_backward;
   o.store_scaled = store_scaled;
   o.take = take;

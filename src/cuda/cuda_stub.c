@@ -268,6 +268,14 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
       (void)out, (void)ldo, (void)odt, (void)acc, (void)stats;
   return no_cuda("ampc_cuda_attention_forward");
 }
+ampc_status ampc_cuda_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                      ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                                      ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc) {
+  (void)b, (void)tq, (void)tk, (void)h, (void)dh, (void)q, (void)ldq, (void)k, (void)ldk, (void)xdt,
+      (void)key_mask, (void)scores, (void)sdt, (void)probs, (void)pdt, (void)acc;
+  return no_cuda("ampc_cuda_attention_probs");
+}
 ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                          const void *q, int64_t ldq, const void *k, int64_t ldk,
                                          const void *v, int64_t ldv, ampc_dtype xdt,

@@ -24,8 +24,10 @@ typedef struct { /* parameter indices of one block */
 enum { SITES_PER_BLOCK = 6 };
 
 typedef struct { /* saved activations of one block (y and c.scores: the
-                  * forward's transients, one buffer shared by every block) */
+                  * forward's transients, one buffer shared by every block;
+                  * so are c.probs with recompute, and x1 when y1 is kept) */
   void *ln1, *y, *x1, *ln2, *h, *g, *out;
+  void *y1; /* the attention's output, kept to recompute x1 = x + y1 (x1_recompute), or NULL */
   float *mean1, *rstd1, *mean2, *rstd2;
   ampc_mha_cache c;
 } blk_a;
@@ -35,6 +37,8 @@ struct ampc_mmodel {
   ampc_params *P; /* borrowed: the parameter table (weights read, gradients accumulated) */
   int64_t B, NV, NP, TT, D, E;
   ampc_dtype stream_dt, act_dt, grad_dt, prob_dt, weight_dt;
+  bool recompute;    /* the attention probabilities recomputed in the backward pass */
+  bool x1_recompute; /* and x1 = x + y1 (a stream wider than the activations) */
   ampc_acc acc;
   bool fp8_on;        /* fp8-mixed: the blocks' linear layers in FP8 */
   ampc_fp8_sites fp8; /* their sites (fp8_on) */
@@ -70,6 +74,7 @@ struct ampc_mmodel {
    * attention scores before the softmax and the MHA / MLP outputs before
    * their residual adds, which no backward pass reads */
   void *fwd_scores, *fwd_y;
+  void *fwd_probs, *fwd_x1; /* recompute: the probabilities; x1_recompute: x1 */
   /* gradient workspaces */
   void *dS, *dS2, *dL, *dH1, *dH2, *dKV, *dKVsum;
   void *dmlog, *dmrows; /* MLM: the logits' and the gathered rows' gradients */

@@ -118,7 +118,10 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
       blk_a *a = &groups[g].a[i];
       const int64_t rq = groups[g].b * groups[g].tq, rk = groups[g].b * groups[g].tk;
       TAKE(a->ln1, rq * D, as);
-      TAKE(a->x1, rq * D, ss);
+      if (M->x1_recompute)
+        TAKE(a->y1, rq * D, as);
+      else
+        TAKE(a->x1, rq * D, ss);
       TAKE(a->ln2, rq * D, as);
       TAKE(a->h, rq * MLP, as);
       TAKE(a->g, rq * MLP, as);
@@ -131,7 +134,9 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
       TAKE(a->c.k, rk * D, as);
       TAKE(a->c.v, rk * D, as);
       TAKE(a->c.o, rq * D, as);
-      TAKE(a->c.probs, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
+      if (!M->recompute)
+        TAKE(a->c.probs, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
+      a->c.recompute = M->recompute;
     }
   }
   TAKE(M->patch, B * NP * D, as);
@@ -185,7 +190,8 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
   /* the blocks' forward-only buffers, one for all blocks (the blocks run one
    * after another): the pre-softmax scores (the backward pass reads the
    * probabilities) and the MHA / MLP outputs y (read by the residual add
-   * only), sized for the largest group */
+   * only), sized for the largest group; with recompute the probabilities
+   * too, and x1 (x1_recompute), which the backward pass forms again there */
   int64_t n_sc = 0, n_y = 0;
   for (int g = 0; g < 3; g++)
     if (groups[g].depth > 0) {
@@ -195,9 +201,22 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
     }
   TAKE(M->fwd_scores, n_sc, ps);
   TAKE(M->fwd_y, n_y, as);
+  M->fwd_probs = M->fwd_x1 = NULL;
+  if (M->recompute)
+    TAKE(M->fwd_probs, n_sc, ps);
+  if (M->x1_recompute)
+    TAKE(M->fwd_x1, n_y, ss);
   for (int g = 0; g < 3; g++)
-    for (int64_t i = 0; i < groups[g].depth; i++)
-      groups[g].a[i].c.scores = M->fwd_scores, groups[g].a[i].y = M->fwd_y;
+    for (int64_t i = 0; i < groups[g].depth; i++) {
+      blk_a *a = &groups[g].a[i];
+      a->c.scores = M->fwd_scores, a->y = M->fwd_y;
+      if (M->recompute)
+        a->c.probs = M->fwd_probs;
+      if (M->x1_recompute)
+        a->x1 = M->fwd_x1;
+      else
+        a->y1 = NULL;
+    }
   int64_t R = B * NV;
   if (BF * TT > R)
     R = BF * TT;
@@ -360,6 +379,8 @@ static void set_dims(ampc_mmodel *M, const ampc_mmodel_config *c, int64_t max_ba
   M->act_dt = policy_out(p, AMPC_OPID_LINEAR);
   M->prob_dt = policy_out(p, AMPC_OPID_SOFTMAX);
   M->weight_dt = weight_dt;
+  M->recompute = !c->no_recompute;
+  M->x1_recompute = M->recompute && ampc_dtype_size(M->stream_dt) > ampc_dtype_size(M->act_dt);
   M->grad_dt = weight_dt;
   M->fp8_on = ampc_precision_is_fp8(p);
   M->mlm = !c->image_only && c->w_mlm > 0.0f;

@@ -52,6 +52,55 @@ static ampc_status attn_check(const char *fn, int64_t b, int64_t tq, int64_t tk,
   return AMPC_OK;
 }
 
+/* S = scale q k^T (all heads, a strided batched GEMM per sample) and P =
+ * softmax(S): the first half of ampc_attention_forward, which
+ * ampc_attention_probs repeats */
+static ampc_status scores_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                                ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc) {
+  const float scale = (float)(1.0 / sqrt((double)dh));
+  const int64_t ss = tq * tk; /* one head's score matrix */
+  const int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
+  par_err pe = {AMPC_OK, ""};
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t bi = 0; bi < b; bi++) { /* S = scale q k^T, all heads */
+    ampc_tally_adopt(tally);
+    ampc_status s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale,
+                                              at_(q, xdt, bi * tq * ldq), xdt, ldq, dh,
+                                              at_(k, xdt, bi * tk * ldk), xdt, ldk, dh, 0.0f,
+                                              atw_(scores, sdt, bi * h * ss), sdt, tk, ss, h, acc);
+    if (s != AMPC_OK)
+      par_fail(&pe, s);
+  }
+  if (pe.st != AMPC_OK)
+    return ampc_fail(pe.st, "%s", pe.msg);
+  return ampc_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs, pdt,
+                              NULL);
+}
+
+ampc_status ampc_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                 const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                 ampc_dtype xdt, const uint8_t *key_mask, void *scores,
+                                 ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc) {
+  const char *fn = "ampc_attention_probs";
+  ampc_status st = attn_check(fn, b, tq, tk, h, dh, ldq, ldk, ldk);
+  if (st != AMPC_OK)
+    return st;
+  NN_CHECK_PTR(fn, q);
+  NN_CHECK_PTR(fn, k);
+  NN_CHECK_PTR(fn, scores);
+  NN_CHECK_PTR(fn, probs);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, sdt);
+  NN_CHECK_DT(fn, pdt);
+  ampc_tally *const was = ampc_tally_bind(NULL); /* counted once, by the forward pass */
+  st = scores_probs(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs, pdt, acc);
+  (void)ampc_tally_bind(was);
+  return st;
+}
+
 ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                    const void *q, int64_t ldq, const void *k, int64_t ldk,
                                    const void *v, int64_t ldv, ampc_dtype xdt,
@@ -74,26 +123,11 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
   NN_CHECK_DT(fn, odt);
   if (ldo < h * dh)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: ldo must be >= h*dh", fn);
-  const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk; /* one head's score matrix */
   const int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
   par_err pe = {AMPC_OK, ""};
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (int64_t bi = 0; bi < b; bi++) { /* S = scale q k^T, all heads */
-    ampc_tally_adopt(tally);
-    ampc_status s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale,
-                                              at_(q, xdt, bi * tq * ldq), xdt, ldq, dh,
-                                              at_(k, xdt, bi * tk * ldk), xdt, ldk, dh, 0.0f,
-                                              atw_(scores, sdt, bi * h * ss), sdt, tk, ss, h, acc);
-    if (s != AMPC_OK)
-      par_fail(&pe, s);
-  }
-  if (pe.st != AMPC_OK)
-    return ampc_fail(pe.st, "%s", pe.msg);
-  if (st == AMPC_OK)
-    st =
-        ampc_softmax_forward(b * h * tq, tk, scores, sdt, 1.0f, key_mask, h * tq, probs, pdt, NULL);
+  st = scores_probs(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs, pdt, acc);
   /* out = P v, heads side by side; with telemetry, through an FP32 buffer so
    * that the one rounding into odt can be counted */
   float *tmp = NULL;
@@ -296,6 +330,11 @@ ampc_status ampc_mha_backward_with(const ampc_mha_ops *o, int64_t b, int64_t tq,
   /* y = o Wo^T + bo */
   ampc_status st = o->linear_bwd(b * tq, dm, dm, dy, gdt, cache->o, adt, wo, wdt, dO, dwo, dbo, acc,
                                  f[3], &rest);
+  /* the probabilities the forward pass did not keep: the same products
+   * and softmax again, so the same bits (counted once, by the forward pass) */
+  if (st == AMPC_OK && cache->recompute)
+    st = o->attn_probs(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, adt, cache->key_mask,
+                       cache->scores, pdt, cache->probs, pdt, acc);
   if (st == AMPC_OK)
     st = o->attn_bwd(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
                      cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc, &rest);
@@ -349,6 +388,7 @@ static const ampc_mha_ops k_cpu_mha = {
     .linear_bwd = ampc_linear_backward_fp8,
     .linear_dgrad = ampc_linear_dgrad_fp8,
     .attn_fwd = ampc_attention_forward,
+    .attn_probs = ampc_attention_probs,
     .attn_bwd = ampc_attention_backward,
     .store_scaled = cpu_store_scaled,
     .take = cpu_take,

@@ -41,6 +41,11 @@ typedef struct ampc_mha_ops {
                           ampc_dtype xdt, const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                           void *probs, ampc_dtype pdt, void *out, int64_t ldo, ampc_dtype odt,
                           ampc_acc acc, ampc_round_stats *stats);
+  /* ampc_attention_probs: the forward's scores and probabilities again */
+  ampc_status (*attn_probs)(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
+                            int64_t ldq, const void *k, int64_t ldk, ampc_dtype xdt,
+                            const uint8_t *key_mask, void *scores, ampc_dtype sdt, void *probs,
+                            ampc_dtype pdt, ampc_acc acc);
   ampc_status (*attn_bwd)(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                           int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
                           ampc_dtype xdt, const void *probs, ampc_dtype pdt, const void *dout,

@@ -45,6 +45,9 @@ static const char k_memory_usage[] =
     "  --batch B          batch size for --model (64)\n"
     "  --w-mlm W          the model trains with masked caption modelling (as ampc\n"
     "                     train --w-mlm W): its head and the masked copies counted\n"
+    "  --recompute on|off as ampc train --recompute (on: the attention probabilities\n"
+    "                     and the FP32 stream after attention are recomputed in the\n"
+    "                     backward pass, not kept as activations)\n"
     "  --classes C        classes of the head (default: the emoji data's 9; vit-fm 10;\n"
     "                     mlp 5); --in N (16) --hidden N (64) for mlp\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
@@ -77,6 +80,7 @@ static const char k_plan_usage[] =
     "  --model NAME       mm-tiny (default), mm-small, mm-base, mm-micro, vit-ref,\n"
     "                     vit-fm, vit-micro\n"
     "  --w-mlm W          with masked caption modelling (ampc train --w-mlm W)\n"
+    "  --recompute on|off as ampc train --recompute (on)\n"
     "  --precision LIST   presets, comma-separated (32-true,16-mixed,bf16-mixed)\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
     "  --master-weights on|off   override the presets' FP32 master copy\n"
@@ -98,6 +102,7 @@ typedef struct mem_args {
       *overhead;
   int64_t batch, classes, in, hidden, max_batch;
   float w_mlm; /* --w-mlm: the masked caption modelling term's weight (0: off) */
+  bool keep;   /* --recompute off */
   bool json;
   ampc_device device; /* --device (cpu) */
 } mem_args;
@@ -164,6 +169,10 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       if (!*v || *end || !(w >= 0.0 && w <= 1e30))
         return cli_usage_error(cmd, "--w-mlm: expected a weight >= 0, got '%s'", v);
       a->w_mlm = (float)w;
+    } else if (!strcmp(name, "recompute")) {
+      if (strcmp(v, "on") && strcmp(v, "off"))
+        return cli_usage_error(cmd, "--recompute: expected on or off, got '%s'", v);
+      a->keep = !strcmp(v, "off");
     } else if (!is_plan && !strcmp(name, "in"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->in);
     else if (!is_plan && !strcmp(name, "hidden"))
@@ -317,6 +326,7 @@ static int run_memory(int argc, char **argv) {
       return rc;
     if (!mc.image_only) /* the MLM head and the masked copies' activations */
       mc.w_mlm = a.w_mlm;
+    mc.no_recompute = a.keep;
     if (a.batch < 2)
       return cli_usage_error(cmd, "--batch: model %s needs at least 2", a.model);
     if (ampc_mem_account_mm_on(&mc, a.batch, &amp, moments, a.device, &m) != AMPC_OK ||
@@ -328,6 +338,8 @@ static int run_memory(int argc, char **argv) {
     if (model) {
       cJSON_AddStringToObject(o, "model", a.model);
       cJSON_AddNumberToObject(o, "batch", (double)m.batch);
+      if (strcmp(a.model, "mlp") != 0)
+        cJSON_AddBoolToObject(o, "recompute", !a.keep);
     }
     cJSON_AddNumberToObject(o, "params", (double)m.params);
     cJSON_AddStringToObject(o, "precision", a.precision);
@@ -342,8 +354,11 @@ static int run_memory(int argc, char **argv) {
   }
   char b1[32], b2[32];
   if (model)
-    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s\n", a.model,
-           (long long)a.batch, (long long)m.params, a.precision, a.optimizer,
+    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s%s\n",
+           a.model, (long long)a.batch, (long long)m.params, a.precision, a.optimizer,
+           strcmp(a.model, "mlp") == 0 ? ""
+           : a.keep                    ? ", recompute off"
+                                       : ", recompute on",
            a.device == AMPC_DEVICE_CUDA ? ", on the GPU (device memory)" : "");
   else
     printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
@@ -364,8 +379,10 @@ static int run_memory(int argc, char **argv) {
            m.bytes_per_param, human(m.total, b1, sizeof b1), r, a.optimizer, m32.bytes_per_param,
            human(m32.total, b2, sizeof b2));
   else
-    printf("vs 32-true: parameter state %.2fx (%s), activations + workspace %.2fx (%s).\n",
+    printf("vs 32-true: parameter state %.2fx (%s), activations %.3fx, activations + workspace "
+           "%.3fx (%s).\n",
            (double)p / (double)p32, human(p32, b1, sizeof b1),
+           (double)m.bytes[AMPC_MEM_ACTIVATIONS] / (double)m32.bytes[AMPC_MEM_ACTIVATIONS],
            (double)(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE]) /
                (double)(m32.bytes[AMPC_MEM_ACTIVATIONS] + m32.bytes[AMPC_MEM_WORKSPACE]),
            human(m32.bytes[AMPC_MEM_ACTIVATIONS] + m32.bytes[AMPC_MEM_WORKSPACE], b2, sizeof b2));
@@ -430,6 +447,7 @@ static int run_plan(int argc, char **argv) {
     return cli_usage_error(cmd, "--model: %s", ampc_last_error());
   if (!mc.image_only) /* the MLM head and the masked copies' activations */
     mc.w_mlm = a.w_mlm;
+  mc.no_recompute = a.keep;
   if (!mc.image_only && !have_text)
     return cli_usage_error(cmd, "%s has no captions: model %s needs image-text pairs", data,
                            mc.name);

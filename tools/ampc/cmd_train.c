@@ -125,6 +125,13 @@ static const char k_usage_tail[] =
     "                   preset and safeguard, global negatives; not the mlp);\n"
     "                   exit 1 without a GPU. cpu-split: the device path run on the\n"
     "                   CPU (a test aid; the CPU's bits)\n"
+    "  --recompute on|off  on (default): the backward pass recomputes each\n"
+    "                   attention block's probabilities and, under an FP32\n"
+    "                   residual stream with 16-bit activations (16-mixed,\n"
+    "                   bf16-mixed), the stream after attention, instead of\n"
+    "                   keeping them: the same bits, fewer activation bytes\n"
+    "                   (`ampc memory`), one more q.k^T product per block. off:\n"
+    "                   keep them (multimodal and ViT models)\n"
     "\n"
     "Data parallel (mpirun -np N ampc train ...; --batch is global; see README):\n"
     "  --allreduce f32|working  sum gradients in FP32 in rank order (default: the\n"
@@ -224,6 +231,7 @@ static const char *const k_value_flags[] = {"lr",
                                             "on-stall",
                                             "stall-steps",
                                             "device",
+                                            "recompute",
                                             "allreduce",
                                             "model",
                                             "precision",
@@ -480,6 +488,11 @@ int train_parse_args(int argc, char **argv, train_args *a) {
         a->device = AMPC_DEVICE_CPU_SPLIT;
       else
         rc = cli_usage_error("train", "--device: expected cpu, cuda or cpu-split, got '%s'", v);
+    } else if (!strcmp(n, "recompute")) {
+      if (!strcmp(v, "on") || !strcmp(v, "off"))
+        a->keep_activations = !strcmp(v, "off");
+      else
+        rc = cli_usage_error("train", "--recompute: expected on or off, got '%s'", v);
     } else if (!strcmp(n, "allreduce")) {
       if (!strcmp(v, "f32"))
         a->reduce = AMPC_REDUCE_F32;
@@ -743,6 +756,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     }
     md.mm.w_itc = A.w_itc, md.mm.w_itm = A.w_itm, md.mm.w_cls = A.w_cls;
     md.mm.w_mlm = md.mm.image_only ? 0.0f : A.w_mlm, md.mm.mlm_prob = A.mlm_prob;
+    md.mm.no_recompute = A.keep_activations;
   }
   ampc_run_config c = ampc_run_config_defaults();
   c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro_batches;

@@ -35,6 +35,7 @@ typedef struct train_args {
   bool itm_sampled;           /* --itm-negatives sampled (or random) */
   bool itm_random;            /* --itm-negatives random */
   ampc_device device;         /* --device (cpu) */
+  bool keep_activations;      /* --recompute off */
 } train_args;
 
 /* Parse the flags of `ampc train` (argv[0] is the command name) into *a and
