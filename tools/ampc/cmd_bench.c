@@ -24,7 +24,8 @@ static const char k_usage[] =
     "Usage: ampc bench gemm [--json] [--threads N] [--reps R] [--quick]\n"
     "       ampc bench gemm --device cuda [--json] [--reps R] [--quick]\n"
     "       ampc bench step [--model M] [--precision P] [--batch B] [--steps N]\n"
-    "                       [--warmup W] [--threads T] [--dim D] [--json]\n"
+    "                       [--warmup W] [--threads T] [--dim D] [--recompute on|off]\n"
+    "                       [--json]\n"
     "\n"
     "Measure GEMM throughput (GFLOP/s = 2*M*N*K / seconds, median of R\n"
     "repetitions, all modes interleaved in each repetition, one warm-up; a\n"
@@ -81,6 +82,7 @@ static const char k_usage[] =
     "  --steps N      timed steps, 1..100000 (default 20)\n"
     "  --warmup W     untimed steps first, 0..100000 (default 3)\n"
     "  --dim D        override the width (heads kept, MLP = 4 D) for scaling runs\n"
+    "  --recompute on|off  as ampc train --recompute (on)\n"
     "  --threads T    threads (default: all cores)\n"
     "  --json         print {\"model\":..,\"precision\":..,\"batch\":..,\"threads\":..,\n"
     "                 \"ms_per_step_median\":..,\"peak_rss_bytes\":..} (and more keys;\n"
@@ -348,6 +350,7 @@ static int run_step(int argc, char **argv) {
   const char *model = "vit-ref", *precision = "16-mixed";
   long batch = 128, steps = 20, warmup = 3, threads = 0, dim = 0;
   int json = 0, rc = 0;
+  bool keep = false; /* --recompute off */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--json") == 0) {
@@ -368,7 +371,12 @@ static int run_step(int argc, char **argv) {
       rc = parse_long(a, v, 1, 1024, &threads);
     else if (strcmp(a, "--dim") == 0)
       rc = parse_long(a, v, 1, 4096, &dim);
-    else if (!v && (!strcmp(a, "--model") || !strcmp(a, "--precision")))
+    else if (strcmp(a, "--recompute") == 0 && v) {
+      if (strcmp(v, "on") && strcmp(v, "off"))
+        return cli_usage_error("bench", "--recompute: expected on or off, got '%s'", v);
+      keep = !strcmp(v, "off");
+    } else if (!v &&
+               (!strcmp(a, "--model") || !strcmp(a, "--precision") || !strcmp(a, "--recompute")))
       return cli_usage_error("bench", "%s needs a value", a);
     else
       return cli_usage_error("bench", "unexpected argument '%s'", a);
@@ -392,6 +400,7 @@ static int run_step(int argc, char **argv) {
   }
   if (!mc.image_only)
     mc.classes = D.n_classes; /* as `ampc train` on emoji */
+  mc.no_recompute = keep;
   if (dim > 0) {
     if (dim % mc.heads) {
       ampc_dataset_free(&D);
@@ -476,6 +485,7 @@ static int run_step(int argc, char **argv) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", mc.name);
     cJSON_AddStringToObject(o, "precision", ampc_precision_name(p));
+    cJSON_AddBoolToObject(o, "recompute", !keep);
     cJSON_AddNumberToObject(o, "batch", (double)B);
     cJSON_AddNumberToObject(o, "threads", ampc_get_num_threads());
     cJSON_AddNumberToObject(o, "ms_per_step_median", med);
