@@ -30,6 +30,7 @@ expect 2 eval
 expect 2 eval --checkpoint "$tmp/mm.st" --precision 8-mixed
 "$ampc" train --model mlp --steps 2 --quiet --save "$tmp/mlp.st" >/dev/null 2>&1
 expect 1 eval --checkpoint "$tmp/mlp.st"
+grep -q "a checkpoint of the MLP" "$tmp/err" || die "eval of an MLP checkpoint: $(cat "$tmp/err")"
 expect 1 train --steps 3 --batch 8 --eval-every 0 --resume "$tmp/mlp.st"
 cp "$tmp/mm.st" "$tmp/mm.copy"
 expect 2 train --steps 1 --batch 8 --save "$tmp/mm.st" --log "$tmp/mm.st"

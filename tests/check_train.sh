@@ -116,7 +116,7 @@ done
 [ -s "$tmp/ls.32-true.st" ] && [ -s "$tmp/ls.16-mixed.st" ] || die "--precision list: --save=FILE not tagged"
 # an empty or directory-like value is not tagged into a hidden file: refused
 expect 2 --model mlp --precision 32-true,16-mixed --steps 2 --log=
-grep -q 'not a file path' "$tmp/err" || die "--precision list --log=: $(cat "$tmp/err")"
+grep -q 'an empty path' "$tmp/err" || die "--precision list --log=: $(cat "$tmp/err")"
 
 # --weight-update stochastic (issue 19): bf16-true learns where nearest
 # rounding swallows the updates; a stopped and resumed run is bit-identical;

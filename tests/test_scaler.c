@@ -311,6 +311,20 @@ static void test_lint(void **state) {
   o.weight_decay = 0.0f;
   o.eps = 1e-4f;
   assert_int_equal(lint(AMPC_PRECISION_16_TRUE, NULL, NULL, o, m), 0);
+  /* AdamW steps of ~lr below half an ulp of a 2^-10 weight: 2^-21 in f16
+   * (no master), 2^-34 in f32 */
+  o.lr = 4e-7f;
+  assert_int_equal(lint(AMPC_PRECISION_16_TRUE, NULL, NULL, o, m), 1);
+  assert_non_null(strstr(m, "swallowed updates"));
+  assert_int_equal(lint(AMPC_PRECISION_16_MIXED, NULL, NULL, o, m), 0); /* FP32 master */
+  assert_int_equal(lint(AMPC_PRECISION_16_TRUE, "weight-update", "stochastic", o, m), 0);
+  o.lr = 5e-7f;
+  assert_int_equal(lint(AMPC_PRECISION_16_TRUE, NULL, NULL, o, m), 0);
+  o.lr = 5e-11f;
+  assert_int_equal(lint(AMPC_PRECISION_32_TRUE, NULL, NULL, o, m), 1);
+  o.lr = 6e-11f;
+  assert_int_equal(lint(AMPC_PRECISION_32_TRUE, NULL, NULL, o, m), 0);
+  o.lr = adam.lr;
   /* a static scale that is not a power of two */
   assert_int_equal(lint(AMPC_PRECISION_16_MIXED, "loss-scale", "1000", adam, m), 1);
   assert_non_null(strstr(m, "1000"));

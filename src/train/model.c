@@ -60,8 +60,15 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
   const cJSON *k = cJSON_GetObjectItemCaseSensitive(m, "classes");
   const cJSON *p = cJSON_GetObjectItemCaseSensitive(c, "precision");
   ampc_status st = AMPC_OK;
-  if (!(cJSON_IsString(name) && cJSON_IsNumber(v) && cJSON_IsNumber(s) && cJSON_IsNumber(k) &&
-        cJSON_IsString(p))) {
+  const char *kind = ampc_safetensors_meta(f, "ampc.model");
+  if (!mj && kind && strcmp(kind, "mlp") == 0) {
+    st = ampc_fail(AMPC_ERR_FORMAT,
+                   "%s: a checkpoint of the MLP (ampc train --model mlp), not of a multimodal "
+                   "or ViT model: it has no retrieval or class evaluation here (its test accuracy "
+                   "is in the training run's summary)",
+                   path);
+  } else if (!(cJSON_IsString(name) && cJSON_IsNumber(v) && cJSON_IsNumber(s) &&
+               cJSON_IsNumber(k) && cJSON_IsString(p))) {
     st = ampc_fail(AMPC_ERR_FORMAT,
                    "%s: not a checkpoint of a multimodal model (missing or bad "
                    "ampc.model_config / ampc.config metadata)",

@@ -309,7 +309,9 @@ ampc_status ampc_check_out_path(const char *what, const char *path, bool regular
   else
     snprintf(dir, sizeof dir, ".");
   struct stat sb;
-  if (!path[0] || (stat(path, &sb) == 0 && (regular ? !S_ISREG(sb.st_mode) : S_ISDIR(sb.st_mode))))
+  if (!path[0])
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: an empty path", what);
+  if (stat(path, &sb) == 0 && (regular ? !S_ISREG(sb.st_mode) : S_ISDIR(sb.st_mode)))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: not a %s path", what, path,
                      regular ? "regular file" : "file");
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))

@@ -416,6 +416,18 @@ int ampc_config_lint(const ampc_amp_config *amp, const ampc_optim_config *opt, c
   }
   if (round_to(opt->lr, pdt) == 0.0f)
     LINT("lr = %g rounds to 0 in %s", (double)opt->lr, ampc_dtype_name(pdt));
+  /* AdamW moves a weight by about lr a step (|m / sqrt(v)| <= ~1): below
+   * half an ulp of a weight of magnitude 2^-10 (a small initial weight) in
+   * the dtype the update is added in, nearest rounding gives the weight back */
+  if (opt->kind == AMPC_OPTIM_ADAMW && opt->lr > 0.0f &&
+      amp->weight_update == AMPC_UPDATE_NEAREST) {
+    const double half_ulp_small_w = ldexp(1.0, -10 - (mant_bits(pdt) + 1));
+    if ((double)opt->lr < half_ulp_small_w)
+      LINT("lr = %g is below half an ulp (%g) of a weight of 2^-10 in %s: AdamW's updates "
+           "(~lr a step) round away, the weights freeze (swallowed updates)%s",
+           (double)opt->lr, half_ulp_small_w, ampc_dtype_name(pdt),
+           pdt == AMPC_F32 ? "" : " (--master-weights on keeps them)");
+  }
   const ampc_scaler_config *s = &amp->scaler;
   if (s->mode == AMPC_LOSS_SCALE_STATIC) {
     int e = 0;

@@ -16,13 +16,14 @@
 
 #include "ampc/data.h"
 
+bool cli_quiet_usage;
+const char *cli_usage_context;
+
 static void vreport(const char *cmd, const char *fmt, va_list ap) {
   fprintf(stderr, "ampc%s%s: ", cmd ? " " : "", cmd ? cmd : "");
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
 }
-
-bool cli_quiet_usage;
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
   if (cli_quiet_usage)
@@ -31,6 +32,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_start(ap, fmt);
   vreport(cmd, fmt, ap);
   va_end(ap);
+  if (cli_usage_context)
+    fprintf(stderr, "ampc%s%s: (%s)\n", cmd ? " " : "", cmd ? cmd : "", cli_usage_context);
   fprintf(stderr, "Try 'ampc%s%s --help'.\n", cmd ? " " : "", cmd ? cmd : "");
   return AMPC_EXIT_USAGE;
 }

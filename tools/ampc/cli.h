@@ -41,6 +41,9 @@ int cli_bench_gemm_cuda(int argc, char **argv);
 /* true: cli_usage_error prints nothing (the ranks but 0 of a data-parallel
  * job, which all see the same flags: one copy of the message is enough) */
 extern bool cli_quiet_usage;
+/* non-NULL: cli_usage_error prints it in parentheses after the message,
+ * before the hint (which run of a --precision list the error is in) */
+extern const char *cli_usage_context;
 /* Print "ampc <cmd>: <message>" to stderr; returns AMPC_EXIT_ERROR. */
 int cli_runtime_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
 /* True for "-h" and "--help". */

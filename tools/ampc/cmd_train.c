@@ -111,7 +111,8 @@ static const char k_usage_more[] =
     "                   or go on; --stall-steps N (hysteresis + 2)\n"
     "  --json           the summary as one JSON object on stdout ({\"runs\":[...]} when\n"
     "                   --precision lists several)\n"
-    "  --quiet          no progress lines\n"
+    "  --quiet          no progress, evaluation or diagnosis lines (the last line,\n"
+    "                   done: ..., stays)\n"
     "\n";
 
 /* ... and its end */
@@ -803,6 +804,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     ret = cli_runtime_error("train", "out of memory");
     goto out;
   }
+  const bool in_list = summary != NULL; /* a run of a --precision list: the table reports it */
   if (summary)
     *summary = cJSON_Duplicate(o, 1);
   if (!lead) {
@@ -810,7 +812,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   } else if (A.json) {
     ret = cli_print_json("train", o);
   } else {
-    if (!A.quiet) {
+    if (!A.quiet || !in_list) { /* --quiet: no progress lines, but this one */
       const ampc_trainer *T = ampc_run_trainer(R);
       fprintf(out, "done: %lld steps (%lld skipped), %.1f s%s%s\n", (long long)T->iteration,
               (long long)T->scaler.skip_count,
@@ -1041,11 +1043,15 @@ static int run_list(int argc, char **argv, bool check_only) {
    * calls this with check_only first, and the ranks agree on the result) */
   const bool quiet = cli_quiet_usage;
   cli_quiet_usage = quiet || ampc_dist_rank(g_dist) != 0;
+  char ctx[96];
   for (int k = 0; k < n && !rc && check_only; k++) {
+    snprintf(ctx, sizeof ctx, "in the run of --precision %s", names[k]);
+    cli_usage_context = ctx;
     if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
       rc = cli_runtime_error("train", "out of memory");
-    else if ((rc = train_check_args(argc, av)) != 0 && !cli_quiet_usage)
-      fprintf(stderr, "ampc train: (in the run of --precision %s)\n", names[k]);
+    else
+      rc = train_check_args(argc, av);
+    cli_usage_context = NULL;
     free_tagged(tagged, argc);
   }
   cli_quiet_usage = quiet;
