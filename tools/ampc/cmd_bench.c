@@ -351,11 +351,20 @@ static int run_step(int argc, char **argv) {
   long batch = 128, steps = 20, warmup = 3, threads = 0, dim = 0;
   int json = 0, rc = 0;
   bool keep = false; /* --recompute off */
+  char flag[32];
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--json") == 0) {
       json = 1;
       continue;
+    }
+    const char *eq = !strncmp(a, "--", 2) ? strchr(a, '=') : NULL;
+    const bool inline_v = eq && (size_t)(eq - a) < sizeof flag;
+    if (inline_v) { /* --flag=value */
+      snprintf(flag, sizeof flag, "%.*s", (int)(eq - a), a);
+      a = flag, v = eq + 1, i--; /* the i++ below skips nothing */
+    } else if (v && !strncmp(v, "--", 2) && v[2]) {
+      return cli_usage_error("bench", "%s needs a value (got the flag %s)", a, v);
     }
     if (strcmp(a, "--model") == 0 && v)
       model = v;

@@ -600,8 +600,12 @@ static int run(int argc, char **argv) {
       ret = cli_usage_error("compare", "--run %s: too many flags", runs[r].label);
       goto done;
     }
-    if (train_check_args(na - 1, args + 1) != AMPC_EXIT_OK) {
-      fprintf(stderr, "ampc compare: (in the flags of run %s)\n", runs[r].label);
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "in the flags of run %s", runs[r].label);
+    cli_usage_context = ctx; /* printed with the error, before the hint */
+    const int rc = train_check_args(na - 1, args + 1);
+    cli_usage_context = NULL;
+    if (rc != AMPC_EXIT_OK) {
       ret = AMPC_EXIT_USAGE;
       goto done;
     }

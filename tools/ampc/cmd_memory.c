@@ -141,6 +141,8 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
     if (!v) {
       if (i + 1 >= argc)
         return cli_usage_error(cmd, "--%s needs a value", name);
+      if (!strncmp(argv[i + 1], "--", 2) && argv[i + 1][2]) /* "--model --json" */
+        return cli_usage_error(cmd, "--%s needs a value (got the flag %s)", name, argv[i + 1]);
       v = argv[++i];
     }
     const bool is_plan = !strcmp(cmd, "plan");
@@ -466,6 +468,7 @@ static int run_plan(int argc, char **argv) {
                            (long long)ntrain);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", mc.name);
+  cJSON_AddBoolToObject(o, "recompute", !a.keep);
   cJSON_AddStringToObject(o, "data", data);
   cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
   cJSON_AddNumberToObject(o, "overhead_bytes", (double)overhead);
@@ -484,8 +487,9 @@ static int run_plan(int argc, char **argv) {
   cJSON *plans = cJSON_AddArrayToObject(o, "plans");
   char b1[32], b2[32], b3[32];
   if (!a.json)
-    printf("ampc plan: %s on %s, budget %s, overhead %s (%s), batch <= %lld\n", mc.name, data,
-           human((size_t)budget, b1, sizeof b1), human((size_t)overhead, b2, sizeof b2),
+    printf("ampc plan: %s on %s, recompute %s, budget %s, overhead %s (%s), batch <= %lld\n",
+           mc.name, data, a.keep ? "off" : "on", human((size_t)budget, b1, sizeof b1),
+           human((size_t)overhead, b2, sizeof b2),
            measured     ? "measured RSS after loading the data + 48 MiB"
            : a.overhead ? "--overhead"
                         : "the CUDA context's allowance; GPU memory",

@@ -111,8 +111,8 @@ static const char k_usage_more[] =
     "                   or go on; --stall-steps N (hysteresis + 2)\n"
     "  --json           the summary as one JSON object on stdout ({\"runs\":[...]} when\n"
     "                   --precision lists several)\n"
-    "  --quiet          no progress, evaluation or diagnosis lines (the last line,\n"
-    "                   done: ..., stays)\n"
+    "  --quiet          no progress, evaluation or diagnosis lines (one run's last\n"
+    "                   line, done: ..., stays; a list prints its table)\n"
     "\n";
 
 /* ... and its end */
@@ -828,6 +828,15 @@ out:
   return ret;
 }
 
+/* a table cell: the value, or "-" right-aligned where the run has none
+ * (NaN: no evaluation, --no-eval) */
+static void cell(double v, int width, int prec) {
+  if (isnan(v))
+    printf(" %*s", width, "-");
+  else
+    printf(" %*.*f", width, prec, v);
+}
+
 /* "run.jsonl" + "16-mixed" -> "run.16-mixed.jsonl" */
 static char *with_tag(const char *path, const char *tag) {
   const size_t n = strlen(path) + strlen(tag) + 2;
@@ -1085,9 +1094,15 @@ static int run_list(int argc, char **argv, bool check_only) {
            "act MiB");
     for (int k = 0; k < n; k++) {
       const cJSON *s = sums[k];
-      if (s)
-        printf("%-11s %9.4f %8.0f %9.4f %9.2f %10.2f\n", names[k], field(s, "final_train_loss"),
-               field(s, "skipped_steps"), test_acc(s), ms_per_step(s), act_mib(s));
+      if (!s)
+        continue;
+      printf("%-11s", names[k]);
+      cell(field(s, "final_train_loss"), 9, 4);
+      cell(field(s, "skipped_steps"), 8, 0);
+      cell(test_acc(s), 9, 4);
+      cell(ms_per_step(s), 9, 2);
+      cell(act_mib(s), 10, 2);
+      putchar('\n');
     }
   } else if (!rc && n > 0 && sums[n - 1]) {
     printf("\nside by side (same seed, data and steps):\n");
@@ -1097,12 +1112,17 @@ static int run_list(int argc, char **argv, bool check_only) {
       const cJSON *s = sums[k];
       if (!s)
         continue;
-      printf("%-11s %9.4f %8.0f %11.4f %11.4f %11.4f %11.4f %9.3f %9.0f %10.1f\n", names[k],
-             field(s, "final_train_loss"), field(s, "skipped_steps"),
-             metric(s, "new_style", "i2t_r1"), metric(s, "new_style", "t2i_r1"),
-             metric(s, "zero_shot", "i2t_r1"), metric(s, "zero_shot", "t2i_r1"),
-             metric(s, "new_style", "group_acc"), field(s, "ms_per_step_mean"),
-             field(s, "activation_bytes") / 1048576.0);
+      printf("%-11s", names[k]);
+      cell(field(s, "final_train_loss"), 9, 4);
+      cell(field(s, "skipped_steps"), 8, 0);
+      cell(metric(s, "new_style", "i2t_r1"), 11, 4);
+      cell(metric(s, "new_style", "t2i_r1"), 11, 4);
+      cell(metric(s, "zero_shot", "i2t_r1"), 11, 4);
+      cell(metric(s, "zero_shot", "t2i_r1"), 11, 4);
+      cell(metric(s, "new_style", "group_acc"), 9, 3);
+      cell(field(s, "ms_per_step_mean"), 9, 0);
+      cell(field(s, "activation_bytes") / 1048576.0, 10, 1);
+      putchar('\n');
     }
     printf("chance R@1: new style %.4f, zero-shot %.4f\n",
            metric(sums[0], "new_style", "chance_r1"), metric(sums[0], "zero_shot", "chance_r1"));
