@@ -1048,15 +1048,19 @@ static void test_mha(void) {
  * (ampc_mha_cache.recompute: the model's default) against the one that
  * reads the forward's, both on the GPU: bit-equal (the same kernels on the
  * same q and k), with the forward's scores and probabilities overwritten in
- * between; FP32 and 16-bit probabilities, self and cross with a key mask. */
+ * between; FP32 and 16-bit probabilities, self and cross attention with a
+ * key mask (as the text and fusion blocks), the forward with a bound tally
+ * (a telemetry step), and FP16 accumulation (the per-head path). */
 static void test_mha_recompute(void) {
   printf("multi-head attention, probabilities recomputed in the backward pass:\n");
   const int64_t b = 3, tq = 13, h = 4, dm = 64;
-  for (int ia = 0; ia < 3; ia++)
+  for (int ia = 0; ia < 4; ia++)
     for (int cross = 0; cross < 2; cross++)
       for (int p32 = 0; p32 < 2; p32++) {
-        const ampc_dtype adt = k_dts[ia], pdt = p32 ? AMPC_F32 : adt;
-        if (p32 && adt == AMPC_F32)
+        const bool acc16 = ia == 3; /* binary16 with FP16 sums */
+        const ampc_dtype adt = acc16 ? AMPC_F16 : k_dts[ia], pdt = p32 ? AMPC_F32 : adt;
+        const ampc_acc acc = acc16 ? AMPC_ACC_F16 : AMPC_ACC_F32;
+        if (p32 && (adt == AMPC_F32 || acc16))
           continue;
         const int64_t tk = cross ? 21 : tq;
         buf xq = rnd_buf(adt, b * tq * dm, -1, 1),
@@ -1068,7 +1072,7 @@ static void test_mha_recompute(void) {
         for (int64_t i = 0; i < b * tk; i++)
           mk[i] = urand() < 0.7 || i % tk == 1;
         buf mask = raw_buf(mk, (size_t)(b * tk));
-        const uint8_t *dmask = cross ? mask.d : NULL;
+        const uint8_t *dmask = mask.d;
         buf cq = rnd_buf(adt, b * tq * dm, 0, 1), ck = rnd_buf(adt, b * tk * dm, 0, 1),
             cv = rnd_buf(adt, b * tk * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
             cs = rnd_buf(pdt, b * h * tq * tk, 0, 1), cp = rnd_buf(pdt, b * h * tq * tk, 0, 1);
@@ -1076,9 +1080,15 @@ static void test_mha_recompute(void) {
         buf g[2][10];
         for (int r = 0; r < 2; r++) {
           ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
+          ampc_tally *t = r && cross ? ampc_tally_create() : NULL; /* the counting forward */
+          ampc_tally *was = t ? ampc_tally_bind(t) : NULL;
           OK(ampc_cuda_mha_forward(b, tq, tk, dm, h, xq.d, xkv.d, adt, W[0].d, B[0].d, W[1].d,
                                    B[1].d, W[2].d, B[2].d, W[3].d, B[3].d, adt, dmask, &dc, pdt,
-                                   y.d, AMPC_ACC_F32, NULL, NULL));
+                                   y.d, acc, NULL, NULL));
+          if (t) {
+            (void)ampc_tally_bind(was);
+            ampc_tally_free(t);
+          }
           if (r) { /* NaN where the forward left its scores and probabilities */
             memset(cs.h, 0xff, cs.bytes), memset(cp.h, 0xff, cp.bytes);
             OK(ampc_cuda_to_device(g_ctx, cs.d, cs.h, cs.bytes));
@@ -1092,7 +1102,7 @@ static void test_mha_recompute(void) {
                                        W[3].d, adt, &dc, pdt, dy.d, adt, g[r][0].d,
                                        cross ? g[r][1].d : NULL, cross ? 0.5f : 1.0f, g[r][2].d,
                                        g[r][6].d, g[r][3].d, g[r][7].d, g[r][4].d, g[r][8].d,
-                                       g[r][5].d, g[r][9].d, AMPC_ACC_F32, NULL, NULL));
+                                       g[r][5].d, g[r][9].d, acc, NULL, NULL));
         }
         for (int i = 0; i < 10; i++) {
           if (i == 1 && !cross)
@@ -1100,8 +1110,8 @@ static void test_mha_recompute(void) {
           /* the first run's result as the host copy of the second's */
           OK(ampc_cuda_to_host(g_ctx, g[1][i].h, g[0][i].d, g[0][i].bytes));
           char nm[96];
-          snprintf(nm, sizeof nm, "mha %s recompute %s, probs %s, grad %d",
-                   cross ? "cross" : "self", dn(adt), dn(pdt), i);
+          snprintf(nm, sizeof nm, "mha %s recompute %s%s, probs %s, grad %d",
+                   cross ? "cross" : "self", dn(adt), acc16 ? " (FP16 sums)" : "", dn(pdt), i);
           compare(nm, &g[1][i], NULL);
         }
         for (int r = 0; r < 2; r++)

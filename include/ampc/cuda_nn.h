@@ -221,8 +221,8 @@ ampc_status ampc_cuda_linear_backward(int64_t m, int64_t k, int64_t n, const voi
                                       ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
                                       ampc_scratch *ws);
 /* FP32 sums: q, k, v copied head-major and one strided batched GEMM over
- * the b * h heads per product; FP16 accumulation: one GEMM launch per head,
- * batched over the samples; key_mask device. */
+ * the b * h heads per product; FP16 accumulation (and sizes over 2^31):
+ * one GEMM launch per head, batched over the samples; key_mask device. */
 ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                         const void *q, int64_t ldq, const void *k, int64_t ldk,
                                         const void *v, int64_t ldv, ampc_dtype xdt,

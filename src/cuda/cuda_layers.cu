@@ -865,16 +865,16 @@ ampc_status ampc_cuda_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const
   return db ? bias_grad(fn, ctx, strm, m, n, dy, gdt, db) : AMPC_OK;
 }
 
-/* The attention core with FP32 sums (everything but the FP16-accumulation
- * ablation): q, k, v (and dout) copied head-major (heads_k) into scratch,
- * so that each product is one strided batched GEMM over the b * h heads
- * (the scores' and probabilities' [b, h, tq, tk] layout is head-major
- * already), not one call per head: on an H200 a 16-mixed mm-base step made
- * 1,316 GEMM calls, most of them these small per-head products, and spent
- * more time in them than in the model's large GEMMs. Each product's values
- * are those of the per-head calls: the same operands (copied exactly,
- * 16-bit ones against FP32 widened exactly), FP32 sums, and one rounding
- * of an FP32 result into out, dq, dk, dv (unheads_k, counted there). */
+/* The head-major scratch of S = scale q k^T (attn_fwd_hm and
+ * ampc_cuda_attention_probs, so that a recomputation's operands sit at the
+ * forward's offsets: the same cuBLASLt alignment class, the same plan), in
+ * floats from the slot's base: qh at 0, kh at *o_k (xdt), the end at *end */
+static void qk_scratch(int64_t nq, int64_t nk, ampc_dtype xdt, int64_t *o_k, int64_t *end) {
+  const int64_t xs = (int64_t)ampc_dtype_size(xdt);
+  *o_k = pad_f32((xs * nq + 3) / 4);
+  *end = *o_k + pad_f32((xs * nk + 3) / 4);
+}
+
 /* S = scale q k^T and P = softmax(S) on the head-major path: q and k
  * copied head-major into qh, kh (xdt, scratch the caller owns), one strided
  * batched GEMM over the b * h heads, the softmax. attn_fwd_hm and
@@ -921,6 +921,16 @@ static bool head_major(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
          b * h <= INT32_MAX;
 }
 
+/* The attention core with FP32 sums (everything but the FP16-accumulation
+ * ablation): q, k, v (and dout) copied head-major (heads_k) into scratch,
+ * so that each product is one strided batched GEMM over the b * h heads
+ * (the scores' and probabilities' [b, h, tq, tk] layout is head-major
+ * already), not one call per head: on an H200 a 16-mixed mm-base step made
+ * 1,316 GEMM calls, most of them these small per-head products, and spent
+ * more time in them than in the model's large GEMMs. Each product's values
+ * are those of the per-head calls: the same operands (copied exactly,
+ * 16-bit ones against FP32 widened exactly), FP32 sums, and one rounding
+ * of an FP32 result into out, dq, dk, dv (unheads_k, counted there). */
 static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t b,
                                int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                                int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
@@ -931,15 +941,16 @@ static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   /* P v: FP32 probabilities against v widened to FP32 (exact), 16-bit ones
    * against v as it is */
   const ampc_dtype vdt = pdt == AMPC_F32 ? AMPC_F32 : xdt;
-  const size_t xs = ampc_dtype_size(xdt), vs = ampc_dtype_size(vdt);
-  /* FP32 slots: o32 [b, h, tq, dh]; qh, kh (xdt), vh (vdt) */
-  const int64_t o_q = pad_f32(nq), o_k = o_q + pad_f32(((int64_t)xs * nq + 3) / 4),
-                o_v = o_k + pad_f32(((int64_t)xs * nk + 3) / 4),
-                nf = o_v + ((int64_t)vs * nk + 3) / 4;
+  const size_t vs = ampc_dtype_size(vdt);
+  /* in floats from the slot's base: qh, kh (xdt) as qk_scratch lays them
+   * out; vh (vdt); o32 [b, h, tq, dh] */
+  int64_t o_k = 0, o_v = 0;
+  qk_scratch(nq, nk, xdt, &o_k, &o_v);
+  const int64_t o_o = o_v + pad_f32(((int64_t)vs * nk + 3) / 4), nf = o_o + nq;
   void *sp = NULL;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp));
-  float *const o32 = static_cast<float *>(sp);
-  void *const qh = o32 + o_q, *const kh = o32 + o_k, *const vh = o32 + o_v;
+  float *const base = static_cast<float *>(sp), *const o32 = base + o_o;
+  void *const qh = base, *const kh = base + o_k, *const vh = base + o_v;
   AMPC_TRY(scores_probs_hm(fn, strm, b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt,
                            probs, pdt, acc, qh, kh));
   heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv,
@@ -1150,14 +1161,15 @@ ampc_status ampc_cuda_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t
   ampc_status st = AMPC_OK;
   if (head_major(b, tq, tk, h, dh, acc)) { /* qh, kh as attn_fwd_hm lays them out */
     const int64_t dm = h * dh, nq = b * tq * dm, nk = b * tk * dm;
-    const size_t xs = ampc_dtype_size(xdt);
-    const int64_t o_k = pad_f32(((int64_t)xs * nq + 3) / 4), nf = o_k + ((int64_t)xs * nk + 3) / 4;
+    int64_t o_k = 0, nf = 0;
+    qk_scratch(nq, nk, xdt, &o_k, &nf);
     void *sp = NULL;
     st = ampc_cuda_ctx_scratch(ctx, SLOT_L, (size_t)nf * sizeof(float), &sp);
     if (st == AMPC_OK)
       st = scores_probs_hm(fn, strm, b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt,
                            probs, pdt, acc, sp, static_cast<float *>(sp) + o_k);
-  } else {
+  } else { /* FP16 sums: the forward's kernels as long as ampc_cuda_set_acc16_exact is not
+            * switched between the forward and backward passes (the model never does) */
     st = scores_probs_heads(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs,
                             pdt, acc);
   }

@@ -85,7 +85,7 @@ ampc_status ampc_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, i
                                  ampc_dtype xdt, const uint8_t *key_mask, void *scores,
                                  ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_acc acc) {
   const char *fn = "ampc_attention_probs";
-  ampc_status st = attn_check(fn, b, tq, tk, h, dh, ldq, ldk, ldk);
+  ampc_status st = attn_check(fn, b, tq, tk, h, dh, ldq, ldk, ldk); /* no v: ldk for ldv */
   if (st != AMPC_OK)
     return st;
   NN_CHECK_PTR(fn, q);
