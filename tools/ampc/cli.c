@@ -116,6 +116,13 @@ bool cli_same_file(const char *a, const char *b) {
   return canon(fa, ca, sizeof ca) && canon(fb, cb, sizeof cb) && !strcmp(ca, cb);
 }
 
+int cli_parse_recompute(const char *cmd, const char *v, bool *keep) {
+  if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+    return cli_usage_error(cmd, "--recompute: expected on or off, got '%s'", v);
+  *keep = strcmp(v, "off") == 0;
+  return 0;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
 int cli_print_json(const char *cmd, cJSON *obj) {

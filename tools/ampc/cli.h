@@ -46,6 +46,9 @@ extern bool cli_quiet_usage;
 extern const char *cli_usage_context;
 /* Print "ampc <cmd>: <message>" to stderr; returns AMPC_EXIT_ERROR. */
 int cli_runtime_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
+/* --recompute on|off (train, memory, plan, bench step): *keep = (v is
+ * "off"), 0; anything else is a usage error of cmd (exit 2). */
+int cli_parse_recompute(const char *cmd, const char *v, bool *keep);
 /* True for "-h" and "--help". */
 int cli_is_help(const char *arg);
 

@@ -380,12 +380,10 @@ static int run_step(int argc, char **argv) {
       rc = parse_long(a, v, 1, 1024, &threads);
     else if (strcmp(a, "--dim") == 0)
       rc = parse_long(a, v, 1, 4096, &dim);
-    else if (strcmp(a, "--recompute") == 0 && v) {
-      if (strcmp(v, "on") && strcmp(v, "off"))
-        return cli_usage_error("bench", "--recompute: expected on or off, got '%s'", v);
-      keep = !strcmp(v, "off");
-    } else if (!v &&
-               (!strcmp(a, "--model") || !strcmp(a, "--precision") || !strcmp(a, "--recompute")))
+    else if (strcmp(a, "--recompute") == 0 && v)
+      rc = cli_parse_recompute("bench", v, &keep);
+    else if (!v &&
+             (!strcmp(a, "--model") || !strcmp(a, "--precision") || !strcmp(a, "--recompute")))
       return cli_usage_error("bench", "%s needs a value", a);
     else
       return cli_usage_error("bench", "unexpected argument '%s'", a);

@@ -171,11 +171,9 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       if (!*v || *end || !(w >= 0.0 && w <= 1e30))
         return cli_usage_error(cmd, "--w-mlm: expected a weight >= 0, got '%s'", v);
       a->w_mlm = (float)w;
-    } else if (!strcmp(name, "recompute")) {
-      if (strcmp(v, "on") && strcmp(v, "off"))
-        return cli_usage_error(cmd, "--recompute: expected on or off, got '%s'", v);
-      a->keep = !strcmp(v, "off");
-    } else if (!is_plan && !strcmp(name, "in"))
+    } else if (!strcmp(name, "recompute"))
+      rc = cli_parse_recompute(cmd, v, &a->keep);
+    else if (!is_plan && !strcmp(name, "in"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->in);
     else if (!is_plan && !strcmp(name, "hidden"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->hidden);

@@ -489,12 +489,9 @@ int train_parse_args(int argc, char **argv, train_args *a) {
         a->device = AMPC_DEVICE_CPU_SPLIT;
       else
         rc = cli_usage_error("train", "--device: expected cpu, cuda or cpu-split, got '%s'", v);
-    } else if (!strcmp(n, "recompute")) {
-      if (!strcmp(v, "on") || !strcmp(v, "off"))
-        a->keep_activations = !strcmp(v, "off");
-      else
-        rc = cli_usage_error("train", "--recompute: expected on or off, got '%s'", v);
-    } else if (!strcmp(n, "allreduce")) {
+    } else if (!strcmp(n, "recompute"))
+      rc = cli_parse_recompute("train", v, &a->keep_activations);
+    else if (!strcmp(n, "allreduce")) {
       if (!strcmp(v, "f32"))
         a->reduce = AMPC_REDUCE_F32;
       else if (!strcmp(v, "working"))
