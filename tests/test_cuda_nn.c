@@ -114,6 +114,7 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_convert ampc_convert
 #define ampc_cuda_gemm_strided_batched ampc_gemm_strided_batched
 #define ampc_cuda_set_acc16_exact(on) ((void)(on))
+#define ampc_cuda_set_typed_kernels(on) ((void)(on))
 static ampc_status fake_scale_f32(int64_t n, float *x, float s) {
   for (int64_t i = 0; i < n; i++)
     x[i] *= s;
@@ -2201,6 +2202,127 @@ static void test_stage(void) {
 #endif
 }
 
+/* ---- the typed kernels (ampc_cuda_set_typed_kernels) --------------------------
+ * The same call with the generic kernels, then with the typed ones, on the
+ * same inputs, for the presets' dtype combinations: bit-equal outputs and
+ * equal rounding counts (the typed kernels are the same operations in the
+ * same order). Shapes reach each typed path and its edges: layer norm's
+ * rows of 512 (16 per lane) and 640 (32 per lane) and of 3000 (generic),
+ * row counts not a multiple of 8 or 32; GELU's table window (2^20 values
+ * or more); a linear layer's bias rounded with its product (16-bit y). */
+
+/* the device copy of b into its host copy: the reference of the next call */
+static void snap(buf *b) { OK(ampc_cuda_to_host(g_ctx, b->h, b->d, b->bytes)); }
+
+static void test_typed(void) {
+  printf("typed kernels against the generic ones:\n");
+  /* (stream, parameter, activation) as DTS_PRESETS (src/cuda/cuda_common.cuh) */
+  static const ampc_dtype pre[5][3] = {{AMPC_F32, AMPC_F32, AMPC_F32},
+                                       {AMPC_F32, AMPC_F16, AMPC_F16},
+                                       {AMPC_F32, AMPC_BF16, AMPC_BF16},
+                                       {AMPC_F16, AMPC_F16, AMPC_F16},
+                                       {AMPC_BF16, AMPC_BF16, AMPC_BF16}};
+  static const int64_t ln_shapes[3][2] = {{300, 512}, {37, 640}, {5, 3000}};
+  for (int p = 0; p < 5; p++) {
+    const ampc_dtype sdt = pre[p][0], wdt = pre[p][1], adt = pre[p][2];
+    char nm[96];
+    ampc_round_stats s0 = {0}, s1 = {0};
+    /* residual add: stream + activation -> stream, and gradients */
+    {
+      const int64_t n = 70001;
+      buf a = rnd_buf(sdt, n, -70000.0, 70000.0), b = rnd_buf(adt, n, -3.0, 3.0),
+          y = rnd_buf(sdt, n, 0, 1);
+      ampc_cuda_set_typed_kernels(false);
+      OK(ampc_cuda_add_forward(n, a.d, sdt, b.d, adt, y.d, sdt, &s0));
+      snap(&y);
+      ampc_cuda_set_typed_kernels(true);
+      OK(ampc_cuda_add_forward(n, a.d, sdt, b.d, adt, y.d, sdt, &s1));
+      snprintf(nm, sizeof nm, "typed add %s + %s", dn(sdt), dn(adt));
+      compare(nm, &y, NULL);
+      stats_equal(nm, &s1, &s0);
+      drop(&a), drop(&b), drop(&y);
+    }
+    /* layer norm forward (stream -> activation) and backward (gradients in adt) */
+    for (int sh = 0; sh < 3; sh++) {
+      const int64_t m = ln_shapes[sh][0], d = ln_shapes[sh][1];
+      buf x = rnd_buf(sdt, m * d, -3.0, 5.0), gam = rnd_buf(wdt, d, 0.5, 1.5),
+          bet = rnd_buf(wdt, d, -0.5, 0.5), y = rnd_buf(adt, m * d, 0, 1),
+          mean = rnd_buf(AMPC_F32, m, 0, 1), rstd = rnd_buf(AMPC_F32, m, 0, 1);
+      memset(&s0, 0, sizeof s0), memset(&s1, 0, sizeof s1);
+      ampc_cuda_set_typed_kernels(false);
+      OK(ampc_cuda_layernorm_forward(m, d, x.d, sdt, gam.d, bet.d, wdt, 1e-5f, y.d, adt, mean.d,
+                                     rstd.d, &s0));
+      snap(&y), snap(&mean), snap(&rstd);
+      ampc_cuda_set_typed_kernels(true);
+      OK(ampc_cuda_layernorm_forward(m, d, x.d, sdt, gam.d, bet.d, wdt, 1e-5f, y.d, adt, mean.d,
+                                     rstd.d, &s1));
+      snprintf(nm, sizeof nm, "typed ln %lldx%lld %s -> %s", (long long)m, (long long)d, dn(sdt),
+               dn(adt));
+      compare(nm, &y, NULL);
+      compare("  its mean", &mean, NULL);
+      compare("  its rstd", &rstd, NULL);
+      stats_equal(nm, &s1, &s0);
+      buf dy = rnd_buf(adt, m * d, -1.0, 1.0), dx = rnd_buf(adt, m * d, 0, 1),
+          dg = rnd_buf(adt, d, -0.1, 0.1), db = rnd_buf(adt, d, -0.1, 0.1);
+      void *dg0 = malloc(dg.bytes), *db0 = malloc(db.bytes);
+      memcpy(dg0, dg.h, dg.bytes), memcpy(db0, db.h, db.bytes);
+      ampc_cuda_set_typed_kernels(false);
+      OK(ampc_cuda_layernorm_backward(m, d, dy.d, adt, x.d, sdt, gam.d, wdt, mean.d, rstd.d, dx.d,
+                                      dg.d, db.d, NULL));
+      snap(&dx), snap(&dg), snap(&db);
+      OK(ampc_cuda_to_device(g_ctx, dg.d, dg0, dg.bytes)); /* the accumulated-into start again */
+      OK(ampc_cuda_to_device(g_ctx, db.d, db0, db.bytes));
+      ampc_cuda_set_typed_kernels(true);
+      OK(ampc_cuda_layernorm_backward(m, d, dy.d, adt, x.d, sdt, gam.d, wdt, mean.d, rstd.d, dx.d,
+                                      dg.d, db.d, NULL));
+      snprintf(nm, sizeof nm, "typed ln backward %lldx%lld dx %s", (long long)m, (long long)d,
+               dn(adt));
+      compare(nm, &dx, NULL);
+      compare("  its dgamma", &dg, NULL);
+      compare("  its dbeta", &db, NULL);
+      free(dg0), free(db0);
+      drop(&x), drop(&gam), drop(&bet), drop(&y), drop(&mean), drop(&rstd);
+      drop(&dy), drop(&dx), drop(&dg), drop(&db);
+    }
+    if (adt == AMPC_F32 && sdt == AMPC_F32)
+      continue; /* the rest is 16-bit: GELU's table, a bias rounded into 16 bits */
+    /* GELU forward and backward on the table window */
+    {
+      const int64_t n = (1 << 20) + 3;
+      buf x = rnd_buf(adt, n, -9.0, 9.0), y = rnd_buf(adt, n, 0, 1),
+          dy = rnd_buf(adt, n, -1.0, 1.0), dx = rnd_buf(adt, n, 0, 1);
+      memset(&s0, 0, sizeof s0), memset(&s1, 0, sizeof s1);
+      ampc_cuda_set_typed_kernels(false);
+      OK(ampc_cuda_gelu_forward(n, x.d, adt, y.d, adt, &s0));
+      OK(ampc_cuda_gelu_backward(n, dy.d, adt, x.d, adt, dx.d));
+      snap(&y), snap(&dx);
+      ampc_cuda_set_typed_kernels(true);
+      OK(ampc_cuda_gelu_forward(n, x.d, adt, y.d, adt, &s1));
+      OK(ampc_cuda_gelu_backward(n, dy.d, adt, x.d, adt, dx.d));
+      snprintf(nm, sizeof nm, "typed gelu %s", dn(adt));
+      compare(nm, &y, NULL);
+      stats_equal(nm, &s1, &s0);
+      compare("  its derivative", &dx, NULL);
+      drop(&x), drop(&y), drop(&dy), drop(&dx);
+    }
+    /* a linear layer with its bias into a 16-bit y */
+    {
+      const int64_t m = 300, k = 64, n = 384;
+      buf x = rnd_buf(adt, m * k, -1.0, 1.0), w = rnd_buf(wdt, n * k, -0.2, 0.2),
+          b = rnd_buf(wdt, n, -1.0, 1.0), y = rnd_buf(adt, m * n, 0, 1);
+      ampc_cuda_set_typed_kernels(false);
+      OK(ampc_cuda_linear_forward(m, k, n, x.d, adt, w.d, wdt, b.d, y.d, adt, AMPC_ACC_F32, NULL));
+      snap(&y);
+      ampc_cuda_set_typed_kernels(true);
+      OK(ampc_cuda_linear_forward(m, k, n, x.d, adt, w.d, wdt, b.d, y.d, adt, AMPC_ACC_F32, NULL));
+      snprintf(nm, sizeof nm, "typed linear + bias -> %s", dn(adt));
+      compare(nm, &y, NULL);
+      drop(&x), drop(&w), drop(&b), drop(&y);
+    }
+  }
+  ampc_cuda_set_typed_kernels(false);
+}
+
 static void run_all(void) {
   test_elementwise();
   test_layernorm();
@@ -2218,6 +2340,7 @@ static void run_all(void) {
   test_acc16();
   test_fp8();
   test_stage();
+  test_typed();
 }
 
 int main(void) {
@@ -2243,6 +2366,11 @@ int main(void) {
   OK(ampc_cuda_create(0, 0, &g_ctx));
   CHECK(ampc_cuda_bind(g_ctx) == NULL, "a context was bound before");
   run_all();
+  /* every check again with the typed kernels where they apply */
+  printf("again, with the typed kernels (ampc_cuda_set_typed_kernels):\n");
+  ampc_cuda_set_typed_kernels(true);
+  run_all();
+  ampc_cuda_set_typed_kernels(false);
   ampc_cuda_destroy(g_ctx);
   CHECK(ampc_cuda_current() == NULL, "destroy left the context bound");
   printf("test_cuda_nn: %lld values compared: %s\n", (long long)g_checked,

@@ -49,7 +49,7 @@
 # each part (per part NAME.txt; signatures.txt, sig/; ampc_gemm.json,
 # torch_gemm.json, ampc_train.jsonl, torch_train.jsonl, curves.jsonl;
 # build.log, nvidia-smi.txt), and parts.txt, gemm_table.md,
-# train_table.md and profile_table.md are copied to $OUT too. Exits non-zero if a build or part
+# train_table.md, profile_table.md and profile_typed_table.md are copied to $OUT too. Exits non-zero if a build or part
 # fails, is skipped for lack of time, or skips its GPU half (no device).
 # Device call, after sh bench/gpu/fetch_debs.sh and sh bench/gpu/prebuild.sh:
 #   run(command="sh bench/gpu/check.sh", carry=[".gpu-debs", ".gpu-prebuilt"], timeout_s=600)
@@ -76,7 +76,7 @@ ran=0
 pack() {
   tar czf "$OUT/results.tar.gz.tmp" -C "$R" . 2>/dev/null &&
     mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"
-  for f in parts.txt gemm_table.md train_table.md profile_table.md; do
+  for f in parts.txt gemm_table.md train_table.md profile_table.md profile_typed_table.md; do
     [ -f "$R/$f" ] && cp "$R/$f" "$OUT/$f"
   done
   return 0
@@ -206,10 +206,17 @@ fi
 if [ "$what" != bench ]; then
   test_part test_cuda_nn 90
   test_part test_model_device 120
+  # the model's step with the typed kernels (test_cuda_nn runs its checks both ways itself)
+  part test_model_device_typed 120 env AMPC_CUDA_TYPED=1 "./$B/test_model_device"
+  st=$?
+  [ "$ran" = 1 ] && grep -E "FAIL|fail|passed|error" "$R/test_model_device_typed.txt" | tail -n 10
+  [ "$ran" = 1 ] && [ "$st" -ne 0 ] && failed_tests="$failed_tests test_model_device"
 fi
 
 if [ "$what" != tests ]; then
   part gpu_train 120 sh -c "./$B/gpu_train --steps 10 --warmup 3 >'$R/ampc_train.jsonl'"
+  # the same with the typed kernels (ampc_cuda_set_typed_kernels): rows "typed"
+  part gpu_train_typed 120 sh -c "./$B/gpu_train --typed --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
   # mm-base keeping the attention probabilities and x1 (--recompute off): what recomputing costs
   part gpu_train_keep 60 sh -c "./$B/gpu_train --models mm-base --keep --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
   : >"$R/torch_train.jsonl"
@@ -257,6 +264,15 @@ if [ "$what" != tests ] && [ -n "$ncu" ]; then
   if [ "$ran" = 1 ]; then
     python3 bench/gpu/ncu_table.py "$R/profile.txt" >"$R/profile_table.md" 2>&1
     head -n 14 "$R/profile_table.md"
+    pack
+  fi
+  # the same step with the typed kernels
+  part profile_typed 90 "$ncu" --profile-from-start off --clock-control none --csv \
+    --metrics gpu__time_duration.sum "./$B/gpu_train" --models mm-base --precision 16-mixed \
+    --steps 1 --warmup 2 --profile --typed
+  if [ "$ran" = 1 ]; then
+    python3 bench/gpu/ncu_table.py "$R/profile_typed.txt" >"$R/profile_typed_table.md" 2>&1
+    head -n 14 "$R/profile_typed_table.md"
     pack
   fi
 fi

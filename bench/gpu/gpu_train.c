@@ -4,11 +4,13 @@
  *
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
  *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
- *             [--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep]
+ *             [--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep] [--typed]
  *
  * --precision: that preset alone (default: the three).
  * --keep: the models keep the attention probabilities and x1 for the
  * backward pass (ampc train --recompute off) instead of recomputing them.
+ * --typed: the layers' typed kernels (ampc_cuda_set_typed_kernels; the
+ * same bits as the generic ones, tests/test_cuda_nn.c test_typed).
  * --profile: the first timed step alone recorded by a profiler started with
  * --profile-from-start off (cudaProfilerStart / Stop around it).
  *
@@ -101,7 +103,8 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
                       const ampc_cuda_counters *cn) {
   const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
   const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
-  printf("{\"model\":\"%s\",\"precision\":\"%s\",\"recompute\":%s,\"device\":\"%s\","
+  printf("{\"model\":\"%s\",\"precision\":\"%s\",\"recompute\":%s,\"typed_kernels\":%s,"
+         "\"device\":\"%s\","
          "\"batch\":%lld,"
          "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
          "\"gemm_flop_per_step\":%llu,\"tflops\":%.3f,\"peak_tflops\":%.0f,\"mfu\":%.4f,"
@@ -111,6 +114,7 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
          "\"final_loss\":%.6g,\"matmuls_per_step\":%.1f,\"host_waits_per_step\":%.1f,"
          "\"host_wait_ms_per_step\":%.4f,\"ms_steps\":[",
          model, ampc_precision_name(p), g_keep ? "false" : "true",
+         ampc_cuda_typed_kernels() ? "true" : "false",
          dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split", (long long)B, (long long)T->params.numel,
          med, med > 0 ? (double)B / (med * 1e-3) : 0.0, (unsigned long long)flops_step, tflops,
          peak / 1e12, tflops * 1e12 / peak, pbytes, ampc_mmodel_activation_bytes(M), acct->total,
@@ -315,6 +319,8 @@ int main(int argc, char **argv) {
       g_profile = 1;
     else if (!strcmp(argv[i], "--keep"))
       g_keep = true;
+    else if (!strcmp(argv[i], "--typed"))
+      ampc_cuda_set_typed_kernels(true);
     else if (!strcmp(argv[i], "--curve") && i + 1 < argc)
       curve = atoi(v), i++;
     else if (!strcmp(argv[i], "--precision") && i + 1 < argc &&
@@ -323,7 +329,8 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
                       "[--models a,b] [--batch B] [--curve N] "
-                      "[--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep]\n");
+                      "[--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep] "
+                      "[--typed]\n");
       return 2;
     }
   }

@@ -20,7 +20,8 @@ forward under fp16 autocast over fp32). With CURVES_JSONL
 (gpu_train --curve): the largest loss difference between the GPU and the CPU
 over the steps beside the CPU's seed-to-seed spread, per preset. Rows of
 gpu_train --keep (the attention probabilities and x1 kept for the backward
-pass rather than recomputed) appear as "kept", with their own ratios.
+pass rather than recomputed) appear as "kept", rows of gpu_train --typed
+(the layers' typed kernels) as "typed", each with their own ratios.
 """
 import json
 import sys
@@ -49,7 +50,9 @@ def main(argv):
         if r["model"] not in models:
             models.append(r["model"])
     # gpu_train --keep rows (the probabilities and x1 kept, not recomputed)
-    a = {(r["model"], r["precision"] + ("" if r.get("recompute", True) else " kept")): r
+    # and gpu_train --typed rows (the typed kernels)
+    a = {(r["model"], r["precision"] + ("" if r.get("recompute", True) else " kept") +
+          (" typed" if r.get("typed_kernels", False) else "")): r
          for r in ampc}
     t = {(r["model"], r["precision"]): r for r in torch}
     print("| model | run | batch | ms/step | samples/s | MFU | device MiB | cuBLASLt calls "
@@ -57,7 +60,7 @@ def main(argv):
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
         for p in ("32-true", "16-mixed", "bf16-mixed", "32-true kept", "16-mixed kept",
-                  "bf16-mixed kept"):
+                  "bf16-mixed kept", "32-true typed", "16-mixed typed", "bf16-mixed typed"):
             r = a.get((m, p))
             if r:
                 print(f"| {m} | ampc {p} | {r['batch']} | {r['ms_per_step_median']:.2f} | "
@@ -95,6 +98,13 @@ def main(argv):
                   if t16 else "-")
             print(f"| {m}, probabilities and x1 kept | {ks} | {kv} | "
                   f"{k16['activation_bytes'] / k32['activation_bytes']:.3f} |")
+        y32, y16 = a.get((m, "32-true typed")), a.get((m, "16-mixed typed"))
+        if y32 and y16:  # gpu_train --typed: the typed kernels
+            ys = f"{y32['ms_per_step_median'] / y16['ms_per_step_median']:.2f}x"
+            yv = (f"{y16['ms_per_step_median'] / t16['ms_per_step_median']:.2f}"
+                  if t16 else "-")
+            print(f"| {m}, typed kernels | {ys} | {yv} | "
+                  f"{y16['activation_bytes'] / y32['activation_bytes']:.3f} |")
     curves = load(argv[3]) if len(argv) == 4 else []
     if curves:
         print()

@@ -179,6 +179,17 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
  * checks), false (the default) lets F16 x F16 products run on COMPUTE_16F.
  * The environment variable AMPC_CUDA_ACC16=exact sets it at the first GEMM. */
 void ampc_cuda_set_acc16_exact(bool exact);
+/* Process-wide: on = true lets the layers launch their typed kernels where
+ * they have one for the dtypes at hand (the presets' combinations): the
+ * same kernel source with the dtypes as template constants instead of
+ * arguments, or (layer norm) the row held in registers, the same
+ * operations in the same order, so the generic kernels' bits; false (the
+ * default until they are measured on a device, docs/BENCHMARKS.md) keeps the
+ * generic kernels. The environment variable AMPC_CUDA_TYPED=1 sets it at the
+ * first use. ampc_cuda_typed_kernels says which is in force (false in a build
+ * without CUDA). */
+void ampc_cuda_set_typed_kernels(bool on);
+bool ampc_cuda_typed_kernels(void);
 /* The FP8 linear layers of fp8-mixed (ampc/nn.h, "FP8 linear layers"):
  * the same casts (bit for bit: the quantized operands are exact FP8 values
  * in bfloat16 containers), the same delayed-scaling bookkeeping (each

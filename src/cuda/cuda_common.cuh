@@ -173,6 +173,33 @@ __device__ __forceinline__ float warp_maxf(float v) {
   return v;
 }
 
+/* ---- the typed kernels ------------------------------------------------------
+ * A kernel that takes its dtypes as arguments (ld/st switch on them per
+ * element) can also be instantiated with them as template constants, the
+ * switches then folded away: the same source, so the same operations in the
+ * same order and the same bits, in less code (a row kernel unrolled over
+ * three dtypes per load is thousands of instructions). TDT(T, r): the
+ * template constant T, or the argument r where T is -1 (the generic
+ * instantiation, every dtype). ampc_cu_typed() says whether the layers
+ * launch the typed instantiations where they have one for the dtypes at
+ * hand (ampc_cuda_set_typed_kernels; AMPC_CUDA_TYPED=1). */
+#define TDT(T, r) ((T) >= 0 ? (T) : (r))
+
+/* a dtype combination as a type: a, b, c are DT_ values */
+template <int A, int B, int C> struct dts { static constexpr int a = A, b = B, c = C; };
+/* Call f(L{}) for the first combination L of the list with (a, b, c) equal
+ * to (L::a, L::b, L::c) (an unused position: 0 on both sides); false when
+ * none matches (the caller launches the generic kernel). */
+template <typename F, typename... L> bool typed_pick(int a, int b, int c, F &&f, L... l) {
+  bool hit = false;
+  ((!hit && a == L::a && b == L::b && c == L::c ? (f(l), hit = true) : false), ...);
+  return hit;
+}
+/* the presets' combinations of (stream, parameter, activation) dtypes:
+ * 32-true; 16-mixed; bf16-mixed and fp8-mixed; 16-true; bf16-true */
+#define DTS_PRESETS                                                                                \
+  dts<0, 0, 0>{}, dts<0, 1, 1>{}, dts<0, 2, 2>{}, dts<1, 1, 1>{}, dts<2, 2, 2> {}
+
 /* blocks for a grid-stride loop over n items */
 static inline unsigned grid_for(int64_t n) {
   const int64_t b = (n + THREADS - 1) / THREADS;
@@ -207,6 +234,8 @@ ampc_status ampc_cu_launched(const char *fn);
 ampc_status ampc_cu_stats_begin(ampc_cuda_ctx *ctx, cudaStream_t s, ampc_round_stats *stats,
                                 ampc_cu::dev_stats **out);
 ampc_status ampc_cu_stats_end(cudaStream_t s, const ampc_cu::dev_stats *d, ampc_round_stats *stats);
+/* the typed instantiations are on (see TDT above) */
+bool ampc_cu_typed(void);
 /* a rounding tally is bound: every store the CPU's twin counts is counted */
 static inline bool ampc_cu_tally_on(void) { return ampc_tally_current() != NULL; }
 /* F32, F16 or BF16 */

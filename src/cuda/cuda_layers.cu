@@ -64,8 +64,10 @@ enum { HEADS_ILP = 4 }; /* rows a thread moves at once in heads_k / unheads_k */
  * made these copies 3 to 5 times slower than their memory traffic on an
  * H200).
  * heads_k: dst (ddt) = src (sdt): exact (ddt F32 or sdt). */
-__global__ void heads_k(int64_t rows, int t, int h, int dh, const void *src, int sdt, int64_t lds,
-                        void *dst, int ddt) {
+template <int ST, int DT>
+__global__ void heads_k(int64_t rows, int t, int h, int dh, const void *src, int sdt_, int64_t lds,
+                        void *dst, int ddt_) {
+  const int sdt = TDT(ST, sdt_), ddt = TDT(DT, ddt_);
   const int dm = h * dh;
   const int64_t hstride = (int64_t)t * dh; /* one head's matrix */
   for (int64_t r0 = blockIdx.x; r0 < rows; r0 += HEADS_ILP * (int64_t)gridDim.x) {
@@ -92,8 +94,10 @@ __global__ void heads_k(int64_t rows, int t, int h, int dh, const void *src, int
 
 /* unheads_k: dst [b * t, ldd] (dt) = round(src [b, h, t, dh], FP32), once,
  * counting */
-__global__ void unheads_k(int64_t rows, int t, int h, int dh, const float *src, void *dst, int dt,
+template <int DT>
+__global__ void unheads_k(int64_t rows, int t, int h, int dh, const float *src, void *dst, int dt_,
                           int64_t ldd, dev_stats *ds) {
+  const int dt = TDT(DT, dt_);
   lstats ls(ds);
   const int dm = h * dh;
   const int64_t hstride = (int64_t)t * dh;
@@ -130,6 +134,36 @@ unsigned heads_grid(int64_t rows) {
   return (unsigned)(g < (1 << 20) ? (g > 0 ? g : 1) : (1 << 20));
 }
 
+/* heads_k / unheads_k on strm: the typed instantiations (cuda_common.cuh)
+ * for the copies the attention layers make (16-bit or FP32 into their own
+ * dtype, 16-bit widened into FP32), else the generic kernels */
+void launch_heads(cudaStream_t strm, int64_t rows, int t, int h, int dh, const void *src, int sdt,
+                  int64_t lds, void *dst, int ddt) {
+  if (!(ampc_cu_typed() &&
+        typed_pick(
+            sdt, ddt, 0,
+            [&](auto k) {
+              using T = decltype(k);
+              heads_k<T::a, T::b>
+                  <<<heads_grid(rows), THREADS, 0, strm>>>(rows, t, h, dh, src, sdt, lds, dst, ddt);
+            },
+            dts<0, 0, 0>{}, dts<1, 1, 0>{}, dts<2, 2, 0>{}, dts<1, 0, 0>{}, dts<2, 0, 0>{})))
+    heads_k<-1, -1>
+        <<<heads_grid(rows), THREADS, 0, strm>>>(rows, t, h, dh, src, sdt, lds, dst, ddt);
+}
+void launch_unheads(cudaStream_t strm, int64_t rows, int t, int h, int dh, const float *src,
+                    void *dst, int dt, int64_t ldd, dev_stats *ds) {
+  if (!(ampc_cu_typed() && typed_pick(
+                               dt, 0, 0,
+                               [&](auto k) {
+                                 using T = decltype(k);
+                                 unheads_k<T::a><<<heads_grid(rows), THREADS, 0, strm>>>(
+                                     rows, t, h, dh, src, dst, dt, ldd, ds);
+                               },
+                               dts<0, 0, 0>{}, dts<1, 0, 0>{}, dts<2, 0, 0>{})))
+    unheads_k<-1><<<heads_grid(rows), THREADS, 0, strm>>>(rows, t, h, dh, src, dst, dt, ldd, ds);
+}
+
 /* dst (dt) = round(src) over a batch of rows x cols matrices (leading
  * dimensions lds, ldd; batch strides ss, sd), counting; dst NULL: the
  * rounding only counted, not stored (the counting twin of a product cuBLASLt
@@ -154,11 +188,17 @@ __global__ void round_k(int64_t batch, int64_t rows, int64_t cols, const float *
  * GEMM's epilogue would add them with beta = 1 and alpha = 1 (one FP32
  * rounding, the same), then rounded once into y; one pass where laying the
  * bias into the FP32 copy first took two */
-__global__ void round_bias_k(int64_t rows, int64_t cols, const float *src, const void *b, int bdt,
-                             int rdt, void *y, int dt, dev_stats *ds) {
+/* Generic: I int64_t, BT = YT = -1. Typed (cuda_common.cuh): the dtypes
+ * as constants (rdt is dt there) and 32-bit indices where every index fits
+ * (a 64-bit e % cols an element took about half of this kernel's 11 us a
+ * call at mm-base's 4160 x 512 on an H200, by its instruction count). */
+template <typename I, int BT, int YT>
+__global__ void round_bias_k(I rows, I cols, const float *src, const void *b, int bdt_, int rdt_,
+                             void *y, int dt_, dev_stats *ds) {
+  const int bdt = TDT(BT, bdt_), rdt = TDT(YT, rdt_), dt = TDT(YT, dt_);
   lstats ls(ds);
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * cols;
-       e += (int64_t)gridDim.x * blockDim.x) {
+  for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < rows * cols;
+       e += (I)gridDim.x * blockDim.x) {
     const float v = src[e] + rnd(ld(b, bdt, e % cols), rdt);
     const uint32_t o = st(y, dt, e, v);
     if (ds)
@@ -507,10 +547,20 @@ ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void 
     return AMPC_OK;
   dev_stats *dst = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dst));
-  if (late_bias)
-    round_bias_k<<<grid_for(m * n), THREADS, 0, strm>>>(m, n, static_cast<const float *>(c), b, bdt,
-                                                        rdt, y, ydt, dst);
-  else
+  if (late_bias) {
+    const float *c32 = static_cast<const float *>(c);
+    if (!(ampc_cu_typed() && m * n < ((int64_t)1 << 31) && rdt == (int)ydt &&
+          typed_pick(
+              bdt, ydt, 0,
+              [&](auto t) {
+                using T = decltype(t);
+                round_bias_k<uint32_t, T::a, T::b><<<grid_for(m * n), THREADS, 0, strm>>>(
+                    (uint32_t)m, (uint32_t)n, c32, b, bdt, rdt, y, ydt, dst);
+              },
+              dts<0, 0, 0>{}, dts<1, 1, 0>{}, dts<2, 2, 0>{})))
+      round_bias_k<int64_t, -1, -1>
+          <<<grid_for(m * n), THREADS, 0, strm>>>(m, n, c32, b, bdt, rdt, y, ydt, dst);
+  } else
     round_k<<<grid_for(m * n), THREADS, 0, strm>>>(1, m, n, static_cast<const float *>(c), n, 0, y,
                                                    ydt, n, 0, dst);
   AMPC_TRY(ampc_cu_launched(fn));
@@ -886,10 +936,8 @@ static ampc_status scores_probs_hm(const char *fn, cudaStream_t strm, int64_t b,
                                    const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                                    void *probs, ampc_dtype pdt, ampc_acc acc, void *qh, void *kh) {
   const float scale = (float)(1.0 / sqrt((double)dh));
-  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq,
-                                                    qh, xdt);
-  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk,
-                                                    kh, xdt);
+  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq, qh, xdt);
+  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk, kh, xdt);
   AMPC_TRY(ampc_cu_launched(fn));
   AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale, qh, xdt, dh,
                                           tq * dh, kh, xdt, dh, tk * dh, 0.0f, scores, sdt, tk,
@@ -953,8 +1001,7 @@ static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   void *const qh = base, *const kh = base + o_k, *const vh = base + o_v;
   AMPC_TRY(scores_probs_hm(fn, strm, b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt,
                            probs, pdt, acc, qh, kh));
-  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv,
-                                                    vh, vdt);
+  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv, vh, vdt);
   AMPC_TRY(ampc_cu_launched(fn));
   /* the FP32 product is the model's store with stats only (the CPU's
    * telemetry path forms it in an FP32 buffer too, and a bound tally counts
@@ -968,8 +1015,7 @@ static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   AMPC_TRY(st);
   dev_stats *dstats = NULL;
   AMPC_TRY(ampc_cu_stats_begin(ctx, strm, stats, &dstats));
-  unheads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, o32, out,
-                                                      odt, ldo, dstats);
+  launch_unheads(strm, b * tq, (int)tq, (int)h, (int)dh, o32, out, odt, ldo, dstats);
   AMPC_TRY(ampc_cu_launched(fn));
   return ampc_cu_stats_end(strm, dstats, stats);
 }
@@ -1001,10 +1047,8 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
                *const dv32 = f + o_dv, *const q32 = f + o_q, *const k32 = f + o_k;
   void *const doh = f + o_do, *const vh = f + o_vh;
   const void *dop = dodt != gdt ? static_cast<const void *>(f + o_d32) : doh;
-  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, dout, gdt,
-                                                    lddo, doh, gdt);
-  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv,
-                                                    vh, xdt);
+  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, dout, gdt, lddo, doh, gdt);
+  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv, vh, xdt);
   AMPC_TRY(ampc_cu_launched(fn));
   /* dP = dout v^T (FP32) */
   AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f, doh, gdt, dh,
@@ -1013,13 +1057,10 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   /* dS = softmax backward, FP32 */
   AMPC_TRY(ampc_cuda_softmax_backward(b * h * tq, tk, dp, AMPC_F32, probs, pdt, 1.0f, dsm));
   /* dS against q and k widened to FP32 (exact) */
-  heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq,
-                                                    q32, AMPC_F32);
-  heads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk,
-                                                    k32, AMPC_F32);
+  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq, q32, AMPC_F32);
+  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk, k32, AMPC_F32);
   if (dodt != gdt)
-    heads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, dout, gdt,
-                                                      lddo, f + o_d32, AMPC_F32);
+    launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, dout, gdt, lddo, f + o_d32, AMPC_F32);
   AMPC_TRY(ampc_cu_launched(fn));
   /* dq = scale dS k; dk = scale dS^T q; dv = P^T dout: FP32, then one
    * rounding each (counted there) */
@@ -1038,12 +1079,9 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   (void)ampc_tally_bind(was);
   AMPC_TRY(st);
   STATS_BEGIN(NULL);
-  unheads_k<<<heads_grid(b * tq), THREADS, 0, strm>>>(b * tq, (int)tq, (int)h, (int)dh, dq32, dq,
-                                                      gdt, lddq, dst);
-  unheads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, dk32, dk,
-                                                      gdt, lddk, dst);
-  unheads_k<<<heads_grid(b * tk), THREADS, 0, strm>>>(b * tk, (int)tk, (int)h, (int)dh, dv32, dv,
-                                                      gdt, lddv, dst);
+  launch_unheads(strm, b * tq, (int)tq, (int)h, (int)dh, dq32, dq, gdt, lddq, dst);
+  launch_unheads(strm, b * tk, (int)tk, (int)h, (int)dh, dk32, dk, gdt, lddk, dst);
+  launch_unheads(strm, b * tk, (int)tk, (int)h, (int)dh, dv32, dv, gdt, lddv, dst);
   FINISH(fn, NULL);
 }
 
