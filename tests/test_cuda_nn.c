@@ -115,6 +115,7 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_gemm_strided_batched ampc_gemm_strided_batched
 #define ampc_cuda_set_acc16_exact(on) ((void)(on))
 #define ampc_cuda_set_typed_kernels(on) ((void)(on))
+#define ampc_cuda_typed_launches() 0LL
 static ampc_status fake_scale_f32(int64_t n, float *x, float s) {
   for (int64_t i = 0; i < n; i++)
     x[i] *= s;
@@ -1397,18 +1398,21 @@ static void test_optim(void) {
     const char *name;
     ampc_optim_kind kind;
     ampc_dtype wdt, sdt;
-    bool master, sr, kahan, nesterov;
+    bool master, sr, kahan, nesterov, no_momentum;
   } cases[] = {
-      {"adamw 16-mixed", AMPC_OPTIM_ADAMW, AMPC_F16, AMPC_F32, true, false, false, false},
-      {"adamw bf16-mixed", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_F32, true, false, false, false},
-      {"adamw 32-true", AMPC_OPTIM_ADAMW, AMPC_F32, AMPC_F32, false, false, false, false},
-      {"adamw 16-true", AMPC_OPTIM_ADAMW, AMPC_F16, AMPC_F16, false, false, false, false},
+      {"adamw 16-mixed", AMPC_OPTIM_ADAMW, AMPC_F16, AMPC_F32, true, false, false, false, false},
+      {"adamw bf16-mixed", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_F32, true, false, false, false, false},
+      {"adamw 32-true", AMPC_OPTIM_ADAMW, AMPC_F32, AMPC_F32, false, false, false, false, false},
+      {"adamw 16-true", AMPC_OPTIM_ADAMW, AMPC_F16, AMPC_F16, false, false, false, false, false},
       {"adamw bf16-true stochastic", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_BF16, false, true, false,
+       false, false},
+      {"adamw bf16 kahan", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_F32, false, false, true, false, false},
+      {"sgd 16-mixed", AMPC_OPTIM_SGD, AMPC_F16, AMPC_F32, true, false, false, false, false},
+      {"sgd nesterov 16-true", AMPC_OPTIM_SGD, AMPC_F16, AMPC_F16, false, false, false, true,
        false},
-      {"adamw bf16 kahan", AMPC_OPTIM_ADAMW, AMPC_BF16, AMPC_F32, false, false, true, false},
-      {"sgd 16-mixed", AMPC_OPTIM_SGD, AMPC_F16, AMPC_F32, true, false, false, false},
-      {"sgd nesterov 16-true", AMPC_OPTIM_SGD, AMPC_F16, AMPC_F16, false, false, false, true},
-      {"sgd bf16 kahan", AMPC_OPTIM_SGD, AMPC_BF16, AMPC_F32, false, false, true, false},
+      {"sgd bf16 kahan", AMPC_OPTIM_SGD, AMPC_BF16, AMPC_F32, false, false, true, false, false},
+      {"sgd without momentum 16-mixed", AMPC_OPTIM_SGD, AMPC_F16, AMPC_F32, true, false, false,
+       false, true},
   };
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     ampc_optim_config c = cases[ci].kind == AMPC_OPTIM_ADAMW ? ampc_optim_adamw_defaults()
@@ -1417,6 +1421,8 @@ static void test_optim(void) {
     c.nesterov = cases[ci].nesterov;
     c.stochastic_round = cases[ci].sr;
     c.kahan = cases[ci].kahan;
+    if (cases[ci].no_momentum)
+      c.momentum = 0.0f; /* no moment buffer at all */
     c.round_seed = 99;
     c.branch_lr[AMPC_BRANCH_TEXT] = c.lr * 0.5f;
     mirror M;
@@ -2214,6 +2220,19 @@ static void test_stage(void) {
 /* the device copy of b into its host copy: the reference of the next call */
 static void snap(buf *b) { OK(ampc_cuda_to_host(g_ctx, b->h, b->d, b->bytes)); }
 
+/* that the call since the count n0 launched a typed kernel (ran == true) or
+ * none (false): a dtype list that stopped matching would otherwise fall
+ * back to the generic kernel unseen (not in the harness: no kernels) */
+static void typed_ran(const char *what, long long n0, bool ran) {
+#ifdef AMPC_TEST_ON_CPU
+  (void)what, (void)n0, (void)ran;
+#else
+  const long long n = ampc_cuda_typed_launches();
+  CHECK((n > n0) == ran, "%s: %s typed kernel ran (%lld launches before, %lld after)", what,
+        ran ? "no" : "a", n0, n);
+#endif
+}
+
 static void test_typed(void) {
   printf("typed kernels against the generic ones:\n");
   /* (stream, parameter, activation) as DTS_PRESETS (src/cuda/cuda_common.cuh) */
@@ -2222,7 +2241,10 @@ static void test_typed(void) {
                                        {AMPC_F32, AMPC_BF16, AMPC_BF16},
                                        {AMPC_F16, AMPC_F16, AMPC_F16},
                                        {AMPC_BF16, AMPC_BF16, AMPC_BF16}};
-  static const int64_t ln_shapes[3][2] = {{300, 512}, {37, 640}, {5, 3000}};
+  /* 16 per lane: 512, 100 (partial lanes); 32 per lane: 640, 1000, 1024;
+   * 3000: the generic kernels */
+  static const int64_t ln_shapes[6][2] = {{300, 512}, {41, 100}, {37, 640},
+                                          {19, 1000}, {9, 1024}, {5, 3000}};
   for (int p = 0; p < 5; p++) {
     const ampc_dtype sdt = pre[p][0], wdt = pre[p][1], adt = pre[p][2];
     char nm[96];
@@ -2236,14 +2258,16 @@ static void test_typed(void) {
       OK(ampc_cuda_add_forward(n, a.d, sdt, b.d, adt, y.d, sdt, &s0));
       snap(&y);
       ampc_cuda_set_typed_kernels(true);
+      long long n0 = ampc_cuda_typed_launches();
       OK(ampc_cuda_add_forward(n, a.d, sdt, b.d, adt, y.d, sdt, &s1));
       snprintf(nm, sizeof nm, "typed add %s + %s", dn(sdt), dn(adt));
+      typed_ran(nm, n0, true);
       compare(nm, &y, NULL);
       stats_equal(nm, &s1, &s0);
       drop(&a), drop(&b), drop(&y);
     }
     /* layer norm forward (stream -> activation) and backward (gradients in adt) */
-    for (int sh = 0; sh < 3; sh++) {
+    for (int sh = 0; sh < 6; sh++) {
       const int64_t m = ln_shapes[sh][0], d = ln_shapes[sh][1];
       buf x = rnd_buf(sdt, m * d, -3.0, 5.0), gam = rnd_buf(wdt, d, 0.5, 1.5),
           bet = rnd_buf(wdt, d, -0.5, 0.5), y = rnd_buf(adt, m * d, 0, 1),
@@ -2254,10 +2278,12 @@ static void test_typed(void) {
                                      rstd.d, &s0));
       snap(&y), snap(&mean), snap(&rstd);
       ampc_cuda_set_typed_kernels(true);
+      long long n0 = ampc_cuda_typed_launches();
       OK(ampc_cuda_layernorm_forward(m, d, x.d, sdt, gam.d, bet.d, wdt, 1e-5f, y.d, adt, mean.d,
                                      rstd.d, &s1));
       snprintf(nm, sizeof nm, "typed ln %lldx%lld %s -> %s", (long long)m, (long long)d, dn(sdt),
                dn(adt));
+      typed_ran(nm, n0, d <= 1024);
       compare(nm, &y, NULL);
       compare("  its mean", &mean, NULL);
       compare("  its rstd", &rstd, NULL);
@@ -2273,13 +2299,33 @@ static void test_typed(void) {
       OK(ampc_cuda_to_device(g_ctx, dg.d, dg0, dg.bytes)); /* the accumulated-into start again */
       OK(ampc_cuda_to_device(g_ctx, db.d, db0, db.bytes));
       ampc_cuda_set_typed_kernels(true);
+      n0 = ampc_cuda_typed_launches();
       OK(ampc_cuda_layernorm_backward(m, d, dy.d, adt, x.d, sdt, gam.d, wdt, mean.d, rstd.d, dx.d,
                                       dg.d, db.d, NULL));
       snprintf(nm, sizeof nm, "typed ln backward %lldx%lld dx %s", (long long)m, (long long)d,
                dn(adt));
+      typed_ran(nm, n0, true); /* the parameter sums at least */
       compare(nm, &dx, NULL);
       compare("  its dgamma", &dg, NULL);
       compare("  its dbeta", &db, NULL);
+      if (sh == 1) { /* in place: dx is dy */
+        buf io = raw_buf(dy.h, dy.bytes);
+        io.dt = adt, io.n = m * d;
+        OK(ampc_cuda_to_device(g_ctx, dg.d, dg0, dg.bytes));
+        OK(ampc_cuda_to_device(g_ctx, db.d, db0, db.bytes));
+        ampc_cuda_set_typed_kernels(false);
+        OK(ampc_cuda_layernorm_backward(m, d, io.d, adt, x.d, sdt, gam.d, wdt, mean.d, rstd.d, io.d,
+                                        dg.d, db.d, NULL));
+        snap(&io);
+        OK(ampc_cuda_to_device(g_ctx, io.d, dy.h, dy.bytes));
+        OK(ampc_cuda_to_device(g_ctx, dg.d, dg0, dg.bytes));
+        OK(ampc_cuda_to_device(g_ctx, db.d, db0, db.bytes));
+        ampc_cuda_set_typed_kernels(true);
+        OK(ampc_cuda_layernorm_backward(m, d, io.d, adt, x.d, sdt, gam.d, wdt, mean.d, rstd.d, io.d,
+                                        dg.d, db.d, NULL));
+        compare("  in place (dx = dy)", &io, NULL);
+        drop(&io);
+      }
       free(dg0), free(db0);
       drop(&x), drop(&gam), drop(&bet), drop(&y), drop(&mean), drop(&rstd);
       drop(&dy), drop(&dx), drop(&dg), drop(&db);
@@ -2297,9 +2343,13 @@ static void test_typed(void) {
       OK(ampc_cuda_gelu_backward(n, dy.d, adt, x.d, adt, dx.d));
       snap(&y), snap(&dx);
       ampc_cuda_set_typed_kernels(true);
+      long long n0 = ampc_cuda_typed_launches();
       OK(ampc_cuda_gelu_forward(n, x.d, adt, y.d, adt, &s1));
-      OK(ampc_cuda_gelu_backward(n, dy.d, adt, x.d, adt, dx.d));
       snprintf(nm, sizeof nm, "typed gelu %s", dn(adt));
+      typed_ran(nm, n0, true);
+      n0 = ampc_cuda_typed_launches();
+      OK(ampc_cuda_gelu_backward(n, dy.d, adt, x.d, adt, dx.d));
+      typed_ran("  its derivative", n0, true);
       compare(nm, &y, NULL);
       stats_equal(nm, &s1, &s0);
       compare("  its derivative", &dx, NULL);
@@ -2314,8 +2364,10 @@ static void test_typed(void) {
       OK(ampc_cuda_linear_forward(m, k, n, x.d, adt, w.d, wdt, b.d, y.d, adt, AMPC_ACC_F32, NULL));
       snap(&y);
       ampc_cuda_set_typed_kernels(true);
+      const long long n0 = ampc_cuda_typed_launches();
       OK(ampc_cuda_linear_forward(m, k, n, x.d, adt, w.d, wdt, b.d, y.d, adt, AMPC_ACC_F32, NULL));
       snprintf(nm, sizeof nm, "typed linear + bias -> %s", dn(adt));
+      typed_ran(nm, n0, true);
       compare(nm, &y, NULL);
       drop(&x), drop(&w), drop(&b), drop(&y);
     }

@@ -190,6 +190,9 @@ void ampc_cuda_set_acc16_exact(bool exact);
  * without CUDA). */
 void ampc_cuda_set_typed_kernels(bool on);
 bool ampc_cuda_typed_kernels(void);
+/* How many typed kernels this process has launched (0 without CUDA): the
+ * tests' check that a typed path ran rather than falling back. */
+long long ampc_cuda_typed_launches(void);
 /* The FP8 linear layers of fp8-mixed (ampc/nn.h, "FP8 linear layers"):
  * the same casts (bit for bit: the quantized operands are exact FP8 values
  * in bfloat16 containers), the same delayed-scaling bookkeeping (each

@@ -190,9 +190,12 @@ template <int A, int B, int C> struct dts { static constexpr int a = A, b = B, c
 /* Call f(L{}) for the first combination L of the list with (a, b, c) equal
  * to (L::a, L::b, L::c) (an unused position: 0 on both sides); false when
  * none matches (the caller launches the generic kernel). */
+void typed_launched(void); /* counts a typed launch (ampc_cuda_typed_launches) */
 template <typename F, typename... L> bool typed_pick(int a, int b, int c, F &&f, L... l) {
   bool hit = false;
   ((!hit && a == L::a && b == L::b && c == L::c ? (f(l), hit = true) : false), ...);
+  if (hit)
+    typed_launched();
   return hit;
 }
 /* the presets' combinations of (stream, parameter, activation) dtypes:

@@ -897,6 +897,11 @@ unsigned rows_grid(int64_t m) { return (unsigned)((m + WARPS - 1) / WARPS); }
 
 } // namespace
 
+/* the typed launches so far (ampc_cuda_typed_launches: the tests' proof
+ * that a typed path ran) */
+static std::atomic<long long> g_typed_launches{0};
+void ampc_cu::typed_launched(void) { g_typed_launches.fetch_add(1, std::memory_order_relaxed); }
+
 /* 1: the typed instantiations (cuda_common.cuh); 0: the generic kernels
  * only; -1: not yet set, AMPC_CUDA_TYPED decides at the first use */
 static std::atomic<int> g_typed{-1};
@@ -1058,6 +1063,7 @@ extern "C" {
 
 void ampc_cuda_set_typed_kernels(bool on) { g_typed.store(on ? 1 : 0); }
 bool ampc_cuda_typed_kernels(void) { return ampc_cu_typed(); }
+long long ampc_cuda_typed_launches(void) { return g_typed_launches.load(); }
 
 ampc_status ampc_cuda_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,
                                   ampc_dtype bdt, void *y, ampc_dtype ydt,

@@ -214,6 +214,7 @@ ampc_status ampc_cuda_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, 
 void ampc_cuda_set_acc16_exact(bool exact) { (void)exact; }
 void ampc_cuda_set_typed_kernels(bool on) { (void)on; }
 bool ampc_cuda_typed_kernels(void) { return false; }
+long long ampc_cuda_typed_launches(void) { return 0; }
 ampc_status ampc_cuda_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, int64_t rows,
                                     int64_t cols, int64_t ld, uint16_t *dst, bool count) {
   (void)q, (void)src, (void)sdt, (void)rows, (void)cols, (void)ld, (void)dst, (void)count;
