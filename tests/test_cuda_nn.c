@@ -92,6 +92,8 @@ static ampc_status fake_copy(ampc_cuda_ctx *c, void *dst, const void *src, size_
 #define ampc_cuda_linear_backward_fp8 ampc_linear_backward_fp8
 #define ampc_cuda_linear_dgrad_fp8 ampc_linear_dgrad_fp8
 #define ampc_cuda_attention_forward ampc_attention_forward
+#define ampc_cuda_attention_forward_ex ampc_attention_forward_ex
+#define ampc_cuda_attention_backward_ex ampc_attention_backward_ex
 #define ampc_cuda_attention_backward ampc_attention_backward
 #define ampc_cuda_attention_probs ampc_attention_probs
 #define ampc_cuda_mha_forward ampc_mha_forward
@@ -757,9 +759,13 @@ static void test_attention(void) {
   const int64_t b = 5, tq = 17, tk = 23, h = 4, dh = 16, dm = h * dh, ld = 3 * dm;
   /* probabilities in the activations' dtype, and in FP32 (the model's
    * mixed presets: softmax is an FP32 op), which takes the staged GEMMs */
-  for (int ic = 0; ic < 5; ic++) {
-    const int ix = ic < 3 ? ic : ic - 2;
+  /* cases 5, 6: FP32 probabilities rounded to the activations' dtype for
+   * the products, and dS too (mdt, ampc_attention_forward_ex) */
+  for (int ic = 0; ic < 7; ic++) {
+    const int ix = ic < 3 ? ic : ic < 5 ? ic - 2 : ic - 4;
     const ampc_dtype xdt = k_dts[ix], pdt = ic < 3 ? xdt : AMPC_F32, gdt = xdt;
+    const bool cast = ic >= 5;
+    const ampc_dtype mdt = cast ? xdt : AMPC_F32, ppdt = cast ? mdt : pdt;
     char nm[96];
     /* q, k, v as views into packed qkv rows (ld = 3 dm), as the model's */
     buf qkv = rnd_buf(xdt, b * tk * ld, -1.5, 1.5);
@@ -774,12 +780,12 @@ static void test_attention(void) {
         out = rnd_buf(xdt, b * tq * dm, 0, 1);
     const char *qh = qkv.h, *qd = qkv.d;
     ampc_round_stats stc = {0}, stg = {0}; /* with stats: the FP32 copy path */
-    OK(ampc_attention_forward(b, tq, tk, h, dh, qh, ld, qh + dm * xs, ld, qh + 2 * dm * xs, ld, xdt,
-                              mk, sc.h, pdt, pr.h, pdt, out.h, dm, xdt, AMPC_ACC_F32,
-                              ic == 4 ? &stc : NULL));
-    OK(ampc_cuda_attention_forward(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs, ld,
-                                   xdt, mask.d, sc.d, pdt, pr.d, pdt, out.d, dm, xdt, AMPC_ACC_F32,
-                                   ic == 4 ? &stg : NULL));
+    OK(ampc_attention_forward_ex(b, tq, tk, h, dh, qh, ld, qh + dm * xs, ld, qh + 2 * dm * xs, ld,
+                                 xdt, mk, sc.h, pdt, pr.h, pdt, mdt, out.h, dm, xdt, AMPC_ACC_F32,
+                                 ic == 4 || ic == 6 ? &stc : NULL));
+    OK(ampc_cuda_attention_forward_ex(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs,
+                                      ld, xdt, mask.d, sc.d, pdt, pr.d, pdt, mdt, out.d, dm, xdt,
+                                      AMPC_ACC_F32, ic == 4 || ic == 6 ? &stg : NULL));
     CHECK(stc.count == stg.count, "attention stats count gpu %llu cpu %llu",
           (unsigned long long)stg.count, (unsigned long long)stc.count);
     float *qf = host_f32(&qkv), *scf = host_f32(&sc), *prf = host_f32(&pr), *of = host_f32(&out);
@@ -828,26 +834,26 @@ static void test_attention(void) {
             const double p = fabs((double)prf[r * tk + j]);
             s += p * vv;
             dp += (p * (2.5 * srow[r] + (double)(tk + 2) * 0x1p-24) +
-                   2 * (ulp_rel(pdt) * p + ulp_min(pdt))) *
+                   2 * (ulp_rel(ppdt) * p + ulp_min(ppdt))) *
                   vv;
           }
           const int64_t e = (bi * tq + i) * dm + c;
           otol[e] = 2 * (double)(tk + 3) * 0x1p-24 * s + dp +
                     2 * (ulp_rel(xdt) * fabs((double)of[e]) + ulp_min(xdt));
         }
-    snprintf(nm, sizeof nm, "attention out %s", dn(xdt));
+    snprintf(nm, sizeof nm, "attention out %s%s", dn(xdt), cast ? ", P rounded to it" : "");
     compare(nm, &out, otol);
     free(otol), free(srow);
     /* backward from the CPU's probabilities on both sides */
     OK(ampc_cuda_to_device(g_ctx, pr.d, pr.h, pr.bytes));
     buf dout = rnd_buf(gdt, b * tq * dm, -1, 1), dq = rnd_buf(gdt, b * tq * dm, 0, 1),
         dk = rnd_buf(gdt, b * tk * dm, 0, 1), dv = rnd_buf(gdt, b * tk * dm, 0, 1);
-    OK(ampc_attention_backward(b, tq, tk, h, dh, qh, ld, qh + dm * xs, ld, qh + 2 * dm * xs, ld,
-                               xdt, pr.h, pdt, dout.h, dm, gdt, dq.h, dm, dk.h, dm, dv.h, dm,
-                               AMPC_ACC_F32, NULL));
-    OK(ampc_cuda_attention_backward(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs,
-                                    ld, xdt, pr.d, pdt, dout.d, dm, gdt, dq.d, dm, dk.d, dm, dv.d,
-                                    dm, AMPC_ACC_F32, NULL));
+    OK(ampc_attention_backward_ex(b, tq, tk, h, dh, qh, ld, qh + dm * xs, ld, qh + 2 * dm * xs, ld,
+                                  xdt, pr.h, pdt, mdt, dout.h, dm, gdt, dq.h, dm, dk.h, dm, dv.h,
+                                  dm, AMPC_ACC_F32, NULL));
+    OK(ampc_cuda_attention_backward_ex(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs,
+                                       ld, xdt, pr.d, pdt, mdt, dout.d, dm, gdt, dq.d, dm, dk.d, dm,
+                                       dv.d, dm, AMPC_ACC_F32, NULL));
     /* dv = P^T dout is one GEMM from identical inputs: its bound */
     float *dof = host_f32(&dout), *dvf = host_f32(&dv);
     double *vtol = malloc((size_t)(b * tk * dm) * sizeof *vtol);
@@ -892,9 +898,11 @@ static void test_attention(void) {
           }
           for (int64_t j = 0; j < tk; j++) {
             const double p = fabs((double)prf[((bi * h + hi) * tq + i) * tk + j]);
-            const double dse = (p * (aij[j] + sp) + p * (aij[j] + sp)) * (double)(tk + dh + 6) *
-                               0x1p-24,
-                         dsm = p * (aij[j] + sp);
+            const double dsm = p * (aij[j] + sp);
+            /* with mdt: each side rounds its dS to mdt as well */
+            const double dse =
+                (p * (aij[j] + sp) + p * (aij[j] + sp)) * (double)(tk + dh + 6) * 0x1p-24 +
+                (cast ? ulp_rel(mdt) * dsm + ulp_min(mdt) : 0.0);
             for (int64_t c = 0; c < dh; c++) {
               const double kk = fabs((double)qf[(bi * tk + j) * ld + dm + hi * dh + c]);
               const double qq = fabs((double)qf[(bi * tq + i) * ld + hi * dh + c]);
@@ -909,7 +917,7 @@ static void test_attention(void) {
       qtol[i] += 2 * (ulp_rel(gdt) * fabs((double)dqf[i]) + ulp_min(gdt));
     for (int64_t i = 0; i < b * tk * dm; i++)
       ktol[i] += 2 * (ulp_rel(gdt) * fabs((double)dkf[i]) + ulp_min(gdt));
-    snprintf(nm, sizeof nm, "attention dq %s", dn(gdt));
+    snprintf(nm, sizeof nm, "attention dq %s%s", dn(gdt), cast ? ", dS rounded to it" : "");
     compare(nm, &dq, qtol);
     snprintf(nm, sizeof nm, "attention dk %s", dn(gdt));
     compare(nm, &dk, ktol);
@@ -976,8 +984,8 @@ static void test_mha(void) {
       buf cq = rnd_buf(adt, b * tq * dm, 0, 1), ck = rnd_buf(adt, b * tk * dm, 0, 1),
           cv = rnd_buf(adt, b * tk * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
           cs = rnd_buf(pdt, b * h * tq * tk, 0, 1), cp = rnd_buf(pdt, b * h * tq * tk, 0, 1);
-      const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL};
-      const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
+      const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL, AMPC_F32};
+      const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL, AMPC_F32};
       buf y = rnd_buf(adt, b * tq * dm, 0, 1);
       OK(ampc_mha_forward(b, tq, tk, dm, h, xq.h, xkv.h, adt, W[0].h, B[0].h, W[1].h, B[1].h,
                           W[2].h, B[2].h, W[3].h, B[3].h, wdt, cross ? mk : NULL, &hc, pdt, y.h,
@@ -1081,7 +1089,7 @@ static void test_mha_recompute(void) {
         buf y = rnd_buf(adt, b * tq * dm, 0, 1), dy = rnd_buf(adt, b * tq * dm, -1, 1);
         buf g[2][10];
         for (int r = 0; r < 2; r++) {
-          ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
+          ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL, AMPC_F32};
           ampc_tally *t = r && cross ? ampc_tally_create() : NULL; /* the counting forward */
           ampc_tally *was = t ? ampc_tally_bind(t) : NULL;
           OK(ampc_cuda_mha_forward(b, tq, tk, dm, h, xq.d, xkv.d, adt, W[0].d, B[0].d, W[1].d,
@@ -1770,8 +1778,8 @@ static void test_tally(void) {
         cs = rnd_buf(pdt, ab * h * tq * tq, 0, 1), cp = rnd_buf(pdt, ab * h * tq * tq, 0, 1),
         my = rnd_buf(dt, ab * tq * dm, 0, 1), mdy = rnd_buf(dt, ab * tq * dm, -1, 1),
         mdx = rnd_buf(dt, ab * tq * dm, 0, 1);
-    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL};
-    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
+    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL, AMPC_F32};
+    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL, AMPC_F32};
     snprintf(nm, sizeof nm, "mha forward %s, f32 probabilities", dn(dt));
     TALLY_CPU(ampc_mha_forward(ab, tq, tq, dm, h, xq.h, xq.h, dt, W[0].h, B[0].h, W[1].h, B[1].h,
                                W[2].h, B[2].h, W[3].h, B[3].h, dt, NULL, &hc, pdt, my.h,
@@ -2001,8 +2009,8 @@ static void test_fp8(void) {
         cv = rnd_buf(adt, b * tq * dm, 0, 1), co = rnd_buf(adt, b * tq * dm, 0, 1),
         cs = rnd_buf(AMPC_F32, b * h * tq * tq, 0, 1),
         cp = rnd_buf(AMPC_F32, b * h * tq * tq, 0, 1);
-    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL};
-    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL};
+    const ampc_mha_cache hc = {cq.h, ck.h, cv.h, co.h, cs.h, cp.h, false, NULL, AMPC_F32};
+    const ampc_mha_cache dc = {cq.d, ck.d, cv.d, co.d, cs.d, cp.d, false, NULL, AMPC_F32};
     ampc_linear_fp8 qc[4], qg[4];
     ampc_linear_fp8 *pc[4], *pg[4];
     for (int i = 0; i < 4; i++) {

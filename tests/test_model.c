@@ -281,10 +281,11 @@ static void test_backward_branches_exact(void **state) {
  * (with MLM and its masked rows too): the same gradients, losses and
  * rounding tally; and it allocates fewer activation bytes (x1's half under
  * an FP32 stream, every block's probabilities). */
-static void recompute_exact(const char *model, ampc_precision prec, float w_mlm) {
+static void recompute_exact(const char *model, ampc_precision prec, float w_mlm, bool cast) {
   ampc_mmodel_config c;
   assert_int_equal(ampc_mmodel_config_get(model, VOCAB, TT, CLASSES, &c), AMPC_OK);
   c.w_mlm = w_mlm;
+  c.attn_cast = cast; /* the attention products' 16-bit operands */
   ampc_mmodel_specs sp;
   ampc_trainer T;
   ampc_mmodel *M[2];
@@ -326,8 +327,9 @@ static void recompute_exact(const char *model, ampc_precision prec, float w_mlm)
               a->subnormal == b->subnormal && a->overflow == b->overflow && a->inf == b->inf &&
               a->nan == b->nan && a->max_abs == b->max_abs && tm[0].zeros == tm[1].zeros);
   assert_memory_equal(tm[0].hist, tm[1].hist, sizeof tm[0].hist);
-  printf("# %s %s%s: recompute bit-equal to keep; activations %zu of %zu bytes\n", model,
-         ampc_precision_name(prec), w_mlm > 0.0f ? " +MLM" : "", act[0], act[1]);
+  printf("# %s %s%s%s: recompute bit-equal to keep; activations %zu of %zu bytes\n", model,
+         ampc_precision_name(prec), w_mlm > 0.0f ? " +MLM" : "", cast ? " attention-cast" : "",
+         act[0], act[1]);
   free(g[0]), free(g[1]);
   ampc_mmodel_free(M[0]), ampc_mmodel_free(M[1]);
   ampc_trainer_free(&T);
@@ -340,9 +342,63 @@ static void test_recompute_exact(void **state) {
                                 AMPC_PRECISION_BF16_MIXED, AMPC_PRECISION_16_TRUE,
                                 AMPC_PRECISION_FP8_MIXED};
   for (int i = 0; i < 5; i++)
-    recompute_exact("mm-micro", ps[i], 0.0f);
-  recompute_exact("mm-micro", AMPC_PRECISION_16_MIXED, 1.0f);
-  recompute_exact("vit-micro", AMPC_PRECISION_BF16_MIXED, 0.0f);
+    recompute_exact("mm-micro", ps[i], 0.0f, false);
+  recompute_exact("mm-micro", AMPC_PRECISION_16_MIXED, 1.0f, false);
+  recompute_exact("vit-micro", AMPC_PRECISION_BF16_MIXED, 0.0f, false);
+  for (int i = 1; i < 4; i++) /* the attention products' 16-bit operands */
+    recompute_exact("mm-micro", ps[i], 0.0f, true);
+}
+
+/* --attention-cast: the 16-bit operands change the gradients (by roundings
+ * of the attention's P and dS) and count one more rounding per probability
+ * in each pass, forward and backward */
+static void test_attention_cast_model(void **state) {
+  (void)state;
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-micro", VOCAB, TT, CLASSES, &c), AMPC_OK);
+  ampc_mmodel_specs sp;
+  ampc_trainer T;
+  ampc_mmodel *M[2];
+  micro_setup(&c, AMPC_PRECISION_16_MIXED, &sp, &T, &M[0]);
+  ampc_mmodel_config cc = c;
+  cc.attn_cast = true;
+  assert_int_equal(ampc_mmodel_create(&M[1], &cc, &T.params, &T.amp, B), AMPC_OK);
+  ampc_params *P = &T.params;
+  uint8_t images[B * 8 * 8 * 3];
+  int32_t tokens[B * TT], labels[B];
+  make_batch(8, images, tokens, labels, 5);
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+  const size_t bytes = (size_t)P->total * ampc_dtype_size(P->wdt);
+  char *g[2];
+  ampc_mmodel_losses L[2];
+  ampc_tm_stats tm[2];
+  for (int r = 0; r < 2; r++) {
+    ampc_tally *t = ampc_tally_create();
+    assert_non_null(t);
+    ampc_tally *was = ampc_tally_bind(t);
+    ampc_trainer_zero_grad(&T);
+    assert_int_equal(fwd_bwd(M[r], &bt, 1024.0f, &L[r]), AMPC_OK);
+    ampc_tally_drain(t, &tm[r]);
+    ampc_tally_bind(was);
+    ampc_tally_free(t);
+    g[r] = malloc(bytes);
+    assert_non_null(g[r]);
+    memcpy(g[r], P->grad, bytes);
+  }
+  assert_true(memcmp(g[0], g[1], bytes) != 0);
+  /* every attention block's probabilities, once forward (P) and once
+   * backward (dS): mm-micro's blocks, [b, h, tq, tk] each */
+  const int64_t nv = (c.img / c.patch) * (c.img / c.patch) + 1, fb = 2;
+  const int64_t probs = (int64_t)c.v_depth * B * c.heads * nv * nv +
+                        (int64_t)c.t_depth * B * c.heads * TT * TT +
+                        (int64_t)c.f_depth * fb * B * c.heads * TT * nv;
+  assert_int_equal(tm[1].r.count, tm[0].r.count + (uint64_t)(2 * probs));
+  printf("# attention-cast: %llu more roundings counted (P and dS of %lld probabilities)\n",
+         (unsigned long long)(tm[1].r.count - tm[0].r.count), (long long)probs);
+  free(g[0]), free(g[1]);
+  ampc_mmodel_free(M[0]), ampc_mmodel_free(M[1]);
+  ampc_trainer_free(&T);
+  ampc_mmodel_specs_free(&sp);
 }
 
 /* Per-loss seeds (--loss-scale per-loss): the passes keep the forward pass,
@@ -557,7 +613,7 @@ int main(void) {
       cmocka_unit_test(test_gradient_check_mlm),   cmocka_unit_test(test_uniform_negatives),
       cmocka_unit_test(test_gradient_check_vit),   cmocka_unit_test(test_backward_branches_exact),
       cmocka_unit_test(test_backward_losses),      cmocka_unit_test(test_recompute_exact),
-      cmocka_unit_test(test_training_lowers_loss),
+      cmocka_unit_test(test_attention_cast_model), cmocka_unit_test(test_training_lowers_loss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

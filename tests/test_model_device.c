@@ -176,6 +176,7 @@ typedef struct {
   pass_kind pass;
   bool global; /* global negatives over a group of 2 simulated in this process */
   bool keep;   /* the device model keeps what the CPU's recomputes (no_recompute) */
+  bool cast;   /* both models: the attention products' 16-bit operands (attn_cast) */
 } case_t;
 
 /* a data-parallel group of 2 whose other rank holds this rank's batch: the
@@ -267,8 +268,14 @@ static int run_case(ampc_device dev, ampc_precision p, const case_t *cs) {
   char what[160];
   snprintf(what, sizeof what, "%s %s %s", dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
            ampc_precision_name(p), cs->name);
+  if (cs->cast && dev == AMPC_DEVICE_CUDA && p == AMPC_PRECISION_16_TRUE) {
+    /* FP16 sums take the per-head path, which has no 16-bit operands */
+    printf("ok - %s # skip: 16-bit attention products need FP32 sums on the GPU\n", what);
+    return 0;
+  }
   weights w;
   OK(make_weights(&w, cs->model, p, cs->w_mlm));
+  w.c.attn_cast = cs->cast;
   ampc_params *Pc = &w.T.params, Pd;
   OK(mirror_params(dev, Pc, &Pd));
   ampc_mmodel *Mc = NULL, *Md = NULL;
@@ -470,15 +477,16 @@ static int run_telemetry(ampc_device dev, ampc_precision p, float S, const char 
 }
 
 static const case_t k_cases[] = {
-    {"composite", "mm-micro", 0.0f, 0, false, PASS_ONE, false, false},
-    {"per-branch seeds", "mm-micro", 0.0f, 0, false, PASS_BRANCHES, false, false},
-    {"per-loss passes", "mm-micro", 0.0f, 0, false, PASS_LOSSES, false, false},
-    {"sampled negatives", "mm-micro", 0.0f, 1234, false, PASS_ONE, false, false},
-    {"uniform negatives", "mm-micro", 0.0f, 77, true, PASS_ONE, false, false},
-    {"masked captions", "mm-micro", 0.5f, 0, false, PASS_ONE, false, false},
-    {"image-only", "vit-ref", 0.0f, 0, false, PASS_ONE, false, false},
-    {"global negatives", "mm-micro", 0.0f, 0, false, PASS_ONE, true, false},
-    {"kept probabilities and x1", "mm-micro", 0.5f, 0, false, PASS_ONE, false, true},
+    {"composite", "mm-micro", 0.0f, 0, false, PASS_ONE, false, false, false},
+    {"per-branch seeds", "mm-micro", 0.0f, 0, false, PASS_BRANCHES, false, false, false},
+    {"per-loss passes", "mm-micro", 0.0f, 0, false, PASS_LOSSES, false, false, false},
+    {"sampled negatives", "mm-micro", 0.0f, 1234, false, PASS_ONE, false, false, false},
+    {"uniform negatives", "mm-micro", 0.0f, 77, true, PASS_ONE, false, false, false},
+    {"masked captions", "mm-micro", 0.5f, 0, false, PASS_ONE, false, false, false},
+    {"image-only", "vit-ref", 0.0f, 0, false, PASS_ONE, false, false, false},
+    {"global negatives", "mm-micro", 0.0f, 0, false, PASS_ONE, true, false, false},
+    {"kept probabilities and x1", "mm-micro", 0.5f, 0, false, PASS_ONE, false, true, false},
+    {"attention cast", "mm-micro", 0.0f, 0, false, PASS_ONE, false, false, true},
 };
 
 static int run_device(ampc_device dev) {

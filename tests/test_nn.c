@@ -846,7 +846,7 @@ typedef struct {
 } mha_ctx;
 static double mha_f(void *ctx) {
   mha_ctx *c = ctx;
-  ampc_mha_cache cache = {c->q, c->k, c->v, c->o, c->s, c->p, false, NULL};
+  ampc_mha_cache cache = {c->q, c->k, c->v, c->o, c->s, c->p, false, NULL, AMPC_F32};
   const int64_t tk = c->self ? MTQ : MTK;
   assert_int_equal(ampc_mha_forward(MB, MTQ, tk, MDM, MH, c->xq, c->self ? c->xq : c->xkv, AMPC_F32,
                                     c->w[0], c->bias[0], c->w[1], c->bias[1], c->w[2], c->bias[2],
@@ -867,7 +867,7 @@ static void test_mha(void **state) {
     for (int i = 0; i < 4; i++)
       fill(c.w[i], MDM * MDM), fill(c.bias[i], MDM);
     mha_f(&c);
-    ampc_mha_cache cache = {c.q, c.k, c.v, c.o, c.s, c.p, false, NULL};
+    ampc_mha_cache cache = {c.q, c.k, c.v, c.o, c.s, c.p, false, NULL, AMPC_F32};
     float dxq[MB * MTQ * MDM], dxkv[MB * MTK * MDM], dw[4][MDM * MDM], db[4][MDM];
     memset(dw, 0, sizeof dw);
     memset(db, 0, sizeof db);
@@ -888,6 +888,124 @@ static void test_mha(void **state) {
       check_fd(wn[i], mha_f, &c, c.bias[i], db[i], MDM, df);
     }
   }
+}
+
+/* ampc_attention_forward_ex / _backward_ex with a 16-bit mdt: the forward's
+ * product is that of 16-bit probabilities (equal, bit for bit, to the
+ * forward with pdt 16-bit, whose softmax rounds the same FP32 values once)
+ * while the stored P stays FP32; the backward pass is the composition
+ * dP = dout v^T, dS = softmax backward on the FP32 P, dq = s round(dS) k,
+ * dk = s round(dS)^T q, dv = round(P)^T dout, stated here with the public
+ * layers; the tally counts the P and dS roundings (b h tq tk values each)
+ * on top of the FP32 path's counts. */
+static uint64_t tally_count(ampc_tally *t) {
+  ampc_tm_stats st;
+  memset(&st, 0, sizeof st);
+  ampc_tally_drain(t, &st);
+  return st.r.count;
+}
+
+static void test_attention_cast(void **state) {
+  (void)state;
+  enum { CB = 2, CTQ = 3, CTK = 5, CH = 2, CDH = 4, CDM = CH * CDH, CSS = CTQ * CTK };
+  for (int id = 0; id < 2; id++) {
+    const ampc_dtype xdt = id ? AMPC_BF16 : AMPC_F16, gdt = xdt;
+    uint16_t q[CB * CTQ * CDM], k[CB * CTK * CDM], v[CB * CTK * CDM], dout[CB * CTQ * CDM];
+    float f[CB * CTK * CDM];
+    for (int i = 0; i < CB * CTK * CDM; i++)
+      f[i] = (float)sin(0.37 * i + id) * 1.7f;
+    assert_int_equal(ampc_convert(q, xdt, f, AMPC_F32, CB * CTQ * CDM), AMPC_OK);
+    for (int i = 0; i < CB * CTK * CDM; i++)
+      f[i] = (float)cos(0.51 * i - id) * 1.3f;
+    assert_int_equal(ampc_convert(k, xdt, f, AMPC_F32, CB * CTK * CDM), AMPC_OK);
+    for (int i = 0; i < CB * CTK * CDM; i++)
+      f[i] = (float)sin(0.23 * i + 1.0) * 0.9f;
+    assert_int_equal(ampc_convert(v, xdt, f, AMPC_F32, CB * CTK * CDM), AMPC_OK);
+    for (int i = 0; i < CB * CTQ * CDM; i++)
+      f[i] = (float)cos(0.71 * i) * 0.01f;
+    assert_int_equal(ampc_convert(dout, xdt, f, AMPC_F32, CB * CTQ * CDM), AMPC_OK);
+    const uint8_t mask[CB * CTK] = {1, 1, 1, 0, 1, 1, 0, 1, 1, 1};
+    float sc[CB * CH * CSS], p32[CB * CH * CSS];
+    uint16_t p16[CB * CH * CSS], out_ex[CB * CTQ * CDM], out_ref[CB * CTQ * CDM];
+    ampc_tally *t = ampc_tally_create();
+    assert_non_null(t);
+    ampc_tally *was = ampc_tally_bind(t);
+    assert_int_equal(ampc_attention_forward_ex(CB, CTQ, CTK, CH, CDH, q, CDM, k, CDM, v, CDM, xdt,
+                                               mask, sc, AMPC_F32, p32, AMPC_F32, xdt, out_ex, CDM,
+                                               xdt, AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    const uint64_t n_ex = tally_count(t);
+    float sc_f[CB * CH * CSS], p_f[CB * CH * CSS];
+    assert_int_equal(ampc_attention_forward(CB, CTQ, CTK, CH, CDH, q, CDM, k, CDM, v, CDM, xdt,
+                                            mask, sc_f, AMPC_F32, p_f, AMPC_F32, out_ref + 0, CDM,
+                                            xdt, AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    const uint64_t n_32 = tally_count(t);
+    assert_int_equal(n_ex, n_32 + (uint64_t)(CB * CH * CSS)); /* the P rounding counted */
+    /* the stored P is the FP32 one; the product used it rounded: the
+     * forward whose softmax rounds its FP32 result to xdt */
+    assert_memory_equal(p32, p_f, sizeof p32);
+    assert_int_equal(ampc_attention_forward(CB, CTQ, CTK, CH, CDH, q, CDM, k, CDM, v, CDM, xdt,
+                                            mask, sc_f, AMPC_F32, p16, xdt, out_ref, CDM, xdt,
+                                            AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    (void)tally_count(t);
+    assert_memory_equal(out_ex, out_ref, sizeof out_ex);
+    /* backward */
+    uint16_t dq[CB * CTQ * CDM], dk[CB * CTK * CDM], dv[CB * CTK * CDM];
+    assert_int_equal(ampc_attention_backward_ex(CB, CTQ, CTK, CH, CDH, q, CDM, k, CDM, v, CDM, xdt,
+                                                p32, AMPC_F32, xdt, dout, CDM, gdt, dq, CDM, dk,
+                                                CDM, dv, CDM, AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    const uint64_t nb_ex = tally_count(t);
+    const float scale = (float)(1.0 / sqrt((double)CDH));
+    uint16_t rdq[CB * CTQ * CDM], rdk[CB * CTK * CDM], rdv[CB * CTK * CDM];
+    for (int bi = 0; bi < CB; bi++) {
+      float dp[CH * CSS], ds[CH * CSS];
+      uint16_t ds16[CH * CSS], pr16[CH * CSS];
+      const size_t o = (size_t)bi * CH * CSS;
+      assert_int_equal(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, CTQ, CTK, CDH, 1.0f,
+                                                 dout + bi * CTQ * CDM, gdt, CDM, CDH,
+                                                 v + bi * CTK * CDM, xdt, CDM, CDH, 0.0f, dp,
+                                                 AMPC_F32, CTK, CSS, CH, AMPC_ACC_F32),
+                       AMPC_OK);
+      assert_int_equal(
+          ampc_softmax_backward(CH * CTQ, CTK, dp, AMPC_F32, p32 + o, AMPC_F32, 1.0f, ds), AMPC_OK);
+      assert_int_equal(ampc_convert(ds16, xdt, ds, AMPC_F32, CH * CSS), AMPC_OK);
+      assert_int_equal(ampc_convert(pr16, xdt, p32 + o, AMPC_F32, CH * CSS), AMPC_OK);
+      assert_int_equal(ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, CTQ, CDH, CTK, scale, ds16,
+                                                 xdt, CTK, CSS, k + bi * CTK * CDM, xdt, CDM, CDH,
+                                                 0.0f, rdq + bi * CTQ * CDM, gdt, CDM, CDH, CH,
+                                                 AMPC_ACC_F32),
+                       AMPC_OK);
+      assert_int_equal(ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, CTK, CDH, CTQ, scale, ds16,
+                                                 xdt, CTK, CSS, q + bi * CTQ * CDM, xdt, CDM, CDH,
+                                                 0.0f, rdk + bi * CTK * CDM, gdt, CDM, CDH, CH,
+                                                 AMPC_ACC_F32),
+                       AMPC_OK);
+      assert_int_equal(ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, CTK, CDH, CTQ, 1.0f, pr16,
+                                                 xdt, CTK, CSS, dout + bi * CTQ * CDM, gdt, CDM,
+                                                 CDH, 0.0f, rdv + bi * CTK * CDM, gdt, CDM, CDH, CH,
+                                                 AMPC_ACC_F32),
+                       AMPC_OK);
+    }
+    const uint64_t nb_ref = tally_count(t); /* the reference's GEMM stores */
+    (void)ampc_tally_bind(was);
+    ampc_tally_free(t);
+    assert_memory_equal(dq, rdq, sizeof dq);
+    assert_memory_equal(dk, rdk, sizeof dk);
+    assert_memory_equal(dv, rdv, sizeof dv);
+    /* the same stores counted, plus the layer's dS rounding (the reference
+     * rounds dS and P with ampc_convert, which counts nothing; the layer's
+     * P rounding for dv is not counted again either) */
+    assert_int_equal(nb_ex, nb_ref + (uint64_t)(CB * CH * CSS));
+  }
+  /* a bad mdt is refused */
+  float x[4] = {0};
+  assert_int_equal(ampc_attention_forward_ex(1, 1, 1, 1, 1, x, 1, x, 1, x, 1, AMPC_F32, NULL, x,
+                                             AMPC_F32, x, AMPC_F32, AMPC_F8_E4M3, x, 1, AMPC_F32,
+                                             AMPC_ACC_F32, NULL),
+                   AMPC_ERR_INVALID_ARG);
 }
 
 /* The backward pass that recomputes the probabilities (ampc_mha_cache.
@@ -918,7 +1036,7 @@ static void test_mha_recompute(void **state) {
       assert_non_null(buf);
       ampc_mha_cache c = {
           buf,   buf + nact, buf + 2 * nact, buf + 3 * nact, buf + 4 * nact, buf + 4 * nact + nsc,
-          false, NULL};
+          false, NULL,       AMPC_F32};
       void *y = buf + 4 * nact + 2 * nsc;
       const size_t wsz = DM * DM * es, bsz = DM * es;
       uint64_t counted[2];
@@ -996,6 +1114,7 @@ int main(void) {
       cmocka_unit_test(test_patch_grad),
       cmocka_unit_test(test_mha),
       cmocka_unit_test(test_mha_recompute),
+      cmocka_unit_test(test_attention_cast),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

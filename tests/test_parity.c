@@ -449,7 +449,7 @@ static void test_mha(void **state) {
                             zeros(b * h * tq * tk, dt),
                             zeros(b * h * tq * tk, dt),
                             false,
-                            NULL};
+                            NULL, AMPC_F32};
     void *y = zeros(b * tq * dm, dt), *dxq = zeros(b * tq * dm, dt), *dxkv = zeros(b * tk * dm, dt);
     assert_int_equal(ampc_mha_forward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[4], pd[1], pd[5],
                                       pd[2], pd[6], pd[3], pd[7], dt, km, &cache, dt, y,

@@ -222,6 +222,9 @@ if [ "$what" != tests ]; then
   part gpu_train 120 sh -c "./$B/gpu_train --steps 10 --warmup 3 >'$R/ampc_train.jsonl'"
   # the same with the typed kernels (ampc_cuda_set_typed_kernels): rows "typed"
   part gpu_train_typed 120 sh -c "./$B/gpu_train --typed --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
+  # mm-base with 16-bit operands in the attention products (--attention-cast), with the
+  # typed kernels and without: rows "cast" and "typed cast"
+  part gpu_train_cast 90 sh -c "./$B/gpu_train --models mm-base --precision 16-mixed --attention-cast --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-base --precision 16-mixed --attention-cast --typed --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
   # mm-base keeping the attention probabilities and x1 (--recompute off): what recomputing costs
   part gpu_train_keep 60 sh -c "./$B/gpu_train --models mm-base --keep --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
   : >"$R/torch_train.jsonl"

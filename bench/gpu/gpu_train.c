@@ -5,12 +5,15 @@
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
  *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
  *             [--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep] [--typed]
+ *             [--attention-cast]
  *
  * --precision: that preset alone (default: the three).
  * --keep: the models keep the attention probabilities and x1 for the
  * backward pass (ampc train --recompute off) instead of recomputing them.
  * --typed: the layers' typed kernels (ampc_cuda_set_typed_kernels; the
  * same bits as the generic ones, tests/test_cuda_nn.c test_typed).
+ * --attention-cast: the attention products take 16-bit operands (ampc train
+ * --attention-cast on: other numerics, all six products on Tensor Cores).
  * --profile: the first timed step alone recorded by a profiler started with
  * --profile-from-start off (cudaProfilerStart / Stop around it).
  *
@@ -89,6 +92,8 @@ static void drop_ctx(void) {
 /* --keep: the model keeps the attention probabilities and x1 (ampc train
  * --recompute off) */
 static bool g_keep;
+/* --attention-cast: ampc_mmodel_config.attn_cast */
+static bool g_cast;
 
 static int fail(const char *what) {
   fprintf(stderr, "gpu_train: %s: %s\n", what, ampc_last_error());
@@ -104,6 +109,7 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
   const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
   const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
   printf("{\"model\":\"%s\",\"precision\":\"%s\",\"recompute\":%s,\"typed_kernels\":%s,"
+         "\"attention_cast\":%s,"
          "\"device\":\"%s\","
          "\"batch\":%lld,"
          "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
@@ -114,7 +120,7 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
          "\"final_loss\":%.6g,\"matmuls_per_step\":%.1f,\"host_waits_per_step\":%.1f,"
          "\"host_wait_ms_per_step\":%.4f,\"ms_steps\":[",
          model, ampc_precision_name(p), g_keep ? "false" : "true",
-         ampc_cuda_typed_kernels() ? "true" : "false",
+         ampc_cuda_typed_kernels() ? "true" : "false", g_cast ? "true" : "false",
          dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split", (long long)B, (long long)T->params.numel,
          med, med > 0 ? (double)B / (med * 1e-3) : 0.0, (unsigned long long)flops_step, tflops,
          peak / 1e12, tflops * 1e12 / peak, pbytes, ampc_mmodel_activation_bytes(M), acct->total,
@@ -136,6 +142,7 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   if (ampc_mmodel_config_get(model, VOCAB, SEQ, classes, &c) != AMPC_OK)
     return fail("config");
   c.no_recompute = g_keep;
+  c.attn_cast = g_cast;
   ampc_mmodel_specs sp;
   if (ampc_mmodel_specs_make(&c, &sp) != AMPC_OK)
     return fail("specs");
@@ -321,6 +328,8 @@ int main(int argc, char **argv) {
       g_keep = true;
     else if (!strcmp(argv[i], "--typed"))
       ampc_cuda_set_typed_kernels(true);
+    else if (!strcmp(argv[i], "--attention-cast"))
+      g_cast = true;
     else if (!strcmp(argv[i], "--curve") && i + 1 < argc)
       curve = atoi(v), i++;
     else if (!strcmp(argv[i], "--precision") && i + 1 < argc &&
@@ -330,7 +339,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
                       "[--models a,b] [--batch B] [--curve N] "
                       "[--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep] "
-                      "[--typed]\n");
+                      "[--typed] [--attention-cast]\n");
       return 2;
     }
   }

@@ -258,6 +258,23 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
                                          int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq,
                                          void *dk, int64_t lddk, void *dv, int64_t lddv,
                                          ampc_acc acc, ampc_scratch *ws);
+/* ampc_attention_forward_ex / ampc_attention_backward_ex (ampc/nn.h): the
+ * products' P and dS rounded to mdt. A 16-bit mdt needs FP32 sums (the
+ * head-major path): with AMPC_ACC_F16, AMPC_ERR_UNSUPPORTED. */
+ampc_status ampc_cuda_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                           const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                           const void *v, int64_t ldv, ampc_dtype xdt,
+                                           const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                           void *probs, ampc_dtype pdt, ampc_dtype mdt, void *out,
+                                           int64_t ldo, ampc_dtype odt, ampc_acc acc,
+                                           ampc_round_stats *stats);
+ampc_status ampc_cuda_attention_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h,
+                                            int64_t dh, const void *q, int64_t ldq, const void *k,
+                                            int64_t ldk, const void *v, int64_t ldv, ampc_dtype xdt,
+                                            const void *probs, ampc_dtype pdt, ampc_dtype mdt,
+                                            const void *dout, int64_t lddo, ampc_dtype gdt,
+                                            void *dq, int64_t lddq, void *dk, int64_t lddk,
+                                            void *dv, int64_t lddv, ampc_acc acc, ampc_scratch *ws);
 
 /* ampc_mha_forward / ampc_mha_backward_ex: the CPU's composition
  * (src/nn/mha_impl.h) over the layers above; the cache's buffers are device

@@ -165,6 +165,14 @@ typedef struct ampc_mmodel_config {
    * one more q k^T product, softmax and add per block in the backward pass.
    * true: keep both (ampc train --recompute off). Neither changes a value. */
   bool no_recompute;
+  /* true (ampc train --attention-cast on): the attention products take
+   * 16-bit operands where the activations are 16-bit, as PyTorch's autocast
+   * casts them: softmax's FP32 output rounded to the activations' dtype
+   * for P v and dv, dS rounded to it for dq and dk (both roundings
+   * counted by the telemetry); softmax's backward pass still reads the
+   * FP32 P (ampc_attention_forward_ex / _backward_ex). false (the
+   * default): P and dS enter those products in FP32. */
+  bool attn_cast;
 } ampc_mmodel_config;
 
 /* "mm-tiny", "mm-small", "mm-base" (width 512, 8 heads, MLP 2048, depths

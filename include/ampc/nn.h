@@ -318,6 +318,20 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
                                    const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                                    void *probs, ampc_dtype pdt, void *out, int64_t ldo,
                                    ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats);
+/* ampc_attention_forward with P rounded for its product, as PyTorch's
+ * autocast casts softmax's FP32 output to the 16-bit dtype for the P v
+ * matmul (and FlashAttention, Dao et al. 2022, feeds P v a 16-bit P):
+ * mdt F16 or BF16 with an FP32 pdt: out = round(P, mdt) v (the rounding is
+ * a counted store; probs keep the FP32 P for the backward pass's softmax);
+ * mdt AMPC_F32, or a 16-bit pdt: ampc_attention_forward. Errors as there,
+ * and AMPC_ERR_INVALID_ARG for an mdt other than F32, F16, BF16. */
+ampc_status ampc_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                      const void *v, int64_t ldv, ampc_dtype xdt,
+                                      const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                      void *probs, ampc_dtype pdt, ampc_dtype mdt, void *out,
+                                      int64_t ldo, ampc_dtype odt, ampc_acc acc,
+                                      ampc_round_stats *stats);
 /* The scores and probabilities of ampc_attention_forward again, bit for bit
  * (the same strided batched GEMM and softmax on the same q, k and
  * key_mask; arguments and errors as there): for a backward pass that did
@@ -338,6 +352,20 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
                                     ampc_dtype pdt, const void *dout, int64_t lddo, ampc_dtype gdt,
                                     void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
                                     int64_t lddv, ampc_acc acc, ampc_scratch *ws);
+/* ampc_attention_backward with the products' operands of
+ * ampc_attention_forward_ex: mdt F16 or BF16 rounds dS (FP32, from the
+ * softmax backward pass on the stored P) to mdt before dq = scale dS k and
+ * dk = scale dS^T q (a counted store: autocast's cast of the scores'
+ * gradient), and an FP32 P to mdt for dv = P^T dout (as the forward's
+ * product, not counted again); mdt AMPC_F32: ampc_attention_backward. The
+ * same workspace. */
+ampc_status ampc_attention_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                       const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                       const void *v, int64_t ldv, ampc_dtype xdt,
+                                       const void *probs, ampc_dtype pdt, ampc_dtype mdt,
+                                       const void *dout, int64_t lddo, ampc_dtype gdt, void *dq,
+                                       int64_t lddq, void *dk, int64_t lddk, void *dv, int64_t lddv,
+                                       ampc_acc acc, ampc_scratch *ws);
 /* Scratch of ampc_attention_backward: dP and dS of one sample per thread
  * (at most ampc_get_num_threads() threads). */
 size_t ampc_attention_backward_scratch_bytes(int64_t b, int64_t tq, int64_t tk, int64_t h,
@@ -358,6 +386,10 @@ typedef struct ampc_mha_cache {
   void *q, *k, *v, *o, *scores, *probs;
   bool recompute;
   const uint8_t *key_mask;
+  /* the attention products' operand dtype for P and dS (the mdt of
+   * ampc_attention_forward_ex / _backward_ex); AMPC_F32 (0, a zeroed
+   * cache): as they are */
+  ampc_dtype mdt;
 } ampc_mha_cache;
 
 /* Multi-head attention with separate projections, as

@@ -35,7 +35,9 @@ namespace {
  * bias into a 16-bit y; attention's FP32 out copy and widened v, its dP, dS,
  * dq, dk, dv copies and widened q, k, dout); 11 the FP8 layers' quantized
  * operands; 12 the bias gradient's ones vector */
-enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11, SLOT_ONES = 12 };
+enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11, SLOT_ONES = 12, SLOT_PM = 16 };
+static_assert(SLOT_PM < AMPC_CUDA_SCRATCH_SLOTS,
+              "the 16-bit probabilities' slot is a context slot");
 static_assert(SLOT_ONES < AMPC_CUDA_SCRATCH_SLOTS, "the ones slot is a context slot");
 
 __global__ void widen_k(int64_t n, const void *src, int dt, float *dst) {
@@ -983,12 +985,17 @@ static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
                                int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                                int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
                                ampc_dtype xdt, const uint8_t *key_mask, void *scores,
-                               ampc_dtype sdt, void *probs, ampc_dtype pdt, void *out, int64_t ldo,
-                               ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats) {
+                               ampc_dtype sdt, void *probs, ampc_dtype pdt, ampc_dtype mdt,
+                               void *out, int64_t ldo, ampc_dtype odt, ampc_acc acc,
+                               ampc_round_stats *stats) {
   const int64_t ss = tq * tk, dm = h * dh, nq = b * tq * dm, nk = b * tk * dm;
+  /* the P of the product: an FP32 P rounded to mdt (16-bit) into slot
+   * SLOT_PM when mdt asks, else probs as stored */
+  const bool cast = mdt != AMPC_F32 && pdt == AMPC_F32;
+  const ampc_dtype ppdt = cast ? mdt : pdt;
   /* P v: FP32 probabilities against v widened to FP32 (exact), 16-bit ones
    * against v as it is */
-  const ampc_dtype vdt = pdt == AMPC_F32 ? AMPC_F32 : xdt;
+  const ampc_dtype vdt = ppdt == AMPC_F32 ? AMPC_F32 : xdt;
   const size_t vs = ampc_dtype_size(vdt);
   /* in floats from the slot's base: qh, kh (xdt) as qk_scratch lays them
    * out; vh (vdt); o32 [b, h, tq, dh] */
@@ -1003,13 +1010,21 @@ static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
                            probs, pdt, acc, qh, kh));
   launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv, vh, vdt);
   AMPC_TRY(ampc_cu_launched(fn));
+  const void *pp = probs;
+  if (cast) { /* a counted store, as the CPU's */
+    void *pm = NULL;
+    AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_PM, (size_t)(b * h * ss) * ampc_dtype_size(mdt), &pm));
+    AMPC_TRY(ampc_cuda_store_f32(pm, mdt, static_cast<const float *>(probs), (size_t)(b * h * ss),
+                                 NULL));
+    pp = pm;
+  }
   /* the FP32 product is the model's store with stats only (the CPU's
    * telemetry path forms it in an FP32 buffer too, and a bound tally counts
    * it there); without, it is counted when rounded into out */
   ampc_tally *const was = stats ? NULL : ampc_tally_bind(NULL);
-  const ampc_status st = ampc_cuda_gemm_strided_batched(
-      AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, probs, pdt, tk, ss, vh, vdt, dh, tk * dh, 0.0f, o32,
-      AMPC_F32, dh, tq * dh, b * h, acc);
+  const ampc_status st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, pp,
+                                                        ppdt, tk, ss, vh, vdt, dh, tk * dh, 0.0f,
+                                                        o32, AMPC_F32, dh, tq * dh, b * h, acc);
   if (!stats)
     (void)ampc_tally_bind(was);
   AMPC_TRY(st);
@@ -1023,14 +1038,20 @@ static ampc_status attn_fwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
 static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t b,
                                int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                                int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
-                               ampc_dtype xdt, const void *probs, ampc_dtype pdt, const void *dout,
-                               int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq, void *dk,
-                               int64_t lddk, void *dv, int64_t lddv, ampc_acc acc) {
+                               ampc_dtype xdt, const void *probs, ampc_dtype pdt, ampc_dtype mdt,
+                               const void *dout, int64_t lddo, ampc_dtype gdt, void *dq,
+                               int64_t lddq, void *dk, int64_t lddk, void *dv, int64_t lddv,
+                               ampc_acc acc) {
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk, dm = h * dh, nq = b * tq * dm, nk = b * tk * dm, nsc = b * h * ss;
+  /* mdt 16-bit: dS rounded to mdt (counted) against 16-bit q and k, and an
+   * FP32 P rounded to mdt again (the forward counted it) for dv; both in
+   * dP's place once the softmax backward pass has read dP */
+  const bool cast_ds = mdt != AMPC_F32, cast_p = cast_ds && pdt == AMPC_F32;
+  const ampc_dtype ppdt = cast_p ? mdt : pdt, qkdt = cast_ds ? xdt : AMPC_F32;
   /* dv = P^T dout: an FP32 P against dout widened to FP32, a 16-bit P
    * against dout as it is */
-  const ampc_dtype dodt = pdt == AMPC_F32 ? AMPC_F32 : gdt;
+  const ampc_dtype dodt = ppdt == AMPC_F32 ? AMPC_F32 : gdt;
   const size_t xs = ampc_dtype_size(xdt), gs = ampc_dtype_size(gdt);
   /* FP32 slots: dP, dS [b, h, tq, tk]; dq32, q32 [b, h, tq, dh]; dk32,
    * dv32, k32 [b, h, tk, dh]; doh (gdt) [b, h, tq, dh]; vh (xdt) [b, h, tk,
@@ -1056,24 +1077,36 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
                                           b * h, acc));
   /* dS = softmax backward, FP32 */
   AMPC_TRY(ampc_cuda_softmax_backward(b * h * tq, tk, dp, AMPC_F32, probs, pdt, 1.0f, dsm));
-  /* dS against q and k widened to FP32 (exact) */
-  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq, q32, AMPC_F32);
-  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk, k32, AMPC_F32);
+  const void *dsp = dsm, *pp = probs;
+  const ampc_dtype dsdt = cast_ds ? mdt : AMPC_F32;
+  if (cast_ds) {
+    AMPC_TRY(ampc_cuda_store_f32(dp, mdt, dsm, (size_t)nsc, NULL));
+    dsp = dp;
+  }
+  if (cast_p) {
+    void *p16 = reinterpret_cast<char *>(dp) + (size_t)nsc * ampc_dtype_size(mdt);
+    AMPC_TRY(ampc_cuda_convert(p16, mdt, probs, AMPC_F32, (size_t)nsc));
+    pp = p16;
+  }
+  /* dS against q and k widened to FP32 (exact), or a 16-bit dS against
+   * them as they are */
+  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq, q32, qkdt);
+  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk, k32, qkdt);
   if (dodt != gdt)
     launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, dout, gdt, lddo, f + o_d32, AMPC_F32);
   AMPC_TRY(ampc_cu_launched(fn));
   /* dq = scale dS k; dk = scale dS^T q; dv = P^T dout: FP32, then one
    * rounding each (counted there) */
   ampc_tally *const was = ampc_tally_bind(NULL);
-  ampc_status st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsm,
-                                                  AMPC_F32, tk, ss, k32, AMPC_F32, dh, tk * dh,
-                                                  0.0f, dq32, AMPC_F32, dh, tq * dh, b * h, acc);
+  ampc_status st = ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsp,
+                                                  dsdt, tk, ss, k32, qkdt, dh, tk * dh, 0.0f, dq32,
+                                                  AMPC_F32, dh, tq * dh, b * h, acc);
   if (st == AMPC_OK)
-    st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsm, AMPC_F32, tk,
-                                        ss, q32, AMPC_F32, dh, tq * dh, 0.0f, dk32, AMPC_F32, dh,
-                                        tk * dh, b * h, acc);
+    st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsp, dsdt, tk, ss,
+                                        q32, qkdt, dh, tq * dh, 0.0f, dk32, AMPC_F32, dh, tk * dh,
+                                        b * h, acc);
   if (st == AMPC_OK)
-    st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, probs, pdt, tk, ss,
+    st = ampc_cuda_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, pp, ppdt, tk, ss,
                                         dop, dodt, dh, tq * dh, 0.0f, dv32, AMPC_F32, dh, tk * dh,
                                         b * h, acc);
   (void)ampc_tally_bind(was);
@@ -1097,6 +1130,31 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
                                         const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                                         void *probs, ampc_dtype pdt, void *out, int64_t ldo,
                                         ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats) {
+  return ampc_cuda_attention_forward_ex(b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, key_mask,
+                                        scores, sdt, probs, pdt, AMPC_F32, out, ldo, odt, acc,
+                                        stats);
+}
+
+/* the products' 16-bit operands (mdt) on the per-head path: not there */
+static ampc_status mdt_check(const char *fn, ampc_dtype mdt, bool hm) {
+  if (mdt != AMPC_F32 && mdt != AMPC_F16 && mdt != AMPC_BF16)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: mdt must be F32, F16 or BF16 (got %d)", fn,
+                     (int)mdt);
+  if (mdt != AMPC_F32 && !hm)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "%s: 16-bit attention products (mdt) need FP32 sums on the GPU (not "
+                     "--accumulate fp16)",
+                     fn);
+  return AMPC_OK;
+}
+
+ampc_status ampc_cuda_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                           const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                           const void *v, int64_t ldv, ampc_dtype xdt,
+                                           const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                           void *probs, ampc_dtype pdt, ampc_dtype mdt, void *out,
+                                           int64_t ldo, ampc_dtype odt, ampc_acc acc,
+                                           ampc_round_stats *stats) {
   const char *fn = "ampc_cuda_attention_forward";
   CU_CHECK_POS(fn, b);
   CU_CHECK_POS(fn, tq);
@@ -1116,10 +1174,11 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
   CU_CHECK_DT(fn, sdt);
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, odt);
+  AMPC_TRY(mdt_check(fn, pdt == AMPC_F32 ? mdt : AMPC_F32, head_major(b, tq, tk, h, dh, acc)));
   CU_BEGIN(fn);
   if (head_major(b, tq, tk, h, dh, acc))
     return attn_fwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, key_mask,
-                       scores, sdt, probs, pdt, out, ldo, odt, acc, stats);
+                       scores, sdt, probs, pdt, mdt, out, ldo, odt, acc, stats);
   const int64_t ss = tq * tk;
   const size_t ps = ampc_dtype_size(pdt);
   AMPC_TRY(scores_probs_heads(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs,
@@ -1222,6 +1281,16 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
                                          int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq,
                                          void *dk, int64_t lddk, void *dv, int64_t lddv,
                                          ampc_acc acc, ampc_scratch *ws) {
+  return ampc_cuda_attention_backward_ex(b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, probs, pdt,
+                                         AMPC_F32, dout, lddo, gdt, dq, lddq, dk, lddk, dv, lddv,
+                                         acc, ws);
+}
+
+ampc_status ampc_cuda_attention_backward_ex(
+    int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q, int64_t ldq,
+    const void *k, int64_t ldk, const void *v, int64_t ldv, ampc_dtype xdt, const void *probs,
+    ampc_dtype pdt, ampc_dtype mdt, const void *dout, int64_t lddo, ampc_dtype gdt, void *dq,
+    int64_t lddq, void *dk, int64_t lddk, void *dv, int64_t lddv, ampc_acc acc, ampc_scratch *ws) {
   (void)ws;
   const char *fn = "ampc_cuda_attention_backward";
   CU_CHECK_POS(fn, b);
@@ -1244,10 +1313,11 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, gdt);
+  AMPC_TRY(mdt_check(fn, mdt, head_major(b, tq, tk, h, dh, acc)));
   CU_BEGIN(fn);
   if (head_major(b, tq, tk, h, dh, acc))
     return attn_bwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, probs, pdt,
-                       dout, lddo, gdt, dq, lddq, dk, lddk, dv, lddv, acc);
+                       mdt, dout, lddo, gdt, dq, lddq, dk, lddk, dv, lddv, acc);
   const float scale = (float)(1.0 / sqrt((double)dh));
   const int64_t ss = tq * tk, dm = h * dh;
   /* The mixed products with FP32 sums (FP32 dS against 16-bit q and k;

@@ -80,9 +80,9 @@ ampc_mha_ops cuda_mha_ops() {
   o.linear_fwd = lin_fwd;
   o.linear_bwd = lin_bwd;
   o.linear_dgrad = lin_dgrad;
-  o.attn_fwd = ampc_cuda_attention_forward;
+  o.attn_fwd = ampc_cuda_attention_forward_ex;
   o.attn_probs = ampc_cuda_attention_probs;
-  o.attn_bwd = ampc_cuda_attention_backward;
+  o.attn_bwd = ampc_cuda_attention_backward_ex;
   o.store_scaled = store_scaled;
   o.take = take;
   o.give = give;

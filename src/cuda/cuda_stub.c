@@ -291,6 +291,26 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
       (void)lddq, (void)dk, (void)lddk, (void)dv, (void)lddv, (void)acc, (void)ws;
   return no_cuda("ampc_cuda_attention_backward");
 }
+ampc_status ampc_cuda_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                           const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                           const void *v, int64_t ldv, ampc_dtype xdt,
+                                           const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                           void *probs, ampc_dtype pdt, ampc_dtype mdt, void *out,
+                                           int64_t ldo, ampc_dtype odt, ampc_acc acc,
+                                           ampc_round_stats *stats) {
+  (void)mdt;
+  return ampc_cuda_attention_forward(b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, key_mask,
+                                     scores, sdt, probs, pdt, out, ldo, odt, acc, stats);
+}
+ampc_status ampc_cuda_attention_backward_ex(
+    int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q, int64_t ldq,
+    const void *k, int64_t ldk, const void *v, int64_t ldv, ampc_dtype xdt, const void *probs,
+    ampc_dtype pdt, ampc_dtype mdt, const void *dout, int64_t lddo, ampc_dtype gdt, void *dq,
+    int64_t lddq, void *dk, int64_t lddk, void *dv, int64_t lddv, ampc_acc acc, ampc_scratch *ws) {
+  (void)mdt;
+  return ampc_cuda_attention_backward(b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, probs, pdt,
+                                      dout, lddo, gdt, dq, lddq, dk, lddk, dv, lddv, acc, ws);
+}
 ampc_status ampc_cuda_mha_forward(int64_t b, int64_t tq, int64_t tk, int64_t dm, int64_t h,
                                   const void *xq, const void *xkv, ampc_dtype adt, const void *wq,
                                   const void *bq, const void *wk, const void *bk, const void *wv,

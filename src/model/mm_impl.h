@@ -37,8 +37,9 @@ struct ampc_mmodel {
   ampc_params *P; /* borrowed: the parameter table (weights read, gradients accumulated) */
   int64_t B, NV, NP, TT, D, E;
   ampc_dtype stream_dt, act_dt, grad_dt, prob_dt, weight_dt;
-  bool recompute;    /* the attention probabilities recomputed in the backward pass */
-  bool x1_recompute; /* and x1 = x + y1 (a stream wider than the activations) */
+  ampc_dtype attn_mdt; /* the attention products' P and dS operands (config attn_cast) */
+  bool recompute;      /* the attention probabilities recomputed in the backward pass */
+  bool x1_recompute;   /* and x1 = x + y1 (a stream wider than the activations) */
   ampc_acc acc;
   bool fp8_on;        /* fp8-mixed: the blocks' linear layers in FP8 */
   ampc_fp8_sites fp8; /* their sites (fp8_on) */

@@ -137,6 +137,7 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
       if (!M->recompute)
         TAKE(a->c.probs, groups[g].b * H * groups[g].tq * groups[g].tk, ps);
       a->c.recompute = M->recompute;
+      a->c.mdt = M->attn_mdt;
     }
   }
   TAKE(M->patch, B * NP * D, as);
@@ -378,6 +379,7 @@ static void set_dims(ampc_mmodel *M, const ampc_mmodel_config *c, int64_t max_ba
   M->stream_dt = policy_out(p, AMPC_OPID_RESIDUAL_ADD);
   M->act_dt = policy_out(p, AMPC_OPID_LINEAR);
   M->prob_dt = policy_out(p, AMPC_OPID_SOFTMAX);
+  M->attn_mdt = c->attn_cast && M->act_dt != AMPC_F32 ? M->act_dt : AMPC_F32;
   M->weight_dt = weight_dt;
   M->recompute = !c->no_recompute;
   M->x1_recompute = M->recompute && ampc_dtype_size(M->stream_dt) > ampc_dtype_size(M->act_dt);

@@ -101,13 +101,36 @@ ampc_status ampc_attention_probs(int64_t b, int64_t tq, int64_t tk, int64_t h, i
   return st;
 }
 
+/* mdt: F32 (P enters P v as stored), or a 16-bit dtype that an FP32 P is
+ * rounded to for the product (autocast's cast; counted as a store) */
+static bool cast_p(ampc_dtype pdt, ampc_dtype mdt) { return mdt != AMPC_F32 && pdt == AMPC_F32; }
+static ampc_status check_mdt(const char *fn, ampc_dtype mdt) {
+  if (mdt != AMPC_F32 && mdt != AMPC_F16 && mdt != AMPC_BF16)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: mdt must be F32, F16 or BF16 (got %d)", fn,
+                     (int)mdt);
+  return AMPC_OK;
+}
+
 ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                    const void *q, int64_t ldq, const void *k, int64_t ldk,
                                    const void *v, int64_t ldv, ampc_dtype xdt,
                                    const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                                    void *probs, ampc_dtype pdt, void *out, int64_t ldo,
                                    ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats) {
+  return ampc_attention_forward_ex(b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, key_mask, scores,
+                                   sdt, probs, pdt, AMPC_F32, out, ldo, odt, acc, stats);
+}
+
+ampc_status ampc_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                      const void *v, int64_t ldv, ampc_dtype xdt,
+                                      const uint8_t *key_mask, void *scores, ampc_dtype sdt,
+                                      void *probs, ampc_dtype pdt, ampc_dtype mdt, void *out,
+                                      int64_t ldo, ampc_dtype odt, ampc_acc acc,
+                                      ampc_round_stats *stats) {
   const char *fn = "ampc_attention_forward";
+  if (check_mdt(fn, mdt) != AMPC_OK)
+    return AMPC_ERR_INVALID_ARG;
   ampc_status st = attn_check(fn, b, tq, tk, h, dh, ldq, ldk, ldv);
   if (st != AMPC_OK)
     return st;
@@ -128,13 +151,28 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
   par_err pe = {AMPC_OK, ""};
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
   st = scores_probs(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs, pdt, acc);
+  /* P rounded to mdt for the product (the stored P stays as it is: the
+   * backward pass's softmax reads it) */
+  void *pm = NULL;
+  const void *pp = probs;
+  ampc_dtype ppdt = pdt;
+  if (st == AMPC_OK && cast_p(pdt, mdt)) {
+    const size_t n = (size_t)(b * h * ss);
+    pm = malloc(n * ampc_dtype_size(mdt));
+    if (!pm)
+      return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the 16-bit probabilities", fn);
+    st = ampc_store_f32(pm, mdt, (const float *)probs, n, NULL);
+    pp = pm, ppdt = mdt;
+  }
   /* out = P v, heads side by side; with telemetry, through an FP32 buffer so
    * that the one rounding into odt can be counted */
   float *tmp = NULL;
   if (st == AMPC_OK && stats) {
     tmp = malloc((size_t)(b * tq * h * dh) * sizeof *tmp);
-    if (!tmp)
+    if (!tmp) {
+      free(pm);
       return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the output buffer", fn);
+    }
   }
   void *dst = tmp ? (void *)tmp : out;
   const ampc_dtype ddt = tmp ? AMPC_F32 : odt;
@@ -144,7 +182,7 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
     for (int64_t bi = 0; bi < b; bi++) {
       ampc_tally_adopt(tally);
       ampc_status s = ampc_gemm_strided_batched(
-          AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, at_(probs, pdt, bi * h * ss), pdt, tk, ss,
+          AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, at_(pp, ppdt, bi * h * ss), ppdt, tk, ss,
           at_(v, xdt, bi * tk * ldv), xdt, ldv, dh, 0.0f, atw_(dst, ddt, bi * tq * ldd), ddt, ldd,
           dh, h, acc);
       if (s != AMPC_OK)
@@ -156,6 +194,7 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
   for (int64_t r = 0; tmp && st == AMPC_OK && r < b * tq; r++)
     st = ampc_store_f32(atw_(out, odt, r * ldo), odt, tmp + r * h * dh, (size_t)(h * dh), stats);
   free(tmp);
+  free(pm);
   return st;
 }
 
@@ -165,7 +204,21 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
                                     ampc_dtype pdt, const void *dout, int64_t lddo, ampc_dtype gdt,
                                     void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
                                     int64_t lddv, ampc_acc acc, ampc_scratch *ws) {
+  return ampc_attention_backward_ex(b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, probs, pdt,
+                                    AMPC_F32, dout, lddo, gdt, dq, lddq, dk, lddk, dv, lddv, acc,
+                                    ws);
+}
+
+ampc_status ampc_attention_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
+                                       const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                       const void *v, int64_t ldv, ampc_dtype xdt,
+                                       const void *probs, ampc_dtype pdt, ampc_dtype mdt,
+                                       const void *dout, int64_t lddo, ampc_dtype gdt, void *dq,
+                                       int64_t lddq, void *dk, int64_t lddk, void *dv, int64_t lddv,
+                                       ampc_acc acc, ampc_scratch *ws) {
   const char *fn = "ampc_attention_backward";
+  if (check_mdt(fn, mdt) != AMPC_OK)
+    return AMPC_ERR_INVALID_ARG;
   ampc_status st = attn_check(fn, b, tq, tk, h, dh, ldq, ldk, ldv);
   if (st != AMPC_OK)
     return st;
@@ -211,17 +264,32 @@ ampc_status ampc_attention_backward(int64_t b, int64_t tq, int64_t tk, int64_t h
       /* dS = softmax backward (FP32) */
       if (s == AMPC_OK)
         s = ampc_softmax_backward(h * tq, tk, dpt, AMPC_F32, p_b, pdt, 1.0f, ds);
+      /* with mdt 16-bit: dS rounded to mdt (counted: the gradient autocast's
+       * cast stores) and an FP32 P to mdt again (the forward counted it),
+       * both in dP's place, which the softmax backward pass has read */
+      const void *dsp = ds, *pp = p_b;
+      ampc_dtype dsdt = AMPC_F32, ppdt = pdt;
+      if (s == AMPC_OK && mdt != AMPC_F32) {
+        const size_t n = (size_t)(h * ss), ms = ampc_dtype_size(mdt);
+        s = ampc_store_f32(dpt, mdt, ds, n, NULL);
+        dsp = dpt, dsdt = mdt;
+        if (s == AMPC_OK && cast_p(pdt, mdt)) {
+          char *p16 = (char *)dpt + n * ms;
+          s = ampc_convert(p16, mdt, p_b, AMPC_F32, n);
+          pp = p16, ppdt = mdt;
+        }
+      }
       /* dq = scale dS k ; dk = scale dS^T q ; dv = P^T dout (heads side by side) */
       if (s == AMPC_OK)
-        s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, ds, AMPC_F32, tk, ss,
+        s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, scale, dsp, dsdt, tk, ss,
                                       k_b, xdt, ldk, dh, 0.0f, atw_(dq, gdt, bi * tq * lddq), gdt,
                                       lddq, dh, h, acc);
       if (s == AMPC_OK)
-        s = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, ds, AMPC_F32, tk, ss,
+        s = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, scale, dsp, dsdt, tk, ss,
                                       q_b, xdt, ldq, dh, 0.0f, atw_(dk, gdt, bi * tk * lddk), gdt,
                                       lddk, dh, h, acc);
       if (s == AMPC_OK)
-        s = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, p_b, pdt, tk, ss,
+        s = ampc_gemm_strided_batched(AMPC_OP_T, AMPC_OP_N, tk, dh, tq, 1.0f, pp, ppdt, tk, ss,
                                       do_b, gdt, lddo, dh, 0.0f, atw_(dv, gdt, bi * tk * lddv), gdt,
                                       lddv, dh, h, acc);
       if (s != AMPC_OK)
@@ -270,7 +338,8 @@ ampc_status ampc_mha_forward_with(const ampc_mha_ops *o, int64_t b, int64_t tq, 
     st = o->linear_fwd(b * tk, dm, dm, xkv, adt, wv, wdt, bv, cache->v, adt, acc, f[2], NULL);
   if (st == AMPC_OK)
     st = o->attn_fwd(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt, key_mask,
-                     cache->scores, pdt, cache->probs, pdt, cache->o, dm, adt, acc, NULL);
+                     cache->scores, pdt, cache->probs, pdt, cache->mdt, cache->o, dm, adt, acc,
+                     NULL);
   if (st == AMPC_OK)
     st = o->linear_fwd(b * tq, dm, dm, cache->o, adt, wo, wdt, bo, y, adt, acc, f[3], stats);
   return st;
@@ -336,8 +405,9 @@ ampc_status ampc_mha_backward_with(const ampc_mha_ops *o, int64_t b, int64_t tq,
     st = o->attn_probs(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, adt, cache->key_mask,
                        cache->scores, pdt, cache->probs, pdt, acc);
   if (st == AMPC_OK)
-    st = o->attn_bwd(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
-                     cache->probs, pdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc, &rest);
+    st =
+        o->attn_bwd(b, tq, tk, h, dm / h, cache->q, dm, cache->k, dm, cache->v, dm, adt,
+                    cache->probs, pdt, cache->mdt, dO, dm, gdt, dq, dm, dk, dm, dv, dm, acc, &rest);
   /* parameter gradients of the three projections (no input gradient here) */
   if (st == AMPC_OK)
     st = o->linear_bwd(b * tq, dm, dm, dq, gdt, xq, adt, wq, wdt, NULL, dwq, dbq, acc, f[0], &rest);
@@ -387,9 +457,9 @@ static const ampc_mha_ops k_cpu_mha = {
     .linear_fwd = ampc_linear_forward_fp8,
     .linear_bwd = ampc_linear_backward_fp8,
     .linear_dgrad = ampc_linear_dgrad_fp8,
-    .attn_fwd = ampc_attention_forward,
+    .attn_fwd = ampc_attention_forward_ex,
     .attn_probs = ampc_attention_probs,
-    .attn_bwd = ampc_attention_backward,
+    .attn_bwd = ampc_attention_backward_ex,
     .store_scaled = cpu_store_scaled,
     .take = cpu_take,
     .give = cpu_give,

@@ -26,7 +26,7 @@ typedef struct ampc_mha_buf {
 
 typedef struct ampc_mha_ops {
   /* ampc_linear_forward_fp8, ampc_linear_backward_fp8, ampc_linear_dgrad_fp8,
-   * ampc_attention_forward, ampc_attention_backward (ampc/nn.h) */
+   * ampc_attention_forward_ex, ampc_attention_backward_ex (ampc/nn.h) */
   ampc_status (*linear_fwd)(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                             const void *w, ampc_dtype wdt, const void *b, void *y, ampc_dtype ydt,
                             ampc_acc acc, ampc_linear_fp8 *f, ampc_round_stats *stats);
@@ -39,8 +39,8 @@ typedef struct ampc_mha_ops {
   ampc_status (*attn_fwd)(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                           int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
                           ampc_dtype xdt, const uint8_t *key_mask, void *scores, ampc_dtype sdt,
-                          void *probs, ampc_dtype pdt, void *out, int64_t ldo, ampc_dtype odt,
-                          ampc_acc acc, ampc_round_stats *stats);
+                          void *probs, ampc_dtype pdt, ampc_dtype mdt, void *out, int64_t ldo,
+                          ampc_dtype odt, ampc_acc acc, ampc_round_stats *stats);
   /* ampc_attention_probs: the forward's scores and probabilities again */
   ampc_status (*attn_probs)(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                             int64_t ldq, const void *k, int64_t ldk, ampc_dtype xdt,
@@ -48,9 +48,10 @@ typedef struct ampc_mha_ops {
                             ampc_dtype pdt, ampc_acc acc);
   ampc_status (*attn_bwd)(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh, const void *q,
                           int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
-                          ampc_dtype xdt, const void *probs, ampc_dtype pdt, const void *dout,
-                          int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq, void *dk,
-                          int64_t lddk, void *dv, int64_t lddv, ampc_acc acc, ampc_scratch *ws);
+                          ampc_dtype xdt, const void *probs, ampc_dtype pdt, ampc_dtype mdt,
+                          const void *dout, int64_t lddo, ampc_dtype gdt, void *dq, int64_t lddq,
+                          void *dk, int64_t lddk, void *dv, int64_t lddv, ampc_acc acc,
+                          ampc_scratch *ws);
   /* dst (dt) = round(scale * src), n values (scale 1: a plain rounding) */
   ampc_status (*store_scaled)(void *dst, ampc_dtype dt, float *src, int64_t n, float scale);
   /* the backward pass's own buffers, `bytes` long: from ws at *off (CPU) or

@@ -133,6 +133,12 @@ static const char k_usage_tail[] =
     "                   keeping them: the same bits, fewer activation bytes\n"
     "                   (`ampc memory`), one more q.k^T product per block. off:\n"
     "                   keep them (multimodal and ViT models)\n"
+    "  --attention-cast on|off  on: the attention products take 16-bit\n"
+    "                   operands under 16-bit activations, as PyTorch's autocast\n"
+    "                   casts them (softmax's FP32 output rounded for P.v, dS\n"
+    "                   rounded for the q.k^T product's backward pass; softmax's\n"
+    "                   own backward pass still reads the FP32 P). off (default):\n"
+    "                   P and dS enter those products in FP32\n"
     "\n"
     "Data parallel (mpirun -np N ampc train ...; --batch is global; see README):\n"
     "  --allreduce f32|working  sum gradients in FP32 in rank order (default: the\n"
@@ -233,6 +239,7 @@ static const char *const k_value_flags[] = {"lr",
                                             "stall-steps",
                                             "device",
                                             "recompute",
+                                            "attention-cast",
                                             "allreduce",
                                             "model",
                                             "precision",
@@ -491,7 +498,12 @@ int train_parse_args(int argc, char **argv, train_args *a) {
         rc = cli_usage_error("train", "--device: expected cpu, cuda or cpu-split, got '%s'", v);
     } else if (!strcmp(n, "recompute"))
       rc = cli_parse_recompute("train", v, &a->keep_activations);
-    else if (!strcmp(n, "allreduce")) {
+    else if (!strcmp(n, "attention-cast")) {
+      if (!strcmp(v, "on") || !strcmp(v, "off"))
+        a->attn_cast = !strcmp(v, "on");
+      else
+        rc = cli_usage_error("train", "--attention-cast: expected on or off, got '%s'", v);
+    } else if (!strcmp(n, "allreduce")) {
       if (!strcmp(v, "f32"))
         a->reduce = AMPC_REDUCE_F32;
       else if (!strcmp(v, "working"))
@@ -755,6 +767,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     md.mm.w_itc = A.w_itc, md.mm.w_itm = A.w_itm, md.mm.w_cls = A.w_cls;
     md.mm.w_mlm = md.mm.image_only ? 0.0f : A.w_mlm, md.mm.mlm_prob = A.mlm_prob;
     md.mm.no_recompute = A.keep_activations;
+    md.mm.attn_cast = A.attn_cast;
   }
   ampc_run_config c = ampc_run_config_defaults();
   c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro_batches;

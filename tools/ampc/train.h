@@ -36,6 +36,7 @@ typedef struct train_args {
   bool itm_random;            /* --itm-negatives random */
   ampc_device device;         /* --device (cpu) */
   bool keep_activations;      /* --recompute off */
+  bool attn_cast;             /* --attention-cast on */
 } train_args;
 
 /* Parse the flags of `ampc train` (argv[0] is the command name) into *a and
