@@ -919,9 +919,60 @@ static void test_attention(void) {
       ktol[i] += 2 * (ulp_rel(gdt) * fabs((double)dkf[i]) + ulp_min(gdt));
     snprintf(nm, sizeof nm, "attention dq %s%s", dn(gdt), cast ? ", dS rounded to it" : "");
     compare(nm, &dq, qtol);
-    snprintf(nm, sizeof nm, "attention dk %s", dn(gdt));
+    snprintf(nm, sizeof nm, "attention dk %s%s", dn(gdt), cast ? ", dS rounded to it" : "");
     compare(nm, &dk, ktol);
     free(qtol), free(ktol), free(dqf), free(dkf), free(dof), free(dvf);
+    if (cast) {
+      /* the roundings the cast adds are counted on both sides alike (a
+       * bound tally: the P store forward, the dS store backward), and the
+       * GPU's output moved with the cast (it rounded P at all) */
+      ampc_tally *tl[2] = {ampc_tally_create(), ampc_tally_create()};
+      CHECK(tl[0] && tl[1], "out of memory");
+      ampc_tm_stats ts[2];
+      for (int side = 0; side < 2 && tl[0] && tl[1]; side++) {
+        ampc_tally *was = ampc_tally_bind(tl[side]);
+        const char *x = side ? qd : qh;
+        void *scp = side ? sc.d : sc.h, *prp = side ? pr.d : pr.h, *op = side ? out.d : out.h;
+        const void *dop = side ? dout.d : dout.h;
+        void *dqp = side ? dq.d : dq.h, *dkp = side ? dk.d : dk.h, *dvp = side ? dv.d : dv.h;
+        const uint8_t *mp = side ? (const uint8_t *)mask.d : mk;
+        if (side) {
+          OK(ampc_cuda_attention_forward_ex(b, tq, tk, h, dh, x, ld, x + dm * xs, ld,
+                                            x + 2 * dm * xs, ld, xdt, mp, scp, pdt, prp, pdt, mdt,
+                                            op, dm, xdt, AMPC_ACC_F32, NULL));
+          OK(ampc_cuda_attention_backward_ex(b, tq, tk, h, dh, x, ld, x + dm * xs, ld,
+                                             x + 2 * dm * xs, ld, xdt, prp, pdt, mdt, dop, dm, gdt,
+                                             dqp, dm, dkp, dm, dvp, dm, AMPC_ACC_F32, NULL));
+        } else {
+          OK(ampc_attention_forward_ex(b, tq, tk, h, dh, x, ld, x + dm * xs, ld, x + 2 * dm * xs,
+                                       ld, xdt, mp, scp, pdt, prp, pdt, mdt, op, dm, xdt,
+                                       AMPC_ACC_F32, NULL));
+          OK(ampc_attention_backward_ex(b, tq, tk, h, dh, x, ld, x + dm * xs, ld, x + 2 * dm * xs,
+                                        ld, xdt, prp, pdt, mdt, dop, dm, gdt, dqp, dm, dkp, dm, dvp,
+                                        dm, AMPC_ACC_F32, NULL));
+        }
+        (void)ampc_tally_bind(was);
+        ampc_tally_drain(tl[side], &ts[side]);
+      }
+      if (tl[0] && tl[1]) {
+        CHECK(ts[0].r.count == ts[1].r.count && ts[0].r.count > 0,
+              "attention cast %s: the GPU counted %llu roundings, the CPU %llu", dn(xdt),
+              (unsigned long long)ts[1].r.count, (unsigned long long)ts[0].r.count);
+        printf("  %-44s %8llu values counted on each side\n", "attention cast: tally",
+               (unsigned long long)ts[0].r.count);
+      }
+      ampc_tally_free(tl[0]), ampc_tally_free(tl[1]);
+      /* without the cast the GPU's output differs somewhere */
+      void *o1 = malloc(out.bytes), *o2 = malloc(out.bytes);
+      CHECK(o1 && o2, "out of memory");
+      OK(ampc_cuda_to_host(g_ctx, o1, out.d, out.bytes));
+      OK(ampc_cuda_attention_forward(b, tq, tk, h, dh, qd, ld, qd + dm * xs, ld, qd + 2 * dm * xs,
+                                     ld, xdt, mask.d, sc.d, pdt, pr.d, pdt, out.d, dm, xdt,
+                                     AMPC_ACC_F32, NULL));
+      OK(ampc_cuda_to_host(g_ctx, o2, out.d, out.bytes));
+      CHECK(memcmp(o1, o2, out.bytes) != 0, "attention cast %s: the GPU did not round P", dn(xdt));
+      free(o1), free(o2);
+    }
     free(qf), free(scf), free(prf), free(of), free(mk);
     drop(&qkv), drop(&mask), drop(&sc), drop(&pr), drop(&out), drop(&dout), drop(&dq), drop(&dk),
         drop(&dv);

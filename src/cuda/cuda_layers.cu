@@ -34,7 +34,8 @@ namespace {
  * layers' FP32 buffers (the linear layer's FP32 product with stats or with a
  * bias into a 16-bit y; attention's FP32 out copy and widened v, its dP, dS,
  * dq, dk, dv copies and widened q, k, dout); 11 the FP8 layers' quantized
- * operands; 12 the bias gradient's ones vector */
+ * operands; 12 the bias gradient's ones vector; 16 the attention forward's
+ * 16-bit probabilities (the products' operand) */
 enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11, SLOT_ONES = 12, SLOT_PM = 16 };
 static_assert(SLOT_PM < AMPC_CUDA_SCRATCH_SLOTS,
               "the 16-bit probabilities' slot is a context slot");
@@ -1055,7 +1056,8 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   const size_t xs = ampc_dtype_size(xdt), gs = ampc_dtype_size(gdt);
   /* FP32 slots: dP, dS [b, h, tq, tk]; dq32, q32 [b, h, tq, dh]; dk32,
    * dv32, k32 [b, h, tk, dh]; doh (gdt) [b, h, tq, dh]; vh (xdt) [b, h, tk,
-   * dh]; do32 [b, h, tq, dh] when dodt differs from gdt */
+   * dh]; do32 [b, h, tq, dh] when dodt differs from gdt. q32 and k32 hold
+   * the head copies of q and k in qkdt (FP32, or xdt against a 16-bit dS) */
   const int64_t o_ds = pad_f32(nsc), o_dq = o_ds + pad_f32(nsc), o_dk = o_dq + pad_f32(nq),
                 o_dv = o_dk + pad_f32(nk), o_q = o_dv + pad_f32(nk), o_k = o_q + pad_f32(nq),
                 o_do = o_k + pad_f32(nk), o_vh = o_do + pad_f32(((int64_t)gs * nq + 3) / 4),
@@ -1135,15 +1137,16 @@ ampc_status ampc_cuda_attention_forward(int64_t b, int64_t tq, int64_t tk, int64
                                         stats);
 }
 
-/* the products' 16-bit operands (mdt) on the per-head path: not there */
-static ampc_status mdt_check(const char *fn, ampc_dtype mdt, bool hm) {
+/* mdt F32, F16 or BF16; a rounding to it (used) is not on the per-head
+ * path (FP16 sums) */
+static ampc_status mdt_check(const char *fn, ampc_dtype mdt, bool used, bool hm) {
   if (mdt != AMPC_F32 && mdt != AMPC_F16 && mdt != AMPC_BF16)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: mdt must be F32, F16 or BF16 (got %d)", fn,
                      (int)mdt);
-  if (mdt != AMPC_F32 && !hm)
+  if (used && mdt != AMPC_F32 && !hm)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "%s: 16-bit attention products (mdt) need FP32 sums on the GPU (not "
-                     "--accumulate fp16)",
+                     "16-true or --accumulate fp16)",
                      fn);
   return AMPC_OK;
 }
@@ -1174,7 +1177,7 @@ ampc_status ampc_cuda_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, in
   CU_CHECK_DT(fn, sdt);
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, odt);
-  AMPC_TRY(mdt_check(fn, pdt == AMPC_F32 ? mdt : AMPC_F32, head_major(b, tq, tk, h, dh, acc)));
+  AMPC_TRY(mdt_check(fn, mdt, pdt == AMPC_F32, head_major(b, tq, tk, h, dh, acc)));
   CU_BEGIN(fn);
   if (head_major(b, tq, tk, h, dh, acc))
     return attn_fwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, key_mask,
@@ -1313,7 +1316,7 @@ ampc_status ampc_cuda_attention_backward_ex(
   CU_CHECK_DT(fn, xdt);
   CU_CHECK_DT(fn, pdt);
   CU_CHECK_DT(fn, gdt);
-  AMPC_TRY(mdt_check(fn, mdt, head_major(b, tq, tk, h, dh, acc)));
+  AMPC_TRY(mdt_check(fn, mdt, true, head_major(b, tq, tk, h, dh, acc)));
   CU_BEGIN(fn);
   if (head_major(b, tq, tk, h, dh, acc))
     return attn_bwd_hm(fn, ctx, strm, b, tq, tk, h, dh, q, ldq, k, ldk, v, ldv, xdt, probs, pdt,

@@ -449,6 +449,13 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
   M->P = P;
   M->be = be;
   M->acc = amp->accumulate;
+  if (dev == AMPC_DEVICE_CUDA && M->attn_mdt != AMPC_F32 && M->acc == AMPC_ACC_F16) {
+    free(M); /* the GPU's attention with FP16 sums runs per head, without 16-bit operands */
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "--attention-cast on needs FP32 sums on the GPU; %s sums in FP16 (use "
+                     "--accumulate fp32 or --attention-cast off)",
+                     amp->precision == AMPC_PRECISION_16_TRUE ? "16-true" : "--accumulate fp16");
+  }
   int ok = 1;
 #define IDX(field, name) ok = ok && (M->field = ampc_params_find(P, name)) >= 0
   IDX(patch_w, "vision.patch_embed.weight");
