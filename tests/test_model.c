@@ -276,6 +276,26 @@ static void test_backward_branches_exact(void **state) {
   branch_seeds_exact("vit-micro", AMPC_PRECISION_BF16_MIXED, 0.0f);
 }
 
+/* one forward and backward pass of M from zeroed gradients, seeded with
+ * scale, counted by a tally of its own: the gradients (a copy, to free),
+ * the losses and the counts */
+static char *counted_pass(ampc_mmodel *M, ampc_trainer *T, const ampc_mmodel_batch *bt, float scale,
+                          ampc_mmodel_losses *L, ampc_tm_stats *tm) {
+  const size_t bytes = (size_t)T->params.total * ampc_dtype_size(T->params.wdt);
+  ampc_tally *t = ampc_tally_create();
+  assert_non_null(t);
+  ampc_tally *was = ampc_tally_bind(t);
+  ampc_trainer_zero_grad(T);
+  assert_int_equal(fwd_bwd(M, bt, scale, L), AMPC_OK);
+  ampc_tally_drain(t, tm);
+  ampc_tally_bind(was);
+  ampc_tally_free(t);
+  char *g = malloc(bytes);
+  assert_non_null(g);
+  memcpy(g, T->params.grad, bytes);
+  return g;
+}
+
 /* The backward pass that recomputes the attention probabilities and x1
  * (the default) gives the bits of the one that keeps them, in every preset
  * (with MLM and its masked rows too): the same gradients, losses and
@@ -306,19 +326,8 @@ static void recompute_exact(const char *model, ampc_precision prec, float w_mlm,
   char *g[2];
   ampc_mmodel_losses L[2];
   ampc_tm_stats tm[2];
-  for (int r = 0; r < 2; r++) {
-    ampc_tally *t = ampc_tally_create();
-    assert_non_null(t);
-    ampc_tally *was = ampc_tally_bind(t);
-    ampc_trainer_zero_grad(&T);
-    assert_int_equal(fwd_bwd(M[r], &bt, 1024.0f, &L[r]), AMPC_OK);
-    ampc_tally_drain(t, &tm[r]);
-    ampc_tally_bind(was);
-    ampc_tally_free(t);
-    g[r] = malloc(bytes);
-    assert_non_null(g[r]);
-    memcpy(g[r], P->grad, bytes);
-  }
+  for (int r = 0; r < 2; r++)
+    g[r] = counted_pass(M[r], &T, &bt, 1024.0f, &L[r], &tm[r]);
   assert_memory_equal(g[0], g[1], bytes);
   assert_memory_equal(&L[0], &L[1], sizeof L[0]);
   assert_true(tm[0].r.count > 0);
@@ -372,19 +381,8 @@ static void test_attention_cast_model(void **state) {
   char *g[2];
   ampc_mmodel_losses L[2];
   ampc_tm_stats tm[2];
-  for (int r = 0; r < 2; r++) {
-    ampc_tally *t = ampc_tally_create();
-    assert_non_null(t);
-    ampc_tally *was = ampc_tally_bind(t);
-    ampc_trainer_zero_grad(&T);
-    assert_int_equal(fwd_bwd(M[r], &bt, 1024.0f, &L[r]), AMPC_OK);
-    ampc_tally_drain(t, &tm[r]);
-    ampc_tally_bind(was);
-    ampc_tally_free(t);
-    g[r] = malloc(bytes);
-    assert_non_null(g[r]);
-    memcpy(g[r], P->grad, bytes);
-  }
+  for (int r = 0; r < 2; r++)
+    g[r] = counted_pass(M[r], &T, &bt, 1024.0f, &L[r], &tm[r]);
   assert_true(memcmp(g[0], g[1], bytes) != 0);
   /* every attention block's probabilities, once forward (P) and once
    * backward (dS): mm-micro's blocks, [b, h, tq, tk] each */
