@@ -713,8 +713,9 @@ static cJSON *config_object(const ampc_run *R) {
     cJSON_AddNumberToObject(run_o, "activation_bytes",
                             (double)(R->model.activation_bytes + R->model.workspace_bytes));
     cJSON_AddBoolToObject(run_o, "recompute", !mc->no_recompute);
-    if (mc->attn_cast) /* absent: off, as in older logs */
-      cJSON_AddBoolToObject(run_o, "attention_cast", true);
+    /* in effect: on, under 16-bit activations (absent in older logs: off) */
+    cJSON_AddBoolToObject(run_o, "attention_cast",
+                          mc->attn_cast && ampc_precision_lowp(R->T.amp.precision) != AMPC_F32);
   }
   cJSON_AddNumberToObject(run_o, "steps", (double)rc->steps);
   cJSON_AddNumberToObject(run_o, "batch", (double)rc->batch);
