@@ -50,6 +50,21 @@ echo "$off" | grep -q '"recompute":false' || die "memory --recompute off --json:
 got=$(tail -n 1 "$tmp/keep.jsonl" | sed -n 's/.*"memory":{[^}]*"activations":\([0-9]*\).*/\1/p')
 [ "$off_b" = "$got" ] || die "memory --recompute off activations $off_b differ from the run's $got"
 grep -q '"recompute":false' "$tmp/keep.jsonl" || die "train --recompute off: not in the log's config"
+# --attention-cast on: the CPU rounds P one sample at a time (no activation
+# or workspace bytes); the GPU's account adds the largest attention call's
+# 16-bit P to device_scratch: mm-tiny at batch 32, the vision tower's
+# 32 x 4 heads x 65 x 65 values x 2 bytes = 1,081,600 (the fusion's 64 pairs
+# x 4 x 24 x 65 are fewer)
+scr() { sed -n 's/.*"device_scratch":\([0-9]*\).*/\1/p'; }
+tot() { sed -n 's/.*"total_bytes":\([0-9]*\).*/\1/p'; }
+c_on=$("$ampc" memory --model mm-tiny --batch 32 --attention-cast on --json) || die "memory --attention-cast on exited $?"
+c_off=$("$ampc" memory --model mm-tiny --batch 32 --json)
+[ "$(echo "$c_on" | tot)" = "$(echo "$c_off" | tot)" ] || die "memory --attention-cast on changed the CPU account: $c_on"
+echo "$c_on" | grep -q '"attention_cast":true' || die "memory --attention-cast on --json: $c_on"
+g_on=$("$ampc" memory --model mm-tiny --batch 32 --device cuda --attention-cast on --json | scr)
+g_off=$("$ampc" memory --model mm-tiny --batch 32 --device cuda --json | scr)
+[ -n "$g_on" ] && [ -n "$g_off" ] && [ "$g_on" = $((g_off + 1081600)) ] ||
+  die "memory --device cuda --attention-cast on: device_scratch $g_on, expected $g_off + 1081600"
 
 # bad usage: exit 2 with a message
 expect2() {
@@ -64,6 +79,8 @@ expect2 memory --params 1e6 --precision bf16-true --weight-update kahn
 expect2 memory --params 1e9 --model mm-tiny
 expect2 memory --model mm-tiny --w-mlm -1
 expect2 memory --model mm-tiny --recompute maybe
+expect2 memory --model mm-tiny --attention-cast maybe
+expect2 plan --budget 1G --attention-cast 1
 expect2 memory --params lots
 expect2 memory --params 1e9 --optimizer lamb
 expect2 memory --params 1e9 --precision 8-mixed

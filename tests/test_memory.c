@@ -140,6 +140,42 @@ static void test_activation_ratio(void **state) {
                    AMPC_ERR_INVALID_ARG);
 }
 
+/* --attention-cast's 16-bit P on a GPU (ampc_mmodel_attn_cast_bytes): the
+ * largest attention call's b*h*tq*tk values, 2 bytes each, in the device
+ * account's device_scratch only. mm-micro (8x8 images in 4x4 patches: 5
+ * tokens with CLS; 5 text tokens; 2 heads; no MLM, so 2 fusion pairs a
+ * sample) at batch 4: vision and text 4*2*5*5 = 200 values, the fusion's
+ * cross-attention 8*2*5*5 = 400, so 800 bytes. mm-base at batch 64 with 16
+ * text tokens: the vision tower's 64*8*65*65 = 2,163,200 values (the
+ * fusion's 128*8*16*65 is less), 4,326,400 bytes. */
+static void test_attn_cast_bytes(void **state) {
+  (void)state;
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-micro", 11, 5, 3, &c), AMPC_OK);
+  assert_int_equal(ampc_mmodel_attn_cast_bytes(&c, 4, AMPC_PRECISION_16_MIXED), 0); /* off */
+  c.attn_cast = true;
+  assert_int_equal(ampc_mmodel_attn_cast_bytes(&c, 4, AMPC_PRECISION_16_MIXED), 800);
+  assert_int_equal(ampc_mmodel_attn_cast_bytes(&c, 4, AMPC_PRECISION_BF16_MIXED), 800);
+  assert_int_equal(ampc_mmodel_attn_cast_bytes(&c, 4, AMPC_PRECISION_32_TRUE), 0); /* no cast */
+  assert_int_equal(ampc_mmodel_attn_cast_bytes(NULL, 4, AMPC_PRECISION_16_MIXED), 0);
+  assert_int_equal(ampc_mmodel_attn_cast_bytes(&c, 0, AMPC_PRECISION_16_MIXED), 0);
+  /* in the GPU's account, not the CPU's (the CPU rounds a sample at a time) */
+  const ampc_amp_config amp = preset(AMPC_PRECISION_16_MIXED);
+  ampc_mem_account on, off, cpu_on, cpu_off;
+  assert_int_equal(ampc_mem_account_mm_on(&c, 4, &amp, 2, AMPC_DEVICE_CUDA, &on), AMPC_OK);
+  assert_int_equal(ampc_mem_account_mm(&c, 4, &amp, 2, &cpu_on), AMPC_OK);
+  c.attn_cast = false;
+  assert_int_equal(ampc_mem_account_mm_on(&c, 4, &amp, 2, AMPC_DEVICE_CUDA, &off), AMPC_OK);
+  assert_int_equal(ampc_mem_account_mm(&c, 4, &amp, 2, &cpu_off), AMPC_OK);
+  assert_int_equal(on.bytes[AMPC_MEM_DEVICE_SCRATCH], off.bytes[AMPC_MEM_DEVICE_SCRATCH] + 800);
+  assert_int_equal(on.total, off.total + 800);
+  assert_int_equal(cpu_on.total, cpu_off.total);
+  assert_int_equal(cpu_on.bytes[AMPC_MEM_DEVICE_SCRATCH], 0);
+  assert_int_equal(ampc_mmodel_config_get("mm-base", 3840, 16, 9, &c), AMPC_OK);
+  c.attn_cast = true;
+  assert_int_equal(ampc_mmodel_attn_cast_bytes(&c, 64, AMPC_PRECISION_16_MIXED), 4326400);
+}
+
 /* the planned batch fits; one more does not */
 static void test_plan(void **state) {
   (void)state;
@@ -200,9 +236,13 @@ static void test_peak_rss(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_prediction_is_exact), cmocka_unit_test(test_per_parameter_table),
-      cmocka_unit_test(test_activation_ratio),    cmocka_unit_test(test_plan),
-      cmocka_unit_test(test_parse_bytes),         cmocka_unit_test(test_peak_rss),
+      cmocka_unit_test(test_prediction_is_exact),
+      cmocka_unit_test(test_per_parameter_table),
+      cmocka_unit_test(test_activation_ratio),
+      cmocka_unit_test(test_attn_cast_bytes),
+      cmocka_unit_test(test_plan),
+      cmocka_unit_test(test_parse_bytes),
+      cmocka_unit_test(test_peak_rss),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

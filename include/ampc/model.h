@@ -267,6 +267,15 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
  * model. Errors: as ampc_mmodel_plan_bytes, an unknown device. */
 ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
                                       ampc_device dev, size_t *activations, size_t *workspace);
+/* The device scratch a GPU model of configuration c at max batch `batch`
+ * and preset p takes for --attention-cast (attn_cast): the largest attention
+ * call's probabilities rounded to the 16-bit activation dtype for the P v
+ * product, b*h*tq*tk values (ampc_cuda_attention_forward_ex rounds the
+ * whole batch at once; the CPU rounds one sample per thread and takes no
+ * more than h*tq*tk values a thread). 0 when the cast is not in effect
+ * (attn_cast false, a 32-true preset, or 16-bit probabilities) or for bad
+ * arguments. In bytes. */
+size_t ampc_mmodel_attn_cast_bytes(const ampc_mmodel_config *c, int64_t batch, ampc_precision p);
 void ampc_mmodel_free(ampc_mmodel *M);
 /* The model's FP8 sites (fp8-mixed), or NULL in the other presets. */
 ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M);

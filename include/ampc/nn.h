@@ -322,8 +322,9 @@ ampc_status ampc_attention_forward(int64_t b, int64_t tq, int64_t tk, int64_t h,
  * autocast casts softmax's FP32 output to the 16-bit dtype for the P v
  * matmul (and FlashAttention, Dao et al. 2022, feeds P v a 16-bit P):
  * mdt F16 or BF16 with an FP32 pdt: out = round(P, mdt) v (the rounding is
- * a counted store; probs keep the FP32 P for the backward pass's softmax);
- * mdt AMPC_F32, or a 16-bit pdt: ampc_attention_forward. Errors as there,
+ * a counted store; probs keep the FP32 P for the backward pass's softmax;
+ * one sample at a time into a worker's buffer of h*tq*tk mdt values, taken
+ * per call); mdt AMPC_F32, or a 16-bit pdt: ampc_attention_forward. Errors as there,
  * and AMPC_ERR_INVALID_ARG for an mdt other than F32, F16, BF16. */
 ampc_status ampc_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                       const void *q, int64_t ldq, const void *k, int64_t ldk,

@@ -421,6 +421,28 @@ ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch
   return AMPC_OK;
 }
 
+size_t ampc_mmodel_attn_cast_bytes(const ampc_mmodel_config *c, int64_t batch, ampc_precision p) {
+  if (!c || !c->attn_cast || batch < 1 || (unsigned)p >= AMPC_PRECISION_COUNT || c->patch < 1 ||
+      c->heads < 1)
+    return 0;
+  const ampc_dtype adt = policy_out(p, AMPC_OPID_LINEAR);
+  if (adt == AMPC_F32 || policy_out(p, AMPC_OPID_SOFTMAX) != AMPC_F32)
+    return 0; /* set_dims' attn_mdt, and the cast needs an FP32 P */
+  const int64_t nv = (c->img / c->patch) * (c->img / c->patch) + 1, tt = c->seq_len;
+  const bool mlm = !c->image_only && c->w_mlm > 0.0f;
+  /* the calls of layout()'s groups: vision, text, fusion (queries x keys) */
+  const int64_t calls[3][3] = {
+      {batch, nv, nv},
+      {c->image_only || c->t_depth < 1 ? 0 : (mlm ? 2 : 1) * batch, tt, tt},
+      {c->image_only || c->f_depth < 1 ? 0 : (mlm ? 3 : 2) * batch, tt, nv}};
+  int64_t n = 0;
+  for (int g = 0; g < 3; g++) {
+    const int64_t e = calls[g][0] * c->heads * calls[g][1] * calls[g][2];
+    n = e > n ? e : n;
+  }
+  return (size_t)n * ampc_dtype_size(adt);
+}
+
 const ampc_backend *ampc_device_backend(ampc_device dev) {
   switch (dev) {
   case AMPC_DEVICE_CPU: return ampc_backend_cpu();

@@ -151,18 +151,16 @@ ampc_status ampc_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t
   par_err pe = {AMPC_OK, ""};
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
   st = scores_probs(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs, pdt, acc);
-  /* P rounded to mdt for the product (the stored P stays as it is: the
+  /* P rounded to mdt for the product, one sample at a time into the
+   * worker's own buffer of h*tq*tk values (the stored P stays as it is: the
    * backward pass's softmax reads it) */
-  void *pm = NULL;
-  const void *pp = probs;
-  ampc_dtype ppdt = pdt;
-  if (st == AMPC_OK && cast_p(pdt, mdt)) {
-    const size_t n = (size_t)(b * h * ss);
-    pm = malloc(n * ampc_dtype_size(mdt));
+  const bool cast = cast_p(pdt, mdt);
+  const size_t pm_n = cast ? (size_t)(h * ss) : 0, pm_sz = cast ? ampc_dtype_size(mdt) : 0;
+  char *pm = NULL;
+  if (st == AMPC_OK && cast) {
+    pm = malloc((size_t)nt * pm_n * pm_sz);
     if (!pm)
       return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the 16-bit probabilities", fn);
-    st = ampc_store_f32(pm, mdt, (const float *)probs, n, NULL);
-    pp = pm, ppdt = mdt;
   }
   /* out = P v, heads side by side; with telemetry, through an FP32 buffer so
    * that the one rounding into odt can be counted */
@@ -181,10 +179,18 @@ ampc_status ampc_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t bi = 0; bi < b; bi++) {
       ampc_tally_adopt(tally);
-      ampc_status s = ampc_gemm_strided_batched(
-          AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, at_(pp, ppdt, bi * h * ss), ppdt, tk, ss,
-          at_(v, xdt, bi * tk * ldv), xdt, ldv, dh, 0.0f, atw_(dst, ddt, bi * tq * ldd), ddt, ldd,
-          dh, h, acc);
+      const void *pp = at_(probs, pdt, bi * h * ss);
+      ampc_dtype ppdt = pdt;
+      ampc_status s = AMPC_OK;
+      if (cast) { /* a counted store into the bound tally */
+        void *pmt = pm + (size_t)omp_get_thread_num() * pm_n * pm_sz;
+        s = ampc_store_f32(pmt, mdt, (const float *)pp, pm_n, NULL);
+        pp = pmt, ppdt = mdt;
+      }
+      if (s == AMPC_OK)
+        s = ampc_gemm_strided_batched(AMPC_OP_N, AMPC_OP_N, tq, dh, tk, 1.0f, pp, ppdt, tk, ss,
+                                      at_(v, xdt, bi * tk * ldv), xdt, ldv, dh, 0.0f,
+                                      atw_(dst, ddt, bi * tq * ldd), ddt, ldd, dh, h, acc);
       if (s != AMPC_OK)
         par_fail(&pe, s);
     }

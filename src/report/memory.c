@@ -167,8 +167,9 @@ ampc_status ampc_mem_account_mm_on(const ampc_mmodel_config *c, int64_t batch,
   if (ampc_precision_is_fp8(amp->precision))
     out->bytes[AMPC_MEM_FP8_STATE] =
         ampc_fp8_sites_state_bytes(ampc_mmodel_fp8_site_count(c), amp->fp8_amax_history);
-  if (dev == AMPC_DEVICE_CUDA)
-    out->bytes[AMPC_MEM_DEVICE_SCRATCH] = ampc_mem_device_scratch_bytes(c, batch);
+  if (dev == AMPC_DEVICE_CUDA) /* the allowance, and --attention-cast's 16-bit P (exact) */
+    out->bytes[AMPC_MEM_DEVICE_SCRATCH] = ampc_mem_device_scratch_bytes(c, batch) +
+                                          ampc_mmodel_attn_cast_bytes(c, batch, amp->precision);
   finish(out);
   return AMPC_OK;
 }

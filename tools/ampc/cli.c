@@ -123,6 +123,13 @@ int cli_parse_recompute(const char *cmd, const char *v, bool *keep) {
   return 0;
 }
 
+int cli_parse_attention_cast(const char *cmd, const char *v, bool *on) {
+  if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+    return cli_usage_error(cmd, "--attention-cast: expected on or off, got '%s'", v);
+  *on = strcmp(v, "on") == 0;
+  return 0;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
 int cli_print_json(const char *cmd, cJSON *obj) {

@@ -49,6 +49,9 @@ int cli_runtime_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
 /* --recompute on|off (train, memory, plan, bench step): *keep = (v is
  * "off"), 0; anything else is a usage error of cmd (exit 2). */
 int cli_parse_recompute(const char *cmd, const char *v, bool *keep);
+/* --attention-cast on|off (train, memory, plan): *on = (v is "on"), 0;
+ * anything else is a usage error of cmd (exit 2). */
+int cli_parse_attention_cast(const char *cmd, const char *v, bool *on);
 /* True for "-h" and "--help". */
 int cli_is_help(const char *arg);
 

@@ -48,6 +48,9 @@ static const char k_memory_usage[] =
     "  --recompute on|off as ampc train --recompute (on: the attention probabilities\n"
     "                     and the FP32 stream after attention are recomputed in the\n"
     "                     backward pass, not kept as activations)\n"
+    "  --attention-cast on|off   as ampc train --attention-cast (off; on adds, on the\n"
+    "                     GPU, the 16-bit probabilities of the largest attention\n"
+    "                     call to device_scratch)\n"
     "  --classes C        classes of the head (default: the emoji data's 9; vit-fm 10;\n"
     "                     mlp 5); --in N (16) --hidden N (64) for mlp\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
@@ -81,6 +84,7 @@ static const char k_plan_usage[] =
     "                     vit-fm, vit-micro\n"
     "  --w-mlm W          with masked caption modelling (ampc train --w-mlm W)\n"
     "  --recompute on|off as ampc train --recompute (on)\n"
+    "  --attention-cast on|off   as ampc train --attention-cast (off)\n"
     "  --precision LIST   presets, comma-separated (32-true,16-mixed,bf16-mixed)\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
     "  --master-weights on|off   override the presets' FP32 master copy\n"
@@ -103,6 +107,7 @@ typedef struct mem_args {
   int64_t batch, classes, in, hidden, max_batch;
   float w_mlm; /* --w-mlm: the masked caption modelling term's weight (0: off) */
   bool keep;   /* --recompute off */
+  bool cast;   /* --attention-cast on */
   bool json;
   ampc_device device; /* --device (cpu) */
 } mem_args;
@@ -173,6 +178,8 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       a->w_mlm = (float)w;
     } else if (!strcmp(name, "recompute"))
       rc = cli_parse_recompute(cmd, v, &a->keep);
+    else if (!strcmp(name, "attention-cast"))
+      rc = cli_parse_attention_cast(cmd, v, &a->cast);
     else if (!is_plan && !strcmp(name, "in"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->in);
     else if (!is_plan && !strcmp(name, "hidden"))
@@ -327,6 +334,7 @@ static int run_memory(int argc, char **argv) {
     if (!mc.image_only) /* the MLM head and the masked copies' activations */
       mc.w_mlm = a.w_mlm;
     mc.no_recompute = a.keep;
+    mc.attn_cast = a.cast;
     if (a.batch < 2)
       return cli_usage_error(cmd, "--batch: model %s needs at least 2", a.model);
     if (ampc_mem_account_mm_on(&mc, a.batch, &amp, moments, a.device, &m) != AMPC_OK ||
@@ -338,8 +346,10 @@ static int run_memory(int argc, char **argv) {
     if (model) {
       cJSON_AddStringToObject(o, "model", a.model);
       cJSON_AddNumberToObject(o, "batch", (double)m.batch);
-      if (strcmp(a.model, "mlp") != 0)
+      if (strcmp(a.model, "mlp") != 0) {
         cJSON_AddBoolToObject(o, "recompute", !a.keep);
+        cJSON_AddBoolToObject(o, "attention_cast", a.cast);
+      }
     }
     cJSON_AddNumberToObject(o, "params", (double)m.params);
     cJSON_AddStringToObject(o, "precision", a.precision);
@@ -354,11 +364,12 @@ static int run_memory(int argc, char **argv) {
   }
   char b1[32], b2[32];
   if (model)
-    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s%s\n",
+    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s%s%s\n",
            a.model, (long long)a.batch, (long long)m.params, a.precision, a.optimizer,
            strcmp(a.model, "mlp") == 0 ? ""
            : a.keep                    ? ", recompute off"
                                        : ", recompute on",
+           strcmp(a.model, "mlp") != 0 && a.cast ? ", attention cast on" : "",
            a.device == AMPC_DEVICE_CUDA ? ", on the GPU (device memory)" : "");
   else
     printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
@@ -448,6 +459,7 @@ static int run_plan(int argc, char **argv) {
   if (!mc.image_only) /* the MLM head and the masked copies' activations */
     mc.w_mlm = a.w_mlm;
   mc.no_recompute = a.keep;
+  mc.attn_cast = a.cast;
   if (!mc.image_only && !have_text)
     return cli_usage_error(cmd, "%s has no captions: model %s needs image-text pairs", data,
                            mc.name);
@@ -467,6 +479,7 @@ static int run_plan(int argc, char **argv) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "model", mc.name);
   cJSON_AddBoolToObject(o, "recompute", !a.keep);
+  cJSON_AddBoolToObject(o, "attention_cast", a.cast);
   cJSON_AddStringToObject(o, "data", data);
   cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
   cJSON_AddNumberToObject(o, "overhead_bytes", (double)overhead);
@@ -485,9 +498,9 @@ static int run_plan(int argc, char **argv) {
   cJSON *plans = cJSON_AddArrayToObject(o, "plans");
   char b1[32], b2[32], b3[32];
   if (!a.json)
-    printf("ampc plan: %s on %s, recompute %s, budget %s, overhead %s (%s), batch <= %lld\n",
-           mc.name, data, a.keep ? "off" : "on", human((size_t)budget, b1, sizeof b1),
-           human((size_t)overhead, b2, sizeof b2),
+    printf("ampc plan: %s on %s, recompute %s%s, budget %s, overhead %s (%s), batch <= %lld\n",
+           mc.name, data, a.keep ? "off" : "on", a.cast ? ", attention cast on" : "",
+           human((size_t)budget, b1, sizeof b1), human((size_t)overhead, b2, sizeof b2),
            measured     ? "measured RSS after loading the data + 48 MiB"
            : a.overhead ? "--overhead"
                         : "the CUDA context's allowance; GPU memory",
