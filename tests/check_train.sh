@@ -44,6 +44,39 @@ cmp -s "$tmp/a" "$tmp/c" || die "same seed, different log"
 [ "$(grep -c '"event":"step".*"loss_scale":1,' "$tmp/none.jsonl")" = 10 ] ||
   die "resumed with --loss-scale none, but S was not 1"
 
+# --attention-cast: the checkpoint records it as in effect, a resume with the
+# same setting is bit-identical to the uninterrupted run, a resume that
+# switches it says so (stderr and the log's config warnings), and ampc eval
+# rounds as the checkpoint was trained unless told otherwise
+acf="--model mm-tiny --batch 8 --steps 4 --no-eval --threads 2 --quiet --attention-cast on"
+"$ampc" train $acf --save "$tmp/ac_full.st" >/dev/null 2>&1 || die "--attention-cast on run"
+"$ampc" train $acf --stop-at 2 --save "$tmp/ac_part.st" >/dev/null 2>&1 || die "--attention-cast on, stop at 2"
+head -c 4096 "$tmp/ac_part.st" | grep -aq 'attention_cast\\":true' ||
+  die "--attention-cast on: not in the checkpoint's ampc.model_config"
+"$ampc" train $acf --resume "$tmp/ac_part.st" --save "$tmp/ac_res.st" >/dev/null 2>"$tmp/err" ||
+  die "--attention-cast on: resume failed"
+[ -s "$tmp/err" ] && die "--attention-cast resumed as trained, yet: $(cat "$tmp/err")"
+cmp -s "$tmp/ac_full.st" "$tmp/ac_res.st" || die "--attention-cast on: resumed run differs"
+"$ampc" train --model mm-tiny --batch 8 --steps 4 --no-eval --threads 2 --quiet \
+  --resume "$tmp/ac_part.st" --log "$tmp/ac_off.jsonl" >/dev/null 2>"$tmp/err" ||
+  die "--attention-cast off: resume failed"
+grep -q "ac_part.st was trained with the attention cast on, this run has it off" "$tmp/err" ||
+  die "a resume that switches --attention-cast says nothing: $(cat "$tmp/err")"
+head -n 1 "$tmp/ac_off.jsonl" | grep -q '"warnings":\[[^]]*attention cast on, this run has it off' ||
+  die "the switch is not in the log's config warnings: $(head -c 600 "$tmp/ac_off.jsonl")"
+"$ampc" eval --checkpoint "$tmp/ac_part.st" --json 2>/dev/null | grep -q '"attention_cast":true' ||
+  die "ampc eval does not round as the checkpoint was trained"
+"$ampc" eval --checkpoint "$tmp/ac_part.st" --attention-cast off --json 2>/dev/null |
+  grep -q '"attention_cast":false' || die "ampc eval --attention-cast off"
+"$ampc" train $acf --precision 32-true --stop-at 1 --save "$tmp/ac_32.st" >/dev/null 2>"$tmp/err" ||
+  die "32-true --attention-cast on"
+grep -q "no effect under 32-true" "$tmp/err" || die "32-true --attention-cast on: no warning"
+head -c 4096 "$tmp/ac_32.st" | grep -aq 'attention_cast' &&
+  die "32-true: the checkpoint records an attention cast that was not in effect"
+"$ampc" train --model mlp --steps 1 --quiet --attention-cast on >/dev/null 2>"$tmp/err" ||
+  die "mlp --attention-cast on"
+grep -q "has no attention: --attention-cast is ignored" "$tmp/err" || die "mlp --attention-cast: $(cat "$tmp/err")"
+
 # bad usage exits 2 with a message naming the flag
 expect() {
   want=$1; shift

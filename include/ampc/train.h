@@ -85,7 +85,8 @@ bool ampc_model_known(const char *name);
 
 /* The model a checkpoint of a multimodal run was trained with, read from
  * the metadata the run writes ("ampc.model_config": a JSON object of name,
- * vocab, seq_len, classes and the loss weights), the preset it was trained in
+ * vocab, seq_len, classes, the loss weights and, when on, attention_cast:
+ * the model's attn_cast, so that an evaluation rounds as training did), the preset it was trained in
  * (precision; may be NULL) and its iteration (may be NULL). Errors:
  * AMPC_ERR_IO, AMPC_ERR_FORMAT (not a checkpoint of a multimodal model; the
  * message names the file). */

@@ -95,6 +95,8 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
           (out->mm.w_mlm > 0.0f && !(out->mm.mlm_prob > 0.0f && out->mm.mlm_prob <= 1.0f)))
         st = ampc_fail(AMPC_ERR_FORMAT, "%s: bad w_mlm %g / mlm_prob %g in ampc.model_config", path,
                        (double)out->mm.w_mlm, (double)out->mm.mlm_prob);
+      /* the attention products' 16-bit operands (--attention-cast): absent, off */
+      out->mm.attn_cast = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "attention_cast"));
       if (precision && precision_cap)
         snprintf(precision, precision_cap, "%s", p->valuestring);
       const char *it = ampc_safetensors_meta(f, "ampc.iteration");
@@ -604,12 +606,17 @@ int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
            "\"w_itm\":%g,\"w_cls\":%g",
            mc->name, (long long)mc->vocab, (long long)mc->seq_len, (long long)mc->classes,
            (double)mc->w_itc, (double)mc->w_itm, (double)mc->w_cls);
-  const size_t used = strlen(storage->config);
-  if (mc->w_mlm > 0.0f && !mc->image_only) /* absent: off, as in checkpoints from before MLM */
+  size_t used = strlen(storage->config);
+  if (mc->w_mlm > 0.0f && !mc->image_only) { /* absent: off, as in checkpoints from before MLM */
     snprintf(storage->config + used, sizeof storage->config - used,
-             ",\"w_mlm\":%.9g,\"mlm_prob\":%.9g}", (double)mc->w_mlm, (double)mc->mlm_prob);
-  else
-    snprintf(storage->config + used, sizeof storage->config - used, "}");
+             ",\"w_mlm\":%.9g,\"mlm_prob\":%.9g", (double)mc->w_mlm, (double)mc->mlm_prob);
+    used = strlen(storage->config);
+  }
+  if (mc->attn_cast) { /* absent: off, as in checkpoints from before --attention-cast */
+    snprintf(storage->config + used, sizeof storage->config - used, ",\"attention_cast\":true");
+    used = strlen(storage->config);
+  }
+  snprintf(storage->config + used, sizeof storage->config - used, "}");
   meta[1] = (ampc_st_meta){"ampc.model_config", storage->config};
   meta[2] = (ampc_st_meta){"ampc.data", data_name ? data_name : ""};
   return 3;

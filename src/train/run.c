@@ -137,6 +137,7 @@ struct ampc_run {
   /* the image-text data's training recipe, recorded in the log and the
    * checkpoint and checked on resume: "held_out=S;shift=N;itm=sampled|hardest" */
   char recipe[128], held_out[64];
+  char resume_note[256]; /* a warning about the resumed checkpoint ("": none) */
   /* one micro-batch, gathered */
   uint8_t *bimg;
   int32_t *btok, *blab;
@@ -366,6 +367,13 @@ static ampc_status check_config(const ampc_run_config *rc) {
   return AMPC_OK;
 }
 
+/* --attention-cast as in effect: a multimodal model asking for it in a
+ * preset with 16-bit activations (the log's config line and the checkpoint
+ * record this) */
+static bool attn_cast_in_effect(const ampc_model_desc *md, ampc_precision p) {
+  return md->kind == AMPC_MODEL_MM && md->mm.attn_cast && ampc_precision_lowp(p) != AMPC_F32;
+}
+
 ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const ampc_amp_config *amp,
                             const ampc_optim_config *opt, const ampc_model_desc *md,
                             const ampc_run_data *data) {
@@ -550,6 +558,7 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
       cJSON *mroot = mcs ? cJSON_Parse(mcs) : NULL;
       const cJSON *mcj = mroot ? cJSON_GetObjectItemCaseSensitive(mroot, "w_mlm") : NULL;
       const double was_mlm = cJSON_IsNumber(mcj) ? mcj->valuedouble : 0.0;
+      const bool was_cast = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mroot, "attention_cast"));
       cJSON_Delete(mroot);
       if (md->kind == AMPC_MODEL_MM && !md->mm.image_only &&
           (was_mlm > 0.0) != (md->mm.w_mlm > 0.0f)) {
@@ -561,6 +570,16 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
         ampc_safetensors_free(f);
         goto fail;
       }
+      /* --attention-cast may change on resume (as --precision may: the
+       * weights and optimizer state mean the same), but the forward pass's
+       * rounding changes with it: say so (absent: off) */
+      const bool now_cast = attn_cast_in_effect(md, amp->precision);
+      if (md->kind == AMPC_MODEL_MM && mcs && was_cast != now_cast)
+        snprintf(R->resume_note, sizeof R->resume_note,
+                 "%s was trained with the attention cast %s, this run has it %s "
+                 "(--attention-cast, in effect in the 16-bit presets): the attention products' "
+                 "operands round differently from here on",
+                 rc->resume_path, was_cast ? "on" : "off", now_cast ? "on" : "off");
       /* the data recipe (held-out style, shifts, negatives) must stay what
        * it was: a resume would otherwise train on another split or sampler
        * (absent: a checkpoint from before it was recorded, not checked) */
@@ -607,7 +626,10 @@ const ampc_run_config *ampc_run_get_config(const ampc_run *R) { return R ? &R->r
 int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max) {
   if (!R)
     return 0;
-  return ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
+  int n = ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
+  if (R->resume_note[0] && n < max)
+    snprintf(msgs[n++], sizeof msgs[0], "%s", R->resume_note);
+  return n;
 }
 
 /* ---- what the diagnosis sees of a step (src/diag/ knows no trainer) ---------------- */
@@ -714,8 +736,7 @@ static cJSON *config_object(const ampc_run *R) {
                             (double)(R->model.activation_bytes + R->model.workspace_bytes));
     cJSON_AddBoolToObject(run_o, "recompute", !mc->no_recompute);
     /* in effect: on, under 16-bit activations (absent in older logs: off) */
-    cJSON_AddBoolToObject(run_o, "attention_cast",
-                          mc->attn_cast && ampc_precision_lowp(R->T.amp.precision) != AMPC_F32);
+    cJSON_AddBoolToObject(run_o, "attention_cast", attn_cast_in_effect(&R->md, R->T.amp.precision));
   }
   cJSON_AddNumberToObject(run_o, "steps", (double)rc->steps);
   cJSON_AddNumberToObject(run_o, "batch", (double)rc->batch);
@@ -1052,7 +1073,9 @@ static ampc_diag *diag_start(const ampc_diag_config *c, const char *resumed_log,
 static ampc_status save(ampc_run *R) {
   ampc_model_meta_storage ms;
   ampc_st_meta meta[8];
-  int n = ampc_model_checkpoint_meta(&R->md, R->data.name, &ms, meta);
+  ampc_model_desc md = R->md; /* the attention cast as in effect */
+  md.mm.attn_cast = attn_cast_in_effect(&R->md, R->T.amp.precision);
+  int n = ampc_model_checkpoint_meta(&md, R->data.name, &ms, meta);
   if (R->recipe[0]) { /* checked on resume; ampc eval reads the held-out style */
     meta[n++] = (ampc_st_meta){"ampc.data_recipe", R->recipe};
     meta[n++] = (ampc_st_meta){"ampc.held_out_style", R->held_out};

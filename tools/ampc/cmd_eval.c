@@ -1,6 +1,6 @@
 /*
  * tools/ampc/cmd_eval.c: `ampc eval --checkpoint FILE [--data emoji|FILE]
- * [--precision P] [--batch B] [--json]`: retrieval R@1/R@5 in both
+ * [--precision P] [--attention-cast on|off] [--batch B] [--json]`: retrieval R@1/R@5 in both
  * directions, matching accuracy and group accuracy of a trained multimodal
  * model on both evaluation splits (new artwork style, zero-shot concepts).
  */
@@ -17,7 +17,8 @@
 
 static const char k_usage[] =
     "Usage: ampc eval --checkpoint FILE [--data emoji|FILE] [--precision P]\n"
-    "                 [--hold-out-style S] [--batch B] [--threads N] [--json]\n"
+    "                 [--attention-cast on|off] [--hold-out-style S] [--batch B]\n"
+    "                 [--threads N] [--json]\n"
     "\n"
     "Evaluate a multimodal checkpoint written by `ampc train` on the two\n"
     "evaluation splits of the image-text data (default: the bundled emoji set):\n"
@@ -31,6 +32,8 @@ static const char k_usage[] =
     "\n"
     "  --precision P  run the forward pass in this preset (default: the one the\n"
     "                 checkpoint was trained in)\n"
+    "  --attention-cast on|off  the attention products' 16-bit P operand (default:\n"
+    "                 as the checkpoint was trained, which ampc train records)\n"
     "  --batch B      evaluation batch size (default 64)\n"
     "  --hold-out-style S  the style evaluated as new_style (default: the data file's;\n"
     "                 give the one the checkpoint was trained without)\n"
@@ -46,7 +49,7 @@ static void put_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m
 }
 
 static int run(int argc, char **argv) {
-  const char *ckpt = NULL, *data = "emoji", *prec_flag = NULL, *hold = NULL;
+  const char *ckpt = NULL, *data = "emoji", *prec_flag = NULL, *hold = NULL, *cast_flag = NULL;
   int64_t batch = 64, threads = 0;
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -60,6 +63,11 @@ static int run(int argc, char **argv) {
       data = argv[++i];
     } else if (!strcmp(a, "--precision") && has_val) {
       prec_flag = argv[++i];
+    } else if (!strcmp(a, "--attention-cast") && has_val) {
+      cast_flag = argv[++i];
+      bool on = false;
+      if (cli_parse_attention_cast("eval", cast_flag, &on) != 0)
+        return AMPC_EXIT_USAGE;
     } else if (!strcmp(a, "--hold-out-style") && has_val) {
       hold = argv[++i];
     } else if ((!strcmp(a, "--batch") || !strcmp(a, "--threads")) && has_val) {
@@ -88,6 +96,8 @@ static int run(int argc, char **argv) {
   if (ampc_model_desc_from_checkpoint(ckpt, &md, precision, sizeof precision, &iteration) !=
       AMPC_OK)
     return cli_runtime_error("eval", "%s", ampc_last_error());
+  if (cast_flag) /* else as trained (ampc_model_desc_from_checkpoint) */
+    md.mm.attn_cast = strcmp(cast_flag, "on") == 0;
   const char *model = md.mm.name;
   if (md.mm.image_only)
     return cli_runtime_error("eval",
@@ -160,6 +170,7 @@ static int run(int argc, char **argv) {
     cJSON_AddStringToObject(o, "checkpoint", ckpt);
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddStringToObject(o, "precision", ampc_precision_name(p));
+    cJSON_AddBoolToObject(o, "attention_cast", md.mm.attn_cast && amp.lowp != AMPC_F32);
     cJSON_AddNumberToObject(o, "step", (double)iteration);
     if (hold)
       cJSON_AddStringToObject(o, "held_out_style", hold);
@@ -169,8 +180,9 @@ static int run(int argc, char **argv) {
       put_metrics(o, "zero_shot", &ev.zero_shot);
     ret = cli_print_json("eval", o);
   } else {
-    printf("%s: %s at step %lld, evaluated in %s\n", ckpt, model, (long long)iteration,
-           ampc_precision_name(p));
+    printf("%s: %s at step %lld, evaluated in %s%s\n", ckpt, model, (long long)iteration,
+           ampc_precision_name(p),
+           md.mm.attn_cast && amp.lowp != AMPC_F32 ? ", attention cast on" : "");
     printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
            "t2i R@1", "t2i R@5", "chance R@1", "ITM hard", "ITM rand", "group acc");
     const ampc_mmodel_metrics *ms[2] = {&ev.new_style, &ev.zero_shot};

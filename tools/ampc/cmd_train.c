@@ -498,12 +498,9 @@ int train_parse_args(int argc, char **argv, train_args *a) {
         rc = cli_usage_error("train", "--device: expected cpu, cuda or cpu-split, got '%s'", v);
     } else if (!strcmp(n, "recompute"))
       rc = cli_parse_recompute("train", v, &a->keep_activations);
-    else if (!strcmp(n, "attention-cast")) {
-      if (!strcmp(v, "on") || !strcmp(v, "off"))
-        a->attn_cast = !strcmp(v, "on");
-      else
-        rc = cli_usage_error("train", "--attention-cast: expected on or off, got '%s'", v);
-    } else if (!strcmp(n, "allreduce")) {
+    else if (!strcmp(n, "attention-cast"))
+      rc = cli_parse_attention_cast("train", v, &a->attn_cast);
+    else if (!strcmp(n, "allreduce")) {
       if (!strcmp(v, "f32"))
         a->reduce = AMPC_REDUCE_F32;
       else if (!strcmp(v, "working"))
@@ -593,9 +590,10 @@ typedef struct printer {
   int64_t every;
 } printer;
 
-static void print_config(FILE *out, ampc_run *R) {
+static void print_config(FILE *out, ampc_run *R, const train_args *A) {
   const ampc_trainer *T = ampc_run_trainer(R);
   const ampc_amp_config *am = &T->amp;
+  const ampc_model_desc *md = ampc_run_model_desc(R);
   fprintf(out,
           "ampc train: %s, precision %s: weights %s, master weights %s, optimizer state %s, "
           "loss scale %s",
@@ -613,8 +611,12 @@ static void print_config(FILE *out, ampc_run *R) {
   if (ampc_precision_is_fp8(am->precision))
     fprintf(out, ", FP8 e4m3/e5m2 (amax history %d, %s, margin %g)", am->fp8_amax_history,
             am->fp8_amax_algo == AMPC_AMAX_MAX ? "max" : "most_recent", (double)am->fp8_margin);
-  fprintf(out, ", accumulate %s; %lld parameters", am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32",
-          (long long)T->params.numel);
+  fprintf(out, ", accumulate %s", am->accumulate == AMPC_ACC_F16 ? "fp16" : "fp32");
+  if (md->kind == AMPC_MODEL_MM && md->mm.no_recompute)
+    fprintf(out, ", recompute off");
+  if (md->kind == AMPC_MODEL_MM && md->mm.attn_cast && am->lowp != AMPC_F32)
+    fprintf(out, ", attention cast on");
+  fprintf(out, "; %lld parameters", (long long)T->params.numel);
   const ampc_run_config *rc = ampc_run_get_config(R);
   if (rc->comm && rc->comm->size > 1)
     fprintf(out, "; %d ranks, %lld samples each", rc->comm->size,
@@ -624,6 +626,16 @@ static void print_config(FILE *out, ampc_run *R) {
   const int nw = ampc_run_warnings(R, warns, 16);
   for (int k = 0; k < nw && k < 16; k++)
     fprintf(stderr, "ampc train: warning: %s\n", warns[k]);
+  if (md->kind != AMPC_MODEL_MM && (A->attn_cast || A->keep_activations))
+    fprintf(stderr, "ampc train: warning: --model %s has no attention: %s ignored\n", md->name,
+            A->attn_cast && A->keep_activations ? "--attention-cast and --recompute are"
+            : A->attn_cast                      ? "--attention-cast is"
+                                                : "--recompute is");
+  else if (md->kind == AMPC_MODEL_MM && A->attn_cast && am->lowp == AMPC_F32)
+    fprintf(stderr,
+            "ampc train: warning: --attention-cast on has no effect under %s (its attention "
+            "products are FP32 already)\n",
+            ampc_precision_name(am->precision));
 }
 
 static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
@@ -792,7 +804,7 @@ static int run_one(int argc, char **argv, cJSON **summary) {
     goto out;
   }
   if (lead)
-    print_config(out, R);
+    print_config(out, R, &A);
   printer pr = {&A, out, !A.quiet && isatty(fileno(stderr)), A.steps >= 20 ? A.steps / 20 : 1};
   const ampc_run_callbacks cb = {&pr, on_step, on_eval, on_stall};
   if (ampc_run_train(R, &cb) != AMPC_OK) {
