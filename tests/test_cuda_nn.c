@@ -2292,6 +2292,77 @@ static void typed_ran(const char *what, long long n0, bool ran) {
 #endif
 }
 
+/* the sums over rows grouped by index, typed against generic: the
+ * embedding's token gradients, one id in most rows as the padding token's
+ * (a group longer than the typed kernel's run of 32 rows and not a multiple
+ * of it), 100 columns (not a multiple of a warp); the scatter-add by index
+ * with 150 rows (grouped first), with and without its second source, and 9
+ * rows (the generic kernel); on a device an index outside [0, rows) too,
+ * which neither adds anywhere (the CPU twins refuse it: not in the harness) */
+static void test_typed_groups(void) {
+  for (int i = 0; i < 3; i++) {
+    const ampc_dtype gdt = k_dts[i];
+    char nm[96];
+    enum { EB = 7, ET = 23, ED = 100, EV = 40 };
+    int32_t ids[EB * ET];
+    for (int r = 0; r < EB * ET; r++)
+      ids[r] = urand() < 0.7 ? 0 : 1 + (int32_t)(urand() * (EV - 1));
+    buf idb = raw_buf(ids, sizeof ids);
+    buf dy = rnd_buf(gdt, EB * ET * ED, -3000.0, 3000.0), dtok = rnd_buf(gdt, EV * ED, -1.0, 1.0),
+        dpos = rnd_buf(gdt, ET * ED, -1.0, 1.0);
+    void *tok0 = malloc(dtok.bytes), *pos0 = malloc(dpos.bytes);
+    memcpy(tok0, dtok.h, dtok.bytes), memcpy(pos0, dpos.h, dpos.bytes);
+    ampc_round_stats s0 = {0}, s1 = {0};
+    ampc_cuda_set_typed_kernels(false);
+    OK(ampc_cuda_embedding_backward(EB, ET, ED, idb.d, EV, dy.d, gdt, dtok.d, dpos.d, &s0, NULL));
+    snap(&dtok), snap(&dpos);
+    OK(ampc_cuda_to_device(g_ctx, dtok.d, tok0, dtok.bytes));
+    OK(ampc_cuda_to_device(g_ctx, dpos.d, pos0, dpos.bytes));
+    ampc_cuda_set_typed_kernels(true);
+    long long n0 = ampc_cuda_typed_launches();
+    OK(ampc_cuda_embedding_backward(EB, ET, ED, idb.d, EV, dy.d, gdt, dtok.d, dpos.d, &s1, NULL));
+    snprintf(nm, sizeof nm, "typed embedding backward dtok %s", dn(gdt));
+    typed_ran(nm, n0, true);
+    compare(nm, &dtok, NULL);
+    compare("  its dpos", &dpos, NULL);
+    stats_equal(nm, &s1, &s0);
+    free(tok0), free(pos0);
+    drop(&idb), drop(&dy), drop(&dtok), drop(&dpos);
+
+    enum { SR = 13, SD = 70, SL = SD + 3, SN = 150 };
+    for (int k = 0; k < 3; k++) {
+      const int64_t n = k == 2 ? 9 : SN;
+      const bool two = k != 1;
+      int32_t idx[SN];
+      for (int r = 0; r < SN; r++)
+        idx[r] = (int32_t)(urand() * SR);
+#ifndef AMPC_TEST_ON_CPU
+      idx[3] = SR + 2, idx[5] = -1;
+#endif
+      const ampc_dtype x2dt = k_dts[(i + 1) % 3];
+      buf bi = raw_buf(idx, sizeof idx), src = rnd_buf(gdt, SN * SD, -1.0, 1.0),
+          x2 = rnd_buf(x2dt, SN * SD, -1e-3, 1e-3), acc = rnd_buf(AMPC_F32, SR * SL, -1.0, 1.0);
+      void *acc0 = malloc(acc.bytes);
+      memcpy(acc0, acc.h, acc.bytes);
+      ampc_cuda_set_typed_kernels(false);
+      OK(ampc_cuda_scatter_add_rows(n, SD, bi.d, SR, src.d, gdt, two ? x2.d : NULL, x2dt, acc.d,
+                                    SL));
+      snap(&acc);
+      OK(ampc_cuda_to_device(g_ctx, acc.d, acc0, acc.bytes));
+      ampc_cuda_set_typed_kernels(true);
+      n0 = ampc_cuda_typed_launches();
+      OK(ampc_cuda_scatter_add_rows(n, SD, bi.d, SR, src.d, gdt, two ? x2.d : NULL, x2dt, acc.d,
+                                    SL));
+      snprintf(nm, sizeof nm, "typed scatter-add %lld rows of %s%s%s by index", (long long)n,
+               dn(gdt), two ? " + " : "", two ? dn(x2dt) : "");
+      typed_ran(nm, n0, n >= 16);
+      compare(nm, &acc, NULL);
+      free(acc0);
+      drop(&bi), drop(&src), drop(&x2), drop(&acc);
+    }
+  }
+}
+
 static void test_typed(void) {
   printf("typed kernels against the generic ones:\n");
   /* (stream, parameter, activation) as DTS_PRESETS (src/cuda/cuda_common.cuh) */
@@ -2431,6 +2502,7 @@ static void test_typed(void) {
       drop(&x), drop(&w), drop(&b), drop(&y);
     }
   }
+  test_typed_groups();
   ampc_cuda_set_typed_kernels(false);
 }
 

@@ -33,6 +33,23 @@ __device__ __forceinline__ float ld(const void *p, int dt, int64_t i) {
   }
 }
 
+/* element i's bits as stored (16-bit dtypes in the low half), and the
+ * value of such bits: widen(raw_bits(p, dt, i), dt) == ld(p, dt, i). Apart,
+ * a thread can issue many loads before it waits for the first (a load
+ * converted at once stalls there) */
+__device__ __forceinline__ uint32_t raw_bits(const void *p, int dt, int64_t i) {
+  if (dt == DT_F32)
+    return __float_as_uint(static_cast<const float *>(p)[i]);
+  return static_cast<const uint16_t *>(p)[i];
+}
+__device__ __forceinline__ float widen(uint32_t b, int dt) {
+  switch (dt) {
+  case DT_F16: return __half2float(__ushort_as_half((unsigned short)b));
+  case DT_BF16: return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
+  default: return __uint_as_float(b);
+  }
+}
+
 /* store v rounded to dt; returns the stored bits (F32: the float's bits) */
 __device__ __forceinline__ uint32_t st(void *p, int dt, int64_t i, float v) {
   switch (dt) {
@@ -239,6 +256,14 @@ ampc_status ampc_cu_stats_begin(ampc_cuda_ctx *ctx, cudaStream_t s, ampc_round_s
 ampc_status ampc_cu_stats_end(cudaStream_t s, const ampc_cu::dev_stats *d, ampc_round_stats *stats);
 /* the typed instantiations are on (see TDT above) */
 bool ampc_cu_typed(void);
+/* Rows 0..n-1 grouped by their id, on strm (src/cuda/cuda_nn.cu): ids [n]
+ * in [0, nid) (another id: the row is in no group); start [nid + 1] gets
+ * each id's first place in sorted (start[nid]: the rows grouped), sorted
+ * [n] the rows of id g at start[g] .. start[g + 1] - 1 in increasing order;
+ * rank [n] is scratch. All int32 device memory. Errors: AMPC_ERR_DEVICE
+ * naming fn. */
+ampc_status ampc_cu_group_rows(const char *fn, cudaStream_t strm, int64_t n, const int32_t *ids,
+                               int64_t nid, int32_t *start, int32_t *rank, int32_t *sorted);
 /* a rounding tally is bound: every store the CPU's twin counts is counted */
 static inline bool ampc_cu_tally_on(void) { return ampc_tally_current() != NULL; }
 /* F32, F16 or BF16 */

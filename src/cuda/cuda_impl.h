@@ -72,15 +72,13 @@ int ampc_cuda_ctx_device(const ampc_cuda_ctx *ctx);
 /* Device scratch owned by the context, one buffer per slot, at least `bytes`
  * (grown on demand; a grown slot's old buffer is freed after the stream has
  * finished with it). Contents undefined. Slots: 0 the round-stats counters;
- * 1 the row layers' partial sums; 2 the gradient norm's; 3 the optimizer's
- * swallowed-update counts; 4, 5, 6 a mixed GEMM's widened A, B, C; 7 the
- * GEMM layers' FP32 buffers; 8 the attention layer's gradient buffers; 9
- * the unfolded patches; 10 the losses' row terms; 11 the FP8 layers' casts'
- * reports and quantized operands; 12 the bias gradient's ones vector; 13,
- * 14 the GELU tables of F16 and BF16 inputs; 15 the optimizer's list of
- * tensor pieces; 16 the attention forward's 16-bit probabilities (the
- * products' operand, ampc_cuda_attention_forward_ex).
- * Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
+ * 1 the row layers' partial sums and row groups (ampc_cu_group_rows); 2 the gradient norm's; 3 the
+ * optimizer's swallowed-update counts; 4, 5, 6 a mixed GEMM's widened A, B, C; 7 the GEMM layers'
+ * FP32 buffers; 8 the attention layer's gradient buffers; 9 the unfolded patches; 10 the losses'
+ * row terms; 11 the FP8 layers' casts' reports and quantized operands; 12 the bias gradient's ones
+ * vector; 13, 14 the GELU tables of F16 and BF16 inputs; 15 the optimizer's list of tensor pieces;
+ * 16 the attention forward's 16-bit probabilities (the products' operand,
+ * ampc_cuda_attention_forward_ex). Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
 #define AMPC_CUDA_SCRATCH_SLOTS 17
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out);
 /* cudaStreamSynchronize(stream) (a cudaStream_t), counted with the seconds

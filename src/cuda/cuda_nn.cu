@@ -635,11 +635,17 @@ __global__ void emb_fwd_k(int64_t rows, int64_t t, int64_t d, const int32_t *ids
   ls.flush(ds);
 }
 
-/* rank[r] = how many earlier rows have row r's id; count[id] += 1 */
-__global__ void emb_rank_k(int64_t rows, const int32_t *ids, int32_t *rank, int32_t *count) {
+/* rank[r] = how many earlier rows have row r's id; count[id] += 1 (an id
+ * outside [0, nid): rank -1, in no group) */
+__global__ void emb_rank_k(int64_t rows, const int32_t *ids, int64_t nid, int32_t *rank,
+                           int32_t *count) {
   for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;
        r += (int64_t)gridDim.x * blockDim.x) {
     const int32_t id = ids[r];
+    if (id < 0 || id >= nid) {
+      rank[r] = -1;
+      continue;
+    }
     int32_t k = 0;
     for (int64_t q = 0; q < r; q++)
       k += ids[q] == id;
@@ -683,7 +689,8 @@ __global__ void emb_place_k(int64_t rows, const int32_t *ids, const int32_t *ran
                             const int32_t *start, int32_t *sorted) {
   for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;
        r += (int64_t)gridDim.x * blockDim.x)
-    sorted[start[ids[r]] + rank[r]] = (int32_t)r;
+    if (rank[r] >= 0)
+      sorted[start[ids[r]] + rank[r]] = (int32_t)r;
 }
 
 /* for each group start s (the first row of its id in sorted order) and
@@ -732,6 +739,53 @@ __global__ void emb_sum_k(int64_t rows, int64_t d, const int32_t *ids, const int
     const uint32_t o = st(dtok, gdt, (int64_t)id * d + j, sum);
     if (ds)
       ls.add(sum, gdt, o);
+  }
+  ls.flush(ds);
+}
+
+/* emb_sum_k with the groups' ends known (start[id + 1]), the typed
+ * instantiations: one warp per (id, 32 columns). Per 32 rows of the id's
+ * group, the lanes load the rows' indices at once and pass them round
+ * (__shfl_sync); then each lane loads its column of those rows, all
+ * independent loads, and adds them one at a time in row order: the same
+ * sums in the same order, with one dependent index load per 32 rows (the
+ * padding token's group, most of a batch's rows, is one chain per column;
+ * the generic kernel waits for three dependent loads per 8 rows) */
+template <int G>
+__global__ void emb_sum_run_k(int64_t vocab, int64_t d, const int32_t *start, const int32_t *sorted,
+                              const void *dy, int gdt_, void *dtok, dev_stats *ds) {
+  const int gdt = TDT(G, gdt_);
+  lstats ls(ds);
+  const int lane = (int)(threadIdx.x & 31);
+  const int64_t cb = (d + 31) / 32, nw = vocab * cb; /* warps: ids x column blocks */
+  /* w is the same for the 32 lanes of a warp (THREADS is a multiple of 32) */
+  for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; w < nw;
+       w += (int64_t)gridDim.x * blockDim.x / 32) {
+    const int64_t id = w / cb, j = (w - id * cb) * 32 + lane;
+    const int64_t s = start[id], end = start[id + 1];
+    if (s == end) /* no row has this id (the whole warp) */
+      continue;
+    float sum = 0.0f;
+    for (int64_t q = s; q < end; q += 32) {
+      const int n = end - q < 32 ? (int)(end - q) : 32;
+      const int32_t mine = lane < n ? sorted[q + lane] : 0;
+      uint32_t v[32]; /* the bits: widened after all 32 loads are issued */
+#pragma unroll
+      for (int u = 0; u < 32; u++) {
+        const int32_t r = __shfl_sync(0xFFFFFFFFu, mine, u);
+        v[u] = u < n && j < d ? raw_bits(dy, gdt, (int64_t)r * d + j) : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < 32; u++) /* unrolled: v stays in registers */
+        if (u < n)
+          sum += widen(v[u], gdt);
+    }
+    if (j < d) {
+      sum += ld(dtok, gdt, id * d + j);
+      const uint32_t o = st(dtok, gdt, id * d + j, sum);
+      if (ds)
+        ls.add(sum, gdt, o);
+    }
   }
   ls.flush(ds);
 }
@@ -1059,6 +1113,18 @@ static ampc_status gelu_win_setup(const char *fn, ampc_dtype dt, int64_t n, gelu
   return AMPC_OK;
 }
 
+/* C++ linkage: the other CUDA files' host code (cuda_common.cuh) */
+ampc_status ampc_cu_group_rows(const char *fn, cudaStream_t strm, int64_t n, const int32_t *ids,
+                               int64_t nid, int32_t *start, int32_t *rank, int32_t *sorted) {
+  const cudaError_t e = cudaMemsetAsync(start, 0, (size_t)(nid + 1) * sizeof(int32_t), strm);
+  if (e != cudaSuccess)
+    return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemsetAsync: %s", fn, cudaGetErrorString(e));
+  emb_rank_k<<<grid_for(n), THREADS, 0, strm>>>(n, ids, nid, rank, start);
+  emb_scan_k<<<1, THREADS, 0, strm>>>(nid + 1, start);
+  emb_place_k<<<grid_for(n), THREADS, 0, strm>>>(n, ids, rank, start, sorted);
+  return ampc_cu_launched(fn);
+}
+
 extern "C" {
 
 void ampc_cuda_set_typed_kernels(bool on) { g_typed.store(on ? 1 : 0); }
@@ -1356,17 +1422,21 @@ ampc_status ampc_cuda_embedding_backward(int64_t b, int64_t t, int64_t d, const 
                      (long long)(b * t), (long long)vocab);
   CU_BEGIN(fn);
   const int64_t rows = b * t;
-  void *sp = NULL; /* count/start [vocab], rank [rows], sorted [rows] */
-  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 1, (size_t)(vocab + 2 * rows) * sizeof(int32_t), &sp));
-  int32_t *start = static_cast<int32_t *>(sp), *rank = start + vocab, *sorted = rank + rows;
-  cudaError_t e = cudaMemsetAsync(start, 0, (size_t)vocab * sizeof(int32_t), strm);
-  if (e != cudaSuccess)
-    return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemsetAsync: %s", fn, cudaGetErrorString(e));
+  void *sp = NULL; /* start [vocab + 1], rank [rows], sorted [rows] */
+  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 1, (size_t)(vocab + 1 + 2 * rows) * sizeof(int32_t), &sp));
+  int32_t *start = static_cast<int32_t *>(sp), *rank = start + vocab + 1, *sorted = rank + rows;
+  AMPC_TRY(ampc_cu_group_rows(fn, strm, rows, ids, vocab, start, rank, sorted));
   STATS_BEGIN(stats);
-  emb_rank_k<<<grid_for(rows), THREADS, 0, strm>>>(rows, ids, rank, start);
-  emb_scan_k<<<1, THREADS, 0, strm>>>(vocab, start);
-  emb_place_k<<<grid_for(rows), THREADS, 0, strm>>>(rows, ids, rank, start, sorted);
-  emb_sum_k<<<grid_for(rows * d), THREADS, 0, strm>>>(rows, d, ids, sorted, dy, gdt, dtok, dst);
+  const int g = (int)gdt;
+  if (!(ampc_cu_typed() && typed_pick(
+                               g, 0, 0,
+                               [&](auto L) {
+                                 emb_sum_run_k<decltype(L)::a>
+                                     <<<grid_for(vocab * ((d + 31) / 32) * 32), THREADS, 0, strm>>>(
+                                         vocab, d, start, sorted, dy, g, dtok, dst);
+                               },
+                               dts<DT_F32, 0, 0>{}, dts<DT_F16, 0, 0>{}, dts<DT_BF16, 0, 0>{})))
+    emb_sum_k<<<grid_for(rows * d), THREADS, 0, strm>>>(rows, d, ids, sorted, dy, gdt, dtok, dst);
   AMPC_TRY(ampc_cu_launched(fn));
   AMPC_TRY(ampc_cu_stats_end(strm, dst, stats));
   if (!dpos)

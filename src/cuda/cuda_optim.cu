@@ -93,12 +93,6 @@ struct okc {
   long long t;
 };
 
-__device__ __forceinline__ uint32_t raw_bits(const void *p, int dt, int64_t i) {
-  if (dt == DT_F32)
-    return __float_as_uint(static_cast<const float *>(p)[i]);
-  return static_cast<const uint16_t *>(p)[i];
-}
-
 /* ampc_bf16_round_stochastic (src/optim/optim.c); the bits are
  * ampc_sr_hash, the CPU's own function */
 __device__ __forceinline__ float bf16_stochastic(float x, uint32_t r) {

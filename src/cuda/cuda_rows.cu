@@ -68,6 +68,29 @@ __global__ void scatter_add_idx_k(int64_t n, int64_t d, const int32_t *idx, int6
   }
 }
 
+/* scatter_add_idx_k with the rows grouped by target (ampc_cu_group_rows:
+ * start, sorted), the typed instantiations: a thread adds only its
+ * target's rows, in increasing r, as there (the same sums), instead of
+ * testing all n rows */
+template <int X>
+__global__ void scatter_add_run_k(int64_t rows, int64_t d, const int32_t *start,
+                                  const int32_t *sorted, const void *x, int xdt_, const void *x2,
+                                  int x2dt, float *y, int64_t ldy) {
+  const int xdt = TDT(X, xdt_);
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < rows * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t t = e / d, j = e - t * d;
+    float acc = y[t * ldy + j];
+    const int32_t end = start[t + 1];
+    for (int32_t q = start[t]; q < end; q++) {
+      const int64_t r = sorted[q];
+      const float a = ld(x, xdt, r * d + j);
+      acc += x2 ? a + ld(x2, x2dt, r * d + j) : a;
+    }
+    y[t * ldy + j] = acc;
+  }
+}
+
 __global__ void argmax_k(int64_t m, int64_t n, const void *x, int xdt, bool skip_diag,
                          int32_t *idx) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m;
@@ -186,6 +209,23 @@ ampc_status ampc_cuda_scatter_add_rows(int64_t n, int64_t d, const int32_t *idx,
     return AMPC_OK;
   CU_BEGIN(fn);
   (void)ctx;
+  /* typed: the rows grouped by target first (four small launches), where
+   * testing every row per element costs more; slot 1 (cuda_impl.h) */
+  if (idx && ampc_cu_typed() && n >= 16 && n <= INT32_MAX && rows < INT32_MAX) {
+    void *sp = NULL; /* start [rows + 1], rank [n], sorted [n] */
+    AMPC_TRY(ampc_cuda_ctx_scratch(ctx, 1, (size_t)(rows + 1 + 2 * n) * sizeof(int32_t), &sp));
+    int32_t *start = static_cast<int32_t *>(sp), *rank = start + rows + 1, *sorted = rank + n;
+    AMPC_TRY(ampc_cu_group_rows(fn, strm, n, idx, rows, start, rank, sorted));
+    const int xd = (int)xdt, x2d = x2 ? (int)x2dt : 0;
+    if (typed_pick(
+            xd, 0, 0,
+            [&](auto L) {
+              scatter_add_run_k<decltype(L)::a><<<grid_for(rows * d), THREADS, 0, strm>>>(
+                  rows, d, start, sorted, x, xd, x2, x2d, y, ldy);
+            },
+            dts<DT_F32, 0, 0>{}, dts<DT_F16, 0, 0>{}, dts<DT_BF16, 0, 0>{}))
+      return ampc_cu_launched(fn);
+  }
   if (idx)
     scatter_add_idx_k<<<grid_for(rows * d), THREADS, 0, strm>>>(n, d, idx, rows, x, xdt, x2, x2dt,
                                                                 y, ldy);
