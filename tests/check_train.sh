@@ -55,7 +55,7 @@ head -c 4096 "$tmp/ac_part.st" | grep -aq 'attention_cast\\":true' ||
   die "--attention-cast on: not in the checkpoint's ampc.model_config"
 "$ampc" train $acf --resume "$tmp/ac_part.st" --save "$tmp/ac_res.st" >/dev/null 2>"$tmp/err" ||
   die "--attention-cast on: resume failed"
-[ -s "$tmp/err" ] && die "--attention-cast resumed as trained, yet: $(cat "$tmp/err")"
+grep -q "attention cast" "$tmp/err" && die "--attention-cast resumed as trained, yet: $(cat "$tmp/err")"
 cmp -s "$tmp/ac_full.st" "$tmp/ac_res.st" || die "--attention-cast on: resumed run differs"
 "$ampc" train --model mm-tiny --batch 8 --steps 4 --no-eval --threads 2 --quiet \
   --resume "$tmp/ac_part.st" --log "$tmp/ac_off.jsonl" >/dev/null 2>"$tmp/err" ||
@@ -68,11 +68,27 @@ head -n 1 "$tmp/ac_off.jsonl" | grep -q '"warnings":\[[^]]*attention cast on, th
   die "ampc eval does not round as the checkpoint was trained"
 "$ampc" eval --checkpoint "$tmp/ac_part.st" --attention-cast off --json 2>/dev/null |
   grep -q '"attention_cast":false' || die "ampc eval --attention-cast off"
-"$ampc" train $acf --precision 32-true --stop-at 1 --save "$tmp/ac_32.st" >/dev/null 2>"$tmp/err" ||
-  die "32-true --attention-cast on"
+"$ampc" train $acf --precision 32-true --stop-at 1 --save "$tmp/ac_32.st" --log "$tmp/ac_32.jsonl" \
+  >/dev/null 2>"$tmp/err" || die "32-true --attention-cast on"
 grep -q "no effect under 32-true" "$tmp/err" || die "32-true --attention-cast on: no warning"
-head -c 4096 "$tmp/ac_32.st" | grep -aq 'attention_cast' &&
-  die "32-true: the checkpoint records an attention cast that was not in effect"
+head -n 1 "$tmp/ac_32.jsonl" | grep -q '"warnings":\[[^]]*no effect under 32-true' ||
+  die "32-true --attention-cast on: the warning is not in the log's config warnings"
+head -c 4096 "$tmp/ac_32.st" | grep -aq 'attention_cast\\":false' ||
+  die "32-true: the checkpoint does not record the attention cast as off (not in effect)"
+# a malformed record (not true or false) is refused by resume and eval, naming the file
+python3 - "$tmp/ac_part.st" "$tmp/ac_bad.st" <<'PY' || die "could not write the malformed checkpoint"
+import sys
+b = open(sys.argv[1], "rb").read()
+old = b'attention_cast\\":true'
+assert b.count(old) == 1
+open(sys.argv[2], "wb").write(b.replace(old, b'attention_cast\\":1234'))  # same length
+PY
+"$ampc" train $acf --resume "$tmp/ac_bad.st" >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q "ac_bad.st: bad attention_cast" "$tmp/err" ||
+  die "resume of a malformed attention_cast: $(cat "$tmp/err")"
+"$ampc" eval --checkpoint "$tmp/ac_bad.st" >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q "ac_bad.st: bad attention_cast" "$tmp/err" ||
+  die "eval of a malformed attention_cast: $(cat "$tmp/err")"
 "$ampc" train --model mlp --steps 1 --quiet --attention-cast on >/dev/null 2>"$tmp/err" ||
   die "mlp --attention-cast on"
 grep -q "has no attention: --attention-cast is ignored" "$tmp/err" || die "mlp --attention-cast: $(cat "$tmp/err")"

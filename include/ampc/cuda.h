@@ -94,6 +94,13 @@ void ampc_cuda_free(ampc_cuda_ctx *ctx, void *dptr);
 ampc_status ampc_cuda_to_device(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
 ampc_status ampc_cuda_to_host(ampc_cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
 ampc_status ampc_cuda_synchronize(ampc_cuda_ctx *ctx);
+/* The bytes a context's layer scratch slot holds after a request of
+ * `bytes` grew it: at least 4 KiB, else a quarter more than asked (room to
+ * grow, so that slightly larger requests reuse it); 0 for 0. The memory
+ * account uses it for the slots it counts exactly. */
+static inline size_t ampc_cuda_scratch_slot_bytes(size_t bytes) {
+  return bytes == 0 ? 0 : bytes < 4096 ? 4096 : bytes + bytes / 4;
+}
 /* The context's device memory now (cudaMemGetInfo): free and total bytes.
  * Errors: AMPC_ERR_INVALID_ARG (NULL), AMPC_ERR_DEVICE. */
 ampc_status ampc_cuda_mem_info(ampc_cuda_ctx *ctx, size_t *free_bytes, size_t *total_bytes);

@@ -262,7 +262,8 @@ ampc_status ampc_cuda_attention_backward(int64_t b, int64_t tq, int64_t tk, int6
  * products' P and dS rounded to mdt. A 16-bit mdt needs FP32 sums (the
  * head-major path): with AMPC_ACC_F16, AMPC_ERR_UNSUPPORTED. The forward
  * rounds the whole batch's P at once into the context's scratch (b*h*tq*tk
- * mdt values: ampc_mmodel_attn_cast_bytes in the memory account). */
+ * mdt values: ampc_mmodel_attn_cast_bytes, in a slot of
+ * ampc_cuda_scratch_slot_bytes of that, in the memory account). */
 ampc_status ampc_cuda_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t dh,
                                            const void *q, int64_t ldq, const void *k, int64_t ldk,
                                            const void *v, int64_t ldv, ampc_dtype xdt,

@@ -18,8 +18,9 @@
  *                (ampc_fp8_sites_state_bytes; --fp8-amax-history)
  *   device_scratch  a GPU run only (ampc_mem_account_mm_on): cuBLASLt's
  *                workspace and the device scratch the CUDA layers take
- *                (an allowance), plus --attention-cast's 16-bit
- *                probabilities (ampc_mmodel_attn_cast_bytes, exact)
+ *                (an allowance), plus the slot of --attention-cast's
+ *                16-bit probabilities (ampc_mmodel_attn_cast_bytes as the
+ *                context allocates it: ampc_cuda_scratch_slot_bytes)
  *
  * The parameter roles follow ampc_params_create exactly (every tensor padded
  * to 16 elements); the model roles follow the model's own allocation plan
@@ -102,7 +103,7 @@ ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
 /* The account of the same run on a device (issue 17): every role lives in
  * the device's memory; activations and workspace are the device arena
  * (ampc_mmodel_plan_bytes_on: the batch's inputs too); device_scratch is
- * ampc_mem_device_scratch_bytes plus ampc_mmodel_attn_cast_bytes on
+ * ampc_mem_device_scratch_bytes plus the slot of ampc_mmodel_attn_cast_bytes on
  * AMPC_DEVICE_CUDA (0 on the CPU and AMPC_DEVICE_CPU_SPLIT). Errors: as ampc_mem_account_mm. */
 ampc_status ampc_mem_account_mm_on(const ampc_mmodel_config *c, int64_t batch,
                                    const ampc_amp_config *amp, int moments, ampc_device dev,

@@ -85,8 +85,9 @@ bool ampc_model_known(const char *name);
 
 /* The model a checkpoint of a multimodal run was trained with, read from
  * the metadata the run writes ("ampc.model_config": a JSON object of name,
- * vocab, seq_len, classes, the loss weights and, when on, attention_cast:
- * the model's attn_cast, so that an evaluation rounds as training did), the preset it was trained in
+ * vocab, seq_len, classes, the loss weights and attention_cast, the model's
+ * attn_cast (absent: false), so that an evaluation rounds as training
+ * did), the preset it was trained in
  * (precision; may be NULL) and its iteration (may be NULL). Errors:
  * AMPC_ERR_IO, AMPC_ERR_FORMAT (not a checkpoint of a multimodal model; the
  * message names the file). */
@@ -94,6 +95,8 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
                                             size_t precision_cap, int64_t *iteration);
 /* The metadata entries that name model d in a checkpoint ("ampc.model"; for
  * the multimodal kind also "ampc.model_config" and "ampc.data" = data_name).
+ * The model config records d->mm.attn_cast as given: pass it as in effect
+ * (ampc train records false under 32-true, where the cast does nothing).
  * Fills meta[0..n) (at most 3; the strings live in *storage) and returns n. */
 typedef struct ampc_model_meta_storage {
   char config[512];
@@ -478,7 +481,9 @@ void ampc_run_free(ampc_run *R);
  * configuration lint's "warnings", and "run" (model, data, batch, seed,
  * threads, resumed_from, ...). */
 char *ampc_run_config_json(const ampc_run *R);
-/* The configuration lint's warnings (ampc_config_lint) of the run. */
+/* The run's warnings: the configuration lint's (ampc_config_lint), then
+ * the run's own: --attention-cast on without effect (32-true), a resume
+ * that switches the attention cast. Fills msgs[0..max), returns the count. */
 int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max);
 
 /* Train from the current iteration to min(steps, stop_at), once per run (a

@@ -366,7 +366,7 @@ ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, vo
       cudaFree(ctx->scratch[slot]);
       ctx->scratch[slot] = NULL, ctx->scratch_bytes[slot] = 0;
     }
-    const size_t want = bytes < 4096 ? 4096 : bytes + bytes / 4; /* room to grow */
+    const size_t want = ampc_cuda_scratch_slot_bytes(bytes); /* room to grow */
     cudaError_t e = cudaMalloc(&ctx->scratch[slot], want);
     if (e != cudaSuccess) {
       ctx->scratch[slot] = NULL;

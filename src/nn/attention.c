@@ -147,7 +147,9 @@ ampc_status ampc_attention_forward_ex(int64_t b, int64_t tq, int64_t tk, int64_t
   if (ldo < h * dh)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: ldo must be >= h*dh", fn);
   const int64_t ss = tq * tk; /* one head's score matrix */
-  const int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
+  int nt = b > 1 ? nn_threads(b * h * ss * dh) : 1;
+  if (nt > b) /* a worker per sample at most: the 16-bit P buffers below */
+    nt = (int)b;
   par_err pe = {AMPC_OK, ""};
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
   st = scores_probs(b, tq, tk, h, dh, q, ldq, k, ldk, xdt, key_mask, scores, sdt, probs, pdt, acc);

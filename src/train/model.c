@@ -96,7 +96,11 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
         st = ampc_fail(AMPC_ERR_FORMAT, "%s: bad w_mlm %g / mlm_prob %g in ampc.model_config", path,
                        (double)out->mm.w_mlm, (double)out->mm.mlm_prob);
       /* the attention products' 16-bit operands (--attention-cast): absent, off */
-      out->mm.attn_cast = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "attention_cast"));
+      const cJSON *ac = cJSON_GetObjectItemCaseSensitive(m, "attention_cast");
+      out->mm.attn_cast = cJSON_IsTrue(ac);
+      if (ac && !cJSON_IsBool(ac))
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "%s: bad attention_cast in ampc.model_config (not true or false)", path);
       if (precision && precision_cap)
         snprintf(precision, precision_cap, "%s", p->valuestring);
       const char *it = ampc_safetensors_meta(f, "ampc.iteration");
@@ -612,10 +616,11 @@ int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
              ",\"w_mlm\":%.9g,\"mlm_prob\":%.9g", (double)mc->w_mlm, (double)mc->mlm_prob);
     used = strlen(storage->config);
   }
-  if (mc->attn_cast) { /* absent: off, as in checkpoints from before --attention-cast */
-    snprintf(storage->config + used, sizeof storage->config - used, ",\"attention_cast\":true");
-    used = strlen(storage->config);
-  }
+  /* the caller's attn_cast (ampc train: as in effect); absent in checkpoints
+   * from before it was recorded */
+  snprintf(storage->config + used, sizeof storage->config - used, ",\"attention_cast\":%s",
+           mc->attn_cast ? "true" : "false");
+  used = strlen(storage->config);
   snprintf(storage->config + used, sizeof storage->config - used, "}");
   meta[1] = (ampc_st_meta){"ampc.model_config", storage->config};
   meta[2] = (ampc_st_meta){"ampc.data", data_name ? data_name : ""};

@@ -137,7 +137,8 @@ struct ampc_run {
   /* the image-text data's training recipe, recorded in the log and the
    * checkpoint and checked on resume: "held_out=S;shift=N;itm=sampled|hardest" */
   char recipe[128], held_out[64];
-  char resume_note[256]; /* a warning about the resumed checkpoint ("": none) */
+  char notes[2][256]; /* the run's own warnings (an option without effect, a resume's switch) */
+  int n_notes;
   /* one micro-batch, gathered */
   uint8_t *bimg;
   int32_t *btok, *blab;
@@ -527,6 +528,10 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     if ((st = ampc_model_set_group(&R->model, &g)) != AMPC_OK)
       goto fail;
   }
+  if (md->kind == AMPC_MODEL_MM && md->mm.attn_cast && !attn_cast_in_effect(md, amp->precision))
+    snprintf(R->notes[R->n_notes++], sizeof R->notes[0],
+             "--attention-cast on has no effect under %s (its attention products are FP32 already)",
+             ampc_precision_name(amp->precision));
   if (rc->resume_path) { /* a checkpoint of another model says so, not "tensor missing" */
     ampc_safetensors *f = NULL;
     if (ampc_safetensors_read(rc->resume_path, &f) == AMPC_OK) {
@@ -558,8 +563,19 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
       cJSON *mroot = mcs ? cJSON_Parse(mcs) : NULL;
       const cJSON *mcj = mroot ? cJSON_GetObjectItemCaseSensitive(mroot, "w_mlm") : NULL;
       const double was_mlm = cJSON_IsNumber(mcj) ? mcj->valuedouble : 0.0;
-      const bool was_cast = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mroot, "attention_cast"));
+      /* absent: a checkpoint from before the cast was recorded (not checked) */
+      const cJSON *acj = cJSON_GetObjectItemCaseSensitive(mroot, "attention_cast");
+      const bool has_cast = acj != NULL, was_cast = cJSON_IsTrue(acj),
+                 bad_cast = acj && !cJSON_IsBool(acj);
       cJSON_Delete(mroot);
+      if (bad_cast) {
+        st = ampc_fail(AMPC_ERR_FORMAT,
+                       "cannot resume: %s: bad attention_cast in ampc.model_config (not true or "
+                       "false)",
+                       rc->resume_path);
+        ampc_safetensors_free(f);
+        goto fail;
+      }
       if (md->kind == AMPC_MODEL_MM && !md->mm.image_only &&
           (was_mlm > 0.0) != (md->mm.w_mlm > 0.0f)) {
         st = ampc_fail(AMPC_ERR_FORMAT,
@@ -572,14 +588,14 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
       }
       /* --attention-cast may change on resume (as --precision may: the
        * weights and optimizer state mean the same), but the forward pass's
-       * rounding changes with it: say so (absent: off) */
+       * rounding changes with it: say so */
       const bool now_cast = attn_cast_in_effect(md, amp->precision);
-      if (md->kind == AMPC_MODEL_MM && mcs && was_cast != now_cast)
-        snprintf(R->resume_note, sizeof R->resume_note,
-                 "%s was trained with the attention cast %s, this run has it %s "
-                 "(--attention-cast, in effect in the 16-bit presets): the attention products' "
-                 "operands round differently from here on",
-                 rc->resume_path, was_cast ? "on" : "off", now_cast ? "on" : "off");
+      if (md->kind == AMPC_MODEL_MM && has_cast && was_cast != now_cast)
+        snprintf(R->notes[R->n_notes++], sizeof R->notes[0],
+                 "%s was trained with the attention cast %s, this run has it %s%s: attention "
+                 "products round differently from here on",
+                 rc->resume_path, was_cast ? "on" : "off", now_cast ? "on" : "off",
+                 md->mm.attn_cast && !now_cast ? " (under 32-true)" : "");
       /* the data recipe (held-out style, shifts, negatives) must stay what
        * it was: a resume would otherwise train on another split or sampler
        * (absent: a checkpoint from before it was recorded, not checked) */
@@ -627,8 +643,9 @@ int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max) {
   if (!R)
     return 0;
   int n = ampc_config_lint(&R->T.amp, &R->T.opt, msgs, max);
-  if (R->resume_note[0] && n < max)
-    snprintf(msgs[n++], sizeof msgs[0], "%s", R->resume_note);
+  for (int k = 0; k < R->n_notes; k++, n++) /* counted past max, as the lint's */
+    if (msgs && n < max)
+      snprintf(msgs[n], sizeof msgs[0], "%s", R->notes[k]);
   return n;
 }
 

@@ -130,6 +130,35 @@ int cli_parse_attention_cast(const char *cmd, const char *v, bool *on) {
   return 0;
 }
 
+int cli_next_option(const char *cmd, int argc, char **argv, int *i, bool (*is_flag)(const char *),
+                    char *name, size_t cap, const char **value) {
+  const char *arg = argv[*i];
+  if (strncmp(arg, "--", 2) != 0 || !arg[2])
+    return cli_usage_error(cmd, "unexpected argument '%s'", arg);
+  const char *eq = strchr(arg + 2, '=');
+  const size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+  if (len >= cap)
+    return cli_usage_error(cmd, "unknown option %s", arg);
+  memcpy(name, arg + 2, len);
+  name[len] = '\0';
+  *value = NULL;
+  if (is_flag && is_flag(name)) {
+    if (eq)
+      return cli_usage_error(cmd, "--%s takes no value", name);
+    return 0;
+  }
+  if (eq) {
+    *value = eq + 1;
+    return 0;
+  }
+  if (*i + 1 >= argc)
+    return cli_usage_error(cmd, "--%s needs a value", name);
+  if (!strncmp(argv[*i + 1], "--", 2) && argv[*i + 1][2]) /* "--model --json" */
+    return cli_usage_error(cmd, "--%s needs a value (got the flag %s)", name, argv[*i + 1]);
+  *value = argv[++*i];
+  return 0;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
 int cli_print_json(const char *cmd, cJSON *obj) {

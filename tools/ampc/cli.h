@@ -7,6 +7,7 @@
 #define AMPC_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include "internal.h"
 
 /* 3: `ampc train` stopped a run that could no longer learn (--on-stall stop) */
@@ -52,6 +53,14 @@ int cli_parse_recompute(const char *cmd, const char *v, bool *keep);
 /* --attention-cast on|off (train, memory, plan): *on = (v is "on"), 0;
  * anything else is a usage error of cmd (exit 2). */
 int cli_parse_attention_cast(const char *cmd, const char *v, bool *on);
+/* The option at argv[*i] of cmd: "--name value" or "--name=value", or a
+ * bare flag (is_flag(name) true: *value NULL, "=value" refused). name gets
+ * the name without its dashes (cap bytes). *i moves past a separate value.
+ * Returns 0, or a usage error (exit 2): "unexpected argument", "unknown
+ * option" (a name too long), "--x takes no value", "--x needs a value", "--x
+ * needs a value (got the flag --y)". */
+int cli_next_option(const char *cmd, int argc, char **argv, int *i, bool (*is_flag)(const char *),
+                    char *name, size_t cap, const char **value);
 /* True for "-h" and "--help". */
 int cli_is_help(const char *arg);
 

@@ -48,37 +48,43 @@ static void put_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m
     cJSON_AddItemToObject(o, name, x);
 }
 
+static bool is_json(const char *name) { return !strcmp(name, "json"); }
+
 static int run(int argc, char **argv) {
   const char *ckpt = NULL, *data = "emoji", *prec_flag = NULL, *hold = NULL, *cast_flag = NULL;
   int64_t batch = 64, threads = 0;
   int json = 0;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const int has_val = i + 1 < argc;
-    if (!strcmp(a, "--json")) {
+    char name[32];
+    const char *v = NULL;
+    const int orc = cli_next_option("eval", argc, argv, &i, is_json, name, sizeof name, &v);
+    if (orc)
+      return orc;
+    if (!v) {
       json = 1;
-    } else if (!strcmp(a, "--checkpoint") && has_val) {
-      ckpt = argv[++i];
-    } else if (!strcmp(a, "--data") && has_val) {
-      data = argv[++i];
-    } else if (!strcmp(a, "--precision") && has_val) {
-      prec_flag = argv[++i];
-    } else if (!strcmp(a, "--attention-cast") && has_val) {
-      cast_flag = argv[++i];
+    } else if (!strcmp(name, "checkpoint")) {
+      ckpt = v;
+    } else if (!strcmp(name, "data")) {
+      data = v;
+    } else if (!strcmp(name, "precision")) {
+      prec_flag = v;
+    } else if (!strcmp(name, "attention-cast")) {
+      cast_flag = v;
       bool on = false;
       if (cli_parse_attention_cast("eval", cast_flag, &on) != 0)
         return AMPC_EXIT_USAGE;
-    } else if (!strcmp(a, "--hold-out-style") && has_val) {
-      hold = argv[++i];
-    } else if ((!strcmp(a, "--batch") || !strcmp(a, "--threads")) && has_val) {
+    } else if (!strcmp(name, "hold-out-style")) {
+      hold = v;
+    } else if (!strcmp(name, "batch") || !strcmp(name, "threads")) {
+      const bool is_batch = name[0] == 'b';
       char *end = NULL;
       errno = 0;
-      const long long v = strtoll(argv[++i], &end, 10);
-      if (!*argv[i] || *end || errno || v < (a[2] == 'b' ? 2 : 1) || v > 4096)
-        return cli_usage_error("eval", "%s: bad value '%s'", a, argv[i]);
-      *(a[2] == 'b' ? &batch : &threads) = v;
+      const long long x = strtoll(v, &end, 10);
+      if (!*v || *end || errno || x < (is_batch ? 2 : 1) || x > 4096)
+        return cli_usage_error("eval", "--%s: bad value '%s'", name, v);
+      *(is_batch ? &batch : &threads) = x;
     } else {
-      return cli_usage_error("eval", "unknown or incomplete option '%s'", a);
+      return cli_usage_error("eval", "unknown option --%s", name);
     }
   }
   if (!strcmp(data, "fashion-mnist") || !strncmp(data, "fashion-mnist:", 14))

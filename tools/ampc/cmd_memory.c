@@ -124,31 +124,18 @@ static int parse_i64_flag(const char *cmd, const char *flag, const char *v, int6
   return 0;
 }
 
+static bool is_json(const char *name) { return !strcmp(name, "json"); }
+
 static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
   for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (strncmp(arg, "--", 2) != 0 || !arg[2])
-      return cli_usage_error(cmd, "unexpected argument '%s'", arg);
     char name[32];
-    const char *eq = strchr(arg + 2, '=');
-    const size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-    if (len >= sizeof name)
-      return cli_usage_error(cmd, "unknown option %s", arg);
-    memcpy(name, arg + 2, len);
-    name[len] = '\0';
-    if (!strcmp(name, "json")) {
-      if (eq)
-        return cli_usage_error(cmd, "--json takes no value");
+    const char *v = NULL;
+    const int orc = cli_next_option(cmd, argc, argv, &i, is_json, name, sizeof name, &v);
+    if (orc)
+      return orc;
+    if (!v) { /* --json */
       a->json = true;
       continue;
-    }
-    const char *v = eq ? eq + 1 : NULL;
-    if (!v) {
-      if (i + 1 >= argc)
-        return cli_usage_error(cmd, "--%s needs a value", name);
-      if (!strncmp(argv[i + 1], "--", 2) && argv[i + 1][2]) /* "--model --json" */
-        return cli_usage_error(cmd, "--%s needs a value (got the flag %s)", name, argv[i + 1]);
-      v = argv[++i];
     }
     const bool is_plan = !strcmp(cmd, "plan");
     int rc = 0;
@@ -222,6 +209,19 @@ static int resolve_amp(const char *cmd, const char *name, const char *master, co
     return cli_usage_error(cmd, "%s", ampc_last_error());
   if (ampc_amp_config_check(amp) != AMPC_OK)
     return cli_usage_error(cmd, "%s", ampc_last_error());
+  return 0;
+}
+
+/* --attention-cast on on the GPU needs FP32 sums (as ampc train --device
+ * cuda refuses at model creation): a usage error for a preset that sums in
+ * FP16 (16-true) */
+static int check_cast_gpu(const char *cmd, const char *name, const ampc_amp_config *amp, bool cast,
+                          ampc_device dev) {
+  if (cast && dev == AMPC_DEVICE_CUDA && amp->lowp != AMPC_F32 && amp->accumulate == AMPC_ACC_F16)
+    return cli_usage_error(cmd,
+                           "--attention-cast on needs FP32 sums on the GPU; %s sums in FP16 "
+                           "(ampc train --device cuda refuses it too)",
+                           name);
   return 0;
 }
 
@@ -309,6 +309,17 @@ static int run_memory(int argc, char **argv) {
     return rc;
   ampc_mem_account m, m32;
   const bool model = a.model != NULL;
+  /* the attention cast as in effect: a multimodal or ViT model, 16-bit activations */
+  const bool has_attn = model && strcmp(a.model, "mlp") != 0;
+  const bool cast = has_attn && a.cast && amp.lowp != AMPC_F32;
+  if ((rc = check_cast_gpu(cmd, a.precision, &amp, a.cast, a.device)) != 0)
+    return rc;
+  if (a.cast && !cast)
+    fprintf(stderr, "ampc memory: warning: %s\n",
+            has_attn
+                ? "--attention-cast on has no effect under 32-true (its attention products are "
+                  "FP32 already)"
+                : "--attention-cast is ignored without a --model that has attention");
   if (a.device != AMPC_DEVICE_CPU && (!model || !strcmp(a.model, "mlp")))
     return cli_usage_error(cmd, "--device cuda: give a multimodal or ViT --model (the GPU runs "
                                 "those; --params and mlp are CPU accounts)");
@@ -346,9 +357,9 @@ static int run_memory(int argc, char **argv) {
     if (model) {
       cJSON_AddStringToObject(o, "model", a.model);
       cJSON_AddNumberToObject(o, "batch", (double)m.batch);
-      if (strcmp(a.model, "mlp") != 0) {
+      if (has_attn) {
         cJSON_AddBoolToObject(o, "recompute", !a.keep);
-        cJSON_AddBoolToObject(o, "attention_cast", a.cast);
+        cJSON_AddBoolToObject(o, "attention_cast", cast);
       }
     }
     cJSON_AddNumberToObject(o, "params", (double)m.params);
@@ -369,7 +380,7 @@ static int run_memory(int argc, char **argv) {
            strcmp(a.model, "mlp") == 0 ? ""
            : a.keep                    ? ", recompute off"
                                        : ", recompute on",
-           strcmp(a.model, "mlp") != 0 && a.cast ? ", attention cast on" : "",
+           cast ? ", attention cast on" : "",
            a.device == AMPC_DEVICE_CUDA ? ", on the GPU (device memory)" : "");
   else
     printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
@@ -432,7 +443,8 @@ static int run_plan(int argc, char **argv) {
       return cli_usage_error(cmd, "--precision: bad list '%s'", a.precision);
     memcpy(names[np], s, len);
     names[np][len] = '\0';
-    if ((rc = resolve_amp(cmd, names[np], a.master, a.update, a.fp8hist, &amps[np])) != 0)
+    if ((rc = resolve_amp(cmd, names[np], a.master, a.update, a.fp8hist, &amps[np])) != 0 ||
+        (rc = check_cast_gpu(cmd, names[np], &amps[np], a.cast, a.device)) != 0)
       return rc;
     np++;
     s = e ? e + 1 : s + len;
@@ -499,7 +511,8 @@ static int run_plan(int argc, char **argv) {
   char b1[32], b2[32], b3[32];
   if (!a.json)
     printf("ampc plan: %s on %s, recompute %s%s, budget %s, overhead %s (%s), batch <= %lld\n",
-           mc.name, data, a.keep ? "off" : "on", a.cast ? ", attention cast on" : "",
+           mc.name, data, a.keep ? "off" : "on",
+           a.cast ? ", attention cast on (the 16-bit presets)" : "",
            human((size_t)budget, b1, sizeof b1), human((size_t)overhead, b2, sizeof b2),
            measured     ? "measured RSS after loading the data + 48 MiB"
            : a.overhead ? "--overhead"
@@ -520,6 +533,7 @@ static int run_plan(int argc, char **argv) {
     cJSON_AddStringToObject(p, "precision", names[k]);
     cJSON_AddNumberToObject(p, "batch", (double)b);
     cJSON_AddBoolToObject(p, "fits", b > 0);
+    cJSON_AddBoolToObject(p, "attention_cast", a.cast && amps[k].lowp != AMPC_F32);
     cJSON_AddBoolToObject(p, "limited_by_data", b == max_batch);
     cJSON_AddNumberToObject(p, "predicted_bytes", (double)(m.total + overhead));
     cJSON_AddItemToObject(p, "roles", roles_json(&m, true));

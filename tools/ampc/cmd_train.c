@@ -631,11 +631,6 @@ static void print_config(FILE *out, ampc_run *R, const train_args *A) {
             A->attn_cast && A->keep_activations ? "--attention-cast and --recompute are"
             : A->attn_cast                      ? "--attention-cast is"
                                                 : "--recompute is");
-  else if (md->kind == AMPC_MODEL_MM && A->attn_cast && am->lowp == AMPC_F32)
-    fprintf(stderr,
-            "ampc train: warning: --attention-cast on has no effect under %s (its attention "
-            "products are FP32 already)\n",
-            ampc_precision_name(am->precision));
 }
 
 static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
