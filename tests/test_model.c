@@ -296,6 +296,18 @@ static char *counted_pass(ampc_mmodel *M, ampc_trainer *T, const ampc_mmodel_bat
   return g;
 }
 
+/* counted_pass of models M[0] and M[1] (the same parameters T) on one
+ * mm-micro batch made from seed, at loss scale 1024 */
+static void counted_pair(ampc_mmodel *M[2], ampc_trainer *T, uint64_t seed, char *g[2],
+                         ampc_mmodel_losses L[2], ampc_tm_stats tm[2]) {
+  uint8_t images[B * 8 * 8 * 3];
+  int32_t tokens[B * TT], labels[B];
+  make_batch(8, images, tokens, labels, seed);
+  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+  for (int r = 0; r < 2; r++)
+    g[r] = counted_pass(M[r], T, &bt, 1024.0f, &L[r], &tm[r]);
+}
+
 /* The backward pass that recomputes the attention probabilities and x1
  * (the default) gives the bits of the one that keeps them, in every preset
  * (with MLM and its masked rows too): the same gradients, losses and
@@ -318,16 +330,11 @@ static void recompute_exact(const char *model, ampc_precision prec, float w_mlm,
   assert_int_equal(ampc_mmodel_plan_bytes(&keep, B, prec, &act[1], NULL), AMPC_OK);
   assert_true(act[0] < act[1]);
   ampc_params *P = &T.params;
-  uint8_t images[B * 8 * 8 * 3];
-  int32_t tokens[B * TT], labels[B];
-  make_batch(8, images, tokens, labels, 11);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
   const size_t bytes = (size_t)P->total * ampc_dtype_size(P->wdt);
   char *g[2];
   ampc_mmodel_losses L[2];
   ampc_tm_stats tm[2];
-  for (int r = 0; r < 2; r++)
-    g[r] = counted_pass(M[r], &T, &bt, 1024.0f, &L[r], &tm[r]);
+  counted_pair(M, &T, 11, g, L, tm);
   assert_memory_equal(g[0], g[1], bytes);
   assert_memory_equal(&L[0], &L[1], sizeof L[0]);
   assert_true(tm[0].r.count > 0);
@@ -373,16 +380,11 @@ static void test_attention_cast_model(void **state) {
   cc.attn_cast = true;
   assert_int_equal(ampc_mmodel_create(&M[1], &cc, &T.params, &T.amp, B), AMPC_OK);
   ampc_params *P = &T.params;
-  uint8_t images[B * 8 * 8 * 3];
-  int32_t tokens[B * TT], labels[B];
-  make_batch(8, images, tokens, labels, 5);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
   const size_t bytes = (size_t)P->total * ampc_dtype_size(P->wdt);
   char *g[2];
   ampc_mmodel_losses L[2];
   ampc_tm_stats tm[2];
-  for (int r = 0; r < 2; r++)
-    g[r] = counted_pass(M[r], &T, &bt, 1024.0f, &L[r], &tm[r]);
+  counted_pair(M, &T, 5, g, L, tm);
   assert_true(memcmp(g[0], g[1], bytes) != 0);
   /* every attention block's probabilities, once forward (P) and once
    * backward (dS): mm-micro's blocks, [b, h, tq, tk] each */
