@@ -2363,6 +2363,110 @@ static void test_typed_groups(void) {
   }
 }
 
+/* the typed bias gradient (bias_grad_k): its own fixed order of FP32 sums,
+ * so against the exact column sums within the GEMM bound (colsum_tol), and
+ * bit-equal from one run to the next (the last block of a column tile adds
+ * the row splits in split order, whatever block finishes last). Shapes: a
+ * transformer layer's 4,160 x 512 (16 tiles of 64 splits), columns not a
+ * multiple of 32, one split, fewer rows than a warp's lanes; dW by the way
+ * (k = 1), dx not asked for. */
+static void test_typed_bias(void) {
+  static const int64_t shapes[][2] = {{4160, 512}, {2048, 2050}, {300, 33}, {130, 72}, {7, 5}};
+  for (int i = 0; i < 3; i++)
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+      const ampc_dtype gdt = k_dts[i];
+      const int64_t m = shapes[sh][0], n = shapes[sh][1];
+      char nm[96];
+      buf dy = rnd_buf(gdt, m * n, -1.0, 1.0), x = rnd_buf(gdt, m, -1.0, 1.0),
+          w = rnd_buf(gdt, n, -1.0, 1.0), dw = rnd_buf(gdt, n, -0.1, 0.1),
+          db = rnd_buf(gdt, n, -0.1, 0.1);
+      void *db0 = malloc(db.bytes);
+      memcpy(db0, db.h, db.bytes);
+      float *dyf = host_f32(&dy), *db0f = host_f32(&db);
+      OK(ampc_linear_backward(m, 1, n, dy.h, gdt, x.h, gdt, w.h, gdt, NULL, dw.h, db.h,
+                              AMPC_ACC_F32, NULL));
+      ampc_cuda_set_typed_kernels(true);
+      long long n0 = ampc_cuda_typed_launches();
+      OK(ampc_cuda_linear_backward(m, 1, n, dy.d, gdt, x.d, gdt, w.d, gdt, NULL, dw.d, db.d,
+                                   AMPC_ACC_F32, NULL));
+      snprintf(nm, sizeof nm, "typed bias gradient %lld x %lld %s", (long long)m, (long long)n,
+               dn(gdt));
+      typed_ran(nm, n0, true);
+      double *tol = colsum_tol(m, n, dyf, db0f, &db);
+      compare(nm, &db, tol);
+      free(tol);
+      snap(&db);
+      OK(ampc_cuda_to_device(g_ctx, db.d, db0, db.bytes));
+      OK(ampc_cuda_linear_backward(m, 1, n, dy.d, gdt, x.d, gdt, w.d, gdt, NULL, dw.d, db.d,
+                                   AMPC_ACC_F32, NULL));
+      compare("  again: the same bits", &db, NULL);
+      free(db0), free(dyf), free(db0f);
+      drop(&dy), drop(&x), drop(&w), drop(&dw), drop(&db);
+    }
+}
+
+/* the attention layer's head copies in the typed set (heads_multi_k,
+ * unheads_multi_k: q and k in one launch, dout and v in one, q, k and dout
+ * widened in one, dq, dk, dv rounded in one): the generic kernels' copies,
+ * so bit-equal outputs and counts. Cross-attention shapes (tq != tk, k and
+ * v packed in one buffer); the presets' dtypes, the attention cast, and a
+ * gradient dtype other than the inputs' (the copies launched apart). */
+static void test_typed_attention(void) {
+  static const ampc_dtype cfg[][4] = {
+      /* xdt, gdt, pdt, mdt */
+      {AMPC_F32, AMPC_F32, AMPC_F32, AMPC_F32},     {AMPC_F16, AMPC_F16, AMPC_F32, AMPC_F32},
+      {AMPC_F16, AMPC_F16, AMPC_F32, AMPC_F16},     {AMPC_BF16, AMPC_BF16, AMPC_F32, AMPC_F32},
+      {AMPC_BF16, AMPC_BF16, AMPC_BF16, AMPC_BF16}, {AMPC_F16, AMPC_F32, AMPC_F32, AMPC_F32}};
+  const int64_t b = 3, tq = 5, tk = 9, h = 2, dh = 16, dm = h * dh;
+  for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+    const ampc_dtype xdt = cfg[ci][0], gdt = cfg[ci][1], pdt = cfg[ci][2], mdt = cfg[ci][3];
+    const size_t xs = ampc_dtype_size(xdt);
+    char nm[96];
+    buf q = rnd_buf(xdt, b * tq * dm, -1, 1), kv = rnd_buf(xdt, b * tk * 2 * dm, -1, 1),
+        sc = rnd_buf(pdt, b * h * tq * tk, 0, 1), pr = rnd_buf(pdt, b * h * tq * tk, 0, 1),
+        out = rnd_buf(xdt, b * tq * dm, 0, 1), dout = rnd_buf(gdt, b * tq * dm, -1, 1),
+        dq = rnd_buf(gdt, b * tq * dm, 0, 1), dk = rnd_buf(gdt, b * tk * dm, 0, 1),
+        dv = rnd_buf(gdt, b * tk * dm, 0, 1);
+    const char *kd = kv.d;
+    ampc_round_stats s[2] = {{0}, {0}};
+    ampc_tm_stats ts[2];
+    for (int typed = 0; typed < 2; typed++) {
+      ampc_cuda_set_typed_kernels(typed != 0);
+      const long long n0 = ampc_cuda_typed_launches();
+      OK(ampc_cuda_attention_forward_ex(b, tq, tk, h, dh, q.d, dm, kd, 2 * dm, kd + dm * xs, 2 * dm,
+                                        xdt, NULL, sc.d, pdt, pr.d, pdt, mdt, out.d, dm, xdt,
+                                        AMPC_ACC_F32, &s[typed]));
+      ampc_tally *tl = ampc_tally_create();
+      CHECK(tl != NULL, "out of memory");
+      ampc_tally *was = ampc_tally_bind(tl);
+      OK(ampc_cuda_attention_backward_ex(b, tq, tk, h, dh, q.d, dm, kd, 2 * dm, kd + dm * xs,
+                                         2 * dm, xdt, pr.d, pdt, mdt, dout.d, dm, gdt, dq.d, dm,
+                                         dk.d, dm, dv.d, dm, AMPC_ACC_F32, NULL));
+      (void)ampc_tally_bind(was);
+      ampc_tally_drain(tl, &ts[typed]);
+      ampc_tally_free(tl);
+      snprintf(nm, sizeof nm, "typed attention x %s, grads %s, P %s%s", dn(xdt), dn(gdt), dn(pdt),
+               mdt != AMPC_F32 && mdt != pdt ? ", cast" : "");
+      if (typed) {
+        typed_ran(nm, n0, true);
+        compare(nm, &out, NULL);
+        compare("  its probabilities", &pr, NULL);
+        compare("  dq", &dq, NULL);
+        compare("  dk", &dk, NULL);
+        compare("  dv", &dv, NULL);
+        stats_equal(nm, &s[1], &s[0]);
+        CHECK(ts[1].r.count == ts[0].r.count && ts[1].r.overflow == ts[0].r.overflow &&
+                  ts[1].r.underflow == ts[0].r.underflow,
+              "%s: the backward pass counted %llu roundings typed, %llu generic", nm,
+              (unsigned long long)ts[1].r.count, (unsigned long long)ts[0].r.count);
+      } else
+        snap(&out), snap(&pr), snap(&dq), snap(&dk), snap(&dv);
+    }
+    drop(&q), drop(&kv), drop(&sc), drop(&pr), drop(&out), drop(&dout), drop(&dq), drop(&dk),
+        drop(&dv);
+  }
+}
+
 static void test_typed(void) {
   printf("typed kernels against the generic ones:\n");
   /* (stream, parameter, activation) as DTS_PRESETS (src/cuda/cuda_common.cuh) */
@@ -2503,6 +2607,8 @@ static void test_typed(void) {
     }
   }
   test_typed_groups();
+  test_typed_bias();
+  test_typed_attention();
   ampc_cuda_set_typed_kernels(false);
 }
 

@@ -78,8 +78,9 @@ int ampc_cuda_ctx_device(const ampc_cuda_ctx *ctx);
  * row terms; 11 the FP8 layers' casts' reports and quantized operands; 12 the bias gradient's ones
  * vector; 13, 14 the GELU tables of F16 and BF16 inputs; 15 the optimizer's list of tensor pieces;
  * 16 the attention forward's 16-bit probabilities (the products' operand,
- * ampc_cuda_attention_forward_ex). Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
-#define AMPC_CUDA_SCRATCH_SLOTS 17
+ * ampc_cuda_attention_forward_ex); 17 the typed bias gradient's counts and
+ * partial sums. Errors: AMPC_ERR_NOMEM, AMPC_ERR_DEVICE. */
+#define AMPC_CUDA_SCRATCH_SLOTS 18
 ampc_status ampc_cuda_ctx_scratch(ampc_cuda_ctx *ctx, int slot, size_t bytes, void **out);
 /* cudaStreamSynchronize(stream) (a cudaStream_t), counted with the seconds
  * it took in the bound context's counters (ampc_cuda_counters_get); returns

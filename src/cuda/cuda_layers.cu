@@ -35,8 +35,19 @@ namespace {
  * bias into a 16-bit y; attention's FP32 out copy and widened v, its dP, dS,
  * dq, dk, dv copies and widened q, k, dout); 11 the FP8 layers' quantized
  * operands; 12 the bias gradient's ones vector; 16 the attention forward's
- * 16-bit probabilities (the products' operand) */
-enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11, SLOT_ONES = 12, SLOT_PM = 16 };
+ * 16-bit probabilities (the products' operand); 17 the typed bias
+ * gradient's counts and partial sums */
+enum {
+  SLOT_A = 4,
+  SLOT_B = 5,
+  SLOT_C = 6,
+  SLOT_L = 7,
+  SLOT_F8 = 11,
+  SLOT_ONES = 12,
+  SLOT_PM = 16,
+  SLOT_BG = 17
+};
+static_assert(SLOT_BG < AMPC_CUDA_SCRATCH_SLOTS, "the bias gradient's slot is a context slot");
 static_assert(SLOT_PM < AMPC_CUDA_SCRATCH_SLOTS,
               "the 16-bit probabilities' slot is a context slot");
 static_assert(SLOT_ONES < AMPC_CUDA_SCRATCH_SLOTS, "the ones slot is a context slot");
@@ -66,11 +77,9 @@ enum { HEADS_ILP = 4 }; /* rows a thread moves at once in heads_k / unheads_k */
  * 32-bit within it (64-bit divisions per element, then a load at a time,
  * made these copies 3 to 5 times slower than their memory traffic on an
  * H200).
- * heads_k: dst (ddt) = src (sdt): exact (ddt F32 or sdt). */
-template <int ST, int DT>
-__global__ void heads_k(int64_t rows, int t, int h, int dh, const void *src, int sdt_, int64_t lds,
-                        void *dst, int ddt_) {
-  const int sdt = TDT(ST, sdt_), ddt = TDT(DT, ddt_);
+ * heads_rows: dst (ddt) = src (sdt): exact (ddt F32 or sdt). */
+__device__ __forceinline__ void heads_rows(int64_t rows, int t, int h, int dh, const void *src,
+                                           int sdt, int64_t lds, void *dst, int ddt) {
   const int dm = h * dh;
   const int64_t hstride = (int64_t)t * dh; /* one head's matrix */
   for (int64_t r0 = blockIdx.x; r0 < rows; r0 += HEADS_ILP * (int64_t)gridDim.x) {
@@ -95,13 +104,11 @@ __global__ void heads_k(int64_t rows, int t, int h, int dh, const void *src, int
   }
 }
 
-/* unheads_k: dst [b * t, ldd] (dt) = round(src [b, h, t, dh], FP32), once,
- * counting */
-template <int DT>
-__global__ void unheads_k(int64_t rows, int t, int h, int dh, const float *src, void *dst, int dt_,
-                          int64_t ldd, dev_stats *ds) {
-  const int dt = TDT(DT, dt_);
-  lstats ls(ds);
+/* unheads_rows: dst [b * t, ldd] (dt) = round(src [b, h, t, dh], FP32),
+ * once, counting into ls */
+__device__ __forceinline__ void unheads_rows(int64_t rows, int t, int h, int dh, const float *src,
+                                             void *dst, int dt, int64_t ldd, dev_stats *ds,
+                                             lstats &ls) {
   const int dm = h * dh;
   const int64_t hstride = (int64_t)t * dh;
   for (int64_t r0 = blockIdx.x; r0 < rows; r0 += HEADS_ILP * (int64_t)gridDim.x) {
@@ -127,6 +134,54 @@ __global__ void unheads_k(int64_t rows, int t, int h, int dh, const float *src, 
         }
     }
   }
+}
+
+template <int ST, int DT>
+__global__ void heads_k(int64_t rows, int t, int h, int dh, const void *src, int sdt_, int64_t lds,
+                        void *dst, int ddt_) {
+  heads_rows(rows, t, h, dh, src, TDT(ST, sdt_), lds, dst, TDT(DT, ddt_));
+}
+
+template <int DT>
+__global__ void unheads_k(int64_t rows, int t, int h, int dh, const float *src, void *dst, int dt_,
+                          int64_t ldd, dev_stats *ds) {
+  lstats ls(ds);
+  unheads_rows(rows, t, h, dh, src, dst, TDT(DT, dt_), ldd, ds, ls);
+  ls.flush(ds);
+}
+
+/* Up to three head copies of one attention call in one launch (typed set):
+ * job blockIdx.y, each the copy heads_k / unheads_k makes (the same
+ * operations, so the same bits and counts). An attention layer's q, k (and
+ * in the backward pass v, dout) are copied in two launches, not five; its
+ * dq, dk, dv rounded in one, not three. */
+enum { HEADS_JOBS = 3 };
+struct heads_job {
+  const void *src;
+  void *dst;
+  int64_t rows, ld; /* rows b * t; the row-major side's row stride */
+  int t;
+};
+struct heads_jobs {
+  heads_job j[HEADS_JOBS];
+};
+/* job blockIdx.y, chosen by value (an index into the kernel's parameters
+ * would copy them all to the stack first) */
+__device__ __forceinline__ heads_job pick_job(const heads_jobs &js) {
+  static_assert(HEADS_JOBS == 3, "pick_job chooses among three");
+  return blockIdx.y == 0 ? js.j[0] : blockIdx.y == 1 ? js.j[1] : js.j[2];
+}
+template <int ST, int DT>
+__global__ void heads_multi_k(heads_jobs jobs, int h, int dh, int sdt_, int ddt_) {
+  const heads_job jb = pick_job(jobs);
+  heads_rows(jb.rows, jb.t, h, dh, jb.src, TDT(ST, sdt_), jb.ld, jb.dst, TDT(DT, ddt_));
+}
+template <int DT>
+__global__ void unheads_multi_k(heads_jobs jobs, int h, int dh, int dt_, dev_stats *ds) {
+  const heads_job jb = pick_job(jobs);
+  lstats ls(ds);
+  unheads_rows(jb.rows, jb.t, h, dh, static_cast<const float *>(jb.src), jb.dst, TDT(DT, dt_),
+               jb.ld, ds, ls);
   ls.flush(ds);
 }
 
@@ -165,6 +220,54 @@ void launch_unheads(cudaStream_t strm, int64_t rows, int t, int h, int dh, const
                                },
                                dts<0, 0, 0>{}, dts<1, 0, 0>{}, dts<2, 0, 0>{})))
     unheads_k<-1><<<heads_grid(rows), THREADS, 0, strm>>>(rows, t, h, dh, src, dst, dt, ldd, ds);
+}
+
+/* n (1 to HEADS_JOBS) head copies of one dtype pair: one heads_multi_k
+ * launch in the typed set, else launch_heads for each */
+void launch_heads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int dh, int sdt,
+                    int ddt) {
+  heads_jobs js = {};
+  int64_t most = 0;
+  for (int i = 0; i < n; i++) {
+    js.j[i] = jobs[i];
+    most = jobs[i].rows > most ? jobs[i].rows : most;
+  }
+  const dim3 grid(heads_grid(most), (unsigned)n);
+  if (n > 1 && ampc_cu_typed() &&
+      typed_pick(
+          sdt, ddt, 0,
+          [&](auto k) {
+            using T = decltype(k);
+            heads_multi_k<T::a, T::b><<<grid, THREADS, 0, strm>>>(js, h, dh, sdt, ddt);
+          },
+          dts<0, 0, 0>{}, dts<1, 1, 0>{}, dts<2, 2, 0>{}, dts<1, 0, 0>{}, dts<2, 0, 0>{}))
+    return;
+  for (int i = 0; i < n; i++)
+    launch_heads(strm, jobs[i].rows, jobs[i].t, h, dh, jobs[i].src, sdt, jobs[i].ld, jobs[i].dst,
+                 ddt);
+}
+/* the same for unheads: jobs' src FP32 [b, h, t, dh], dst rows in dt */
+void launch_unheads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int dh, int dt,
+                      dev_stats *ds) {
+  heads_jobs js = {};
+  int64_t most = 0;
+  for (int i = 0; i < n; i++) {
+    js.j[i] = jobs[i];
+    most = jobs[i].rows > most ? jobs[i].rows : most;
+  }
+  const dim3 grid(heads_grid(most), (unsigned)n);
+  if (n > 1 && ampc_cu_typed() &&
+      typed_pick(
+          dt, 0, 0,
+          [&](auto k) {
+            using T = decltype(k);
+            unheads_multi_k<T::a><<<grid, THREADS, 0, strm>>>(js, h, dh, dt, ds);
+          },
+          dts<0, 0, 0>{}, dts<1, 0, 0>{}, dts<2, 0, 0>{}))
+    return;
+  for (int i = 0; i < n; i++)
+    launch_unheads(strm, jobs[i].rows, jobs[i].t, h, dh, static_cast<const float *>(jobs[i].src),
+                   jobs[i].dst, dt, jobs[i].ld, ds);
 }
 
 /* dst (dt) = round(src) over a batch of rows x cols matrices (leading
@@ -259,6 +362,89 @@ __global__ void ones_k(int64_t n, void *p, int dt) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     st(p, dt, i, 1.0f);
+}
+
+/* The bias gradient of the typed set: db [n] (dt) = round(db + the column
+ * sums of dy [m, n] (dt)), FP32 sums, one rounding, counted (n values) as
+ * the GEMM path counts its C. One launch over (column tiles of 32, row
+ * splits): lane x of warp y sums column x over the rows y, y + 8, ... of its
+ * split (BG_ILP rows' loads issued before their adds), the 8 warps' sums
+ * are added in warp order, the block writes its split's sums, and the last
+ * block of a tile to finish (an atomic count, reset by that block) adds the
+ * splits in split order, then db. A fixed order whatever the blocks'
+ * timing, so the same bits every run: not those of cuBLASLt's product
+ * ones . dy (the generic path), both within the GEMM bound (m + 3) u sum
+ * |dy|. The deterministic last-block reduction is CUDA's threadFenceReduction
+ * sample's scheme. On an H200 the generic path took ~12 us a call (a
+ * 64 x 8 tile GEMM, often split-K with its reduce, and the rounding into
+ * db) for 4,160 x 512 FP16, a 4 MB read. */
+enum { BG_COLS = 32, BG_WARPS = 8, BG_ILP = 8 };
+template <int DT>
+__global__ void __launch_bounds__(BG_COLS *BG_WARPS)
+    bias_grad_k(uint32_t m, uint32_t n, uint32_t chunk, const void *dy, int dt_, void *db,
+                float *part, unsigned *count, dev_stats *ds) {
+  const int dt = TDT(DT, dt_);
+  const uint32_t lane = threadIdx.x % BG_COLS, wy = threadIdx.x / BG_COLS;
+  const uint32_t c = blockIdx.x * BG_COLS + lane;
+  const uint32_t r0 = blockIdx.y * chunk, r1 = min(m, r0 + chunk);
+  __shared__ float sums[BG_WARPS][BG_COLS];
+  __shared__ bool last;
+  float s = 0.0f;
+  if (c < n) {
+    uint32_t r = r0 + wy;
+    for (; r + (BG_ILP - 1) * BG_WARPS < r1; r += BG_ILP * BG_WARPS) {
+      uint32_t v[BG_ILP];
+#pragma unroll
+      for (int u = 0; u < BG_ILP; u++)
+        v[u] = raw_bits(dy, dt, (int64_t)(r + u * BG_WARPS) * n + c);
+#pragma unroll
+      for (int u = 0; u < BG_ILP; u++)
+        s += widen(v[u], dt);
+    }
+    for (; r < r1; r += BG_WARPS)
+      s += ld(dy, dt, (int64_t)r * n + c);
+  }
+  sums[wy][lane] = s;
+  __syncthreads();
+  if (wy == 0) {
+    float t = sums[0][lane];
+#pragma unroll
+    for (int u = 1; u < BG_WARPS; u++)
+      t += sums[u][lane];
+    if (c < n)
+      part[(int64_t)blockIdx.y * n + c] = t;
+    __threadfence(); /* the split's sums visible before the count says so */
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    last = atomicAdd(&count[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last || wy != 0)
+    return;
+  __threadfence();
+  lstats ls(ds);
+  if (c < n) {
+    float t = __ldcg(&part[c]);
+    uint32_t y = 1;
+    for (; y + BG_ILP <= gridDim.y; y += BG_ILP) { /* the loads first, then the adds */
+      float v[BG_ILP];
+#pragma unroll
+      for (int u = 0; u < BG_ILP; u++)
+        v[u] = __ldcg(&part[(int64_t)(y + u) * n + c]);
+#pragma unroll
+      for (int u = 0; u < BG_ILP; u++)
+        t += v[u];
+    }
+    for (; y < gridDim.y; y++)
+      t += __ldcg(&part[(int64_t)y * n + c]);
+    const float v = ld(db, dt, c) + t;
+    const uint32_t o = st(db, dt, c, v);
+    if (ds)
+      ls.add(v, dt, o);
+  }
+  ls.flush(ds);
+  if (lane == 0)
+    count[blockIdx.x] = 0; /* for the next call on the stream */
 }
 
 /* binary16 rounding of a double (RNE, subnormals kept, overflow to inf) as
@@ -579,6 +765,49 @@ ampc_status lin_fwd(const char *fn, int64_t m, int64_t k, int64_t n, const void 
  * dependent chain each. Counted as the GEMM's C: n values. */
 ampc_status bias_grad(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int64_t m, int64_t n,
                       const void *dy, ampc_dtype gdt, void *db) {
+  if (ampc_cu_typed() && m * n < ((int64_t)1 << 31)) { /* bias_grad_k */
+    const int64_t tiles = (n + BG_COLS - 1) / BG_COLS;
+    /* about 512 blocks (all resident at once on an H100 or H200), at most
+     * 32 splits of at least 64 rows */
+    int64_t splits = (512 + tiles - 1) / tiles, most = (m + 63) / 64;
+    splits = splits < 32 ? splits : 32;
+    splits = splits < most ? splits : most;
+    const int64_t chunk = (m + splits - 1) / splits;
+    splits = (m + chunk - 1) / chunk; /* none empty */
+    if (tiles <= INT32_MAX) {
+      /* slot SLOT_BG: the tiles' counts, then the splits' sums. The tag
+       * holds how many counts the buffer keeps (zeroed, then reset by each
+       * kernel; 0 after a reallocation); the sums start after all of them,
+       * so a call with fewer tiles cannot overwrite counts a later call
+       * with more will read */
+      uint64_t *tag = ampc_cuda_ctx_scratch_tag(ctx, SLOT_BG);
+      const uint64_t cap = *tag > (uint64_t)tiles ? *tag : (uint64_t)tiles;
+      const size_t cb = pad64((size_t)cap * sizeof(unsigned));
+      void *p = NULL;
+      AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_BG, cb + (size_t)(splits * n) * sizeof(float), &p));
+      tag = ampc_cuda_ctx_scratch_tag(ctx, SLOT_BG);
+      if (*tag < cap) { /* a new buffer, or more counts than it kept */
+        const cudaError_t e = cudaMemsetAsync(p, 0, cb, strm);
+        if (e != cudaSuccess)
+          return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemsetAsync: %s", fn, cudaGetErrorString(e));
+        *tag = cap;
+      }
+      unsigned *const cnt = static_cast<unsigned *>(p);
+      float *const part = reinterpret_cast<float *>(static_cast<char *>(p) + cb);
+      STATS_BEGIN(NULL);
+      const dim3 grid((unsigned)tiles, (unsigned)splits);
+      if (typed_pick(
+              gdt, 0, 0,
+              [&](auto t) {
+                using T = decltype(t);
+                bias_grad_k<T::a><<<grid, BG_COLS * BG_WARPS, 0, strm>>>(
+                    (uint32_t)m, (uint32_t)n, (uint32_t)chunk, dy, gdt, db, part, cnt, dst);
+              },
+              dts<0, 0, 0>{}, dts<1, 0, 0>{}, dts<2, 0, 0>{})) {
+        FINISH(fn, NULL);
+      }
+    }
+  }
   void *ones = NULL;
   AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_ONES, (size_t)m * ampc_dtype_size(gdt), &ones));
   /* filled once per (dtype, length) that outgrows it: the tag holds the
@@ -939,8 +1168,8 @@ static ampc_status scores_probs_hm(const char *fn, cudaStream_t strm, int64_t b,
                                    const uint8_t *key_mask, void *scores, ampc_dtype sdt,
                                    void *probs, ampc_dtype pdt, ampc_acc acc, void *qh, void *kh) {
   const float scale = (float)(1.0 / sqrt((double)dh));
-  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq, qh, xdt);
-  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk, kh, xdt);
+  const heads_job jq[2] = {{q, qh, b * tq, ldq, (int)tq}, {k, kh, b * tk, ldk, (int)tk}};
+  launch_heads_n(strm, jq, 2, (int)h, (int)dh, xdt, xdt);
   AMPC_TRY(ampc_cu_launched(fn));
   AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, scale, qh, xdt, dh,
                                           tq * dh, kh, xdt, dh, tk * dh, 0.0f, scores, sdt, tk,
@@ -1070,8 +1299,12 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
                *const dv32 = f + o_dv, *const q32 = f + o_q, *const k32 = f + o_k;
   void *const doh = f + o_do, *const vh = f + o_vh;
   const void *dop = dodt != gdt ? static_cast<const void *>(f + o_d32) : doh;
-  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, dout, gdt, lddo, doh, gdt);
-  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, v, xdt, ldv, vh, xdt);
+  const heads_job jd[2] = {{dout, doh, b * tq, lddo, (int)tq}, {v, vh, b * tk, ldv, (int)tk}};
+  if (gdt == xdt) /* one launch */
+    launch_heads_n(strm, jd, 2, (int)h, (int)dh, gdt, gdt);
+  else
+    launch_heads_n(strm, jd, 1, (int)h, (int)dh, gdt, gdt),
+        launch_heads_n(strm, jd + 1, 1, (int)h, (int)dh, xdt, xdt);
   AMPC_TRY(ampc_cu_launched(fn));
   /* dP = dout v^T (FP32) */
   AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f, doh, gdt, dh,
@@ -1092,10 +1325,17 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   }
   /* dS against q and k widened to FP32 (exact), or a 16-bit dS against
    * them as they are */
-  launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, q, xdt, ldq, q32, qkdt);
-  launch_heads(strm, b * tk, (int)tk, (int)h, (int)dh, k, xdt, ldk, k32, qkdt);
-  if (dodt != gdt)
-    launch_heads(strm, b * tq, (int)tq, (int)h, (int)dh, dout, gdt, lddo, f + o_d32, AMPC_F32);
+  {
+    const heads_job jk[3] = {{q, q32, b * tq, ldq, (int)tq},
+                             {k, k32, b * tk, ldk, (int)tk},
+                             {dout, f + o_d32, b * tq, lddo, (int)tq}};
+    /* dout widened to FP32 (dodt != gdt) with them where the dtypes agree
+     * (16-mixed and bf16-mixed without the cast: all three widened) */
+    const bool wd = dodt != gdt, with = wd && gdt == xdt && qkdt == AMPC_F32;
+    launch_heads_n(strm, jk, with ? 3 : 2, (int)h, (int)dh, xdt, qkdt);
+    if (wd && !with)
+      launch_heads_n(strm, jk + 2, 1, (int)h, (int)dh, gdt, AMPC_F32);
+  }
   AMPC_TRY(ampc_cu_launched(fn));
   /* dq = scale dS k; dk = scale dS^T q; dv = P^T dout: FP32, then one
    * rounding each (counted there) */
@@ -1114,9 +1354,10 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   (void)ampc_tally_bind(was);
   AMPC_TRY(st);
   STATS_BEGIN(NULL);
-  launch_unheads(strm, b * tq, (int)tq, (int)h, (int)dh, dq32, dq, gdt, lddq, dst);
-  launch_unheads(strm, b * tk, (int)tk, (int)h, (int)dh, dk32, dk, gdt, lddk, dst);
-  launch_unheads(strm, b * tk, (int)tk, (int)h, (int)dh, dv32, dv, gdt, lddv, dst);
+  const heads_job ju[3] = {{dq32, dq, b * tq, lddq, (int)tq},
+                           {dk32, dk, b * tk, lddk, (int)tk},
+                           {dv32, dv, b * tk, lddv, (int)tk}};
+  launch_unheads_n(strm, ju, 3, (int)h, (int)dh, gdt, dst);
   FINISH(fn, NULL);
 }
 
