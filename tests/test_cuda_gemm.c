@@ -383,6 +383,22 @@ static void test_cache_and_k0(void) {
   (void)run(&k_modes[1], &k0, 8);
 }
 
+/* GEMM tuning (ampc_cuda_set_gemm_tuning): a fresh context whose plans
+ * time cuBLASLt's candidates at their first call; every product still
+ * within its bound (each mode's shapes again), and some plan tuned */
+static void test_tuning(void) {
+  ampc_cuda_destroy(g_ctx);
+  ampc_cuda_set_gemm_tuning(true);
+  OK(ampc_cuda_create(0, 0, &g_ctx));
+  printf("with GEMM tuning:\n");
+  test_modes();
+  ampc_cuda_counters c;
+  ampc_cuda_counters_get(g_ctx, &c);
+  CHECK(c.tuned > 0, "GEMM tuning: no plan was tuned");
+  printf("GEMM tuning: %lld plans chose their algorithm by timing\n", (long long)c.tuned);
+  ampc_cuda_set_gemm_tuning(false);
+}
+
 int main(void) {
   if (ampc_cuda_device_count() == 0) {
     printf("SKIP test_cuda_gemm: no CUDA device (%s)\n", ampc_cuda_unavailable_reason());
@@ -398,6 +414,7 @@ int main(void) {
   test_ones();
   test_fp8(&info);
   test_cache_and_k0();
+  test_tuning();
   ampc_cuda_destroy(g_ctx);
   printf(g_fail ? "test_cuda_gemm: FAILED\n" : "test_cuda_gemm: all checks passed\n");
   return g_fail;

@@ -225,6 +225,9 @@ if [ "$what" != tests ]; then
   # mm-base with 16-bit operands in the attention products (--attention-cast), with the
   # typed kernels and without: rows "cast" and "typed cast"
   part gpu_train_cast 90 sh -c "./$B/gpu_train --models mm-base --precision 16-mixed --attention-cast --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-base --precision 16-mixed --attention-cast --typed --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
+  # mm-base with everything prepared: typed kernels, the cast, and GEMM algorithms chosen by
+  # timing (--tune), against 32-true with the typed kernels and tuning: rows "typed cast tuned"
+  part gpu_train_tuned 90 sh -c "./$B/gpu_train --models mm-base --precision 32-true --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-base --precision 16-mixed --attention-cast --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
   # mm-base keeping the attention probabilities and x1 (--recompute off): what recomputing costs
   part gpu_train_keep 60 sh -c "./$B/gpu_train --models mm-base --keep --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
   : >"$R/torch_train.jsonl"

@@ -5,13 +5,17 @@
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
  *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
  *             [--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep] [--typed]
- *             [--attention-cast]
+ *             [--attention-cast] [--tune]
  *
  * --precision: that preset alone (default: the three).
  * --keep: the models keep the attention probabilities and x1 for the
  * backward pass (ampc train --recompute off) instead of recomputing them.
  * --typed: the layers' typed kernels (ampc_cuda_set_typed_kernels; the
- * same bits as the generic ones, tests/test_cuda_nn.c test_typed).
+ * generic kernels' bits, tests/test_cuda_nn.c test_typed, except the bias
+ * gradient's sums, in an order of their own).
+ * --tune: GEMM tuning (ampc_cuda_set_gemm_tuning: each GEMM shape's
+ * algorithm chosen by timing cuBLASLt's candidates at its first call, in
+ * the warm-up steps).
  * --attention-cast: the attention products take 16-bit operands (ampc train
  * --attention-cast on: other numerics, all six products on Tensor Cores).
  * --profile: the first timed step alone recorded by a profiler started with
@@ -109,7 +113,7 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
   const double peak = p == AMPC_PRECISION_32_TRUE ? 67e12 : 989e12;
   const double tflops = med > 0 ? (double)flops_step / (med * 1e-3) / 1e12 : 0.0;
   printf("{\"model\":\"%s\",\"precision\":\"%s\",\"recompute\":%s,\"typed_kernels\":%s,"
-         "\"attention_cast\":%s,"
+         "\"attention_cast\":%s,\"gemm_tuning\":%s,"
          "\"device\":\"%s\","
          "\"batch\":%lld,"
          "\"parameters\":%lld,\"ms_per_step_median\":%.4f,\"samples_per_s\":%.2f,"
@@ -121,11 +125,12 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
          "\"host_wait_ms_per_step\":%.4f,\"ms_steps\":[",
          model, ampc_precision_name(p), g_keep ? "false" : "true",
          ampc_cuda_typed_kernels() ? "true" : "false", g_cast ? "true" : "false",
-         dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split", (long long)B, (long long)T->params.numel,
-         med, med > 0 ? (double)B / (med * 1e-3) : 0.0, (unsigned long long)flops_step, tflops,
-         peak / 1e12, tflops * 1e12 / peak, pbytes, ampc_mmodel_activation_bytes(M), acct->total,
-         acct->bytes[AMPC_MEM_DEVICE_SCRATCH], used, queries, skipped, (double)loss,
-         (double)cn->matmuls / steps, (double)cn->waits / steps, cn->wait_s * 1e3 / steps);
+         ampc_cuda_gemm_tuning() ? "true" : "false", dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
+         (long long)B, (long long)T->params.numel, med, med > 0 ? (double)B / (med * 1e-3) : 0.0,
+         (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
+         ampc_mmodel_activation_bytes(M), acct->total, acct->bytes[AMPC_MEM_DEVICE_SCRATCH], used,
+         queries, skipped, (double)loss, (double)cn->matmuls / steps, (double)cn->waits / steps,
+         cn->wait_s * 1e3 / steps);
   for (int s = 0; s < steps; s++)
     printf("%s%.4f", s ? "," : "", ms[s]);
   printf("]}\n");
@@ -330,6 +335,8 @@ int main(int argc, char **argv) {
       ampc_cuda_set_typed_kernels(true);
     else if (!strcmp(argv[i], "--attention-cast"))
       g_cast = true;
+    else if (!strcmp(argv[i], "--tune"))
+      ampc_cuda_set_gemm_tuning(true);
     else if (!strcmp(argv[i], "--curve") && i + 1 < argc)
       curve = atoi(v), i++;
     else if (!strcmp(argv[i], "--precision") && i + 1 < argc &&
@@ -339,7 +346,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N] "
                       "[--models a,b] [--batch B] [--curve N] "
                       "[--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep] "
-                      "[--typed] [--attention-cast]\n");
+                      "[--typed] [--attention-cast] [--tune]\n");
       return 2;
     }
   }

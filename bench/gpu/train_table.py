@@ -22,8 +22,10 @@ over the steps beside the CPU's seed-to-seed spread, per preset. Rows of
 gpu_train --keep (the attention probabilities and x1 kept for the backward
 pass rather than recomputed) appear as "kept", rows of gpu_train --typed
 (the layers' typed kernels) as "typed", rows of gpu_train --attention-cast
-(16-bit operands in the attention products) as "cast", each with their own
-ratios (against 32-true, which the cast does not change).
+(16-bit operands in the attention products) as "cast", rows of gpu_train
+--tune (GEMM algorithms chosen by timing) as "tuned", each with their own
+ratios (against 32-true with the same kernels and tuning, which the cast
+does not change).
 """
 import json
 import sys
@@ -55,7 +57,8 @@ def main(argv):
     # and gpu_train --typed rows (the typed kernels)
     a = {(r["model"], r["precision"] + ("" if r.get("recompute", True) else " kept") +
           (" typed" if r.get("typed_kernels", False) else "") +
-          (" cast" if r.get("attention_cast", False) else "")): r
+          (" cast" if r.get("attention_cast", False) else "") +
+          (" tuned" if r.get("gemm_tuning", False) else "")): r
          for r in ampc}
     t = {(r["model"], r["precision"]): r for r in torch}
     print("| model | run | batch | ms/step | samples/s | MFU | device MiB | cuBLASLt calls "
@@ -65,7 +68,8 @@ def main(argv):
         for p in ("32-true", "16-mixed", "bf16-mixed", "32-true kept", "16-mixed kept",
                   "bf16-mixed kept", "32-true typed", "16-mixed typed", "bf16-mixed typed",
                   "16-mixed cast", "bf16-mixed cast", "16-mixed typed cast",
-                  "bf16-mixed typed cast"):
+                  "bf16-mixed typed cast", "32-true typed tuned",
+                  "16-mixed typed cast tuned"):
             r = a.get((m, p))
             if r:
                 print(f"| {m} | ampc {p} | {r['batch']} | {r['ms_per_step_median']:.2f} | "
@@ -103,9 +107,11 @@ def main(argv):
                   if t16 else "-")
             print(f"| {m}, probabilities and x1 kept | {ks} | {kv} | "
                   f"{k16['activation_bytes'] / k32['activation_bytes']:.3f} |")
-        for tag in ("cast", "typed cast"):  # gpu_train --attention-cast [--typed]
+        # gpu_train --attention-cast [--typed [--tune]]
+        for tag in ("cast", "typed cast", "typed cast tuned"):
             c16 = a.get((m, "16-mixed " + tag))
-            base = a.get((m, "32-true typed" if "typed" in tag else "32-true"))
+            base = a.get((m, "32-true" + (" typed" if "typed" in tag else "") +
+                          (" tuned" if "tuned" in tag else "")))
             if c16 and base:
                 print(f"| {m}, attention products on 16-bit operands ({tag}) | "
                       f"{base['ms_per_step_median'] / c16['ms_per_step_median']:.2f}x | "

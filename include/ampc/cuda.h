@@ -203,6 +203,22 @@ ampc_cuda_gemm_args ampc_cuda_gemm_args_default(void);
 
 ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args);
 
+/* GEMM tuning, off by default: with it on, each new GEMM shape (a plan of
+ * the per-context cache) asks cuBLASLt's heuristic for up to 8 algorithms
+ * and, at its first call, times each on that call's operands (into a
+ * temporary D: three runs after one that checks it works) and keeps the
+ * fastest for the context's life. Every candidate honours the same
+ * constraints (FP32 partial sums in split-K, the alignment, the
+ * workspace), so results stay within the GEMM bound, but which algorithm
+ * wins can differ between runs (timing noise), and with it the summation
+ * order and the last bits: runs are then not bit-reproducible. Costs host
+ * waits at each new shape's first call (a training step's first). FP8 D
+ * and amax outputs keep the heuristic's first algorithm. The environment
+ * variable AMPC_CUDA_GEMM_TUNE=1 sets it at the first plan; it applies to
+ * plans made after it is set. XLA autotunes its cuBLASLt GEMMs this way. */
+void ampc_cuda_set_gemm_tuning(bool on);
+bool ampc_cuda_gemm_tuning(void);
+
 /* The FLOPs of every product ampc_cuda_gemm ran on ctx so far (2 m n k per
  * matrix; K = 0 products count 0): a step's model FLOPs are the difference
  * across it. */
@@ -223,6 +239,7 @@ typedef struct ampc_cuda_counters {
   int64_t matmuls; /* cublasLtMatmul calls */
   int64_t waits;   /* host waits for the stream */
   double wait_s;   /* seconds the host spent in them */
+  int64_t tuned;   /* GEMM plans whose algorithm was chosen by timing (GEMM tuning) */
 } ampc_cuda_counters;
 void ampc_cuda_counters_get(const ampc_cuda_ctx *ctx, ampc_cuda_counters *out);
 

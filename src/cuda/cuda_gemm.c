@@ -132,6 +132,10 @@ typedef struct plan_entry {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc, ld;
   cublasLtMatmulAlgo_t algo;
+  /* with GEMM tuning: the heuristic's candidates, timed at the plan's first
+   * call (tune_entry), and whether that was done */
+  cublasLtMatmulAlgo_t cand[8];
+  int ncand, tuned;
   int own_amax; /* a 16-bit or F32 D: cuBLASLt fuses the amax of FP8 D's only
                    (it refuses AMAX_D otherwise, at the matmul: pytorch#122821),
                    so ampc's amax kernel runs after the GEMM */
@@ -688,12 +692,15 @@ static ampc_status entry_build(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, cons
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red,
                                              sizeof red);
-  cublasLtMatmulHeuristicResult_t res;
+  /* the first algorithm, or with tuning up to 8 candidates for tune_entry */
+  enum { NCAND = sizeof e->cand / sizeof e->cand[0] };
+  cublasLtMatmulHeuristicResult_t res[NCAND];
+  const int want = ampc_cuda_gemm_tuning() ? NCAND : 1;
   int found = 0;
-  memset(&res, 0, sizeof res);
+  memset(res, 0, sizeof res);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, e->desc, e->la, e->lb, e->lc, e->ld, pref, 1, &res,
-                                       &found);
+    s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, e->desc, e->la, e->lb, e->lc, e->ld, pref, want,
+                                       res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   ctx->queries++;
   if (s != CUBLAS_STATUS_SUCCESS)
@@ -703,9 +710,90 @@ static ampc_status entry_build(ampc_cuda_ctx *ctx, const ampc_cuda_plan *p, cons
                      "cuBLASLt has no algorithm for this GEMM (%s x %s -> %s, compute %d)",
                      ampc_dtype_name(p->a_dt), ampc_dtype_name(p->b_dt), ampc_dtype_name(p->d_dt),
                      (int)p->compute);
-  e->algo = res.algo;
+  e->algo = res[0].algo;
+  for (int i = 0; i < found && i < NCAND; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS)
+      e->cand[e->ncand++] = res[i].algo;
+  e->tuned = e->ncand < 2;
   e->used = 1;
   return AMPC_OK;
+}
+
+/* 1: GEMM tuning on; 0: off; -1: not yet set, AMPC_CUDA_GEMM_TUNE decides at
+ * the first plan */
+static int g_tune = -1;
+static pthread_mutex_t g_tune_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void ampc_cuda_set_gemm_tuning(bool on) {
+  pthread_mutex_lock(&g_tune_mu);
+  g_tune = on ? 1 : 0;
+  pthread_mutex_unlock(&g_tune_mu);
+}
+
+bool ampc_cuda_gemm_tuning(void) {
+  pthread_mutex_lock(&g_tune_mu);
+  if (g_tune < 0) {
+    const char *v = getenv("AMPC_CUDA_GEMM_TUNE");
+    g_tune = v && (strcmp(v, "1") == 0 || strcmp(v, "on") == 0);
+  }
+  const int t = g_tune;
+  pthread_mutex_unlock(&g_tune_mu);
+  return t != 0;
+}
+
+/* Time the plan's candidates on this call's operands and keep the fastest
+ * (e->algo): each writes a temporary D (C, when beta reads it, is the
+ * call's D, only read), one run to check it works, then three between two
+ * events; the least time wins. Done once per plan; any failure (no memory
+ * for the temporary D, an event) keeps the heuristic's first algorithm.
+ * Not for FP8 D or an amax (their scale and amax outputs would be written).
+ * XLA autotunes its cuBLASLt GEMMs the same way (xla/service/gpu, the
+ * gemm autotuner); cuBLASLt's heuristic orders its candidates by an
+ * estimate only. */
+static void tune_entry(ampc_cuda_ctx *ctx, plan_entry *e, const ampc_cuda_plan *p,
+                       const void *alpha, const void *beta, const void *c_ptr) {
+  e->tuned = 1;
+  if (e->ncand < 2 || is_fp8(p->d_dt) || p->amax_d || p->scale_d)
+    return;
+  /* D is column-major for cuBLASLt: m x n, leading dimension ldd */
+  const size_t span = (size_t)((p->batch - 1) * p->stride_d + (p->n - 1) * p->ldd + p->m) *
+                      ampc_dtype_size(p->d_dt);
+  void *tmp = NULL;
+  cudaEvent_t t0 = NULL, t1 = NULL;
+  const int ready = cudaMalloc(&tmp, span) == cudaSuccess && cudaEventCreate(&t0) == cudaSuccess &&
+                    cudaEventCreate(&t1) == cudaSuccess;
+  float best = 0.0f;
+  int won = -1;
+  for (int i = 0; i < e->ncand && ready; i++) {
+    if (cublasLtMatmul(ctx->lt, e->desc, alpha, p->a, e->la, p->b, e->lb, beta, c_ptr, e->lc, tmp,
+                       e->ld, &e->cand[i], ctx->workspace, ctx->ws_bytes,
+                       ctx->stream) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    int ok = cudaEventRecord(t0, ctx->stream) == cudaSuccess;
+    for (int r = 0; r < 3 && ok; r++)
+      ok = cublasLtMatmul(ctx->lt, e->desc, alpha, p->a, e->la, p->b, e->lb, beta, c_ptr, e->lc,
+                          tmp, e->ld, &e->cand[i], ctx->workspace, ctx->ws_bytes,
+                          ctx->stream) == CUBLAS_STATUS_SUCCESS;
+    float ms = 0.0f;
+    ok = ok && cudaEventRecord(t1, ctx->stream) == cudaSuccess &&
+         cudaEventSynchronize(t1) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess;
+    if (ok && (won < 0 || ms < best))
+      best = ms, won = i;
+  }
+  if (won >= 0) {
+    e->algo = e->cand[won];
+    ctx->counters.tuned++;
+  }
+  if (t0)
+    cudaEventDestroy(t0);
+  if (t1)
+    cudaEventDestroy(t1);
+  if (tmp) {
+    cudaStreamSynchronize(ctx->stream);
+    cudaFree(tmp);
+  }
+  (void)cudaGetLastError(); /* a failed allocation is not sticky: clear it for later checks */
 }
 
 /* FNV-1a over the key's 64-bit fields: the lookup compares one word per
@@ -785,6 +873,8 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args) 
   /* an FP8 D takes no C (beta = 0): C is NULL, as Transformer Engine passes
    * it, since C == D would need C's layout to equal D's */
   const void *c_ptr = is_fp8(p.d_dt) ? NULL : p.d;
+  if (!e->tuned)
+    tune_entry(ctx, e, &p, alpha, beta, c_ptr);
   LT(cublasLtMatmul(ctx->lt, e->desc, alpha, p.a, e->la, p.b, e->lb, beta, c_ptr, e->lc, p.d, e->ld,
                     &e->algo, ctx->workspace, ctx->ws_bytes, ctx->stream),
      "cublasLtMatmul");

@@ -65,6 +65,9 @@ uint64_t ampc_cuda_gemm_flops(const ampc_cuda_ctx *ctx) {
   (void)ctx;
   return 0;
 }
+void ampc_cuda_set_gemm_tuning(bool on) { (void)on; }
+bool ampc_cuda_gemm_tuning(void) { return false; }
+
 void ampc_cuda_gemm_cache_stats(const ampc_cuda_ctx *ctx, int64_t *queries, int *entries) {
   (void)ctx;
   if (queries)
