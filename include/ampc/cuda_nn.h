@@ -183,7 +183,11 @@ void ampc_cuda_set_acc16_exact(bool exact);
  * they have one for the dtypes at hand (the presets' combinations): the
  * same kernel source with the dtypes as template constants instead of
  * arguments, or (layer norm) the row held in registers, the same
- * operations in the same order, so the generic kernels' bits; false (the
+ * operations in the same order, so the generic kernels' bits; kernels that
+ * batch several of the generic kernels' launches into one (the attention's
+ * head copies), also the same bits; and one with sums of its own: the bias
+ * gradient's column sums in a fixed order of row splits (the same bits run
+ * to run, not cuBLASLt's ones . dy; both within the GEMM bound). False (the
  * default until they are measured on a device, docs/BENCHMARKS.md) keeps the
  * generic kernels. The environment variable AMPC_CUDA_TYPED=1 sets it at the
  * first use. ampc_cuda_typed_kernels says which is in force (false in a build
