@@ -2369,8 +2369,13 @@ static void test_typed_groups(void) {
  * the row splits in split order, whatever block finishes last). Shapes: a
  * transformer layer's 4,160 x 512 (16 tiles of 64 splits), columns not a
  * multiple of 32, one split, fewer rows than a warp's lanes; dW by the way
- * (k = 1), dx not asked for. */
+ * (k = 1), dx not asked for. Between the two runs, a run on other values of
+ * the same shape overwrites the split sums the first left in scratch (a
+ * tile's last block elected too early would read those). With a rounding
+ * tally bound, it counts what the generic path counts. */
 static void test_typed_bias(void) {
+  /* 4,160 x 512: 16 tiles of 32 splits; 2,048 x 2,050: 65 tiles (the last
+   * partial) of 8; then 2 x 5, 3 x 3, 1 x 1 */
   static const int64_t shapes[][2] = {{4160, 512}, {2048, 2050}, {300, 33}, {130, 72}, {7, 5}};
   for (int i = 0; i < 3; i++)
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
@@ -2396,12 +2401,33 @@ static void test_typed_bias(void) {
       compare(nm, &db, tol);
       free(tol);
       snap(&db);
+      buf other = rnd_buf(gdt, m * n, -2.0, 2.0);
+      OK(ampc_cuda_linear_backward(m, 1, n, other.d, gdt, x.d, gdt, w.d, gdt, NULL, dw.d, db.d,
+                                   AMPC_ACC_F32, NULL));
       OK(ampc_cuda_to_device(g_ctx, db.d, db0, db.bytes));
       OK(ampc_cuda_linear_backward(m, 1, n, dy.d, gdt, x.d, gdt, w.d, gdt, NULL, dw.d, db.d,
                                    AMPC_ACC_F32, NULL));
-      compare("  again: the same bits", &db, NULL);
+      compare("  again (another run between): the same bits", &db, NULL);
+      /* counted as the generic path counts (db's n roundings, dW's n) */
+      ampc_tm_stats ts[2];
+      for (int typed = 0; typed < 2; typed++) {
+        ampc_cuda_set_typed_kernels(typed != 0);
+        OK(ampc_cuda_to_device(g_ctx, db.d, db0, db.bytes));
+        ampc_tally *tl = ampc_tally_create();
+        CHECK(tl != NULL, "out of memory");
+        ampc_tally *was = ampc_tally_bind(tl);
+        OK(ampc_cuda_linear_backward(m, 1, n, dy.d, gdt, x.d, gdt, w.d, gdt, NULL, dw.d, db.d,
+                                     AMPC_ACC_F32, NULL));
+        (void)ampc_tally_bind(was);
+        ampc_tally_drain(tl, &ts[typed]);
+        ampc_tally_free(tl);
+      }
+      CHECK(ts[1].r.count == ts[0].r.count && ts[1].r.count == (uint64_t)(2 * n),
+            "%s: %llu roundings counted typed, %llu generic, %lld expected", nm,
+            (unsigned long long)ts[1].r.count, (unsigned long long)ts[0].r.count,
+            (long long)(2 * n));
       free(db0), free(dyf), free(db0f);
-      drop(&dy), drop(&x), drop(&w), drop(&dw), drop(&db);
+      drop(&dy), drop(&x), drop(&w), drop(&dw), drop(&db), drop(&other);
     }
 }
 
@@ -2409,14 +2435,16 @@ static void test_typed_bias(void) {
  * unheads_multi_k: q and k in one launch, dout and v in one, q, k and dout
  * widened in one, dq, dk, dv rounded in one): the generic kernels' copies,
  * so bit-equal outputs and counts. Cross-attention shapes (tq != tk, k and
- * v packed in one buffer); the presets' dtypes, the attention cast, and a
- * gradient dtype other than the inputs' (the copies launched apart). */
+ * v packed in one buffer); the presets' dtypes, the attention cast, and
+ * gradient dtypes other than the inputs' (the copies launched apart, dout
+ * widened on its own). */
 static void test_typed_attention(void) {
   static const ampc_dtype cfg[][4] = {
       /* xdt, gdt, pdt, mdt */
       {AMPC_F32, AMPC_F32, AMPC_F32, AMPC_F32},     {AMPC_F16, AMPC_F16, AMPC_F32, AMPC_F32},
       {AMPC_F16, AMPC_F16, AMPC_F32, AMPC_F16},     {AMPC_BF16, AMPC_BF16, AMPC_F32, AMPC_F32},
-      {AMPC_BF16, AMPC_BF16, AMPC_BF16, AMPC_BF16}, {AMPC_F16, AMPC_F32, AMPC_F32, AMPC_F32}};
+      {AMPC_BF16, AMPC_BF16, AMPC_BF16, AMPC_BF16}, {AMPC_F16, AMPC_F32, AMPC_F32, AMPC_F32},
+      {AMPC_F32, AMPC_F16, AMPC_F32, AMPC_F32}};
   const int64_t b = 3, tq = 5, tk = 9, h = 2, dh = 16, dm = h * dh;
   for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
     const ampc_dtype xdt = cfg[ci][0], gdt = cfg[ci][1], pdt = cfg[ci][2], mdt = cfg[ci][3];

@@ -18,6 +18,7 @@
  * kernel that sums in binary16 in order as the CPU does (gemm.c), every
  * product there with AMPC_CUDA_ACC16=exact. Built with --fmad=false.
  */
+#include <assert.h>
 #include <atomic>
 #include <math.h>
 #include <stdint.h>
@@ -226,6 +227,7 @@ void launch_unheads(cudaStream_t strm, int64_t rows, int t, int h, int dh, const
  * launch in the typed set, else launch_heads for each */
 void launch_heads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int dh, int sdt,
                     int ddt) {
+  assert(n >= 1 && n <= HEADS_JOBS);
   heads_jobs js = {};
   int64_t most = 0;
   for (int i = 0; i < n; i++) {
@@ -249,6 +251,7 @@ void launch_heads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int 
 /* the same for unheads: jobs' src FP32 [b, h, t, dh], dst rows in dt */
 void launch_unheads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int dh, int dt,
                       dev_stats *ds) {
+  assert(n >= 1 && n <= HEADS_JOBS);
   heads_jobs js = {};
   int64_t most = 0;
   for (int i = 0; i < n; i++) {
@@ -379,6 +382,19 @@ __global__ void ones_k(int64_t n, void *p, int dt) {
  * 64 x 8 tile GEMM, often split-K with its reduce, and the rounding into
  * db) for 4,160 x 512 FP16, a 4 MB read. */
 enum { BG_COLS = 32, BG_WARPS = 8, BG_ILP = 8 };
+/* db[c] (dt) = round(db[c] + t), counted; every lane of the warp calls it
+ * (the counts' flush), lanes past n store nothing */
+__device__ __forceinline__ void bias_grad_finish(uint32_t c, uint32_t n, float t, void *db, int dt,
+                                                 dev_stats *ds) {
+  lstats ls(ds);
+  if (c < n) {
+    const float v = ld(db, dt, c) + t;
+    const uint32_t o = st(db, dt, c, v);
+    if (ds)
+      ls.add(v, dt, o);
+  }
+  ls.flush(ds);
+}
 template <int DT>
 __global__ void __launch_bounds__(BG_COLS *BG_WARPS)
     bias_grad_k(uint32_t m, uint32_t n, uint32_t chunk, const void *dy, int dt_, void *db,
@@ -406,11 +422,19 @@ __global__ void __launch_bounds__(BG_COLS *BG_WARPS)
   }
   sums[wy][lane] = s;
   __syncthreads();
+  float t = 0.0f;
   if (wy == 0) {
-    float t = sums[0][lane];
+    t = sums[0][lane];
 #pragma unroll
     for (int u = 1; u < BG_WARPS; u++)
       t += sums[u][lane];
+  }
+  if (gridDim.y == 1) { /* one split: the block's sums are the columns' */
+    if (wy == 0)
+      bias_grad_finish(c, n, t, db, dt, ds);
+    return;
+  }
+  if (wy == 0) {
     if (c < n)
       part[(int64_t)blockIdx.y * n + c] = t;
     __threadfence(); /* the split's sums visible before the count says so */
@@ -422,9 +446,8 @@ __global__ void __launch_bounds__(BG_COLS *BG_WARPS)
   if (!last || wy != 0)
     return;
   __threadfence();
-  lstats ls(ds);
   if (c < n) {
-    float t = __ldcg(&part[c]);
+    t = __ldcg(&part[c]);
     uint32_t y = 1;
     for (; y + BG_ILP <= gridDim.y; y += BG_ILP) { /* the loads first, then the adds */
       float v[BG_ILP];
@@ -437,12 +460,8 @@ __global__ void __launch_bounds__(BG_COLS *BG_WARPS)
     }
     for (; y < gridDim.y; y++)
       t += __ldcg(&part[(int64_t)y * n + c]);
-    const float v = ld(db, dt, c) + t;
-    const uint32_t o = st(db, dt, c, v);
-    if (ds)
-      ls.add(v, dt, o);
   }
-  ls.flush(ds);
+  bias_grad_finish(c, n, t, db, dt, ds);
   if (lane == 0)
     count[blockIdx.x] = 0; /* for the next call on the stream */
 }
@@ -768,7 +787,7 @@ ampc_status bias_grad(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t strm, int
   if (ampc_cu_typed() && m * n < ((int64_t)1 << 31)) { /* bias_grad_k */
     const int64_t tiles = (n + BG_COLS - 1) / BG_COLS;
     /* about 512 blocks (all resident at once on an H100 or H200), at most
-     * 32 splits of at least 64 rows */
+     * 32 splits of about 64 rows or more */
     int64_t splits = (512 + tiles - 1) / tiles, most = (m + 63) / 64;
     splits = splits < 32 ? splits : 32;
     splits = splits < most ? splits : most;
@@ -1300,11 +1319,12 @@ static ampc_status attn_bwd_hm(const char *fn, ampc_cuda_ctx *ctx, cudaStream_t 
   void *const doh = f + o_do, *const vh = f + o_vh;
   const void *dop = dodt != gdt ? static_cast<const void *>(f + o_d32) : doh;
   const heads_job jd[2] = {{dout, doh, b * tq, lddo, (int)tq}, {v, vh, b * tk, ldv, (int)tk}};
-  if (gdt == xdt) /* one launch */
+  if (gdt == xdt) { /* one launch */
     launch_heads_n(strm, jd, 2, (int)h, (int)dh, gdt, gdt);
-  else
-    launch_heads_n(strm, jd, 1, (int)h, (int)dh, gdt, gdt),
-        launch_heads_n(strm, jd + 1, 1, (int)h, (int)dh, xdt, xdt);
+  } else {
+    launch_heads_n(strm, jd, 1, (int)h, (int)dh, gdt, gdt);
+    launch_heads_n(strm, jd + 1, 1, (int)h, (int)dh, xdt, xdt);
+  }
   AMPC_TRY(ampc_cu_launched(fn));
   /* dP = dout v^T (FP32) */
   AMPC_TRY(ampc_cuda_gemm_strided_batched(AMPC_OP_N, AMPC_OP_T, tq, tk, dh, 1.0f, doh, gdt, dh,
