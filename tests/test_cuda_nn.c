@@ -2682,6 +2682,17 @@ int main(void) {
   printf("device 0: %s, compute capability %d.%d\n", info.name, info.cc_major, info.cc_minor);
   OK(ampc_cuda_create(0, 0, &g_ctx));
   CHECK(ampc_cuda_bind(g_ctx) == NULL, "a context was bound before");
+  /* AMPC_TEST_ONLY=typed: the typed kernels' own checks alone (check.sh runs
+   * them under compute-sanitizer's racecheck and memcheck, where the whole
+   * file would take too long) */
+  const char *only = getenv("AMPC_TEST_ONLY");
+  if (only && strcmp(only, "typed") == 0) {
+    test_typed();
+    ampc_cuda_destroy(g_ctx);
+    printf("test_cuda_nn (typed checks only): %lld values compared: %s\n", (long long)g_checked,
+           g_fail ? "FAILED" : "all checks passed");
+    return g_fail;
+  }
   run_all();
   /* every check again with the typed kernels where they apply */
   printf("again, with the typed kernels (ampc_cuda_set_typed_kernels):\n");

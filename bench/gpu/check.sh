@@ -35,6 +35,7 @@
 #                        mm-base step (after two warm-up steps, not recorded);
 #                        profile_table.md
 #   sanitize_NAME        compute-sanitizer memcheck on a test that failed
+#   sanitize_typed       racecheck and memcheck over test_cuda_nn's typed checks alone
 #   build_on_device      the build there, when prebuilt binaries ran and
 #                        time is left (it checks that the build works there)
 # "tests" runs the three tests, signatures_run and curves; "bench" the
@@ -295,6 +296,13 @@ for t in $failed_tests; do
   part "sanitize_$t" 120 "$cs" --tool memcheck --print-limit 20 "./$B/$t"
   [ "$ran" = 1 ] && tail -n 30 "$R/sanitize_$t.txt"
 done
+
+# the typed kernels' own checks (test_cuda_nn AMPC_TEST_ONLY=typed) under compute-sanitizer:
+# racecheck (the bias gradient's shared sums and its last-block election) and memcheck
+if [ "$what" != bench ] && [ -n "$cs" ] && [ "$(left)" -ge 60 ]; then
+  part sanitize_typed 90 sh -c "AMPC_TEST_ONLY=typed '$cs' --tool racecheck --print-limit 20 ./$B/test_cuda_nn && AMPC_TEST_ONLY=typed '$cs' --tool memcheck --print-limit 20 ./$B/test_cuda_nn"
+  [ "$ran" = 1 ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|Invalid|FAILED|passed" "$R/sanitize_typed.txt" | tail -n 12
+fi
 
 # the build there too, when the prebuilt binaries ran (not counted in rc: it
 # checks that a GPU machine can build this, after the measurements)
