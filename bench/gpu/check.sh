@@ -25,7 +25,9 @@
 #   gpu_train, torch_train  ampc's whole training step (vit-ref, mm-tiny,
 #                        mm-base in 32-true, 16-mixed, bf16-mixed) and
 #                        PyTorch's (fp32 without TF32, autocast bf16,
-#                        autocast fp16 + GradScaler) (17)
+#                        autocast fp16 + GradScaler) (17); the typed, cast,
+#                        tuned and kept variants; mm-large (gpu_train_large,
+#                        torch_train_large)
 #   signatures_run       tests/signatures.txt with `ampc-gpu train --device
 #                        cuda` and `ampc-gpu diagnose` (bench/gpu/signatures.sh)
 #   curves               50-step loss curves on the GPU against the CPU's
@@ -235,6 +237,11 @@ if [ "$what" != tests ]; then
   # one process per batch size (one torch import and CUDA start each)
   part torch_train_base 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp32,bf16,fp16 --batch 64 --steps 10 --warmup 3 --saved-bytes >>'$R/torch_train.jsonl'"
   part torch_train_small 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-tiny,vit-ref --mode fp32,bf16,fp16 --batch 128 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
+  # mm-large (width 768, depth 12 per tower, 188 M parameters: the top of the issue's range),
+  # where the GEMMs weigh more: the three presets, then everything prepared (rows "typed cast
+  # tuned" against "32-true typed tuned"), and PyTorch fp32 / fp16 AMP on the same shapes
+  part gpu_train_large 120 sh -c "./$B/gpu_train --models mm-large --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-large --precision 32-true --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-large --precision 16-mixed --attention-cast --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
+  part torch_train_large 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-large --mode fp32,fp16 --batch 64 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
   python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" >"$R/train_table.md" 2>&1
   cat "$R/train_table.md"
   pack

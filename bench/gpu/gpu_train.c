@@ -3,7 +3,7 @@
  * step on a device, one JSON object per (model, preset) on stdout:
  *
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
- *             [--models vit-ref,mm-tiny,mm-base] [--batch B] [--curve N]
+ *             [--models vit-ref,mm-tiny,mm-base,mm-large] [--batch B] [--curve N]
  *             [--precision 32-true|16-mixed|bf16-mixed] [--profile] [--keep] [--typed]
  *             [--attention-cast] [--tune]
  *
@@ -372,7 +372,9 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof presets / sizeof *presets && !rc && !curve; k++) {
       if (only && strcmp(only, ampc_precision_name(presets[k])) != 0)
         continue;
-      const int64_t B = batch > 0 ? batch : strcmp(m, "mm-base") == 0 ? 64 : 128;
+      const int64_t B = batch > 0                                                 ? batch
+                        : strcmp(m, "mm-base") == 0 || strcmp(m, "mm-large") == 0 ? 64
+                                                                                  : 128;
       rc = run_one(m, presets[k], B, warmup, steps, dev, 1, NULL);
     }
   if (curve > 0 && !rc) { /* the first model of --models */

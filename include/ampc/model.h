@@ -177,7 +177,9 @@ typedef struct ampc_mmodel_config {
 
 /* "mm-tiny", "mm-small", "mm-base" (width 512, 8 heads, MLP 2048, depths
  * 8/8/2, embed 256: 59,050,507 parameters on the emoji data; issue 17's
- * GPU-sized model) or "mm-micro" (a very small one for gradient checks)
+ * GPU-sized model), "mm-large" (width 768, 12 heads, MLP 3072, depths
+ * 12/12/2, embed 256: 187,746,059 parameters; the top of issue 17's range)
+ * or "mm-micro" (a very small one for gradient checks)
  * with the dataset's vocab, seq_len and classes; weights 1, 1, 1. Image-only:
  * "vit-ref" (32x32x3, patch 8, width 128, depth 4, 4 heads, MLP 512, CLS:
  * 821,642 parameters with 10 classes) and "vit-fm" (the same on 28x28x1 with

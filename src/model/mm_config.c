@@ -1,6 +1,6 @@
 /*
  * src/model/mm_config.c: the multimodal model's named configurations
- * (mm-tiny, mm-small, mm-base, mm-micro, vit-ref, vit-fm) and its parameter specs
+ * (mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref, vit-fm) and its parameter specs
  * (PyTorch-style names, shapes, branches, initialisations). The model itself
  * is described in src/model/mm.c.
  */
@@ -50,6 +50,9 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
   } else if (strcmp(name, "mm-base") == 0) { /* the GPU-sized model (issue 17): 59 M parameters */
     c.dim = 512, c.heads = 8, c.mlp = 2048, c.v_depth = 8, c.t_depth = 8, c.f_depth = 2;
     c.embed = 256;
+  } else if (strcmp(name, "mm-large") == 0) { /* the top of issue 17's range: 188 M parameters */
+    c.dim = 768, c.heads = 12, c.mlp = 3072, c.v_depth = 12, c.t_depth = 12, c.f_depth = 2;
+    c.embed = 256;
   } else if (strcmp(name, "vit-ref") == 0) { /* ViT on 32x32x3, patch 8 (issue 8's reference) */
     c.patch = 8, c.image_only = true;
   } else if (strcmp(name, "vit-fm") == 0) { /* the same encoder on Fashion-MNIST's 28x28x1 */
@@ -60,10 +63,11 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
     c.img = 8, c.dim = 16, c.heads = 2, c.mlp = 32, c.v_depth = 1, c.t_depth = 1, c.f_depth = 1;
     c.embed = 8;
   } else {
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "unknown model '%s' (available: mm-tiny, mm-small, mm-base, mm-micro, "
-                     "vit-ref, vit-fm, vit-micro)",
-                     name);
+    return ampc_fail(
+        AMPC_ERR_INVALID_ARG,
+        "unknown model '%s' (available: mm-tiny, mm-small, mm-base, mm-large, mm-micro, "
+        "vit-ref, vit-fm, vit-micro)",
+        name);
   }
   snprintf(c.name, sizeof c.name, "%s", name);
   c.vocab = image_only ? 0 : vocab, c.seq_len = image_only ? 0 : seq_len, c.classes = classes;

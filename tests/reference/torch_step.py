@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch training steps of ampc's vit-ref, mm-tiny and mm-base (issue 8's
-speed baseline; mm-base is issue 17's GPU-sized model): the same shapes and parameter counts as src/model/mm.c (the
+"""PyTorch training steps of ampc's vit-ref, mm-tiny, mm-base and mm-large (issue 8's
+speed baseline; mm-base and mm-large are issue 17's GPU-sized models): the same shapes and parameter counts as src/model/mm.c (the
 definitions of mm_reference.py as torch.nn modules, float32), AdamW (lr 1e-3,
 weight decay 0.01 on the matrices only, as ampc), one fixed batch.
 
@@ -28,7 +28,7 @@ for the backward pass of one forward, counted once per storage, parameters
 not counted) and saved_weight_cast_bytes (autocast's 16-bit weight copies
 that linear saves), from one untimed forward before the steps: the
 activation memory of issue 17's goal, PyTorch's side. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
-2,113,931; mm-base 59,050,507) and exits non-zero when they differ from
+2,113,931; mm-base 59,050,507; mm-large 187,746,059) and exits non-zero when they differ from
 ampc's; with --ampc PATH it also asks that binary (`ampc memory --model M
 --json`) instead of trusting the numbers written here.
 
@@ -61,9 +61,12 @@ CONFIGS = {
     # the GPU-sized model (issue 17)
     "mm-base": dict(img=32, patch=4, channels=3, dim=512, heads=8, mlp=2048, v_depth=8, t_depth=8,
                     f_depth=2, embed=256, classes=9, image_only=False),
+    # the top of issue 17's range (width 768, depth 12 per tower)
+    "mm-large": dict(img=32, patch=4, channels=3, dim=768, heads=12, mlp=3072, v_depth=12,
+                     t_depth=12, f_depth=2, embed=256, classes=9, image_only=False),
 }
 VOCAB, SEQ_LEN = 3840, 24
-EXPECTED = {"vit-ref": 821642, "mm-tiny": 2113931, "mm-base": 59050507}
+EXPECTED = {"vit-ref": 821642, "mm-tiny": 2113931, "mm-base": 59050507, "mm-large": 187746059}
 
 
 class Block(nn.Module):

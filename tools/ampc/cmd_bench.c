@@ -73,7 +73,7 @@ static const char k_usage[] =
     "W warm-up steps (default 3), then N timed steps (default 20); prints the\n"
     "median ms per step and the process's peak RSS. The image-only models get\n"
     "10 classes (vit-ref: 821,642 parameters), the image-text ones the data's.\n"
-    "  --model M      vit-ref (default), mm-tiny, mm-small, mm-base (the 32x32x3 models)\n"
+    "  --model M      vit-ref (default), mm-tiny, mm-small, mm-base, mm-large\n"
     "  --precision P  32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
     "                 | fp8-mixed\n"
     "                 (16-true: AdamW's default eps 1e-8 is 0 in binary16, so its\n"
@@ -421,7 +421,7 @@ static int run_step(int argc, char **argv) {
     ampc_dataset_free(&D);
     return cli_usage_error("bench",
                            "model %s takes %lldx%lldx%lld images, the bundled data has %dx%dx%d "
-                           "(bench step runs vit-ref, mm-tiny, mm-small or mm-base)",
+                           "(bench step runs vit-ref, mm-tiny, mm-small, mm-base or mm-large)",
                            mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels, h,
                            w, c);
   }

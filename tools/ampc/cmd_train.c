@@ -27,7 +27,7 @@ static const char k_usage[] =
     "Usage: ampc train [options]\n"
     "\n"
     "Train a model with mixed precision. Models: --model mm-tiny (default), mm-small,\n"
-    "mm-base (59 M parameters), mm-micro: the multimodal image-text model (ViT\n"
+    "mm-base (59 M parameters), mm-large (188 M), mm-micro: the multimodal image-text model (ViT\n"
     "vision encoder, text encoder, cross-attention fusion; loss w_itc InfoNCE +\n"
     "w_itm matching BCE + w_cls group CE) on --data emoji (the bundled emoji\n"
     "pairs; default) or a file from `ampc data emoji`; --model vit-ref, vit-fm:\n"
@@ -511,7 +511,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       if (!ampc_model_known(v)) /* the library's list of models */
         rc = cli_usage_error("train",
                              "--model: unknown model '%s' (available: mm-tiny, mm-small, "
-                             "mm-base, mm-micro, vit-ref, vit-fm, vit-micro, mlp)",
+                             "mm-base, mm-large, mm-micro, vit-ref, vit-fm, vit-micro, mlp)",
                              v);
       a->model = v;
     } else
