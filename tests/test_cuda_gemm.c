@@ -409,11 +409,15 @@ int main(void) {
   printf("device 0: %s, compute capability %d.%d, %d SMs, driver %d, runtime %d, cuBLASLt %zu\n",
          info.name, info.cc_major, info.cc_minor, info.sm_count, info.driver_version,
          info.runtime_version, info.cublaslt_version);
+  ampc_cuda_set_gemm_tuning(false); /* whatever AMPC_CUDA_GEMM_TUNE says: test_tuning turns it on */
   OK(ampc_cuda_create(0, 0, &g_ctx));
   test_modes();
   test_ones();
   test_fp8(&info);
   test_cache_and_k0();
+  ampc_cuda_counters c0;
+  ampc_cuda_counters_get(g_ctx, &c0);
+  CHECK(c0.tuned == 0, "without GEMM tuning %lld plans were tuned", (long long)c0.tuned);
   test_tuning();
   ampc_cuda_destroy(g_ctx);
   printf(g_fail ? "test_cuda_gemm: FAILED\n" : "test_cuda_gemm: all checks passed\n");

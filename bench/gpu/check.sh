@@ -26,8 +26,7 @@
 #                        mm-base in 32-true, 16-mixed, bf16-mixed) and
 #                        PyTorch's (fp32 without TF32, autocast bf16,
 #                        autocast fp16 + GradScaler) (17); the typed, cast,
-#                        tuned and kept variants; mm-large (gpu_train_large,
-#                        torch_train_large)
+#                        tuned and kept variants
 #   signatures_run       tests/signatures.txt with `ampc-gpu train --device
 #                        cuda` and `ampc-gpu diagnose` (bench/gpu/signatures.sh)
 #   curves               50-step loss curves on the GPU against the CPU's
@@ -37,7 +36,10 @@
 #                        mm-base step (after two warm-up steps, not recorded);
 #                        profile_table.md
 #   sanitize_NAME        compute-sanitizer memcheck on a test that failed
-#   sanitize_typed       racecheck and memcheck over test_cuda_nn's typed checks alone
+#   sanitize_typed       racecheck, synccheck and memcheck over test_cuda_nn's
+#                        typed checks alone
+#   gpu_train_large, torch_train_large  mm-large (188 M parameters): the
+#                        presets, everything prepared, PyTorch fp32 and fp16
 #   build_on_device      the build there, when prebuilt binaries ran and
 #                        time is left (it checks that the build works there)
 # "tests" runs the three tests, signatures_run and curves; "bench" the
@@ -56,6 +58,9 @@
 # fails, is skipped for lack of time, or skips its GPU half (no device).
 # Device call, after sh bench/gpu/fetch_debs.sh and sh bench/gpu/prebuild.sh:
 #   run(command="sh bench/gpu/check.sh", carry=[".gpu-debs", ".gpu-prebuilt"], timeout_s=600)
+# Every part's ceiling together is well over one call's 600 s. With the 15 minutes a session
+# gets, skip what earlier runs measured and this session did not change, e.g.
+#   CHECK_BUDGET=540 CHECK_SKIP="ampc_gemm torch_compile build_on_device signatures_run curves"
 set -u
 what=${1:-all}
 case "$what" in tests | bench | all) ;; *)
@@ -237,11 +242,6 @@ if [ "$what" != tests ]; then
   # one process per batch size (one torch import and CUDA start each)
   part torch_train_base 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-base --mode fp32,bf16,fp16 --batch 64 --steps 10 --warmup 3 --saved-bytes >>'$R/torch_train.jsonl'"
   part torch_train_small 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-tiny,vit-ref --mode fp32,bf16,fp16 --batch 128 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
-  # mm-large (width 768, depth 12 per tower, 188 M parameters: the top of the issue's range),
-  # where the GEMMs weigh more: the three presets, then everything prepared (rows "typed cast
-  # tuned" against "32-true typed tuned"), and PyTorch fp32 / fp16 AMP on the same shapes
-  part gpu_train_large 120 sh -c "./$B/gpu_train --models mm-large --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-large --precision 32-true --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-large --precision 16-mixed --attention-cast --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
-  part torch_train_large 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-large --mode fp32,fp16 --batch 64 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
   python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" >"$R/train_table.md" 2>&1
   cat "$R/train_table.md"
   pack
@@ -305,10 +305,26 @@ for t in $failed_tests; do
 done
 
 # the typed kernels' own checks (test_cuda_nn AMPC_TEST_ONLY=typed) under compute-sanitizer:
-# racecheck (the bias gradient's shared sums and its last-block election) and memcheck
+# racecheck (shared memory: the bias gradient's and layer norm's block sums), synccheck (the
+# barriers) and memcheck; a hazard or error fails the part (--error-exitcode)
 if [ "$what" != bench ] && [ -n "$cs" ] && [ "$(left)" -ge 60 ]; then
-  part sanitize_typed 90 sh -c "AMPC_TEST_ONLY=typed '$cs' --tool racecheck --print-limit 20 ./$B/test_cuda_nn && AMPC_TEST_ONLY=typed '$cs' --tool memcheck --print-limit 20 ./$B/test_cuda_nn"
+  part sanitize_typed 120 sh -c "for t in racecheck synccheck memcheck; do AMPC_TEST_ONLY=typed '$cs' --tool \$t --error-exitcode 1 --print-limit 20 ./$B/test_cuda_nn || exit 1; done"
   [ "$ran" = 1 ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|Invalid|FAILED|passed" "$R/sanitize_typed.txt" | tail -n 12
+fi
+
+# mm-large (width 768, depth 12 per tower, 188 M parameters: the top of the issue's range),
+# where the GEMMs weigh more: the three presets, then everything prepared (rows "typed cast
+# tuned" against "32-true typed tuned"), and PyTorch fp32 / fp16 AMP on the same shapes; last,
+# as the part a short budget loses first
+if [ "$what" != tests ]; then
+  part gpu_train_large 120 sh -c "./$B/gpu_train --models mm-large --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-large --precision 32-true --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl' && ./$B/gpu_train --models mm-large --precision 16-mixed --attention-cast --typed --tune --steps 10 --warmup 3 >>'$R/ampc_train.jsonl'"
+  part torch_train_large 90 sh -c "PYTHONUNBUFFERED=1 python3 tests/reference/torch_step.py --device cuda --model mm-large --mode fp32,fp16 --batch 64 --steps 10 --warmup 3 >>'$R/torch_train.jsonl'"
+  if [ -f "$R/ampc_train.jsonl" ]; then
+    python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" \
+      "$R/curves.jsonl" >"$R/train_table.md" 2>&1
+    grep "mm-large" "$R/train_table.md"
+    pack
+  fi
 fi
 
 # the build there too, when the prebuilt binaries ran (not counted in rc: it

@@ -122,7 +122,7 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
          "\"predicted_device_scratch\":%zu,"
          "\"device_bytes_used\":%lld,\"gemm_plan_queries_timed\":%lld,\"skipped\":%lld,"
          "\"final_loss\":%.6g,\"matmuls_per_step\":%.1f,\"host_waits_per_step\":%.1f,"
-         "\"host_wait_ms_per_step\":%.4f,\"ms_steps\":[",
+         "\"host_wait_ms_per_step\":%.4f,\"gemm_plans_tuned\":%lld,\"ms_steps\":[",
          model, ampc_precision_name(p), g_keep ? "false" : "true",
          ampc_cuda_typed_kernels() ? "true" : "false", g_cast ? "true" : "false",
          ampc_cuda_gemm_tuning() ? "true" : "false", dev == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split",
@@ -130,7 +130,7 @@ static void print_run(const char *model, ampc_precision p, ampc_device dev, int6
          (unsigned long long)flops_step, tflops, peak / 1e12, tflops * 1e12 / peak, pbytes,
          ampc_mmodel_activation_bytes(M), acct->total, acct->bytes[AMPC_MEM_DEVICE_SCRATCH], used,
          queries, skipped, (double)loss, (double)cn->matmuls / steps, (double)cn->waits / steps,
-         cn->wait_s * 1e3 / steps);
+         cn->wait_s * 1e3 / steps, (long long)cn->tuned);
   for (int s = 0; s < steps; s++)
     printf("%s%.4f", s ? "," : "", ms[s]);
   printf("]}\n");
@@ -247,8 +247,9 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
   /* the timed steps' counts (the last step's own synchronize included) */
   const ampc_cuda_counters cn = {.matmuls = cn1.matmuls - cn0.matmuls,
                                  .waits = cn1.waits - cn0.waits,
-                                 .wait_s = cn1.wait_s - cn0.wait_s};
-  if (!curve) /* with a curve the caller prints */
+                                 .wait_s = cn1.wait_s - cn0.wait_s,
+                                 .tuned = cn1.tuned}; /* over the run: the warm-up tunes */
+  if (!curve)                                         /* with a curve the caller prints */
     print_run(model, p, dev, B, &T, M, &acct, pbytes, med, ms, steps, flops_step,
               dev == AMPC_DEVICE_CUDA ? (long long)(free0 - free1) : -1LL,
               (long long)(queries1 - queries0), (long long)skipped, L.total, &cn);

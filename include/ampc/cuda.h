@@ -208,13 +208,14 @@ ampc_status ampc_cuda_gemm(ampc_cuda_ctx *ctx, const ampc_cuda_gemm_args *args);
  * and, at its first call, times each on that call's operands (into a
  * temporary D: three runs after one that checks it works) and keeps the
  * fastest for the context's life. Every candidate honours the same
- * constraints (FP32 partial sums in split-K, the alignment, the
- * workspace), so results stay within the GEMM bound, but which algorithm
+ * constraints (split-K partial sums in the compute type, the alignment,
+ * the workspace), so results stay within the GEMM bound, but which algorithm
  * wins can differ between runs (timing noise), and with it the summation
  * order and the last bits: runs are then not bit-reproducible. Costs host
- * waits at each new shape's first call (a training step's first). FP8 D
+ * waits (counted in ampc_cuda_counters) at each new shape's first call (a
+ * training step's first). FP8 D
  * and amax outputs keep the heuristic's first algorithm. The environment
- * variable AMPC_CUDA_GEMM_TUNE=1 sets it at the first plan; it applies to
+ * variable AMPC_CUDA_GEMM_TUNE=1 (or on) sets it at the first plan; it applies to
  * plans made after it is set. XLA autotunes its cuBLASLt GEMMs this way. */
 void ampc_cuda_set_gemm_tuning(bool on);
 bool ampc_cuda_gemm_tuning(void);

@@ -775,6 +775,12 @@ static cJSON *config_object(const ampc_run *R) {
                           rc->device == AMPC_DEVICE_CUDA        ? "cuda"
                           : rc->device == AMPC_DEVICE_CPU_SPLIT ? "cpu-split"
                                                                 : "cpu");
+  if (rc->device == AMPC_DEVICE_CUDA) { /* what decides the device's bits beyond the preset */
+    cJSON *ck = cJSON_AddObjectToObject(run_o, "cuda");
+    cJSON_AddBoolToObject(ck, "typed_kernels", ampc_cuda_typed_kernels());
+    /* tuned GEMMs pick their algorithms by timing: not bit-reproducible */
+    cJSON_AddBoolToObject(ck, "gemm_tuning", ampc_cuda_gemm_tuning());
+  }
   cJSON_AddItemToObject(cj, "run", run_o);
   char warns[16][256];
   const int nw = ampc_run_warnings(R, warns, 16);
