@@ -223,18 +223,25 @@ void launch_unheads(cudaStream_t strm, int64_t rows, int t, int h, int dh, const
     unheads_k<-1><<<heads_grid(rows), THREADS, 0, strm>>>(rows, t, h, dh, src, dst, dt, ldd, ds);
 }
 
+/* the n jobs (1 to HEADS_JOBS) as one launch's argument, and its grid: a
+ * row of blocks for the longest job, one row per job */
+dim3 pack_jobs(const heads_job *jobs, int n, heads_jobs *js) {
+  assert(n >= 1 && n <= HEADS_JOBS);
+  *js = heads_jobs{};
+  int64_t most = 0;
+  for (int i = 0; i < n; i++) {
+    js->j[i] = jobs[i];
+    most = jobs[i].rows > most ? jobs[i].rows : most;
+  }
+  return dim3(heads_grid(most), (unsigned)n);
+}
+
 /* n (1 to HEADS_JOBS) head copies of one dtype pair: one heads_multi_k
  * launch in the typed set, else launch_heads for each */
 void launch_heads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int dh, int sdt,
                     int ddt) {
-  assert(n >= 1 && n <= HEADS_JOBS);
-  heads_jobs js = {};
-  int64_t most = 0;
-  for (int i = 0; i < n; i++) {
-    js.j[i] = jobs[i];
-    most = jobs[i].rows > most ? jobs[i].rows : most;
-  }
-  const dim3 grid(heads_grid(most), (unsigned)n);
+  heads_jobs js;
+  const dim3 grid = pack_jobs(jobs, n, &js);
   if (n > 1 && ampc_cu_typed() &&
       typed_pick(
           sdt, ddt, 0,
@@ -251,14 +258,8 @@ void launch_heads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int 
 /* the same for unheads: jobs' src FP32 [b, h, t, dh], dst rows in dt */
 void launch_unheads_n(cudaStream_t strm, const heads_job *jobs, int n, int h, int dh, int dt,
                       dev_stats *ds) {
-  assert(n >= 1 && n <= HEADS_JOBS);
-  heads_jobs js = {};
-  int64_t most = 0;
-  for (int i = 0; i < n; i++) {
-    js.j[i] = jobs[i];
-    most = jobs[i].rows > most ? jobs[i].rows : most;
-  }
-  const dim3 grid(heads_grid(most), (unsigned)n);
+  heads_jobs js;
+  const dim3 grid = pack_jobs(jobs, n, &js);
   if (n > 1 && ampc_cu_typed() &&
       typed_pick(
           dt, 0, 0,
