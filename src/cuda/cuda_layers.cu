@@ -38,16 +38,8 @@ namespace {
  * operands; 12 the bias gradient's ones vector; 16 the attention forward's
  * 16-bit probabilities (the products' operand); 17 the typed bias
  * gradient's counts and partial sums */
-enum {
-  SLOT_A = 4,
-  SLOT_B = 5,
-  SLOT_C = 6,
-  SLOT_L = 7,
-  SLOT_F8 = 11,
-  SLOT_ONES = 12,
-  SLOT_PM = 16,
-  SLOT_BG = 17
-};
+enum { SLOT_A = 4, SLOT_B = 5, SLOT_C = 6, SLOT_L = 7, SLOT_F8 = 11 };
+enum { SLOT_ONES = 12, SLOT_PM = 16, SLOT_BG = 17 };
 static_assert(SLOT_BG < AMPC_CUDA_SCRATCH_SLOTS, "the bias gradient's slot is a context slot");
 static_assert(SLOT_PM < AMPC_CUDA_SCRATCH_SLOTS,
               "the 16-bit probabilities' slot is a context slot");
