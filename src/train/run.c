@@ -384,6 +384,11 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   ampc_status st = check_config(rc);
   if (st != AMPC_OK)
     return st;
+  /* no device: said before the trainer's state is allocated (3 GB of host
+   * memory for mm-large) */
+  if (rc->device == AMPC_DEVICE_CUDA && ampc_cuda_device_count() == 0)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "--device cuda: no CUDA device: %s",
+                     ampc_cuda_unavailable_reason());
   ampc_run *R = calloc(1, sizeof *R);
   if (!R)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_run_create: out of memory");
@@ -482,11 +487,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     goto fail;
   R->have_trainer = true;
   const size_t stage = ampc_accum_stage_bytes(&R->accum, R->T.params.total);
-  if (rc->device != AMPC_DEVICE_CPU) { /* the device and the trainer's state on it */
-    if (rc->device == AMPC_DEVICE_CUDA) {
-      if (ampc_cuda_device_count() == 0)
-        FAIL(ampc_fail(AMPC_ERR_UNSUPPORTED, "--device cuda: no CUDA device: %s",
-                       ampc_cuda_unavailable_reason()));
+  if (rc->device != AMPC_DEVICE_CPU) {    /* the device and the trainer's state on it */
+    if (rc->device == AMPC_DEVICE_CUDA) { /* a device is there (checked above) */
       /* rank r on GPU r mod the node's count (one process per GPU on a node) */
       if ((st = ampc_cuda_create(R->rank % ampc_cuda_device_count(), 0, &R->cuda)) != AMPC_OK)
         goto fail;
