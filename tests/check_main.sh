@@ -36,5 +36,21 @@ cp "$tmp/mm.st" "$tmp/mm.copy"
 expect 2 train --steps 1 --batch 8 --save "$tmp/mm.st" --log "$tmp/mm.st"
 cmp -s "$tmp/mm.st" "$tmp/mm.copy" || die "a refused run changed the checkpoint"
 
+# an environment switch with a value the library does not know: a warning
+# naming it, and the command still runs
+AMPC_CUDA_TYPED=yes "$ampc" formats >/dev/null 2>"$tmp/err" || die "formats with AMPC_CUDA_TYPED=yes exited $?"
+grep -q "AMPC_CUDA_TYPED=yes is not one of 1, on, 0, off" "$tmp/err" ||
+  die "no warning for AMPC_CUDA_TYPED=yes: $(cat "$tmp/err")"
+AMPC_CUDA_GEMM_TUNE=on "$ampc" formats >/dev/null 2>"$tmp/err"
+[ -s "$tmp/err" ] && die "AMPC_CUDA_GEMM_TUNE=on warned: $(cat "$tmp/err")"
+
+# every help text fits 80 columns
+for c in "" formats convert bench train eval data diagnose compare memory plan inspect; do
+  # shellcheck disable=SC2086 # the empty command is the top-level help
+  "$ampc" $c --help >"$tmp/help" 2>&1 || die "ampc $c --help exited $?"
+  wide=$(awk 'length > 80 { n++ } END { print n + 0 }' "$tmp/help")
+  [ "$wide" = 0 ] || die "ampc $c --help: $wide lines wider than 80 columns"
+done
+
 [ $fail = 0 ] && echo "check_main: ok"
 exit $fail

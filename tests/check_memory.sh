@@ -92,6 +92,18 @@ expect2 plan --budget 12Q
 expect2 plan --budget -1G
 expect2 plan --budget 1G --precision 32-true,
 expect2 plan --budget 1G --model nosuch
+# the model lists: each command names what it takes
+expect2 memory --model nosuch
+grep -q "vit-micro, mlp)" "$tmp/err" || die "memory's unknown-model error omits mlp: $(cat "$tmp/err")"
+expect2 plan --budget 1G --model nosuch
+grep -q "mlp" "$tmp/err" && die "plan's unknown-model error lists mlp, which it refuses"
+# a model the data cannot feed is refused, as ampc train refuses it
+expect2 plan --budget 1G --model mm-micro
+grep -q "mm-micro takes 8x8x3 images, the data 'emoji' has 32x32x3" "$tmp/err" ||
+  die "plan --model mm-micro: $(cat "$tmp/err")"
+expect2 bench step --model nosuch
+grep -q "bench step runs mm-tiny, mm-small, mm-base, mm-large, vit-ref)" "$tmp/err" ||
+  die "bench step's unknown-model error: $(cat "$tmp/err")"
 "$ampc" memory --help | grep -q "Usage: ampc memory" || die "memory --help"
 "$ampc" plan --help | grep -q "Usage: ampc plan" || die "plan --help"
 

@@ -562,6 +562,17 @@ static void test_mm_tiny_names(void **state) {
   ampc_mmodel_config bad;
   assert_int_equal(ampc_mmodel_config_get("mm-huge", 10, 4, 2, &bad), AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "mm-huge"));
+  /* every listed name is known, and the unknown-model error lists each one */
+  const char *const *names = ampc_mmodel_names();
+  int count = 0;
+  for (; names[count]; count++) {
+    assert_int_equal(ampc_mmodel_config_get(names[count], 10, 4, 2, &bad), AMPC_OK);
+    assert_string_equal(bad.name, names[count]);
+  }
+  assert_int_equal(count, 8);
+  assert_int_equal(ampc_mmodel_config_get("mm-huge", 10, 4, 2, &bad), AMPC_ERR_INVALID_ARG);
+  for (int i = 0; i < count; i++)
+    assert_non_null(strstr(ampc_last_error(), names[i]));
   ampc_mmodel_specs_free(&sp);
 }
 

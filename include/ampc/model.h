@@ -179,14 +179,20 @@ typedef struct ampc_mmodel_config {
  * 8/8/2, embed 256: 59,050,507 parameters on the emoji data; issue 17's
  * GPU-sized model), "mm-large" (width 768, 12 heads, MLP 3072, depths
  * 12/12/2, embed 256: 187,746,059 parameters; the top of issue 17's range)
- * or "mm-micro" (a very small one for gradient checks)
+ * or "mm-micro" (8x8x3 images, width 16: a very small one for gradient checks)
  * with the dataset's vocab, seq_len and classes; weights 1, 1, 1. Image-only:
  * "vit-ref" (32x32x3, patch 8, width 128, depth 4, 4 heads, MLP 512, CLS:
- * 821,642 parameters with 10 classes) and "vit-fm" (the same on 28x28x1 with
- * patch 4, for Fashion-MNIST); vocab and seq_len are ignored. Errors:
- * AMPC_ERR_INVALID_ARG naming an unknown model. */
+ * 821,642 parameters with 10 classes), "vit-fm" (the same on 28x28x1 with
+ * patch 4, for Fashion-MNIST) and "vit-micro" (8x8x3, width 16, for gradient
+ * checks); vocab and seq_len are ignored. Errors: AMPC_ERR_INVALID_ARG
+ * naming an unknown model and the known ones. */
 ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_len,
                                    int64_t classes, ampc_mmodel_config *out);
+
+/* The names ampc_mmodel_config_get knows, in the order lists show them
+ * (mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref, vit-fm,
+ * vit-micro), NULL-terminated; static storage. */
+const char *const *ampc_mmodel_names(void);
 
 /* The parameter specs of the model (PyTorch-style names:
  * vision.patch_embed.weight, vision.blocks.0.attn.in_proj_weight, ...,

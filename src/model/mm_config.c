@@ -1,6 +1,7 @@
 /*
  * src/model/mm_config.c: the multimodal model's named configurations
- * (mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref, vit-fm) and its parameter specs
+ * (mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref, vit-fm, vit-micro:
+ * ampc_mmodel_names) and its parameter specs
  * (PyTorch-style names, shapes, branches, initialisations). The model itself
  * is described in src/model/mm.c.
  */
@@ -19,6 +20,23 @@
 #include "numeric/numeric.h"
 
 /* ---- configurations ------------------------------------------------------------ */
+
+/* The names ampc_mmodel_config_get knows, in the order lists show them. */
+static const char *const k_mm_names[] = {"mm-tiny", "mm-small", "mm-base",   "mm-large", "mm-micro",
+                                         "vit-ref", "vit-fm",   "vit-micro", NULL};
+
+const char *const *ampc_mmodel_names(void) { return k_mm_names; }
+
+/* "a, b, c" of the names above (no "mlp") into buf */
+static const char *mm_name_list(char *buf, size_t cap) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 0; k_mm_names[i] && at < cap; i++) {
+    const int n = snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", k_mm_names[i]);
+    at += n > 0 ? (size_t)n : 0;
+  }
+  return buf;
+}
 
 ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_len,
                                    int64_t classes, ampc_mmodel_config *out) {
@@ -63,11 +81,9 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
     c.img = 8, c.dim = 16, c.heads = 2, c.mlp = 32, c.v_depth = 1, c.t_depth = 1, c.f_depth = 1;
     c.embed = 8;
   } else {
-    return ampc_fail(
-        AMPC_ERR_INVALID_ARG,
-        "unknown model '%s' (available: mm-tiny, mm-small, mm-base, mm-large, mm-micro, "
-        "vit-ref, vit-fm, vit-micro)",
-        name);
+    char list[160];
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "unknown model '%s' (available: %s)", name,
+                     mm_name_list(list, sizeof list));
   }
   snprintf(c.name, sizeof c.name, "%s", name);
   c.vocab = image_only ? 0 : vocab, c.seq_len = image_only ? 0 : seq_len, c.classes = classes;

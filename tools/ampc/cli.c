@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ampc/data.h"
+#include "ampc/model.h"
 
 bool cli_quiet_usage;
 const char *cli_usage_context;
@@ -202,4 +203,26 @@ int cli_hold_out_style(const char *cmd, const char *style, ampc_dataset *d) {
   if (ampc_dataset_hold_out_style(d, k) != AMPC_OK)
     return cli_usage_error(cmd, "--hold-out-style: %s", ampc_last_error());
   return 0;
+}
+
+const char *cli_model_list(char *buf, size_t cap, bool with_mlp, int img, int channels) {
+  size_t at = 0;
+  if (cap == 0)
+    return buf;
+  buf[0] = '\0';
+  const char *const *names = ampc_mmodel_names();
+  for (int i = 0; names[i] || with_mlp; i++) {
+    const char *name = names[i] ? names[i] : "mlp";
+    if (names[i] && img > 0) { /* the sizes of the names' configurations, whatever the data */
+      ampc_mmodel_config c;
+      if (ampc_mmodel_config_get(name, 3, 1, 2, &c) != AMPC_OK || c.img != img ||
+          c.channels != channels)
+        continue;
+    }
+    const int n = snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", name);
+    at += n > 0 ? (size_t)n : 0;
+    if (at >= cap || !names[i])
+      break;
+  }
+  return buf;
 }

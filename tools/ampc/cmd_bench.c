@@ -402,8 +402,11 @@ static int run_step(int argc, char **argv) {
     return cli_runtime_error("bench", "%s", ampc_last_error());
   ampc_mmodel_config mc;
   if (ampc_mmodel_config_get(model, D.vocab, D.seq_len, 10, &mc) != AMPC_OK) {
+    char list[192];
+    cli_model_list(list, sizeof list, false, D.height, D.channels);
     ampc_dataset_free(&D);
-    return cli_usage_error("bench", "%s", ampc_last_error());
+    return cli_usage_error("bench", "--model: unknown model '%s' (bench step runs %s)", model,
+                           list);
   }
   if (!mc.image_only)
     mc.classes = D.n_classes; /* as `ampc train` on emoji */
@@ -419,11 +422,12 @@ static int run_step(int argc, char **argv) {
   if (D.height != mc.img || D.width != mc.img || D.channels != mc.channels) {
     const int h = D.height, w = D.width, c = D.channels; /* read before the free */
     ampc_dataset_free(&D);
+    char list[192];
     return cli_usage_error("bench",
                            "model %s takes %lldx%lldx%lld images, the bundled data has %dx%dx%d "
-                           "(bench step runs vit-ref, mm-tiny, mm-small, mm-base or mm-large)",
+                           "(bench step runs %s)",
                            mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels, h,
-                           w, c);
+                           w, c, cli_model_list(list, sizeof list, false, h, c));
   }
   /* one fixed batch: the first B training samples, cycled */
   const int64_t B = batch, img_sz = (int64_t)D.height * D.width * D.channels;
@@ -565,7 +569,7 @@ static int run(int argc, char **argv) {
 
 const ampc_command ampc_cmd_bench = {
     .name = "bench",
-    .summary = "benchmarks: `bench gemm` (GEMM GFLOP/s vs OpenBLAS), `bench step` (training steps)",
+    .summary = "benchmarks: `bench gemm` (GEMM vs OpenBLAS), `bench step` (steps)",
     .usage = k_usage,
     .run = run,
 };

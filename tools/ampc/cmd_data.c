@@ -29,7 +29,8 @@
 extern char **environ;
 
 static const char k_usage[] =
-    "Usage: ampc data emoji --out FILE [--styles LIST] [--hold-out STYLE] [--from DIR] [--json]\n"
+    "Usage: ampc data emoji --out FILE [--styles LIST] [--hold-out STYLE]\n"
+    "                       [--from DIR] [--json]\n"
     "       ampc data info [FILE] [--json]\n"
     "       ampc data info --fashion-mnist [DIR] [--json]\n"
     "\n"
@@ -49,20 +50,22 @@ static const char k_usage[] =
     "\n"
     "Options:\n"
     "  --out FILE            where `emoji` writes the dataset\n"
-    "  --styles LIST         comma-separated artwork styles (default google,openmoji,twitter,\n"
-    "                        the bundled file's), each once, in sample order:\n"
-    "                          google    emoji-datasource-google@16.0.0 (Noto, Apache-2.0)\n"
-    "                          twitter   emoji-datasource-twitter@16.0.0 (Twemoji, CC-BY-4.0)\n"
-    "                          openmoji  openmoji@17.0.0 (CC-BY-SA-4.0; needs rsvg-convert,\n"
-    "                                    Debian's librsvg2-bin)\n"
-    "                          apple     emoji-datasource-apple@16.0.0 (images (c) Apple Inc.,\n"
-    "                                    not licensed for commercial use: for your own use)\n"
-    "                          facebook  emoji-datasource-facebook@16.0.0 (images (c) Meta, no\n"
-    "                                    clear licence: for your own use)\n"
+    "  --styles LIST         comma-separated artwork styles (default\n"
+    "                        google,openmoji,twitter, the bundled file's), each\n"
+    "                        once, in sample order:\n"
+    "    google    emoji-datasource-google@16.0.0 (Noto, Apache-2.0)\n"
+    "    twitter   emoji-datasource-twitter@16.0.0 (Twemoji, CC-BY-4.0)\n"
+    "    openmoji  openmoji@17.0.0 (CC-BY-SA-4.0; needs rsvg-convert, Debian's\n"
+    "              librsvg2-bin)\n"
+    "    apple     emoji-datasource-apple@16.0.0 (images (c) Apple Inc., not\n"
+    "              licensed for commercial use: for your own use)\n"
+    "    facebook  emoji-datasource-facebook@16.0.0 (images (c) Meta, no clear\n"
+    "              licence: for your own use)\n"
     "  --hold-out STYLE      the style whose images of the training concepts form the\n"
     "                        new-style split (default twitter when listed, else none;\n"
     "                        `ampc train --hold-out-style` can choose another later)\n"
-    "  --from DIR            directory holding the .tgz files (<package>-<version>.tgz; no npm)\n"
+    "  --from DIR            directory holding the .tgz files\n"
+    "                        (<package>-<version>.tgz; no npm)\n"
     "  --fashion-mnist [DIR] `info` on Fashion-MNIST\n"
     "  --json                print one JSON object\n"
     "  -h, --help            show this help\n";
@@ -604,7 +607,7 @@ static int run(int argc, char **argv) {
 
 const ampc_command ampc_cmd_data = {
     .name = "data",
-    .summary = "prepare the emoji dataset, summarise datasets (emoji, Fashion-MNIST)",
+    .summary = "prepare the emoji data, summarise datasets (emoji, Fashion-MNIST)",
     .usage = k_usage,
     .run = run,
 };

@@ -35,8 +35,8 @@ static const char k_usage[] =
     "  --attention-cast on|off  the attention products' 16-bit P operand (default:\n"
     "                 as the checkpoint was trained, which ampc train records)\n"
     "  --batch B      evaluation batch size (default 64)\n"
-    "  --hold-out-style S  the style evaluated as new_style (default: the data file's;\n"
-    "                 give the one the checkpoint was trained without)\n"
+    "  --hold-out-style S  the style evaluated as new_style (default: the data\n"
+    "                 file's; give the one the checkpoint was trained without)\n"
     "  --json         print one JSON object\n";
 
 /* one split's metrics, as the training log writes them */
@@ -209,7 +209,7 @@ static int run(int argc, char **argv) {
 
 const ampc_command ampc_cmd_eval = {
     .name = "eval",
-    .summary = "evaluate a multimodal checkpoint (retrieval R@1/R@5, matching, group accuracy)",
+    .summary = "evaluate a checkpoint (retrieval R@1/R@5, matching, group accuracy)",
     .usage = k_usage,
     .run = run,
 };

@@ -30,8 +30,10 @@
 #define PLAN_CUDA_CONTEXT_BYTES ((uint64_t)512 << 20)
 
 static const char k_memory_usage[] =
-    "Usage: ampc memory --params N [--optimizer adamw|sgd|none] [--precision P] [--json]\n"
-    "       ampc memory --model NAME [--batch B] [--optimizer ...] [--precision P] [--json]\n"
+    "Usage: ampc memory --params N [--optimizer adamw|sgd|none] [--precision P]\n"
+    "                   [--json]\n"
+    "       ampc memory --model NAME [--batch B] [--optimizer ...] [--precision P]\n"
+    "                   [--json]\n"
     "\n"
     "The memory account of mixed-precision training, in bytes per role:\n"
     "weights (the preset's working dtype), master (FP32 copy), grads, moments\n"
@@ -41,8 +43,8 @@ static const char k_memory_usage[] =
     "allocation plan (no allocation).\n"
     "\n"
     "  --params N         parameter count (e.g. 1.2e9): bytes per parameter and total\n"
-    "  --model NAME       mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref, vit-fm,\n"
-    "                     vit-micro, mlp\n"
+    "  --model NAME       mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref,\n"
+    "                     vit-fm, vit-micro, mlp\n"
     "  --batch B          batch size for --model (64)\n"
     "  --w-mlm W          the model trains with masked caption modelling (as ampc\n"
     "                     train --w-mlm W): its head and the masked copies counted\n"
@@ -52,12 +54,12 @@ static const char k_memory_usage[] =
     "  --attention-cast on|off   as ampc train --attention-cast (off; on adds, on the\n"
     "                     GPU, the 16-bit probabilities of the largest attention\n"
     "                     call to device_scratch)\n"
-    "  --classes C        classes of the head (default: the emoji data's 9; vit-fm 10;\n"
-    "                     mlp 5); --in N (16) --hidden N (64) for mlp\n"
+    "  --classes C        classes of the head (default: the emoji data's 9; vit-fm\n"
+    "                     10; mlp 5); --in N (16) --hidden N (64) for mlp\n"
     "  --optimizer O      adamw (default) | sgd | none\n"
-    "  --precision P      32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true |\n"
-    "                     fp8-mixed (with --model: an fp8_state role, the amax\n"
-    "                     histories; --fp8-amax-history N (1024) sizes it)\n"
+    "  --precision P      32-true | 16-mixed (default) | bf16-mixed | 16-true |\n"
+    "                     bf16-true | fp8-mixed (with --model: an fp8_state role,\n"
+    "                     the amax histories; --fp8-amax-history N (1024) sizes it)\n"
     "  --master-weights on|off   override the preset's FP32 master copy\n"
     "  --weight-update nearest|stochastic|kahan   kahan adds a compensation buffer\n"
     "                     in the working dtype (16-bit weights without a master)\n"
@@ -81,8 +83,8 @@ static const char k_plan_usage[] =
     "\n"
     "  --budget BYTES     e.g. 8G, 512M, 1.5GiB, 300000000 (K/M/G/T: powers of 1000,\n"
     "                     KiB/MiB/GiB/TiB: powers of 1024)\n"
-    "  --model NAME       mm-tiny (default), mm-small, mm-base, mm-large, mm-micro,\n"
-    "                     vit-ref, vit-fm, vit-micro\n"
+    "  --model NAME       mm-tiny (default), mm-small, mm-base, mm-large, vit-ref,\n"
+    "                     vit-fm (mm-micro, vit-micro: for 8x8 images)\n"
     "  --w-mlm W          with masked caption modelling (ampc train --w-mlm W)\n"
     "  --recompute on|off as ampc train --recompute (on)\n"
     "  --attention-cast on|off   as ampc train --attention-cast (off)\n"
@@ -91,7 +93,8 @@ static const char k_plan_usage[] =
     "  --master-weights on|off   override the presets' FP32 master copy\n"
     "  --data emoji|fashion-mnist[:DIR]|FILE   the dataset `ampc train` would load\n"
     "                     (default: emoji; fashion-mnist for vit-fm)\n"
-    "  --max-batch N      upper end of the search (default: the training split's size)\n"
+    "  --max-batch N      upper end of the search (default: the training split's\n"
+    "                     size)\n"
     "  --overhead BYTES   use this process overhead instead of measuring it\n"
     "  --device cpu|cuda  cuda: plan GPU memory (ampc memory --device cuda's roles;\n"
     "                     the overhead is an allowance of 512 MiB for the CUDA\n"
@@ -301,6 +304,10 @@ static int run_memory(int argc, char **argv) {
     return rc;
   if (!a.params == !a.model)
     return cli_usage_error(cmd, "give exactly one of --params N and --model NAME");
+  char list[192];
+  if (a.model && !ampc_model_known(a.model))
+    return cli_usage_error(cmd, "--model: unknown model '%s' (available: %s)", a.model,
+                           cli_model_list(list, sizeof list, true, 0, 0));
   int moments;
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
     return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
@@ -428,6 +435,10 @@ static int run_plan(int argc, char **argv) {
     return cli_usage_error(cmd, "--overhead: %s", ampc_last_error());
   if (!strcmp(a.model, "mlp"))
     return cli_usage_error(cmd, "--model mlp is not planned (its batch is not memory-bound)");
+  char list[192];
+  if (!ampc_model_known(a.model))
+    return cli_usage_error(cmd, "--model: unknown model '%s' (available: %s)", a.model,
+                           cli_model_list(list, sizeof list, false, 0, 0));
   const bool gpu = a.device == AMPC_DEVICE_CUDA;
   int moments;
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
@@ -466,16 +477,24 @@ static int run_plan(int argc, char **argv) {
     ntrain += D.split[i] == AMPC_SPLIT_TRAIN;
   const int64_t vocab = D.vocab, seq = D.seq_len, ncls = a.classes ? a.classes : D.n_classes;
   const bool have_text = D.tokens != NULL;
+  const int dh = D.height, dw = D.width, dc = D.channels;
   ampc_dataset_free(&D);
+  if (!have_text && ampc_mmodel_config_get(a.model, 3, 1, 2, &mc) == AMPC_OK && !mc.image_only)
+    return cli_usage_error(
+        cmd, "%s has no captions: model %s needs image-text pairs (models for it: %s)", data,
+        a.model, cli_model_list(list, sizeof list, false, dh, dc));
   if (ampc_mmodel_config_get(a.model, vocab, seq, ncls, &mc) != AMPC_OK)
     return cli_usage_error(cmd, "--model: %s", ampc_last_error());
   if (!mc.image_only) /* the MLM head and the masked copies' activations */
     mc.w_mlm = a.w_mlm;
   mc.no_recompute = a.keep;
   mc.attn_cast = a.cast;
-  if (!mc.image_only && !have_text)
-    return cli_usage_error(cmd, "%s has no captions: model %s needs image-text pairs", data,
-                           mc.name);
+  if (dh != mc.img || dw != mc.img || dc != mc.channels) /* as ampc train refuses it */
+    return cli_usage_error(cmd,
+                           "model %s takes %lldx%lldx%lld images, the data '%s' has %dx%dx%d "
+                           "(models for it: %s)",
+                           mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels,
+                           data, dh, dw, dc, cli_model_list(list, sizeof list, false, dh, dc));
   const int64_t rss = ampc_peak_rss_bytes();
   const bool measured = a.overhead == NULL && !gpu;
   if (a.overhead == NULL && gpu) /* the device: the CUDA context's own share */
@@ -564,7 +583,7 @@ static int run_plan(int argc, char **argv) {
 
 const ampc_command ampc_cmd_memory = {
     .name = "memory",
-    .summary = "memory account: bytes per role (weights, master, grads, moments, activations)",
+    .summary = "bytes per role: weights, master, grads, moments, activations",
     .usage = k_memory_usage,
     .run = run_memory,
 };

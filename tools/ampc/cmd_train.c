@@ -26,13 +26,15 @@
 static const char k_usage[] =
     "Usage: ampc train [options]\n"
     "\n"
-    "Train a model with mixed precision. Models: --model mm-tiny (default), mm-small,\n"
-    "mm-base (59 M parameters), mm-large (188 M), mm-micro: the multimodal\n"
+    "Train a model with mixed precision. Models: --model mm-tiny (default),\n"
+    "mm-small, mm-base (59 M parameters), mm-large (188 M): the multimodal\n"
     "image-text model (ViT vision encoder, text encoder, cross-attention fusion;\n"
     "loss w_itc InfoNCE + w_itm matching BCE + w_cls group CE) on --data emoji\n"
     "(the bundled emoji pairs; default) or a file from `ampc data emoji`; --model\n"
     "vit-ref, vit-fm: image-only ViTs (vit-fm: the default for --data\n"
-    "fashion-mnist); --model mlp: an MLP on synthetic Gaussian blobs.\n"
+    "fashion-mnist); --model mlp: an MLP on synthetic Gaussian blobs. mm-micro\n"
+    "and vit-micro take 8x8 images: the tests' gradient-check models, which no\n"
+    "bundled data fits.\n"
     "\n"
     "Precision (presets as PyTorch Lightning's precision=):\n"
     "  --precision P        32-true | 16-mixed | bf16-mixed | 16-true | bf16-true |\n"
@@ -43,12 +45,13 @@ static const char k_usage[] =
     "  --master-weights on|off   FP32 master copy of the weights\n"
     "  --loss-scale none|dynamic|per-branch|per-loss|S   loss scaling (S: a static\n"
     "                       scale; per-branch: one dynamic scale per branch, vision,\n"
-    "                       text, fusion, heads, each picked from its gradient histogram\n"
-    "                       on the --telemetry-every steps, powers of two only; per-loss:\n"
-    "                       one dynamic scale per loss term, itc, itm, cls, a backward\n"
-    "                       pass each, unscaled into an FP32 sum; one global skip; the\n"
-    "                       log's loss_scale is the heads' (per-branch) or the smallest\n"
-    "                       term's (per-loss), branch_scales / loss_scales give each)\n"
+    "                       text, fusion, heads, each picked from its gradient\n"
+    "                       histogram on the --telemetry-every steps, powers of two\n"
+    "                       only; per-loss: one dynamic scale per loss term, itc,\n"
+    "                       itm, cls, a backward pass each, unscaled into an FP32\n"
+    "                       sum; one global skip; the log's loss_scale is the heads'\n"
+    "                       (per-branch) or the smallest term's (per-loss),\n"
+    "                       branch_scales / loss_scales give each)\n"
     "  --accumulate fp32|fp16    GEMM accumulation\n"
     "  --weight-update nearest|stochastic|kahan  update of 16-bit weights without a\n"
     "                       master (bf16-true; kahan also 16-true)\n"
@@ -77,9 +80,9 @@ static const char k_usage_more[] =
     "  --no-eval        no evaluation at all\n"
     "  --in N (16) --hidden N (64) --classes N (5) --train-size N (4096)\n"
     "  --test-size N (1024) --separation X (0.8)   mlp model and data sizes\n"
-    "  --data emoji|fashion-mnist[:DIR]|FILE   the bundled emoji pairs (default), Debian's\n"
-    "                   Fashion-MNIST (image-only; the model becomes vit-fm), or a file\n"
-    "                   from `ampc data emoji`\n"
+    "  --data emoji|fashion-mnist[:DIR]|FILE   the bundled emoji pairs (default),\n"
+    "                   Debian's Fashion-MNIST (image-only; the model becomes\n"
+    "                   vit-fm), or a file from `ampc data emoji`\n"
     "  --hold-out-style S   the artwork style evaluated as the new style; the model\n"
     "                   trains on the others (default: the data file's, twitter;\n"
     "                   `ampc data info` lists the styles)\n"
@@ -101,8 +104,8 @@ static const char k_usage_more[] =
     "                   subnormal, overflow, log2|x| histograms per branch) and run\n"
     "                   the FP64 shadow GEMM check every N steps (10; 0 = off;\n"
     "                   multimodal and ViT models)\n"
-    "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end (and every "
-    "--save-every N)\n"
+    "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end (and\n"
+    "                   every --save-every N)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags; any\n"
     "                   number of ranks)\n"
     "  --on-stall stop|warn  on non-finite weights, or N steps in a row that\n"
@@ -508,11 +511,10 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       else
         rc = cli_usage_error("train", "--allreduce: expected f32 or working, got '%s'", v);
     } else if (!strcmp(n, "model")) {
+      char list[192];
       if (!ampc_model_known(v)) /* the library's list of models */
-        rc = cli_usage_error("train",
-                             "--model: unknown model '%s' (available: mm-tiny, mm-small, "
-                             "mm-base, mm-large, mm-micro, vit-ref, vit-fm, vit-micro, mlp)",
-                             v);
+        rc = cli_usage_error("train", "--model: unknown model '%s' (available: %s)", v,
+                             cli_model_list(list, sizeof list, true, 0, 0));
       a->model = v;
     } else
       rc = cli_usage_error("train", "unknown option --%s", n);
@@ -1151,7 +1153,7 @@ static int run_list(int argc, char **argv, bool check_only) {
 
 const ampc_command ampc_cmd_train = {
     .name = "train",
-    .summary = "train a model with mixed precision (presets, loss scaling, checkpoints)",
+    .summary = "train with mixed precision (presets, loss scaling, checkpoints)",
     .usage = k_usage,
     .usage_more = k_usage_more,
     .usage_tail = k_usage_tail,

@@ -49,23 +49,49 @@ static int finish(int rc) {
   return rc;
 }
 
-/* AMPC_ISA selects the kernels (the library reads it once): portable, avx2,
- * or unset for the best the CPU has. Anything else is ignored by the library;
- * say so rather than run another path than the user asked for. */
-static void check_isa_env(void) {
-  const char *isa = getenv("AMPC_ISA");
-  if (isa && *isa && strcmp(isa, "portable") != 0 && strcmp(isa, "avx2") != 0)
-    fprintf(stderr,
-            "ampc: warning: AMPC_ISA=%s is not one of portable, avx2 (lower case): ignored, "
-            "using the best path this CPU has\n",
-            isa);
+/* The environment switches the library reads once (README): a value it
+ * does not know leaves the switch at its default without a word from the
+ * library, so say so here rather than run another path than the user asked
+ * for. Unset or empty: the default. */
+typedef struct env_switch {
+  const char *name;
+  const char *values[5]; /* the values the library knows, NULL-terminated */
+  const char *otherwise; /* what an unknown value does */
+} env_switch;
+
+static const env_switch k_env_switches[] = {
+    {"AMPC_ISA", {"portable", "avx2", NULL}, "ignored, using the best path this CPU has"},
+    {"AMPC_GEMM_F32", {"openblas", NULL}, "F32 products stay on ampc's kernel"},
+    {"AMPC_GEMM_BF16DOT", {"0", "1", NULL}, "bf16 products use VDPBF16PS where the CPU has it"},
+    {"AMPC_CUDA_TYPED", {"1", "on", "0", "off", NULL}, "the typed CUDA kernels stay off"},
+    {"AMPC_CUDA_GEMM_TUNE", {"1", "on", "0", "off", NULL}, "GEMM tuning stays off"},
+    {"AMPC_CUDA_ACC16", {"exact", NULL}, "FP16-accumulated products run on cuBLASLt"},
+};
+
+static void check_env(void) {
+  for (size_t i = 0; i < sizeof k_env_switches / sizeof k_env_switches[0]; i++) {
+    const env_switch *e = &k_env_switches[i];
+    const char *v = getenv(e->name);
+    if (!v || !*v)
+      continue;
+    bool known = false;
+    char list[64] = "";
+    for (int j = 0; e->values[j]; j++) {
+      known = known || strcmp(v, e->values[j]) == 0;
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
+               e->values[j]);
+    }
+    if (!known)
+      fprintf(stderr, "ampc: warning: %s=%s is not one of %s (lower case): %s\n", e->name, v, list,
+              e->otherwise);
+  }
 }
 
 int main(int argc, char **argv) {
   /* progress lines appear as they are printed, also through a pipe (`| tee`),
    * where stdio would otherwise hold them back in a 4 KiB block */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  check_isa_env();
+  check_env();
   if (argc < 2) {
     print_usage(stderr);
     return AMPC_EXIT_USAGE;
