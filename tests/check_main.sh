@@ -23,6 +23,11 @@ grep -q "bad.ampcds" "$tmp/err" || die "bad dataset error does not name the file
 expect 1 train --steps 1 --batch 4 --data "fashion-mnist:$tmp/nowhere"
 expect 2 train --steps 1 --model mm-huge
 expect 2 train --steps 1 --batch 4 --model mm-micro   # 8x8 model, 32x32 data
+grep -q "(models for them: mm-tiny, mm-small, mm-base, mm-large, vit-ref)" "$tmp/err" ||
+  die "train --model mm-micro does not name the models that fit: $(cat "$tmp/err")"
+# image-only data: the default model becomes vit-fm, a --model named is kept
+expect 2 train --steps 1 --batch 4 --model mm-tiny --data fashion-mnist
+grep -q "models for its 28x28x1 images: vit-fm" "$tmp/err" || die "mm-tiny on fashion-mnist: $(cat "$tmp/err")"
 expect 2 train --steps 1 --batch 1                    # contrastive loss needs 2
 expect 2 train --steps 1 --batch 100000
 expect 1 eval --checkpoint "$tmp/missing.st"
@@ -39,7 +44,7 @@ cmp -s "$tmp/mm.st" "$tmp/mm.copy" || die "a refused run changed the checkpoint"
 # an environment switch with a value the library does not know: a warning
 # naming it, and the command still runs
 AMPC_CUDA_TYPED=yes "$ampc" formats >/dev/null 2>"$tmp/err" || die "formats with AMPC_CUDA_TYPED=yes exited $?"
-grep -q "AMPC_CUDA_TYPED=yes is not one of 1, on, 0, off" "$tmp/err" ||
+grep -q "AMPC_CUDA_TYPED='yes' is not one of 1, on, 0, off" "$tmp/err" ||
   die "no warning for AMPC_CUDA_TYPED=yes: $(cat "$tmp/err")"
 AMPC_CUDA_GEMM_TUNE=on "$ampc" formats >/dev/null 2>"$tmp/err"
 [ -s "$tmp/err" ] && die "AMPC_CUDA_GEMM_TUNE=on warned: $(cat "$tmp/err")"

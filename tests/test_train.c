@@ -138,13 +138,16 @@ static void test_image_only_data_without_tokens(void **state) {
   /* the multimodal model refuses data without captions */
   assert_int_equal(ampc_model_desc_get("mm-micro", &f->d, &md), AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "model mm-micro needs image-text pairs"));
+  /* naming the image-only models its images fit */
+  assert_non_null(strstr(ampc_last_error(), "(models for its 28x28x1 images: vit-fm)"));
   /* and so does the run, given a description made elsewhere */
   ampc_dataset shaped = f->d;
   shaped.vocab = 16, shaped.seq_len = 4, shaped.tokens = f->label; /* any non-NULL */
   shaped.height = shaped.width = 8, shaped.channels = 3;
   assert_int_equal(ampc_model_desc_get("mm-micro", &shaped, &md), AMPC_OK);
   assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_ERR_INVALID_ARG);
-  assert_non_null(strstr(ampc_last_error(), "fm has no captions"));
+  assert_non_null(strstr(ampc_last_error(), "fm' has no captions"));
+  assert_non_null(strstr(ampc_last_error(), "(models for its 28x28x1 images: vit-fm)"));
   free(f);
 }
 

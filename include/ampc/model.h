@@ -194,6 +194,13 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
  * vit-micro), NULL-terminated; static storage. */
 const char *const *ampc_mmodel_names(void);
 
+/* The names of ampc_mmodel_names, comma-separated, into buf (cap bytes; cut
+ * short where it is too small), keeping those whose images are height x
+ * width x channels (height > 0; 0: any size) and, for text 0, the
+ * image-only ones, for text 1 the image-text ones (-1: both); "none" when
+ * no name is kept. Returns buf. */
+const char *ampc_mmodel_list(char *buf, size_t cap, int height, int width, int channels, int text);
+
 /* The parameter specs of the model (PyTorch-style names:
  * vision.patch_embed.weight, vision.blocks.0.attn.in_proj_weight, ...,
  * heads.logit_scale), with storage for their names. */

@@ -27,14 +27,25 @@ static const char *const k_mm_names[] = {"mm-tiny", "mm-small", "mm-base",   "mm
 
 const char *const *ampc_mmodel_names(void) { return k_mm_names; }
 
-/* "a, b, c" of the names above (no "mlp") into buf */
-static const char *mm_name_list(char *buf, size_t cap) {
+const char *ampc_mmodel_list(char *buf, size_t cap, int height, int width, int channels, int text) {
+  if (!buf || cap == 0)
+    return buf;
   size_t at = 0;
   buf[0] = '\0';
-  for (int i = 0; k_mm_names[i] && at < cap; i++) {
-    const int n = snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", k_mm_names[i]);
+  for (int i = 0; k_mm_names[i]; i++) {
+    ampc_mmodel_config c = {.img = 0};
+    if (ampc_mmodel_config_get(k_mm_names[i], 3, 1, 2, &c) != AMPC_OK)
+      continue;
+    if ((height > 0 && (c.img != height || c.img != width || c.channels != channels)) ||
+        (text == 0 && !c.image_only) || (text == 1 && c.image_only))
+      continue;
+    const int n = snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", k_mm_names[i]);
     at += n > 0 ? (size_t)n : 0;
+    if (at >= cap)
+      break;
   }
+  if (!buf[0])
+    snprintf(buf, cap, "none");
   return buf;
 }
 
@@ -83,7 +94,7 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
   } else {
     char list[160];
     return ampc_fail(AMPC_ERR_INVALID_ARG, "unknown model '%s' (available: %s)", name,
-                     mm_name_list(list, sizeof list));
+                     ampc_mmodel_list(list, sizeof list, 0, 0, 0, -1));
   }
   snprintf(c.name, sizeof c.name, "%s", name);
   c.vocab = image_only ? 0 : vocab, c.seq_len = image_only ? 0 : seq_len, c.classes = classes;

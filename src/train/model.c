@@ -30,11 +30,13 @@ ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_mo
   out->kind = AMPC_MODEL_MM;
   if (d && (!d->tokens || d->seq_len <= 0)) { /* image-only data: only an image-only model */
     ampc_mmodel_config probe;
+    char list[96];
     if (ampc_mmodel_config_get(name, 3, 1, 2, &probe) == AMPC_OK && !probe.image_only)
       return ampc_fail(AMPC_ERR_INVALID_ARG,
-                       "model %s needs image-text pairs and the data has no captions (use an "
-                       "image-only model: vit-fm, vit-ref)",
-                       name);
+                       "model %s needs image-text pairs and the data has no captions (models "
+                       "for its %dx%dx%d images: %s)",
+                       name, d->height, d->width, d->channels,
+                       ampc_mmodel_list(list, sizeof list, d->height, d->width, d->channels, 0));
   }
   return ampc_mmodel_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
                                 &out->mm);

@@ -269,17 +269,21 @@ static ampc_status check_data(ampc_run *R) {
                      "batch %lld is larger than the training split (%lld samples)",
                      (long long)rc->batch, (long long)R->ntrain);
   const ampc_mmodel_config *mc = &R->md.mm;
+  char list[128];
   if (!mc->image_only && (D->seq_len <= 0 || !D->tokens))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "%s has no captions: model %s needs image-text pairs (use an image-only "
-                     "model: vit-fm, vit-ref)",
-                     dn, mc->name);
+                     "the data '%s' has no captions: model %s needs image-text pairs (models "
+                     "for its %dx%dx%d images: %s)",
+                     dn, mc->name, D->height, D->width, D->channels,
+                     ampc_mmodel_list(list, sizeof list, D->height, D->width, D->channels, 0));
   if (D->height != mc->img || D->width != mc->img || D->channels != mc->channels)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "model %s takes %lldx%lldx%lld images, the data '%s' "
-                     "has %dx%dx%d",
+                     "has %dx%dx%d (models for them: %s)",
                      mc->name, (long long)mc->img, (long long)mc->img, (long long)mc->channels, dn,
-                     D->height, D->width, D->channels);
+                     D->height, D->width, D->channels,
+                     ampc_mmodel_list(list, sizeof list, D->height, D->width, D->channels,
+                                      D->tokens && D->seq_len > 0 ? -1 : 0));
   if (!mc->image_only && (D->vocab != mc->vocab || D->seq_len != mc->seq_len))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "model %s has vocabulary %lld and %lld tokens per caption, the data '%s' "

@@ -206,23 +206,10 @@ int cli_hold_out_style(const char *cmd, const char *style, ampc_dataset *d) {
 }
 
 const char *cli_model_list(char *buf, size_t cap, bool with_mlp, int img, int channels) {
-  size_t at = 0;
-  if (cap == 0)
+  ampc_mmodel_list(buf, cap, img, img, channels, -1);
+  if (!with_mlp || cap == 0)
     return buf;
-  buf[0] = '\0';
-  const char *const *names = ampc_mmodel_names();
-  for (int i = 0; names[i] || with_mlp; i++) {
-    const char *name = names[i] ? names[i] : "mlp";
-    if (names[i] && img > 0) { /* the sizes of the names' configurations, whatever the data */
-      ampc_mmodel_config c;
-      if (ampc_mmodel_config_get(name, 3, 1, 2, &c) != AMPC_OK || c.img != img ||
-          c.channels != channels)
-        continue;
-    }
-    const int n = snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", name);
-    at += n > 0 ? (size_t)n : 0;
-    if (at >= cap || !names[i])
-      break;
-  }
+  const size_t at = strcmp(buf, "none") == 0 ? 0 : strlen(buf);
+  snprintf(buf + at, cap - at, "%smlp", at ? ", " : "");
   return buf;
 }

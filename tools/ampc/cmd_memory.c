@@ -480,9 +480,11 @@ static int run_plan(int argc, char **argv) {
   const int dh = D.height, dw = D.width, dc = D.channels;
   ampc_dataset_free(&D);
   if (!have_text && ampc_mmodel_config_get(a.model, 3, 1, 2, &mc) == AMPC_OK && !mc.image_only)
-    return cli_usage_error(
-        cmd, "%s has no captions: model %s needs image-text pairs (models for it: %s)", data,
-        a.model, cli_model_list(list, sizeof list, false, dh, dc));
+    return cli_usage_error(cmd,
+                           "the data '%s' has no captions: model %s needs image-text pairs "
+                           "(models for its %dx%dx%d images: %s)",
+                           data, a.model, dh, dw, dc,
+                           ampc_mmodel_list(list, sizeof list, dh, dw, dc, 0));
   if (ampc_mmodel_config_get(a.model, vocab, seq, ncls, &mc) != AMPC_OK)
     return cli_usage_error(cmd, "--model: %s", ampc_last_error());
   if (!mc.image_only) /* the MLM head and the masked copies' activations */
@@ -492,9 +494,10 @@ static int run_plan(int argc, char **argv) {
   if (dh != mc.img || dw != mc.img || dc != mc.channels) /* as ampc train refuses it */
     return cli_usage_error(cmd,
                            "model %s takes %lldx%lldx%lld images, the data '%s' has %dx%dx%d "
-                           "(models for it: %s)",
+                           "(models for them: %s)",
                            mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels,
-                           data, dh, dw, dc, cli_model_list(list, sizeof list, false, dh, dc));
+                           data, dh, dw, dc,
+                           ampc_mmodel_list(list, sizeof list, dh, dw, dc, have_text ? -1 : 0));
   const int64_t rss = ampc_peak_rss_bytes();
   const bool measured = a.overhead == NULL && !gpu;
   if (a.overhead == NULL && gpu) /* the device: the CUDA context's own share */

@@ -81,8 +81,8 @@ static const char k_usage_more[] =
     "  --in N (16) --hidden N (64) --classes N (5) --train-size N (4096)\n"
     "  --test-size N (1024) --separation X (0.8)   mlp model and data sizes\n"
     "  --data emoji|fashion-mnist[:DIR]|FILE   the bundled emoji pairs (default),\n"
-    "                   Debian's Fashion-MNIST (image-only; the model becomes\n"
-    "                   vit-fm), or a file from `ampc data emoji`\n"
+    "                   Debian's Fashion-MNIST (image-only; the default model\n"
+    "                   becomes vit-fm), or a file from `ampc data emoji`\n"
     "  --hold-out-style S   the artwork style evaluated as the new style; the model\n"
     "                   trains on the others (default: the data file's, twitter;\n"
     "                   `ampc data info` lists the styles)\n"
@@ -516,6 +516,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
         rc = cli_usage_error("train", "--model: unknown model '%s' (available: %s)", v,
                              cli_model_list(list, sizeof list, true, 0, 0));
       a->model = v;
+      a->model_given = true;
     } else
       rc = cli_usage_error("train", "unknown option --%s", n);
     if (rc)
@@ -767,8 +768,9 @@ static int run_one(int argc, char **argv, cJSON **summary) {
       return rc;
     }
     data.dataset = &D;
-    /* image-only data: the default model becomes the image-only ViT */
-    const char *model = !D.tokens && strcmp(A.model, "mm-tiny") == 0 ? "vit-fm" : A.model;
+    /* image-only data: the default model becomes the image-only ViT (a
+     * --model named is kept, and refused if it needs captions) */
+    const char *model = !D.tokens && !A.model_given ? "vit-fm" : A.model;
     if (ampc_model_desc_get(model, &D, &md) != AMPC_OK) {
       ampc_dataset_free(&D);
       return cli_usage_error("train", "%s", ampc_last_error());

@@ -68,6 +68,25 @@ static const env_switch k_env_switches[] = {
     {"AMPC_CUDA_ACC16", {"exact", NULL}, "FP16-accumulated products run on cuBLASLt"},
 };
 
+/* v as it can be shown on one line: printable ASCII kept, other bytes as
+ * \xNN, cut after 40 bytes ("...") */
+static const char *shown(const char *v, char *buf, size_t cap) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; v[i] && at + 8 < cap; i++) {
+    const unsigned char ch = (unsigned char)v[i];
+    if (i == 40) {
+      snprintf(buf + at, cap - at, "...");
+      break;
+    }
+    const int n = ch >= 0x20 && ch < 0x7f && ch != '\\'
+                      ? snprintf(buf + at, cap - at, "%c", ch)
+                      : snprintf(buf + at, cap - at, "\\x%02x", ch);
+    at += n > 0 ? (size_t)n : 0;
+  }
+  return buf;
+}
+
 static void check_env(void) {
   for (size_t i = 0; i < sizeof k_env_switches / sizeof k_env_switches[0]; i++) {
     const env_switch *e = &k_env_switches[i];
@@ -75,15 +94,15 @@ static void check_env(void) {
     if (!v || !*v)
       continue;
     bool known = false;
-    char list[64] = "";
+    char list[64] = "", val[200];
     for (int j = 0; e->values[j]; j++) {
       known = known || strcmp(v, e->values[j]) == 0;
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
                e->values[j]);
     }
     if (!known)
-      fprintf(stderr, "ampc: warning: %s=%s is not one of %s (lower case): %s\n", e->name, v, list,
-              e->otherwise);
+      fprintf(stderr, "ampc: warning: %s='%s' is not one of %s: %s\n", e->name,
+              shown(v, val, sizeof val), list, e->otherwise);
   }
 }
 

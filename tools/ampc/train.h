@@ -37,6 +37,7 @@ typedef struct train_args {
   ampc_device device;         /* --device (cpu) */
   bool keep_activations;      /* --recompute off */
   bool attn_cast;             /* --attention-cast on */
+  bool model_given;           /* --model named (not the default mm-tiny) */
 } train_args;
 
 /* Parse the flags of `ampc train` (argv[0] is the command name) into *a and
