@@ -103,7 +103,9 @@ elif [ $rc -ne 0 ]; then
   die "--device cuda: exit $rc: $(cat "$tmp/err")"
 fi
 expect 2 train --device gpu --steps 1
-expect 1 train --device cpu-split --model mlp --steps 1
+expect 2 train --device cpu-split --model mlp --steps 1   # a usage error, as memory's
+grep -q "the mlp model runs on the CPU only" "$tmp/err" || die "mlp on cpu-split: $(cat "$tmp/err")"
+expect 2 train --device cuda --model mlp --steps 1        # with or without a GPU
 # 3. the device memory account: every role of the CPU's, the arena a little
 #    larger (the batch's inputs), device_scratch's allowance; the plan on it
 "$ampc" memory --model mm-base --batch 64 --json >"$tmp/mc.json" || die "memory: exit $?"

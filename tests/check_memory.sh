@@ -92,6 +92,8 @@ expect2 plan --budget 12Q
 expect2 plan --budget -1G
 expect2 plan --budget 1G --precision 32-true,
 expect2 plan --budget 1G --model nosuch
+expect2 memory --model mm-tiny --in 5                 # an mlp size for another model
+expect2 plan --budget 1G --precision 16-mixed,16-mixed  # a preset twice
 # the model lists: each command names what it takes
 expect2 memory --model nosuch
 grep -q "vit-micro, mlp)" "$tmp/err" || die "memory's unknown-model error omits mlp: $(cat "$tmp/err")"

@@ -10,6 +10,7 @@
  */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +39,11 @@ static ampc_status fm_open(fm_file *f, const char *dir, const char *name) {
   const int len = snprintf(f->path, sizeof f->path, "%s/%s", dir, name);
   if (len < 0 || (size_t)len >= sizeof f->path)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: directory name too long", dir);
+  errno = 0;
   f->gz = gzopen(f->path, "rb");
   if (!f->gz)
-    return ampc_fail(AMPC_ERR_IO, "%s: cannot open", f->path);
+    return ampc_fail(AMPC_ERR_IO, "%s: cannot open: %s", f->path,
+                     errno ? strerror(errno) : "out of memory");
   return AMPC_OK;
 }
 

@@ -390,6 +390,11 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     return st;
   /* no device: said before the trainer's state is allocated (3 GB of host
    * memory for mm-large) */
+  if (rc->device != AMPC_DEVICE_CPU && md->kind != AMPC_MODEL_MM) /* as ampc_model_create_on */
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "--device: model %s is not on a device yet (the multimodal models and "
+                     "ViTs are)",
+                     md->name);
   if (rc->device == AMPC_DEVICE_CUDA && ampc_cuda_device_count() == 0)
     return ampc_fail(AMPC_ERR_UNSUPPORTED, "--device cuda: no CUDA device: %s",
                      ampc_cuda_unavailable_reason());

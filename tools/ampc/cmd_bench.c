@@ -171,7 +171,10 @@ static int run_gemm(int argc, char **argv) {
         reps = (int)v;
       i++;
     } else {
-      return cli_usage_error("bench", "unexpected argument '%s'", argv[i]);
+      return cli_usage_error("bench",
+                             strncmp(argv[i], "--", 2) == 0 ? "unknown option %s"
+                                                            : "unexpected argument '%s'",
+                             argv[i]);
     }
   }
   int threads[2] = {1, omp_get_num_procs()}, nthr = threads[1] > 1 ? 2 : 1;
@@ -386,7 +389,8 @@ static int run_step(int argc, char **argv) {
              (!strcmp(a, "--model") || !strcmp(a, "--precision") || !strcmp(a, "--recompute")))
       return cli_usage_error("bench", "%s needs a value", a);
     else
-      return cli_usage_error("bench", "unexpected argument '%s'", a);
+      return cli_usage_error(
+          "bench", strncmp(a, "--", 2) == 0 ? "unknown option %s" : "unexpected argument '%s'", a);
     if (rc)
       return rc;
     i++;

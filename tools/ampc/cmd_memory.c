@@ -298,13 +298,15 @@ static void print_table(const ampc_mem_account *m, bool model) {
 
 static int run_memory(int argc, char **argv) {
   const char *cmd = "memory";
-  mem_args a = {.optimizer = "adamw", .precision = "16-mixed", .batch = 64, .in = 16, .hidden = 64};
+  mem_args a = {.optimizer = "adamw", .precision = "16-mixed", .batch = 64}; /* in, hidden: 0 */
   int rc = parse(cmd, argc, argv, &a);
   if (rc)
     return rc;
   if (!a.params == !a.model)
     return cli_usage_error(cmd, "give exactly one of --params N and --model NAME");
   char list[192];
+  if ((a.in || a.hidden) && (!a.model || strcmp(a.model, "mlp") != 0))
+    return cli_usage_error(cmd, "--in and --hidden size the mlp model: give --model mlp");
   if (a.model && !ampc_model_known(a.model))
     return cli_usage_error(cmd, "--model: unknown model '%s' (available: %s)", a.model,
                            cli_model_list(list, sizeof list, true, 0, 0));
@@ -342,7 +344,8 @@ static int run_memory(int argc, char **argv) {
         ampc_mem_account_params((int64_t)n, &ref, moments, &m32) != AMPC_OK)
       return cli_usage_error(cmd, "%s", ampc_last_error());
   } else if (!strcmp(a.model, "mlp")) {
-    const ampc_mlp_config mc = {a.in, a.hidden, a.classes ? a.classes : 5};
+    const ampc_mlp_config mc = {a.in ? a.in : 16, a.hidden ? a.hidden : 64,
+                                a.classes ? a.classes : 5};
     if (ampc_mem_account_mlp(&mc, a.batch, &amp, moments, &m) != AMPC_OK ||
         ampc_mem_account_mlp(&mc, a.batch, &ref, moments, &m32) != AMPC_OK)
       return cli_usage_error(cmd, "%s", ampc_last_error());
@@ -455,6 +458,9 @@ static int run_plan(int argc, char **argv) {
       return cli_usage_error(cmd, "--precision: bad list '%s'", a.precision);
     memcpy(names[np], s, len);
     names[np][len] = '\0';
+    for (int j = 0; j < np; j++)
+      if (strcmp(names[j], names[np]) == 0)
+        return cli_usage_error(cmd, "--precision: %s is listed twice", names[np]);
     if ((rc = resolve_amp(cmd, names[np], a.master, a.update, a.fp8hist, &amps[np])) != 0 ||
         (rc = check_cast_gpu(cmd, names[np], &amps[np], a.cast, a.device)) != 0)
       return rc;

@@ -563,6 +563,11 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   if (!(a->mlm_prob > 0.0f && a->mlm_prob <= 1.0f))
     return cli_usage_error("train", "--mlm-prob %g: expected a share in (0, 1]",
                            (double)a->mlm_prob);
+  if (strcmp(a->model, "mlp") == 0 && a->device != AMPC_DEVICE_CPU)
+    return cli_usage_error("train",
+                           "--device %s: the mlp model runs on the CPU only (the multimodal "
+                           "models and ViTs run on a device)",
+                           a->device == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split");
   if (strcmp(a->model, "mlp") != 0) {
     if (a->batch < 2 || (a->batch / a->micro_batches) < 2)
       return cli_usage_error("train",
