@@ -118,4 +118,9 @@ expect 2 compare --out "$tmp/c2" --run 'bad label=--steps 2'
 expect 2 compare --out "$tmp/c2" --log x.jsonl
 : >"$tmp/afile"
 expect 1 compare --out "$tmp/afile" --run x='--steps 1' --model mlp
+# a model the data cannot feed: every run refuses it, compare says why, exit 2
+expect 2 compare --out "$tmp/c3" --run a='--precision 32-true' --run b='--precision 16-mixed' \
+  --model mm-micro --steps 1 --batch 4
+grep -q "every run refused its flags" "$tmp/err" || die "compare, unfit model: $(cat "$tmp/err")"
+grep -q "mm-micro takes 8x8x3 images" "$tmp/err" || die "compare does not say why: $(cat "$tmp/err")"
 exit $fail

@@ -26,8 +26,11 @@ expect 2 train --steps 1 --batch 4 --model mm-micro   # 8x8 model, 32x32 data
 grep -q "(models for them: mm-tiny, mm-small, mm-base, mm-large, vit-ref)" "$tmp/err" ||
   die "train --model mm-micro does not name the models that fit: $(cat "$tmp/err")"
 # image-only data: the default model becomes vit-fm, a --model named is kept
-expect 2 train --steps 1 --batch 4 --model mm-tiny --data fashion-mnist
-grep -q "models for its 28x28x1 images: vit-fm" "$tmp/err" || die "mm-tiny on fashion-mnist: $(cat "$tmp/err")"
+if [ -d /usr/share/datasets/fashion-mnist ]; then # Debian's dataset-fashion-mnist
+  expect 2 train --steps 1 --batch 4 --model mm-tiny --data fashion-mnist
+  grep -q "models for its 28x28x1 images: vit-fm" "$tmp/err" ||
+    die "mm-tiny on fashion-mnist: $(cat "$tmp/err")"
+fi
 expect 2 train --steps 1 --batch 1                    # contrastive loss needs 2
 expect 2 train --steps 1 --batch 100000
 expect 1 eval --checkpoint "$tmp/missing.st"

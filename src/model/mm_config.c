@@ -33,11 +33,13 @@ const char *ampc_mmodel_list(char *buf, size_t cap, int height, int width, int c
   size_t at = 0;
   buf[0] = '\0';
   for (int i = 0; k_mm_names[i]; i++) {
+    /* no filter: the names alone (ampc_mmodel_config_get's error lists
+     * them, and must not call itself back) */
     ampc_mmodel_config c = {.img = 0};
-    if (ampc_mmodel_config_get(k_mm_names[i], 3, 1, 2, &c) != AMPC_OK)
-      continue;
-    if ((height > 0 && (c.img != height || c.img != width || c.channels != channels)) ||
-        (text == 0 && !c.image_only) || (text == 1 && c.image_only))
+    if ((height > 0 || text >= 0) &&
+        (ampc_mmodel_config_get(k_mm_names[i], 3, 1, 2, &c) != AMPC_OK ||
+         (height > 0 && (c.img != height || c.img != width || c.channels != channels)) ||
+         (text == 0 && !c.image_only) || (text == 1 && c.image_only)))
       continue;
     const int n = snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", k_mm_names[i]);
     at += n > 0 ? (size_t)n : 0;

@@ -53,7 +53,8 @@ static const char k_usage[] =
     "(see `ampc train --help`; --log, --json and --save are set by compare).\n"
     "\n"
     "Exit status: 0 when every run finished (whatever its verdict), 1 when a run\n"
-    "failed or an output cannot be written, 2 bad usage.\n";
+    "failed or an output cannot be written, 2 bad usage (also when every run\n"
+    "refused its flags, e.g. a model the data cannot feed).\n";
 
 enum { MAX_RUNS = 16, MAX_ARGS = 256 };
 
@@ -663,6 +664,21 @@ static int run(int argc, char **argv) {
     fprintf(stderr, "ampc compare:   final loss %.4f, %g skipped, verdict %s\n",
             jnum(runs[r].summary, "final_train_loss"), jnum(runs[r].summary, "skipped_steps"),
             cJSON_IsString(vd) ? vd->valuestring : "?");
+  }
+  int refused = 0; /* runs that exited 2: train refused the flags with the data */
+  for (int r = 0; r < nr; r++)
+    refused += runs[r].status == AMPC_EXIT_USAGE;
+  if (refused == nr) { /* the same reason each time, most likely: show the first's */
+    char path[4200], msg[512];
+    snprintf(path, sizeof path, "%s/%s.txt", out, runs[0].label);
+    FILE *ef = fopen(path, "r");
+    const size_t got = ef ? fread(msg, 1, sizeof msg - 1, ef) : 0;
+    if (ef)
+      fclose(ef);
+    msg[got] = '\0';
+    fprintf(stderr, "ampc compare: every run refused its flags (exit 2); run %s said:\n%s",
+            runs[0].label, msg);
+    ret = AMPC_EXIT_USAGE;
   }
   const int wr = write_outputs(out, runs, nr);
   int any = 0;

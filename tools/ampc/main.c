@@ -79,7 +79,7 @@ static const char *shown(const char *v, char *buf, size_t cap) {
       snprintf(buf + at, cap - at, "...");
       break;
     }
-    const int n = ch >= 0x20 && ch < 0x7f && ch != '\\'
+    const int n = ch >= 0x20 && ch < 0x7f && ch != '\\' && ch != '\''
                       ? snprintf(buf + at, cap - at, "%c", ch)
                       : snprintf(buf + at, cap - at, "\\x%02x", ch);
     at += n > 0 ? (size_t)n : 0;
