@@ -80,6 +80,13 @@ typedef struct ampc_model_desc {
  * the MLP). Errors: AMPC_ERR_INVALID_ARG (unknown name). */
 ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out);
 
+/* Whether dataset D (called dn in messages) can feed the multimodal or ViT
+ * model mc: captions for an image-text model, images of mc's size, and an
+ * image-text model's vocab and seq_len. Errors: AMPC_ERR_INVALID_ARG naming
+ * the mismatch and the models that fit D's images (ampc_mmodel_list). */
+ampc_status ampc_mmodel_check_data(const ampc_mmodel_config *mc, const ampc_dataset *D,
+                                   const char *dn);
+
 /* True for the names ampc_model_desc_get knows (whatever the data). */
 bool ampc_model_known(const char *name);
 

@@ -42,6 +42,35 @@ ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_mo
                                 &out->mm);
 }
 
+ampc_status ampc_mmodel_check_data(const ampc_mmodel_config *mc, const ampc_dataset *D,
+                                   const char *dn) {
+  if (!mc || !D || !dn)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_check_data: NULL argument");
+  char list[128];
+  const bool text = D->tokens && D->seq_len > 0;
+  if (!mc->image_only && !text)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the data '%s' has no captions: model %s needs image-text pairs (models "
+                     "for its %dx%dx%d images: %s)",
+                     dn, mc->name, D->height, D->width, D->channels,
+                     ampc_mmodel_list(list, sizeof list, D->height, D->width, D->channels, 0));
+  if (D->height != mc->img || D->width != mc->img || D->channels != mc->channels)
+    return ampc_fail(
+        AMPC_ERR_INVALID_ARG,
+        "model %s takes %lldx%lldx%lld images, the data '%s' "
+        "has %dx%dx%d (models for them: %s)",
+        mc->name, (long long)mc->img, (long long)mc->img, (long long)mc->channels, dn, D->height,
+        D->width, D->channels,
+        ampc_mmodel_list(list, sizeof list, D->height, D->width, D->channels, text ? -1 : 0));
+  if (!mc->image_only && (D->vocab != mc->vocab || D->seq_len != mc->seq_len))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "model %s has vocabulary %lld and %lld tokens per caption, the data '%s' "
+                     "%lld and %lld",
+                     mc->name, (long long)mc->vocab, (long long)mc->seq_len, dn,
+                     (long long)D->vocab, (long long)D->seq_len);
+  return AMPC_OK;
+}
+
 bool ampc_model_known(const char *name) {
   ampc_mmodel_config c;
   return name && (strcmp(name, "mlp") == 0 || ampc_mmodel_config_get(name, 3, 1, 2, &c) == AMPC_OK);

@@ -269,27 +269,7 @@ static ampc_status check_data(ampc_run *R) {
                      "batch %lld is larger than the training split (%lld samples)",
                      (long long)rc->batch, (long long)R->ntrain);
   const ampc_mmodel_config *mc = &R->md.mm;
-  char list[128];
-  if (!mc->image_only && (D->seq_len <= 0 || !D->tokens))
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "the data '%s' has no captions: model %s needs image-text pairs (models "
-                     "for its %dx%dx%d images: %s)",
-                     dn, mc->name, D->height, D->width, D->channels,
-                     ampc_mmodel_list(list, sizeof list, D->height, D->width, D->channels, 0));
-  if (D->height != mc->img || D->width != mc->img || D->channels != mc->channels)
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "model %s takes %lldx%lldx%lld images, the data '%s' "
-                     "has %dx%dx%d (models for them: %s)",
-                     mc->name, (long long)mc->img, (long long)mc->img, (long long)mc->channels, dn,
-                     D->height, D->width, D->channels,
-                     ampc_mmodel_list(list, sizeof list, D->height, D->width, D->channels,
-                                      D->tokens && D->seq_len > 0 ? -1 : 0));
-  if (!mc->image_only && (D->vocab != mc->vocab || D->seq_len != mc->seq_len))
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "model %s has vocabulary %lld and %lld tokens per caption, the data '%s' "
-                     "%lld and %lld",
-                     mc->name, (long long)mc->vocab, (long long)mc->seq_len, dn,
-                     (long long)D->vocab, (long long)D->seq_len);
+  AMPC_TRY(ampc_mmodel_check_data(mc, D, dn));
   if (!mc->image_only && rc->eval) { /* something to evaluate on, known now, not at the end */
     int64_t ns = 0, zs = 0;
     for (int64_t i = 0; i < D->n; i++)

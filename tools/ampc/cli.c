@@ -205,11 +205,9 @@ int cli_hold_out_style(const char *cmd, const char *style, ampc_dataset *d) {
   return 0;
 }
 
-const char *cli_model_list(char *buf, size_t cap, bool with_mlp, int img, int channels) {
-  ampc_mmodel_list(buf, cap, img, img, channels, -1);
-  if (!with_mlp || cap == 0)
-    return buf;
-  const size_t at = strcmp(buf, "none") == 0 ? 0 : strlen(buf);
-  snprintf(buf + at, cap - at, "%smlp", at ? ", " : "");
-  return buf;
+int cli_unknown_model(const char *cmd, const char *name, bool with_mlp) {
+  char list[192];
+  ampc_mmodel_list(list, sizeof list, 0, 0, 0, -1);
+  return cli_usage_error(cmd, "--model: unknown model '%s' (available: %s%s)", name, list,
+                         with_mlp ? ", mlp" : "");
 }

@@ -47,11 +47,9 @@ extern bool cli_quiet_usage;
 extern const char *cli_usage_context;
 /* Print "ampc <cmd>: <message>" to stderr; returns AMPC_EXIT_ERROR. */
 int cli_runtime_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
-/* The model names ampc knows, comma-separated, into buf (cap bytes; cut
- * short if it is too small), in ampc_mmodel_names' order: with_mlp adds
- * "mlp"; img > 0 keeps the networks that take img x img x channels images
- * (the data at hand). Returns buf. */
-const char *cli_model_list(char *buf, size_t cap, bool with_mlp, int img, int channels);
+/* The usage error (exit 2) of cmd for an unknown --model name, listing the
+ * names ampc knows (ampc_mmodel_list; with_mlp: and "mlp"). */
+int cli_unknown_model(const char *cmd, const char *name, bool with_mlp);
 /* --recompute on|off (train, memory, plan, bench step): *keep = (v is
  * "off"), 0; anything else is a usage error of cmd (exit 2). */
 int cli_parse_recompute(const char *cmd, const char *v, bool *keep);

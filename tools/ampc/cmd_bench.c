@@ -407,7 +407,7 @@ static int run_step(int argc, char **argv) {
   ampc_mmodel_config mc;
   if (ampc_mmodel_config_get(model, D.vocab, D.seq_len, 10, &mc) != AMPC_OK) {
     char list[192];
-    cli_model_list(list, sizeof list, false, D.height, D.channels);
+    ampc_mmodel_list(list, sizeof list, D.height, D.width, D.channels, -1);
     ampc_dataset_free(&D);
     return cli_usage_error("bench", "--model: unknown model '%s' (bench step runs %s)", model,
                            list);
@@ -431,7 +431,7 @@ static int run_step(int argc, char **argv) {
                            "model %s takes %lldx%lldx%lld images, the bundled data has %dx%dx%d "
                            "(bench step runs %s)",
                            mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels, h,
-                           w, c, cli_model_list(list, sizeof list, false, h, c));
+                           w, c, ampc_mmodel_list(list, sizeof list, h, w, c, -1));
   }
   /* one fixed batch: the first B training samples, cycled */
   const int64_t B = batch, img_sz = (int64_t)D.height * D.width * D.channels;

@@ -304,12 +304,10 @@ static int run_memory(int argc, char **argv) {
     return rc;
   if (!a.params == !a.model)
     return cli_usage_error(cmd, "give exactly one of --params N and --model NAME");
-  char list[192];
   if ((a.in || a.hidden) && (!a.model || strcmp(a.model, "mlp") != 0))
     return cli_usage_error(cmd, "--in and --hidden size the mlp model: give --model mlp");
   if (a.model && !ampc_model_known(a.model))
-    return cli_usage_error(cmd, "--model: unknown model '%s' (available: %s)", a.model,
-                           cli_model_list(list, sizeof list, true, 0, 0));
+    return cli_unknown_model(cmd, a.model, true);
   int moments;
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
     return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
@@ -438,10 +436,8 @@ static int run_plan(int argc, char **argv) {
     return cli_usage_error(cmd, "--overhead: %s", ampc_last_error());
   if (!strcmp(a.model, "mlp"))
     return cli_usage_error(cmd, "--model mlp is not planned (its batch is not memory-bound)");
-  char list[192];
   if (!ampc_model_known(a.model))
-    return cli_usage_error(cmd, "--model: unknown model '%s' (available: %s)", a.model,
-                           cli_model_list(list, sizeof list, false, 0, 0));
+    return cli_unknown_model(cmd, a.model, false);
   const bool gpu = a.device == AMPC_DEVICE_CUDA;
   int moments;
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
@@ -481,29 +477,21 @@ static int run_plan(int argc, char **argv) {
   int64_t ntrain = 0;
   for (int64_t i = 0; i < D.n; i++)
     ntrain += D.split[i] == AMPC_SPLIT_TRAIN;
-  const int64_t vocab = D.vocab, seq = D.seq_len, ncls = a.classes ? a.classes : D.n_classes;
-  const bool have_text = D.tokens != NULL;
-  const int dh = D.height, dw = D.width, dc = D.channels;
+  /* the model with the data's sizes (a probe's for data without captions:
+   * the check then says why it cannot feed an image-text model), checked
+   * against the data as ampc train checks it */
+  const bool text = D.tokens && D.seq_len > 0;
+  ampc_status st = ampc_mmodel_config_get(a.model, text ? D.vocab : 3, text ? D.seq_len : 1,
+                                          a.classes ? a.classes : D.n_classes, &mc);
+  if (st == AMPC_OK)
+    st = ampc_mmodel_check_data(&mc, &D, data);
   ampc_dataset_free(&D);
-  if (!have_text && ampc_mmodel_config_get(a.model, 3, 1, 2, &mc) == AMPC_OK && !mc.image_only)
-    return cli_usage_error(cmd,
-                           "the data '%s' has no captions: model %s needs image-text pairs "
-                           "(models for its %dx%dx%d images: %s)",
-                           data, a.model, dh, dw, dc,
-                           ampc_mmodel_list(list, sizeof list, dh, dw, dc, 0));
-  if (ampc_mmodel_config_get(a.model, vocab, seq, ncls, &mc) != AMPC_OK)
+  if (st != AMPC_OK)
     return cli_usage_error(cmd, "--model: %s", ampc_last_error());
   if (!mc.image_only) /* the MLM head and the masked copies' activations */
     mc.w_mlm = a.w_mlm;
   mc.no_recompute = a.keep;
   mc.attn_cast = a.cast;
-  if (dh != mc.img || dw != mc.img || dc != mc.channels) /* as ampc train refuses it */
-    return cli_usage_error(cmd,
-                           "model %s takes %lldx%lldx%lld images, the data '%s' has %dx%dx%d "
-                           "(models for them: %s)",
-                           mc.name, (long long)mc.img, (long long)mc.img, (long long)mc.channels,
-                           data, dh, dw, dc,
-                           ampc_mmodel_list(list, sizeof list, dh, dw, dc, have_text ? -1 : 0));
   const int64_t rss = ampc_peak_rss_bytes();
   const bool measured = a.overhead == NULL && !gpu;
   if (a.overhead == NULL && gpu) /* the device: the CUDA context's own share */

@@ -511,10 +511,8 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       else
         rc = cli_usage_error("train", "--allreduce: expected f32 or working, got '%s'", v);
     } else if (!strcmp(n, "model")) {
-      char list[192];
       if (!ampc_model_known(v)) /* the library's list of models */
-        rc = cli_usage_error("train", "--model: unknown model '%s' (available: %s)", v,
-                             cli_model_list(list, sizeof list, true, 0, 0));
+        rc = cli_unknown_model("train", v, true);
       a->model = v;
       a->model_given = true;
     } else
