@@ -1,5 +1,6 @@
 #!/bin/sh
-# bench/results/run.sh AMPC OUTDIR: the runs behind README's results table.
+# bench/results/run.sh AMPC OUTDIR: the runs behind the main job's table in
+# docs/BENCHMARKS.md (their summaries: bench/results/main_job/, fashion_mnist/).
 # Emoji image-text pairs: mm-tiny, 500 steps, batch 64, AdamW lr 1e-3 with 20
 # warmup steps and cosine decay, images shifted by up to 2 pixels, random
 # matching negatives, seeds 1, 2 and 3, in 32-true, 16-mixed and bf16-mixed

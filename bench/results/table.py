@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""bench/results/table.py OUTDIR: README's results tables (markdown) from the
---json summaries that bench/results/run.sh leaves in OUTDIR (mean +- sample
-standard deviation over seeds). Standard library only."""
+"""bench/results/table.py OUTDIR: the main job's results tables of
+docs/BENCHMARKS.md (markdown) from the --json summaries that
+bench/results/run.sh leaves in OUTDIR (mean +- sample standard deviation over
+seeds). Standard library only."""
 import glob
 import json
 import os

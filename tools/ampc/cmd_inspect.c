@@ -57,7 +57,7 @@ static const char k_usage[] =
     "finite non-zero values that do not overflow (a flushed value counts 1; '-'\n"
     "when there are none). A file written by ampc_dump.py with loss_scale=S\n"
     "(gradients that already carry S) says so, and the safe scales are also\n"
-    "given as training loss scales. With a PyTorch dump (README): inspect\n"
+    "given as training loss scales. With a PyTorch dump (docs/ENGINE.md): inspect\n"
     "activations at scale 1 (--select act/) and gradients at the loss scale\n"
     "(--select grad/ --select act_grad/ --scale auto).\n"
     "\n"

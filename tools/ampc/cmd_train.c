@@ -143,7 +143,7 @@ static const char k_usage_tail[] =
     "                   own backward pass still reads the FP32 P). off (default):\n"
     "                   P and dS enter those products in FP32\n"
     "\n"
-    "Data parallel (mpirun -np N ampc train ...; --batch is global; see README):\n"
+    "Data parallel (mpirun -np N ampc train ...; --batch is global; docs/CLI.md):\n"
     "  --allreduce f32|working  sum gradients in FP32 in rank order (default: the\n"
     "                   bits of --micro-batches N) or in the gradient dtype\n"
     "  --check-replicas  compare the ranks' weights every step\n"

@@ -49,7 +49,7 @@ static int finish(int rc) {
   return rc;
 }
 
-/* The environment switches the library reads once (README): a value it
+/* The environment switches the library reads once (docs/CLI.md): a value it
  * does not know leaves the switch at its default without a word from the
  * library, so say so here rather than run another path than the user asked
  * for. Unset or empty: the default. */
