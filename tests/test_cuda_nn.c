@@ -46,7 +46,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
-#include "ampc/cuda_nn.h"
+#include "backend/cuda/cuda_nn.h"
 
 #ifdef AMPC_TEST_ON_CPU
 /* The harness's self-check (CTest test_cuda_nn_harness, built from this file

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15u;
 static double urand(void) {

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "ampc/amp.h"
+#include "ampc/backend.h"
 #include "ampc/nn.h"
 #include "ampc/params.h"
 #include "ampc/tally.h"
@@ -214,17 +215,7 @@ void ampc_mmodel_specs_free(ampc_mmodel_specs *s);
 
 typedef struct ampc_mmodel ampc_mmodel; /* activations and caches over one parameter table */
 
-/* Where a model's tensors live and run (issue 17). CPU_SPLIT runs the CPU's
- * functions on host memory but treats it as a device's: the host's own
- * copies (masks, negatives, accuracies) are separate buffers and every
- * exchange goes through the device path's copies. It gives the CPU's bits
- * and exists to test that path (tests/test_model_device.c) where there is
- * no GPU. Values go into logs: append only. */
-typedef enum ampc_device {
-  AMPC_DEVICE_CPU = 0,
-  AMPC_DEVICE_CUDA = 1, /* the context bound to the calling thread (ampc_cuda_bind) */
-  AMPC_DEVICE_CPU_SPLIT = 2,
-} ampc_device;
+/* ampc_device (where a model's tensors live and run): ampc/backend.h */
 
 /* One batch: images [b, img, img, channels] uint8, tokens [b, seq_len]
  * (AMPC_TOKEN_PAD = 0 is padding), labels [b] (group). */

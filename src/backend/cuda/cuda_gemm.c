@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 #include "internal.h"
 
 /* ---- cuBLASLt, loaded on first use -------------------------------------- */

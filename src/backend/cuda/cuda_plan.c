@@ -3,7 +3,7 @@
  * of ampc_cuda_gemm (see cuda_impl.h). Host code only, built with or without
  * CUDA, so that tests/test_cuda_plan.c runs everywhere.
  */
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 #include "internal.h"
 

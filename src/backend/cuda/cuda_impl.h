@@ -13,8 +13,8 @@
 #ifndef AMPC_CUDA_IMPL_H
 #define AMPC_CUDA_IMPL_H
 
-#include "ampc/cuda.h"
-#include "ampc/cuda_nn.h"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,8 +91,7 @@ int ampc_cuda_wait(void *stream);
  * filled once, not per call). NULL for a NULL ctx or a bad slot. */
 uint64_t *ampc_cuda_ctx_scratch_tag(ampc_cuda_ctx *ctx, int slot);
 
-/* ---- device kernels (cuda_kernels.cu; built with AMPC_CUDA) -------------- */
-#ifdef AMPC_HAVE_CUDA
+/* ---- device kernels (cuda_kernels.cu) ------------------------------------ */
 /* cudaError_t values (0 = success), launched on `stream` (a cudaStream_t). */
 int ampc_cuda_k_fill_uniform(void *stream, void *dst, int dt, int64_t count, float lo, float hi,
                              uint64_t seed);
@@ -105,7 +104,6 @@ int ampc_cuda_k_scale(void *stream, void *d, int dt, int64_t rows, int64_t cols,
  * whose amax cuBLASLt does not fuse (such a D takes no D scale). */
 int ampc_cuda_k_amax(void *stream, const void *d, int dt, int64_t rows, int64_t cols, int64_t ld,
                      int64_t stride, int64_t batch, float *amax);
-#endif
 
 #ifdef __cplusplus
 }

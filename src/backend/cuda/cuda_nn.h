@@ -78,7 +78,7 @@
 #include <stdint.h>
 
 #include "ampc/amp.h"
-#include "ampc/cuda.h"
+#include "backend/cuda/cuda.h"
 #include "ampc/nn.h"
 #include "ampc/optim.h"
 #include "ampc/params.h"

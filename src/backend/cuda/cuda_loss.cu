@@ -21,7 +21,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_common.cuh"
 
 using namespace ampc_cu;
 

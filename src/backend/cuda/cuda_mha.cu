@@ -7,7 +7,7 @@
  */
 #include <stdint.h>
 
-#include "cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_common.cuh"
 #include "nn/mha_impl.h"
 
 using namespace ampc_cu;

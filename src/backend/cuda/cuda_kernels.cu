@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "ampc/cuda_nn.h"
+#include "backend/cuda/cuda_nn.h"
 #include "ampc/tally.h"
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 namespace ampc_cu {
 
