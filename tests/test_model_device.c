@@ -1,6 +1,6 @@
 /*
  * tests/test_model_device.c: the multimodal model on a device backend
- * (ampc_mmodel_create_on, src/model/backend.h) against the same model on the
+ * (ampc_mmodel_create_on, src/backend/backend.h) against the same model on the
  * CPU, from the same weights and batch.
  *
  * 1. AMPC_DEVICE_CPU_SPLIT (everywhere, CI included): the CPU's functions
@@ -13,7 +13,7 @@
  * 2. AMPC_DEVICE_CUDA (where a GPU is; else skipped with the reason): the
  *    same cases, compared within tolerances. Both sides compute the same
  *    function with the same roundings; they differ in the order of GEMM and
- *    row sums (ampc/cuda_nn.h), which can move a 16-bit stored value by an
+ *    row sums (src/backend/cuda/cuda_nn.h), which can move a 16-bit stored value by an
  *    ulp. tests/test_mm_parity.c bounds each side against the exact (float64)
  *    model: gradients within 32 u of their tensor's maximum (u = 2^-11
  *    binary16, 2^-8 bfloat16), losses within 8 u; 32-true gradients within

@@ -18,7 +18,7 @@ static bool cuda_supports(const ampc_op_query *op) {
   return !(op->op == AMPC_DEVICE_OP_MHA && op->pdt != AMPC_F32 && op->acc == AMPC_ACC_F16);
 }
 
-/* the switches the CUDA files read once (getenv): cuda_nn.cu, cuda_gemm.c,
+/* the switches the CUDA files read once (getenv): cuda_launch.cu, cuda_gemm.c,
  * cuda_layers.cu */
 static const ampc_env_switch k_cuda_env[] = {
     {"AMPC_CUDA_TYPED", {"1", "on", "0", "off", NULL}, "the typed CUDA kernels stay off"},

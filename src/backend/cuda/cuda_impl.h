@@ -1,5 +1,5 @@
 /*
- * src/cuda/cuda_impl.h: what the CUDA backend's host files share, and the
+ * src/backend/cuda/cuda_impl.h: what the CUDA backend's host files share, and the
  * GEMM plan: ampc's row-major problem restated as cuBLASLt's column-major one.
  *
  * Row-major C (M x N, ldc) is, read column-major, C^T (N x M, ldc), and
@@ -48,7 +48,7 @@ typedef struct ampc_cuda_plan {
   int k_zero; /* K == 0 or alpha == 0: D = beta * D (+ bias), no product */
 } ampc_cuda_plan;
 
-/* Validate args (see ampc/cuda.h) and fill *out. fn names the caller in
+/* Validate args (see cuda.h) and fill *out. fn names the caller in
  * error messages. Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_UNSUPPORTED. */
 ampc_status ampc_cuda_plan_gemm(const char *fn, const ampc_cuda_gemm_args *args,
                                 ampc_cuda_plan *out);
@@ -63,7 +63,7 @@ ampc_status ampc_cuda_load_cublaslt(size_t *version);
  * keys on it. */
 int ampc_cuda_align_class(const void *p);
 
-/* ---- what the layers (cuda_nn.cu, cuda_optim.cu) take from a context ---- */
+/* ---- what the layers (cuda_launch.cu, the layer files, cuda_optim.cu) take from a context ---- */
 
 /* The context's stream (a cudaStream_t). */
 void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx);
