@@ -252,13 +252,13 @@ typedef struct ampc_mmodel_losses {
 ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                const ampc_amp_config *amp, int64_t max_batch);
 /* The same on a device: P's role buffers (weights, gradients) must be that
- * device's memory (AMPC_DEVICE_CUDA: ampc_cuda_malloc'd, with a context
+ * device's memory (AMPC_DEVICE_CUDA: the backend's device memory, with a context
  * bound to the calling thread for every later call), and so are the
  * activations, caches and workspaces the model allocates; the batches stay
  * host memory (copied in by the forward pass), losses and metrics come back
  * to the host. Not on a device yet (AMPC_ERR_UNSUPPORTED): fp8-mixed,
  * global negatives (ampc_mmodel_set_group). The probe's marks work there
- * (the CUDA layers feed the bound rounding tally, ampc/cuda_nn.h), and its
+ * (the CUDA layers feed the bound rounding tally, src/backend/cuda/cuda_nn.h), and its
  * shadow GEMM runs on the device (shadow_result).
  * On AMPC_DEVICE_CUDA also refused: --accumulate fp16 (cuBLASLt's COMPUTE_16F
  * takes F16 only). Free the model with the same context bound (its memory
@@ -276,7 +276,7 @@ ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch
 /* The device scratch a GPU model of configuration c at max batch `batch`
  * and preset p takes for --attention-cast (attn_cast): the largest attention
  * call's probabilities rounded to the 16-bit activation dtype for the P v
- * product, b*h*tq*tk values (ampc_cuda_attention_forward_ex rounds the
+ * product, b*h*tq*tk values (the CUDA backend's attention rounds the
  * whole batch at once; the CPU rounds one sample per thread and takes no
  * more than h*tq*tk values a thread). 0 when the cast is not in effect
  * (attn_cast false, a 32-true preset, or 16-bit probabilities) or for bad
