@@ -20,12 +20,11 @@ objs=$(for o in "$@"; do echo "$o" | tr ';' '\n'; done | grep '/src/.*\.o$' | so
 fail=0
 die() { echo "FAIL: $*" >&2; fail=1; }
 
-# data sits below model here (DESIGN.md lists it above): the models take the
-# tokenizer's conventions (AMPC_TOKEN_PAD) and data depends on nothing but core.
-# cuda sits beside the layers it mirrors (DESIGN.md 1: the model and the
-# training run call it; it calls neither), so just above optim: it may use
-# numeric, kernels, core, nn, amp and optim, and model and train may call it
-layers="numeric kernels core nn amp optim cuda data model io diag report train dist"
+# DESIGN.md 1's order. backend (src/backend/: the op table, the registry, the
+# CPU and CUDA backends) sits above the layers it runs (nn, amp, optim) and
+# below everything that runs through it (model, train, report, tools); its
+# folders cpu/ and cuda/ are the backend layer too.
+layers="numeric kernels core nn amp optim backend data model io diag report train dist"
 height() { # layer name -> index; base -> -1; unknown -> 99
   i=0
   for l in $layers; do
@@ -44,6 +43,7 @@ hdr_layer() {
   nn.h) echo nn ;;
   amp.h) echo amp ;;
   optim.h) echo optim ;;
+  backend.h) echo backend ;;
   model.h) echo model ;;
   data.h) echo data ;;
   io.h) echo io ;;
@@ -51,7 +51,6 @@ hdr_layer() {
   report.h | plot.h) echo report ;;
   engine.h | train.h) echo train ;;
   dist.h) echo dist ;;
-  cuda.h | cuda_nn.h) echo cuda ;;
   ampc.h) echo top ;;
   *) echo unknown ;;
   esac

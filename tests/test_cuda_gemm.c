@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
+#include "backend/cuda/cuda.h"
 
 static int g_fail;
 static ampc_cuda_ctx *g_ctx;

@@ -1,6 +1,6 @@
 /*
  * tests/test_cuda_nn.c: the GPU's layers, gradient pass and optimizer
- * (ampc/cuda_nn.h) against their CPU twins (ampc/nn.h, ampc/amp.h,
+ * (src/backend/cuda/cuda_nn.h) against their CPU twins (ampc/nn.h, ampc/amp.h,
  * ampc/optim.h) on the same inputs, in every dtype combination the model
  * uses.
  *
@@ -10,7 +10,7 @@
  * AMPC_ERR_UNSUPPORTED). Then, without a device, exit 77 (CTest: skipped)
  * with the reason; bench/gpu/check.sh runs the rest on the GPU machine.
  *
- * On a GPU, what ampc/cuda_nn.h promises:
+ * On a GPU, what src/backend/cuda/cuda_nn.h promises:
  *   bit-equal to the CPU (NaN payloads aside), round stats equal too:
  *     add, GELU and its backward, gradient add, ViT tokens (both ways),
  *     mean pooling (both ways), embeddings (both ways, repeated ids), layer
@@ -46,7 +46,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
-#include "ampc/cuda_nn.h"
+#include "backend/cuda/cuda_nn.h"
 
 #ifdef AMPC_TEST_ON_CPU
 /* The harness's self-check (CTest test_cuda_nn_harness, built from this file
@@ -1572,7 +1572,7 @@ static void compare_raw(const char *what, const buf *b) {
   free(g);
 }
 
-/* what the model does between its layers (src/cuda/cuda_rows.cu): bit-equal */
+/* what the model does between its layers (src/backend/cuda/cuda_rows.cu): bit-equal */
 static void test_model_rows(void) {
   printf("rows, stores and memory:\n");
   enum { ROWS = 37, D = 300, N = 111, M = 29, C = 57 };
@@ -2497,7 +2497,7 @@ static void test_typed_attention(void) {
 
 static void test_typed(void) {
   printf("typed kernels against the generic ones:\n");
-  /* (stream, parameter, activation) as DTS_PRESETS (src/cuda/cuda_common.cuh) */
+  /* (stream, parameter, activation) as DTS_PRESETS (src/backend/cuda/cuda_common.cuh) */
   static const ampc_dtype pre[5][3] = {{AMPC_F32, AMPC_F32, AMPC_F32},
                                        {AMPC_F32, AMPC_F16, AMPC_F16},
                                        {AMPC_F32, AMPC_BF16, AMPC_BF16},

@@ -2,7 +2,7 @@
  * tests/test_cuda_plan.c: the CUDA backend's host side, on any machine.
  *
  * ampc_cuda_gemm restates ampc's row-major GEMM as cuBLASLt's column-major
- * one (src/cuda/cuda_impl.h). Here every plan is replayed by a column-major
+ * one (src/backend/cuda/cuda_impl.h). Here every plan is replayed by a column-major
  * GEMM written from cuBLASLt's definition (D = alpha op_a(A) op_b(B) + beta C
  * + bias[row], element (r, c) of a stored matrix at r + c * ld, batch i at
  * i * stride), in double over the exact stored values, and compared with
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15u;
 static double urand(void) {

@@ -148,7 +148,7 @@ static void test_activation_ratio(void **state) {
  * cross-attention 8*2*5*5 = 400, so 800 bytes. mm-base at batch 64 with 16
  * text tokens: the vision tower's 64*8*65*65 = 2,163,200 values (the
  * fusion's 128*8*16*65 is less), 4,326,400 bytes. The device account adds
- * the slot the context allocates for it (ampc_cuda_scratch_slot_bytes). */
+ * the slot the context allocates for it (the device's scratch_slot_bytes). */
 static void test_attn_cast_bytes(void **state) {
   (void)state;
   ampc_mmodel_config c;
@@ -171,9 +171,11 @@ static void test_attn_cast_bytes(void **state) {
   /* the slot the context allocates: at least 4 KiB, else a quarter more */
   assert_int_equal(on.bytes[AMPC_MEM_DEVICE_SCRATCH], off.bytes[AMPC_MEM_DEVICE_SCRATCH] + 4096);
   assert_int_equal(on.total, off.total + 4096);
-  assert_int_equal(ampc_cuda_scratch_slot_bytes(0), 0);
-  assert_int_equal(ampc_cuda_scratch_slot_bytes(800), 4096);
-  assert_int_equal(ampc_cuda_scratch_slot_bytes(4326400), 5408000);
+  size_t (*slot)(size_t) = ampc_device_desc_get(AMPC_DEVICE_CUDA)->scratch_slot_bytes;
+  assert_non_null(slot);
+  assert_int_equal(slot(0), 0);
+  assert_int_equal(slot(800), 4096);
+  assert_int_equal(slot(4326400), 5408000);
   assert_int_equal(cpu_on.total, cpu_off.total);
   assert_int_equal(cpu_on.bytes[AMPC_MEM_DEVICE_SCRATCH], 0);
   assert_int_equal(ampc_mmodel_config_get("mm-base", 3840, 16, 9, &c), AMPC_OK);

@@ -1,6 +1,6 @@
 /*
  * tests/test_model_device.c: the multimodal model on a device backend
- * (ampc_mmodel_create_on, src/model/backend.h) against the same model on the
+ * (ampc_mmodel_create_on, src/backend/backend.h) against the same model on the
  * CPU, from the same weights and batch.
  *
  * 1. AMPC_DEVICE_CPU_SPLIT (everywhere, CI included): the CPU's functions
@@ -13,7 +13,7 @@
  * 2. AMPC_DEVICE_CUDA (where a GPU is; else skipped with the reason): the
  *    same cases, compared within tolerances. Both sides compute the same
  *    function with the same roundings; they differ in the order of GEMM and
- *    row sums (ampc/cuda_nn.h), which can move a 16-bit stored value by an
+ *    row sums (src/backend/cuda/cuda_nn.h), which can move a 16-bit stored value by an
  *    ulp. tests/test_mm_parity.c bounds each side against the exact (float64)
  *    model: gradients within 32 u of their tensor's maximum (u = 2^-11
  *    binary16, 2^-8 bfloat16), losses within 8 u; 32-true gradients within
@@ -24,7 +24,7 @@
  *    be equal on both sides.
  *
  *    16-true (F16 storage, FP16 accumulation: the ablation) runs with
- *    ampc_cuda_set_acc16_exact(true), so that its products' FP16 sums are
+ *    the CUDA setting acc16_exact (ampc_device_set), so that its products' FP16 sums are
  *    the CPU's bits and the two sides differ only as the mixed presets do
  *    (the order of row sums, an ulp of a binary16 store): the 16-mixed
  *    tolerances, an argument by analogy rather than a bound of
@@ -54,7 +54,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
-#include "ampc/cuda_nn.h"
+#include "backend/backend.h" /* the device's table: its memory */
 #include "ampc/data.h"
 #include "mm_fixture.h"
 #include "numeric/numeric.h" /* ampc_elem_load */
@@ -89,33 +89,17 @@ static int g_fail;
 
 enum { B = MMF_B, TT = MMF_TT, VOCAB = MMF_VOCAB, CLASSES = MMF_CLASSES };
 
-static ampc_cuda_ctx *g_ctx; /* the GPU's, when there is one */
-
-/* ---- device memory for the parameter table ------------------------------------ */
+/* ---- device memory for the parameter table (the device's backend) -------------- */
 
 static ampc_status dev_alloc(ampc_device dev, void **p, size_t bytes) {
-  if (dev == AMPC_DEVICE_CUDA)
-    return ampc_cuda_malloc(g_ctx, bytes, p);
-  *p = calloc(1, bytes ? bytes : 1);
-  return *p ? AMPC_OK : AMPC_ERR_NOMEM;
+  return ampc_device_backend(dev)->alloc(p, bytes);
 }
-static void dev_free(ampc_device dev, void *p) {
-  if (dev == AMPC_DEVICE_CUDA)
-    ampc_cuda_free(g_ctx, p);
-  else
-    free(p);
-}
+static void dev_free(ampc_device dev, void *p) { ampc_device_backend(dev)->release(p); }
 static ampc_status dev_put(ampc_device dev, void *d, const void *h, size_t bytes) {
-  if (dev == AMPC_DEVICE_CUDA)
-    return ampc_cuda_to_device(g_ctx, d, h, bytes);
-  memcpy(d, h, bytes);
-  return AMPC_OK;
+  return ampc_device_backend(dev)->to_device(d, h, bytes);
 }
 static ampc_status dev_get(ampc_device dev, void *h, const void *d, size_t bytes) {
-  if (dev == AMPC_DEVICE_CUDA)
-    return ampc_cuda_to_host(g_ctx, h, d, bytes);
-  memcpy(h, d, bytes);
-  return AMPC_OK;
+  return ampc_device_backend(dev)->to_host(h, d, bytes);
 }
 
 /* D: P's table with its weights and (zero) gradients in the device's memory */
@@ -538,18 +522,28 @@ static int refusals(void) {
 int main(void) {
   refusals();
   run_device(AMPC_DEVICE_CPU_SPLIT);
-  if (ampc_cuda_device_count() == 0) {
-    printf("# skip: the CUDA half (no GPU: %s)\n", ampc_cuda_unavailable_reason());
+  if (!ampc_device_built(AMPC_DEVICE_CUDA)) { /* not registered: a clear refusal */
+    ampc_device_ctx *none = NULL;
+    CHECK(ampc_device_open(AMPC_DEVICE_CUDA, 0, &none) == AMPC_ERR_UNSUPPORTED && !none &&
+              strstr(ampc_last_error(), "not built"),
+          "--device cuda in a build without it");
+  }
+  if (ampc_device_count(AMPC_DEVICE_CUDA) == 0) {
+    printf("# skip: the CUDA half (no GPU: %s)\n",
+           ampc_device_unavailable_reason(AMPC_DEVICE_CUDA));
   } else {
-    if (ampc_cuda_create(0, 0, &g_ctx) != AMPC_OK) {
-      printf("FAIL: ampc_cuda_create: %s\n", ampc_last_error());
+    ampc_device_ctx *ctx = NULL;
+    if (ampc_device_open(AMPC_DEVICE_CUDA, 0, &ctx) != AMPC_OK) {
+      printf("FAIL: ampc_device_open: %s\n", ampc_last_error());
       return 1;
     }
-    ampc_cuda_bind(g_ctx);
-    ampc_cuda_set_acc16_exact(true); /* 16-true's FP16 sums: the CPU's bits (see the top) */
+    /* 16-true's FP16 sums: the CPU's bits (see the top) */
+    if (ampc_device_set(AMPC_DEVICE_CUDA, "acc16_exact", true) != AMPC_OK) {
+      printf("FAIL: acc16_exact: %s\n", ampc_last_error());
+      return 1;
+    }
     run_device(AMPC_DEVICE_CUDA);
-    ampc_cuda_bind(NULL);
-    ampc_cuda_destroy(g_ctx);
+    ampc_device_close(ctx);
   }
   if (g_fail)
     printf("%d check(s) failed\n", g_fail);

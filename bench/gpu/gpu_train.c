@@ -55,8 +55,8 @@
 #include <time.h>
 
 #include "ampc/ampc.h"
-#include "ampc/cuda.h"
-#include "ampc/cuda_nn.h"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_nn.h"
 #include "ampc/engine.h"
 #include "ampc/report.h"
 

@@ -9,8 +9,7 @@
 #define AMPC_AMPC_H
 
 #include "ampc/amp.h"
-#include "ampc/cuda.h"
-#include "ampc/cuda_nn.h"
+#include "ampc/backend.h"
 #include "ampc/data.h"
 #include "ampc/diag.h"
 #include "ampc/dist.h"

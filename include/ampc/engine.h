@@ -105,9 +105,9 @@ void ampc_trainer_free(ampc_trainer *T);
  * the heads' S, which seeds the losses). */
 /* Move the step to a device (issue 17): allocate every role buffer of the
  * parameter table there (the backend's memory: AMPC_DEVICE_CUDA needs a
- * context bound with ampc_cuda_bind) and copy the host's values. From then
+ * context bound with ampc_device_open) and copy the host's values. From then
  * on zero_grad and step run there (the unscale check and the optimizer of
- * ampc/cuda_nn.h: the CPU's bits per element; the global norm within 2^-50
+ * src/backend/cuda/cuda_nn.h: the CPU's bits per element; the global norm within 2^-50
  * relative); a model must be made over ampc_trainer_params(T) on the same
  * device. Per-loss scaling and FP32-staged micro-batches take their FP32
  * sum (ampc_accum.stage) in that device's memory too.

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "ampc/amp.h"
+#include "ampc/backend.h"
 #include "ampc/nn.h"
 #include "ampc/params.h"
 #include "ampc/tally.h"
@@ -214,17 +215,7 @@ void ampc_mmodel_specs_free(ampc_mmodel_specs *s);
 
 typedef struct ampc_mmodel ampc_mmodel; /* activations and caches over one parameter table */
 
-/* Where a model's tensors live and run (issue 17). CPU_SPLIT runs the CPU's
- * functions on host memory but treats it as a device's: the host's own
- * copies (masks, negatives, accuracies) are separate buffers and every
- * exchange goes through the device path's copies. It gives the CPU's bits
- * and exists to test that path (tests/test_model_device.c) where there is
- * no GPU. Values go into logs: append only. */
-typedef enum ampc_device {
-  AMPC_DEVICE_CPU = 0,
-  AMPC_DEVICE_CUDA = 1, /* the context bound to the calling thread (ampc_cuda_bind) */
-  AMPC_DEVICE_CPU_SPLIT = 2,
-} ampc_device;
+/* ampc_device (where a model's tensors live and run): ampc/backend.h */
 
 /* One batch: images [b, img, img, channels] uint8, tokens [b, seq_len]
  * (AMPC_TOKEN_PAD = 0 is padding), labels [b] (group). */
@@ -261,13 +252,13 @@ typedef struct ampc_mmodel_losses {
 ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                const ampc_amp_config *amp, int64_t max_batch);
 /* The same on a device: P's role buffers (weights, gradients) must be that
- * device's memory (AMPC_DEVICE_CUDA: ampc_cuda_malloc'd, with a context
+ * device's memory (AMPC_DEVICE_CUDA: the backend's device memory, with a context
  * bound to the calling thread for every later call), and so are the
  * activations, caches and workspaces the model allocates; the batches stay
  * host memory (copied in by the forward pass), losses and metrics come back
  * to the host. Not on a device yet (AMPC_ERR_UNSUPPORTED): fp8-mixed,
  * global negatives (ampc_mmodel_set_group). The probe's marks work there
- * (the CUDA layers feed the bound rounding tally, ampc/cuda_nn.h), and its
+ * (the CUDA layers feed the bound rounding tally, src/backend/cuda/cuda_nn.h), and its
  * shadow GEMM runs on the device (shadow_result).
  * On AMPC_DEVICE_CUDA also refused: --accumulate fp16 (cuBLASLt's COMPUTE_16F
  * takes F16 only). Free the model with the same context bound (its memory
@@ -285,7 +276,7 @@ ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch
 /* The device scratch a GPU model of configuration c at max batch `batch`
  * and preset p takes for --attention-cast (attn_cast): the largest attention
  * call's probabilities rounded to the 16-bit activation dtype for the P v
- * product, b*h*tq*tk values (ampc_cuda_attention_forward_ex rounds the
+ * product, b*h*tq*tk values (the CUDA backend's attention rounds the
  * whole batch at once; the CPU rounds one sample per thread and takes no
  * more than h*tq*tk values a thread). 0 when the cast is not in effect
  * (attn_cast false, a 32-true preset, or 16-bit probabilities) or for bad

@@ -20,7 +20,7 @@
  *                workspace and the device scratch the CUDA layers take
  *                (an allowance), plus the slot of --attention-cast's
  *                16-bit probabilities (ampc_mmodel_attn_cast_bytes as the
- *                context allocates it: ampc_cuda_scratch_slot_bytes)
+ *                context allocates it: the device's scratch_slot_bytes)
  *
  * The parameter roles follow ampc_params_create exactly (every tensor padded
  * to 16 elements); the model roles follow the model's own allocation plan
@@ -111,9 +111,9 @@ ampc_status ampc_mem_account_mm_on(const ampc_mmodel_config *c, int64_t batch,
 
 /* The device memory a GPU training step of model c at batch `batch` takes
  * beyond the parameter table and the model's arena: cuBLASLt's workspace
- * (32 MiB, ampc_cuda_create's default) plus the CUDA layers' scratch, which
+ * (32 MiB, the CUDA context's default) plus the CUDA layers' scratch, which
  * the context grows to the largest single call's need. That scratch is
- * bounded from the layers' code (src/cuda/: the FP32 copies of a staged
+ * bounded from the layers' code (src/backend/cuda/: the FP32 copies of a staged
  * GEMM's A, B and C and of a linear layer's output, each at most R x
  * max(dim, mlp) FP32 values, R the most rows any layer sees) by
  * 4 R max(dim, mlp) x 4 bytes: an allowance, not an exact count (checked

@@ -64,7 +64,7 @@ ampc_tally *ampc_tally_current(void);
  * first; all zero for t NULL) and clear them. Call between kernel calls. */
 void ampc_tally_drain(ampc_tally *t, ampc_tm_stats *out);
 
-/* Add counts made elsewhere (a device's store kernels, ampc/cuda_nn.h) into
+/* Add counts made elsewhere (a device's store kernels, src/backend/cuda/) into
  * the calling thread's part of t, as if its kernels had counted them. No-op
  * for t or s NULL. */
 void ampc_tally_add(ampc_tally *t, const ampc_tm_stats *s);

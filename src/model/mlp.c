@@ -1,6 +1,8 @@
 /*
  * src/model/mlp.c: the small MLP classifier the engine's tests train in every
- * preset. Dtypes come from the autocast policy table (src/amp/policy.c).
+ * preset. Dtypes come from the autocast policy table (src/amp/policy.c); its
+ * layers run through the CPU backend's table (src/backend/backend.h), on host
+ * memory (the accuracy reads the logits here).
  */
 #include "internal.h"
 
@@ -10,6 +12,7 @@
 
 #include "ampc/model.h"
 #include "ampc/nn.h"
+#include "backend/backend.h"
 #include "numeric/numeric.h"
 
 ampc_status ampc_mlp_specs(const ampc_mlp_config *c, ampc_param_spec specs[AMPC_MLP_NPARAMS]) {
@@ -127,22 +130,23 @@ ampc_status ampc_mlp_forward(ampc_mlp *M, int64_t b, const float *x, const int32
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mlp_forward: bad arguments (batch %lld, max %lld)",
                      (long long)b, (long long)M->max_batch);
   M->fwd_b = 0;
+  const ampc_backend *be = &ampc_backend_cpu_table; /* host memory: the logits are read here */
   const ampc_params *P = M->P;
   const ampc_dtype weight_dt = P->wdt, act_dt = M->act_dt;
   const ampc_acc acc = M->acc;
   const int64_t in = M->cfg.in, hd = M->cfg.hidden, nc = M->cfg.classes;
   /* autocast: the FP32 input is cast to the linear layer's input dtype */
-  AMPC_TRY(ampc_store_f32(M->x, act_dt, x, (size_t)(b * in), NULL));
+  AMPC_TRY(be->store_f32(M->x, act_dt, x, (size_t)(b * in), NULL));
   ampc_linear_fp8 *f1 = M->fp8 ? &M->fp8->lin[0] : NULL, *f2 = M->fp8 ? &M->fp8->lin[1] : NULL;
-  AMPC_TRY(ampc_linear_forward_fp8(b, in, hd, M->x, act_dt, ampc_param_w(P, 0), weight_dt,
-                                   ampc_param_w(P, 1), M->h1, act_dt, acc, f1, NULL));
-  AMPC_TRY(ampc_gelu_forward(b * hd, M->h1, act_dt, M->a1, act_dt, NULL));
-  AMPC_TRY(ampc_linear_forward_fp8(b, hd, hd, M->a1, act_dt, ampc_param_w(P, 2), weight_dt,
-                                   ampc_param_w(P, 3), M->h2, act_dt, acc, f2, NULL));
-  AMPC_TRY(ampc_gelu_forward(b * hd, M->h2, act_dt, M->a2, act_dt, NULL));
-  AMPC_TRY(ampc_linear_forward(b, hd, nc, M->a2, act_dt, ampc_param_w(P, 4), weight_dt,
-                               ampc_param_w(P, 5), M->logits, act_dt, acc, NULL));
-  AMPC_TRY(ampc_cross_entropy_forward(b, nc, M->logits, act_dt, y, loss));
+  AMPC_TRY(be->linear_forward_fp8(b, in, hd, M->x, act_dt, ampc_param_w(P, 0), weight_dt,
+                                  ampc_param_w(P, 1), M->h1, act_dt, acc, f1, NULL));
+  AMPC_TRY(be->gelu_forward(b * hd, M->h1, act_dt, M->a1, act_dt, NULL));
+  AMPC_TRY(be->linear_forward_fp8(b, hd, hd, M->a1, act_dt, ampc_param_w(P, 2), weight_dt,
+                                  ampc_param_w(P, 3), M->h2, act_dt, acc, f2, NULL));
+  AMPC_TRY(be->gelu_forward(b * hd, M->h2, act_dt, M->a2, act_dt, NULL));
+  AMPC_TRY(be->linear_forward(b, hd, nc, M->a2, act_dt, ampc_param_w(P, 4), weight_dt,
+                              ampc_param_w(P, 5), M->logits, act_dt, acc, NULL));
+  AMPC_TRY(be->cross_entropy_forward(b, nc, M->logits, act_dt, y, loss));
   if (correct) {
     int64_t hits = 0;
     for (int64_t r = 0; r < b; r++) {
@@ -169,6 +173,7 @@ ampc_status ampc_mlp_backward(ampc_mlp *M, float seed) {
                      "ampc_mlp_backward: seed %g is not a positive finite "
                      "number",
                      (double)seed);
+  const ampc_backend *be = &ampc_backend_cpu_table;
   const ampc_params *P = M->P;
   const ampc_dtype weight_dt = P->wdt, act_dt = M->act_dt, grad_dt = P->wdt;
   const ampc_acc acc = M->acc;
@@ -176,18 +181,18 @@ ampc_status ampc_mlp_backward(ampc_mlp *M, float seed) {
   const int32_t *y = M->fwd_y;
   M->fwd_b = 0;
   /* backward, seeded with S (and the 1/micro-batches factor) in FP32 */
-  AMPC_TRY(ampc_cross_entropy_backward(b, nc, M->logits, act_dt, y, seed, M->dlogits, grad_dt));
-  AMPC_TRY(ampc_linear_backward(b, hd, nc, M->dlogits, grad_dt, M->a2, act_dt, ampc_param_w(P, 4),
-                                weight_dt, M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5),
-                                acc, &M->ws));
-  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, grad_dt, M->h2, act_dt, M->d_big2));
+  AMPC_TRY(be->cross_entropy_backward(b, nc, M->logits, act_dt, y, seed, M->dlogits, grad_dt));
+  AMPC_TRY(be->linear_backward(b, hd, nc, M->dlogits, grad_dt, M->a2, act_dt, ampc_param_w(P, 4),
+                               weight_dt, M->d_big, ampc_param_grad(P, 4), ampc_param_grad(P, 5),
+                               acc, &M->ws));
+  AMPC_TRY(be->gelu_backward(b * hd, M->d_big, grad_dt, M->h2, act_dt, M->d_big2));
   ampc_linear_fp8 *f1 = M->fp8 ? &M->fp8->lin[0] : NULL, *f2 = M->fp8 ? &M->fp8->lin[1] : NULL;
-  AMPC_TRY(ampc_linear_backward_fp8(b, hd, hd, M->d_big2, grad_dt, M->a1, act_dt,
-                                    ampc_param_w(P, 2), weight_dt, M->d_big, ampc_param_grad(P, 2),
-                                    ampc_param_grad(P, 3), acc, f2, &M->ws));
-  AMPC_TRY(ampc_gelu_backward(b * hd, M->d_big, grad_dt, M->h1, act_dt, M->d_big2));
-  AMPC_TRY(ampc_linear_backward_fp8(b, in, hd, M->d_big2, grad_dt, M->x, act_dt, ampc_param_w(P, 0),
-                                    weight_dt, NULL, ampc_param_grad(P, 0), ampc_param_grad(P, 1),
-                                    acc, f1, &M->ws));
+  AMPC_TRY(be->linear_backward_fp8(b, hd, hd, M->d_big2, grad_dt, M->a1, act_dt, ampc_param_w(P, 2),
+                                   weight_dt, M->d_big, ampc_param_grad(P, 2),
+                                   ampc_param_grad(P, 3), acc, f2, &M->ws));
+  AMPC_TRY(be->gelu_backward(b * hd, M->d_big, grad_dt, M->h1, act_dt, M->d_big2));
+  AMPC_TRY(be->linear_backward_fp8(b, in, hd, M->d_big2, grad_dt, M->x, act_dt, ampc_param_w(P, 0),
+                                   weight_dt, NULL, ampc_param_grad(P, 0), ampc_param_grad(P, 1),
+                                   acc, f1, &M->ws));
   return AMPC_OK;
 }

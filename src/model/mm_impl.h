@@ -12,7 +12,7 @@
 
 #include "ampc/model.h"
 #include "ampc/nn.h"
-#include "model/backend.h"
+#include "backend/backend.h"
 
 enum { MAX_DEPTH = 16, PER_BLOCK = 12 };
 
@@ -113,8 +113,10 @@ struct ampc_mmodel {
   /* one allocation for all of the above (the backend's memory) */
   void *arena;
   size_t arena_bytes;
-  /* where the tensors live and which functions compute (src/model/backend.h) */
+  /* where the tensors live and which functions compute (src/backend/backend.h) */
   const ampc_backend *be;
+  /* the layers take their scratch from the device context: no workspace */
+  bool scratch_in_ctx;
   /* the host's copies of what it computes or reads (h_x == x on the CPU
    * backend; on a device, one host allocation, host_arena) */
   uint8_t *h_tmask, *h_fmask;

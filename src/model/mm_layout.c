@@ -246,8 +246,8 @@ static void layout(ampc_mmodel *M, arena *A, arena *HA) {
   TAKE(M->dv32, B * NV * D, sizeof(float));
   TAKE(M->dt32, BT * TT * D, sizeof(float));
   /* the layers' scratch: the largest that any one call of the passes takes
-   * (none on the GPU, whose layers take theirs from the CUDA context) */
-  M->ws.bytes = M->be == ampc_backend_cuda() ? 0 : scratch_bytes(M);
+   * (none on a device whose layers take theirs from its context) */
+  M->ws.bytes = M->scratch_in_ctx ? 0 : scratch_bytes(M);
   TAKE(M->ws.base, M->ws.bytes, 1);
   /* fp8-mixed: the quantized operands of the largest block linear layer
    * (R rows: the vision tokens, or the fusion's 2B pairs of text queries or
@@ -398,7 +398,8 @@ ampc_status ampc_mmodel_plan_bytes(const ampc_mmodel_config *c, int64_t batch, a
 
 ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch, ampc_precision p,
                                       ampc_device dev, size_t *activations, size_t *workspace) {
-  if (!ampc_device_backend(dev))
+  const ampc_device_desc *dd = ampc_device_desc_get(dev); /* built or not: a plan */
+  if (!dd)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_plan_bytes: unknown device %d", (int)dev);
   if (!c || batch < 2 || batch > (1 << 20) || (unsigned)p >= AMPC_PRECISION_COUNT ||
       c->v_depth < 1 || c->v_depth > MAX_DEPTH || c->t_depth > MAX_DEPTH ||
@@ -410,7 +411,7 @@ ampc_status ampc_mmodel_plan_bytes_on(const ampc_mmodel_config *c, int64_t batch
   if (!M)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_plan_bytes: out of memory");
   set_dims(M, c, batch, p, ampc_precision_lowp(p));
-  M->be = ampc_device_backend(dev);
+  M->scratch_in_ctx = dd->scratch_in_context;
   arena A = {NULL, 0, 0}, H = {NULL, 0, 0};
   layout(M, &A, dev != AMPC_DEVICE_CPU ? &H : NULL); /* a device's: the inputs' copies too */
   free(M);
@@ -443,15 +444,6 @@ size_t ampc_mmodel_attn_cast_bytes(const ampc_mmodel_config *c, int64_t batch, a
   return (size_t)n * ampc_dtype_size(adt);
 }
 
-const ampc_backend *ampc_device_backend(ampc_device dev) {
-  switch (dev) {
-  case AMPC_DEVICE_CPU: return ampc_backend_cpu();
-  case AMPC_DEVICE_CUDA: return ampc_backend_cuda();
-  case AMPC_DEVICE_CPU_SPLIT: return ampc_backend_cpu_split();
-  }
-  return NULL;
-}
-
 ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                const ampc_amp_config *amp, int64_t max_batch) {
   return ampc_mmodel_create_on(out, c, P, amp, max_batch, AMPC_DEVICE_CPU);
@@ -459,7 +451,9 @@ ampc_status ampc_mmodel_create(ampc_mmodel **out, const ampc_mmodel_config *c, a
 
 ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c, ampc_params *P,
                                   const ampc_amp_config *amp, int64_t max_batch, ampc_device dev) {
-  const ampc_backend *be = ampc_device_backend(dev);
+  const ampc_backend *be = NULL;
+  if (out && ampc_device_desc_get(dev))
+    AMPC_TRY(ampc_device_backend_get(dev, &be)); /* "not built" */
   if (!out || !c || !P || !amp || !be || max_batch < 2 || max_batch > (1 << 20))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_create: bad arguments (batch %lld)",
                      (long long)max_batch);
@@ -470,9 +464,11 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
   set_dims(M, c, max_batch, amp->precision, P->wdt);
   M->P = P;
   M->be = be;
+  M->scratch_in_ctx = be->desc->scratch_in_context;
   M->acc = amp->accumulate;
-  if (dev == AMPC_DEVICE_CUDA && M->attn_mdt != AMPC_F32 && M->acc == AMPC_ACC_F16) {
-    free(M); /* the GPU's attention with FP16 sums runs per head, without 16-bit operands */
+  const ampc_op_query mha = {AMPC_DEVICE_OP_MHA, M->attn_mdt, M->acc};
+  if (M->attn_mdt != AMPC_F32 && !ampc_backend_supports(be, &mha)) {
+    free(M); /* e.g. the GPU's attention with FP16 sums runs per head, without 16-bit operands */
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "--attention-cast on needs FP32 sums on the GPU; %s sums in FP16 (use "
                      "--accumulate fp32 or --attention-cast off)",

@@ -443,7 +443,7 @@ ampc_status ampc_mha_backward_with(const ampc_mha_ops *o, int64_t b, int64_t tq,
   return st;
 }
 
-/* ---- the CPU's table (the GPU's: src/cuda/cuda_mha.cu) ------------------------ */
+/* ---- the CPU's table (the GPU's: src/backend/cuda/cuda_mha.cu) -------------- */
 
 static ampc_status cpu_store_scaled(void *dst, ampc_dtype dt, float *src, int64_t n, float scale) {
   if (scale != 1.0f)

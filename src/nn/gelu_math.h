@@ -3,7 +3,7 @@
  * double, erfcx by its Chebyshev series, GELU and its derivative in double)
  * as inline functions that compile both as C11 (the CPU's portable path,
  * src/nn/gelu.c) and as CUDA C++ (__host__ __device__: the GPU's layers,
- * src/cuda/cuda_nn.cu), so the two run the same operations in the same order
+ * src/backend/cuda/cuda_gelu.cu), so the two run the same operations in the same order
  * and give the same bits: fma where written, every other operation one IEEE
  * rounding (the CUDA files are compiled with --fmad=false so that nvcc does
  * not contract a multiply and an add into an fma the C code does not have).

@@ -2,7 +2,7 @@
  * src/nn/mha_impl.h: the multi-head attention layer as a composition over
  * the layers it calls (its projections, the attention core, the FP32 sums of
  * the input gradients), so that the CPU (src/nn/attention.c) and the GPU
- * (src/cuda/cuda_mha.cu) run one definition of the layer: the same calls in
+ * (src/backend/cuda/cuda_mha.cu) run one definition of the layer: the same calls in
  * the same order, each on its own device. ampc_mha_forward and
  * ampc_mha_backward_ex (ampc/nn.h) are these with the CPU's table.
  */

@@ -1,6 +1,6 @@
 /*
  * src/optim/optim_impl.h: what the CPU optimizer (optim.c) and the GPU's
- * (src/cuda/cuda_optim.cu) share: the per-step constants of each parameter
+ * (src/backend/cuda/cuda_optim.cu) share: the per-step constants of each parameter
  * group, formed once on the host, so both update every element from the same
  * FP32 values.
  */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "ampc/cuda.h" /* ampc_cuda_scratch_slot_bytes */
+#include "ampc/backend.h"
 #include "ampc/report.h"
 
 const char *ampc_mem_role_name(ampc_mem_role r) {
@@ -168,10 +168,13 @@ ampc_status ampc_mem_account_mm_on(const ampc_mmodel_config *c, int64_t batch,
   if (ampc_precision_is_fp8(amp->precision))
     out->bytes[AMPC_MEM_FP8_STATE] =
         ampc_fp8_sites_state_bytes(ampc_mmodel_fp8_site_count(c), amp->fp8_amax_history);
-  if (dev == AMPC_DEVICE_CUDA) /* the allowance, and --attention-cast's 16-bit P: its slot */
+  const ampc_device_desc *dd = ampc_device_desc_get(dev);
+  if (dd && dd->scratch_in_context) { /* the allowance, and --attention-cast's 16-bit P: its slot */
+    const size_t cast = ampc_mmodel_attn_cast_bytes(c, batch, amp->precision);
     out->bytes[AMPC_MEM_DEVICE_SCRATCH] =
         ampc_mem_device_scratch_bytes(c, batch) +
-        ampc_cuda_scratch_slot_bytes(ampc_mmodel_attn_cast_bytes(c, batch, amp->precision));
+        (dd->scratch_slot_bytes ? dd->scratch_slot_bytes(cast) : cast);
+  }
   finish(out);
   return AMPC_OK;
 }

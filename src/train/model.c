@@ -15,7 +15,7 @@
 
 #include "ampc/io.h"
 #include "ampc/train.h"
-#include "model/backend.h"
+#include "backend/backend.h"
 
 ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out) {
   if (!name || !out)

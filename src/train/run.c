@@ -17,11 +17,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ampc/cuda_nn.h"
 #include "ampc/io.h"
 #include "ampc/report.h"
 #include "ampc/train.h"
-#include "model/backend.h"
+#include "backend/backend.h"
 
 /* ---- the sampler ------------------------------------------------------------------ */
 
@@ -122,8 +121,7 @@ struct ampc_run {
   ampc_trainer T;
   ampc_model model;
   bool have_trainer, have_model;
-  ampc_cuda_ctx *cuda;      /* --device cuda: GPU 0's context, bound to this thread */
-  ampc_cuda_ctx *prev_cuda; /* the context bound before (restored by ampc_run_free) */
+  ampc_device_ctx *dctx; /* a device's context, bound to this thread (ampc_device_open) */
   ampc_sampler smp;
   int64_t ntrain, mb; /* training samples; samples per micro-batch (on this rank) */
   int rank, size;     /* data parallelism (0 and 1: one process) */
@@ -226,9 +224,8 @@ void ampc_run_free(ampc_run *R) {
   const ampc_backend *sbe = ampc_device_backend(R->rc.device);
   if (sbe && R->accum.stage)
     sbe->release(R->accum.stage);
-  if (R->cuda) { /* after everything it holds */
-    ampc_cuda_bind(R->prev_cuda);
-    ampc_cuda_destroy(R->cuda);
+  if (R->dctx) { /* after everything it holds; rebinds the context before */
+    ampc_device_close(R->dctx);
   }
   ampc_mmodel_specs_free(&R->specs);
   ampc_sampler_free(&R->smp);
@@ -375,9 +372,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
                      "--device: model %s is not on a device yet (the multimodal models and "
                      "ViTs are)",
                      md->name);
-  if (rc->device == AMPC_DEVICE_CUDA && ampc_cuda_device_count() == 0)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "--device cuda: no CUDA device: %s",
-                     ampc_cuda_unavailable_reason());
+  if ((st = ampc_device_check(rc->device)) != AMPC_OK)
+    return st;
   ampc_run *R = calloc(1, sizeof *R);
   if (!R)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_run_create: out of memory");
@@ -394,7 +390,7 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
                    .per_loss = amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS};
   /* the fault injection writes the gradients from the host: not GPU memory */
   if ((getenv("AMPC_FAULT_FAIL") || getenv("AMPC_FAULT_NAN_GRAD")) &&
-      rc->device != AMPC_DEVICE_CUDA)
+      !ampc_device_desc_get(rc->device)->foreign_memory)
     R->accum.before_reduce = fault_hook;
 #define FAIL(s)                                                                                    \
   do {                                                                                             \
@@ -476,13 +472,11 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     goto fail;
   R->have_trainer = true;
   const size_t stage = ampc_accum_stage_bytes(&R->accum, R->T.params.total);
-  if (rc->device != AMPC_DEVICE_CPU) {    /* the device and the trainer's state on it */
-    if (rc->device == AMPC_DEVICE_CUDA) { /* a device is there (checked above) */
-      /* rank r on GPU r mod the node's count (one process per GPU on a node) */
-      if ((st = ampc_cuda_create(R->rank % ampc_cuda_device_count(), 0, &R->cuda)) != AMPC_OK)
-        goto fail;
-      R->prev_cuda = ampc_cuda_bind(R->cuda);
-    }
+  if (rc->device != AMPC_DEVICE_CPU) { /* the device and the trainer's state on it */
+    /* rank r on unit r mod the node's count (one process per GPU on a
+     * node); none on the CPU devices */
+    if ((st = ampc_device_open(rc->device, R->rank, &R->dctx)) != AMPC_OK)
+      goto fail;
     if ((st = ampc_trainer_to_device(&R->T, rc->device)) != AMPC_OK)
       goto fail;
   }
@@ -762,15 +756,18 @@ static cJSON *config_object(const ampc_run *R) {
   /* what the contrastive loss contrasts: each rank's shard, or the global
    * batch (the hard negatives of the matching head stay in the shard) */
   cJSON_AddStringToObject(dp, "negatives", rc->global_negatives ? "global" : "shard");
-  cJSON_AddStringToObject(run_o, "device",
-                          rc->device == AMPC_DEVICE_CUDA        ? "cuda"
-                          : rc->device == AMPC_DEVICE_CPU_SPLIT ? "cpu-split"
-                                                                : "cpu");
-  if (rc->device == AMPC_DEVICE_CUDA) { /* what decides the device's bits beyond the preset */
-    cJSON *ck = cJSON_AddObjectToObject(run_o, "cuda");
-    cJSON_AddBoolToObject(ck, "typed_kernels", ampc_cuda_typed_kernels());
-    /* tuned GEMMs pick their algorithms by timing: not bit-reproducible */
-    cJSON_AddBoolToObject(ck, "gemm_tuning", ampc_cuda_gemm_tuning());
+  cJSON_AddStringToObject(run_o, "device", ampc_device_name(rc->device));
+  /* what decides the device's bits beyond the preset (e.g. tuned GEMMs pick
+   * their algorithms by timing: not bit-reproducible), under its name */
+  cJSON *ck = NULL;
+  for (int i = 0; i < ampc_device_setting_count(rc->device); i++) {
+    const char *sn;
+    bool on, logged;
+    if (ampc_device_setting(rc->device, i, &sn, &on, &logged) != AMPC_OK || !logged)
+      continue;
+    if (!ck)
+      ck = cJSON_AddObjectToObject(run_o, ampc_device_name(rc->device));
+    cJSON_AddBoolToObject(ck, sn, on);
   }
   cJSON_AddItemToObject(cj, "run", run_o);
   char warns[16][256];

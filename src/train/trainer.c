@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ampc/engine.h"
-#include "model/backend.h"
+#include "backend/backend.h"
 #include "numeric/numeric.h"
 
 ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
@@ -83,6 +83,8 @@ static void release_device(ampc_trainer *T) {
 
 ampc_status ampc_trainer_to_device(ampc_trainer *T, ampc_device dev) {
   const ampc_backend *be = ampc_device_backend(dev);
+  if (T && !be && ampc_device_desc_get(dev))
+    return ampc_device_backend_get(dev, &be); /* a backend not built: say so */
   if (!T || !be || T->device != AMPC_DEVICE_CPU)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_trainer_to_device: bad arguments (device %d, already on %d)", (int)dev,

@@ -124,6 +124,23 @@ int cli_parse_recompute(const char *cmd, const char *v, bool *keep) {
   return 0;
 }
 
+int cli_parse_device(const char *cmd, const char *v, bool with_tests, ampc_device *dev) {
+  ampc_device d;
+  if (ampc_device_parse(v, &d) == AMPC_OK && (with_tests || !ampc_device_desc_get(d)->test_only)) {
+    *dev = d;
+    return 0;
+  }
+  char list[128];
+  ampc_device_list(list, sizeof list, ", ", with_tests);
+  char *last = strrchr(list, ','); /* "a, b, c" -> "a, b or c" */
+  char said[160];
+  if (last)
+    snprintf(said, sizeof said, "%.*s or %s", (int)(last - list), list, last + 2);
+  else
+    snprintf(said, sizeof said, "%s", list);
+  return cli_usage_error(cmd, "--device: expected %s, got '%s'", said, v);
+}
+
 int cli_parse_attention_cast(const char *cmd, const char *v, bool *on) {
   if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
     return cli_usage_error(cmd, "--attention-cast: expected on or off, got '%s'", v);

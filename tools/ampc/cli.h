@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include "internal.h"
 
+#include "ampc/backend.h"
+
 /* 3: `ampc train` stopped a run that could no longer learn (--on-stall stop) */
 enum { AMPC_EXIT_OK = 0, AMPC_EXIT_ERROR = 1, AMPC_EXIT_USAGE = 2, AMPC_EXIT_STALLED = 3 };
 
@@ -37,8 +39,6 @@ extern const ampc_command ampc_cmd_inspect;
 
 /* Print "ampc <cmd>: <message>" and a hint to stderr; returns AMPC_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);
-/* `ampc bench gemm --device cuda ...` (cmd_bench_cuda.c); argv[0] is "gemm" */
-int cli_bench_gemm_cuda(int argc, char **argv);
 /* true: cli_usage_error prints nothing (the ranks but 0 of a data-parallel
  * job, which all see the same flags: one copy of the message is enough) */
 extern bool cli_quiet_usage;
@@ -53,6 +53,9 @@ int cli_unknown_model(const char *cmd, const char *name, bool with_mlp);
 /* --recompute on|off (train, memory, plan, bench step): *keep = (v is
  * "off"), 0; anything else is a usage error of cmd (exit 2). */
 int cli_parse_recompute(const char *cmd, const char *v, bool *keep);
+/* --device NAME: the registry's names (ampc_device_parse), its test aids
+ * (cpu-split) only with with_tests; else a usage error listing them */
+int cli_parse_device(const char *cmd, const char *v, bool with_tests, ampc_device *dev);
 /* --attention-cast on|off (train, memory, plan): *on = (v is "on"), 0;
  * anything else is a usage error of cmd (exit 2). */
 int cli_parse_attention_cast(const char *cmd, const char *v, bool *on);

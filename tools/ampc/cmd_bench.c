@@ -140,14 +140,55 @@ static void *filled(ampc_dtype dt, int64_t count) {
   return p;
 }
 
+/* the device benchmark's lines to stdout, as they come */
+static void print_line(void *user, const char *line) {
+  (void)user;
+  printf("%s\n", line);
+  fflush(stdout);
+}
+
+/* `ampc bench gemm --device NAME` on a device other than the CPU: the
+ * backend's own GEMM benchmark (ampc_device_bench_gemm) */
+static int run_gemm_device(int argc, char **argv, ampc_device dev) {
+  int json = 0, quick = 0, reps = 5;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+    } else if (strcmp(argv[i], "--device") == 0) {
+      i++; /* checked by the caller */
+    } else if (strcmp(argv[i], "--reps") == 0) {
+      char *end;
+      long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || *end || v < 1 || v > 101)
+        return cli_usage_error("bench", "--reps needs a number in 1..%d", 101);
+      reps = (int)v;
+      i++;
+    } else {
+      return cli_usage_error("bench", "unexpected argument '%s' for --device %s", argv[i],
+                             ampc_device_name(dev));
+    }
+  }
+  if (ampc_device_bench_gemm(dev, reps, quick, json, print_line, NULL) != AMPC_OK) {
+    fprintf(stderr, "ampc bench gemm: %s\n", ampc_last_error());
+    return AMPC_EXIT_ERROR;
+  }
+  return AMPC_EXIT_OK;
+}
+
 static int run_gemm(int argc, char **argv) {
   int json = 0, quick = 0, reps = 5, only_threads = 0;
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--device") == 0) {
-      if (i + 1 >= argc || (strcmp(argv[i + 1], "cpu") && strcmp(argv[i + 1], "cuda")))
-        return cli_usage_error("bench", "--device needs cpu or cuda");
-      if (strcmp(argv[i + 1], "cuda") == 0)
-        return cli_bench_gemm_cuda(argc, argv);
+      ampc_device dev;
+      char list[64];
+      if (i + 1 >= argc || ampc_device_parse(argv[i + 1], &dev) != AMPC_OK ||
+          ampc_device_desc_get(dev)->test_only)
+        return cli_usage_error("bench", "--device needs %s",
+                               ampc_device_list(list, sizeof list, " or ", false));
+      if (dev != AMPC_DEVICE_CPU)
+        return run_gemm_device(argc, argv, dev);
     }
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--device") == 0) {
@@ -557,9 +598,11 @@ static void warn_slow_openblas(void) {
 }
 
 static int run(int argc, char **argv) {
-  int on_gpu = 0; /* OpenBLAS's kernels do not matter to a GPU benchmark */
+  int on_gpu = 0; /* OpenBLAS's kernels do not matter to a device's benchmark */
+  ampc_device dev;
   for (int i = 1; i + 1 < argc; i++)
-    on_gpu |= strcmp(argv[i], "--device") == 0 && strcmp(argv[i + 1], "cuda") == 0;
+    on_gpu |= strcmp(argv[i], "--device") == 0 && ampc_device_parse(argv[i + 1], &dev) == AMPC_OK &&
+              dev != AMPC_DEVICE_CPU;
   if (!on_gpu)
     warn_slow_openblas();
   if (argc < 2)

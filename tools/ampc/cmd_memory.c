@@ -24,10 +24,6 @@
  * OpenBLAS per-thread buffers, allocator slack). Measured in docs/DIAGNOSIS.md
  * ("Memory account"). */
 #define PLAN_MARGIN_BYTES ((uint64_t)48 << 20)
-/* `ampc plan --device cuda`: what the CUDA runtime and driver take on the
- * device for the context itself (the kernels' code, the runtime's heap),
- * beyond what ampc allocates; an allowance until measured (issue 17) */
-#define PLAN_CUDA_CONTEXT_BYTES ((uint64_t)512 << 20)
 
 static const char k_memory_usage[] =
     "Usage: ampc memory --params N [--optimizer adamw|sgd|none] [--precision P]\n"
@@ -176,12 +172,8 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
     else if (!is_plan && !strcmp(name, "hidden"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->hidden);
     else if (!strcmp(name, "device")) {
-      if (!strcmp(v, "cpu"))
-        a->device = AMPC_DEVICE_CPU;
-      else if (!strcmp(v, "cuda"))
-        a->device = AMPC_DEVICE_CUDA;
-      else
-        return cli_usage_error(cmd, "--device: expected cpu or cuda, got '%s'", v);
+      if (cli_parse_device(cmd, v, false, &a->device) != 0)
+        return AMPC_EXIT_USAGE;
     } else if (is_plan && !strcmp(name, "budget"))
       a->budget = v;
     else if (is_plan && !strcmp(name, "overhead"))
@@ -216,16 +208,18 @@ static int resolve_amp(const char *cmd, const char *name, const char *master, co
   return 0;
 }
 
-/* --attention-cast on on the GPU needs FP32 sums (as ampc train --device
- * cuda refuses at model creation): a usage error for a preset that sums in
- * FP16 (16-true) */
+/* --attention-cast on where the device's attention does not take 16-bit
+ * probabilities with these sums (ampc_device_supports; ampc train refuses it
+ * at model creation too): a usage error for a preset that sums in FP16
+ * (16-true) */
 static int check_cast_gpu(const char *cmd, const char *name, const ampc_amp_config *amp, bool cast,
                           ampc_device dev) {
-  if (cast && dev == AMPC_DEVICE_CUDA && amp->lowp != AMPC_F32 && amp->accumulate == AMPC_ACC_F16)
+  const ampc_op_query q = {AMPC_DEVICE_OP_MHA, amp->lowp, amp->accumulate};
+  if (cast && amp->lowp != AMPC_F32 && !ampc_device_supports(dev, &q))
     return cli_usage_error(cmd,
                            "--attention-cast on needs FP32 sums on the GPU; %s sums in FP16 "
-                           "(ampc train --device cuda refuses it too)",
-                           name);
+                           "(ampc train --device %s refuses it too)",
+                           name, ampc_device_name(dev));
   return 0;
 }
 
@@ -329,8 +323,10 @@ static int run_memory(int argc, char **argv) {
                   "FP32 already)"
                 : "--attention-cast is ignored without a --model that has attention");
   if (a.device != AMPC_DEVICE_CPU && (!model || !strcmp(a.model, "mlp")))
-    return cli_usage_error(cmd, "--device cuda: give a multimodal or ViT --model (the GPU runs "
-                                "those; --params and mlp are CPU accounts)");
+    return cli_usage_error(cmd,
+                           "--device %s: give a multimodal or ViT --model (the GPU runs "
+                           "those; --params and mlp are CPU accounts)",
+                           ampc_device_name(a.device));
   if (!model) {
     char *end = NULL;
     errno = 0;
@@ -373,7 +369,7 @@ static int run_memory(int argc, char **argv) {
     }
     cJSON_AddNumberToObject(o, "params", (double)m.params);
     cJSON_AddStringToObject(o, "precision", a.precision);
-    cJSON_AddStringToObject(o, "device", a.device == AMPC_DEVICE_CUDA ? "cuda" : "cpu");
+    cJSON_AddStringToObject(o, "device", ampc_device_name(a.device));
     cJSON_AddStringToObject(o, "optimizer", a.optimizer);
     cJSON_AddBoolToObject(o, "master_weights", amp.master_weights && amp.lowp != AMPC_F32);
     cJSON_AddNumberToObject(o, "bytes_per_param", m.bytes_per_param);
@@ -390,7 +386,7 @@ static int run_memory(int argc, char **argv) {
            : a.keep                    ? ", recompute off"
                                        : ", recompute on",
            cast ? ", attention cast on" : "",
-           a.device == AMPC_DEVICE_CUDA ? ", on the GPU (device memory)" : "");
+           ampc_device_desc_get(a.device)->foreign_memory ? ", on the GPU (device memory)" : "");
   else
     printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
            a.precision, a.optimizer);
@@ -438,7 +434,8 @@ static int run_plan(int argc, char **argv) {
     return cli_usage_error(cmd, "--model mlp is not planned (its batch is not memory-bound)");
   if (!ampc_model_known(a.model))
     return cli_unknown_model(cmd, a.model, false);
-  const bool gpu = a.device == AMPC_DEVICE_CUDA;
+  const ampc_device_desc *dd = ampc_device_desc_get(a.device);
+  const bool gpu = dd->foreign_memory;
   int moments;
   if (ampc_mem_optimizer_moments(a.optimizer, &moments) != AMPC_OK)
     return cli_usage_error(cmd, "--optimizer: %s", ampc_last_error());
@@ -494,8 +491,8 @@ static int run_plan(int argc, char **argv) {
   mc.attn_cast = a.cast;
   const int64_t rss = ampc_peak_rss_bytes();
   const bool measured = a.overhead == NULL && !gpu;
-  if (a.overhead == NULL && gpu) /* the device: the CUDA context's own share */
-    overhead = PLAN_CUDA_CONTEXT_BYTES;
+  if (a.overhead == NULL && gpu) /* the device: its context's own share */
+    overhead = dd->context_bytes;
   if (measured) {
     if (rss < 0)
       return cli_runtime_error(cmd, "getrusage failed; give --overhead BYTES");
@@ -512,11 +509,13 @@ static int run_plan(int argc, char **argv) {
   cJSON_AddStringToObject(o, "data", data);
   cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
   cJSON_AddNumberToObject(o, "overhead_bytes", (double)overhead);
+  char allowance[64];
+  snprintf(allowance, sizeof allowance, "%s context allowance", dd->name);
   cJSON_AddStringToObject(o, "overhead_source",
                           measured     ? "measured"
                           : a.overhead ? "--overhead"
-                                       : "cuda context allowance");
-  cJSON_AddStringToObject(o, "device", gpu ? "cuda" : "cpu");
+                                       : allowance);
+  cJSON_AddStringToObject(o, "device", dd->name);
   if (measured) {
     cJSON_AddNumberToObject(o, "baseline_rss_bytes", (double)rss);
     cJSON_AddNumberToObject(o, "margin_bytes", (double)PLAN_MARGIN_BYTES);
@@ -525,7 +524,9 @@ static int run_plan(int argc, char **argv) {
   cJSON_AddStringToObject(o, "optimizer", a.optimizer);
   cJSON_AddStringToObject(o, "width", "not searched");
   cJSON *plans = cJSON_AddArrayToObject(o, "plans");
-  char b1[32], b2[32], b3[32];
+  char b1[32], b2[32], b3[32], allowance_text[96];
+  snprintf(allowance_text, sizeof allowance_text, "the %s context's allowance; GPU memory",
+           dd->label);
   if (!a.json)
     printf("ampc plan: %s on %s, recompute %s%s, budget %s, overhead %s (%s), batch <= %lld\n",
            mc.name, data, a.keep ? "off" : "on",
@@ -533,7 +534,7 @@ static int run_plan(int argc, char **argv) {
            human((size_t)budget, b1, sizeof b1), human((size_t)overhead, b2, sizeof b2),
            measured     ? "measured RSS after loading the data + 48 MiB"
            : a.overhead ? "--overhead"
-                        : "the CUDA context's allowance; GPU memory",
+                        : allowance_text,
            (long long)max_batch);
   if (!a.json)
     printf("%-11s %7s %14s %14s %14s\n", "precision", "batch", "parameters",

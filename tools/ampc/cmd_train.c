@@ -491,14 +491,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     } else if (!strcmp(n, "stall-steps"))
       rc = parse_i64(flag, v, 1, 1000000000, &a->stall_steps);
     else if (!strcmp(n, "device")) {
-      if (!strcmp(v, "cpu"))
-        a->device = AMPC_DEVICE_CPU;
-      else if (!strcmp(v, "cuda"))
-        a->device = AMPC_DEVICE_CUDA;
-      else if (!strcmp(v, "cpu-split"))
-        a->device = AMPC_DEVICE_CPU_SPLIT;
-      else
-        rc = cli_usage_error("train", "--device: expected cpu, cuda or cpu-split, got '%s'", v);
+      rc = cli_parse_device("train", v, true, &a->device);
     } else if (!strcmp(n, "recompute"))
       rc = cli_parse_recompute("train", v, &a->keep_activations);
     else if (!strcmp(n, "attention-cast"))
@@ -565,7 +558,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     return cli_usage_error("train",
                            "--device %s: the mlp model runs on the CPU only (the multimodal "
                            "models and ViTs run on a device)",
-                           a->device == AMPC_DEVICE_CUDA ? "cuda" : "cpu-split");
+                           ampc_device_name(a->device));
   if (strcmp(a->model, "mlp") != 0) {
     if (a->batch < 2 || (a->batch / a->micro_batches) < 2)
       return cli_usage_error("train",

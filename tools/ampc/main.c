@@ -53,19 +53,13 @@ static int finish(int rc) {
  * does not know leaves the switch at its default without a word from the
  * library, so say so here rather than run another path than the user asked
  * for. Unset or empty: the default. */
-typedef struct env_switch {
-  const char *name;
-  const char *values[5]; /* the values the library knows, NULL-terminated */
-  const char *otherwise; /* what an unknown value does */
-} env_switch;
+typedef ampc_env_switch env_switch; /* name, the values the library knows, otherwise */
 
+/* the CPU engine's; each device's backend lists its own (ampc_device_desc) */
 static const env_switch k_env_switches[] = {
     {"AMPC_ISA", {"portable", "avx2", NULL}, "ignored, using the best path this CPU has"},
     {"AMPC_GEMM_F32", {"openblas", NULL}, "F32 products stay on ampc's kernel"},
     {"AMPC_GEMM_BF16DOT", {"0", "1", NULL}, "bf16 products use VDPBF16PS where the CPU has it"},
-    {"AMPC_CUDA_TYPED", {"1", "on", "0", "off", NULL}, "the typed CUDA kernels stay off"},
-    {"AMPC_CUDA_GEMM_TUNE", {"1", "on", "0", "off", NULL}, "GEMM tuning stays off"},
-    {"AMPC_CUDA_ACC16", {"exact", NULL}, "FP16-accumulated products run on cuBLASLt"},
 };
 
 /* v as it can be shown on one line: printable ASCII kept, other bytes as
@@ -87,22 +81,28 @@ static const char *shown(const char *v, char *buf, size_t cap) {
   return buf;
 }
 
+static void check_env_one(const env_switch *e) {
+  const char *v = getenv(e->name);
+  if (!v || !*v)
+    return;
+  bool known = false;
+  char list[64] = "", val[200];
+  for (int j = 0; e->values[j]; j++) {
+    known = known || strcmp(v, e->values[j]) == 0;
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "", e->values[j]);
+  }
+  if (!known)
+    fprintf(stderr, "ampc: warning: %s='%s' is not one of %s: %s\n", e->name,
+            shown(v, val, sizeof val), list, e->otherwise);
+}
+
 static void check_env(void) {
-  for (size_t i = 0; i < sizeof k_env_switches / sizeof k_env_switches[0]; i++) {
-    const env_switch *e = &k_env_switches[i];
-    const char *v = getenv(e->name);
-    if (!v || !*v)
-      continue;
-    bool known = false;
-    char list[64] = "", val[200];
-    for (int j = 0; e->values[j]; j++) {
-      known = known || strcmp(v, e->values[j]) == 0;
-      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
-               e->values[j]);
-    }
-    if (!known)
-      fprintf(stderr, "ampc: warning: %s='%s' is not one of %s: %s\n", e->name,
-              shown(v, val, sizeof val), list, e->otherwise);
+  for (size_t i = 0; i < sizeof k_env_switches / sizeof k_env_switches[0]; i++)
+    check_env_one(&k_env_switches[i]);
+  for (int d = 0; ampc_device_desc_get((ampc_device)d); d++) {
+    const ampc_device_desc *dd = ampc_device_desc_get((ampc_device)d);
+    for (int i = 0; i < dd->n_env; i++)
+      check_env_one(&dd->env[i]);
   }
 }
 

@@ -1,17 +1,14 @@
 /*
- * ampc/cuda_nn.h: the layers of ampc/nn.h and the gradient pass and
- * optimizer step of ampc/amp.h and ampc/optim.h on an NVIDIA GPU (DESIGN.md
- * 1: the CUDA layer sits beside these layers; the model and the training run
- * call it).
+ * src/backend/cuda/cuda_nn.h: the layers of ampc/nn.h and the gradient pass
+ * and optimizer step of ampc/amp.h and ampc/optim.h on an NVIDIA GPU, private
+ * to the CUDA backend: its table (cuda_backend.c) is how the model and the
+ * trainer reach them (src/backend/backend.h).
  *
  * Every function here takes exactly the arguments of its CPU twin (named
  * without the `cuda_`: ampc_cuda_layernorm_forward is ampc_layernorm_forward
- * on the device), so a model can hold either set behind one table of function
- * pointers.
- *
- * Status (2026-12-03): compiled for sm_90, never yet run on a GPU. What
- * follows is what the code is written to do; tests/test_cuda_nn.c checks it
- * on the first device run (bench/gpu/check.sh). The differences:
+ * on the device), so the table holds either set. tests/test_cuda_nn.c checks
+ * them against their twins on a GPU (bench/gpu/check.sh runs it there). The
+ * differences:
  *  - Tensor buffers (x, y, weights, gradients, mean/rstd, ids, masks, the
  *    parameter table's role buffers) are device pointers (ampc_cuda_malloc).
  *    `stats` (ampc_round_stats) stays a host pointer: when it is given, the
@@ -78,7 +75,7 @@
 #include <stdint.h>
 
 #include "ampc/amp.h"
-#include "ampc/cuda.h"
+#include "backend/cuda/cuda.h"
 #include "ampc/nn.h"
 #include "ampc/optim.h"
 #include "ampc/params.h"
@@ -148,7 +145,7 @@ ampc_status ampc_cuda_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_d
 ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
                                       const void *x, ampc_dtype xdt, float eps, void *dx);
 
-/* ---- GEMM-type layers (src/cuda/cuda_layers.cu) -------------------------- */
+/* ---- GEMM-type layers (cuda_layers.cu) -------------------------- */
 
 /* ampc_gemm_strided_batched (ampc/gemm.h) on device buffers, any mix of F32,
  * F16 and BF16 operands: two 16-bit operands of one dtype run on Tensor
@@ -303,7 +300,7 @@ ampc_status ampc_cuda_mha_backward_ex(int64_t b, int64_t tq, int64_t tk, int64_t
                                       void *dbk, void *dwv, void *dbv, void *dwo, void *dbo,
                                       ampc_acc acc, ampc_linear_fp8 *const *fp8, ampc_scratch *ws);
 
-/* ---- patch embedding and losses (src/cuda/cuda_loss.cu) ------------------- */
+/* ---- patch embedding and losses (cuda_loss.cu) ------------------- */
 
 /* images: device uint8 [b, hh, ww, c]; the unfold gives the CPU's bits, the
  * product is the linear layer's. */
@@ -339,7 +336,7 @@ ampc_status ampc_cuda_infonce_backward(int64_t b, const void *sim, ampc_dtype xd
 
 /* ---- the gradient pass and the optimizer (ampc/amp.h, ampc/optim.h) ------ */
 
-/* ---- rows, stores and memory (src/cuda/cuda_rows.cu) ------------------------
+/* ---- rows, stores and memory (cuda_rows.cu) ------------------------
  * The CPU twins' bits: the scatter-add sums each output element's rows in
  * the CPU's row order, the argmax walks each row in the CPU's column order
  * (first on ties, -1 for a row holding a NaN). Indices are device memory and
@@ -367,7 +364,7 @@ ampc_status ampc_cuda_scale_f32(int64_t n, float *x, float s);
 /* The trainer's FP32 gradient staging on the device (micro-batches summed in
  * FP32, per-loss scaling): stage [n] FP32 = (first ? 0 : stage) + widen(g) *
  * inv for g [n] (gdt F32, F16 or BF16); inv == 1 skips the product. The
- * CPU's bits (src/model/backend.c's cpu_stage_f32: one product and one sum,
+ * CPU's bits (src/backend/cpu/cpu.c: cpu_stage_f32: one product and one sum,
  * no fma). Errors: n < 0, NULL buffers, a bad dtype (AMPC_ERR_INVALID_ARG). */
 ampc_status ampc_cuda_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float inv, bool first,
                                 float *stage);

@@ -1,13 +1,13 @@
 /*
- * src/cuda/cuda_mha.cu: the multi-head attention layer on the GPU: the CPU's
+ * src/backend/cuda/cuda_mha.cu: the multi-head attention layer on the GPU: the CPU's
  * composition (src/nn/mha_impl.h: projections, attention core, FP32 sums of
  * the input gradients, in the same order) over the GPU's layers
- * (ampc/cuda_nn.h), FP8 projections (fp8-mixed) through the GPU's FP8
+ * (cuda_nn.h), FP8 projections (fp8-mixed) through the GPU's FP8
  * linear layers. Built with --fmad=false.
  */
 #include <stdint.h>
 
-#include "cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_common.cuh"
 #include "nn/mha_impl.h"
 
 using namespace ampc_cu;

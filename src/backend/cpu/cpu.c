@@ -1,18 +1,17 @@
 /*
- * src/model/backend.c: the two backends of src/model/backend.h. The CPU's
+ * src/backend/cpu/cpu.c: the CPU's two tables of src/backend/backend.h. Their
  * entries are the functions of ampc/nn.h, ampc_gemm, ampc_store_f32 and
- * ampc_convert themselves; its memory is 64-byte aligned host memory. The
- * CUDA's are their ampc/cuda_nn.h twins on the context bound to the calling
- * thread (ampc_cuda_bind); in a build without CUDA every entry fails with
- * AMPC_ERR_UNSUPPORTED (the stubs).
+ * ampc_convert themselves; their memory is 64-byte aligned host memory.
+ * "cpu" treats that memory as the host's (copies skipped); "cpu-split" as a
+ * device's (`device` set), so that the device path's copies run on the CPU
+ * and a model run on it tests them with the CPU's bits.
  */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "ampc/cuda_nn.h"
-#include "model/backend.h"
+#include "backend/backend.h"
 
 /* ---- CPU ------------------------------------------------------------------------ */
 
@@ -67,9 +66,10 @@ static ampc_status cpu_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float
 
 /* the CPU table, named nm, with `device` dev */
 // clang-format off
-#define CPU_TABLE(nm, dev) {                                                                       \
+#define CPU_TABLE(nm, dev, ds) {                                                                   \
   .name = nm,                                                                                      \
   .device = dev,                                                                                   \
+  .desc = ds,                                                                                      \
   .alloc = cpu_alloc,                                                                              \
   .release = cpu_release,                                                                          \
   .to_device = cpu_copy,                                                                           \
@@ -118,91 +118,11 @@ static ampc_status cpu_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float
 }
 // clang-format on
 
-static const ampc_backend k_cpu = CPU_TABLE("cpu", false);
-static const ampc_backend k_cpu_split = CPU_TABLE("cpu-split", true);
+/* the CPU devices' facts (ampc/backend.h) */
+static const ampc_device_desc k_cpu_desc = {.name = "cpu", .label = "CPU"};
+static const ampc_device_desc k_cpu_split_desc = {
+    .name = "cpu-split", .label = "CPU (split)", .test_only = true};
+
+const ampc_backend ampc_backend_cpu_table = CPU_TABLE("cpu", false, &k_cpu_desc);
+const ampc_backend ampc_backend_cpu_split_table = CPU_TABLE("cpu-split", true, &k_cpu_split_desc);
 #undef CPU_TABLE
-
-const ampc_backend *ampc_backend_cpu(void) { return &k_cpu; }
-
-const ampc_backend *ampc_backend_cpu_split(void) { return &k_cpu_split; }
-
-/* ---- CUDA ----------------------------------------------------------------------- */
-
-static ampc_status cuda_alloc(void **p, size_t bytes) {
-  *p = NULL;
-  const size_t n = (bytes + 63) / 64 * 64;
-  void *q = NULL;
-  AMPC_TRY(ampc_cuda_malloc(ampc_cuda_current(), n ? n : 64, &q));
-  const ampc_status st = ampc_cuda_zero(q, n ? n : 64);
-  if (st != AMPC_OK) {
-    ampc_cuda_free(ampc_cuda_current(), q);
-    return st;
-  }
-  *p = q;
-  return AMPC_OK;
-}
-static void cuda_release(void *p) { ampc_cuda_free(ampc_cuda_current(), p); }
-static ampc_status cuda_to_device(void *dst, const void *src, size_t bytes) {
-  return ampc_cuda_to_device(ampc_cuda_current(), dst, src, bytes);
-}
-static ampc_status cuda_to_host(void *dst, const void *src, size_t bytes) {
-  return ampc_cuda_to_host(ampc_cuda_current(), dst, src, bytes);
-}
-static ampc_status cuda_gemm(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k, float alpha,
-                             const void *a, ampc_dtype a_dt, int64_t lda, const void *b,
-                             ampc_dtype b_dt, int64_t ldb, float beta, void *c, ampc_dtype c_dt,
-                             int64_t ldc, ampc_acc acc) {
-  return ampc_cuda_gemm_strided_batched(opa, opb, m, n, k, alpha, a, a_dt, lda, 0, b, b_dt, ldb, 0,
-                                        beta, c, c_dt, ldc, 0, 1, acc);
-}
-static const ampc_backend k_cuda = {
-    .name = "cuda",
-    .device = true,
-    .alloc = cuda_alloc,
-    .release = cuda_release,
-    .to_device = cuda_to_device,
-    .to_host = cuda_to_host,
-    .zero = ampc_cuda_zero,
-    .copy2d = ampc_cuda_copy2d,
-    .scale_f32 = ampc_cuda_scale_f32,
-    .stage_f32 = ampc_cuda_stage_f32,
-    .layernorm_forward = ampc_cuda_layernorm_forward,
-    .layernorm_backward = ampc_cuda_layernorm_backward,
-    .mha_forward = ampc_cuda_mha_forward,
-    .mha_backward_ex = ampc_cuda_mha_backward_ex,
-    .add_forward = ampc_cuda_add_forward,
-    .linear_forward = ampc_cuda_linear_forward,
-    .linear_backward = ampc_cuda_linear_backward,
-    .linear_forward_fp8 = ampc_cuda_linear_forward_fp8,
-    .linear_backward_fp8 = ampc_cuda_linear_backward_fp8,
-    .gelu_forward = ampc_cuda_gelu_forward,
-    .gelu_backward = ampc_cuda_gelu_backward,
-    .patch_embed_forward = ampc_cuda_patch_embed_forward,
-    .patch_embed_backward = ampc_cuda_patch_embed_backward,
-    .vit_tokens_forward = ampc_cuda_vit_tokens_forward,
-    .vit_tokens_backward = ampc_cuda_vit_tokens_backward,
-    .l2norm_forward = ampc_cuda_l2norm_forward,
-    .l2norm_backward = ampc_cuda_l2norm_backward,
-    .embedding_forward = ampc_cuda_embedding_forward,
-    .embedding_backward = ampc_cuda_embedding_backward,
-    .mean_pool_forward = ampc_cuda_mean_pool_forward,
-    .mean_pool_backward = ampc_cuda_mean_pool_backward,
-    .infonce_forward = ampc_cuda_infonce_forward,
-    .infonce_backward = ampc_cuda_infonce_backward,
-    .bce_logits_forward = ampc_cuda_bce_logits_forward,
-    .bce_logits_backward = ampc_cuda_bce_logits_backward,
-    .cross_entropy_forward = ampc_cuda_cross_entropy_forward,
-    .cross_entropy_backward = ampc_cuda_cross_entropy_backward,
-    .argmax_rows = ampc_cuda_argmax_rows,
-    .gather_rows = ampc_cuda_gather_rows,
-    .scatter_rows = ampc_cuda_scatter_rows,
-    .scatter_add_rows = ampc_cuda_scatter_add_rows,
-    .grad_add_f32 = ampc_cuda_grad_add_f32,
-    .gemm = cuda_gemm,
-    .store_f32 = ampc_cuda_store_f32,
-    .convert = ampc_cuda_convert,
-    .grad_unscale_check = ampc_cuda_grad_unscale_check,
-    .optim_step_from = ampc_cuda_optim_step_from,
-};
-
-const ampc_backend *ampc_backend_cuda(void) { return &k_cuda; }

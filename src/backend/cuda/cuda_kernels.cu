@@ -1,5 +1,5 @@
 /*
- * src/cuda/cuda_kernels.cu: the CUDA backend's few device kernels beside
+ * src/backend/cuda/cuda_kernels.cu: the CUDA backend's few device kernels beside
  * cuBLASLt: device-side uniform fill (test and benchmark data), D = beta * D
  * (+ bias) for the K = 0 / alpha = 0 GEMM, and max |D| for an FP8 GEMM whose
  * amax cuBLASLt does not fuse. Declared in cuda_impl.h (C linkage).
@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 namespace {
 

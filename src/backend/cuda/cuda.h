@@ -1,5 +1,5 @@
 /*
- * ampc/cuda.h: the CUDA backend's GEMM on Tensor Cores, through cuBLASLt.
+ * src/backend/cuda/cuda.h: the CUDA backend's GEMM on Tensor Cores, through cuBLASLt.
  *
  * The CPU's ampc_gemm emulates the Tensor Core contract (16-bit inputs, FP32
  * sums); this is the contract itself, on an NVIDIA GPU. Everything here works

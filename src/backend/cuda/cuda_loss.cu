@@ -1,11 +1,6 @@
 /*
- * src/cuda/cuda_loss.cu: the patch embedding and the losses of ampc/nn.h on
- * the GPU (ampc/cuda_nn.h).
- *
- * Patch embedding: the images' pixels unfolded into patch rows in the
- * CPU's order ((channel, dy, dx) columns; v * px_scale + px_shift in FP32,
- * rounded once to the weights' dtype: the CPU's bits), then the GPU's linear
- * layer.
+ * src/backend/cuda/cuda_loss.cu: the losses of ampc/nn.h (src/nn/loss.c) on
+ * the GPU (cuda_nn.h).
  *
  * Losses (cross-entropy, BCE with logits, symmetric InfoNCE), as the CPU:
  * FP32 values, log-sum-exps max-shifted with the exponentials summed in
@@ -21,29 +16,13 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_common.cuh"
 
 using namespace ampc_cu;
 
 namespace {
 
-enum { SLOT_PATCH = 9, SLOT_LOSS = 10 }; /* cuda_impl.h */
-
-__global__ void unfold_k(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
-                         const uint8_t *images, float sc, float sh, void *out, int wdt,
-                         dev_stats *ds) {
-  lstats ls(ds);
-  const int64_t gw = ww / p, np = (hh / p) * gw, k = c * p * p;
-  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * np * k;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = e / k, col = e % k;
-    const int64_t bi = r / np, pr = r % np, py = pr / gw, px = pr % gw;
-    const int64_t ch = col / (p * p), dy = (col / p) % p, dx = col % p;
-    const int64_t yy = py * p + dy, xx = px * p + dx;
-    cst(out, wdt, e, (float)images[((bi * hh + yy) * ww + xx) * c + ch] * sc + sh, ls, ds);
-  }
-  ls.flush(ds);
-}
+enum { SLOT_LOSS = 10 }; /* cuda_impl.h */
 
 /* log-sum-exp of row `base` (n values, stride step) scaled, in the CPU's
  * order: the max in FP32, then sum of (double)expf(v - max) */
@@ -184,73 +163,9 @@ ampc_status bad_targets(const char *fn, int nbad, int64_t c) {
                    (long long)c);
 }
 
-/* the images unfolded into patch rows [b * np, c * p * p] (wdt) in device
- * scratch, after the tiling check (as the CPU's patch_check) */
-ampc_status unfold(const char *fn, int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
-                   const uint8_t *images, float sc, float sh, ampc_dtype wdt, void **pt) {
-  if (hh < p || ww < p || hh % p || ww % p)
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "%s: %lldx%lld images do not tile into %lld-pixel patches", fn, (long long)hh,
-                     (long long)ww, (long long)p);
-  ampc_cuda_ctx *ctx = NULL;
-  cudaStream_t strm = NULL;
-  AMPC_TRY(ampc_cu_begin(fn, &ctx, &strm));
-  const int64_t n = b * (hh / p) * (ww / p) * c * p * p;
-  AMPC_TRY(ampc_cuda_ctx_scratch(ctx, SLOT_PATCH, (size_t)n * ampc_dtype_size(wdt), pt));
-  STATS_BEGIN(NULL); /* the CPU's unfold stores are counted: so are these */
-  unfold_k<<<grid_for(n), THREADS, 0, strm>>>(b, hh, ww, c, p, images, sc, sh, *pt, wdt, dst);
-  FINISH(fn, NULL);
-}
-
 } // namespace
 
 extern "C" {
-
-ampc_status ampc_cuda_patch_embed_forward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
-                                          int64_t d, const uint8_t *images, float px_scale,
-                                          float px_shift, const void *w, ampc_dtype wdt,
-                                          const void *bias, void *y, ampc_dtype ydt, ampc_acc acc,
-                                          ampc_round_stats *stats, ampc_scratch *ws) {
-  (void)ws;
-  const char *fn = "ampc_cuda_patch_embed_forward";
-  CU_CHECK_POS(fn, b);
-  CU_CHECK_POS(fn, p);
-  CU_CHECK_POS(fn, c);
-  CU_CHECK_POS(fn, d);
-  CU_CHECK_PTR(fn, images);
-  CU_CHECK_PTR(fn, w);
-  CU_CHECK_PTR(fn, y);
-  CU_CHECK_DT(fn, wdt);
-  CU_CHECK_DT(fn, ydt);
-  const int64_t np = (hh / p) * (ww / p), k = c * p * p;
-  void *pt = NULL;
-  AMPC_TRY(unfold(fn, b, hh, ww, c, p, images, px_scale, px_shift, wdt, &pt));
-  return ampc_cuda_linear_forward(b * np, k, d, pt, wdt, w, wdt, bias, y, ydt, acc, stats);
-}
-
-ampc_status ampc_cuda_patch_embed_backward(int64_t b, int64_t hh, int64_t ww, int64_t c, int64_t p,
-                                           int64_t d, const uint8_t *images, float px_scale,
-                                           float px_shift, ampc_dtype wdt, const void *dy,
-                                           ampc_dtype gdt, void *dw, void *dbias, ampc_acc acc,
-                                           ampc_scratch *ws) {
-  (void)ws;
-  const char *fn = "ampc_cuda_patch_embed_backward";
-  CU_CHECK_POS(fn, b);
-  CU_CHECK_POS(fn, p);
-  CU_CHECK_POS(fn, c);
-  CU_CHECK_POS(fn, d);
-  CU_CHECK_PTR(fn, images);
-  CU_CHECK_PTR(fn, dy);
-  CU_CHECK_PTR(fn, dw);
-  CU_CHECK_DT(fn, wdt);
-  CU_CHECK_DT(fn, gdt);
-  const int64_t np = (hh / p) * (ww / p), k = c * p * p;
-  void *pt = NULL;
-  AMPC_TRY(unfold(fn, b, hh, ww, c, p, images, px_scale, px_shift, wdt, &pt));
-  /* W is not read without an input gradient: the patches stand in */
-  return ampc_cuda_linear_backward(b * np, k, d, dy, gdt, pt, wdt, pt, wdt, NULL, dw, dbias, acc,
-                                   NULL);
-}
 
 ampc_status ampc_cuda_cross_entropy_forward(int64_t m, int64_t c, const void *logits,
                                             ampc_dtype xdt, const int32_t *target, float *loss) {

@@ -1,11 +1,11 @@
 /*
- * src/cuda/cuda_layers.cu: the GEMM-type layers of ampc/nn.h on the GPU:
+ * src/backend/cuda/cuda_layers.cu: the GEMM-type layers of ampc/nn.h on the GPU:
  * the strided batched GEMM in ampc_gemm's row-major convention with any mix
  * of F32 / F16 / BF16 operands (ampc_cuda_gemm_strided_batched), the linear
  * layer (forward, backward with the bias column sums) and the attention core
  * (S = q k^T / sqrt(dh) per head, the masked softmax, P v; and back).
  *
- * cuBLASLt multiplies A and B of one dtype only (ampc/cuda.h). The CPU's
+ * cuBLASLt multiplies A and B of one dtype only (cuda.h). The CPU's
  * GEMM widens any operand to FP32 while packing, so a mixed product (an FP32
  * dS against 16-bit keys in the attention backward pass) is, exactly, the
  * FP32 product of the widened operands: here the 16-bit operand is widened
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_common.cuh"
 
 using namespace ampc_cu;
 

@@ -1,6 +1,8 @@
 /*
- * src/cuda/cuda_rows.cu: what a model does between its layers, on the GPU:
- * gather, scatter and scatter-add of rows, the row argmax, the rounding
+ * src/backend/cuda/cuda_rows.cu: the row ops of src/nn/rows.c on the GPU
+ * (gather, scatter and scatter-add of rows, the row argmax, the ViT tokens
+ * both ways, the gradient add), and what a model does between its layers:
+ * the rounding
  * store from FP32 (ampc_store_f32) and the dtype conversion (ampc_convert),
  * an FP32 scale, and the memory operations of the model's backend (zero, 2D
  * copy) on the bound context's stream. Each matches its CPU twin bit for bit:
@@ -14,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_common.cuh"
 
 using namespace ampc_cu;
 
@@ -142,6 +144,62 @@ __global__ void scale_k(int64_t n, float *x, float s) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     x[i] *= s;
+}
+
+/* ---- the ViT tokens, the gradient add -------------------------------------- */
+
+__global__ void vit_fwd_k(int64_t b, int64_t np, int64_t d, const void *patches, int pdt,
+                          const void *cls, const void *pos, int wdt, void *y, int ydt,
+                          dev_stats *ds) {
+  lstats ls(ds);
+  const int64_t nt = np + 1;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * nt * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / (nt * d), tj = e % (nt * d), t = tj / d, j = tj % d;
+    const float s = t == 0 ? ld(cls, wdt, j) : ld(patches, pdt, (bi * np + t - 1) * d + j);
+    cst(y, ydt, e, s + ld(pos, wdt, tj), ls, ds);
+  }
+  ls.flush(ds);
+}
+
+/* the batch sum of position k of every sample (batch order) into dpos and,
+ * for k < d, dcls */
+__global__ void vit_bwd_sum_k(int64_t b, int64_t row, int64_t d, const void *dy, int gdt,
+                              void *dcls, void *dpos, dev_stats *ds) {
+  lstats ls(ds);
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < row;
+       k += (int64_t)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t bi = 0; bi < b; bi++)
+      s += ld(dy, gdt, bi * row + k);
+    if (dpos)
+      cst(dpos, gdt, k, ld(dpos, gdt, k) + s, ls, ds);
+    if (dcls && k < d)
+      cst(dcls, gdt, k, ld(dcls, gdt, k) + s, ls, ds);
+  }
+  ls.flush(ds);
+}
+
+/* dpatches[bi] = dy[bi, 1:], element copies of gdt (2 or 4 bytes) */
+__global__ void vit_bwd_copy_k(int64_t b, int64_t np, int64_t d, const void *dy, int esz,
+                               void *dp) {
+  const int64_t row = (np + 1) * d;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < b * np * d;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t bi = e / (np * d), k = e % (np * d), src = bi * row + d + k;
+    if (esz == 4)
+      static_cast<uint32_t *>(dp)[e] = static_cast<const uint32_t *>(dy)[src];
+    else
+      static_cast<uint16_t *>(dp)[e] = static_cast<const uint16_t *>(dy)[src];
+  }
+}
+
+__global__ void grad_add_k(int64_t n, const float *v, void *g, int gdt, dev_stats *ds) {
+  lstats ls(ds);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    cst(g, gdt, i, ld(g, gdt, i) + v[i], ls, ds);
+  ls.flush(ds);
 }
 
 } // namespace
@@ -341,6 +399,67 @@ ampc_status ampc_cuda_copy2d(void *dst, size_t dpitch, const void *src, size_t s
   if (e != cudaSuccess)
     return ampc_fail(AMPC_ERR_DEVICE, "%s: cudaMemcpy2DAsync: %s", fn, cudaGetErrorString(e));
   return AMPC_OK;
+}
+
+ampc_status ampc_cuda_vit_tokens_forward(int64_t b, int64_t np, int64_t d, const void *patches,
+                                         ampc_dtype pdt, const void *cls, const void *pos,
+                                         ampc_dtype wdt, void *y, ampc_dtype ydt) {
+  const char *fn = "ampc_cuda_vit_tokens_forward";
+  if (np < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: np must not be negative (got %lld)", fn,
+                     (long long)np);
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, d);
+  if (np > 0)
+    CU_CHECK_PTR(fn, patches);
+  CU_CHECK_PTR(fn, cls);
+  CU_CHECK_PTR(fn, pos);
+  CU_CHECK_PTR(fn, y);
+  CU_CHECK_DT(fn, pdt);
+  CU_CHECK_DT(fn, wdt);
+  CU_CHECK_DT(fn, ydt);
+  CU_BEGIN(fn);
+  STATS_BEGIN(NULL);
+  vit_fwd_k<<<grid_for(b * (np + 1) * d), THREADS, 0, strm>>>(b, np, d, patches, pdt, cls, pos, wdt,
+                                                              y, ydt, dst);
+  FINISH(fn, NULL);
+}
+
+ampc_status ampc_cuda_vit_tokens_backward(int64_t b, int64_t np, int64_t d, const void *dy,
+                                          ampc_dtype gdt, void *dpatches, void *dcls, void *dpos) {
+  const char *fn = "ampc_cuda_vit_tokens_backward";
+  if (np < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: np must not be negative (got %lld)", fn,
+                     (long long)np);
+  CU_CHECK_POS(fn, b);
+  CU_CHECK_POS(fn, d);
+  CU_CHECK_PTR(fn, dy);
+  CU_CHECK_DT(fn, gdt);
+  CU_BEGIN(fn);
+  const int64_t row = (np + 1) * d;
+  STATS_BEGIN(NULL); /* the sums counted; the patch gradients are a copy */
+  if (dpos || dcls)
+    vit_bwd_sum_k<<<grid_for(row), THREADS, 0, strm>>>(b, row, d, dy, gdt, dcls, dpos, dst);
+  if (dpatches && np > 0)
+    vit_bwd_copy_k<<<grid_for(b * np * d), THREADS, 0, strm>>>(b, np, d, dy,
+                                                               gdt == AMPC_F32 ? 4 : 2, dpatches);
+  FINISH(fn, NULL);
+}
+
+ampc_status ampc_cuda_grad_add_f32(int64_t n, const float *v, void *g, ampc_dtype gdt) {
+  const char *fn = "ampc_cuda_grad_add_f32";
+  if (n < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: n must not be negative (got %lld)", fn,
+                     (long long)n);
+  if (n == 0)
+    return AMPC_OK;
+  CU_CHECK_PTR(fn, v);
+  CU_CHECK_PTR(fn, g);
+  CU_CHECK_DT(fn, gdt);
+  CU_BEGIN(fn);
+  STATS_BEGIN(NULL);
+  grad_add_k<<<grid_for(n), THREADS, 0, strm>>>(n, v, g, gdt, dst);
+  FINISH(fn, NULL);
 }
 
 } /* extern "C" */

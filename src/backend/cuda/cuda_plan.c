@@ -1,9 +1,9 @@
 /*
- * src/cuda/cuda_plan.c: the checks and the row-major -> column-major mapping
+ * src/backend/cuda/cuda_plan.c: the checks and the row-major -> column-major mapping
  * of ampc_cuda_gemm (see cuda_impl.h). Host code only, built with or without
  * CUDA, so that tests/test_cuda_plan.c runs everywhere.
  */
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 #include "internal.h"
 
@@ -38,7 +38,7 @@ static const char *compute_name(ampc_cuda_compute c) {
   return "?";
 }
 
-/* cuBLASLt's data-type table, as restricted in ampc/cuda.h */
+/* cuBLASLt's data-type table, as restricted in cuda.h */
 static ampc_status check_dtypes(const char *fn, const ampc_cuda_gemm_args *g) {
   const ampc_dtype at = g->a_dt, bt = g->b_dt, ct = g->c_dt;
   const char *an = ampc_dtype_name(at), *bn = ampc_dtype_name(bt), *cn = ampc_dtype_name(ct);

@@ -1,12 +1,17 @@
 /*
- * src/model/backend.h: where a model's tensors live and which functions
- * compute on them (issue 17): one table of function pointers with the
- * signatures of the CPU layers (ampc/nn.h, ampc_gemm, ampc_store_f32,
- * ampc_convert) and of the trainer's unscale check and optimizer step, plus
- * the memory operations a model and its trainer need. The CPU table
- * holds the CPU functions themselves, so a model run through it gives the
- * bits it gave before the table existed; the CUDA table holds their twins of
- * ampc/cuda_nn.h (the same arguments on device buffers). Not installed.
+ * src/backend/backend.h: the backend layer's one op table. A backend is a
+ * table of function pointers with the signatures of the CPU layers (ampc/nn.h,
+ * ampc_gemm, ampc_store_f32, ampc_convert) and of the trainer's unscale check
+ * and optimizer step, written here once, plus the memory operations a model
+ * and its trainer need and the device operations (open, close, memory info;
+ * supports(op) is in the device's desc, ampc/backend.h). The CPU table (src/backend/cpu/) holds the
+ * CPU functions themselves, so a model run through it gives the bits it gave before the table
+ * existed; another backend's table (src/backend/cuda/) holds functions with the same arguments on
+ * its own buffers. src/backend/registry.c maps a device (ampc/backend.h) to its table. Not
+ * installed.
+ *
+ * Adding an op: its CPU function in ampc/nn.h and src/nn/, one line here,
+ * its entry in each backend's table (one function per backend).
  *
  * A model holds two kinds of buffers: tensors (activations, gradients,
  * parameters, ids and masks the layers read), allocated by the backend, and
@@ -16,11 +21,11 @@
  * every host read and write goes through to_host / to_device.
  *
  * Errors: every function returns an ampc_status (a failed device call:
- * AMPC_ERR_DEVICE with the driver's message; a build without CUDA:
- * AMPC_ERR_UNSUPPORTED).
+ * AMPC_ERR_DEVICE with the driver's message; an op a backend does not offer
+ * for the arguments: AMPC_ERR_UNSUPPORTED).
  */
-#ifndef AMPC_MODEL_BACKEND_H
-#define AMPC_MODEL_BACKEND_H
+#ifndef AMPC_BACKEND_BACKEND_H
+#define AMPC_BACKEND_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,15 +33,37 @@
 
 #include "ampc/dtype.h"
 #include "ampc/gemm.h"
-#include "ampc/model.h"
+#include "ampc/backend.h"
 #include "ampc/nn.h"
 #include "ampc/optim.h"
 #include "ampc/amp.h"
+#include "ampc/params.h"
 #include "ampc/status.h"
 
+/* A backend switch (ampc_device_setting): its name, getter (NULL: not
+ * readable), setter, and whether the run log records it. */
+typedef struct ampc_backend_setting {
+  const char *name;
+  bool (*get)(void);
+  void (*set)(bool on);
+  bool logged;
+} ampc_backend_setting;
+
 typedef struct ampc_backend {
-  const char *name; /* "cpu", "cuda" */
-  bool device;      /* tensors are not host memory: host reads and writes copy */
+  const char *name;             /* the device's name ("cpu", "cuda", "cpu-split") */
+  bool device;                  /* tensors are not host memory: host reads and writes copy */
+  const ampc_device_desc *desc; /* the device's facts (ampc/backend.h) */
+  /* ---- the device (NULL on the CPU tables: nothing to open) ---- */
+  int (*device_count)(void);               /* units on this machine (0: none) */
+  const char *(*unavailable_reason)(void); /* why 0 units; "" else */
+  /* make a context on unit and bind it to the calling thread; close: bind
+   * the context bound before open again, and free ctx */
+  ampc_status (*open)(int unit, void **ctx);
+  void (*close)(void *ctx);
+  ampc_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+  const ampc_backend_setting *settings;
+  int n_settings;
+  ampc_status (*bench_gemm)(int reps, bool quick, bool json, ampc_emit_fn emit, void *user);
   /* ---- memory (bytes; 64-byte aligned, zeroed) ---- */
   ampc_status (*alloc)(void **p, size_t bytes);
   void (*release)(void *p);                                           /* NULL is fine */
@@ -170,15 +197,19 @@ typedef struct ampc_backend {
                                  ampc_swallow_stats *sw, const void *grad, ampc_dtype gdt);
 } ampc_backend;
 
-/* The CPU's table (the functions of ampc/nn.h themselves) and the GPU's
- * (ampc/cuda_nn.h; the caller binds a context with ampc_cuda_bind). */
-const ampc_backend *ampc_backend_cpu(void);
-const ampc_backend *ampc_backend_cuda(void);
-/* The CPU's functions and host memory with `device` set (AMPC_DEVICE_CPU_SPLIT):
- * the device path's copies are real copies, so a model run on it tests them. */
-const ampc_backend *ampc_backend_cpu_split(void);
-/* The backend of a device (NULL for an unknown value). */
+/* The tables (src/backend/cpu/cpu.c; each built backend's folder). */
+extern const ampc_backend ampc_backend_cpu_table;
+extern const ampc_backend ampc_backend_cpu_split_table;
+/* The backend of a device: NULL for an unknown value or a backend not built
+ * into this library (src/backend/registry.c). */
 const ampc_backend *ampc_device_backend(ampc_device dev);
+/* The same, or AMPC_ERR_UNSUPPORTED ("not built") / AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_device_backend_get(ampc_device dev, const ampc_backend **out);
+/* Whether be runs op with these arguments (its desc's supports(); none:
+ * every op). */
+static inline bool ampc_backend_supports(const ampc_backend *be, const ampc_op_query *op) {
+  return !be->desc->supports || be->desc->supports(op);
+}
 
 /* Copy host -> tensor (to_device) unless both are the same buffer (the CPU
  * backend's host mirrors alias its tensors). */

@@ -1,6 +1,6 @@
 /*
- * src/cuda/cuda_optim.cu: the gradient pass and the optimizer step on the
- * GPU (ampc/cuda_nn.h): the unscale + non-finite count + sum of squares for
+ * src/backend/cuda/cuda_optim.cu: the gradient pass and the optimizer step on the
+ * GPU (cuda_nn.h): the unscale + non-finite count + sum of squares for
  * clipping (ampc_grad_unscale_check), and AdamW / SGD with momentum on FP32
  * master weights or on the working weights, with the re-rounding of the
  * 16-bit copy (ampc_optim_step_from).
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_common.cuh"
 #include "optim/optim_impl.h"
 
 using namespace ampc_cu;

@@ -1,5 +1,5 @@
 /*
- * src/cuda/cuda_impl.h: what the CUDA backend's host files share, and the
+ * src/backend/cuda/cuda_impl.h: what the CUDA backend's host files share, and the
  * GEMM plan: ampc's row-major problem restated as cuBLASLt's column-major one.
  *
  * Row-major C (M x N, ldc) is, read column-major, C^T (N x M, ldc), and
@@ -13,8 +13,8 @@
 #ifndef AMPC_CUDA_IMPL_H
 #define AMPC_CUDA_IMPL_H
 
-#include "ampc/cuda.h"
-#include "ampc/cuda_nn.h"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,7 +48,7 @@ typedef struct ampc_cuda_plan {
   int k_zero; /* K == 0 or alpha == 0: D = beta * D (+ bias), no product */
 } ampc_cuda_plan;
 
-/* Validate args (see ampc/cuda.h) and fill *out. fn names the caller in
+/* Validate args (see cuda.h) and fill *out. fn names the caller in
  * error messages. Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_UNSUPPORTED. */
 ampc_status ampc_cuda_plan_gemm(const char *fn, const ampc_cuda_gemm_args *args,
                                 ampc_cuda_plan *out);
@@ -63,7 +63,7 @@ ampc_status ampc_cuda_load_cublaslt(size_t *version);
  * keys on it. */
 int ampc_cuda_align_class(const void *p);
 
-/* ---- what the layers (cuda_nn.cu, cuda_optim.cu) take from a context ---- */
+/* ---- what the layers (cuda_launch.cu, the layer files, cuda_optim.cu) take from a context ---- */
 
 /* The context's stream (a cudaStream_t). */
 void *ampc_cuda_ctx_stream(ampc_cuda_ctx *ctx);
@@ -91,8 +91,7 @@ int ampc_cuda_wait(void *stream);
  * filled once, not per call). NULL for a NULL ctx or a bad slot. */
 uint64_t *ampc_cuda_ctx_scratch_tag(ampc_cuda_ctx *ctx, int slot);
 
-/* ---- device kernels (cuda_kernels.cu; built with AMPC_CUDA) -------------- */
-#ifdef AMPC_HAVE_CUDA
+/* ---- device kernels (cuda_kernels.cu) ------------------------------------ */
 /* cudaError_t values (0 = success), launched on `stream` (a cudaStream_t). */
 int ampc_cuda_k_fill_uniform(void *stream, void *dst, int dt, int64_t count, float lo, float hi,
                              uint64_t seed);
@@ -105,7 +104,6 @@ int ampc_cuda_k_scale(void *stream, void *d, int dt, int64_t rows, int64_t cols,
  * whose amax cuBLASLt does not fuse (such a D takes no D scale). */
 int ampc_cuda_k_amax(void *stream, const void *d, int dt, int64_t rows, int64_t cols, int64_t ld,
                      int64_t stride, int64_t batch, float *amax);
-#endif
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,9 @@
 /*
- * src/cuda/cuda_gemm.c: the CUDA context (device, stream, cuBLASLt handle,
+ * src/backend/cuda/cuda_gemm.c: the CUDA context (device, stream, cuBLASLt handle,
  * workspace), device memory, and ampc_cuda_gemm on cublasLtMatmul with a
  * per-shape cache of descriptors and the heuristic's algorithm.
  *
- * Built only with AMPC_CUDA (cuda_stub.c otherwise). Host C against the CUDA
+ * Built only with AMPC_CUDA (without it the backend is not registered). Host C against the CUDA
  * runtime (linked statically: libcudart_static) and cuBLASLt's C API, which
  * is loaded with dlopen when a context is first made: linked normally, the
  * 500 MB libcublasLt.so costs every ampc process about 200 MB of resident
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 #include "internal.h"
 
 /* ---- cuBLASLt, loaded on first use -------------------------------------- */
@@ -148,7 +148,7 @@ struct ampc_cuda_ctx {
   void *workspace;
   size_t ws_bytes;
   cudaEvent_t ev0, ev1;
-  void *scratch[AMPC_CUDA_SCRATCH_SLOTS]; /* the layers' device scratch (cuda_nn.cu) */
+  void *scratch[AMPC_CUDA_SCRATCH_SLOTS]; /* the layers' device scratch (cuda_launch.cu) */
   size_t scratch_bytes[AMPC_CUDA_SCRATCH_SLOTS];
   uint64_t scratch_tag[AMPC_CUDA_SCRATCH_SLOTS]; /* 0 when (re)allocated */
   plan_entry cache[CACHE_SIZE];
@@ -329,7 +329,7 @@ ampc_status ampc_cuda_create(int device, size_t workspace_bytes, ampc_cuda_ctx *
   return AMPC_OK;
 }
 
-/* ---- the layers' view of a context (cuda_impl.h, ampc/cuda_nn.h) -------- */
+/* ---- the layers' view of a context (cuda_impl.h, cuda_nn.h) -------- */
 
 static _Thread_local ampc_cuda_ctx *g_bound;
 

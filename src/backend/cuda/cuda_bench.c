@@ -1,6 +1,9 @@
 /*
- * tools/ampc/cmd_bench_cuda.c: `ampc bench gemm --device cuda [--json]
- * [--reps R] [--quick]`: cuBLASLt GEMM throughput per mode on one GPU.
+ * src/backend/cuda/cuda_bench.c: the CUDA backend's GEMM benchmark (`ampc
+ * bench gemm --device cuda [--json] [--reps R] [--quick]`, through
+ * ampc_device_bench_gemm): cuBLASLt GEMM throughput per mode on GPU 0. The
+ * report's lines go to the caller's emit function (the library prints
+ * nothing itself).
  *
  * Every shape runs in the layout FP8 needs (row-major C = A B^T, both
  * operands K-contiguous: cuBLASLt's "TN"), so all modes are compared on the
@@ -9,14 +12,17 @@
  * (interleaved); a timed run repeats the GEMM until it lasts >= 10 ms (CUDA
  * events on the stream); the median of R repetitions is reported.
  */
+#include "internal.h"
+
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
-#include "ampc/ampc.h"
-#include "cli.h"
+#include "ampc/backend.h"
+#include "backend/cuda/cuda.h"
 
 typedef struct gshape {
   int64_t m, n, k;
@@ -67,42 +73,36 @@ static int cmp_f(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int fail(const char *what) {
-  fprintf(stderr, "ampc bench gemm --device cuda: %s: %s\n", what, ampc_last_error());
+/* what failed, with the CUDA call's message; returns 1 (the loops' rc) */
+static int fail(ampc_status *st, const char *what) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", ampc_last_error());
+  *st = ampc_fail(AMPC_ERR_DEVICE, "%s: %s", what, msg);
   return 1;
 }
 
-int cli_bench_gemm_cuda(int argc, char **argv) {
-  int json = 0, quick = 0, reps = 5;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-    } else if (strcmp(argv[i], "--quick") == 0) {
-      quick = 1;
-    } else if (strcmp(argv[i], "--device") == 0) {
-      i++; /* checked by the caller */
-    } else if (strcmp(argv[i], "--reps") == 0) {
-      char *end;
-      long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-      if (i + 1 >= argc || *end || v < 1 || v > MAXR)
-        return cli_usage_error("bench", "--reps needs a number in 1..%d", MAXR);
-      reps = (int)v;
-      i++;
-    } else {
-      return cli_usage_error("bench", "unexpected argument '%s' for --device cuda", argv[i]);
-    }
-  }
-  if (ampc_cuda_device_count() == 0) {
-    fprintf(stderr, "ampc bench gemm --device cuda: no CUDA device: %s\n",
-            ampc_cuda_unavailable_reason());
-    return 1;
-  }
+/* one line of the report to emit (without its newline) */
+static void emitf(ampc_emit_fn emit, void *user, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void emitf(ampc_emit_fn emit, void *user, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  emit(user, line);
+}
+
+ampc_status ampc_cuda_bench_gemm(int reps, bool quick, bool json, ampc_emit_fn emit, void *user);
+
+ampc_status ampc_cuda_bench_gemm(int reps, bool quick, bool json, ampc_emit_fn emit, void *user) {
+  ampc_status st_out = AMPC_OK;
   ampc_cuda_device_info info;
   if (ampc_cuda_device_info_get(0, &info) != AMPC_OK)
-    return fail("device");
+    return fail(&st_out, "device"), st_out;
   ampc_cuda_ctx *ctx;
   if (ampc_cuda_create(0, 0, &ctx) != AMPC_OK)
-    return fail("context");
+    return fail(&st_out, "context"), st_out;
   const int hopper = strstr(info.name, "H100") || strstr(info.name, "H200");
   const int fp8_ok = info.cc_major * 10 + info.cc_minor >= 89;
 
@@ -121,13 +121,15 @@ int cli_bench_gemm_cuda(int argc, char **argv) {
   cJSON_AddStringToObject(root, "op", "NT");
   cJSON_AddItemToObject(root, "results", res);
   if (!json) {
-    printf("# ampc bench gemm --device cuda: TFLOP/s (median of %d), %s (cc %s, %d SMs), "
-           "driver %d, runtime %d, cuBLASLt %zu; C = A B^T (TN)\n",
-           reps, info.name, cc, info.sm_count, info.driver_version, info.runtime_version,
-           info.cublaslt_version);
-    printf("| M | N | K | shape | fills | f16 | bf16 | f16-acc16 | fp8 | fp8-e5m2 | tf32 | f32 | "
-           "f16/f32 | bf16/f32 | f16 %%peak | bf16 %%peak | fp8 %%peak |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    emitf(emit, user,
+          "# ampc bench gemm --device cuda: TFLOP/s (median of %d), %s (cc %s, %d SMs), "
+          "driver %d, runtime %d, cuBLASLt %zu; C = A B^T (TN)",
+          reps, info.name, cc, info.sm_count, info.driver_version, info.runtime_version,
+          info.cublaslt_version);
+    emit(user,
+         "| M | N | K | shape | fills | f16 | bf16 | f16-acc16 | fp8 | fp8-e5m2 | tf32 | f32 | "
+         "f16/f32 | bf16/f32 | f16 %peak | bf16 %peak | fp8 %peak |");
+    emit(user, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
   }
   int rc = 0;
   for (size_t si = 0; si < sizeof k_gshapes / sizeof k_gshapes[0] && rc == 0; si++) {
@@ -146,7 +148,7 @@ int cli_bench_gemm_cuda(int argc, char **argv) {
           ampc_cuda_malloc(ctx, (size_t)(s->m * s->n) * ampc_dtype_size(g->c), &c[md]) ||
           ampc_cuda_fill_uniform(ctx, a[md], g->a, s->m * s->k, -1.0f, 1.0f, 1) ||
           ampc_cuda_fill_uniform(ctx, b[md], g->b, s->n * s->k, -1.0f, 1.0f, 2)) {
-        rc = fail("buffers");
+        rc = fail(&st_out, "buffers");
         break;
       }
     }
@@ -165,7 +167,7 @@ int cli_bench_gemm_cuda(int argc, char **argv) {
       /* warm-up (the heuristic query), then size the timed run */
       if (ampc_cuda_gemm(ctx, &ga) || ampc_cuda_synchronize(ctx) || ampc_cuda_timer_start(ctx) ||
           ampc_cuda_gemm(ctx, &ga) || ampc_cuda_timer_stop(ctx, &t1)) {
-        rc = fail(g->name);
+        rc = fail(&st_out, g->name);
         break;
       }
       inner[md] = t1 >= 10.0f ? 1 : (int)(10.0f / (t1 > 1e-3f ? t1 : 1e-3f)) + 1;
@@ -186,7 +188,7 @@ int cli_bench_gemm_cuda(int argc, char **argv) {
         if (st == AMPC_OK)
           st = ampc_cuda_timer_stop(ctx, &t);
         if (st != AMPC_OK)
-          rc = fail(g->name);
+          rc = fail(&st_out, g->name);
         ms[md][r] = t / (float)inner[md];
       }
     double tf[NGMODES] = {0};
@@ -220,17 +222,22 @@ int cli_bench_gemm_cuda(int argc, char **argv) {
       if (obj[md] && tf[F32_MODE] > 0)
         cJSON_AddNumberToObject(obj[md], "ratio_vs_f32_pedantic", tf[md] / tf[F32_MODE]);
     if (!json && rc == 0) {
-      printf("| %lld | %lld | %lld | %s | %s |", (long long)s->m, (long long)s->n, (long long)s->k,
-             s->label, fills ? "yes" : "no");
+      char line[1024];
+      size_t at = 0;
+#define ADD(...)                                                                                   \
+  at += (size_t)snprintf(line + at, at < sizeof line ? sizeof line - at : 0, __VA_ARGS__)
+      ADD("| %lld | %lld | %lld | %s | %s |", (long long)s->m, (long long)s->n, (long long)s->k,
+          s->label, fills ? "yes" : "no");
       for (int md = 0; md < NGMODES; md++)
-        printf(on[md] ? " %.1f |" : " - |", tf[md]);
-      printf(" %.2f | %.2f |", tf[0] / tf[F32_MODE], tf[1] / tf[F32_MODE]);
+        ADD(on[md] ? " %.1f |" : " - |", tf[md]);
+      ADD(" %.2f | %.2f |", tf[0] / tf[F32_MODE], tf[1] / tf[F32_MODE]);
       if (hopper)
-        printf(" %.0f %% | %.0f %% | %.0f %% |\n", 100 * tf[0] / k_hopper_peak[PEAK_16],
-               100 * tf[1] / k_hopper_peak[PEAK_16], 100 * tf[3] / k_hopper_peak[PEAK_FP8]);
+        ADD(" %.0f %% | %.0f %% | %.0f %% |", 100 * tf[0] / k_hopper_peak[PEAK_16],
+            100 * tf[1] / k_hopper_peak[PEAK_16], 100 * tf[3] / k_hopper_peak[PEAK_FP8]);
       else
-        printf(" - | - | - |\n");
-      fflush(stdout);
+        ADD(" - | - | - |");
+#undef ADD
+      emit(user, line);
     }
     for (int md = 0; md < NGMODES; md++) {
       ampc_cuda_free(ctx, a[md]);
@@ -241,10 +248,10 @@ int cli_bench_gemm_cuda(int argc, char **argv) {
   if (rc == 0 && json) {
     char *txt = cJSON_PrintUnformatted(root);
     if (txt)
-      printf("%s\n", txt);
+      emit(user, txt);
     free(txt);
   }
   cJSON_Delete(root);
   ampc_cuda_destroy(ctx);
-  return rc;
+  return rc ? st_out : AMPC_OK;
 }

@@ -1,5 +1,5 @@
 /*
- * src/cuda/cuda_common.cuh: what the CUDA layer files (cuda_nn.cu,
+ * src/backend/cuda/cuda_common.cuh: what the CUDA layer files (cuda_launch.cu, the layer files,
  * cuda_optim.cu) share: element loads and stores in ampc's dtypes with
  * CUDA's round-to-nearest-even intrinsics, the exact rounding counters of a
  * store (ampc_round_stats on the device: warp-reduced, one atomic per warp),
@@ -15,9 +15,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "ampc/cuda_nn.h"
+#include "backend/cuda/cuda_nn.h"
 #include "ampc/tally.h"
-#include "cuda/cuda_impl.h"
+#include "backend/cuda/cuda_impl.h"
 
 namespace ampc_cu {
 
@@ -256,7 +256,7 @@ ampc_status ampc_cu_stats_begin(ampc_cuda_ctx *ctx, cudaStream_t s, ampc_round_s
 ampc_status ampc_cu_stats_end(cudaStream_t s, const ampc_cu::dev_stats *d, ampc_round_stats *stats);
 /* the typed instantiations are on (see TDT above) */
 bool ampc_cu_typed(void);
-/* Rows 0..n-1 grouped by their id, on strm (src/cuda/cuda_nn.cu): ids [n]
+/* Rows 0..n-1 grouped by their id, on strm (cuda_launch.cu): ids [n]
  * in [0, nid) (another id: the row is in no group); start [nid + 1] gets
  * each id's first place in sorted (start[nid]: the rows grouped), sorted
  * [n] the rows of id g at start[g] .. start[g + 1] - 1 in increasing order;
