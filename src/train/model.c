@@ -500,7 +500,7 @@ static ampc_status reduce_ranks(const ampc_comm *c, const ampc_backend *be, void
 /* The FP32 staging goes through the trainer's backend (stage_f32): stage =
  * widen(g) for the first micro-batch, stage += widen(g) after it (the first is
  * a copy, so a -0 stays -0 as it would in rank 0's own buffer); per-loss,
- * stage (+)= widen(g) * (1/S_k) of the term (one FP32 product). */
+ * the scaler adds each term's widen(g) * (1/S_k) (ampc_scaler_take_term). */
 
 ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
                                      ampc_batch_fn next, void *user, ampc_losses *mean) {
@@ -520,15 +520,18 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_train_accumulate_dp: the accumulation's per_loss and the trainer's "
                      "--loss-scale disagree");
-  for (int t = 0; t < AMPC_BRANCH_COUNT; t++) {
-    T->term_nonfinite[t] = false;
-    T->term_on[t] = a->per_loss && t < m->n_terms && m->term_on[t];
-  }
+  /* the scaler's plan: the seeds of K passes (per loss or per branch) */
+  bool term_on[AMPC_BRANCH_COUNT] = {false, false, false, false};
+  for (int t = 0; t < m->n_terms && t < AMPC_BRANCH_COUNT; t++)
+    term_on[t] = m->term_on[t];
+  ampc_scale_plan *plan = &T->plan;
+  ampc_scaler_plan(&T->scaler, plan, K, a->loss_multiplier > 0.0f ? a->loss_multiplier : 1.0f,
+                   term_on, a->per_loss ? a->stage : NULL);
   ampc_trainer_zero_grad(T);
-  const float S = ampc_trainer_loss_scale(T);
   const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
   const float w = 1.0f / (float)K;
-  const float lm = a->loss_multiplier > 0.0f ? a->loss_multiplier : 1.0f;
+  const ampc_grads grads = {P->grad, P->wdt, P->total, P->p, P->count};
+  const ampc_unscale_ops ops = {be->grad_unscale_check, be->stage_f32, &T->unscale_ws};
   memset(mean, 0, sizeof *mean);
   for (int64_t k = 0; k < n_micro; k++) {
     if (staged && k > 0)
@@ -538,40 +541,28 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     ampc_losses L;
     AMPC_TRY(m->ops->forward(m, &bt, &L));
     if (a->per_loss) {
-      /* one backward pass per loss term, each at its own scale, checked and
-       * unscaled into the FP32 stage (apex's loss_id with FP32 master grads) */
-      bool first_add = k == 0;
+      /* one backward pass per loss term, each at its own scale, handed to
+       * the scaler, which checks it and unscales it into the FP32 stage
+       * (apex's loss_id with FP32 master grads) */
       for (int t = 0; t < m->n_terms; t++) {
         if (!m->term_on[t])
           continue;
-        const float St = ampc_trainer_term_scale(T, t);
         ampc_trainer_zero_grad(T);
         if (m->ops->backward_losses) {
           float seeds[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f, 0.0f};
-          seeds[t] = (St / (float)K) * lm;
+          seeds[t] = plan->seed[t];
           AMPC_TRY(m->ops->backward_losses(m, seeds));
         } else {
-          AMPC_TRY(m->ops->backward(m, (St / (float)K) * lm));
+          AMPC_TRY(m->ops->backward(m, plan->seed[t]));
         }
-        int64_t nf = 0;
-        double norm = 0.0;
-        AMPC_TRY(
-            be->grad_unscale_check(P->grad, P->wdt, P->total, 1.0f, &nf, &norm, &T->unscale_ws));
-        if (nf > 0)
-          T->term_nonfinite[t] = true;
-        AMPC_TRY(be->stage_f32(P->total, P->grad, P->wdt, (float)(1.0 / (double)St), first_add,
-                               a->stage));
-        first_add = false;
+        AMPC_TRY(ampc_scaler_take_term(plan, t, &grads, &ops));
       }
-      if (first_add) /* no term on: a zero gradient */
+      if (k == 0 && !plan->summed) /* no term on: a zero gradient */
         AMPC_TRY(be->zero(a->stage, (size_t)P->total * sizeof(float)));
     } else if (per_branch && m->ops->backward_branches) {
-      float seeds[AMPC_BRANCH_COUNT];
-      for (int br = 0; br < AMPC_BRANCH_COUNT; br++)
-        seeds[br] = (ampc_trainer_branch_scale(T, (ampc_branch)br) / (float)K) * lm;
-      AMPC_TRY(m->ops->backward_branches(m, seeds));
+      AMPC_TRY(m->ops->backward_branches(m, plan->seed));
     } else {
-      AMPC_TRY(m->ops->backward(m, (S / (float)K) * lm));
+      AMPC_TRY(m->ops->backward(m, plan->loss_seed));
     }
     if (staged && !a->per_loss)
       AMPC_TRY(be->stage_f32(P->total, P->grad, P->wdt, 1.0f, k == 0, a->stage));
@@ -600,17 +591,16 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
       mean->part[i] = l[1 + i];
   }
   if (a->per_loss) {
-    /* the unscaled FP32 sum goes to the optimizer as it is; a term that
+    /* the scaler's finish reads the unscaled FP32 sum; a term that
      * overflowed on any rank overflowed for all */
     if (size > 1) {
       double nfv[AMPC_BRANCH_COUNT];
       for (int t = 0; t < AMPC_BRANCH_COUNT; t++)
-        nfv[t] = T->term_nonfinite[t] ? 1.0 : 0.0;
+        nfv[t] = plan->nonfinite[t] ? 1.0 : 0.0;
       AMPC_TRY(c->max_f64(c->user, nfv, AMPC_BRANCH_COUNT));
       for (int t = 0; t < AMPC_BRANCH_COUNT; t++)
-        T->term_nonfinite[t] = nfv[t] > 0.0;
+        plan->nonfinite[t] = nfv[t] > 0.0;
     }
-    T->grad32 = a->stage;
     return AMPC_OK;
   }
   if (staged) /* one rounding of the whole sum into the working dtype */

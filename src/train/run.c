@@ -1457,7 +1457,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
      * its gradient histogram on sampled steps */
     for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
       const ampc_tm_stats *g = &R->telemetry->s[AMPC_TM_GRAD][b];
-      T->branch_amax[b] = sampled && g->r.count > 0 ? g->r.max_abs : -1.0f;
+      T->plan.amax[b] = sampled && g->r.count > 0 ? g->r.max_abs : -1.0f;
     }
     ampc_step_info info;
     if (st == AMPC_OK)
