@@ -12,13 +12,15 @@
  *     ampc_param_grad in the working dtype;
  *   ampc_trainer_step(T, &info);
  *
- * and ampc_trainer_step does, in this order: convert every gradient to FP32
- * and multiply by 1/S; check ALL of them for inf/NaN; clip by global norm on
- * the unscaled values (clipping never depends on S); the optimizer step on the
+ * and ampc_trainer_step does, in this order: the loss scaler's finish
+ * (ampc_scaler_finish: every gradient converted to FP32 and multiplied by
+ * 1/S, ALL of them checked for inf/NaN, the global norm, the scale update);
+ * clip by global norm on the unscaled values (clipping never depends on S);
+ * the optimizer step (its fused update applies the scaler's 1/S) on the
  * FP32 master weights (or on the 16-bit weights when master weights are off)
  * and the re-rounding of the working copy, or a skip when the scaler says so
  * (a skipped step advances neither the optimizer's step count, i.e. Adam's
- * bias correction, nor the LR schedule); then the scaler update. One scale
+ * bias correction, nor the LR schedule). One scale
  * serves the whole accumulation window, and an overflow in any micro-batch
  * makes the accumulated gradient non-finite, so the window is skipped.
  */
