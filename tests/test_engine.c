@@ -805,12 +805,12 @@ static void test_checkpoint_per_branch_scaler(void **state) {
   make(&A, &MA, &a, &o);
   for (int s = 0; s < 2 * K; s++) {
     if (s < K)
-      memcpy(A.branch_amax, amax[s], sizeof amax[s]);
+      memcpy(A.plan.amax, amax[s], sizeof amax[s]);
     run_steps(&A, &MA, s, 1, la, sa);
   }
   make(&B, &MB, &a, &o);
   for (int s = 0; s < K; s++) {
-    memcpy(B.branch_amax, amax[s], sizeof amax[s]);
+    memcpy(B.plan.amax, amax[s], sizeof amax[s]);
     run_steps(&B, &MB, s, 1, lb, sb);
   }
   /* the picks moved the scales apart */

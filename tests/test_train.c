@@ -466,6 +466,44 @@ static void test_create_errors(void **state) {
   free(f);
 }
 
+/* the test hooks' fault plan, set by a program (the CLI reads it from the
+ * environment only when built with AMPC_TEST_HOOKS): rank 0 fails in its
+ * second iteration, or its gradient turns NaN there (that step is skipped) */
+static void test_fault_plan(void **state) {
+  (void)state;
+  ampc_fault_at f;
+  assert_int_equal(ampc_fault_at_parse("0:2", &f), AMPC_OK);
+  assert_int_equal(f.rank, 0);
+  assert_int_equal(f.iteration, 2);
+  assert_int_equal(ampc_fault_at_parse(NULL, &f), AMPC_OK);
+  assert_int_equal(f.iteration, 0);
+  assert_int_equal(ampc_fault_at_parse("two", &f), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(f.iteration, 0);
+  ampc_model_desc md;
+  fm_data *fm = new_fm(&md);
+  ampc_amp_config amp;
+  ampc_amp_config_preset(AMPC_PRECISION_16_MIXED, &amp);
+  ampc_run_config rc = small_run(3, 8);
+  rc.eval = false;
+  const ampc_optim_config opt = adamw(3);
+  const ampc_run_data rd = {.dataset = &fm->d, .name = "fm"};
+  ampc_run *R = NULL;
+  rc.faults.fail = (ampc_fault_at){0, 2};
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_ERR_IO);
+  assert_non_null(strstr(ampc_last_error(), "step 2: rank 0: injected failure"));
+  assert_int_equal(ampc_run_trainer(R)->iteration, 1);
+  ampc_run_free(R);
+  rc.faults.fail = (ampc_fault_at){0, 0};
+  rc.faults.nan_grad = (ampc_fault_at){0, 2};
+  assert_int_equal(ampc_run_create(&R, &rc, &amp, &opt, &md, &rd), AMPC_OK);
+  assert_int_equal(ampc_run_train(R, NULL), AMPC_OK);
+  assert_int_equal(ampc_run_trainer(R)->iteration, 3);
+  assert_int_equal(ampc_run_trainer(R)->scaler.skip_count, 1);
+  ampc_run_free(R);
+  free(fm);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sampler_permutations),
@@ -474,6 +512,7 @@ int main(void) {
       cmocka_unit_test(test_resume_is_exact),
       cmocka_unit_test(test_micro_batches),
       cmocka_unit_test(test_create_errors),
+      cmocka_unit_test(test_fault_plan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

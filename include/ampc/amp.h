@@ -282,6 +282,118 @@ bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANC
  * pick: each term is a GradScaler). Other modes: S. */
 float ampc_scaler_term_scale(const ampc_scaler *s, int k);
 
+/* ---- the step's plan: the scaler hands out the seeds and finishes the gradients ---- *
+ * The scaler is the only code that unscales. A step asks it for a plan
+ * (ampc_scaler_plan: the backward seeds, one per loss or per branch), runs
+ * its backward passes with those seeds, hands every gradient back
+ * (ampc_scaler_take_term for the per-loss terms as they come, then
+ * ampc_scaler_finish once): the scaler forms every 1/S, unscales, checks for
+ * inf/NaN, forms the global norm and updates the scale, and says which
+ * factors the optimizer's fused update multiplies each branch's gradients
+ * by. The model and the run only hand gradients and counts to it. Where the
+ * gradients live in a device's memory the scaler reaches them through the
+ * ops the caller passes (ampc_unscale_ops: the backend's functions of these
+ * signatures), so this layer needs no backend. */
+
+/* Over n gradient values g (dtype gdt) unscaled by inv_scale: count the
+ * non-finite ones and the L2 norm of the finite ones (ampc_grad_unscale_check
+ * and its device twins). */
+typedef ampc_status (*ampc_unscale_check_fn)(const void *g, ampc_dtype gdt, int64_t n,
+                                             float inv_scale, int64_t *nonfinite, double *norm,
+                                             ampc_scratch *ws);
+/* stage [n] FP32 = (first ? 0 : stage) + fp32(g) * inv (one FP32 product and
+ * one FP32 sum; inv == 1: the widened value exactly). */
+typedef ampc_status (*ampc_stage_fn)(int64_t n, const void *g, ampc_dtype gdt, float inv,
+                                     bool first, float *stage);
+/* Where the scaler's unscale runs: the caller's backend (host or device). */
+typedef struct ampc_unscale_ops {
+  ampc_unscale_check_fn check;
+  ampc_stage_fn stage; /* per-loss only */
+  ampc_scratch *ws;    /* the check's per-chunk sums (ampc_grad_unscale_scratch_bytes) */
+} ampc_unscale_ops;
+
+/* A step's gradients in the working dtype: n values at g (in the ops'
+ * memory), and the tensors (count of them; their offset, numel and branch)
+ * that per-branch scaling unscales one by one. */
+typedef struct ampc_grads {
+  const void *g;
+  ampc_dtype dt;
+  int64_t n;
+  const ampc_param *p;
+  int count;
+} ampc_grads;
+
+/* One step's plan. Filled by ampc_scaler_plan; the amax entries by the
+ * caller (per-branch: the largest |gradient| each branch stored, from the
+ * telemetry; -1: unknown) at any time before ampc_scaler_finish, which uses
+ * them once and sets them back to -1. */
+typedef struct ampc_scale_plan {
+  bool begun;                        /* ampc_scaler_plan ran for this step */
+  ampc_loss_scale_mode mode;         /* the scaler's */
+  float loss_seed;                   /* the one seed of a single backward pass: (S / K) * m */
+  float scale[AMPC_BRANCH_COUNT];    /* S_b per branch (per-branch), S_k per loss term
+                                        (per-loss), else S everywhere */
+  float seed[AMPC_BRANCH_COUNT];     /* (scale / K) * m: the per-branch or per-term seeds */
+  bool term_on[AMPC_BRANCH_COUNT];   /* per-loss: the model's terms (its loss_scale: the
+                                        smallest of theirs) */
+  bool nonfinite[AMPC_BRANCH_COUNT]; /* per-loss: term k's gradients held inf/NaN (several
+                                        ranks: the caller ORs them before the finish) */
+  float amax[AMPC_BRANCH_COUNT];     /* per-branch pick's input (see above) */
+  float *sum;                        /* per-loss: [n] FP32 sum of the terms' unscaled
+                                        gradients (the caller's buffer) */
+  bool summed;                       /* a term was added into sum */
+} ampc_scale_plan;
+
+/* An idle plan (nothing begun, amax unknown). */
+void ampc_scale_plan_init(ampc_scale_plan *p);
+
+/* Begin a step: the seeds of K micro-batches (x ranks) under loss
+ * multiplier m (1: none), each (S / K) * m in FP32 as the backward pass
+ * takes it. term_on (per-loss: the model's terms, may be NULL otherwise)
+ * and sum (per-loss: the FP32 buffer the terms are unscaled into; else
+ * NULL). Leaves p->amax as it is. */
+void ampc_scaler_plan(const ampc_scaler *s, ampc_scale_plan *p, int64_t K, float m,
+                      const bool *term_on, float *sum);
+
+/* Per-loss: take term k's gradients g (scaled by S_k): check them for
+ * inf/NaN (p->nonfinite[k]) and add them unscaled, fp32(g) * (1/S_k), into
+ * p->sum (the first term of the step overwrites it). Errors: the ops',
+ * AMPC_ERR_INVALID_ARG (not per-loss, no sum, k out of range). */
+ampc_status ampc_scaler_take_term(ampc_scale_plan *p, int k, const ampc_grads *g,
+                                  const ampc_unscale_ops *ops);
+
+/* What the finish found, and what the optimizer is to do. */
+typedef struct ampc_unscaled {
+  int64_t nonfinite;       /* non-finite unscaled gradient values */
+  double norm;             /* global L2 norm of the finite unscaled values */
+  bool overflow;           /* nonfinite > 0 */
+  bool skip;               /* overflow with loss scaling on: the optimizer step is skipped */
+  unsigned nonfinite_mask; /* bit b: branch (per-loss: term) b held inf/NaN; other modes:
+                              the heads' bit = overflow */
+  bool picked;             /* a per-branch scale moved to its histogram's pick */
+  float loss_scale;        /* S the step used (per-loss: the smallest of the terms') */
+  float next_scale;        /* S of the next step (likewise) */
+  float scale[AMPC_BRANCH_COUNT], next_branch_scale[AMPC_BRANCH_COUNT];
+  int growth_tracker; /* after the update */
+  /* the optimizer's input: the gradient it reads (the working-dtype one, or
+   * per-loss the FP32 sum) and the factor each branch's values are
+   * multiplied by in its fused update (1/S_b, 1/S, or 1 for the sum) */
+  const void *grad;
+  ampc_dtype grad_dt;
+  float mult[AMPC_BRANCH_COUNT];
+} ampc_unscaled;
+
+/* Finish a step: unscale g (or, per-loss, p->sum) by the plan's 1/S (per
+ * branch: each tensor by its branch's 1/S_b, the norm from the tensors'
+ * sums of squares), count the non-finite values, form the global norm, and
+ * update the scale (ampc_scaler_update_branches with the branches', terms'
+ * or heads' flags and p->amax). A plan not begun is begun with K = 1, m = 1.
+ * The plan is idle afterwards. Errors: the ops', AMPC_ERR_INVALID_ARG
+ * (per-loss without its sum: per-loss scaling takes the FP32 sum of the
+ * terms' unscaled gradients, and only it). */
+ampc_status ampc_scaler_finish(ampc_scaler *s, ampc_scale_plan *p, const ampc_grads *g,
+                               const ampc_unscale_ops *ops, ampc_unscaled *out);
+
 /* ---- unscale, non-finite check, global norm (src/amp/unscale.c) ----------- */
 
 /* Over n gradient values g (dtype gdt; F32, F16 or BF16), each unscaled as

@@ -190,6 +190,81 @@ ampc_status ampc_fashion_mnist_load(const char *dir, ampc_dataset *out);
 void ampc_synth_blobs(int64_t n, int64_t in, int64_t classes, float sep, uint64_t seed, float *x,
                       int32_t *y);
 
+/* ---- sampling and batching (src/data/sampler.c, src/data/batch.c) ---------------- */
+
+/* A permutation of [0, n) per epoch, derived from (seed, epoch) only (a
+ * Fisher-Yates shuffle driven by ampc_rng seeded with seed * 0x9E3779B97F4A7C15
+ * + epoch), so a run resumed at any step sees the batches an uninterrupted
+ * run would, whatever the thread count. */
+typedef struct ampc_sampler {
+  int64_t n, epoch;
+  int64_t *perm; /* [n] */
+  uint64_t seed;
+} ampc_sampler;
+
+/* Errors: AMPC_ERR_INVALID_ARG (n < 1), AMPC_ERR_NOMEM. */
+ampc_status ampc_sampler_init(ampc_sampler *s, int64_t n, uint64_t seed);
+void ampc_sampler_free(ampc_sampler *s);
+/* The sample index (in [0, n)) of global draw number j >= 0: epoch j / n,
+ * position j % n of that epoch's permutation. */
+int64_t ampc_sampler_index(ampc_sampler *s, int64_t j);
+
+/* The groups the sampler permutes: group g's members are idx[off[g] ..
+ * off[g + 1]) (sample or row indices; n of them in all, count groups). */
+typedef struct ampc_sample_groups {
+  int64_t n, count;
+  int64_t *idx; /* [n] */
+  int64_t *off; /* [count + 1] */
+} ampc_sample_groups;
+/* The training split of D grouped by concept id: the groups in the order of
+ * their first sample, each group's samples in dataset order (a concept's
+ * training images in each style; one sample per concept gives the training
+ * split in order). Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
+ampc_status ampc_sample_groups_concepts(ampc_sample_groups *g, const ampc_dataset *D);
+/* n rows, one per group (dense features). Errors: as above. */
+ampc_status ampc_sample_groups_rows(ampc_sample_groups *g, int64_t n);
+void ampc_sample_groups_free(ampc_sample_groups *g);
+
+/* A 64-bit hash of (seed, pos) (splitmix64's finaliser over a mix of the
+ * two): which member of a group a position draws, its shift, the matching
+ * head's and MLM's seeds. */
+uint64_t ampc_sample_hash(uint64_t seed, int64_t pos);
+/* The sample at position pos of a run's sequence (iteration * batch +
+ * slot): the sampler's group, then one of its members picked by
+ * *h = ampc_sample_hash(seed, pos) (the shift takes its high bits). */
+int64_t ampc_sample_draw(ampc_sampler *s, const ampc_sample_groups *g, uint64_t seed, int64_t pos,
+                         uint64_t *h);
+
+/* dst = src [h, w, c] uint8 translated by (dx, dy) in [-s, s]^2 (from the bits
+ * r), the uncovered border filled with src's top-left pixel (the background:
+ * white for the emoji, black for Fashion-MNIST). A translation keeps what an
+ * emoji means (a flip or a colour change would not: direction and colour are
+ * in the captions). */
+void ampc_image_shift(uint8_t *dst, const uint8_t *src, int32_t h, int32_t w, int32_t c, int s,
+                      uint64_t r);
+
+/* One micro-batch's buffers, allocated once: image-text samples (images
+ * [cap, img_sz] uint8, tokens [cap, seq_len] or NULL without captions,
+ * labels [cap]) or dense rows (features [cap, dim] FP32, labels [cap]). */
+typedef struct ampc_batch_buffers {
+  int64_t cap, img_sz, seq_len, dim;
+  uint8_t *images;
+  int32_t *tokens, *labels;
+  float *features;
+} ampc_batch_buffers;
+/* Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM (nothing left allocated). */
+ampc_status ampc_batch_buffers_pairs(ampc_batch_buffers *bb, const ampc_dataset *D, int64_t cap);
+ampc_status ampc_batch_buffers_rows(ampc_batch_buffers *bb, int64_t dim, int64_t cap);
+void ampc_batch_buffers_free(ampc_batch_buffers *bb);
+/* Row r (< cap) = D's sample src: its image (shifted by up to `shift`
+ * pixels by the bits `bits` when shift > 0, ampc_image_shift), tokens and
+ * label. */
+void ampc_batch_put_pair(ampc_batch_buffers *bb, const ampc_dataset *D, int64_t r, int64_t src,
+                         int shift, uint64_t bits);
+/* Row r = row src of the features x [.., dim] and its label y[src]. */
+void ampc_batch_put_row(ampc_batch_buffers *bb, const float *x, const int32_t *y, int64_t r,
+                        int64_t src);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,13 +12,15 @@
  *     ampc_param_grad in the working dtype;
  *   ampc_trainer_step(T, &info);
  *
- * and ampc_trainer_step does, in this order: convert every gradient to FP32
- * and multiply by 1/S; check ALL of them for inf/NaN; clip by global norm on
- * the unscaled values (clipping never depends on S); the optimizer step on the
+ * and ampc_trainer_step does, in this order: the loss scaler's finish
+ * (ampc_scaler_finish: every gradient converted to FP32 and multiplied by
+ * 1/S, ALL of them checked for inf/NaN, the global norm, the scale update);
+ * clip by global norm on the unscaled values (clipping never depends on S);
+ * the optimizer step (its fused update applies the scaler's 1/S) on the
  * FP32 master weights (or on the 16-bit weights when master weights are off)
  * and the re-rounding of the working copy, or a skip when the scaler says so
  * (a skipped step advances neither the optimizer's step count, i.e. Adam's
- * bias correction, nor the LR schedule); then the scaler update. One scale
+ * bias correction, nor the LR schedule). One scale
  * serves the whole accumulation window, and an overflow in any micro-batch
  * makes the accumulated gradient non-finite, so the window is skipped.
  */
@@ -49,18 +51,13 @@ typedef struct ampc_trainer {
   bool telemetry;              /* fill `swallow` at each applied step (default on) */
   ampc_swallow_stats *swallow; /* [params.count]: the last applied step */
   ampc_scratch unscale_ws;     /* the unscale check's per-chunk sums (allocated at init) */
-  /* per-branch loss scaling: the largest |gradient| each branch stored in this
-   * step's backward pass before rounding (the top of its telemetry histogram),
-   * or -1 when unknown; set by the caller before ampc_trainer_step, which
-   * hands it to ampc_scaler_update_branches and resets it to -1 */
-  float branch_amax[AMPC_BRANCH_COUNT];
-  /* per-loss loss scaling: the step's gradient as an FP32 sum of the terms'
-   * unscaled gradients (P->total values; NULL: P->grad, scaled by S), and
-   * which terms' gradients held inf or NaN; set by the caller before
-   * ampc_trainer_step, which uses them once and resets them */
-  const float *grad32;
-  bool term_nonfinite[AMPC_BRANCH_COUNT];
-  bool term_on[AMPC_BRANCH_COUNT]; /* the terms the model has (its loss_scale: the smallest) */
+  /* the step's scaling plan (ampc/amp.h): begun by ampc_train_accumulate_dp
+   * (the backward seeds), filled while the gradients are handed back (per
+   * loss: each term's unscaled sum; per branch: plan.amax, the largest
+   * |gradient| each branch stored, from the telemetry, -1 unknown) and
+   * finished by ampc_trainer_step, which leaves it idle. A step that begins
+   * none (a caller seeding with ampc_trainer_loss_scale) gets the plain one. */
+  ampc_scale_plan plan;
   /* on a device (ampc_trainer_to_device): the table the model and the step
    * use, whose role buffers are that device's memory (its metadata, p, is
    * params'); `params` stays the host's copy, current after

@@ -41,25 +41,6 @@
 extern "C" {
 #endif
 
-/* ---- the sampler --------------------------------------------------------------- */
-
-/* A permutation of [0, n) per epoch, derived from (seed, epoch) only (a
- * Fisher-Yates shuffle driven by ampc_rng seeded with seed * 0x9E3779B97F4A7C15
- * + epoch), so a run resumed at any step sees the batches an uninterrupted
- * run would, whatever the thread count. */
-typedef struct ampc_sampler {
-  int64_t n, epoch;
-  int64_t *perm; /* [n] */
-  uint64_t seed;
-} ampc_sampler;
-
-/* Errors: AMPC_ERR_INVALID_ARG (n < 1), AMPC_ERR_NOMEM. */
-ampc_status ampc_sampler_init(ampc_sampler *s, int64_t n, uint64_t seed);
-void ampc_sampler_free(ampc_sampler *s);
-/* The sample index (in [0, n)) of global draw number j >= 0: epoch j / n,
- * position j % n of that epoch's permutation. */
-int64_t ampc_sampler_index(ampc_sampler *s, int64_t j);
-
 /* ---- the model interface ---------------------------------------------------------- */
 
 typedef enum ampc_model_kind {
@@ -371,6 +352,23 @@ typedef enum ampc_stall_policy {
   AMPC_STALL_WARN = 1, /* print and log once, go on */
 } ampc_stall_policy;
 
+/* Test hooks of the robustness tests (docs/ROBUSTNESS.md): where a rank
+ * fails, or its summed gradient becomes non-finite, just before the ranks'
+ * sum: rank `rank` in 1-based iteration `iteration` (0: never). A release
+ * build of the CLI never sets them; the test build's `ampc train` reads them
+ * from AMPC_FAULT_FAIL / AMPC_FAULT_NAN_GRAD (built with AMPC_TEST_HOOKS). */
+typedef struct ampc_fault_at {
+  int rank;
+  int64_t iteration;
+} ampc_fault_at;
+typedef struct ampc_fault_plan {
+  ampc_fault_at fail;     /* the rank's step fails (AMPC_ERR_IO), as a bad input would */
+  ampc_fault_at nan_grad; /* the rank's gradient gets a NaN */
+} ampc_fault_plan;
+/* "R:I" (rank R, 1-based iteration I) into *out; NULL: never. Errors:
+ * AMPC_ERR_INVALID_ARG for another form (*out: never). */
+ampc_status ampc_fault_at_parse(const char *spec, ampc_fault_at *out);
+
 typedef struct ampc_run_config {
   int64_t steps;           /* optimizer iterations of the whole run (the LR schedule's length) */
   int64_t stop_at;         /* > 0: end after this iteration as if interrupted (and save);
@@ -432,6 +430,7 @@ typedef struct ampc_run_config {
    * Not on a device yet (AMPC_ERR_UNSUPPORTED): the MLP, fp8-mixed, global
    * negatives. */
   ampc_device device;
+  ampc_fault_plan faults; /* test hooks (above); zero: none */
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,

@@ -9,10 +9,16 @@
  * credit is restored by any clean step) and a floor (min_loss_scale). A
  * ceiling (max_scale) caps growth. The scale is kept in FP32, as GradScaler
  * keeps it in an FP32 tensor.
+ *
+ * The step's plan (the backward seeds per loss or per branch) and its finish
+ * (unscale, non-finite check, global norm, scale update) live here too: the
+ * scaler is the only code that forms 1/S and decides which gradients it
+ * multiplies; it reaches device memory through the caller's ops.
  */
 #include "internal.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "ampc/amp.h"
 
@@ -148,4 +154,132 @@ bool ampc_scaler_update_branches(ampc_scaler *s, const bool nonfinite[AMPC_BRANC
   s->growth_tracker = s->branch_tracker[lead];
   s->hysteresis_left = s->branch_hysteresis[lead];
   return any;
+}
+
+/* ---- the step's plan and its finish ------------------------------------------------- */
+
+void ampc_scale_plan_init(ampc_scale_plan *p) {
+  memset(p, 0, sizeof *p);
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    p->amax[b] = -1.0f;
+}
+
+void ampc_scaler_plan(const ampc_scaler *s, ampc_scale_plan *p, int64_t K, float m,
+                      const bool *term_on, float *sum) {
+  const bool per_loss = s->cfg.mode == AMPC_LOSS_SCALE_PER_LOSS;
+  p->begun = true;
+  p->mode = s->cfg.mode;
+  p->loss_seed = (s->scale / (float)K) * m;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    p->scale[b] =
+        per_loss ? ampc_scaler_term_scale(s, b) : ampc_scaler_branch_scale(s, (ampc_branch)b);
+    p->seed[b] = (p->scale[b] / (float)K) * m;
+    p->term_on[b] = per_loss && term_on && term_on[b];
+    p->nonfinite[b] = false;
+  }
+  p->sum = per_loss ? sum : NULL;
+  p->summed = false;
+}
+
+ampc_status ampc_scaler_take_term(ampc_scale_plan *p, int k, const ampc_grads *g,
+                                  const ampc_unscale_ops *ops) {
+  if (!p || !g || !ops || !ops->check || !ops->stage || p->mode != AMPC_LOSS_SCALE_PER_LOSS ||
+      !p->sum || k < 0 || k >= AMPC_BRANCH_COUNT)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_scaler_take_term: bad arguments (term %d)", k);
+  int64_t nf = 0;
+  double norm = 0.0;
+  AMPC_TRY(ops->check(g->g, g->dt, g->n, 1.0f, &nf, &norm, ops->ws));
+  if (nf > 0)
+    p->nonfinite[k] = true;
+  AMPC_TRY(ops->stage(g->n, g->g, g->dt, (float)(1.0 / (double)p->scale[k]), !p->summed, p->sum));
+  p->summed = true;
+  return AMPC_OK;
+}
+
+/* the unscale and check of the plan's gradients: out's counts, norm and flags */
+static ampc_status unscale_check(const ampc_scaler *s, const ampc_scale_plan *p,
+                                 const ampc_grads *g, const ampc_unscale_ops *ops,
+                                 ampc_unscaled *out, bool bnf[AMPC_BRANCH_COUNT]) {
+  if (p->mode == AMPC_LOSS_SCALE_PER_LOSS) { /* unscaled already, term by term */
+    AMPC_TRY(ops->check(p->sum, AMPC_F32, g->n, 1.0f, &out->nonfinite, &out->norm, ops->ws));
+    bool any = false;
+    for (int k = 0; k < AMPC_BRANCH_COUNT; k++)
+      bnf[k] = p->nonfinite[k], any = any || bnf[k];
+    if (out->nonfinite > 0 && !any) /* a sum over ranks that overflowed FP32: the first term */
+      bnf[0] = true;
+    return AMPC_OK;
+  }
+  if (p->mode != AMPC_LOSS_SCALE_PER_BRANCH)
+    return ops->check(g->g, g->dt, g->n, ampc_scaler_inv_scale(s), &out->nonfinite, &out->norm,
+                      ops->ws);
+  /* each tensor with its branch's 1/S_b; the norm from the tensors' sums */
+  const size_t gsz = ampc_dtype_size(g->dt);
+  double sumsq = 0.0;
+  for (int i = 0; i < g->count; i++) {
+    const ampc_param *t = &g->p[i];
+    const int b = (unsigned)t->branch < AMPC_BRANCH_COUNT ? (int)t->branch : AMPC_BRANCH_HEADS;
+    int64_t nf = 0;
+    double norm = 0.0;
+    AMPC_TRY(ops->check((const char *)g->g + (size_t)t->offset * gsz, g->dt, t->numel, out->mult[b],
+                        &nf, &norm, ops->ws));
+    sumsq += norm * norm;
+    out->nonfinite += nf;
+    bnf[b] = bnf[b] || nf > 0;
+  }
+  out->norm = sqrt(sumsq);
+  return AMPC_OK;
+}
+
+ampc_status ampc_scaler_finish(ampc_scaler *s, ampc_scale_plan *p, const ampc_grads *g,
+                               const ampc_unscale_ops *ops, ampc_unscaled *out) {
+  if (!s || !p || !g || !ops || !ops->check || !out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_scaler_finish: NULL argument");
+  if (!p->begun)
+    ampc_scaler_plan(s, p, 1, 1.0f, NULL, NULL);
+  const bool per_loss = p->mode == AMPC_LOSS_SCALE_PER_LOSS;
+  if (per_loss != (p->sum != NULL) || p->mode != s->cfg.mode)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_scaler_finish: per-loss scaling takes its gradient from the FP32 sum "
+                     "of the terms' unscaled gradients (ampc_scaler_take_term), and only it");
+  memset(out, 0, sizeof *out);
+  const float S = s->scale, inv = ampc_scaler_inv_scale(s);
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
+    out->scale[b] = p->scale[b];
+    /* the factors of the optimizer's fused update: the sum is unscaled already */
+    out->mult[b] = per_loss                                ? 1.0f
+                   : p->mode == AMPC_LOSS_SCALE_PER_BRANCH ? (float)(1.0 / (double)p->scale[b])
+                                                           : inv;
+  }
+  bool bnf[AMPC_BRANCH_COUNT] = {false, false, false, false};
+  AMPC_TRY(unscale_check(s, p, g, ops, out, bnf));
+  out->overflow = out->nonfinite > 0;
+  out->skip = out->overflow && s->cfg.mode != AMPC_LOSS_SCALE_NONE;
+  out->grad = per_loss ? (const void *)p->sum : g->g;
+  out->grad_dt = per_loss ? AMPC_F32 : g->dt;
+  if (!per_loss && p->mode != AMPC_LOSS_SCALE_PER_BRANCH)
+    bnf[AMPC_BRANCH_HEADS] = out->overflow;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    out->nonfinite_mask |= bnf[b] ? 1u << b : 0u;
+  const int64_t picks = s->branch_picks;
+  (void)ampc_scaler_update_branches(s, bnf, p->amax); /* its skip is out->skip */
+  out->picked = s->branch_picks > picks;
+  out->loss_scale = S;
+  out->next_scale = s->scale;
+  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
+    out->next_branch_scale[b] =
+        per_loss ? ampc_scaler_term_scale(s, b) : ampc_scaler_branch_scale(s, (ampc_branch)b);
+  if (per_loss) { /* the smallest of the model's terms' scales */
+    bool have = false;
+    for (int k = 0; k < AMPC_BRANCH_COUNT; k++)
+      if (p->term_on[k]) {
+        if (!have || out->scale[k] < out->loss_scale)
+          out->loss_scale = out->scale[k];
+        if (!have || out->next_branch_scale[k] < out->next_scale)
+          out->next_scale = out->next_branch_scale[k];
+        have = true;
+      }
+  }
+  out->growth_tracker = s->growth_tracker;
+  ampc_scale_plan_init(p); /* used once */
+  return AMPC_OK;
 }

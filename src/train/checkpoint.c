@@ -6,7 +6,10 @@
  * state dtype, and the Kahan compensation (--weight-update kahan) as
  * "optimizer.kahan_comp.<name>" in the working dtype. Metadata (strings, per the safetensors
  * format): the resolved configuration, the step counters, the scaler state and the RNG state.
- * Loading validates everything before it changes the trainer.
+ * Loading validates everything before it changes the trainer. Also the run's
+ * resume check: whether a checkpoint fits the run that resumes it (model,
+ * loss multiplier, loss-term heads, data recipe), and the run's save (its
+ * metadata and FP8 state beside the trainer's).
  */
 #include "internal.h"
 
@@ -24,6 +27,7 @@
 #include "ampc/train.h"
 #include "ampc/version.h"
 #include "numeric/numeric.h"
+#include "run_internal.h"
 
 enum { NAME_CAP = AMPC_PARAM_NAME_MAX + 32 };
 
@@ -604,4 +608,118 @@ ampc_status ampc_fp8_state_load(ampc_fp8_sites *S, const char *path, bool *found
     *found = true;
   ampc_safetensors_free(f);
   return st;
+}
+
+/* ---- a run's resume: does the checkpoint fit the run? --------------------------------- */
+
+/* The model's config in the checkpoint: whether it trained the MLM head and
+ * its attention cast (absent: a checkpoint from before it was recorded). */
+typedef struct resume_model_facts {
+  double w_mlm;
+  bool has_cast, was_cast, bad_cast;
+} resume_model_facts;
+
+static resume_model_facts read_model_facts(const ampc_safetensors *f, bool multimodal) {
+  resume_model_facts r = {0.0, false, false, false};
+  const char *mcs = multimodal ? ampc_safetensors_meta(f, "ampc.model_config") : NULL;
+  cJSON *mroot = mcs ? cJSON_Parse(mcs) : NULL;
+  const cJSON *mcj = mroot ? cJSON_GetObjectItemCaseSensitive(mroot, "w_mlm") : NULL;
+  r.w_mlm = cJSON_IsNumber(mcj) ? mcj->valuedouble : 0.0;
+  const cJSON *acj = cJSON_GetObjectItemCaseSensitive(mroot, "attention_cast");
+  r.has_cast = acj != NULL, r.was_cast = cJSON_IsTrue(acj), r.bad_cast = acj && !cJSON_IsBool(acj);
+  cJSON_Delete(mroot);
+  return r;
+}
+
+static ampc_status resume_check_file(ampc_run *R, const ampc_safetensors *f) {
+  const ampc_run_config *rc = &R->rc;
+  const ampc_model_desc *md = &R->md;
+  const bool mm = md->kind == AMPC_MODEL_MM;
+  /* a checkpoint of another model says so, not "tensor missing" */
+  const char *was = ampc_safetensors_meta(f, "ampc.model");
+  const char *now = R->kind->name(md);
+  if (was && strcmp(was, now) != 0)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "cannot resume: %s is a checkpoint of model %s, this run's model is %s",
+                     rc->resume_path, was, now);
+  /* Adam's moments are in units of the multiplied gradients: the
+   * multiplier must stay what it was (absent: 1) */
+  const char *lm = ampc_safetensors_meta(f, "ampc.loss_multiplier");
+  const float was_lm = lm ? (float)strtod(lm, NULL) : 1.0f;
+  if (was_lm != R->accum.loss_multiplier)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "cannot resume: %s was trained with --loss-multiplier %g, this run has "
+                     "%g (the optimizer state is in units of the multiplied gradients)",
+                     rc->resume_path, (double)was_lm, (double)R->accum.loss_multiplier);
+  /* the loss terms' heads: a checkpoint with the MLM head resumed without
+   * the term (or the reverse) would drop or invent a trained tensor */
+  const resume_model_facts mf = read_model_facts(f, mm);
+  if (mf.bad_cast)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "cannot resume: %s: bad attention_cast in ampc.model_config (not true or "
+                     "false)",
+                     rc->resume_path);
+  if (mm && !md->mm.image_only && (mf.w_mlm > 0.0) != (md->mm.w_mlm > 0.0f))
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "cannot resume: %s was trained %s masked caption modelling (--w-mlm %g; "
+                     "its head heads.mlm), this run has --w-mlm %g",
+                     rc->resume_path, mf.w_mlm > 0.0 ? "with" : "without", mf.w_mlm,
+                     (double)md->mm.w_mlm);
+  /* --attention-cast may change on resume (as --precision may: the
+   * weights and optimizer state mean the same), but the forward pass's
+   * rounding changes with it: say so */
+  const bool now_cast = run_attn_cast(R);
+  if (mm && mf.has_cast && mf.was_cast != now_cast)
+    snprintf(R->notes[R->n_notes++], sizeof R->notes[0],
+             "%s was trained with the attention cast %s, this run has it %s%s: attention "
+             "products round differently from here on",
+             rc->resume_path, mf.was_cast ? "on" : "off", now_cast ? "on" : "off",
+             md->mm.attn_cast && !now_cast ? " (under 32-true)" : "");
+  /* the data recipe (held-out style, shifts, negatives) must stay what
+   * it was: a resume would otherwise train on another split or sampler
+   * (absent: a checkpoint from before it was recorded, not checked) */
+  const char *rec = ampc_safetensors_meta(f, "ampc.data_recipe");
+  if (rec && R->recipe[0] && strcmp(rec, R->recipe) != 0)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "cannot resume: %s was trained with %s, this run has %s (give the same "
+                     "--hold-out-style, --augment-shift and --itm-negatives)",
+                     rc->resume_path, rec, R->recipe);
+  return AMPC_OK;
+}
+
+ampc_status run_resume_check(ampc_run *R) {
+  ampc_safetensors *f = NULL;
+  if (!R->rc.resume_path || ampc_safetensors_read(R->rc.resume_path, &f) != AMPC_OK)
+    return AMPC_OK; /* a file that does not read: the trainer's load says why */
+  const ampc_status st = resume_check_file(R, f);
+  ampc_safetensors_free(f);
+  return st;
+}
+
+/* the checkpoint's metadata naming the model (ampc_model_desc_from_checkpoint reads it) */
+ampc_status run_save(ampc_run *R) {
+  ampc_model_meta_storage ms;
+  ampc_st_meta meta[8];
+  ampc_model_desc md = R->md; /* the attention cast as in effect */
+  md.mm.attn_cast = run_attn_cast(R);
+  int n = ampc_model_checkpoint_meta(&md, R->data.name, &ms, meta);
+  if (R->recipe[0]) { /* checked on resume; ampc eval reads the held-out style */
+    meta[n++] = (ampc_st_meta){"ampc.data_recipe", R->recipe};
+    meta[n++] = (ampc_st_meta){"ampc.held_out_style", R->held_out};
+  }
+  char lm[32];
+  if (R->accum.loss_multiplier != 1.0f) { /* checked on resume */
+    snprintf(lm, sizeof lm, "%.9g", (double)R->accum.loss_multiplier);
+    meta[n++] = (ampc_st_meta){"ampc.loss_multiplier", lm};
+  }
+  ampc_fp8_state_storage fs = {0};
+  ampc_st_tensor *xt = NULL;
+  int nxt = 0;
+  if (R->model.fp8)
+    AMPC_TRY(ampc_fp8_state_tensors(R->model.fp8, &fs, &xt, &nxt));
+  const ampc_status st = ampc_trainer_save_ex(&R->T, R->rc.save_path, meta, n, xt, nxt);
+  ampc_fp8_state_storage_free(&fs);
+  AMPC_TRY(st);
+  R->saved = true;
+  return AMPC_OK;
 }

@@ -14,8 +14,10 @@
 #include <string.h>
 
 #include "ampc/io.h"
+#include "ampc/report.h"
 #include "ampc/train.h"
 #include "backend/backend.h"
+#include "run_internal.h"
 
 ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_model_desc *out) {
   if (!name || !out)
@@ -500,7 +502,7 @@ static ampc_status reduce_ranks(const ampc_comm *c, const ampc_backend *be, void
 /* The FP32 staging goes through the trainer's backend (stage_f32): stage =
  * widen(g) for the first micro-batch, stage += widen(g) after it (the first is
  * a copy, so a -0 stays -0 as it would in rank 0's own buffer); per-loss,
- * stage (+)= widen(g) * (1/S_k) of the term (one FP32 product). */
+ * the scaler adds each term's widen(g) * (1/S_k) (ampc_scaler_take_term). */
 
 ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
                                      ampc_batch_fn next, void *user, ampc_losses *mean) {
@@ -520,15 +522,18 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "ampc_train_accumulate_dp: the accumulation's per_loss and the trainer's "
                      "--loss-scale disagree");
-  for (int t = 0; t < AMPC_BRANCH_COUNT; t++) {
-    T->term_nonfinite[t] = false;
-    T->term_on[t] = a->per_loss && t < m->n_terms && m->term_on[t];
-  }
+  /* the scaler's plan: the seeds of K passes (per loss or per branch) */
+  bool term_on[AMPC_BRANCH_COUNT] = {false, false, false, false};
+  for (int t = 0; t < m->n_terms && t < AMPC_BRANCH_COUNT; t++)
+    term_on[t] = m->term_on[t];
+  ampc_scale_plan *plan = &T->plan;
+  ampc_scaler_plan(&T->scaler, plan, K, a->loss_multiplier > 0.0f ? a->loss_multiplier : 1.0f,
+                   term_on, a->per_loss ? a->stage : NULL);
   ampc_trainer_zero_grad(T);
-  const float S = ampc_trainer_loss_scale(T);
   const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
   const float w = 1.0f / (float)K;
-  const float lm = a->loss_multiplier > 0.0f ? a->loss_multiplier : 1.0f;
+  const ampc_grads grads = {P->grad, P->wdt, P->total, P->p, P->count};
+  const ampc_unscale_ops ops = {be->grad_unscale_check, be->stage_f32, &T->unscale_ws};
   memset(mean, 0, sizeof *mean);
   for (int64_t k = 0; k < n_micro; k++) {
     if (staged && k > 0)
@@ -538,40 +543,28 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     ampc_losses L;
     AMPC_TRY(m->ops->forward(m, &bt, &L));
     if (a->per_loss) {
-      /* one backward pass per loss term, each at its own scale, checked and
-       * unscaled into the FP32 stage (apex's loss_id with FP32 master grads) */
-      bool first_add = k == 0;
+      /* one backward pass per loss term, each at its own scale, handed to
+       * the scaler, which checks it and unscales it into the FP32 stage
+       * (apex's loss_id with FP32 master grads) */
       for (int t = 0; t < m->n_terms; t++) {
         if (!m->term_on[t])
           continue;
-        const float St = ampc_trainer_term_scale(T, t);
         ampc_trainer_zero_grad(T);
         if (m->ops->backward_losses) {
           float seeds[AMPC_MM_LOSSES] = {0.0f, 0.0f, 0.0f, 0.0f};
-          seeds[t] = (St / (float)K) * lm;
+          seeds[t] = plan->seed[t];
           AMPC_TRY(m->ops->backward_losses(m, seeds));
         } else {
-          AMPC_TRY(m->ops->backward(m, (St / (float)K) * lm));
+          AMPC_TRY(m->ops->backward(m, plan->seed[t]));
         }
-        int64_t nf = 0;
-        double norm = 0.0;
-        AMPC_TRY(
-            be->grad_unscale_check(P->grad, P->wdt, P->total, 1.0f, &nf, &norm, &T->unscale_ws));
-        if (nf > 0)
-          T->term_nonfinite[t] = true;
-        AMPC_TRY(be->stage_f32(P->total, P->grad, P->wdt, (float)(1.0 / (double)St), first_add,
-                               a->stage));
-        first_add = false;
+        AMPC_TRY(ampc_scaler_take_term(plan, t, &grads, &ops));
       }
-      if (first_add) /* no term on: a zero gradient */
+      if (k == 0 && !plan->summed) /* no term on: a zero gradient */
         AMPC_TRY(be->zero(a->stage, (size_t)P->total * sizeof(float)));
     } else if (per_branch && m->ops->backward_branches) {
-      float seeds[AMPC_BRANCH_COUNT];
-      for (int br = 0; br < AMPC_BRANCH_COUNT; br++)
-        seeds[br] = (ampc_trainer_branch_scale(T, (ampc_branch)br) / (float)K) * lm;
-      AMPC_TRY(m->ops->backward_branches(m, seeds));
+      AMPC_TRY(m->ops->backward_branches(m, plan->seed));
     } else {
-      AMPC_TRY(m->ops->backward(m, (S / (float)K) * lm));
+      AMPC_TRY(m->ops->backward(m, plan->loss_seed));
     }
     if (staged && !a->per_loss)
       AMPC_TRY(be->stage_f32(P->total, P->grad, P->wdt, 1.0f, k == 0, a->stage));
@@ -600,17 +593,16 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
       mean->part[i] = l[1 + i];
   }
   if (a->per_loss) {
-    /* the unscaled FP32 sum goes to the optimizer as it is; a term that
+    /* the scaler's finish reads the unscaled FP32 sum; a term that
      * overflowed on any rank overflowed for all */
     if (size > 1) {
       double nfv[AMPC_BRANCH_COUNT];
       for (int t = 0; t < AMPC_BRANCH_COUNT; t++)
-        nfv[t] = T->term_nonfinite[t] ? 1.0 : 0.0;
+        nfv[t] = plan->nonfinite[t] ? 1.0 : 0.0;
       AMPC_TRY(c->max_f64(c->user, nfv, AMPC_BRANCH_COUNT));
       for (int t = 0; t < AMPC_BRANCH_COUNT; t++)
-        T->term_nonfinite[t] = nfv[t] > 0.0;
+        plan->nonfinite[t] = nfv[t] > 0.0;
     }
-    T->grad32 = a->stage;
     return AMPC_OK;
   }
   if (staged) /* one rounding of the whole sum into the working dtype */
@@ -685,4 +677,253 @@ char *ampc_mmodel_metrics_json(const ampc_mmodel_metrics *m) {
   char *s = cJSON_PrintUnformatted(x);
   cJSON_Delete(x);
   return s;
+}
+
+/* ---- the model kinds as the run sees them ------------------------------------------- *
+ * What a run does differently per model kind (run_kind, src/train/run_internal.h):
+ * the data it takes, how it samples and gathers a micro-batch, and its part
+ * of the log's lines. The run itself never asks which kind it has. */
+
+bool run_attn_cast(const ampc_run *R) {
+  return R->kind->attn_cast_asked(&R->md) && ampc_precision_lowp(R->T.amp.precision) != AMPC_F32;
+}
+
+/* ---- the MLP on dense features ---- */
+
+static const char *mlp_name(const ampc_model_desc *md) { return md->name; }
+static bool mlp_attn_cast_asked(const ampc_model_desc *md) {
+  (void)md;
+  return false;
+}
+static int64_t mlp_min_micro_batch(const ampc_model_desc *md) {
+  (void)md;
+  return 1;
+}
+
+static ampc_status mlp_check_data(ampc_run *R) {
+  const ampc_run_data *d = &R->data;
+  if (!d->x_train || !d->y_train || d->n_train < 1 || d->dim != R->md.mlp.in)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the mlp model needs dense training features of dimension %lld",
+                     (long long)R->md.mlp.in);
+  R->ntrain = d->n_train;
+  if (R->rc.batch > R->ntrain)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "batch %lld is larger than the training set (%lld samples)",
+                     (long long)R->rc.batch, (long long)R->ntrain);
+  return AMPC_OK;
+}
+
+static ampc_status mlp_check_global_negatives(const ampc_model_desc *md) {
+  return ampc_fail(AMPC_ERR_INVALID_ARG, "global negatives: model %s has no contrastive loss",
+                   md->name);
+}
+
+static ampc_status mlp_feed(ampc_run *R) { /* every row its own group */
+  AMPC_TRY(ampc_sample_groups_rows(&R->groups, R->ntrain));
+  return ampc_batch_buffers_rows(&R->buf, R->data.dim, R->mb);
+}
+
+static void mlp_gather(ampc_run *R, int64_t base, ampc_batch *out) {
+  for (int64_t r = 0; r < R->mb; r++)
+    ampc_batch_put_row(&R->buf, R->data.x_train, R->data.y_train, r,
+                       R->groups.idx[ampc_sampler_index(&R->smp, base + r)]);
+  out->labels = R->buf.labels;
+  out->features = R->buf.features;
+}
+
+static void mlp_log_config(cJSON *run_o, const ampc_run *R) {
+  cJSON_AddStringToObject(run_o, "model", R->md.name);
+  cJSON_AddNumberToObject(run_o, "in", (double)R->md.mlp.in);
+  cJSON_AddNumberToObject(run_o, "hidden", (double)R->md.mlp.hidden);
+  cJSON_AddNumberToObject(run_o, "classes", (double)R->md.mlp.classes);
+  cJSON_AddNumberToObject(run_o, "train_size", (double)R->data.n_train);
+  cJSON_AddNumberToObject(run_o, "test_size", (double)R->data.n_test);
+}
+
+static void mlp_log_eval(cJSON *m, const ampc_eval *e) {
+  cJSON_AddNumberToObject(m, "test_loss", e->loss);
+  cJSON_AddNumberToObject(m, "test_accuracy", e->accuracy);
+}
+
+/* the MLP's summary carries the test metrics at its top level */
+static void mlp_log_summary(cJSON *o, const ampc_run *R, const run_totals *t) {
+  cJSON_AddNumberToObject(o, "test_loss", t->have_eval ? t->ev.loss : (double)NAN);
+  cJSON_AddNumberToObject(o, "test_accuracy", t->have_eval ? t->ev.accuracy : (double)NAN);
+  cJSON_AddNumberToObject(o, "swallowed_fraction",
+                          t->sw.updated ? (double)t->sw.swallowed / (double)t->sw.updated : 0);
+  cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
+  cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+  run_add_memory(o, R);
+}
+
+static const run_kind k_mlp_kind = {
+    .name = mlp_name,
+    .on_device = false,
+    .names_model_in_summary = false,
+    .attn_cast_asked = mlp_attn_cast_asked,
+    .check_data = mlp_check_data,
+    .min_micro_batch = mlp_min_micro_batch,
+    .check_global_negatives = mlp_check_global_negatives,
+    .feed = mlp_feed,
+    .gather = mlp_gather,
+    .log_config = mlp_log_config,
+    .log_eval = mlp_log_eval,
+    .log_summary = mlp_log_summary,
+};
+
+/* ---- the multimodal models and the ViTs on an image(-text) dataset ---- */
+
+static const char *mm_name(const ampc_model_desc *md) { return md->mm.name; }
+static bool mm_attn_cast_asked(const ampc_model_desc *md) { return md->mm.attn_cast; }
+/* the contrastive loss needs two samples (the image-only ViTs one) */
+static int64_t mm_min_micro_batch(const ampc_model_desc *md) { return md->mm.image_only ? 1 : 2; }
+
+/* the checks of the data against the model, in the order the CLI reported them */
+static ampc_status mm_check_data(ampc_run *R) {
+  const ampc_run_config *rc = &R->rc;
+  const ampc_dataset *D = R->data.dataset;
+  const char *dn = R->data.name ? R->data.name : "the dataset";
+  if (!D)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "model %s needs a dataset", R->md.name);
+  for (int64_t i = 0; i < D->n; i++)
+    R->ntrain += D->split[i] == AMPC_SPLIT_TRAIN;
+  if (rc->batch > R->ntrain)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "batch %lld is larger than the training split (%lld samples)",
+                     (long long)rc->batch, (long long)R->ntrain);
+  const ampc_mmodel_config *mc = &R->md.mm;
+  AMPC_TRY(ampc_mmodel_check_data(mc, D, dn));
+  if (!mc->image_only && rc->eval) { /* something to evaluate on, known now, not at the end */
+    int64_t ns = 0, zs = 0;
+    for (int64_t i = 0; i < D->n; i++)
+      ns += D->split[i] == AMPC_SPLIT_NEW_STYLE, zs += D->split[i] == AMPC_SPLIT_ZERO_SHOT;
+    if (ns < 2 && zs < 2)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "%s has neither a held-out style (new_style split) nor held-out concepts "
+                       "(zero_shot split) with 2 samples to evaluate on (--no-eval trains "
+                       "without evaluating)",
+                       dn);
+  }
+  return AMPC_OK;
+}
+
+static ampc_status mm_check_global_negatives(const ampc_model_desc *md) {
+  return md->mm.image_only ? ampc_fail(AMPC_ERR_INVALID_ARG,
+                                       "global negatives: model %s has no contrastive loss "
+                                       "(image-only)",
+                                       md->mm.name)
+                           : AMPC_OK;
+}
+
+static const char *itm_negatives(const ampc_run_config *rc) {
+  return !rc->itm_sample_negatives ? "hardest" : rc->itm_random_negatives ? "random" : "sampled";
+}
+
+/* the concepts as groups, the batch buffers, and the recipe */
+static ampc_status mm_feed(ampc_run *R) {
+  const ampc_dataset *D = R->data.dataset;
+  AMPC_TRY(ampc_sample_groups_concepts(&R->groups, D));
+  AMPC_TRY(ampc_batch_buffers_pairs(&R->buf, D, R->mb));
+  const char *h = "none";
+  for (int64_t i = 0; i < D->n; i++)
+    if (D->split[i] == AMPC_SPLIT_NEW_STYLE) {
+      const char *nm = ampc_dataset_style_name(D, D->style[i]);
+      h = nm ? nm : "unnamed";
+      break;
+    }
+  snprintf(R->held_out, sizeof R->held_out, "%s", h);
+  snprintf(R->recipe, sizeof R->recipe, "held_out=%s;shift=%d;itm=%s", R->held_out,
+           R->rc.augment_shift, itm_negatives(&R->rc));
+  return AMPC_OK;
+}
+
+static void mm_gather(ampc_run *R, int64_t base, ampc_batch *out) {
+  const ampc_dataset *D = R->data.dataset;
+  for (int64_t r = 0; r < R->mb; r++) {
+    uint64_t h;
+    const int64_t src = ampc_sample_draw(&R->smp, &R->groups, R->rc.seed, base + r, &h);
+    ampc_batch_put_pair(&R->buf, D, r, src, R->rc.augment_shift, h >> 32);
+  }
+  out->labels = R->buf.labels;
+  out->images = R->buf.images;
+  out->tokens = R->buf.tokens;
+  out->neg_uniform = R->rc.itm_random_negatives;
+  if (R->rc.itm_sample_negatives) /* never 0, which asks for the hardest negatives */
+    out->neg_seed = ampc_sample_hash(R->rc.seed ^ 0xA5A5A5A5ull, base) | 1u;
+  out->mask_seed = ampc_sample_hash(R->rc.seed ^ 0x5A5A5A5A3C3C3C3Cull, base) | 1u; /* MLM */
+}
+
+static void mm_log_config(cJSON *run_o, const ampc_run *R) {
+  const ampc_dataset *D = R->data.dataset;
+  const ampc_mmodel_config *mc = &R->md.mm;
+  cJSON_AddStringToObject(run_o, "model", mc->name);
+  cJSON_AddStringToObject(run_o, "data", R->data.name ? R->data.name : "");
+  cJSON_AddNumberToObject(run_o, "train_samples", (double)R->ntrain);
+  cJSON_AddNumberToObject(run_o, "train_concepts", (double)R->groups.count);
+  cJSON_AddStringToObject(run_o, "held_out_style", R->held_out);
+  cJSON_AddNumberToObject(run_o, "augment_shift", (double)R->rc.augment_shift);
+  cJSON_AddStringToObject(run_o, "itm_negatives", itm_negatives(&R->rc));
+  cJSON_AddNumberToObject(run_o, "vocab", (double)D->vocab);
+  cJSON_AddNumberToObject(run_o, "seq_len", (double)D->seq_len);
+  cJSON_AddNumberToObject(run_o, "classes", (double)D->n_classes);
+  cJSON_AddNumberToObject(run_o, "w_itc", (double)mc->w_itc);
+  cJSON_AddNumberToObject(run_o, "w_itm", (double)mc->w_itm);
+  cJSON_AddNumberToObject(run_o, "w_cls", (double)mc->w_cls);
+  if (mc->w_mlm > 0.0f) { /* masked caption modelling (absent: off, as in older logs) */
+    cJSON_AddNumberToObject(run_o, "w_mlm", (double)mc->w_mlm);
+    cJSON_AddNumberToObject(run_o, "mlm_prob", (double)mc->mlm_prob);
+  }
+  cJSON_AddNumberToObject(run_o, "activation_bytes",
+                          (double)(R->model.activation_bytes + R->model.workspace_bytes));
+  cJSON_AddBoolToObject(run_o, "recompute", !mc->no_recompute);
+  /* in effect: on, under 16-bit activations (absent in older logs: off) */
+  cJSON_AddBoolToObject(run_o, "attention_cast", run_attn_cast(R));
+}
+
+/* retrieval (image-text) or the class head (the ViTs) */
+static void mm_log_eval(cJSON *m, const ampc_eval *e) {
+  if (e->kind == AMPC_EVAL_RETRIEVAL) {
+    run_add_mm_metrics(m, "new_style", &e->new_style);
+    run_add_mm_metrics(m, "zero_shot", &e->zero_shot);
+  } else {
+    cJSON_AddNumberToObject(m, "test_accuracy", e->accuracy);
+    cJSON_AddNumberToObject(m, "test_loss", e->loss);
+    cJSON_AddNumberToObject(m, "test_samples", (double)e->samples);
+  }
+}
+
+static void mm_log_summary(cJSON *o, const ampc_run *R, const run_totals *t) {
+  const ampc_trainer *T = &R->T;
+  cJSON_AddNumberToObject(o, "ms_per_step_mean", t->ms_n ? t->ms_sum / (double)t->ms_n : 0.0);
+  cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
+  cJSON_AddNumberToObject(o, "activation_bytes",
+                          (double)(R->model.activation_bytes + R->model.workspace_bytes));
+  size_t pbytes = 0;
+  for (int r = 0; r < AMPC_ROLE_COUNT; r++)
+    pbytes += T->params.bytes[r];
+  cJSON_AddNumberToObject(o, "parameter_state_bytes", (double)pbytes);
+  run_add_memory(o, R);
+  cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
+  if (t->have_eval)
+    mm_log_eval(cJSON_AddObjectToObject(o, "metrics"), &t->ev);
+}
+
+static const run_kind k_mm_kind = {
+    .name = mm_name,
+    .on_device = true,
+    .names_model_in_summary = true,
+    .attn_cast_asked = mm_attn_cast_asked,
+    .check_data = mm_check_data,
+    .min_micro_batch = mm_min_micro_batch,
+    .check_global_negatives = mm_check_global_negatives,
+    .feed = mm_feed,
+    .gather = mm_gather,
+    .log_config = mm_log_config,
+    .log_eval = mm_log_eval,
+    .log_summary = mm_log_summary,
+};
+
+const run_kind *run_kind_of(const ampc_model_desc *md) {
+  return md->kind == AMPC_MODEL_MM ? &k_mm_kind : md->kind == AMPC_MODEL_MLP ? &k_mlp_kind : NULL;
 }

@@ -1,7 +1,8 @@
 /*
- * src/train/trainer.c: the training engine's step (unscale, non-finite check,
- * clip, optimizer or skip, scaler update), its resolved-configuration record
- * and the configuration lint. See include/ampc/engine.h for the contract.
+ * src/train/trainer.c: the training engine's step (the scaler's finish:
+ * unscale, non-finite check, scale update; then clip and the optimizer, or
+ * the skip), its resolved-configuration record and the configuration lint. See
+ * include/ampc/engine.h for the contract.
  */
 #include "internal.h"
 
@@ -54,8 +55,7 @@ ampc_status ampc_trainer_init(ampc_trainer *T, const ampc_amp_config *amp,
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_init: out of memory");
   }
   ampc_scaler_init(&T->scaler, &amp->scaler);
-  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
-    T->branch_amax[b] = -1.0f;
+  ampc_scale_plan_init(&T->plan);
   T->telemetry = true;
   return AMPC_OK;
 }
@@ -176,106 +176,40 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     return ampc_fail(ds, "ampc_trainer_step: zeroing the gradients on the %s device failed",
                      be->name);
   }
-  ampc_step_info r = {.iteration = T->iteration + 1, .loss_scale = T->scaler.scale};
-  const float inv = ampc_scaler_inv_scale(&T->scaler);
-  const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
-  const bool per_loss = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS;
-  if (per_loss != (T->grad32 != NULL))
-    return ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "ampc_trainer_step: per-loss scaling takes its gradient from grad32 (the "
-                     "FP32 sum of the terms' unscaled gradients), and only it");
-  float binv[AMPC_BRANCH_COUNT];
-  bool bnf[AMPC_BRANCH_COUNT] = {false, false, false, false};
-  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
-    r.branch_scale[b] = per_loss ? ampc_scaler_term_scale(&T->scaler, b)
-                                 : ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
-    binv[b] = per_loss ? 1.0f : (float)(1.0 / (double)r.branch_scale[b]);
-  }
-  ampc_status st = AMPC_OK;
-  if (per_loss) { /* already unscaled, term by term */
-    st = be->grad_unscale_check(T->grad32, AMPC_F32, P->total, 1.0f, &r.nonfinite, &r.grad_norm,
-                                &T->unscale_ws);
-    bool any = false;
-    for (int k = 0; k < AMPC_BRANCH_COUNT; k++)
-      bnf[k] = T->term_nonfinite[k], any = any || bnf[k];
-    if (r.nonfinite > 0 && !any) /* a sum over ranks that overflowed FP32: the first term */
-      bnf[0] = true;
-  } else if (!per_branch) {
-    st = be->grad_unscale_check(P->grad, P->wdt, P->total, inv, &r.nonfinite, &r.grad_norm,
-                                &T->unscale_ws);
-  } else { /* each tensor with its branch's 1/S_b; the norm from the tensors' sums */
-    const size_t gsz = ampc_dtype_size(P->wdt);
-    double sumsq = 0.0;
-    for (int i = 0; i < P->count && st == AMPC_OK; i++) {
-      const ampc_param *p = &P->p[i];
-      const int b = (unsigned)p->branch < AMPC_BRANCH_COUNT ? (int)p->branch : AMPC_BRANCH_HEADS;
-      int64_t nf = 0;
-      double norm = 0.0;
-      st = be->grad_unscale_check((const char *)P->grad + (size_t)p->offset * gsz, P->wdt, p->numel,
-                                  binv[b], &nf, &norm, &T->unscale_ws);
-      sumsq += norm * norm;
-      r.nonfinite += nf;
-      bnf[b] = bnf[b] || nf > 0;
-    }
-    r.grad_norm = sqrt(sumsq);
-  }
-  if (st != AMPC_OK)
-    return st;
-  r.overflow = r.nonfinite > 0;
-  const double finite_norm = r.grad_norm;
-  if (r.overflow) /* as torch's clip_grad_norm_ reports it */
-    r.grad_norm = (double)INFINITY;
-  const bool skip = r.overflow && T->amp.scaler.mode != AMPC_LOSS_SCALE_NONE;
+  /* the scaler unscales, checks and updates the scale; the optimizer takes
+   * its factors in its fused update */
+  const ampc_grads g = {P->grad, P->wdt, P->total, P->p, P->count};
+  const ampc_unscale_ops ops = {be->grad_unscale_check, be->stage_f32, &T->unscale_ws};
+  ampc_unscaled u;
+  AMPC_TRY(ampc_scaler_finish(&T->scaler, &T->plan, &g, &ops, &u));
+  ampc_step_info r = {.iteration = T->iteration + 1,
+                      .loss_scale = u.loss_scale,
+                      .next_scale = u.next_scale,
+                      .overflow = u.overflow,
+                      .skipped = u.skip,
+                      .growth_tracker = u.growth_tracker,
+                      .nonfinite = u.nonfinite,
+                      /* as torch's clip_grad_norm_ reports an overflow */
+                      .grad_norm = u.overflow ? (double)INFINITY : u.norm,
+                      .clip_coef = 1.0f,
+                      .branch_nonfinite = u.nonfinite_mask,
+                      .branch_picked = u.picked};
+  memcpy(r.branch_scale, u.scale, sizeof r.branch_scale);
+  memcpy(r.next_branch_scale, u.next_branch_scale, sizeof r.next_branch_scale);
   r.lr = ampc_lr_at(&T->opt, T->step + 1);
-  r.clip_coef = 1.0f;
-  if (!skip) {
+  if (!u.skip) {
     /* (only with loss scaling off can a non-finite step reach here: the
      * finite values are clipped by their own norm, the others stay non-finite) */
-    r.clip_coef = ampc_clip_coef(finite_norm, T->opt.clip_norm);
-    /* the plain step multiplies every gradient by 1/S (ampc_optim_step) */
-    const float uni[AMPC_BRANCH_COUNT] = {inv, inv, inv, inv};
-    st = be->optim_step_from(P, &T->opt, T->step + 1, r.lr, per_loss || per_branch ? binv : uni,
-                             r.clip_coef, T->telemetry ? T->swallow : NULL,
-                             per_loss ? T->grad32 : P->grad, per_loss ? AMPC_F32 : P->wdt);
-    if (st != AMPC_OK)
-      return st;
+    r.clip_coef = ampc_clip_coef(u.norm, T->opt.clip_norm);
+    AMPC_TRY(be->optim_step_from(P, &T->opt, T->step + 1, r.lr, u.mult, r.clip_coef,
+                                 T->telemetry ? T->swallow : NULL, u.grad, u.grad_dt));
     T->step++;
     if (T->telemetry)
       for (int i = 0; i < P->count; i++)
         r.nonfinite_weights += T->swallow[i].nonfinite;
   }
-  if (!per_branch && !per_loss)
-    bnf[AMPC_BRANCH_HEADS] = r.overflow;
-  r.branch_nonfinite = 0;
-  for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
-    r.branch_nonfinite |= bnf[b] ? 1u << b : 0u;
-  const int64_t picks = T->scaler.branch_picks;
-  const bool skipped = ampc_scaler_update_branches(&T->scaler, bnf, T->branch_amax);
-  (void)skipped; /* equal to skip by construction */
-  r.branch_picked = T->scaler.branch_picks > picks;
-  for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
-    r.next_branch_scale[b] = per_loss ? ampc_scaler_term_scale(&T->scaler, b)
-                                      : ampc_scaler_branch_scale(&T->scaler, (ampc_branch)b);
-    T->branch_amax[b] = -1.0f; /* used once */
-    T->term_nonfinite[b] = false;
-  }
-  T->grad32 = NULL;
   T->iteration++;
-  r.skipped = skip;
   r.step = T->step;
-  r.next_scale = T->scaler.scale;
-  if (per_loss) { /* the smallest of the model's terms' scales */
-    bool have = false;
-    for (int k = 0; k < AMPC_BRANCH_COUNT; k++)
-      if (T->term_on[k]) {
-        if (!have || r.branch_scale[k] < r.loss_scale)
-          r.loss_scale = r.branch_scale[k];
-        if (!have || r.next_branch_scale[k] < r.next_scale)
-          r.next_scale = r.next_branch_scale[k];
-        have = true;
-      }
-  }
-  r.growth_tracker = T->scaler.growth_tracker;
   *info = r;
   return AMPC_OK;
 }

@@ -789,6 +789,10 @@ static int run_one(int argc, char **argv, cJSON **summary) {
   c.global_negatives = A.global_negatives;
   c.on_stall = A.on_stall, c.stall_steps = A.stall_steps;
   c.device = A.device;
+#ifdef AMPC_TEST_HOOKS /* the robustness tests' faults (docs/ROBUSTNESS.md; not in a release) */
+  (void)ampc_fault_at_parse(getenv("AMPC_FAULT_FAIL"), &c.faults.fail);
+  (void)ampc_fault_at_parse(getenv("AMPC_FAULT_NAN_GRAD"), &c.faults.nan_grad);
+#endif
   ampc_run *R = NULL;
   int ret = AMPC_EXIT_OK;
   const ampc_status st = ampc_run_create(&R, &c, &A.amp, &A.opt, &md, &data);
