@@ -636,7 +636,7 @@ static int run(int argc, char **argv) {
     run_t *u = &runs[r];
     snprintf(u->log, sizeof u->log, "%s/%s.jsonl", out, u->label);
     snprintf(u->txt, sizeof u->txt, "%s/%s.txt", out, u->label);
-    u->A.log = u->log, u->A.save = NULL, u->A.json = true;
+    u->A.log = u->log; /* --log is compare's */
     bool refused = false;
     const int rc = train_inputs_load("compare", &u->A, shared_data(runs, r), &u->in, &refused,
                                      u->why, sizeof u->why);
