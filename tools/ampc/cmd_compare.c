@@ -443,7 +443,7 @@ static int write_outputs(const char *dir, run_t *runs, int n, int base) {
 /* ---- the runs: ampc_compare_run, each run's messages into DIR/LABEL.txt -------------- */
 
 typedef struct compare_ctx {
-  train_printer pr; /* first: the train callbacks' user */
+  train_printer pr; /* what the train callbacks print through */
   ampc_compare_callbacks train_cb;
   run_t *runs;
   const int *of_spec; /* spec k -> its run */
