@@ -546,6 +546,103 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const ampc_dataset *d, int spli
  * P is unchanged on error. */
 ampc_status ampc_params_load(ampc_params *P, const char *path);
 
+/* ---- comparing runs: the same training in several precisions --------------------- */
+
+/* One run of a comparison: everything ampc_run_create takes, and a name.
+ * A comparison of presets is a base (the run config, optimizer, model and
+ * data shared by every run) and, per run, its ampc_amp_config (the preset
+ * with the run's overrides: ampc_amp_config_preset, ampc_amp_config_set) and
+ * its own log and checkpoint paths (two runs must not share one); the
+ * caller may override anything else per run (`ampc compare --run`). */
+typedef struct ampc_compare_spec {
+  const char *label; /* the run's name ("16-mixed"), in results and messages */
+  ampc_run_config rc;
+  ampc_amp_config amp;
+  ampc_optim_config opt;
+  ampc_model_desc md;
+  const ampc_run_data *data; /* may be shared by several runs */
+  int threads;               /* > 0: the run's thread count (ampc_set_num_threads); 0: the
+                                default (left alone unless an earlier run set one) */
+} ampc_compare_spec;
+
+typedef struct ampc_compare_options {
+  /* true: the first run that fails ends the comparison (the later ones are
+   * not started: ran false); false: every run is tried */
+  bool stop_on_error;
+  /* true: each finished run's metrics log (rc.log_path; one process, or
+   * rank 0 of the group) is read back into result.diag, and every run is
+   * compared with the first finished 32-true run (ampc_diag_compare with
+   * margin vs_fp32_margin, 0: 0.01) */
+  bool vs_fp32;
+  double vs_fp32_margin;
+} ampc_compare_options;
+
+/* What one run of a comparison gave. Numbers the run does not have are
+ * NaN (no evaluation, --no-eval; the retrieval numbers of an image-only
+ * model; a run that failed). */
+typedef struct ampc_compare_result {
+  bool ran;           /* started (false: skipped after an earlier failure) */
+  ampc_status status; /* AMPC_OK: trained to its end (a stall under
+                         AMPC_STALL_WARN included); else the error of
+                         ampc_run_create or ampc_run_train */
+  bool refused;       /* ampc_run_create said AMPC_ERR_INVALID_ARG: a
+                         setting that does not fit (model, data, batch) */
+  bool stalled;       /* stopped by AMPC_STALL_STOP (status AMPC_ERR_NUMERIC) */
+  char error[512];    /* the failure's message (ampc_last_error), or "" */
+  char *summary_json; /* the run's {"event":"summary",...} (malloc'd), NULL on failure */
+  int64_t steps, skipped_steps;
+  double final_loss;          /* the last step's training loss (FP32, unscaled) */
+  double wall_s, ms_per_step; /* the run's wall time; mean ms per step (or wall / steps) */
+  double activation_mib;      /* the model's activations + workspace, MiB (2^20 bytes) */
+  double peak_rss_bytes;      /* the process's peak resident set at the run's end (Linux:
+                                 the high-water mark is reset before each run) */
+  double test_accuracy;       /* class accuracy (ViTs, MLP) */
+  double new_i2t_r1, new_t2i_r1, zs_i2t_r1, zs_t2i_r1; /* retrieval R@1, new style and
+                                                          zero-shot splits */
+  double group_acc;                                    /* the new-style split's group accuracy */
+  double new_chance_r1, zs_chance_r1;                  /* 1 / concepts of each split */
+  int n_verdicts; /* the run's own diagnosis (>= 1 when it finished) */
+  ampc_verdict verdicts[AMPC_VERDICT_COUNT];
+  ampc_diag *diag; /* options.vs_fp32: the diagnosis read back from its log (owned), else
+                      NULL (error says why when the log did not read) */
+  /* options.vs_fp32, against the baseline run (baseline >= 0, not this one) */
+  int baseline;       /* index of the first finished 32-true run, -1 when none */
+  bool have_gap;      /* gap holds the comparison */
+  ampc_diag_gap gap;  /* the loss gap over the last tenth of the steps */
+  int n_gap_verdicts; /* 0 or 1 */
+  ampc_verdict gap_verdict;
+  char gap_error[200]; /* why the two could not be compared (not twins), or "" */
+} ampc_compare_result;
+
+/* Observers of a comparison (the library never prints). Any may be NULL;
+ * run's callbacks see every run's steps, evaluations and stalls. */
+typedef struct ampc_compare_callbacks {
+  void *user;
+  /* run k is built and about to train */
+  void (*run_start)(void *user, int k, ampc_run *R);
+  ampc_run_callbacks run;
+  /* run k ended; res is filled (diag and the vs_fp32 fields not yet); R is
+   * NULL when ampc_run_create failed, and freed after this returns */
+  void (*run_end)(void *user, int k, ampc_run *R, const ampc_compare_result *res);
+} ampc_compare_callbacks;
+
+/* Train runs[0..n) one after another in this process (1 <= n <= 64), each
+ * as ampc_run_create + ampc_run_train would, so each run's bits, log and
+ * checkpoint are those of the same run alone, and fill results[0..n)
+ * (free them with ampc_compare_results_free, also after an error). Method:
+ * the experiment of Micikevicius et al. 2018 (Mixed Precision Training): the
+ * same model, data, seed and steps in several precisions, side by side;
+ * with options->vs_fp32 each run's loss is compared with the FP32 twin's.
+ * Returns AMPC_OK when every run finished; else the status of the first
+ * run that failed (ampc_last_error: "run LABEL: why"); results say which.
+ * Errors: AMPC_ERR_INVALID_ARG (bad n, NULL runs or results), and those of
+ * the runs. */
+ampc_status ampc_compare_run(const ampc_compare_spec *runs, int n,
+                             const ampc_compare_options *options, const ampc_compare_callbacks *cb,
+                             ampc_compare_result *results);
+/* Free what results[0..n) own (summary_json, diag). */
+void ampc_compare_results_free(ampc_compare_result *results, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,9 +2,11 @@
  * tools/ampc/cmd_compare.c: `ampc compare --out DIR [--run LABEL='flags']...
  * [train flags]`: the same training run in several precisions side by side
  * (the experiment of Micikevicius et al. 2018: an FP32 baseline, FP16 without
- * loss scaling, FP16 with it), each in its own process so that peak memory is
- * its own, then a summary, a report and plots of loss, loss scale and the
- * gradient histogram against binary16's bands.
+ * loss scaling, FP16 with it), then a summary, a report and plots of loss,
+ * loss scale and the gradient histogram against binary16's bands. Each run's
+ * flags are `ampc train`'s (tools/ampc/train.h turns them into runs); the
+ * runs and the comparison with the FP32 twin are the library's
+ * ampc_compare_run, as for `ampc train --precision A,B`.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -17,7 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ampc/ampc.h"
@@ -28,7 +29,7 @@ static const char k_usage[] =
     "Usage: ampc compare --out DIR [--run LABEL='FLAGS']... [train flags]\n"
     "\n"
     "Train the same model on the same data, seed and steps in several precisions,\n"
-    "one process each, and write side by side:\n"
+    "one after another, and write side by side:\n"
     "  DIR/summary.json   {\"runs\":[{\"label\",\"flags\",\"final_loss\",\"eval\",\n"
     "                     \"skipped_steps\",\"verdicts\",\"ms_per_step\",\n"
     "                     \"peak_rss_bytes\"},...]}\n"
@@ -56,15 +57,22 @@ static const char k_usage[] =
     "failed or an output cannot be written, 2 bad usage (also when every run\n"
     "refused its flags, e.g. a model the data cannot feed).\n";
 
-enum { MAX_RUNS = 16, MAX_ARGS = 256 };
+enum { MAX_RUNS = 16, MAX_ARGS = 256, PATH_CAP = 4200 };
 
 typedef struct {
   char label[64];
   char flags[512];
-  char log[4096];
-  cJSON *summary; /* the run's summary (owned), NULL if it failed */
-  int status;
-  ampc_diag *diag;
+  char split[512];                /* flags, split in place: args point into it */
+  char *args[MAX_ARGS + 8];       /* "train", the common flags, the run's own */
+  train_args A;                   /* parsed from args */
+  train_inputs in;                /* its data and model */
+  char log[PATH_CAP];             /* DIR/LABEL.jsonl */
+  char txt[PATH_CAP];             /* DIR/LABEL.txt: its messages */
+  cJSON *summary;                 /* the run's summary (owned), NULL if it failed */
+  int status;                     /* as `ampc train` would exit: 0, 1, 2 (refused), 3 (stalled) */
+  char why[512];                  /* why it failed, or "" */
+  const ampc_compare_result *res; /* NULL: refused before it ran */
+  const ampc_diag *diag;          /* its diagnosis read back from its log, or NULL */
 } run_t;
 
 static int label_ok(const char *s, size_t n) {
@@ -79,89 +87,25 @@ static int label_ok(const char *s, size_t n) {
   return 1;
 }
 
-/* split s on spaces into argv (modifies s); returns the count or -1 */
-static int split(char *s, char **argv, int max) {
-  int n = 0;
-  for (char *tok = strtok(s, " \t"); tok; tok = strtok(NULL, " \t")) {
-    if (n >= max)
-      return -1;
-    argv[n++] = tok;
-  }
-  return n;
-}
-
-/* argv of run r's `ampc train`: "ampc", "train", the common flags, the run's
- * own (split into flags, a copy of r->flags); NULL-terminated. Returns the
- * count, or -1 with too many flags. */
-static int train_argv(const run_t *r, char **common, int nc, char *flags, char **args) {
-  snprintf(flags, sizeof r->flags, "%s", r->flags);
+/* r->args: "train", "--on-stall=warn", the common flags, the run's own
+ * (split on spaces into r->split); NULL-terminated. Returns the count, or
+ * -1 with too many flags. */
+static int train_argv(run_t *r, char **common, int nc) {
+  snprintf(r->split, sizeof r->split, "%s", r->flags);
   int na = 0;
-  args[na++] = "ampc";
-  args[na++] = "train";
+  r->args[na++] = "train";
   /* a comparison shows failing runs to the end (a flag of the user's can
    * still say --on-stall stop) */
-  args[na++] = "--on-stall=warn";
+  r->args[na++] = "--on-stall=warn";
   for (int i = 0; i < nc; i++)
-    args[na++] = common[i];
-  const int nf = split(flags, args + na, MAX_ARGS - na);
-  if (nf < 0)
-    return -1;
-  args[na + nf] = NULL;
-  return na + nf;
-}
-
-/* Run `ampc train` with args; its stdout (the summary JSON) into *out, its
- * stderr into errpath. Returns the exit status (or -1 if it could not run). */
-static int run_child(char **args, const char *errpath, char **out) {
-  int fd[2];
-  *out = NULL;
-  if (pipe(fd) != 0)
-    return -1;
-  fflush(NULL);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fd[0]), close(fd[1]);
-    return -1;
+    r->args[na++] = common[i];
+  for (char *tok = strtok(r->split, " \t"); tok; tok = strtok(NULL, " \t")) {
+    if (na >= MAX_ARGS)
+      return -1;
+    r->args[na++] = tok;
   }
-  if (pid == 0) {
-    FILE *e = fopen(errpath, "w");
-    if (e)
-      dup2(fileno(e), 2);
-    dup2(fd[1], 1);
-    close(fd[0]), close(fd[1]);
-    execv("/proc/self/exe", args);
-    fprintf(stderr, "ampc compare: cannot run /proc/self/exe: %s\n", strerror(errno));
-    _exit(127);
-  }
-  close(fd[1]);
-  size_t len = 0, cap = 4096;
-  char *buf = malloc(cap);
-  ssize_t r;
-  while (buf && (r = read(fd[0], buf + len, cap - len - 1)) != 0) {
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      break;
-    }
-    len += (size_t)r;
-    if (cap - len < 2) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb, cap *= 2;
-    }
-  }
-  close(fd[0]);
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (buf)
-    buf[len] = '\0';
-  *out = buf;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  r->args[na] = NULL;
+  return na;
 }
 
 static double jnum(const cJSON *o, const char *k) {
@@ -332,7 +276,8 @@ static void fmt_eval(char *buf, size_t cap, const cJSON *m) {
     snprintf(buf, cap, "-");
 }
 
-static int write_outputs(const char *dir, run_t *runs, int n) {
+/* DIR/report.md and DIR/summary.json; base: the FP32 twin's run (-1: none) */
+static int write_outputs(const char *dir, run_t *runs, int n, int base) {
   cJSON *root = cJSON_CreateObject();
   cJSON *arr = cJSON_AddArrayToObject(root, "runs");
   char path[4200];
@@ -344,32 +289,8 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
   }
   fprintf(md, "# ampc compare\n\n| run | flags | final loss | eval | skipped | verdicts | ms/step "
               "| peak RSS (MiB) |\n|---|---|---:|---|---:|---|---:|---:|\n");
-  /* the FP32 twin: the first 32-true run (the cross-run verdicts of issue 18) */
-  int base = -1;
-  for (int r = 0; r < n && base < 0; r++)
-    if (runs[r].status == 0 && runs[r].diag &&
-        !strcmp(ampc_diag_get_config(runs[r].diag)->precision, "32-true"))
-      base = r;
-  ampc_diag_gap *gaps = calloc((size_t)n, sizeof *gaps);
-  ampc_verdict *gv = calloc((size_t)n, sizeof *gv);
-  int *ngv = calloc((size_t)n, sizeof *ngv);
-  bool *have_gap = calloc((size_t)n, sizeof *have_gap);
-  if (!gaps || !gv || !ngv || !have_gap) {
-    free(gaps), free(gv), free(ngv), free(have_gap);
-    fclose(md);
-    cJSON_Delete(root);
-    return cli_runtime_error("compare", "out of memory");
-  }
-  char(*gap_err)[200] = calloc((size_t)n, sizeof *gap_err);
   for (int r = 0; r < n; r++) {
-    if (base < 0 || r == base || runs[r].status != 0 || !runs[r].diag)
-      continue;
-    have_gap[r] = gap_err && ampc_diag_compare(runs[r].diag, runs[base].diag, 0.01, &gaps[r],
-                                               &gv[r], &ngv[r]) == AMPC_OK;
-    if (!have_gap[r] && gap_err)
-      snprintf(gap_err[r], sizeof gap_err[r], "%s", ampc_last_error());
-  }
-  for (int r = 0; r < n; r++) {
+    const ampc_compare_result *x = runs[r].res; /* NULL: refused before it ran */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "label", runs[r].label);
     cJSON_AddStringToObject(o, "flags", runs[r].flags);
@@ -411,28 +332,29 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
       cJSON_AddNumberToObject(o, "exit_status", runs[r].status);
     if (dg)
       cJSON_AddItemToObject(o, "diagnosis", cJSON_Duplicate(dg, 1));
-    if (have_gap[r]) {
+    if (x && x->have_gap) {
+      const ampc_diag_gap *gp = &x->gap;
       cJSON *g = cJSON_AddObjectToObject(o, "vs_fp32");
       cJSON_AddStringToObject(g, "baseline", runs[base].label);
-      cJSON_AddBoolToObject(g, "finite", gaps[r].finite);
-      cJSON_AddStringToObject(g, "quantity", gaps[r].quantity);
-      cJSON_AddNumberToObject(g, "first_step", (double)gaps[r].first_step);
-      cJSON_AddNumberToObject(g, "last_step", (double)gaps[r].last_step);
-      cJSON_AddNumberToObject(g, "loss", gaps[r].run_loss);
-      cJSON_AddNumberToObject(g, "baseline_loss", gaps[r].base_loss);
-      cJSON_AddNumberToObject(g, "diff", gaps[r].diff);
-      cJSON_AddNumberToObject(g, "diff_se", gaps[r].diff_se);
-      cJSON_AddNumberToObject(g, "rel", gaps[r].rel);
-      cJSON_AddNumberToObject(g, "window", (double)gaps[r].window);
-      cJSON_AddBoolToObject(g, "significant", gaps[r].significant);
-      if (ngv[r])
-        cJSON_AddStringToObject(g, "verdict", ampc_verdict_name(gv[r].kind));
+      cJSON_AddBoolToObject(g, "finite", gp->finite);
+      cJSON_AddStringToObject(g, "quantity", gp->quantity);
+      cJSON_AddNumberToObject(g, "first_step", (double)gp->first_step);
+      cJSON_AddNumberToObject(g, "last_step", (double)gp->last_step);
+      cJSON_AddNumberToObject(g, "loss", gp->run_loss);
+      cJSON_AddNumberToObject(g, "baseline_loss", gp->base_loss);
+      cJSON_AddNumberToObject(g, "diff", gp->diff);
+      cJSON_AddNumberToObject(g, "diff_se", gp->diff_se);
+      cJSON_AddNumberToObject(g, "rel", gp->rel);
+      cJSON_AddNumberToObject(g, "window", (double)gp->window);
+      cJSON_AddBoolToObject(g, "significant", gp->significant);
+      if (x->n_gap_verdicts)
+        cJSON_AddStringToObject(g, "verdict", ampc_verdict_name(x->gap_verdict.kind));
       else
         cJSON_AddNullToObject(g, "verdict");
-    } else if (gap_err && gap_err[r][0]) {
+    } else if (x && x->gap_error[0]) {
       cJSON *g = cJSON_AddObjectToObject(o, "vs_fp32");
       cJSON_AddStringToObject(g, "baseline", runs[base].label);
-      cJSON_AddStringToObject(g, "error", gap_err[r]);
+      cJSON_AddStringToObject(g, "error", x->gap_error);
     }
     cJSON_AddItemToArray(arr, o);
     char evtxt[256];
@@ -457,18 +379,19 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
             "FP32 loss | difference | verdict |\n|---|---|---:|---:|---:|---|\n",
             runs[base].label, runs[base].label);
     for (int r = 0; r < n; r++) {
-      if (have_gap[r] && !gaps[r].finite)
+      const ampc_compare_result *x = runs[r].res;
+      const ampc_diag_gap *gp = x ? &x->gap : NULL;
+      if (x && x->have_gap && !gp->finite)
         fprintf(md, "| %s | - | - | - | - | not compared: non-finite values (its own verdicts) |\n",
                 runs[r].label);
-      else if (have_gap[r])
+      else if (x && x->have_gap)
         fprintf(md, "| %s | %s | %.5g | %.5g | %+.3g (%+.2f %%) +- %.2g | %s |\n", runs[r].label,
-                gaps[r].quantity, gaps[r].run_loss, gaps[r].base_loss, gaps[r].diff,
-                100.0 * gaps[r].rel, gaps[r].diff_se,
-                ngv[r]               ? ampc_verdict_name(gv[r].kind)
-                : gaps[r].diff < 0.0 ? "no gap (below the FP32 loss)"
-                                     : "no gap (within the margin)");
-      else if (gap_err && gap_err[r][0])
-        fprintf(md, "| %s | - | - | - | - | not compared: %s |\n", runs[r].label, gap_err[r]);
+                gp->quantity, gp->run_loss, gp->base_loss, gp->diff, 100.0 * gp->rel, gp->diff_se,
+                x->n_gap_verdicts ? ampc_verdict_name(x->gap_verdict.kind)
+                : gp->diff < 0.0  ? "no gap (below the FP32 loss)"
+                                  : "no gap (within the margin)");
+      else if (x && x->gap_error[0])
+        fprintf(md, "| %s | - | - | - | - | not compared: %s |\n", runs[r].label, x->gap_error);
     }
   }
   fprintf(md, "\nPlots: `loss.png`, `scale.png`, `grad_hist.png` (the last only when a run "
@@ -491,15 +414,16 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
       if (cJSON_IsString(sg))
         fprintf(md, "  - safeguard: %s\n", sg->valuestring);
     }
-    if (have_gap[r] && ngv[r]) {
-      fprintf(md, "- **%s** (against %s)\n", ampc_verdict_name(gv[r].kind), runs[base].label);
-      for (int k = 0; k < gv[r].n_evidence; k++)
-        fprintf(md, "  - %s\n", gv[r].evidence[k]);
-      if (gv[r].safeguard[0])
-        fprintf(md, "  - safeguard: %s\n", gv[r].safeguard);
+    const ampc_compare_result *x = runs[r].res;
+    if (x && x->have_gap && x->n_gap_verdicts) {
+      const ampc_verdict *gv = &x->gap_verdict;
+      fprintf(md, "- **%s** (against %s)\n", ampc_verdict_name(gv->kind), runs[base].label);
+      for (int k = 0; k < gv->n_evidence; k++)
+        fprintf(md, "  - %s\n", gv->evidence[k]);
+      if (gv->safeguard[0])
+        fprintf(md, "  - safeguard: %s\n", gv->safeguard);
     }
   }
-  free(gaps), free(gv), free(ngv), free(have_gap), free(gap_err);
   const int bad = ferror(md);
   if (fclose(md) != 0 || bad) {
     cJSON_Delete(root);
@@ -516,15 +440,89 @@ static int write_outputs(const char *dir, run_t *runs, int n) {
   return AMPC_EXIT_OK;
 }
 
+/* ---- the runs: ampc_compare_run, each run's messages into DIR/LABEL.txt -------------- */
+
+typedef struct compare_ctx {
+  train_printer pr; /* what the train callbacks print through */
+  ampc_compare_callbacks train_cb;
+  run_t *runs;
+  const int *of_spec; /* spec k -> its run */
+  int nr;
+  FILE *msg; /* the current run's DIR/LABEL.txt */
+} compare_ctx;
+
+/* run r is about to start: say so, open its messages file */
+static void begin_run(compare_ctx *cx, int r) {
+  fprintf(stderr, "ampc compare: run %d/%d %s: %s\n", r + 1, cx->nr, cx->runs[r].label,
+          cx->runs[r].flags);
+  if (!cx->msg)
+    cx->msg = fopen(cx->runs[r].txt, "w");
+  FILE *f = cx->msg ? cx->msg : stderr;
+  train_printer_set(&cx->pr, &cx->runs[r].A, f, f, cx->runs[r].A.quiet, true);
+  cx->pr.tty = false; /* the progress goes to the file */
+}
+
+static void on_start(void *user, int k, ampc_run *R) {
+  compare_ctx *cx = user;
+  begin_run(cx, cx->of_spec[k]);
+  cx->train_cb.run_start(&cx->pr, k, R);
+}
+
+/* a run's outcome: failed ones with their message in DIR/LABEL.txt */
+static void end_run(compare_ctx *cx, run_t *r) {
+  if (r->status != 0 && cx->msg)
+    fprintf(cx->msg, "ampc train: %s\n", r->why);
+  if (cx->msg)
+    fclose(cx->msg);
+  cx->msg = NULL;
+  if (r->status != 0)
+    fprintf(stderr, "ampc compare: run %s failed (exit %d); its messages are in %s\n", r->label,
+            r->status, r->txt);
+}
+
+static void on_end(void *user, int k, ampc_run *R, const ampc_compare_result *res) {
+  compare_ctx *cx = user;
+  run_t *r = &cx->runs[cx->of_spec[k]];
+  if (!R) /* ampc_run_create refused it: not started */
+    begin_run(cx, cx->of_spec[k]);
+  r->status = res->status == AMPC_OK ? 0
+              : res->refused         ? AMPC_EXIT_USAGE
+              : res->stalled         ? AMPC_EXIT_STALLED
+                                     : AMPC_EXIT_ERROR;
+  snprintf(r->why, sizeof r->why, "%s", res->error);
+  end_run(cx, r);
+  if (res->status == AMPC_OK)
+    fprintf(stderr, "ampc compare:   final loss %.4f, %lld skipped, verdict %s\n", res->final_loss,
+            (long long)res->skipped_steps,
+            res->n_verdicts ? ampc_verdict_name(res->verdicts[0].kind) : "?");
+}
+
+/* the inputs of an earlier run that run r can share (the same --data and
+ * --hold-out-style), or NULL */
+static const train_inputs *shared_data(const run_t *runs, int r) {
+  const train_args *a = &runs[r].A;
+  for (int q = 0; q < r; q++) {
+    const train_args *b = &runs[q].A;
+    if (runs[q].in.owns_data && !strcmp(a->data, b->data) &&
+        (a->hold_out_style && b->hold_out_style ? !strcmp(a->hold_out_style, b->hold_out_style)
+                                                : a->hold_out_style == b->hold_out_style))
+      return &runs[q].in;
+  }
+  return NULL;
+}
+
 static int run(int argc, char **argv) {
   const char *out = NULL;
   run_t *runs = calloc(MAX_RUNS, sizeof *runs);
   char **common = calloc(MAX_ARGS, sizeof *common);
-  if (!runs || !common) {
-    free(runs), free(common);
-    return cli_runtime_error("compare", "out of memory");
+  ampc_compare_spec *specs = calloc(MAX_RUNS, sizeof *specs);
+  ampc_compare_result *res = calloc(MAX_RUNS, sizeof *res);
+  int of_spec[MAX_RUNS];
+  int nr = 0, nc = 0, ns = 0, ret = AMPC_EXIT_OK;
+  if (!runs || !common || !specs || !res) {
+    ret = cli_runtime_error("compare", "out of memory");
+    goto done;
   }
-  int nr = 0, nc = 0, ret = AMPC_EXIT_OK;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (cli_is_help(a)) {
@@ -594,9 +592,7 @@ static int run(int argc, char **argv) {
   }
   /* every run's flags must parse before any run starts */
   for (int r = 0; r < nr; r++) {
-    char *args[MAX_ARGS + 8];
-    char flags[sizeof runs[0].flags];
-    const int na = train_argv(&runs[r], common, nc, flags, args);
+    const int na = train_argv(&runs[r], common, nc);
     if (na < 0) {
       ret = cli_usage_error("compare", "--run %s: too many flags", runs[r].label);
       goto done;
@@ -604,7 +600,10 @@ static int run(int argc, char **argv) {
     char ctx[96];
     snprintf(ctx, sizeof ctx, "in the flags of run %s", runs[r].label);
     cli_usage_context = ctx; /* printed with the error, before the hint */
-    const int rc = train_check_args(na - 1, args + 1);
+    int rc = train_parse_args(na, runs[r].args, &runs[r].A);
+    if (!rc && runs[r].A.n_presets > 1)
+      rc = cli_usage_error("compare", "--precision %s: one preset per run (--run LABEL='FLAGS')",
+                           runs[r].A.presets[0]);
     cli_usage_context = NULL;
     if (rc != AMPC_EXIT_OK) {
       ret = AMPC_EXIT_USAGE;
@@ -621,7 +620,7 @@ static int run(int argc, char **argv) {
     goto done;
   }
   {
-    char probe[4200];
+    char probe[PATH_CAP];
     snprintf(probe, sizeof probe, "%s/.ampc-compare-probe", out);
     FILE *pf = fopen(probe, "w");
     if (!pf) {
@@ -631,56 +630,62 @@ static int run(int argc, char **argv) {
     fclose(pf);
     unlink(probe);
   }
+  compare_ctx cx = {.runs = runs, .of_spec = of_spec, .nr = nr};
+  /* each run's data and model; a model its data cannot feed is refused */
   for (int r = 0; r < nr; r++) {
-    char *args[MAX_ARGS + 8];
-    char flags[sizeof runs[0].flags];
-    int na = train_argv(&runs[r], common, nc, flags, args); /* checked above */
-    snprintf(runs[r].log, sizeof runs[r].log, "%s/%s.jsonl", out, runs[r].label);
-    char errpath[4200];
-    snprintf(errpath, sizeof errpath, "%s/%s.txt", out, runs[r].label);
-    args[na++] = "--log";
-    args[na++] = runs[r].log;
-    args[na++] = "--json";
-    args[na] = NULL;
-    fprintf(stderr, "ampc compare: run %d/%d %s: %s\n", r + 1, nr, runs[r].label, runs[r].flags);
-    char *txt = NULL;
-    runs[r].status = run_child(args, errpath, &txt);
-    runs[r].summary = txt ? cJSON_Parse(txt) : NULL;
-    free(txt);
-    if (runs[r].status != 0 || !runs[r].summary) {
-      if (runs[r].status == 0)
-        runs[r].status = -1;
-      fprintf(stderr, "ampc compare: run %s failed (exit %d); its messages are in %s\n",
-              runs[r].label, runs[r].status, errpath);
-      ret = AMPC_EXIT_ERROR;
+    run_t *u = &runs[r];
+    snprintf(u->log, sizeof u->log, "%s/%s.jsonl", out, u->label);
+    snprintf(u->txt, sizeof u->txt, "%s/%s.txt", out, u->label);
+    u->A.log = u->log; /* --log is compare's */
+    bool refused = false;
+    const int rc = train_inputs_load("compare", &u->A, shared_data(runs, r), &u->in, &refused,
+                                     u->why, sizeof u->why);
+    if (rc && !refused) {
+      ret = rc;
+      goto done;
+    }
+    if (rc) {
+      u->status = AMPC_EXIT_USAGE;
+      begin_run(&cx, r);
+      end_run(&cx, u);
       continue;
     }
-    if (ampc_diag_read_log(runs[r].log, &runs[r].diag) != AMPC_OK) {
-      fprintf(stderr, "ampc compare: %s\n", ampc_last_error());
+    train_spec(&u->A, &u->in, &specs[ns]);
+    specs[ns].label = u->label;
+    of_spec[ns++] = r;
+  }
+  if (ns > 0) {
+    cx.train_cb = train_printer_callbacks(&cx.pr);
+    ampc_compare_callbacks cb = cx.train_cb;
+    cb.user = &cx, cb.run_start = on_start, cb.run_end = on_end;
+    const ampc_compare_options opt = {.vs_fp32 = true, .vs_fp32_margin = 0.01};
+    (void)ampc_compare_run(specs, ns, &opt, &cb, res); /* each run's outcome is in res */
+  }
+  int base = -1;
+  for (int k = 0; k < ns; k++) {
+    run_t *u = &runs[of_spec[k]];
+    u->res = &res[k];
+    u->diag = res[k].diag;
+    u->summary = res[k].summary_json ? cJSON_Parse(res[k].summary_json) : NULL;
+    if (res[k].baseline >= 0)
+      base = of_spec[res[k].baseline];
+    if (res[k].status == AMPC_OK && !u->diag) { /* its log did not read back */
+      fprintf(stderr, "ampc compare: %s\n", res[k].error);
       ret = AMPC_EXIT_ERROR;
     }
-    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(runs[r].summary, "diagnosis");
-    const cJSON *vd = cJSON_GetObjectItemCaseSensitive(dg, "verdict");
-    fprintf(stderr, "ampc compare:   final loss %.4f, %g skipped, verdict %s\n",
-            jnum(runs[r].summary, "final_train_loss"), jnum(runs[r].summary, "skipped_steps"),
-            cJSON_IsString(vd) ? vd->valuestring : "?");
   }
-  int refused = 0; /* runs that exited 2: train refused the flags with the data */
-  for (int r = 0; r < nr; r++)
+  int refused = 0; /* runs refused: a setting that does not fit the data */
+  for (int r = 0; r < nr; r++) {
     refused += runs[r].status == AMPC_EXIT_USAGE;
+    if (runs[r].status != 0)
+      ret = AMPC_EXIT_ERROR;
+  }
   if (refused == nr) { /* the same reason each time, most likely: show the first's */
-    char path[4200], msg[512];
-    snprintf(path, sizeof path, "%s/%s.txt", out, runs[0].label);
-    FILE *ef = fopen(path, "r");
-    const size_t got = ef ? fread(msg, 1, sizeof msg - 1, ef) : 0;
-    if (ef)
-      fclose(ef);
-    msg[got] = '\0';
-    fprintf(stderr, "ampc compare: every run refused its flags (exit 2); run %s said:\n%s",
-            runs[0].label, msg);
+    fprintf(stderr, "ampc compare: every run refused its flags (exit 2); run %s said:\n%s\n",
+            runs[0].label, runs[0].why);
     ret = AMPC_EXIT_USAGE;
   }
-  const int wr = write_outputs(out, runs, nr);
+  const int wr = write_outputs(out, runs, nr, base);
   int any = 0;
   for (int r = 0; r < nr; r++)
     any |= runs[r].diag != NULL;
@@ -698,11 +703,13 @@ static int run(int argc, char **argv) {
                              "model has none)"
                            : ""));
 done:
-  for (int r = 0; r < MAX_RUNS; r++) {
+  if (res)
+    ampc_compare_results_free(res, ns);
+  for (int r = 0; runs && r < MAX_RUNS; r++) {
     cJSON_Delete(runs[r].summary);
-    ampc_diag_free(runs[r].diag);
+    train_inputs_free(&runs[r].in);
   }
-  free(runs), free(common);
+  free(runs), free(common), free(specs), free(res);
   return ret;
 }
 

@@ -1,12 +1,16 @@
 /*
- * tools/ampc/cmd_train.c: `ampc train`: run the training engine on a model.
+ * tools/ampc/cmd_train.c: `ampc train`: parse the flags into runs of the
+ * library's training run and print what they report.
  *
- * For now the model is the MLP classifier on synthetic Gaussian-blob data
- * (include/ampc/model.h); the multimodal model and real data plug into the
- * same loop. Every precision safeguard is one flag; the resolved configuration
- * is printed at start and written as the first line of the JSONL log; the run
- * is deterministic for a seed and thread count, and --resume continues a
- * checkpoint exactly where an uninterrupted run would be.
+ * The model is the multimodal image-text model (mm-tiny by default), an
+ * image-only ViT, or the MLP on synthetic blobs (--model); the data the
+ * bundled emoji pairs, Fashion-MNIST or a prepared file (--data). Every
+ * precision safeguard is one flag; the resolved configuration is printed at
+ * start and written as the first line of the JSONL log; the run is
+ * deterministic for a seed and thread count, and --resume continues a
+ * checkpoint exactly where an uninterrupted run would be. A --precision list
+ * runs each preset in turn through ampc_compare_run (as `ampc compare` does)
+ * and prints them side by side.
  */
 #include "cli.h"
 
@@ -260,8 +264,6 @@ static bool takes_value(const char *name) {
 
 /* the job's group (one process unless started by mpirun) */
 static ampc_dist *g_dist;
-/* a --precision list under --json: stdout carries only {"runs":[...]} */
-static bool g_json_list;
 
 /* an output path (NULL: none) that can be written (ampc_check_out_path),
  * as a usage error */
@@ -269,6 +271,89 @@ static int check_out_path(const char *flag, const char *path, bool regular) {
   return ampc_check_out_path(flag, path, regular) == AMPC_OK
              ? 0
              : cli_usage_error("train", "%s", ampc_last_error());
+}
+
+/* room for a run's output path with its preset inserted */
+enum { TRAIN_PATH = 4200 };
+
+/* a path a preset's tag can go into: not empty, not a directory's name
+ * (ends in '/', is . or .., or an existing directory): those are left as
+ * given, for the run's own check to refuse */
+static bool taggable(const char *p) {
+  const size_t n = strlen(p);
+  const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+  struct stat sb;
+  return n > 0 && p[n - 1] != '/' && strcmp(base, ".") != 0 && strcmp(base, "..") != 0 &&
+         !(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode));
+}
+
+/* out = path with tag inserted: "run.jsonl" + "16-mixed" -> "run.16-mixed.jsonl" */
+static void with_tag(const char *path, const char *tag, char *out, size_t cap) {
+  const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+  if (dot && (!slash || dot > slash + 1))
+    snprintf(out, cap, "%.*s.%s%s", (int)(dot - path), path, tag, dot);
+  else
+    snprintf(out, cap, "%s.%s", path, tag);
+}
+
+void train_run_paths(const train_args *a, int k, char *log, char *save, size_t cap) {
+  const char *in[2] = {a->log, a->save};
+  char *out[2] = {log, save};
+  for (int i = 0; i < 2; i++) {
+    if (!in[i])
+      out[i][0] = '\0';
+    else if (a->n_presets > 1 && taggable(in[i]))
+      with_tag(in[i], a->presets[k], out[i], cap);
+    else
+      snprintf(out[i], cap, "%s", in[i]);
+  }
+}
+
+/* --precision P or a list A,B,... into a->presets (each name known, none
+ * twice); 0 or a usage error */
+static int parse_presets(const char *list, train_args *a) {
+  a->n_presets = 0;
+  const size_t ll = strlen(list);
+  if (strchr(list, ',') && list[ll - 1] == ',') /* "32-true,": an empty last name */
+    return cli_usage_error("train", "--precision: bad list '%s'", list);
+  for (const char *p = list; *p || a->n_presets == 0;) {
+    const char *c = strchr(p, ',');
+    const size_t len = c ? (size_t)(c - p) : strlen(p);
+    if (strchr(list, ',') && (len == 0 || len >= sizeof a->presets[0]))
+      return cli_usage_error("train", "--precision: bad list '%s'", list);
+    if (a->n_presets == TRAIN_MAX_PRESETS)
+      return cli_usage_error("train", "--precision: at most %d presets in a list ('%s')",
+                             TRAIN_MAX_PRESETS, list);
+    char *name = a->presets[a->n_presets];
+    snprintf(name, sizeof a->presets[0], "%.*s", (int)len, p);
+    for (int k = 0; k < a->n_presets; k++)
+      if (!strcmp(a->presets[k], name))
+        return cli_usage_error("train", "--precision: %s is listed twice", name);
+    a->n_presets++;
+    p = c ? c + 1 : p + len;
+  }
+  /* every name checked before any run's own flags */
+  for (int k = 0; k < a->n_presets; k++) {
+    ampc_precision q;
+    if (ampc_precision_parse(strchr(list, ',') ? a->presets[k] : list, &q) != AMPC_OK)
+      return cli_usage_error("train", "--precision: %s", ampc_last_error());
+  }
+  return 0;
+}
+
+/* preset p with the precision flags over[0..n) applied in order, checked;
+ * 0 or a usage error */
+static int amp_for(const char *p, const flag_value *over, int n, ampc_amp_config *amp) {
+  ampc_precision q;
+  if (ampc_precision_parse(p, &q) != AMPC_OK)
+    return cli_usage_error("train", "--precision: %s", ampc_last_error());
+  ampc_amp_config_preset(q, amp);
+  for (int k = 0; k < n; k++)
+    if (ampc_amp_config_set(amp, over[k].name, over[k].value) != AMPC_OK)
+      return cli_usage_error("train", "%s", ampc_last_error());
+  if (ampc_amp_config_check(amp) != AMPC_OK)
+    return cli_usage_error("train", "%s", ampc_last_error());
+  return 0;
 }
 
 int train_parse_args(int argc, char **argv, train_args *a) {
@@ -337,15 +422,18 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rest[nrest++] = f;
   }
   const bool nesterov = a->opt.nesterov;
-  ampc_precision p;
-  if (ampc_precision_parse(precision, &p) != AMPC_OK)
-    return cli_usage_error("train", "--precision: %s", ampc_last_error());
-  ampc_amp_config_preset(p, &a->amp);
-  for (int k = 0; k < namp; k++)
-    if (ampc_amp_config_set(&a->amp, amp_over[k].name, amp_over[k].value) != AMPC_OK)
-      return cli_usage_error("train", "%s", ampc_last_error());
-  if (ampc_amp_config_check(&a->amp) != AMPC_OK)
-    return cli_usage_error("train", "%s", ampc_last_error());
+  int rc = parse_presets(precision, a);
+  /* each preset with the precision flags over it; a list's errors name the
+   * run they are in */
+  char ctx[96];
+  for (int k = 0; k < a->n_presets && !rc; k++) {
+    snprintf(ctx, sizeof ctx, "in the run of --precision %s", a->presets[k]);
+    cli_usage_context = a->n_presets > 1 ? ctx : NULL;
+    rc = amp_for(a->presets[k], amp_over, namp, &a->amp[k]);
+    cli_usage_context = NULL;
+  }
+  if (rc)
+    return rc;
   if (!strcmp(optimizer, "adamw"))
     a->opt = ampc_optim_adamw_defaults();
   else if (!strcmp(optimizer, "sgd"))
@@ -367,7 +455,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     const char *n = rest[k].name, *v = rest[k].value;
     char flag[80];
     snprintf(flag, sizeof flag, "--%.47s", n);
-    int rc = 0;
+    rc = 0;
     int64_t seed = 0;
     if (!strcmp(n, "lr"))
       rc = parse_f(flag, v, &a->opt.lr);
@@ -541,14 +629,19 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     return cli_usage_error("train", "--%s %s names the --data file",
                            a->log && cli_same_file(a->log, a->data) ? "log" : "save",
                            cli_same_file(a->log, a->data) ? a->log : a->save);
-  /* rank 0 alone writes them */
-  if (ampc_dist_rank(g_dist) == 0) {
-    int rc = check_out_path("--save", a->save, true);
+  /* rank 0 alone writes them: each run's own (a list's, tagged) */
+  for (int k = 0; k < a->n_presets && ampc_dist_rank(g_dist) == 0 && !rc; k++) {
+    char log[TRAIN_PATH], save[TRAIN_PATH];
+    train_run_paths(a, k, log, save, sizeof log);
+    snprintf(ctx, sizeof ctx, "in the run of --precision %s", a->presets[k]);
+    cli_usage_context = a->n_presets > 1 ? ctx : NULL;
+    rc = check_out_path("--save", a->save ? save : NULL, true);
     if (!rc)
-      rc = check_out_path("--log", a->log, false);
-    if (rc)
-      return rc;
+      rc = check_out_path("--log", a->log ? log : NULL, false);
+    cli_usage_context = NULL;
   }
+  if (rc)
+    return rc;
   if (!(a->w_itc >= 0.0f && a->w_itm >= 0.0f && a->w_cls >= 0.0f && a->w_mlm >= 0.0f))
     return cli_usage_error("train", "--w-itc/--w-itm/--w-cls/--w-mlm must be >= 0");
   if (!(a->mlm_prob > 0.0f && a->mlm_prob <= 1.0f))
@@ -575,21 +668,28 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   return 0;
 }
 
-int train_check_args(int argc, char **argv) {
-  train_args A;
-  return train_parse_args(argc, argv, &A);
+/* ---- printing what the runs report (the library never prints) ---------------------- */
+
+void train_print_verdicts(FILE *out, const ampc_verdict *v, int n) {
+  for (int i = 0; i < n; i++) {
+    fprintf(out, "diagnosis: %s", ampc_verdict_name(v[i].kind));
+    if (v[i].branch >= 0)
+      fprintf(out, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
+    fputc('\n', out);
+    for (int k = 0; k < v[i].n_evidence; k++)
+      fprintf(out, "  - %s\n", v[i].evidence[k]);
+    if (v[i].safeguard[0])
+      fprintf(out, "  safeguard: %s\n", v[i].safeguard);
+  }
 }
 
-/* ---- printing what the run reports (the library never prints) ---------------------- */
+static void print_diagnosis(FILE *out, const ampc_diag *d) {
+  ampc_verdict v[AMPC_VERDICT_COUNT];
+  train_print_verdicts(out, v, ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT));
+}
 
-typedef struct printer {
-  const train_args *A;
-  FILE *out; /* stdout, or stderr under --json */
-  bool tty;  /* progress as one rewritten line on a terminal's stderr */
-  int64_t every;
-} printer;
-
-static void print_config(FILE *out, ampc_run *R, const train_args *A) {
+/* the run's resolved configuration (out) and its warnings (err) */
+static void print_config(FILE *out, FILE *err, ampc_run *R, const train_args *A) {
   const ampc_trainer *T = ampc_run_trainer(R);
   const ampc_amp_config *am = &T->amp;
   const ampc_model_desc *md = ampc_run_model_desc(R);
@@ -624,9 +724,9 @@ static void print_config(FILE *out, ampc_run *R, const train_args *A) {
   char warns[16][256];
   const int nw = ampc_run_warnings(R, warns, 16);
   for (int k = 0; k < nw && k < 16; k++)
-    fprintf(stderr, "ampc train: warning: %s\n", warns[k]);
+    fprintf(err, "ampc train: warning: %s\n", warns[k]);
   if (md->kind != AMPC_MODEL_MM && (A->attn_cast || A->keep_activations))
-    fprintf(stderr, "ampc train: warning: --model %s has no attention: %s ignored\n", md->name,
+    fprintf(err, "ampc train: warning: --model %s has no attention: %s ignored\n", md->name,
             A->attn_cast && A->keep_activations ? "--attention-cast and --recompute are"
             : A->attn_cast                      ? "--attention-cast is"
                                                 : "--recompute is");
@@ -634,7 +734,7 @@ static void print_config(FILE *out, ampc_run *R, const train_args *A) {
 
 static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
   (void)R;
-  const printer *pr = user;
+  const train_printer *pr = user;
   const ampc_step_info *info = p->info;
   const int64_t done = info->iteration - p->start;
   if (pr->tty) {
@@ -644,7 +744,7 @@ static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
             (long long)info->iteration, (long long)pr->A->steps, (double)p->losses->total,
             (double)info->next_scale, (long long)p->skipped,
             p->elapsed_s > 0 ? (double)done / p->elapsed_s : 0.0, eta);
-  } else if (!pr->A->quiet && (info->iteration % pr->every == 0 || info->iteration == p->end)) {
+  } else if (!pr->quiet && (info->iteration % pr->every == 0 || info->iteration == p->end)) {
     fprintf(pr->out, "step %lld/%lld  loss %.4f", (long long)info->iteration,
             (long long)pr->A->steps, (double)p->losses->total);
     const bool image_only = p->losses->n_parts >= 3 && p->losses->part[0] == 0.0f &&
@@ -664,10 +764,10 @@ static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
 
 static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc_eval *e) {
   (void)R;
-  const printer *pr = user;
+  const train_printer *pr = user;
   if (pr->tty)
     fputc('\n', stderr);
-  if (pr->A->quiet)
+  if (pr->quiet)
     return;
   if (e->kind == AMPC_EVAL_CLASSES) {
     fprintf(pr->out, "eval @%lld  %s: accuracy %.4f, loss %.4f (%lld samples)\n",
@@ -686,167 +786,158 @@ static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc
   fprintf(pr->out, "\n");
 }
 
-static void print_diagnosis(FILE *out, const ampc_diag *d) {
-  ampc_verdict v[AMPC_VERDICT_COUNT];
-  const int n = ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT);
-  for (int i = 0; i < n; i++) {
-    fprintf(out, "diagnosis: %s", ampc_verdict_name(v[i].kind));
-    if (v[i].branch >= 0)
-      fprintf(out, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
-    fputc('\n', out);
-    for (int k = 0; k < v[i].n_evidence; k++)
-      fprintf(out, "  - %s\n", v[i].evidence[k]);
-    if (v[i].safeguard[0])
-      fprintf(out, "  safeguard: %s\n", v[i].safeguard);
-  }
-}
-
 /* a stall: the reason and the diagnosis so far, on stderr at once */
 static void on_stall(void *user, const ampc_run *R, int64_t iteration, const char *reason) {
-  const printer *pr = user;
+  const train_printer *pr = user;
   if (pr->tty)
     fputc('\n', stderr); /* end the \r progress line */
-  fprintf(stderr, "ampc train: the run stalled at step %lld: %s\n", (long long)iteration, reason);
-  print_diagnosis(stderr, ampc_run_diag(R));
-  fprintf(stderr, "ampc train: %s\n",
+  fprintf(pr->err, "ampc train: the run stalled at step %lld: %s\n", (long long)iteration, reason);
+  print_diagnosis(pr->err, ampc_run_diag(R));
+  fprintf(pr->err, "ampc train: %s\n",
           pr->A->on_stall == AMPC_STALL_STOP
               ? "stopping (--on-stall stop): no checkpoint is written after this step"
               : "going on (--on-stall warn)");
 }
 
-/* the MLP's data: synthetic Gaussian blobs, train rows then test rows */
-typedef struct blobs {
-  float *x;
-  int32_t *y;
-} blobs;
+void train_printer_set(train_printer *p, const train_args *A, FILE *out, FILE *err, bool quiet,
+                       bool lead) {
+  *p = (train_printer){.A = A,
+                       .out = out,
+                       .err = err,
+                       .quiet = quiet || !lead,
+                       .tty = !quiet && lead && isatty(fileno(stderr)),
+                       .lead = lead,
+                       .every = A->steps >= 20 ? A->steps / 20 : 1};
+}
 
-static int run_one(int argc, char **argv, cJSON **summary) {
-  train_args A;
-  int rc = train_parse_args(argc, argv, &A);
-  if (rc)
-    return rc;
-  if (ampc_dist_rank(g_dist) != 0) /* rank 0 prints; the others only their errors */
-    A.quiet = true, A.json = false, summary = NULL;
-  const bool lead = ampc_dist_rank(g_dist) == 0;
-  if (A.threads > 0)
-    ampc_set_num_threads(A.threads);
-  FILE *out = A.json || g_json_list ? stderr : stdout;
-  const bool mlp = strcmp(A.model, "mlp") == 0;
-  ampc_dataset D;
-  memset(&D, 0, sizeof D);
-  blobs B = {NULL, NULL};
-  ampc_run_data data = {.name = A.data};
-  ampc_model_desc md;
-  if (mlp) {
-    const int64_t in = A.mc.in, ntot = A.ntrain + A.ntest;
-    B.x = malloc((size_t)(ntot * in) * sizeof *B.x);
-    B.y = malloc((size_t)ntot * sizeof *B.y);
-    if (!B.x || !B.y) {
-      free(B.x), free(B.y);
-      return cli_runtime_error("train", "out of memory for %lld samples", (long long)ntot);
+static void on_run_start(void *user, int k, ampc_run *R) {
+  (void)k;
+  const train_printer *pr = user;
+  if (pr->lead)
+    print_config(pr->out, pr->err, R, pr->A);
+}
+
+ampc_compare_callbacks train_printer_callbacks(train_printer *p) {
+  return (ampc_compare_callbacks){
+      .user = p, .run_start = on_run_start, .run = {p, on_step, on_eval, on_stall}};
+}
+
+/* ---- from flags to runs ----------------------------------------------------------- */
+
+int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *share,
+                      train_inputs *in, bool *refused, char *why, size_t cap) {
+  memset(in, 0, sizeof *in);
+  *refused = false;
+  in->data.name = A->data;
+  if (strcmp(A->model, "mlp") == 0) { /* synthetic Gaussian blobs, train rows then test rows */
+    const int64_t dim = A->mc.in, ntot = A->ntrain + A->ntest;
+    in->x = malloc((size_t)(ntot * dim) * sizeof *in->x);
+    in->y = malloc((size_t)ntot * sizeof *in->y);
+    if (!in->x || !in->y) {
+      train_inputs_free(in);
+      return cli_runtime_error(cmd, "out of memory for %lld samples", (long long)ntot);
     }
-    ampc_synth_blobs(ntot, in, A.mc.classes, A.sep, A.seed, B.x, B.y);
-    data = (ampc_run_data){.n_train = A.ntrain,
-                           .n_test = A.ntest,
-                           .dim = in,
-                           .x_train = B.x,
-                           .x_test = B.x + A.ntrain * in,
-                           .y_train = B.y,
-                           .y_test = B.y + A.ntrain,
-                           .name = "synthetic blobs"};
-    (void)ampc_model_desc_get("mlp", NULL, &md);
-    md.mlp = A.mc;
-  } else {
-    if ((rc = cli_load_data("train", A.data, &D)) != 0)
-      return rc;
-    if (A.hold_out_style && (rc = cli_hold_out_style("train", A.hold_out_style, &D)) != 0) {
-      ampc_dataset_free(&D);
-      return rc;
-    }
-    data.dataset = &D;
-    /* image-only data: the default model becomes the image-only ViT (a
-     * --model named is kept, and refused if it needs captions) */
-    const char *model = !D.tokens && !A.model_given ? "vit-fm" : A.model;
-    if (ampc_model_desc_get(model, &D, &md) != AMPC_OK) {
-      ampc_dataset_free(&D);
-      return cli_usage_error("train", "%s", ampc_last_error());
-    }
-    md.mm.w_itc = A.w_itc, md.mm.w_itm = A.w_itm, md.mm.w_cls = A.w_cls;
-    md.mm.w_mlm = md.mm.image_only ? 0.0f : A.w_mlm, md.mm.mlm_prob = A.mlm_prob;
-    md.mm.no_recompute = A.keep_activations;
-    md.mm.attn_cast = A.attn_cast;
+    ampc_synth_blobs(ntot, dim, A->mc.classes, A->sep, A->seed, in->x, in->y);
+    in->data = (ampc_run_data){.n_train = A->ntrain,
+                               .n_test = A->ntest,
+                               .dim = dim,
+                               .x_train = in->x,
+                               .x_test = in->x + A->ntrain * dim,
+                               .y_train = in->y,
+                               .y_test = in->y + A->ntrain,
+                               .name = "synthetic blobs"};
+    (void)ampc_model_desc_get("mlp", NULL, &in->md);
+    in->md.mlp = A->mc;
+    return 0;
   }
-  ampc_run_config c = ampc_run_config_defaults();
-  c.steps = A.steps, c.stop_at = A.stop_at, c.batch = A.batch, c.micro_batches = A.micro_batches;
-  c.loss_multiplier = A.loss_multiplier;
-  c.augment_shift = (int)A.augment_shift;
-  c.itm_sample_negatives = A.itm_sampled;
-  c.itm_random_negatives = A.itm_random;
-  c.eval_every = A.eval_every, c.eval = !A.no_eval, c.log_every = A.log_every;
-  c.save_every = A.save_every, c.telemetry_every = A.telemetry_every, c.seed = A.seed;
-  c.log_path = A.log, c.save_path = A.save, c.resume_path = A.resume;
-  c.comm = ampc_dist_comm(g_dist), c.reduce = A.reduce, c.check_replicas = A.check_replicas;
-  c.global_negatives = A.global_negatives;
-  c.on_stall = A.on_stall, c.stall_steps = A.stall_steps;
-  c.device = A.device;
+  const ampc_dataset *D = share ? share->data.dataset : NULL;
+  if (!D) {
+    int rc = cli_load_data(cmd, A->data, &in->D);
+    if (rc)
+      return rc;
+    in->owns_data = true;
+    if (A->hold_out_style && (rc = cli_hold_out_style(cmd, A->hold_out_style, &in->D)) != 0) {
+      train_inputs_free(in);
+      return rc;
+    }
+    D = &in->D;
+  }
+  in->data.dataset = D;
+  /* image-only data: the default model becomes the image-only ViT (a
+   * --model named is kept, and refused if it needs captions) */
+  const char *model = !D->tokens && !A->model_given ? "vit-fm" : A->model;
+  if (ampc_model_desc_get(model, D, &in->md) != AMPC_OK) {
+    snprintf(why, cap, "%s", ampc_last_error());
+    *refused = true;
+    train_inputs_free(in);
+    return AMPC_EXIT_USAGE;
+  }
+  ampc_mmodel_config *mm = &in->md.mm;
+  mm->w_itc = A->w_itc, mm->w_itm = A->w_itm, mm->w_cls = A->w_cls;
+  mm->w_mlm = mm->image_only ? 0.0f : A->w_mlm, mm->mlm_prob = A->mlm_prob;
+  mm->no_recompute = A->keep_activations;
+  mm->attn_cast = A->attn_cast;
+  return 0;
+}
+
+void train_inputs_free(train_inputs *in) {
+  if (in->owns_data)
+    ampc_dataset_free(&in->D);
+  free(in->x), free(in->y);
+  memset(in, 0, sizeof *in);
+}
+
+void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *s) {
+  memset(s, 0, sizeof *s);
+  s->amp = A->amp[0];
+  s->opt = A->opt;
+  s->md = in->md;
+  s->data = &in->data;
+  s->threads = A->threads;
+  ampc_run_config *c = &s->rc;
+  *c = ampc_run_config_defaults();
+  c->steps = A->steps, c->stop_at = A->stop_at, c->batch = A->batch;
+  c->micro_batches = A->micro_batches;
+  c->loss_multiplier = A->loss_multiplier;
+  c->augment_shift = (int)A->augment_shift;
+  c->itm_sample_negatives = A->itm_sampled;
+  c->itm_random_negatives = A->itm_random;
+  c->eval_every = A->eval_every, c->eval = !A->no_eval, c->log_every = A->log_every;
+  c->save_every = A->save_every, c->telemetry_every = A->telemetry_every, c->seed = A->seed;
+  c->log_path = A->log, c->save_path = A->save, c->resume_path = A->resume;
+  c->comm = ampc_dist_comm(g_dist), c->reduce = A->reduce, c->check_replicas = A->check_replicas;
+  c->global_negatives = A->global_negatives;
+  c->on_stall = A->on_stall, c->stall_steps = A->stall_steps;
+  c->device = A->device;
 #ifdef AMPC_TEST_HOOKS /* the robustness tests' faults (docs/ROBUSTNESS.md; not in a release) */
-  (void)ampc_fault_at_parse(getenv("AMPC_FAULT_FAIL"), &c.faults.fail);
-  (void)ampc_fault_at_parse(getenv("AMPC_FAULT_NAN_GRAD"), &c.faults.nan_grad);
+  (void)ampc_fault_at_parse(getenv("AMPC_FAULT_FAIL"), &c->faults.fail);
+  (void)ampc_fault_at_parse(getenv("AMPC_FAULT_NAN_GRAD"), &c->faults.nan_grad);
 #endif
-  ampc_run *R = NULL;
-  int ret = AMPC_EXIT_OK;
-  const ampc_status st = ampc_run_create(&R, &c, &A.amp, &A.opt, &md, &data);
-  if (st != AMPC_OK) {
-    /* a setting that does not fit (batch, model, data, step) is a usage error */
-    ret = st == AMPC_ERR_INVALID_ARG ? cli_usage_error("train", "%s", ampc_last_error())
-                                     : cli_runtime_error("train", "%s", ampc_last_error());
-    goto out;
-  }
-  if (lead)
-    print_config(out, R, &A);
-  printer pr = {&A, out, !A.quiet && isatty(fileno(stderr)), A.steps >= 20 ? A.steps / 20 : 1};
-  const ampc_run_callbacks cb = {&pr, on_step, on_eval, on_stall};
-  if (ampc_run_train(R, &cb) != AMPC_OK) {
-    if (ampc_run_stalled(R)) { /* every rank agrees: no MPI_Abort needed */
-      if (lead)
-        fprintf(stderr, "ampc train: %s\n", ampc_last_error());
-      ret = AMPC_EXIT_STALLED;
-    } else {
-      ret = cli_runtime_error("train", "%s", ampc_last_error());
-    }
-    goto out;
-  }
-  if (!A.quiet && !A.json)
-    print_diagnosis(out, ampc_run_diag(R));
-  char *txt = ampc_run_summary_json(R);
-  cJSON *o = txt ? cJSON_Parse(txt) : NULL;
-  free(txt);
-  if (!o) {
-    ret = cli_runtime_error("train", "out of memory");
-    goto out;
-  }
-  const bool in_list = summary != NULL; /* a run of a --precision list: the table reports it */
-  if (summary)
-    *summary = cJSON_Duplicate(o, 1);
-  if (!lead) {
-    cJSON_Delete(o);
-  } else if (A.json) {
-    ret = cli_print_json("train", o);
-  } else {
-    if (!A.quiet || !in_list) { /* --quiet: no progress lines, but this one */
-      const ampc_trainer *T = ampc_run_trainer(R);
-      fprintf(out, "done: %lld steps (%lld skipped), %.1f s%s%s\n", (long long)T->iteration,
-              (long long)T->scaler.skip_count,
-              cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "wall_s")),
-              A.save ? ", checkpoint " : "", A.save ? A.save : "");
-    }
-    cJSON_Delete(o);
-  }
-out:
-  ampc_run_free(R);
-  ampc_dataset_free(&D);
-  free(B.x), free(B.y);
-  return ret;
+}
+
+/* ---- ampc train ------------------------------------------------------------------- */
+
+/* what run_end needs besides the printer */
+typedef struct train_ctx {
+  train_printer pr;
+  bool list; /* a --precision list: the table reports each run */
+} train_ctx;
+
+/* a run's end: its diagnosis and "done:" line (a list under --quiet: the
+ * table reports it; --json: the summary object instead) */
+static void on_run_end(void *user, int k, ampc_run *R, const ampc_compare_result *res) {
+  (void)k;
+  const train_ctx *tc = user;
+  const train_printer *pr = &tc->pr;
+  if (res->status != AMPC_OK || !pr->lead || pr->A->json)
+    return;
+  const char *save = ampc_run_get_config(R)->save_path; /* a list's: tagged */
+  if (!pr->quiet)
+    train_print_verdicts(pr->out, res->verdicts, res->n_verdicts);
+  if (!pr->quiet || !tc->list) /* --quiet: no progress lines, but this one */
+    fprintf(pr->out, "done: %lld steps (%lld skipped), %.1f s%s%s\n", (long long)res->steps,
+            (long long)res->skipped_steps, res->wall_s, save ? ", checkpoint " : "",
+            save ? save : "");
 }
 
 /* a table cell: the value, or "-" right-aligned where the run has none
@@ -858,71 +949,133 @@ static void cell(double v, int width, int prec) {
     printf(" %*.*f", width, prec, v);
 }
 
-/* "run.jsonl" + "16-mixed" -> "run.16-mixed.jsonl" */
-static char *with_tag(const char *path, const char *tag) {
-  const size_t n = strlen(path) + strlen(tag) + 2;
-  char *out = malloc(n);
-  if (!out)
-    return NULL;
-  const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
-  if (dot && (!slash || dot > slash + 1))
-    snprintf(out, n, "%.*s.%s%s", (int)(dot - path), path, tag, dot);
-  else
-    snprintf(out, n, "%s.%s", path, tag);
-  return out;
+/* the runs of a list side by side: retrieval (the multimodal models) or
+ * the test accuracy (vit-fm, vit-ref, the MLP) */
+static void print_table(const train_args *A, const ampc_compare_result *res) {
+  const int n = A->n_presets;
+  printf("\nside by side (same seed, data and steps):\n");
+  if (isnan(res[0].new_i2t_r1)) {
+    printf("%-11s %9s %8s %9s %9s %10s\n", "precision", "loss", "skipped", "test acc", "ms/step",
+           "act MiB");
+    for (int k = 0; k < n; k++) {
+      printf("%-11s", A->presets[k]);
+      cell(res[k].final_loss, 9, 4);
+      cell((double)res[k].skipped_steps, 8, 0);
+      cell(res[k].test_accuracy, 9, 4);
+      cell(res[k].ms_per_step, 9, 2);
+      cell(res[k].activation_mib, 10, 2);
+      putchar('\n');
+    }
+    return;
+  }
+  printf("%-11s %9s %8s %11s %11s %11s %11s %9s %9s %10s\n", "precision", "loss", "skipped",
+         "new R@1 i2t", "new R@1 t2i", "zs R@1 i2t", "zs R@1 t2i", "group", "ms/step", "act MiB");
+  for (int k = 0; k < n; k++) {
+    printf("%-11s", A->presets[k]);
+    cell(res[k].final_loss, 9, 4);
+    cell((double)res[k].skipped_steps, 8, 0);
+    cell(res[k].new_i2t_r1, 11, 4);
+    cell(res[k].new_t2i_r1, 11, 4);
+    cell(res[k].zs_i2t_r1, 11, 4);
+    cell(res[k].zs_t2i_r1, 11, 4);
+    cell(res[k].group_acc, 9, 3);
+    cell(res[k].ms_per_step, 9, 0);
+    cell(res[k].activation_mib, 10, 1);
+    putchar('\n');
+  }
+  printf("chance R@1: new style %.4f, zero-shot %.4f\n", res[0].new_chance_r1, res[0].zs_chance_r1);
 }
 
-/* metrics.split.key (key NULL: metrics.split), NaN where absent */
-static double metric(const cJSON *sum, const char *split, const char *key) {
-  const cJSON *m =
-      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sum, "metrics"), split);
-  if (key)
-    m = cJSON_GetObjectItemCaseSensitive(m, key);
-  return cJSON_IsNumber(m) ? m->valuedouble : (double)NAN;
+/* --json: one run's summary object, or {"runs":[...]} for a list */
+static int print_json(const ampc_compare_result *res, int n, bool list) {
+  cJSON *o = list ? cJSON_CreateObject() : cJSON_Parse(res[0].summary_json);
+  cJSON *runs = list && o ? cJSON_AddArrayToObject(o, "runs") : NULL;
+  for (int k = 0; list && k < n; k++) {
+    cJSON *s = cJSON_Parse(res[k].summary_json);
+    if (!s || !runs || !cJSON_AddItemToArray(runs, s)) {
+      cJSON_Delete(s), cJSON_Delete(o);
+      return cli_runtime_error("train", "out of memory");
+    }
+  }
+  if (!o)
+    return cli_runtime_error("train", "out of memory");
+  return cli_print_json("train", o);
 }
 
-static double field(const cJSON *sum, const char *key) {
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(sum, key);
-  return cJSON_IsNumber(m) ? m->valuedouble : (double)NAN;
+/* The runs of A (one per preset), with the same seed, data and steps: the
+ * exit code. */
+static int train_runs(const train_args *A) {
+  const int n = A->n_presets;
+  const bool list = n > 1, lead = ampc_dist_rank(g_dist) == 0;
+  train_inputs in;
+  bool refused = false;
+  char why[512];
+  int rc = train_inputs_load("train", A, NULL, &in, &refused, why, sizeof why);
+  if (rc)
+    return refused ? cli_usage_error("train", "%s", why) : rc;
+  ampc_compare_spec specs[TRAIN_MAX_PRESETS];
+  char paths[TRAIN_MAX_PRESETS][2][TRAIN_PATH];
+  for (int k = 0; k < n; k++) {
+    train_spec(A, &in, &specs[k]);
+    specs[k].label = A->presets[k];
+    specs[k].amp = A->amp[k];
+    train_run_paths(A, k, paths[k][0], paths[k][1], sizeof paths[k][0]);
+    specs[k].rc.log_path = A->log ? paths[k][0] : NULL;
+    specs[k].rc.save_path = A->save ? paths[k][1] : NULL;
+  }
+  train_ctx tc = {.list = list};
+  /* a list's runs print as --quiet under --json; the JSON goes to stdout alone */
+  train_printer_set(&tc.pr, A, A->json ? stderr : stdout, stderr, A->quiet || (list && A->json),
+                    lead);
+  ampc_compare_callbacks cb = train_printer_callbacks(&tc.pr);
+  cb.user = &tc, cb.run_end = on_run_end; /* tc.pr comes first: the printer's user too */
+  const ampc_compare_options opt = {.stop_on_error = true};
+  ampc_compare_result *res = calloc((size_t)n, sizeof *res);
+  if (!res) {
+    train_inputs_free(&in);
+    return cli_runtime_error("train", "out of memory");
+  }
+  if (ampc_compare_run(specs, n, &opt, &cb, res) != AMPC_OK) {
+    for (int k = 0; k < n; k++) {
+      if (!res[k].ran || res[k].status == AMPC_OK)
+        continue;
+      if (res[k].stalled) { /* every rank agrees: no MPI_Abort needed */
+        if (lead)
+          fprintf(stderr, "ampc train: %s\n", res[k].error);
+        rc = AMPC_EXIT_STALLED;
+      } else if (res[k].refused) { /* a setting that does not fit (batch, model, data) */
+        rc = cli_usage_error("train", "%s", res[k].error);
+      } else {
+        rc = cli_runtime_error("train", "%s", res[k].error);
+      }
+      break;
+    }
+  } else if (lead && A->json) {
+    rc = print_json(res, n, list);
+  } else if (lead && list) {
+    print_table(A, res);
+  }
+  ampc_compare_results_free(res, n);
+  free(res);
+  train_inputs_free(&in);
+  return rc;
 }
-
-/* the summary's test accuracy (vit-fm / vit-ref: metrics.test_accuracy; the
- * MLP: test_accuracy), ms per step (the mean, or wall time over steps) and
- * activation MiB (the arena, or the MLP's activations + workspace); NaN
- * where the run has none */
-static double test_acc(const cJSON *s) {
-  const double a = metric(s, "test_accuracy", NULL);
-  return isnan(a) ? field(s, "test_accuracy") : a;
-}
-
-static double ms_per_step(const cJSON *s) {
-  const double m = field(s, "ms_per_step_mean");
-  return isnan(m) ? 1e3 * field(s, "wall_s") / field(s, "steps") : m;
-}
-
-static double act_mib(const cJSON *s) {
-  const double a = field(s, "activation_bytes");
-  if (!isnan(a))
-    return a / 1048576.0;
-  const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, "memory");
-  return (field(m, "activations") + field(m, "workspace")) / 1048576.0;
-}
-
-/* --precision A,B,...: one run per preset (same seed and data), then a
- * side-by-side table; --log/--save get the preset inserted in their names.
- * check_only: the flags of every run checked, nothing run (one preset: its
- * flags); the exit code. */
-static int run_list(int argc, char **argv, bool check_only);
 
 /* Under mpirun every rank runs this; a rank that fails ends the job
  * (MPI_Abort) after its message, so no rank waits for it forever. */
 static int run(int argc, char **argv) {
   if (ampc_dist_init(NULL, NULL, &g_dist) != AMPC_OK)
     return cli_runtime_error("train", "%s", ampc_last_error());
+  train_args *A = malloc(sizeof *A);
+  if (!A) {
+    ampc_dist_finalize(g_dist);
+    g_dist = NULL;
+    return cli_runtime_error("train", "out of memory");
+  }
   /* the flags are the same on every rank: rank 0 alone reports their errors,
    * and every rank stops (a --precision list: every run's flags) */
   cli_quiet_usage = ampc_dist_rank(g_dist) != 0;
-  int check = run_list(argc, argv, true);
+  int check = train_parse_args(argc, argv, A);
   cli_quiet_usage = false;
   /* some checks run on rank 0 alone (the output paths it writes): every
    * rank learns the worst result, so none goes on alone into the run */
@@ -935,12 +1088,13 @@ static int run(int argc, char **argv) {
       check = (int)worst;
   }
   if (check != AMPC_EXIT_OK) {
+    free(A);
     ampc_dist_finalize(g_dist); /* every rank stops here: nobody waits */
     g_dist = NULL;
     return check;
   }
-  const int rc = run_list(argc, argv, false);
-  g_json_list = false;
+  const int rc = train_runs(A);
+  free(A);
   /* a stall is decided on replicated state: every rank stops at the same
    * step, so they end together without MPI_Abort */
   if (rc != 0 && rc != AMPC_EXIT_STALLED && ampc_dist_size(g_dist) > 1) {
@@ -950,206 +1104,6 @@ static int run(int argc, char **argv) {
   }
   ampc_dist_finalize(g_dist);
   g_dist = NULL;
-  return rc;
-}
-
-/* a path a preset's tag can go into: not empty, not a directory's name
- * (ends in '/', is . or .., or an existing directory): those are left as
- * given, for the run's own check to refuse */
-static bool taggable(const char *p) {
-  const size_t n = strlen(p);
-  const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
-  struct stat sb;
-  return n > 0 && p[n - 1] != '/' && strcmp(base, ".") != 0 && strcmp(base, "..") != 0 &&
-         !(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode));
-}
-
-/* av (argc + 1 entries) = argv with the --precision list at pi replaced by
- * name, --log/--save/--checkpoint FILE (or =FILE) tagged with it (tagged:
- * the caller frees them) and --json replaced by --quiet (*json set: one
- * object for the whole list). Non-zero when out of memory. */
-static int list_argv(int argc, char **argv, int pi, const char *name, char **av, char **tagged,
-                     char *pbuf, size_t pcap, bool *json) {
-  /* tagged [argc]: the tagged copy of argv[i], NULL elsewhere (a flag may
-   * be given twice: each copy lives until the caller frees them all) */
-  for (int i = 0; i < argc; i++) {
-    av[i] = argv[i];
-    if (!strcmp(argv[i], "--json")) {
-      *json = true;
-      av[i] = "--quiet";
-    }
-  }
-  av[argc] = NULL;
-  if (!strncmp(argv[pi], "--precision=", 12)) {
-    snprintf(pbuf, pcap, "--precision=%s", name);
-    av[pi] = pbuf;
-  } else {
-    av[pi] = (char *)name;
-  }
-  static const char *const paths[3] = {"--log", "--save", "--checkpoint"};
-  for (int i = 1; i < argc; i++)
-    for (int f = 0; f < 3; f++) {
-      const size_t n = strlen(paths[f]);
-      if (!strcmp(argv[i], paths[f]) && i + 1 < argc && taggable(argv[i + 1])) { /* --log FILE */
-        char *t = with_tag(argv[i + 1], name);
-        if (!t)
-          return 1;
-        free(tagged[i + 1]);
-        tagged[i + 1] = t;
-        av[i + 1] = t;
-      } else if (!strncmp(argv[i], paths[f], n) && argv[i][n] == '=' &&
-                 taggable(argv[i] + n + 1)) { /* --log=FILE */
-        char *t = with_tag(argv[i] + n + 1, name);
-        char *flag = t ? malloc(n + 1 + strlen(t) + 1) : NULL;
-        if (!flag) {
-          free(t);
-          return 1;
-        }
-        sprintf(flag, "%s=%s", paths[f], t);
-        free(t);
-        free(tagged[i]);
-        tagged[i] = flag;
-        av[i] = flag;
-      }
-    }
-  return 0;
-}
-
-static void free_tagged(char **tagged, int argc) {
-  for (int i = 0; i <= argc; i++)
-    free(tagged[i]), tagged[i] = NULL;
-}
-
-static int run_list(int argc, char **argv, bool check_only) {
-  int pi = -1;
-  const char *list = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--precision") && i + 1 < argc)
-      pi = i + 1, list = argv[i + 1];
-    else if (!strncmp(argv[i], "--precision=", 12))
-      pi = i, list = argv[i] + 12;
-  }
-  if (!list || !strchr(list, ','))
-    return check_only ? train_check_args(argc, argv) : run_one(argc, argv, NULL);
-  enum { MAX_LIST = 8 };
-  char names[MAX_LIST][32];
-  int n = 0;
-  const size_t ll = strlen(list);
-  if (ll > 0 && list[ll - 1] == ',') /* "32-true,": an empty last name */
-    return cli_usage_error("train", "--precision: bad list '%s'", list);
-  for (const char *p = list; *p;) {
-    const char *c = strchr(p, ',');
-    const size_t len = c ? (size_t)(c - p) : strlen(p);
-    if (len == 0 || len >= sizeof names[0])
-      return cli_usage_error("train", "--precision: bad list '%s'", list);
-    if (n == MAX_LIST)
-      return cli_usage_error("train", "--precision: at most %d presets in a list ('%s')", MAX_LIST,
-                             list);
-    memcpy(names[n], p, len);
-    names[n][len] = '\0';
-    for (int k = 0; k < n; k++)
-      if (!strcmp(names[k], names[n]))
-        return cli_usage_error("train", "--precision: %s is listed twice", names[n]);
-    n++;
-    p = c ? c + 1 : p + len;
-  }
-  for (int k = 0; k < n; k++) { /* every name checked before the first run trains */
-    ampc_precision q;
-    if (ampc_precision_parse(names[k], &q) != AMPC_OK)
-      return cli_usage_error("train", "--precision: %s", ampc_last_error());
-  }
-  char **av = malloc((size_t)(argc + 1) * sizeof *av);
-  char **tagged = calloc((size_t)argc + 1, sizeof *tagged);
-  if (!av || !tagged) {
-    free(av), free(tagged);
-    return cli_runtime_error("train", "out of memory");
-  }
-  cJSON *sums[MAX_LIST] = {NULL};
-  char pbuf[64];
-  int rc = 0;
-  bool json = false;
-  /* every run's flags checked (the preset's own rules, its tagged paths)
-   * before the first one trains; under mpirun rank 0 alone reports (run()
-   * calls this with check_only first, and the ranks agree on the result) */
-  const bool quiet = cli_quiet_usage;
-  cli_quiet_usage = quiet || ampc_dist_rank(g_dist) != 0;
-  char ctx[96];
-  for (int k = 0; k < n && !rc && check_only; k++) {
-    snprintf(ctx, sizeof ctx, "in the run of --precision %s", names[k]);
-    cli_usage_context = ctx;
-    if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
-      rc = cli_runtime_error("train", "out of memory");
-    else
-      rc = train_check_args(argc, av);
-    cli_usage_context = NULL;
-    free_tagged(tagged, argc);
-  }
-  cli_quiet_usage = quiet;
-  if (check_only) {
-    free(av), free(tagged);
-    return rc;
-  }
-  for (int i = 1; i < argc; i++) /* one JSON object for the list (list_argv sets it too) */
-    json = json || !strcmp(argv[i], "--json");
-  g_json_list = json;
-  for (int k = 0; k < n && !rc; k++) {
-    if (list_argv(argc, argv, pi, names[k], av, tagged, pbuf, sizeof pbuf, &json) != 0)
-      rc = cli_runtime_error("train", "out of memory");
-    else
-      rc = run_one(argc, av, &sums[k]);
-    free_tagged(tagged, argc);
-  }
-  free(av), free(tagged);
-  if (!rc && json) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *runs = cJSON_AddArrayToObject(o, "runs");
-    for (int k = 0; k < n; k++) {
-      cJSON_AddItemToArray(runs, sums[k]);
-      sums[k] = NULL;
-    }
-    rc = cli_print_json("train", o);
-  } else if (!rc && n > 0 && sums[n - 1] && isnan(metric(sums[0], "new_style", "i2t_r1"))) {
-    /* no retrieval (vit-fm, vit-ref, the MLP): the test accuracy */
-    printf("\nside by side (same seed, data and steps):\n");
-    printf("%-11s %9s %8s %9s %9s %10s\n", "precision", "loss", "skipped", "test acc", "ms/step",
-           "act MiB");
-    for (int k = 0; k < n; k++) {
-      const cJSON *s = sums[k];
-      if (!s)
-        continue;
-      printf("%-11s", names[k]);
-      cell(field(s, "final_train_loss"), 9, 4);
-      cell(field(s, "skipped_steps"), 8, 0);
-      cell(test_acc(s), 9, 4);
-      cell(ms_per_step(s), 9, 2);
-      cell(act_mib(s), 10, 2);
-      putchar('\n');
-    }
-  } else if (!rc && n > 0 && sums[n - 1]) {
-    printf("\nside by side (same seed, data and steps):\n");
-    printf("%-11s %9s %8s %11s %11s %11s %11s %9s %9s %10s\n", "precision", "loss", "skipped",
-           "new R@1 i2t", "new R@1 t2i", "zs R@1 i2t", "zs R@1 t2i", "group", "ms/step", "act MiB");
-    for (int k = 0; k < n; k++) {
-      const cJSON *s = sums[k];
-      if (!s)
-        continue;
-      printf("%-11s", names[k]);
-      cell(field(s, "final_train_loss"), 9, 4);
-      cell(field(s, "skipped_steps"), 8, 0);
-      cell(metric(s, "new_style", "i2t_r1"), 11, 4);
-      cell(metric(s, "new_style", "t2i_r1"), 11, 4);
-      cell(metric(s, "zero_shot", "i2t_r1"), 11, 4);
-      cell(metric(s, "zero_shot", "t2i_r1"), 11, 4);
-      cell(metric(s, "new_style", "group_acc"), 9, 3);
-      cell(field(s, "ms_per_step_mean"), 9, 0);
-      cell(field(s, "activation_bytes") / 1048576.0, 10, 1);
-      putchar('\n');
-    }
-    printf("chance R@1: new style %.4f, zero-shot %.4f\n",
-           metric(sums[0], "new_style", "chance_r1"), metric(sums[0], "zero_shot", "chance_r1"));
-  }
-  for (int k = 0; k < n; k++)
-    cJSON_Delete(sums[k]);
   return rc;
 }
 
