@@ -1,6 +1,6 @@
 /*
  * tests/alloc_count.c: how many heap allocations ampc's own code makes
- * during training steps (issue 14: "no layer allocates during a step"; the
+ * during training steps (the rule: no layer allocates during a step; the
  * layers take their scratch from the model's arena, the GEMM keeps its
  * workspace, the trainer its unscale sums).
  * Linked with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,

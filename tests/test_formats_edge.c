@@ -1,7 +1,7 @@
 /*
  * tests/test_formats_edge.c: known right values for every format, the format
  * facts, classification, dtype names and the error paths of ampc_convert.
- * Edge values come from the issue (public reports of conversion bugs).
+ * Edge values come from public reports of conversion bugs.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /*
  * tests/test_fp8_linear.c: fp8-mixed's linear layers (ampc/nn.h, "FP8
- * linear layers"; ampc/model.h, "FP8 sites"; issue 19): the casts against
+ * linear layers"; ampc/model.h, "FP8 sites"): the casts against
  * the exact FP8 conversions (saturation, flush, inf and NaN kept
  * non-finite, amax ignoring NaN, the counters); the forward and backward
  * GEMMs against the double reference of the quantized inputs, within

@@ -1,5 +1,5 @@
 /*
- * tests/test_fp8_scaling.c: FP8 delayed scaling (ampc/amp.h; issue 19), the
+ * tests/test_fp8_scaling.c: FP8 delayed scaling (ampc/amp.h), the
  * cases of Transformer Engine's recipe: history lengths 1 and 31, "max" vs
  * "most_recent", margin 2, amax zero / tiny / normal / inf / NaN, the roll;
  * quantize / dequantize against the exact conversions.

@@ -1,6 +1,6 @@
 /*
- * tests/test_inspect.c: `ampc inspect`'s counting (ampc/diag.h "inspect",
- * issue 20) and its pieces: one rounding from double (ampc_round_f64) against
+ * tests/test_inspect.c: `ampc inspect`'s counting (ampc/diag.h "inspect")
+ * and its pieces: one rounding from double (ampc_round_f64) against
  * ampc's FP32 conversions; the class counts of constructed tensors holding
  * the values at every band edge of each format, at scale 1 and at powers of
  * two, from F32 and F64 data; relative errors of known roundings; the auto

@@ -545,7 +545,7 @@ static void test_mm_tiny_names(void **state) {
   for (int i = 0; i < sp.n; i++)
     found = found || strcmp(sp.specs[i].name, "fusion.blocks.0.cross_attn.in_proj_weight") == 0;
   assert_true(found);
-  /* vit-ref: the 821,642 parameters of issue 8's reference ViT */
+  /* vit-ref: the 821,642 parameters of the reference ViT (32x32x3, patch 8) */
   ampc_mmodel_config v;
   assert_int_equal(ampc_mmodel_config_get("vit-ref", 0, 0, 10, &v), AMPC_OK);
   ampc_mmodel_specs vs;

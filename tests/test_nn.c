@@ -9,7 +9,7 @@
  *    forward pass, 2 * (ops * 2^-24 * sum|g y|) / (2h), with ops the longest
  *    chain of FP32 operations per output (a small multiple of the reduction
  *    length). h = 2^-7.
- * 2. Edge cases named in the issue: constant-row layer norm, FP16 layer norm
+ * 2. Edge cases: constant-row layer norm, FP16 layer norm
  *    with |x - mean| = 256, softmax of huge logits, fully masked rows, the loss
  *    backward seeded with a power-of-two loss scale being exactly S times the
  *    unscaled gradient.

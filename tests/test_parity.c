@@ -6,7 +6,7 @@
  * The golden inputs are exact in f32, f16 and bf16, so each layer runs on the
  * same values in all three storage dtypes. Tolerances:
  *  - f32 storage: |ampc - torch| <= 1e-5 * (|torch_i| + rms(torch)), the
- *    issue's 1e-5 relative error with a floor at the tensor's scale for
+ *    required 1e-5 relative error with a floor at the tensor's scale for
  *    entries near zero (both sides compute in FP32 with different orders);
  *  - f16 / bf16 storage: <= r * u * (|torch_i| + rms(torch)), u the unit
  *    roundoff (2^-11, 2^-8) and r the number of 16-bit roundings on the path
@@ -449,7 +449,8 @@ static void test_mha(void **state) {
                             zeros(b * h * tq * tk, dt),
                             zeros(b * h * tq * tk, dt),
                             false,
-                            NULL, AMPC_F32};
+                            NULL,
+                            AMPC_F32};
     void *y = zeros(b * tq * dm, dt), *dxq = zeros(b * tq * dm, dt), *dxkv = zeros(b * tk * dm, dt);
     assert_int_equal(ampc_mha_forward(b, tq, tk, dm, h, xqd, xkvd, dt, pd[0], pd[4], pd[1], pd[5],
                                       pd[2], pd[6], pd[3], pd[7], dt, km, &cache, dt, y,

@@ -1,6 +1,6 @@
 /*
- * tests/test_sr.c: stochastic rounding of BF16 weight updates (issue 19,
- * "pure BF16 that does not swallow its updates"): the rounding primitive
+ * tests/test_sr.c: stochastic rounding of BF16 weight updates (pure BF16
+ * training that does not swallow small updates): the rounding primitive
  * (representable values unchanged, NaN/inf kept, negative values symmetric,
  * 1.001 rounds up in 12.8 % of 10^5 trials, the mean within 3 sigma of
  * 1.001), the counter-based bits (deterministic per seed), and the optimizer:

@@ -1,6 +1,7 @@
 /*
- * bench/gpu/gpu_train.c: issue 17's measurement of ampc's whole training
- * step on a device, one JSON object per (model, preset) on stdout:
+ * bench/gpu/gpu_train.c: the measurement of ampc's whole training step on a
+ * device (step time and loss curves against the CPU), one JSON object per (model, preset) on
+ * stdout:
  *
  *   gpu_train [--device cuda|cpu-split] [--steps N] [--warmup N]
  *             [--models vit-ref,mm-tiny,mm-base,mm-large] [--batch B] [--curve N]
@@ -265,7 +266,8 @@ static int run_one(const char *model, ampc_precision p, int64_t B, int warmup, i
  * the CPU (seeds 1 and 2), one JSON object per preset with the three curves,
  * the largest |dev - cpu| over the steps, the seed-to-seed spread (the
  * largest |cpu seed 1 - cpu seed 2|) and whether the first is within the
- * second (issue 17: "50-step loss curves within seed-to-seed spread"). */
+ * second (the device passes when its curve is within the seed-to-seed
+ * spread). */
 static int curves(const char *model, int64_t B, int n, ampc_device dev) {
   static const ampc_precision presets[] = {AMPC_PRECISION_32_TRUE, AMPC_PRECISION_16_MIXED,
                                            AMPC_PRECISION_BF16_MIXED};

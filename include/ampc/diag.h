@@ -211,7 +211,7 @@ const ampc_diag_config *ampc_diag_get_config(const ampc_diag *d);
  * error), "first_nonfinite". NULL on allocation failure. */
 char *ampc_diag_step_json(const ampc_diag_step *s);
 
-/* ---- a run against its FP32 twin (issue 18) ----------------------------------
+/* ---- a run against its FP32 twin ---------------------------------------------
  * The same model, data, seed and steps in FP32 ("the baseline") and in a
  * 16-bit preset see the same batches, so the per-step loss difference d_t =
  * loss_run(t) - loss_base(t) cancels the batch-to-batch noise the two share.
@@ -250,7 +250,7 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *baseline, d
  * no config line, a step line without its fields), AMPC_ERR_NOMEM. */
 ampc_status ampc_diag_read_log(const char *path, ampc_diag **out);
 
-/* ---- inspect: what a format would do to a tensor (issue 20) -------------------
+/* ---- inspect: what a format would do to a tensor ------------------------------
  * `ampc inspect` (tools/ampc/cmd_inspect.c) over any safetensors file, e.g. the
  * activations and gradients tools/python/ampc_dump.py writes from PyTorch.
  * For a value x (unscaled, as stored in the file) and a scale s, v = x s is

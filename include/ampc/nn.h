@@ -62,7 +62,7 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
 /* Scratch of ampc_linear_backward with n outputs: the FP32 bias column sums. */
 size_t ampc_linear_backward_scratch_bytes(int64_t n);
 
-/* ---- FP8 linear layers (fp8-mixed; issue 19) ------------------------------
+/* ---- FP8 linear layers (the fp8-mixed preset) ------------------------------
  * The GEMM inputs of a linear layer quantized per tensor, as NVIDIA
  * Transformer Engine's te.Linear under fp8_autocast with the HYBRID format:
  * x and W to E4M3 in the forward pass, the output gradient dy to E5M2 in the

@@ -1,6 +1,6 @@
 /*
  * src/diag/inspect.c: what a format would do to stored tensors, counted
- * exactly (issue 20; semantics in include/ampc/diag.h, "inspect").
+ * exactly (semantics in include/ampc/diag.h, "inspect").
  */
 #include "internal.h"
 

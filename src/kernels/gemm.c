@@ -1,8 +1,11 @@
 /*
  * src/kernels/gemm.c: the public GEMM entry points: argument validation, the
- * choice of path (OpenBLAS SGEMM, the AVX2 blocked kernel, the portable loop,
- * the FP16-accumulation ablation), thread and blocking settings, and the
- * double-precision reference. Semantics: include/ampc/gemm.h.
+ * choice of path (OpenBLAS SGEMM, the blocked framework with the AVX2 or
+ * AVX-512 micro-kernel, the portable loop, the FP16-accumulation ablation's
+ * paths), thread and blocking settings, the FMA peak, and the
+ * double-precision reference. It only dispatches: the paths live in the
+ * files gemm_impl.h lists, and none of them calls back here. Semantics:
+ * include/ampc/gemm.h.
  */
 #include "internal.h"
 
@@ -200,155 +203,6 @@ static void to_general(ampc_gemm_args *g, ampc_op opa, ampc_op opb, int64_t lda,
   g->cs_b = opb == AMPC_OP_N ? 1 : ldb;
 }
 
-/* ---- paths --------------------------------------------------------------- */
-
-static size_t esz(ampc_dtype dt) { return ampc_dtype_size(dt); }
-#define AT(p, dt, off) ((const void *)((const char *)(p) + (size_t)(off)*esz(dt)))
-#define ATW(p, dt, off) ((void *)((char *)(p) + (size_t)(off)*esz(dt)))
-
-/* C = beta * C (alpha == 0 or K == 0): A and B are not read. */
-static void scale_c(const ampc_gemm_args *g) {
-  for (int64_t t = 0; t < g->batch; t++) {
-    void *c = ATW(g->c, g->cdt, t * g->stride_c);
-    for (int64_t i = 0; i < g->m; i++)
-      for (int64_t j = 0; j < g->n; j++)
-        ampc_gemm_epilogue1(c, g->cdt, i * g->ldc + j, 0.0f, g->beta, 0.0f);
-  }
-}
-
-/* Portable FP32-accumulation path: one FP32 dot product per element. */
-static void gemm_portable(const ampc_gemm_args *g, int nthreads) {
-  const int64_t total = g->batch * g->m;
-  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (int64_t r = 0; r < total; r++) {
-    ampc_tally_adopt(tally);
-    const int64_t t = r / g->m, i = r % g->m;
-    const void *a = AT(g->a, g->adt, t * g->stride_a);
-    const void *b = AT(g->b, g->bdt, t * g->stride_b);
-    void *c = ATW(g->c, g->cdt, t * g->stride_c);
-    for (int64_t j = 0; j < g->n; j++) {
-      float acc = 0.0f;
-      for (int64_t p = 0; p < g->k; p++)
-        acc = fmaf(ampc_gemm_load(a, g->adt, i * g->rs_a + p * g->cs_a),
-                   ampc_gemm_load(b, g->bdt, p * g->rs_b + j * g->cs_b), acc);
-      ampc_gemm_epilogue1(c, g->cdt, i * g->ldc + j, g->alpha, g->beta, acc);
-    }
-  }
-}
-
-/* binary16 rounding of a double (RNE, subnormals kept, overflow to inf), as a
- * double: scale so the binary16 ulp becomes 1, round to an integer with the
- * 1.5*2^52 trick (exact RNE in the default rounding mode), scale back. */
-static inline double round_f16_f64(double x) {
-  uint64_t u;
-  memcpy(&u, &x, sizeof u);
-  const uint64_t ax = u & ~(UINT64_C(1) << 63);
-  if (ax >= UINT64_C(0x7FF0000000000000)) /* inf or NaN */
-    return x;
-  int e = (int)(ax >> 52) - 1023; /* |x| in [2^e, 2^(e+1)) */
-  if (e < -14)
-    e = -14;
-  if (e > 16)
-    return x > 0 ? (double)INFINITY : -(double)INFINITY;
-  uint64_t up = (uint64_t)(1023 + 10 - e) << 52, down = (uint64_t)(1023 - 10 + e) << 52;
-  double s_up, s_down;
-  memcpy(&s_up, &up, 8);
-  memcpy(&s_down, &down, 8);
-  const double q = x * s_up; /* |q| < 2^11: exact */
-  const double r = (q + 0x1.8p52) - 0x1.8p52;
-  const double v = copysign(r * s_down, x);
-  if (fabs(v) > 65504.0)
-    return x > 0 ? (double)INFINITY : -(double)INFINITY;
-  return v;
-}
-
-void *ampc_gemm_workspace(size_t bytes) {
-  static _Thread_local void *ws;
-  static _Thread_local size_t have;
-  if (bytes == 0)
-    bytes = 64; /* a valid pointer for an empty product too */
-  if (bytes > have) {
-    const size_t want = (bytes + 63) & ~(size_t)63;
-    free(ws);
-    ws = aligned_alloc(64, want);
-    have = ws ? want : 0;
-  }
-  return ws;
-}
-
-ampc_status ampc_acc16_workspace(int64_t mp, int64_t np, int64_t k, size_t es, ampc_acc16_ws *w) {
-  size_t na, nb, ns, bytes;
-  if (__builtin_mul_overflow((size_t)mp, (size_t)k, &na) ||
-      __builtin_mul_overflow((size_t)np, (size_t)k, &nb) ||
-      __builtin_mul_overflow((size_t)mp, (size_t)np, &ns) || __builtin_mul_overflow(na, es, &na) ||
-      __builtin_mul_overflow(nb, es, &nb) || __builtin_mul_overflow(ns, es, &ns) ||
-      __builtin_add_overflow(na, (size_t)63, &na) || __builtin_add_overflow(nb, (size_t)63, &nb) ||
-      __builtin_add_overflow(na & ~(size_t)63, nb & ~(size_t)63, &bytes) ||
-      __builtin_add_overflow(bytes, ns, &bytes))
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
-  char *ws = ampc_gemm_workspace(bytes);
-  if (!ws)
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
-  w->a = ws;
-  w->b = ws + (na & ~(size_t)63);
-  w->s = (char *)w->b + (nb & ~(size_t)63);
-  return AMPC_OK;
-}
-
-ampc_status ampc_acc16_nan_fallback(const ampc_gemm_args *g, const void *a, const void *b, void *c,
-                                    int nthreads) {
-  ampc_gemm_args one = *g;
-  one.a = a, one.b = b, one.c = c, one.batch = 1;
-  return ampc_gemm_acc16_avx2(&one, nthreads);
-}
-
-/* The FP16-accumulation ablation: s <- fp16(a*b + s) after every product.
- * op(A) and op(B)^T are widened to double once per matrix of the batch. */
-static ampc_status gemm_acc16(const ampc_gemm_args *g, int nthreads) {
-  enum { JB = 8 };
-  const int64_t m = g->m, n = g->n, k = g->k;
-  size_t bytes;
-  if (__builtin_mul_overflow((size_t)(m + n), (size_t)k * sizeof(double), &bytes))
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): workspace size overflows");
-  double *ad = ampc_gemm_workspace(bytes);
-  if (!ad)
-    return ampc_fail(AMPC_ERR_NOMEM, "gemm (fp16 accumulation): cannot allocate %zu bytes", bytes);
-  double *bt = ad + m * k;
-  for (int64_t t = 0; t < g->batch; t++) {
-    const void *a = AT(g->a, g->adt, t * g->stride_a);
-    const void *b = AT(g->b, g->bdt, t * g->stride_b);
-    void *c = ATW(g->c, g->cdt, t * g->stride_c);
-    ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
-#pragma omp parallel num_threads(nthreads)
-    {
-      ampc_tally_adopt(tally);
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < m; i++)
-        for (int64_t p = 0; p < k; p++)
-          ad[i * k + p] = (double)ampc_gemm_load(a, g->adt, i * g->rs_a + p * g->cs_a);
-#pragma omp for schedule(static)
-      for (int64_t j = 0; j < n; j++)
-        for (int64_t p = 0; p < k; p++)
-          bt[j * k + p] = (double)ampc_gemm_load(b, g->bdt, p * g->rs_b + j * g->cs_b);
-#pragma omp for schedule(dynamic, 4)
-      for (int64_t i = 0; i < m; i++) {
-        const double *ar = ad + i * k;
-        for (int64_t j0 = 0; j0 < n; j0 += JB) {
-          const int jb = (int)(n - j0 < JB ? n - j0 : JB);
-          double s[JB] = {0};
-          for (int64_t p = 0; p < k; p++)
-            for (int jj = 0; jj < jb; jj++) /* JB independent chains */
-              s[jj] = round_f16_f64(fma(ar[p], bt[(j0 + jj) * k + p], s[jj]));
-          for (int jj = 0; jj < jb; jj++)
-            ampc_gemm_epilogue1(c, g->cdt, i * g->ldc + j0 + jj, g->alpha, g->beta, (float)s[jj]);
-        }
-      }
-    }
-  }
-  return AMPC_OK;
-}
-
 int ampc_gemm_bf16dot_available(void) {
   static atomic_int cached = -1;
   int v = atomic_load_explicit(&cached, memory_order_relaxed);
@@ -382,7 +236,7 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
   if (g->m == 0 || g->n == 0 || g->batch == 0)
     return AMPC_OK;
   if (g->alpha == 0.0f || g->k == 0) {
-    scale_c(g);
+    ampc_gemm_scale_c(g);
     return AMPC_OK;
   }
   const int nthreads = ampc_get_num_threads();
@@ -401,7 +255,7 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
            : path == AMPC_ACC16_AVX512   ? ampc_gemm_acc16_avx512(g, nthreads)
            : path == AMPC_ACC16_AVX2_F16 ? ampc_gemm_acc16_avx2_f16(g, nthreads)
            : path == AMPC_ACC16_AVX2     ? ampc_gemm_acc16_avx2(g, nthreads)
-                                         : gemm_acc16(g, nthreads);
+                                         : ampc_gemm_acc16_portable(g, nthreads);
   }
   if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32 && f32_on_openblas() &&
       g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX && g->lda <= INT32_MAX &&
@@ -428,7 +282,7 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
     uk = &ampc_gemm_uk_avx512bf16;
   if (uk)
     return ampc_gemm_blocked(g, &g_cfg, nthreads, uk);
-  gemm_portable(g, nthreads);
+  ampc_gemm_portable(g, nthreads);
   return AMPC_OK;
 }
 

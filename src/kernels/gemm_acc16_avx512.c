@@ -1,5 +1,5 @@
 /*
- * src/kernels/gemm_acc16_avx512.c: the FP16-accumulation ablation (gemm.c:
+ * src/kernels/gemm_acc16_avx512.c: the FP16-accumulation ablation (gemm_portable.c:
  * s <- fp16(a*b + s) after every product, in p order from +0) on AVX-512F,
  * for CPUs without AVX512-FP16 (AMD Zen 4 and Zen 5, Intel Skylake-SP to Ice
  * Lake). Bit-identical to the scalar path and to VFMADDPH.

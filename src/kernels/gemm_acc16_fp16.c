@@ -1,5 +1,5 @@
 /*
- * src/kernels/gemm_acc16_fp16.c: the FP16-accumulation ablation (gemm.c:
+ * src/kernels/gemm_acc16_fp16.c: the FP16-accumulation ablation (gemm_portable.c:
  * s <- fp16(a*b + s) after every product, in p order from +0) at hardware
  * speed on CPUs with AVX512-FP16 (Intel Sapphire Rapids and later).
  * VFMADDPH (_mm512_fmadd_ph) computes a*b + s on binary16 operands exactly

@@ -1,7 +1,8 @@
 /*
  * src/kernels/gemm_avx512.c: the 12 x 32 FP32 micro-kernel on AVX-512F, for the
- * blocked GEMM of gemm_avx2.c (which packs, blocks, threads and rounds; only
- * this inner kernel uses the 512-bit registers). Compiled with -mavx512f
+ * blocked GEMM of gemm_frame.c (which blocks, threads and loops, with the
+ * packing and output kernels of gemm_pack_avx2.c; only this inner kernel
+ * uses the 512-bit registers), registered as ampc_gemm_uk_avx512. Compiled with -mavx512f
  * -mavx512bw -mavx512vl and only called after the run-time CPU check
  * (ampc_cpu_has_avx512f: F, BW and VL).
  *
@@ -12,7 +13,7 @@
  * operations as the 6 x 16 AVX2 kernel, so the results are the same bits.
  *
  * The fused variant runs on the last K slice: instead of leaving the FP32 sums
- * in the task's C block for gemm_avx2.c's epilogue, it forms alpha*sum +
+ * in the task's C block for the output kernel (gemm_pack_avx2.c), it forms alpha*sum +
  * beta*C (two products and a sum, no FMA, as the epilogue does) and rounds
  * straight into C's dtype, masking the rows and columns past an edge: the
  * same values, one pass over memory less.
@@ -150,7 +151,7 @@ static void kernel_12x32_out(int64_t kc, const float *restrict a, const float *r
  * high halves' product first, then the low halves' (each product of two
  * bfloat16 is exact in FP32 and each addition rounds to nearest), which is
  * the FMA chain's p order; its DAZ/FTZ never acts on the operands
- * ampc_gemm_bf16dot_accepts admits (gemm_avx2.c). */
+ * ampc_gemm_bf16dot_accepts admits (gemm_pack_avx2.c). */
 #define KERNEL_LOOP_DP()                                                                           \
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
   __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                         \
@@ -202,12 +203,14 @@ const ampc_gemm_ukernel ampc_gemm_uk_avx512 = {.mr = MR,
                                                .nr = NR,
                                                .fn = kernel_12x32,
                                                .fn_out = kernel_12x32_out,
+                                               .pack = &ampc_gemm_pack_avx2,
                                                .isa = "avx512f+avx2+fma+f16c"};
 
 const ampc_gemm_ukernel ampc_gemm_uk_avx512bf16 = {.mr = MR,
                                                    .nr = NR,
                                                    .fn = kernel_12x32_dp,
                                                    .fn_out = kernel_12x32_dp_out,
+                                                   .pack = &ampc_gemm_pack_avx2,
                                                    .isa = "avx512bf16+avx512f+avx2+fma+f16c",
                                                    .bf16_pairs = 1,
                                                    .fallback = &ampc_gemm_uk_avx512};

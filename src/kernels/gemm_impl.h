@@ -1,6 +1,26 @@
 /*
- * src/kernels/gemm_impl.h: what gemm.c (validation, dispatch, portable and
- * FP16-accumulation paths) shares with gemm_avx2.c (the blocked kernel).
+ * src/kernels/gemm_impl.h: the GEMM's private interface between its files,
+ * laid out as BLIS lays out frame and kernels; each file calls only the ones
+ * listed after it, never back:
+ *   gemm.c             the public entry points: validation, path dispatch,
+ *                      threads and block sizes, the double reference;
+ *   gemm_frame.c       the blocked FP32-accumulation framework (task grid,
+ *                      cache blocking, loops, threads), portable C, around a
+ *                      registered micro-kernel and its packing kernels;
+ *   gemm_portable.c    the plain C paths (the definitions the others match);
+ *   gemm_acc16_fp16.c, gemm_acc16_avx512.c
+ *                      the FP16-accumulation ablation on AVX512-FP16 and
+ *                      AVX-512F (binary16 operands);
+ *   gemm_acc16_avx2.c  the ablation on AVX2, and the NaN fallback of the
+ *                      binary16 vector paths;
+ *   gemm_avx2.c, gemm_avx512.c
+ *                      the micro-kernels (6 x 16 AVX2; 12 x 32 AVX-512F and
+ *                      AVX512-BF16), with their tiles, and the peak loops;
+ *   gemm_pack_avx2.c   the packing and output kernels those micro-kernels
+ *                      register;
+ *   gemm_workspace.c   the per-thread workspace (a leaf).
+ * The micro-kernel descriptors are data: the framework reaches the ISA code
+ * only through their function pointers.
  */
 #ifndef AMPC_GEMM_IMPL_H
 #define AMPC_GEMM_IMPL_H
@@ -35,6 +55,13 @@ typedef struct ampc_gemm_args {
 #define ampc_gemm_load ampc_elem_load
 #define ampc_gemm_store ampc_elem_store
 
+/* Bytes per element of a GEMM operand (F32: 4; F16, BF16: 2), and the
+ * address of element off of an array of that dtype. */
+static inline size_t ampc_gemm_esz(ampc_dtype dt) { return dt == AMPC_F32 ? 4 : 2; }
+static inline const void *ampc_gemm_at(const void *p, ampc_dtype dt, int64_t off) {
+  return (const char *)p + off * (int64_t)ampc_gemm_esz(dt);
+}
+
 /* C[i] = alpha * acc + beta * C[i], formed in FP32 (two products and a sum,
  * no FMA), rounded once to C's dtype; C is not read when beta == 0. */
 static inline void ampc_gemm_epilogue1(void *c, ampc_dtype dt, int64_t i, float alpha, float beta,
@@ -45,11 +72,6 @@ static inline void ampc_gemm_epilogue1(void *c, ampc_dtype dt, int64_t i, float 
   ampc_gemm_store(c, dt, i, v);
 }
 
-/* A register-blocked micro-kernel: C tile (mr x nr FP32, row stride ldc) =
- * (accumulate: +=) the packed A micro-panel (kc x mr, p-major) times the packed
- * B micro-panel (kc x nr, p-major; 64-byte aligned). Each element is summed in
- * p order by FMA starting from +0 and then, if accumulate, added to C: every
- * micro-kernel performs these same operations, so they all give the same bits. */
 /* Where a fused micro-kernel writes its tile: C (dtype dt, row stride ldc)
  * at the tile's first element, rows x cols of the MR x NR tile inside the
  * matrix, C = alpha * sum + beta * C formed as the epilogue does. */
@@ -61,6 +83,45 @@ typedef struct ampc_gemm_out {
   int rows, cols;
 } ampc_gemm_out;
 
+/* The packing and output kernels a micro-kernel registers, which the
+ * framework calls around it (BLIS's packm kernels and the output stage):
+ * a:       one A micro-panel, dst[p*R + r] = src[r*stride_r + p*stride_p]
+ *          widened to FP32 for r < rv, 0 for rv <= r < R, p < kc; `ravail`
+ *          lanes exist in the source from this panel on;
+ * b:       the B panel op(B)[0:kc, 0:ncols] as ceil(ncols / NR) micro-panels
+ *          at dst + s*kc*NR (64-byte aligned when dst is); navail columns
+ *          exist in the source from this panel on;
+ * pairs, b_pairs: the same as bfloat16 pairs for a kernel with bf16_pairs
+ *          (32-bit words: element p in the high half, p + 1 in the low, 0
+ *          past K); they return 0 when an element is outside the pairs
+ *          kernel's range (the panel is then not for that kernel);
+ * out:     C[ic + i][jc + j] = alpha*Cs + beta*C for an mcur x ncur block of
+ *          FP32 sums Cs (row stride ldcs, rows padded to NR), formed as
+ *          ampc_gemm_epilogue1 does (C not read when beta == 0), counted by
+ *          the rounding tally when one is set.
+ * Each may write up to 16 floats past the end of a panel (the framework's
+ * slack) and reads nothing outside the caller's matrices. */
+typedef struct ampc_gemm_packer {
+  void (*a)(float *restrict dst, int R, const void *src, ampc_dtype dt, int rv, int64_t ravail,
+            int64_t kc, int64_t stride_r, int64_t stride_p);
+  void (*b)(float *restrict dst, int NR, int64_t ncols, const void *src, ampc_dtype dt,
+            int64_t navail, int64_t kc, int64_t stride_r, int64_t stride_p);
+  int (*pairs)(uint32_t *restrict dst, int R, const void *src, int rv, int64_t kc, int64_t stride_r,
+               int64_t stride_p);
+  int (*b_pairs)(uint32_t *restrict dst, int NR, int64_t ncols, const void *src, int64_t kc,
+                 int64_t stride_r, int64_t stride_p);
+  void (*out)(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, int64_t mcur, int64_t ncur,
+              const float *cs, int64_t ldcs);
+} ampc_gemm_packer;
+
+/* On AVX2 + FMA + F16C (gemm_pack_avx2.c), for the AVX2 and AVX-512 kernels. */
+extern const ampc_gemm_packer ampc_gemm_pack_avx2;
+
+/* A register-blocked micro-kernel: C tile (mr x nr FP32, row stride ldc) =
+ * (accumulate: +=) the packed A micro-panel (kc x mr, p-major) times the packed
+ * B micro-panel (kc x nr, p-major; 64-byte aligned). Each element is summed in
+ * p order by FMA starting from +0 and then, if accumulate, added to C: every
+ * micro-kernel performs these same operations, so they all give the same bits. */
 typedef struct ampc_gemm_ukernel {
   int mr, nr;
   void (*fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate);
@@ -68,6 +129,7 @@ typedef struct ampc_gemm_ukernel {
    * earlier slices' sums (read when accumulate) */
   void (*fn_out)(int64_t kc, const float *a, const float *b, const float *cs, int64_t ldcs,
                  int accumulate, const ampc_gemm_out *o);
+  const ampc_gemm_packer *pack; /* its packing and output kernels */
   const char *isa;
   /* 1: the kernel reads bfloat16 pairs (gemm_avx512.c, VDPBF16PS): A and B
    * are packed as 32-bit words holding elements p (high half) and p + 1
@@ -89,7 +151,7 @@ extern const ampc_gemm_ukernel ampc_gemm_uk_avx512bf16;
  * +-0 or finite with magnitude in [2^-56, 2^63) (bf16 A and B only; else 0):
  * then every product of two is exact and normal in FP32 and every partial
  * sum is a multiple of 2^-126, so no sum is subnormal and VDPBF16PS's
- * DAZ/FTZ changes nothing (gemm_avx2.c). The GEMM applies the same test
+ * DAZ/FTZ changes nothing (gemm_pack_avx2.c). The GEMM applies the same test
  * per K slice while it packs; this whole-operand form is for tests. */
 int ampc_gemm_bf16dot_accepts(const ampc_gemm_args *g);
 
@@ -100,8 +162,8 @@ int ampc_gemm_bf16dot_accepts(const ampc_gemm_args *g);
 int ampc_gemm_bf16dot_available(void);
 int ampc_gemm_bf16dot_probe(void);
 
-/* The blocked GEMM (FP32 accumulation) with packing on AVX2+F16C, gemm_avx2.c,
- * around micro-kernel uk. The result does not depend on uk or the thread
+/* The blocked GEMM (FP32 accumulation, gemm_frame.c) around micro-kernel uk
+ * and its packing kernels. The result does not depend on uk or the thread
  * count. Returns AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched
  * then). */
 ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int nthreads,
@@ -115,7 +177,7 @@ ampc_status ampc_gemm_blocked(const ampc_gemm_args *g, const ampc_gemm_config *c
 const ampc_gemm_ukernel *ampc_gemm_active_ukernel(void);
 void ampc_gemm_force_ukernel(const ampc_gemm_ukernel *uk);
 
-/* The vector FP16-accumulation paths' per-matrix workspace (gemm.c): A
+/* The vector FP16-accumulation paths' per-matrix workspace (gemm_workspace.c): A
  * packed (mp x k elements of es bytes), B packed (np x k), the running sums
  * (mp x np), each part starting 64-byte aligned, in the calling thread's
  * ampc_gemm_workspace. Fetch it again for each matrix of a batch (the NaN
@@ -126,19 +188,19 @@ typedef struct ampc_acc16_ws {
 } ampc_acc16_ws;
 ampc_status ampc_acc16_workspace(int64_t mp, int64_t np, int64_t k, size_t es, ampc_acc16_ws *w);
 
-/* One matrix (a, b, c: its operands and C) of g on the AVX2 double path,
- * whose NaN is the scalar path's: what the binary16 vector paths do with a
+/* One matrix (a, b, c: its operands and C) of g on the AVX2 double path
+ * (gemm_acc16_avx2.c), whose NaN is the scalar path's: what the binary16 vector paths do with a
  * matrix that has a NaN operand (their separate product and sum, or the
  * compiler's VFMADD operand order, would keep another NaN). */
 ampc_status ampc_acc16_nan_fallback(const ampc_gemm_args *g, const void *a, const void *b, void *c,
                                     int nthreads);
 
-/* The FP16-accumulation ablation, AVX2 (bit-identical to the scalar path in
- * gemm.c). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
+/* The FP16-accumulation ablation, AVX2 (gemm_acc16_avx2.c; bit-identical to
+ * ampc_gemm_acc16_portable). AMPC_ERR_NOMEM if workspace cannot be allocated (C untouched). */
 ampc_status ampc_gemm_acc16_avx2(const ampc_gemm_args *g, int nthreads);
 
 /* The same on AVX2+F16C for binary16 A and B (round-to-odd sums in FP32
- * lanes from TwoSum, gemm_avx2.c); bit-identical. Call only when
+ * lanes from TwoSum, gemm_acc16_avx2.c); bit-identical. Call only when
  * ampc_use_avx2(). */
 ampc_status ampc_gemm_acc16_avx2_f16(const ampc_gemm_args *g, int nthreads);
 
@@ -150,6 +212,15 @@ ampc_status ampc_gemm_acc16_avx512(const ampc_gemm_args *g, int nthreads);
 /* The same on AVX512-FP16 (VFMADDPH), for binary16 A and B only; bit-
  * identical too (gemm_acc16_fp16.c). Call only when ampc_use_avx512fp16(). */
 ampc_status ampc_gemm_acc16_fp16(const ampc_gemm_args *g, int nthreads);
+
+/* The plain C paths (gemm_portable.c): C = beta * C, A and B not read (for
+ * alpha == 0 or K == 0); the FP32 accumulation, one FMA chain per element in
+ * p order from +0, rounded once into C; the FP16-accumulation ablation, s <-
+ * fp16(a*b + s) after every product (AMPC_ERR_NOMEM if its workspace cannot
+ * be allocated, C untouched). Every vector path gives these bits. */
+void ampc_gemm_scale_c(const ampc_gemm_args *g);
+void ampc_gemm_portable(const ampc_gemm_args *g, int nthreads);
+ampc_status ampc_gemm_acc16_portable(const ampc_gemm_args *g, int nthreads);
 
 /* The FMA peak loops (12 independent chains; they return the FLOPs done):
  * 512-bit and 256-bit FP32 FMA, and VFMADDPH. Call each only on a CPU that

@@ -46,8 +46,9 @@ int ampc_use_avx512bf16(void);
 /* The table ampc_convert uses (AVX2 when available unless AMPC_ISA=portable). */
 const ampc_convert_kernels *ampc_convert_active(void);
 
-/* ampc_store_f32 with statistics: the portable loop (any dtype) and the AVX2
- * one (F16 and BF16 only; bit-identical stores and counts). */
+/* ampc_store_f32 with statistics: the portable loop (any dtype; round_stats.c)
+ * and the AVX2 one (F16 and BF16 only, convert_avx2.c; bit-identical stores
+ * and counts). */
 void ampc_store_stats_portable(void *dst, ampc_dtype dt, const float *src, size_t n,
                                ampc_round_stats *s);
 void ampc_store_stats_avx2(void *dst, ampc_dtype dt, const float *src, size_t n,

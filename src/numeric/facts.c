@@ -161,7 +161,7 @@ ampc_status ampc_format_info_get(ampc_dtype dt, ampc_format_info *out) {
   return AMPC_OK;
 }
 
-/* ---- one rounding from double (issue 20: ampc inspect of F64 tensors) ------ */
+/* ---- one rounding from double (ampc inspect of F64 tensors) ---------------- */
 
 double ampc_round_f64(ampc_dtype dt, double x) {
   /* p: stored fraction bits, emin: exponent of the smallest normal, max:
