@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_bench_step.sh AMPC: `ampc bench step` (issue 8) prints the
+# tests/check_bench_step.sh AMPC: `ampc bench step` prints the
 # documented JSON keys for a tiny run of each model family, the text form
 # prints a line, and bad usage exits 2. Never asserts timing.
 . "$(dirname "$0")/cli_lib.sh"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_device.sh AMPC: `ampc train --device` (issue 17).
+# tests/check_device.sh AMPC: `ampc train --device`.
 # 1. --device cpu-split runs the device path (the model's tensors, the
 #    parameter table's role buffers, the unscale check and the optimizer
 #    through the backend, every host exchange a real copy) on the CPU: its

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_diagnose.sh AMPC: the signature suite on real data (issue 7).
+# tests/check_diagnose.sh AMPC: the signature suite on real data.
 # Short mm-tiny runs on the bundled emoji pairs, each configured so that one
 # safeguard is missing, and `ampc diagnose` must name that failure from the
 # run's own counts (nothing is injected); the complete runs are healthy. Then
@@ -39,7 +39,7 @@ grep -q 'forward pass, vision' "$tmp/bigact.diag" || die "bigact: no forward ove
 grep -q '"branch":"fusion"' "$tmp/fp8sat.diag" || die "fp8sat: the fusion branch is not named"
 grep -q 'fp8-margin' "$tmp/fp8sat.diag" || die "fp8sat: no --fp8-margin safeguard"
 
-# against the FP32 twin (issue 18): the MLP at lr 1e-4 in pure bfloat16
+# against the FP32 twin: the MLP at lr 1e-4 in pure bfloat16
 # stays 10 % above FP32's loss with most updates swallowed; bf16-mixed
 # matches it; the cross-run verdict names the cause
 for p in 32-true bf16-true bf16-mixed; do

@@ -1,7 +1,7 @@
 #!/bin/sh
-# tests/check_inspect.sh AMPC TEST_INSPECT: `ampc inspect` through the CLI
-# (issue 20): the counts and the auto scale of a constructed file (every
-# dtype the command reads; the values are documented in test_inspect.c's
+# tests/check_inspect.sh AMPC TEST_INSPECT: `ampc inspect` through the CLI:
+# the counts and the auto scale of a constructed file (every dtype
+# the command reads; the values are documented in test_inspect.c's
 # write_files), the plot, and bad input: an empty file, a file that is not
 # safetensors, a directory, no tensors, an integer tensor, bad flags, an
 # unwritable plot: a message naming the file (and tensor), exit 1 (2 for usage).

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/check_inspect_torch.sh AMPC TEST_MM_PARITY SRC: the PyTorch round trip
-# of `ampc inspect` (issue 20; tests/reference/inspect_roundtrip.py says what
+# of `ampc inspect` (tests/reference/inspect_roundtrip.py says what
 # is checked). Needs Debian's python3-torch (/usr/bin/python3); without it the
 # test is skipped (exit 77) with the reason.
 set -u

@@ -14,7 +14,7 @@ done
 out=$("$ampc" memory --params 1.2e9 --precision 16-mixed --json)
 echo "$out" | grep -q '"roles":{"weights":2400000000,"master":4800000000,"grads":2400000000,"moments":9600000000,"compensation":0}' ||
   die "16-mixed roles: $out"
-# pure bfloat16 (issue 19): no master, BF16 moments: 8 B/param; Kahan updates
+# pure bfloat16: no master, BF16 moments: 8 B/param; Kahan updates
 # add a BF16 compensation: 10 B/param, 12 GB instead of 19.2
 out=$("$ampc" memory --params 1.2e9 --precision bf16-true --json)
 [ "$(echo "$out" | field bytes_per_param)" = 8 ] || die "bf16-true: not 8 B/param: $out"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_mpi.sh AMPC MPIEXEC: data-parallel training on MPI (issue 15).
+# tests/check_mpi.sh AMPC MPIEXEC: data-parallel training on MPI.
 #
 # 1. Equivalence: `mpirun -np N ampc train --batch B` (each rank B/N samples,
 #    --allreduce f32) leaves the same checkpoint, bit for bit, and the same
@@ -81,7 +81,7 @@ for case in "2 32-true 16" "2 16-mixed 16" "2 bf16-mixed 16" "2 fp8-mixed 16" "3
   grep -q '"ranks":'"$n" "$tmp/dp.$tag.jsonl" || die "$p: the config line does not name $n ranks"
 done
 
-# the device path (issue 17) on 2 ranks, run on the CPU (--device cpu-split:
+# the device path on 2 ranks, run on the CPU (--device cpu-split:
 # separate "device" buffers, the ranks' sum through host memory): the bits of
 # the CPU path, in FP32 and in the working dtype, per-loss scaling too
 for case in "f32 dynamic" "working dynamic" "f32 per-loss"; do

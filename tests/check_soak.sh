@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_soak.sh AMPC TEST_ROBUST [KILLS]: kill-and-resume soak (issue 22).
+# tests/check_soak.sh AMPC TEST_ROBUST [KILLS]: kill-and-resume soak.
 # 1. A 16-mixed mm-micro run on an 8x8 dataset (`test_robust
 #    --write-dataset`) with --save-every 1 is killed with SIGKILL at seeded
 #    random moments KILLS times (default 6; more by the argument), resumed

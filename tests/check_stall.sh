@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/check_stall.sh AMPC: a run that can no longer learn says so while it
-# runs (--on-stall, issue 22), on mm-tiny with the bundled data.
-# 1. --lr 100 (the issue's case): the weights blow up, the loss turns
+# runs (--on-stall), on mm-tiny with the bundled data.
+# 1. --lr 100: the weights blow up, the loss turns
 #    non-finite; with the default (stop) the run prints the stall and the
 #    diagnosis on stderr at once, logs a "stall" event and a summary, exits 3
 #    and writes no checkpoint after the stall (--save-every 2: the last

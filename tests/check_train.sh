@@ -167,7 +167,7 @@ done
 expect 2 --model mlp --precision 32-true,16-mixed --steps 2 --log=
 grep -q 'an empty path' "$tmp/err" || die "--precision list --log=: $(cat "$tmp/err")"
 
-# --weight-update stochastic (issue 19): bf16-true learns where nearest
+# --weight-update stochastic: bf16-true learns where nearest
 # rounding swallows the updates; a stopped and resumed run is bit-identical;
 # refused where it cannot apply
 sr="--model mlp --precision bf16-true --lr 1e-4 --steps 300 --json"
@@ -212,7 +212,7 @@ grep -q 'optimizer.kahan_comp.fc1.weight' "$tmp/kh_full.st" ||
 expect 2 --model mlp --weight-update kahan --steps 1
 grep -q 'needs --master-weights off' "$tmp/err" || die "16-mixed + kahan: $(cat "$tmp/err")"
 
-# --loss-multiplier (issue 18's sweep): in FP32, differentiating 2^-20 * loss
+# --loss-multiplier: in FP32, differentiating 2^-20 * loss
 # with eps scaled alike takes the same steps: the same losses and weights
 lmf="--model mlp --precision 32-true --steps 50 --quiet"
 "$ampc" train $lmf --log "$tmp/lm1.jsonl" --save "$tmp/lm1.st" >/dev/null 2>&1 || die "lm 1 failed"
@@ -240,7 +240,7 @@ expect 2 --model mlp --loss-multiplier 0 --steps 1
 "$ampc" train --model mlp --optimizer sgd --loss-multiplier 2^-4 --steps 1 >/dev/null 2>"$tmp/err"
 [ $? != 0 ] && grep -q 'needs AdamW' "$tmp/err" || die "--loss-multiplier with SGD: $(cat "$tmp/err")"
 
-# --loss-scale per-branch (issue 18, part 3): each branch's scale is in the
+# --loss-scale per-branch: each branch's scale is in the
 # log and moves apart from the others (the fusion's gradients are the
 # smallest on mm-tiny), a stopped and resumed run is bit-identical, and
 # scales that are not powers of two are refused
@@ -344,7 +344,7 @@ steps = [json.loads(l) for l in open(sys.argv[2]) if '"event":"step"' in l]
 assert steps[0]["loss_scale"] == min(sc["branch_scales"]), (steps[0]["loss_scale"], sc)
 PY
 
-# fp8-mixed (issue 19): the MLP learns as bf16-mixed does; on mm-tiny the
+# fp8-mixed: the MLP learns as bf16-mixed does; on mm-tiny the
 # log counts the FP8 casts per branch, the checkpoint holds every site's
 # amax history and scales, a stopped and resumed run is bit-identical; a
 # resume with another --fp8-amax-history is refused

@@ -1,6 +1,7 @@
 #!/bin/sh
-# bench/gpu/check.sh [tests|bench|all]: the GPU checks of issues 16 and 17 in
-# one command, for the H200 machine lent through the device tool.
+# bench/gpu/check.sh [tests|bench|all]: the GPU checks (the CUDA
+# GEMM; the layers, model and trainer on the device) in one command, for the
+# H200 machine lent through the device tool.
 #
 # Binaries: bench/gpu's build (ampc's formats, reference GEMM, CUDA backend,
 # model and trainer; test_cuda_gemm, test_cuda_nn, test_model_device,
@@ -13,19 +14,19 @@
 #   - configured and built there (cmake, nvcc, the host's compiler), with
 #     cJSON and zlib from the carried .debs (bench/gpu/fetch_debs.sh made
 #     .gpu-debs/).
-# Then, in this order (the issues' own checks first, each check's
+# Then, in this order (the GEMM and device checks first, each check's
 # measurements right after it, so a budget that runs out loses the least):
-#   test_cuda_gemm       every GEMM mode against the double reference (16)
+#   test_cuda_gemm       every GEMM mode against the double reference
 #   ampc_gemm, torch_gemm  gpu_bench gemm --device cuda --json, then
-#                        PyTorch on the same shapes; gemm_table.md (16)
+#                        PyTorch on the same shapes; gemm_table.md
 #   test_cuda_nn         the GPU's layers, FP8 casts, FP16-accumulation kernel,
-#                        staged copies and optimizer against the CPU's (17)
+#                        staged copies and optimizer against the CPU's
 #   test_model_device    the whole model on the GPU against the CPU, every
-#                        preset, and its rounding telemetry (17)
+#                        preset, and its rounding telemetry
 #   gpu_train, torch_train  ampc's whole training step (vit-ref, mm-tiny,
 #                        mm-base in 32-true, 16-mixed, bf16-mixed) and
 #                        PyTorch's (fp32 without TF32, autocast bf16,
-#                        autocast fp16 + GradScaler) (17); the typed, cast,
+#                        autocast fp16 + GradScaler); the typed, cast,
 #                        tuned and kept variants
 #   signatures_run       tests/signatures.txt with `ampc-gpu train --device
 #                        cuda` and `ampc-gpu diagnose` (bench/gpu/signatures.sh)
@@ -312,7 +313,7 @@ if [ "$what" != bench ] && [ -n "$cs" ] && [ "$(left)" -ge 60 ]; then
   [ "$ran" = 1 ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|Invalid|FAILED|passed" "$R/sanitize_typed.txt" | tail -n 12
 fi
 
-# mm-large (width 768, depth 12 per tower, 188 M parameters: the top of the issue's range),
+# mm-large (width 768, depth 12 per tower, 188 M parameters: the top of the GPU-sized range),
 # where the GEMMs weigh more: the three presets, then everything prepared (rows "typed cast
 # tuned" against "32-true typed tuned"), and PyTorch fp32 / fp16 AMP on the same shapes; last,
 # as the part a short budget loses first

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gpu/train_table.py AMPC_JSONL TORCH_JSONL [CURVES_JSONL]: issue 17's table from one
+"""bench/gpu/train_table.py AMPC_JSONL TORCH_JSONL [CURVES_JSONL]: the GPU training table from one
 GPU run: ampc's whole training step (gpu_train: 32-true, 16-mixed,
 bf16-mixed) beside PyTorch's (tests/reference/torch_step.py --device cuda:
 eager FP32 without TF32, autocast bf16, autocast fp16 + GradScaler, and
@@ -12,7 +12,7 @@ dense peak: 989 TFLOP/s for 16-bit Tensor Cores, 67 for FP32), device memory
 cuBLASLt calls and host waits for the stream per step (the waits' total
 milliseconds: a step whose waits are a small part of it is bound by the host
 issuing kernels), and the
-issue's three ratios: ampc 16-mixed against its own 32-true (goal >= 3x),
+three goal ratios: ampc 16-mixed against its own 32-true (goal >= 3x),
 ampc 16-mixed step time over torch autocast fp16's (goal <= 0.7), ampc's
 activation bytes at 16-mixed over 32-true (goal <= 0.55; beside it PyTorch's
 where torch_step.py ran with --saved-bytes: what autograd saved in one

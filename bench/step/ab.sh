@@ -3,8 +3,8 @@
 # interleaved (old, new, old, new, ... per model and preset) so both see the
 # same machine state: `ampc bench step`, batch 128, STEPS timed steps after
 # WARMUP per process; prints the median over the rounds' medians per binary
-# and their ratio. Used for "no step gets slower" checks of a refactor
-# (issue 14). MODELS and PRESETS narrow the set. Never a test.
+# and their ratio. Used for "no step gets slower" checks of a refactor.
+# MODELS and PRESETS narrow the set. Never a test.
 set -eu
 old=$1 new=$2 rounds=${3:-3}
 STEPS=${STEPS:-8} WARMUP=${WARMUP:-2}

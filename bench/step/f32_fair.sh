@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/step/f32_fair.sh AMPC [ROUNDS]: is 32-true's step time a fair FP32
-# baseline? (issue 21) One training step of `ampc bench step` for:
+# baseline? One training step of `ampc bench step` for:
 #   32-true        on ampc's own GEMM kernel (the default: the kernel, blocking
 #                  and summation order of the 16-bit presets)
 #   32-true/ob     on OpenBLAS as it picks its kernels (AMPC_GEMM_F32=openblas,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/step/run.sh [AMPC] [MODEL...]: issue 8's benchmark. Whole training
+# bench/step/run.sh [AMPC] [MODEL...]: the step benchmark. Whole training
 # steps of ampc (32-true, 16-mixed, bf16-mixed: `ampc bench step`) against
 # PyTorch on identical models (FP32 and bf16 autocast:
 # tests/reference/torch_step.py with Debian's /usr/bin/python3), batch 128,
@@ -17,7 +17,7 @@
 # it to SkylakeX (CPUs with AVX-512) or Haswell (AVX2) for both frameworks and
 # prints the core in use. Prints a markdown table (ms/step, ratio to PyTorch
 # FP32, GEMM GFLOP/s and its fraction of the FMA peak, peak RSS) and the goal
-# checks of issue 21. Never a test.
+# checks. Never a test.
 #
 # Environment: ROUNDS (4), STEPS (5), WARMUP (2), BATCH (128), PY
 # (/usr/bin/python3), OUT (a directory for the raw JSON lines; default: a

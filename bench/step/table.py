@@ -5,7 +5,7 @@ bench step --json or tests/reference/torch_step.py output, with "framework"
 and "setting" added). Medians are over every timed step of every round.
 PEAK.json (`ampc bench gemm --json`) gives the FMA peak for each thread
 count: an ampc step's GEMM FLOPs over its median time, as a fraction of the
-peak at its thread count (the issue's "step at >= 70 % of the FMA peak";
+peak at its thread count (the goal "step at >= 70 % of the FMA peak";
 PyTorch's steps do the same GEMM FLOPs on the same models)."""
 import json
 import os
@@ -67,7 +67,7 @@ def main(path, peak_path=None):
         print(f"| {text} | {fmt.format(value)} | {'>=' if at_least else '<='} "
               f"{fmt.format(limit)} | {how} |")
 
-    print("\n| goal (issue 21) | measured | target | result |\n|---|---:|---:|---|")
+    print("\n| goal | measured | target | result |\n|---|---:|---:|---|")
     if base and "16-mixed" in med:
         goal("ampc 16-mixed / PyTorch FP32", med["16-mixed"] / base, 0.60)
     if "bf16-mixed" in med and "torch-bf16-autocast" in med:

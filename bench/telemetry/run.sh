@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/telemetry/run.sh AMPC [STEPS]: the cost of the rounding telemetry
-# (issue 7's goal: <= 5 % of the step time at the default interval of 10).
+# (the goal: <= 5 % of the step time at the default interval of 10).
 # mm-tiny, batch 64, 16-mixed, one thread, no evaluation; three runs of the
 # same steps, interleaved twice: telemetry off, every 10 steps (default), every
 # step. Prints the mean step time over steps 3..N of each run (the first two

@@ -246,7 +246,7 @@ bool ampc_scaler_update(ampc_scaler *s, bool found_nonfinite);
 /* The scale of branch br's gradients: S_br in per-branch mode, else S. */
 float ampc_scaler_branch_scale(const ampc_scaler *s, ampc_branch br);
 
-/* Per-branch loss scaling (issue 18; no framework has it built in: the idea
+/* Per-branch loss scaling (no framework has it built in: the idea
  * is apex's one-scale-per-loss `num_losses` carried to the branches of a
  * fused model, with the scale of each chosen as Transformer Engine's delayed
  * scaling chooses an FP8 tensor's, from the amax of earlier steps). The
@@ -415,7 +415,7 @@ size_t ampc_grad_unscale_scratch_bytes(int64_t n);
  * to FP32 (no epsilon, so a norm of 4 clipped to 1 gives exactly 0.25). */
 float ampc_clip_coef(double norm, float max_norm);
 
-/* ---- FP8 delayed scaling (src/amp/fp8_scaling.c; issue 19) ---------------- *
+/* ---- FP8 delayed scaling (src/amp/fp8_scaling.c) -------------------------- *
  * One tensor's FP8 scaling state in NVIDIA Transformer Engine's delayed-
  * scaling recipe (transformer_engine.common.recipe.DelayedScaling; its
  * amax_and_scale_update): quantization uses the scale taken from earlier

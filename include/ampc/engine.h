@@ -100,7 +100,7 @@ void ampc_trainer_free(ampc_trainer *T);
 
 /* S to seed the backward pass with (1 when loss scaling is off; per-branch:
  * the heads' S, which seeds the losses). */
-/* Move the step to a device (issue 17): allocate every role buffer of the
+/* Move the step to a device: allocate every role buffer of the
  * parameter table there (the backend's memory: AMPC_DEVICE_CUDA needs a
  * context bound with ampc_device_open) and copy the host's values. From then
  * on zero_grad and step run there (the unscale check and the optimizer of

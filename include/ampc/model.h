@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-/* ---- FP8 sites (fp8-mixed; issue 19) -----------------------------------------
+/* ---- FP8 sites (fp8-mixed) ---------------------------------------------------
  * A model's FP8 linear layers ("sites"): each has the quantizers of its x, W
  * and dy (ampc_linear_fp8, ampc/nn.h) and their delayed-scaling state (three
  * ampc_fp8_meta, ampc/amp.h: Transformer Engine's recipe). The model casts
@@ -177,9 +177,9 @@ typedef struct ampc_mmodel_config {
 } ampc_mmodel_config;
 
 /* "mm-tiny", "mm-small", "mm-base" (width 512, 8 heads, MLP 2048, depths
- * 8/8/2, embed 256: 59,050,507 parameters on the emoji data; issue 17's
+ * 8/8/2, embed 256: 59,050,507 parameters on the emoji data; the
  * GPU-sized model), "mm-large" (width 768, 12 heads, MLP 3072, depths
- * 12/12/2, embed 256: 187,746,059 parameters; the top of issue 17's range)
+ * 12/12/2, embed 256: 187,746,059 parameters; the top of the GPU-sized range)
  * or "mm-micro" (8x8x3 images, width 16: a very small one for gradient checks)
  * with the dataset's vocab, seq_len and classes; weights 1, 1, 1. Image-only:
  * "vit-ref" (32x32x3, patch 8, width 128, depth 4, 4 heads, MLP 512, CLS:

@@ -1,5 +1,5 @@
 /*
- * ampc/plot.h: PNG plots for the diagnosis (issue 7): line/point plots of
+ * ampc/plot.h: PNG plots for the diagnosis: line/point plots of
  * training curves and the log2-magnitude histogram of gradients with
  * binary16's bands. Drawn with PLplot's `mem` driver into an RGB buffer
  * (text in PLplot's Hershey stroke fonts) and written with libpng. Each call

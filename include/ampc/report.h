@@ -1,5 +1,5 @@
 /*
- * ampc/report.h: the memory account (issue 7). What a training run holds, in
+ * ampc/report.h: the memory account. What a training run holds, in
  * bytes, by role, predicted from the same code paths that allocate it:
  *
  *   weights      working weights, the preset's dtype (F32 in 32-true)
@@ -100,7 +100,7 @@ ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const am
 ampc_status ampc_mem_account_mm(const ampc_mmodel_config *c, int64_t batch,
                                 const ampc_amp_config *amp, int moments, ampc_mem_account *out);
 
-/* The account of the same run on a device (issue 17): every role lives in
+/* The account of the same run on a device (the GPU path): every role lives in
  * the device's memory; activations and workspace are the device arena
  * (ampc_mmodel_plan_bytes_on: the batch's inputs too); device_scratch is
  * ampc_mem_device_scratch_bytes plus the slot of ampc_mmodel_attn_cast_bytes on

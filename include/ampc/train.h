@@ -299,7 +299,7 @@ typedef struct ampc_accum {
    * run's test hooks inject a non-finite value on one rank there) */
   ampc_status (*before_reduce)(void *user, void *g, ampc_dtype dt, int64_t n);
   void *hook_user;
-  /* the loss multiplier lambda (issue 18's sweep; 0 or 1: none): every
+  /* the loss multiplier lambda (the loss-multiplier sweep; 0 or 1: none): every
    * backward seed is multiplied by it, so the stored gradients are lambda
    * times the loss's (the reported losses are not) */
   float loss_multiplier;
@@ -404,7 +404,7 @@ typedef struct ampc_run_config {
    * FP32 run takes the same steps (bit for bit for a power of two, short of
    * FP32 underflow; AdamW only: SGD's step is not scale-invariant, refused)
    * and every difference a 16-bit run shows comes from
-   * gradients shrunk into its underflow range (issue 18's sweep). The
+   * gradients shrunk into its underflow range (the loss-multiplier sweep). The
    * logged losses are the unmultiplied ones. */
   float loss_multiplier;
   /* > 0: each training image is translated by up to this many pixels in x
@@ -420,7 +420,7 @@ typedef struct ampc_run_config {
   /* with itm_sample_negatives: drawn uniformly over the other texts of the
    * batch instead of by similarity (--itm-negatives random) */
   bool itm_random_negatives;
-  /* where the model and the step run (issue 17): AMPC_DEVICE_CPU (0, the
+  /* where the model and the step run: AMPC_DEVICE_CPU (0, the
    * default); AMPC_DEVICE_CUDA, GPU 0 (the run makes and binds its context;
    * the host only feeds batches and reads losses, metrics and step scalars);
    * AMPC_DEVICE_CPU_SPLIT, the device path on the CPU (a test aid: the CPU's

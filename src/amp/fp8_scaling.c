@@ -1,6 +1,6 @@
 /*
  * src/amp/fp8_scaling.c: FP8 delayed scaling (semantics and source in
- * include/ampc/amp.h, "FP8 delayed scaling"; issue 19).
+ * include/ampc/amp.h, "FP8 delayed scaling").
  */
 #include "internal.h"
 

@@ -1,6 +1,6 @@
 /*
  * src/model/fp8_sites.c: a model's FP8 linear layers and their delayed-
- * scaling state (include/ampc/model.h, "FP8 sites"; issue 19).
+ * scaling state (include/ampc/model.h, "FP8 sites").
  */
 #include "internal.h"
 

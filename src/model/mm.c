@@ -1,5 +1,5 @@
 /*
- * src/model/mm.c: the multimodal image-text model (issue 6, DESIGN.md 1): its
+ * src/model/mm.c: the multimodal image-text model (DESIGN.md 1): its
  * forward and backward passes (configurations and parameter specs are in
  * mm_config.c, the arena layout in mm_layout.c, the shared state in
  * mm_impl.h).

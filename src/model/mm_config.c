@@ -78,13 +78,13 @@ ampc_status ampc_mmodel_config_get(const char *name, int64_t vocab, int64_t seq_
   if (strcmp(name, "mm-tiny") == 0) {
   } else if (strcmp(name, "mm-small") == 0) {
     c.dim = 192, c.heads = 6, c.mlp = 768, c.v_depth = 6, c.t_depth = 4, c.f_depth = 2;
-  } else if (strcmp(name, "mm-base") == 0) { /* the GPU-sized model (issue 17): 59 M parameters */
+  } else if (strcmp(name, "mm-base") == 0) { /* the GPU-sized model: 59 M parameters */
     c.dim = 512, c.heads = 8, c.mlp = 2048, c.v_depth = 8, c.t_depth = 8, c.f_depth = 2;
     c.embed = 256;
-  } else if (strcmp(name, "mm-large") == 0) { /* the top of issue 17's range: 188 M parameters */
+  } else if (strcmp(name, "mm-large") == 0) { /* the top of the GPU-sized range: 188 M parameters */
     c.dim = 768, c.heads = 12, c.mlp = 3072, c.v_depth = 12, c.t_depth = 12, c.f_depth = 2;
     c.embed = 256;
-  } else if (strcmp(name, "vit-ref") == 0) { /* ViT on 32x32x3, patch 8 (issue 8's reference) */
+  } else if (strcmp(name, "vit-ref") == 0) { /* the step benchmark's ViT: 32x32x3, patch 8 */
     c.patch = 8, c.image_only = true;
   } else if (strcmp(name, "vit-fm") == 0) { /* the same encoder on Fashion-MNIST's 28x28x1 */
     c.img = 28, c.channels = 1, c.image_only = true;

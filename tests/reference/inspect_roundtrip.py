@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The PyTorch round trip of `ampc inspect` (issue 20), run by
+"""The PyTorch round trip of `ampc inspect`, run by
 tests/check_inspect_torch.sh:
 
     /usr/bin/python3 tests/reference/inspect_roundtrip.py AMPC DIR

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch training steps of ampc's vit-ref, mm-tiny, mm-base and mm-large (issue 8's
-speed baseline; mm-base and mm-large are issue 17's GPU-sized models): the same shapes and parameter counts as src/model/mm.c (the
+"""PyTorch training steps of ampc's vit-ref, mm-tiny, mm-base and mm-large (the step
+benchmark's speed baseline; mm-base and mm-large are the GPU-sized models): the same shapes and parameter counts as src/model/mm.c (the
 definitions of mm_reference.py as torch.nn modules, float32), AdamW (lr 1e-3,
 weight decay 0.01 on the matrices only, as ampc), one fixed batch.
 
@@ -16,7 +16,7 @@ A step is zero_grad (set_to_none), forward (under
 torch.autocast(device, dtype=torch.bfloat16) in bf16 mode, float16 in fp16
 mode), backward (through torch.cuda.amp.GradScaler in fp16 mode),
 optimizer.step() (the scaler's step and update in fp16 mode). --device cuda
-(issue 17's comparison on the GPU): TF32 off, a synchronize ends each step,
+(the comparison on the GPU): TF32 off, a synchronize ends each step,
 peak_device_bytes is torch.cuda.max_memory_allocated; --compile wraps the
 model in torch.compile. The batch is random (seed 0) with the data's shapes (the
 bundled emoji data: 32x32x3 images, captions of 24 tokens, vocab 3840, 9
@@ -27,7 +27,7 @@ inspect`. --saved-bytes adds saved_activation_bytes (what autograd keeps
 for the backward pass of one forward, counted once per storage, parameters
 not counted) and saved_weight_cast_bytes (autocast's 16-bit weight copies
 that linear saves), from one untimed forward before the steps: the
-activation memory of issue 17's goal, PyTorch's side. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
+activation memory of the GPU comparison's goal, PyTorch's side. --check only prints the parameter counts (vit-ref 821,642; mm-tiny
 2,113,931; mm-base 59,050,507; mm-large 187,746,059) and exits non-zero when they differ from
 ampc's; with --ampc PATH it also asks that binary (`ampc memory --model M
 --json`) instead of trusting the numbers written here.
@@ -58,10 +58,10 @@ CONFIGS = {
                     f_depth=0, embed=64, classes=10, image_only=True),
     "mm-tiny": dict(img=32, patch=4, channels=3, dim=128, heads=4, mlp=512, v_depth=4, t_depth=3,
                     f_depth=1, embed=64, classes=9, image_only=False),
-    # the GPU-sized model (issue 17)
+    # the GPU-sized model
     "mm-base": dict(img=32, patch=4, channels=3, dim=512, heads=8, mlp=2048, v_depth=8, t_depth=8,
                     f_depth=2, embed=256, classes=9, image_only=False),
-    # the top of issue 17's range (width 768, depth 12 per tower)
+    # the top of the GPU-sized range (width 768, depth 12 per tower)
     "mm-large": dict(img=32, patch=4, channels=3, dim=768, heads=12, mlp=3072, v_depth=12,
                      t_depth=12, f_depth=2, embed=256, classes=9, image_only=False),
 }

@@ -1,6 +1,6 @@
 /*
  * tools/ampc/cmd_bench.c: `ampc bench gemm [--json] [--threads N] [--reps R] [--quick]`
- * and `ampc bench step` (whole training steps of mm-tiny / vit-ref, issue 8).
+ * and `ampc bench step` (whole training steps of mm-tiny / vit-ref).
  *
  * GFLOP/s of OpenBLAS SGEMM and of ampc's GEMM modes on square sizes and on the
  * training shapes of the default model, interleaved within each repetition so

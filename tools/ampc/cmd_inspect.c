@@ -4,7 +4,7 @@
  * would do at a scale (flushed, subnormal, overflow, rounding error), the
  * range of power-of-two scales that is safe for every tensor (the loss scale
  * to start from) and the tensors that limit it, grouped into branches by
- * name (issue 20; the counting is ampc/diag.h's "inspect").
+ * name (the counting is ampc/diag.h's "inspect").
  */
 #include "cli.h"
 

@@ -460,8 +460,8 @@ __global__ void __launch_bounds__(BG_COLS *BG_WARPS)
 }
 
 /* binary16 rounding of a double (RNE, subnormals kept, overflow to inf) as
- * a double: gemm.c's round_f16_f64, the same operations (scale the binary16
- * ulp to 1, round with the 1.5 2^52 trick, scale back) */
+ * a double: gemm_portable.c's round_f16_f64, the same operations (scale the
+ * binary16 ulp to 1, round with the 1.5 2^52 trick, scale back) */
 __device__ __forceinline__ double round_f16_d(double x) {
   const unsigned long long u = (unsigned long long)__double_as_longlong(x);
   const unsigned long long ax = u & ~(1ull << 63);
