@@ -19,7 +19,7 @@ static bool cuda_supports(const ampc_op_query *op) {
 }
 
 /* the switches the CUDA files read once (getenv): cuda_launch.cu, cuda_gemm.c,
- * cuda_layers.cu */
+ * cuda_gemm_batched.cu */
 static const ampc_env_switch k_cuda_env[] = {
     {"AMPC_CUDA_TYPED", {"1", "on", "0", "off", NULL}, "the typed CUDA kernels stay off"},
     {"AMPC_CUDA_GEMM_TUNE", {"1", "on", "0", "off", NULL}, "GEMM tuning stays off"},

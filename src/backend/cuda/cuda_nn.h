@@ -145,7 +145,7 @@ ampc_status ampc_cuda_l2norm_forward(int64_t m, int64_t d, const void *x, ampc_d
 ampc_status ampc_cuda_l2norm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
                                       const void *x, ampc_dtype xdt, float eps, void *dx);
 
-/* ---- GEMM-type layers (cuda_layers.cu) -------------------------- */
+/* ---- GEMM-type layers (cuda_gemm_batched.cu, cuda_linear.cu, cuda_attention.cu) ---- */
 
 /* ampc_gemm_strided_batched (ampc/gemm.h) on device buffers, any mix of F32,
  * F16 and BF16 operands: two 16-bit operands of one dtype run on Tensor
