@@ -22,6 +22,7 @@
 #include "ampc/optim.h"
 #include "ampc/params.h"
 #include "ampc/report.h"
+#include "ampc/shards.h"
 #include "ampc/status.h"
 #include "ampc/tally.h"
 #include "ampc/train.h"

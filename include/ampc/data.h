@@ -28,6 +28,8 @@ typedef enum ampc_split {
   AMPC_SPLIT_NEW_STYLE = 1,
   AMPC_SPLIT_ZERO_SHOT = 2,
   AMPC_SPLIT_TEST = 3, /* image-only datasets: the test set */
+  AMPC_SPLIT_VAL = 4,  /* a packed dataset's val split (include/ampc/shards.h), in memory
+                        * only: never in a dataset file */
 } ampc_split;
 
 enum { AMPC_TOKEN_PAD = 0, AMPC_TOKEN_UNK = 1 };

@@ -127,6 +127,12 @@ typedef enum { AMPC_EVAL_RETRIEVAL = 0, AMPC_EVAL_CLASSES = 1 } ampc_eval_kind;
 typedef struct ampc_eval {
   ampc_eval_kind kind;
   ampc_mmodel_metrics new_style, zero_shot;
+  ampc_mmodel_metrics val; /* a packed dataset's val split (samples 0: none) */
+  /* zero-shot classification of the val images by the class prompts
+   * ("a photo of a {label}"; ampc_mmodel_zero_shot): accuracy, classes
+   * (0: the data has no labels) */
+  double prompt_acc;
+  int64_t prompt_classes;
   double accuracy, loss;
   int64_t samples;
   int split; /* ampc_split evaluated (classes) */
@@ -135,8 +141,16 @@ typedef struct ampc_eval {
 /* The data a run trains and evaluates on: an image(-text) dataset (its
  * training split is sampled; evaluation on its evaluation splits) or, for
  * the MLP, dense features (train and test rows). */
+struct ampc_stream;
 typedef struct ampc_run_data {
+  /* the image(-text) dataset; with a stream, the evaluation data (the
+   * packed dataset's val split, which also gives the model its shapes) */
   const ampc_dataset *dataset;
+  /* a packed dataset's training split, streamed (include/ampc/shards.h),
+   * or NULL: the dataset's training split */
+  struct ampc_stream *stream;
+  int64_t stream_n_train;
+  const int32_t *class_prompts; /* [n_classes, seq_len] or NULL (zero-shot prompts) */
   int64_t n_train, n_test, dim;    /* dense features */
   const float *x_train, *x_test;   /* [n_train, dim], [n_test, dim] FP32 */
   const int32_t *y_train, *y_test; /* labels */
@@ -539,6 +553,15 @@ char *ampc_mmodel_metrics_json(const ampc_mmodel_metrics *m);
  * that do not match the model), AMPC_ERR_NOMEM. */
 ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const ampc_dataset *d, int split,
                                  ampc_mmodel_metrics *out);
+
+/* Zero-shot classification (CLIP, Radford et al. 2021, section 3.1.2): each
+ * image of `split` of d is given the class whose prompt ("a photo of a
+ * {label}", tokenized at pack time) embeds closest (largest dot product of
+ * the normalised contrastive embeddings); *acc = the share whose class is
+ * d->label. prompts [d->n_classes, d->seq_len] int32. Errors:
+ * AMPC_ERR_INVALID_ARG (empty split, shapes), AMPC_ERR_NOMEM. */
+ampc_status ampc_mmodel_zero_shot(ampc_mmodel *M, const ampc_dataset *d, int split,
+                                  const int32_t *prompts, double *acc);
 
 /* Load only the weights of a checkpoint (FP32 master or working weights
  * widened, rounded once into P's working dtype; no optimizer state) into P.

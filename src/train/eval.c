@@ -183,3 +183,60 @@ done:
   free(ibuf), free(tbuf), free(lbuf);
   return st;
 }
+
+ampc_status ampc_mmodel_zero_shot(ampc_mmodel *M, const struct ampc_dataset *d, int split,
+                                  const int32_t *prompts, double *acc) {
+  if (!M || !d || !prompts || !acc || d->n_classes < 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "zero-shot: bad arguments");
+  *acc = 0.0;
+  const ampc_mmodel_config *c = ampc_mmodel_get_config(M);
+  if (d->seq_len != c->seq_len || d->height != c->img || d->channels != c->channels)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "zero-shot: the dataset's shapes do not match model %s",
+                     c->name);
+  const int64_t B = ampc_mmodel_max_batch(M), E = c->embed, K = d->n_classes, T = d->seq_len;
+  const int64_t img_sz = (int64_t)d->height * d->width * d->channels;
+  float *te = malloc((size_t)(K * E) * sizeof *te), *ie = malloc((size_t)(B * E) * sizeof *ie);
+  int32_t *tbuf = malloc((size_t)(B * T) * sizeof *tbuf);
+  uint8_t *ibuf = malloc((size_t)(B * img_sz));
+  ampc_status st = te && ie && tbuf && ibuf ? AMPC_OK
+                                            : ampc_fail(AMPC_ERR_NOMEM, "zero-shot: out of memory");
+  for (int64_t s = 0; s < K && st == AMPC_OK; s += B) { /* one text embedding per class */
+    const int64_t b = K - s < B ? K - s : B;
+    memcpy(tbuf, prompts + s * T, (size_t)(b * T) * sizeof *tbuf);
+    st = ampc_mmodel_embed(M, b, NULL, tbuf, NULL, te + s * E, NULL);
+  }
+  int64_t hits = 0, n = 0;
+  int64_t *idx = st == AMPC_OK ? malloc((size_t)B * sizeof *idx) : NULL;
+  if (st == AMPC_OK && !idx)
+    st = ampc_fail(AMPC_ERR_NOMEM, "zero-shot: out of memory");
+  for (int64_t i = 0; i < d->n && st == AMPC_OK;) { /* the split's images, B at a time */
+    int64_t b = 0;
+    for (; i < d->n && b < B; i++)
+      if (d->split[i] == split) {
+        memcpy(ibuf + b * img_sz, d->images + i * img_sz, (size_t)img_sz);
+        idx[b++] = i;
+      }
+    if (b == 0)
+      break;
+    st = ampc_mmodel_embed(M, b, ibuf, NULL, ie, NULL, NULL);
+    for (int64_t k = 0; k < b && st == AMPC_OK; k++) { /* the best prompt; a NaN never wins */
+      int64_t best = -1;
+      float bs = 0.0f;
+      for (int64_t j = 0; j < K; j++) {
+        float dot = 0.0f;
+        for (int64_t e = 0; e < E; e++)
+          dot += ie[k * E + e] * te[j * E + e];
+        if (isfinite(dot) && (best < 0 || dot > bs))
+          best = j, bs = dot;
+      }
+      hits += best == d->label[idx[k]];
+      n++;
+    }
+  }
+  if (st == AMPC_OK && n == 0)
+    st = ampc_fail(AMPC_ERR_INVALID_ARG, "zero-shot: split %d is empty", split);
+  if (st == AMPC_OK)
+    *acc = (double)hits / (double)n;
+  free(te), free(ie), free(tbuf), free(ibuf), free(idx);
+  return st;
+}

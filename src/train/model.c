@@ -15,6 +15,7 @@
 
 #include "ampc/io.h"
 #include "ampc/report.h"
+#include "ampc/shards.h"
 #include "ampc/train.h"
 #include "backend/backend.h"
 #include "run_internal.h"
@@ -316,13 +317,22 @@ static ampc_status mm_evaluate_impl(ampc_model *m, const ampc_run_data *rd, ampc
   out->kind = AMPC_EVAL_RETRIEVAL;
   /* a split with fewer than 2 samples (a dataset with no held-out style, or
    * no held-out concepts) is left empty (samples 0); one of them is needed */
-  int64_t count[AMPC_SPLIT_TEST + 1] = {0, 0, 0, 0};
+  int64_t count[AMPC_SPLIT_VAL + 1] = {0, 0, 0, 0, 0};
   for (int64_t i = 0; i < d->n; i++)
-    count[d->split[i]]++;
-  if (count[AMPC_SPLIT_NEW_STYLE] < 2 && count[AMPC_SPLIT_ZERO_SHOT] < 2)
+    count[d->split[i] <= AMPC_SPLIT_VAL ? d->split[i] : AMPC_SPLIT_TEST]++;
+  if (count[AMPC_SPLIT_NEW_STYLE] < 2 && count[AMPC_SPLIT_ZERO_SHOT] < 2 &&
+      count[AMPC_SPLIT_VAL] < 2)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "evaluation: the data has neither a held-out style (new_style split) nor "
                      "held-out concepts (zero_shot split) to evaluate on");
+  if (count[AMPC_SPLIT_VAL] >= 2) { /* a packed dataset's val split */
+    AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_VAL, &out->val));
+    if (rd->class_prompts && d->n_classes > 1) {
+      AMPC_TRY(ampc_mmodel_zero_shot(m->impl, d, AMPC_SPLIT_VAL, rd->class_prompts,
+                                     &out->prompt_acc));
+      out->prompt_classes = d->n_classes;
+    }
+  }
   if (count[AMPC_SPLIT_NEW_STYLE] >= 2)
     AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_NEW_STYLE, &out->new_style));
   if (count[AMPC_SPLIT_ZERO_SHOT] >= 2)
@@ -786,6 +796,8 @@ static ampc_status mm_check_data(ampc_run *R) {
   const char *dn = R->data.name ? R->data.name : "the dataset";
   if (!D)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "model %s needs a dataset", R->md.name);
+  if (R->data.stream) /* a packed dataset: the training split is streamed */
+    R->ntrain = R->data.stream_n_train;
   for (int64_t i = 0; i < D->n; i++)
     R->ntrain += D->split[i] == AMPC_SPLIT_TRAIN;
   if (rc->batch > R->ntrain)
@@ -795,10 +807,16 @@ static ampc_status mm_check_data(ampc_run *R) {
   const ampc_mmodel_config *mc = &R->md.mm;
   AMPC_TRY(ampc_mmodel_check_data(mc, D, dn));
   if (!mc->image_only && rc->eval) { /* something to evaluate on, known now, not at the end */
-    int64_t ns = 0, zs = 0;
+    int64_t ns = 0, zs = 0, vs = 0;
     for (int64_t i = 0; i < D->n; i++)
-      ns += D->split[i] == AMPC_SPLIT_NEW_STYLE, zs += D->split[i] == AMPC_SPLIT_ZERO_SHOT;
-    if (ns < 2 && zs < 2)
+      ns += D->split[i] == AMPC_SPLIT_NEW_STYLE, zs += D->split[i] == AMPC_SPLIT_ZERO_SHOT,
+          vs += D->split[i] == AMPC_SPLIT_VAL;
+    if (R->data.stream && vs < 2)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "%s has %lld val samples, 2 are needed to evaluate (pack with a larger "
+                       "--val-fraction, or train with --no-eval)",
+                       dn, (long long)vs);
+    if (ns < 2 && zs < 2 && vs < 2)
       return ampc_fail(AMPC_ERR_INVALID_ARG,
                        "%s has neither a held-out style (new_style split) nor held-out concepts "
                        "(zero_shot split) with 2 samples to evaluate on (--no-eval trains "
@@ -823,6 +841,16 @@ static const char *itm_negatives(const ampc_run_config *rc) {
 /* the concepts as groups, the batch buffers, and the recipe */
 static ampc_status mm_feed(ampc_run *R) {
   const ampc_dataset *D = R->data.dataset;
+  if (R->data.stream) { /* every streamed sample is its own group, drawn in the stream's order */
+    R->groups.count = R->ntrain;
+    AMPC_TRY(ampc_batch_buffers_pairs(&R->buf, D, R->mb));
+    if (R->rc.augment_shift > 0 && !(R->stream_raw = malloc((size_t)(R->mb * R->buf.img_sz))))
+      return ampc_fail(AMPC_ERR_NOMEM, "out of memory for the stream's batch");
+    snprintf(R->held_out, sizeof R->held_out, "none");
+    snprintf(R->recipe, sizeof R->recipe, "held_out=none;shift=%d;itm=%s;stream",
+             R->rc.augment_shift, itm_negatives(&R->rc));
+    return AMPC_OK;
+  }
   AMPC_TRY(ampc_sample_groups_concepts(&R->groups, D));
   AMPC_TRY(ampc_batch_buffers_pairs(&R->buf, D, R->mb));
   const char *h = "none";
@@ -838,9 +866,26 @@ static ampc_status mm_feed(ampc_run *R) {
   return AMPC_OK;
 }
 
+/* a streamed micro-batch: positions base .. base + mb - 1 of the stream's
+ * order, the next one prefetched while this one trains */
+static void mm_gather_stream(ampc_run *R, int64_t base) {
+  const ampc_dataset *D = R->data.dataset;
+  const int64_t slice = R->rc.batch / R->size, it_base = R->it_no * R->rc.batch + R->rank * slice;
+  const int64_t next = base + R->mb < it_base + slice ? base + R->mb : it_base + R->rc.batch;
+  const int s = R->rc.augment_shift;
+  uint8_t *dst = s > 0 ? R->stream_raw : R->buf.images;
+  R->data_wait_ms += ampc_stream_fill(R->data.stream, base, R->mb, dst, R->buf.tokens,
+                                      R->buf.labels, next);
+  for (int64_t r = 0; s > 0 && r < R->mb; r++)
+    ampc_image_shift(R->buf.images + r * R->buf.img_sz, dst + r * R->buf.img_sz, D->height,
+                     D->width, D->channels, s, ampc_sample_hash(R->rc.seed, base + r) >> 32);
+}
+
 static void mm_gather(ampc_run *R, int64_t base, ampc_batch *out) {
   const ampc_dataset *D = R->data.dataset;
-  for (int64_t r = 0; r < R->mb; r++) {
+  if (R->data.stream)
+    mm_gather_stream(R, base);
+  for (int64_t r = 0; !R->data.stream && r < R->mb; r++) {
     uint64_t h;
     const int64_t src = ampc_sample_draw(&R->smp, &R->groups, R->rc.seed, base + r, &h);
     ampc_batch_put_pair(&R->buf, D, r, src, R->rc.augment_shift, h >> 32);
@@ -862,6 +907,8 @@ static void mm_log_config(cJSON *run_o, const ampc_run *R) {
   cJSON_AddNumberToObject(run_o, "train_samples", (double)R->ntrain);
   cJSON_AddNumberToObject(run_o, "train_concepts", (double)R->groups.count);
   cJSON_AddStringToObject(run_o, "held_out_style", R->held_out);
+  if (R->data.stream)
+    cJSON_AddBoolToObject(run_o, "streamed", true);
   cJSON_AddNumberToObject(run_o, "augment_shift", (double)R->rc.augment_shift);
   cJSON_AddStringToObject(run_o, "itm_negatives", itm_negatives(&R->rc));
   cJSON_AddNumberToObject(run_o, "vocab", (double)D->vocab);
@@ -884,6 +931,12 @@ static void mm_log_config(cJSON *run_o, const ampc_run *R) {
 /* retrieval (image-text) or the class head (the ViTs) */
 static void mm_log_eval(cJSON *m, const ampc_eval *e) {
   if (e->kind == AMPC_EVAL_RETRIEVAL) {
+    if (e->val.samples > 0)
+      run_add_mm_metrics(m, "val", &e->val);
+    if (e->prompt_classes > 0) {
+      cJSON_AddNumberToObject(m, "zero_shot_accuracy", e->prompt_acc);
+      cJSON_AddNumberToObject(m, "zero_shot_classes", (double)e->prompt_classes);
+    }
     run_add_mm_metrics(m, "new_style", &e->new_style);
     run_add_mm_metrics(m, "zero_shot", &e->zero_shot);
   } else {
@@ -896,6 +949,8 @@ static void mm_log_eval(cJSON *m, const ampc_eval *e) {
 static void mm_log_summary(cJSON *o, const ampc_run *R, const run_totals *t) {
   const ampc_trainer *T = &R->T;
   cJSON_AddNumberToObject(o, "ms_per_step_mean", t->ms_n ? t->ms_sum / (double)t->ms_n : 0.0);
+  if (R->data.stream)
+    cJSON_AddNumberToObject(o, "data_wait_ms_mean", t->ms_n ? t->wait_sum / (double)t->ms_n : 0.0);
   cJSON_AddNumberToObject(o, "wall_s", ampc_now_s() - t->t_start);
   cJSON_AddNumberToObject(o, "activation_bytes",
                           (double)(R->model.activation_bytes + R->model.workspace_bytes));

@@ -21,6 +21,7 @@
 
 #include "ampc/io.h"
 #include "ampc/report.h"
+#include "ampc/shards.h"
 #include "ampc/train.h"
 #include "backend/backend.h"
 #include "run_internal.h"
@@ -102,6 +103,7 @@ void ampc_run_free(ampc_run *R) {
   cJSON_Delete(R->summary);
   ampc_sample_groups_free(&R->groups);
   ampc_batch_buffers_free(&R->buf);
+  free(R->stream_raw);
   free(R->accum.host);
   free(R);
 }
@@ -221,7 +223,8 @@ static ampc_status set_feed(ampc_run *R) {
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "batch %lld is larger than the number of training concepts (%lld)",
                      (long long)rc->batch, (long long)R->groups.count);
-  return ampc_sampler_init(&R->smp, R->groups.count, rc->seed);
+  /* a stream has its own order (ampc_stream_index) */
+  return R->data.stream ? AMPC_OK : ampc_sampler_init(&R->smp, R->groups.count, rc->seed);
 }
 
 /* the trainer (and its state on the device), the FP32 staging */
@@ -370,8 +373,15 @@ ampc_status ampc_run_batch_samples(ampc_run *R, int64_t iteration, int64_t *out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_batch_samples: bad arguments");
   for (int64_t r = 0; r < R->rc.batch; r++) {
     uint64_t h;
+    const int64_t pos = iteration * R->rc.batch + r;
+    if (R->data.stream) { /* a streamed sample: its shard * 2^32 + record */
+      int64_t shard, rec;
+      ampc_stream_index(R->data.stream, pos, &shard, &rec);
+      out[r] = shard * ((int64_t)1 << 32) + rec;
+      continue;
+    }
     /* the dataset's sample (the MLP: the training feature row) */
-    out[r] = ampc_sample_draw(&R->smp, &R->groups, R->rc.seed, iteration * R->rc.batch + r, &h);
+    out[r] = ampc_sample_draw(&R->smp, &R->groups, R->rc.seed, pos, &h);
   }
   return AMPC_OK;
 }
@@ -480,6 +490,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     if (sampled)
       TRYR(ampc_telemetry_begin(R->telemetry));
     R->it_no = it_no;
+    R->data_wait_ms = 0.0;
     ampc_losses mean;
     ampc_step_info info;
     TRYR(iterate(R, sampled, &mean, &info));
@@ -487,6 +498,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     if (R->accum.comm && R->accum.comm->bytes_sent)
       tot.bytes_sent = R->accum.comm->bytes_sent(R->accum.comm->user) - bytes0;
     tot.ms_sum += ms, tot.ms_n++;
+    tot.wait_sum += R->data_wait_ms;
     tot.last = mean;
     if (!info.skipped)
       for (int i = 0; i < T->params.count; i++) {
@@ -498,8 +510,12 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     TRYR(ampc_diag_add(R->diag, &ds));
     if (log &&
         (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))
-      TRYR(run_log_line(log, rc->log_path,
-                        run_step_object(&info, &mean, ms, &ds, T->amp.scaler.mode, &R->model)));
+    {
+      cJSON *so = run_step_object(&info, &mean, ms, &ds, T->amp.scaler.mode, &R->model);
+      if (so && R->data.stream) /* the wait for streamed data (prefetched: ~0) */
+        cJSON_AddNumberToObject(so, "data_wait_ms", R->data_wait_ms);
+      TRYR(run_log_line(log, rc->log_path, so));
+    }
     const char *why = ss.reported ? NULL : run_stall_check(R, &ss, &info, mean.total);
     if (why) {
       ss.reported = true;

@@ -37,6 +37,8 @@ struct ampc_run {
   ampc_sampler smp;
   ampc_sample_groups groups;
   ampc_batch_buffers buf; /* one micro-batch, gathered */
+  uint8_t *stream_raw;    /* a streamed micro-batch's images before the shift, or NULL */
+  double data_wait_ms;    /* this iteration's wait for streamed data */
   /* the image-text data's training recipe, recorded in the log and the
    * checkpoint and checked on resume: "held_out=S;shift=N;itm=sampled|hardest" */
   char recipe[128], held_out[64];
@@ -60,6 +62,7 @@ typedef struct run_totals {
   bool have_eval;
   ampc_eval ev;
   double ms_sum, t_start;
+  double wait_sum; /* milliseconds waited for streamed data */
   int64_t ms_n;
   ampc_swallow_stats sw;
   uint64_t bytes_sent; /* by this rank during the iterations (data parallel) */

@@ -16,6 +16,7 @@
 
 #include "ampc/data.h"
 #include "ampc/model.h"
+#include "ampc/shards.h"
 
 bool cli_quiet_usage;
 const char *cli_usage_context;
@@ -189,9 +190,29 @@ int cli_print_json(const char *cmd, cJSON *obj) {
   return fflush(stdout) == 0 ? AMPC_EXIT_OK : cli_runtime_error(cmd, "cannot write to stdout");
 }
 
+bool cli_is_pack(const char *name) {
+  struct stat st;
+  if (stat(name, &st) != 0)
+    return false;
+  if (S_ISDIR(st.st_mode)) {
+    char m[4096];
+    snprintf(m, sizeof m, "%s/manifest.json", name);
+    return stat(m, &st) == 0;
+  }
+  const size_t n = strlen(name);
+  return n >= 5 && strcmp(name + n - 5, ".json") == 0;
+}
+
 int cli_load_data(const char *cmd, const char *name, ampc_dataset *d) {
   ampc_status st;
-  if (strcmp(name, "emoji") == 0)
+  if (cli_is_pack(name)) { /* a packed dataset: its val split (and its shapes) */
+    ampc_shards *sh;
+    st = ampc_shards_open(&sh, name, false, false);
+    if (st == AMPC_OK) {
+      st = ampc_shards_val_dataset(sh, CLI_PACK_EVAL_SAMPLES, d);
+      ampc_shards_close(sh);
+    }
+  } else if (strcmp(name, "emoji") == 0)
     st = ampc_dataset_load_default(d);
   else if (strcmp(name, "fashion-mnist") == 0)
     st = ampc_fashion_mnist_load("/usr/share/datasets/fashion-mnist", d);

@@ -31,6 +31,9 @@ extern const ampc_command ampc_cmd_bench;
 extern const ampc_command ampc_cmd_train;
 extern const ampc_command ampc_cmd_eval;
 extern const ampc_command ampc_cmd_data;
+/* `ampc data pack` (tools/ampc/cmd_pack.c) and its usage text */
+int cmd_data_pack(int argc, char **argv);
+extern const char ampc_pack_usage[];
 extern const ampc_command ampc_cmd_diagnose;
 extern const ampc_command ampc_cmd_compare;
 extern const ampc_command ampc_cmd_memory;
@@ -85,6 +88,11 @@ int cli_print_json(const char *cmd, struct cJSON *obj);
  * after printing "ampc <cmd>: <why>" (the message names the file). */
 struct ampc_dataset;
 int cli_load_data(const char *cmd, const char *name, struct ampc_dataset *d);
+/* Is `name` a packed dataset (a folder with manifest.json, or a .json file)?
+ * cli_load_data then gives its val split (at most CLI_PACK_EVAL_SAMPLES
+ * samples: retrieval ranks every image against every caption). */
+bool cli_is_pack(const char *name);
+enum { CLI_PACK_EVAL_SAMPLES = 5000 };
 /* Make `style` the held-out (new-style) split of d (ampc_dataset_hold_out_style);
  * a usage error (exit 2) naming the data's styles when it has no such style. */
 int cli_hold_out_style(const char *cmd, const char *style, struct ampc_dataset *d);

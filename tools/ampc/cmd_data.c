@@ -29,7 +29,9 @@
 extern char **environ;
 
 static const char k_usage[] =
-    "Usage: ampc data emoji --out FILE [--styles LIST] [--hold-out STYLE]\n"
+    "Usage: ampc data pack INPUT --out DIR [options]   (your own captioned images:\n"
+    "                                                   `ampc data pack --help`)\n"
+    "       ampc data emoji --out FILE [--styles LIST] [--hold-out STYLE]\n"
     "                       [--from DIR] [--json]\n"
     "       ampc data info [FILE] [--json]\n"
     "       ampc data info --fashion-mnist [DIR] [--json]\n"
@@ -597,12 +599,14 @@ static int run_info(int argc, char **argv) {
 
 static int run(int argc, char **argv) {
   if (argc < 2)
-    return cli_usage_error("data", "missing subcommand (emoji or info)");
+    return cli_usage_error("data", "missing subcommand (pack, emoji or info)");
   if (strcmp(argv[1], "emoji") == 0)
     return run_emoji(argc, argv);
   if (strcmp(argv[1], "info") == 0)
     return run_info(argc, argv);
-  return cli_usage_error("data", "unknown subcommand '%s' (emoji or info)", argv[1]);
+  if (strcmp(argv[1], "pack") == 0)
+    return cmd_data_pack(argc, argv);
+  return cli_usage_error("data", "unknown subcommand '%s' (pack, emoji or info)", argv[1]);
 }
 
 const ampc_command ampc_cmd_data = {

@@ -824,6 +824,26 @@ ampc_compare_callbacks train_printer_callbacks(train_printer *p) {
 
 /* ---- from flags to runs ----------------------------------------------------------- */
 
+/* a packed dataset: its shards (each checked against its SHA-256), the
+ * training stream and the val split in memory */
+static int train_inputs_open_pack(const char *cmd, const train_args *A, train_inputs *in) {
+  ampc_status st = ampc_shards_open(&in->shards, A->data, true, false);
+  if (st == AMPC_OK)
+    st = ampc_shards_val_dataset(in->shards, CLI_PACK_EVAL_SAMPLES, &in->D);
+  if (st == AMPC_OK) {
+    in->owns_data = true;
+    st = ampc_stream_create(&in->data.stream, in->shards, A->seed, 0, true);
+  }
+  if (st != AMPC_OK) {
+    train_inputs_free(in);
+    return cli_runtime_error(cmd, "%s", ampc_last_error());
+  }
+  const ampc_shards_info *si = ampc_shards_get_info(in->shards);
+  in->data.stream_n_train = si->n_train;
+  in->data.class_prompts = si->class_prompts;
+  return 0;
+}
+
 int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *share,
                       train_inputs *in, bool *refused, char *why, size_t cap) {
   memset(in, 0, sizeof *in);
@@ -851,6 +871,21 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
     return 0;
   }
   const ampc_dataset *D = share ? share->data.dataset : NULL;
+  if (D && share->data.stream) { /* the same packed dataset */
+    in->data.stream = share->data.stream;
+    in->data.stream_n_train = share->data.stream_n_train;
+    in->data.class_prompts = share->data.class_prompts;
+  }
+  if (!D && cli_is_pack(A->data)) {
+    if (A->hold_out_style)
+      return cli_usage_error(cmd, "--hold-out-style: %s is a packed dataset (its val split is "
+                                  "held out by `ampc data pack --val-fraction`)",
+                             A->data);
+    int rc = train_inputs_open_pack(cmd, A, in);
+    if (rc)
+      return rc;
+    D = &in->D;
+  }
   if (!D) {
     int rc = cli_load_data(cmd, A->data, &in->D);
     if (rc)
@@ -883,6 +918,10 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
 void train_inputs_free(train_inputs *in) {
   if (in->owns_data)
     ampc_dataset_free(&in->D);
+  if (in->shards) {
+    ampc_stream_free(in->data.stream);
+    ampc_shards_close(in->shards);
+  }
   free(in->x), free(in->y);
   memset(in, 0, sizeof *in);
 }

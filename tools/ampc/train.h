@@ -64,9 +64,11 @@ void train_run_paths(const train_args *a, int k, char *log, char *save, size_t c
 /* What a run trains on, loaded from its flags: the dataset (or the MLP's
  * synthetic blobs) and the model (an image-only dataset turns the default
  * model into vit-fm). */
+struct ampc_shards;
 typedef struct train_inputs {
-  ampc_dataset D; /* loaded here (owned) unless shared */
+  ampc_dataset D; /* loaded here (owned) unless shared; a packed dataset's val split */
   bool owns_data;
+  struct ampc_shards *shards; /* a packed dataset (owned with D), or NULL */
   float *x; /* the MLP's blobs: [n_train + n_test, in] features, labels */
   int32_t *y;
   ampc_run_data data;
