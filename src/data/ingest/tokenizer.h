@@ -58,7 +58,9 @@ ampc_status ampc_tokenizer_train_ids(const char *captions_path, int32_t vocab, c
 /* Load a .model file (a serialized SentencePiece ModelProto) into *out (free
  * with ampc_tokenizer_free; *out is NULL on error). Errors: AMPC_ERR_IO
  * (cannot open or read: the errno text), AMPC_ERR_FORMAT (empty, not a
- * SentencePiece model, or its pad/unk ids are not 0/1: the message names the
+ * SentencePiece model, a normalisation table (precompiled_charsmap) whose
+ * trie or string offsets point outside it, which SentencePiece 0.1.97 would
+ * read unchecked, or pad/unk ids that are not 0/1: the message names the
  * file and the id, e.g. "m.model: pad id is -1, ampc needs <pad>=0 and
  * <unk>=1 (train with --pad_id=0 --unk_id=1)"), AMPC_ERR_NOMEM. */
 ampc_status ampc_tokenizer_load(ampc_tokenizer **out, const char *model_path);
