@@ -72,7 +72,7 @@ arrow() {
 }
 
 # ---- 1. includes --------------------------------------------------------------------
-for f in $(cd "$src" && find src include/ampc -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort); do
+for f in $(cd "$src" && find src include/ampc -name '*.[ch]' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' | sort); do
   case "$f" in
   include/ampc/*) l=$(hdr_layer "${f#include/ampc/}") ;;
   *) l=$(echo "$f" | cut -d/ -f2) ;;
