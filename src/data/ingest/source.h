@@ -60,20 +60,25 @@ typedef struct ampc_source_options {
                             * holding the label text ("cls" reads KEY.cls) */
   bool headers_only;       /* next() skips reading image bytes (image_size = 0): the first pass
                             * of a pack only needs captions and labels */
+  bool force_kind;         /* true: read spec as `kind` whatever its name says (a path without
+                            * an extension, e.g. a memfd's /proc/self/fd/N; a forced CSV is
+                            * comma-separated unless the name ends in .tsv); false: from the spec */
+  ampc_source_kind kind;   /* used only with force_kind */
 } ampc_source_options;
 
 /* One sample as read. Every pointer stays valid until the next call of
  * ampc_source_next or ampc_source_close. */
 typedef struct ampc_source_item {
-  const char *key;     /* unique in the source: the image path as written (CSV, JSONL,
-                        * image folder) or "SHARD/KEY" (WebDataset) */
-  const char *where;   /* for messages: "data.csv:12" (file and line) or "shard-003.tar:KEY" */
+  const char *key;      /* unique in the source: the image path as written (CSV, JSONL,
+                         * image folder) or "SHARD/KEY" (WebDataset) */
+  const char *where;    /* for messages: "data.csv:12" (file and line) or "shard-003.tar:KEY" */
   const uint8_t *image; /* the encoded image bytes, or NULL (fault, or headers_only) */
   size_t image_size;
-  const char *caption; /* NUL-terminated, as read (not trimmed) */
-  const char *label;   /* NULL without a label key */
+  const char *caption;     /* NUL-terminated, as read (not trimmed; a WebDataset .txt loses its
+                            * trailing line end), "" when there is none */
+  const char *label;       /* NULL without a label key (or when the sample has none: a fault) */
   ampc_sample_fault fault; /* not NONE: the sample is bad; fault_msg says why */
-  const char *fault_msg;   /* "data.csv:12: images/cat.jpg: no such file" */
+  const char *fault_msg;   /* "data.csv:12: images/cat.jpg: no such file"; "" when fault is NONE */
 } ampc_source_item;
 
 typedef struct ampc_source ampc_source;
