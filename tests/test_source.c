@@ -7,7 +7,8 @@
  *   absolute image paths, short rows, missing and zero-byte images,
  *   non-UTF-8 and blank captions, headers_only, custom column names and
  *   labels, a header without the named column (the documented message), an
- *   empty file, TSV with CRLF line ends, a forced kind;
+ *   empty file, an unclosed quote running past the field limit, TSV with
+ *   CRLF line ends, a forced kind;
  * - JSONL: "caption" and "text" keys, blank lines, lines that are not one
  *   object or lack a key, numeric labels;
  * - image folders with metadata.jsonl (preferred) and metadata.csv;
@@ -313,6 +314,30 @@ static void test_csv_errors(void **state) {
   assert_int_equal(ampc_source_open(&s, tmp_path("absent.csv"), NULL), AMPC_ERR_IO);
   assert_int_equal(ampc_source_open(&s, tmp_path("data.xyz"), NULL), AMPC_ERR_INVALID_ARG);
   assert_null(s);
+}
+
+/* an unclosed quote: the field grows past 16 MiB, one BAD_ROW ends the file */
+static void test_csv_long_field(void **state) {
+  (void)state;
+  make_images();
+  const size_t big = 17u << 20;
+  const char *head = "filepath,title\nimg/a.jpg,fine\nimg/b.jpg,\"never closed ";
+  char *text = malloc(strlen(head) + big);
+  assert_non_null(text);
+  memcpy(text, head, strlen(head));
+  for (size_t i = 0; i < big; i++)
+    text[strlen(head) + i] = i % 100 == 99 ? '\n' : 'x';
+  write_all(tmp_path("long.csv"), text, strlen(head) + big);
+  free(text);
+  got_list L = collect(tmp_path("long.csv"), NULL);
+  assert_int_equal(L.n, 2);
+  expect(&L.v[0], "img/a.jpg", at("long.csv", 2), "fine", NULL, AMPC_FAULT_NONE, "", "AAAA");
+  expect(&L.v[1], at("long.csv", 3), at("long.csv", 3), "", NULL, AMPC_FAULT_BAD_ROW,
+         msg_at("long.csv", 3,
+                "a field longer than 16 MiB (an unclosed quote?): the rest of the file is not "
+                "read"),
+         NULL);
+  got_free(&L);
 }
 
 static void test_tsv(void **state) {
@@ -751,12 +776,19 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_csv),          cmocka_unit_test(test_csv_headers_only),
-      cmocka_unit_test(test_csv_custom),   cmocka_unit_test(test_csv_errors),
-      cmocka_unit_test(test_tsv),          cmocka_unit_test(test_jsonl),
-      cmocka_unit_test(test_jsonl_labels), cmocka_unit_test(test_imagefolder),
-      cmocka_unit_test(test_webdataset),   cmocka_unit_test(test_truncated_tar),
-      cmocka_unit_test(test_brace),        cmocka_unit_test(test_utf8_names),
+      cmocka_unit_test(test_csv),
+      cmocka_unit_test(test_csv_headers_only),
+      cmocka_unit_test(test_csv_custom),
+      cmocka_unit_test(test_csv_errors),
+      cmocka_unit_test(test_csv_long_field),
+      cmocka_unit_test(test_tsv),
+      cmocka_unit_test(test_jsonl),
+      cmocka_unit_test(test_jsonl_labels),
+      cmocka_unit_test(test_imagefolder),
+      cmocka_unit_test(test_webdataset),
+      cmocka_unit_test(test_truncated_tar),
+      cmocka_unit_test(test_brace),
+      cmocka_unit_test(test_utf8_names),
   };
   const int failed = cmocka_run_group_tests(tests, NULL, NULL);
   if (!getenv("AMPC_TEST_KEEP")) /* set it to keep the files for a look */
