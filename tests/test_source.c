@@ -411,11 +411,12 @@ static void test_jsonl_labels(void **state) {
                                   "{\"img\": \"img/c.jpg\", \"t\": \"c\", \"y\": 2.5}\n"
                                   "{\"img\": \"img/c.jpg\", \"t\": \"c\"}\n"
                                   "{\"img\": \"img/c.jpg\", \"t\": \"c\", \"y\": [1]}\n"
-                                  "{\"img\": \"img/c.jpg\", \"text\": \"c\", \"y\": 1}\n");
+                                  "{\"img\": \"img/c.jpg\", \"text\": \"c\", \"y\": 1}\n"
+                                  "{\"img\": \"img/c.jpg\", \"t\": \"c\", \"y\": 1e20}\n");
   const ampc_source_options o = {.image_key = "img", .caption_key = "t", .label_key = "y"};
   const char *f = "l.jsonl";
   got_list L = collect(tmp_path(f), &o);
-  assert_int_equal(L.n, 6);
+  assert_int_equal(L.n, 7);
   expect(&L.v[0], "img/a.jpg", at(f, 1), "a", "3", AMPC_FAULT_NONE, "", "AAAA");
   expect(&L.v[1], "img/b.jpg", at(f, 2), "b", "bird", AMPC_FAULT_NONE, "", "BB");
   expect(&L.v[2], "img/c.jpg", at(f, 3), "c", "2.5", AMPC_FAULT_NONE, "", "C");
@@ -426,6 +427,7 @@ static void test_jsonl_labels(void **state) {
   /* a caption key given: no fallback to "text" */
   expect(&L.v[5], "img/c.jpg", at(f, 6), "", "1", AMPC_FAULT_BAD_ROW, msg_at(f, 6, "no key \"t\""),
          NULL);
+  expect(&L.v[6], "img/c.jpg", at(f, 7), "c", "1e+20", AMPC_FAULT_NONE, "", "C");
   got_free(&L);
 }
 

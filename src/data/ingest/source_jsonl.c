@@ -83,7 +83,8 @@ ampc_status src_jsonl_next(ampc_source *s, ampc_source_item *it, bool *done) {
       r.label = lab->valuestring;
     else if (cJSON_IsNumber(lab)) {
       const double v = lab->valuedouble;
-      if (v == (double)(long long)v && v > -1e18 && v < 1e18)
+      /* the range first: converting a double outside long long's is undefined */
+      if (v > -1e18 && v < 1e18 && v == (double)(long long)v)
         snprintf(j->num, sizeof j->num, "%lld", (long long)v);
       else
         snprintf(j->num, sizeof j->num, "%.17g", v);

@@ -114,52 +114,52 @@ static void end_shard(src_tar *t) {
   t->pending = false;
 }
 
-/* Read the current member's data into b (at most `limit` bytes; *big when
- * there was more). Returns false on a libarchive error. */
-static bool read_text(struct archive *a, src_buf *b, int64_t size, bool *big) {
+static ampc_status emit_truncated(ampc_source *s, src_tar *t, ampc_source_item *it);
+
+/* What taking in a member gave. */
+enum { TAKE_OK = 0, TAKE_ARCHIVE = 1 /* libarchive failed */, TAKE_NOMEM = 2 };
+
+/* Read the current member's data into b (at most SRC_TAR_MAX_TEXT bytes;
+ * *big when there was more). */
+static int read_text(struct archive *a, src_buf *b, int64_t size, bool *big) {
   b->n = 0;
   *big = size > SRC_TAR_MAX_TEXT;
-  if (*big || src_buf_reserve(b, (size_t)(size > 0 ? size : 0)) != AMPC_OK) {
-    *big = true;
-    return true;
-  }
+  if (*big)
+    return TAKE_OK;
+  if (src_buf_reserve(b, (size_t)(size > 0 ? size : 0)) != AMPC_OK)
+    return TAKE_NOMEM;
+  b->p[0] = 0;
   char tmp[4096];
   for (;;) {
     const la_ssize_t r = archive_read_data(a, tmp, sizeof tmp);
     if (r < 0)
-      return false;
+      return TAKE_ARCHIVE;
     if (r == 0)
       break;
     if ((long long)(b->n + (size_t)r) > SRC_TAR_MAX_TEXT) {
       *big = true;
       break;
     }
-    if (src_buf_add(b, tmp, (size_t)r) != AMPC_OK) {
-      *big = true;
-      break;
-    }
+    if (src_buf_add(b, tmp, (size_t)r) != AMPC_OK)
+      return TAKE_NOMEM;
   }
-  if (b->p)
-    b->p[b->n] = 0;
-  return true;
+  return TAKE_OK;
 }
 
-/* Take in one member of the current group. false: libarchive failed. */
-static bool take_member(ampc_source *s, src_tar *t, const char *ext, int64_t size) {
+/* Take in one member of the current group (TAKE_*). */
+static int take_member(ampc_source *s, src_tar *t, const char *ext, int64_t size) {
   if (is_image_ext(ext) && !t->have_img) {
     t->have_img = true, t->img_size = size, t->img_n = 0;
     if (src_buf_set(&t->img_ext, ext, strlen(ext)) != AMPC_OK)
-      t->img_ext.n = 0;
+      return TAKE_NOMEM;
     if (s->headers_only || size <= 0 || size > AMPC_SOURCE_MAX_FILE)
-      return true;
-    if (src_img_reserve(s, (size_t)size) != AMPC_OK) {
-      t->img_size = AMPC_SOURCE_MAX_FILE + 1; /* reported as too big for this machine */
-      return true;
-    }
+      return TAKE_OK;
+    if (src_img_reserve(s, (size_t)size) != AMPC_OK)
+      return TAKE_NOMEM;
     while (t->img_n < (size_t)size) {
       const la_ssize_t r = archive_read_data(t->a, s->img + t->img_n, (size_t)size - t->img_n);
       if (r < 0)
-        return false;
+        return TAKE_ARCHIVE;
       if (r == 0)
         break;
       t->img_n += (size_t)r;
@@ -171,7 +171,15 @@ static bool take_member(ampc_source *s, src_tar *t, const char *ext, int64_t siz
     t->have_lab = true, t->lab_size = size;
     return read_text(t->a, &t->lab, size, &t->lab_big);
   }
-  return true;
+  return TAKE_OK;
+}
+
+/* The status of a take_member that did not give TAKE_OK: an item for a
+ * libarchive failure, an error for memory. */
+static ampc_status take_failed(ampc_source *s, src_tar *t, ampc_source_item *it, int took) {
+  if (took == TAKE_NOMEM)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory reading %s", t->shards[t->i], t->gkey.p);
+  return emit_truncated(s, t, it);
 }
 
 static void group_reset(src_tar *t) {
@@ -310,8 +318,9 @@ ampc_status src_tar_next(ampc_source *s, ampc_source_item *it, bool *done) {
       split_member(t->pend_path.p, &klen, &ext); /* it passed before */
       AMPC_TRY(src_buf_set(&t->gkey, t->pend_path.p, klen));
       t->in_group = true;
-      if (!take_member(s, t, ext, t->pend_size))
-        return emit_truncated(s, t, it);
+      const int took = take_member(s, t, ext, t->pend_size);
+      if (took != TAKE_OK)
+        return take_failed(s, t, it, took);
     }
     for (;;) {
       struct archive_entry *e = NULL;
@@ -347,8 +356,9 @@ ampc_status src_tar_next(ampc_source *s, ampc_source_item *it, bool *done) {
         AMPC_TRY(src_buf_set(&t->gkey, path, klen));
         t->in_group = true;
       }
-      if (!take_member(s, t, ext, size))
-        return emit_truncated(s, t, it);
+      const int took = take_member(s, t, ext, size);
+      if (took != TAKE_OK)
+        return take_failed(s, t, it, took);
     }
   }
 }
