@@ -53,35 +53,54 @@ const char *ampc_sample_fault_name(ampc_sample_fault f);
 
 typedef struct ampc_source_options {
   const char *image_key;   /* CSV column / JSON key of the image path; NULL: "filepath" for CSV,
-                            * "image" for JSONL, "file_name" for an image folder */
+                            * "image" for JSONL, "file_name" for an image folder (unused for
+                            * WebDataset: the first .jpg/.jpeg/.png/.webp member) */
   const char *caption_key; /* NULL: "title" for CSV, "caption" then "text" for JSONL and
-                            * an image folder, the .txt member for WebDataset */
+                            * an image folder, the .txt member for WebDataset (given: that
+                            * column / key / member extension only) */
   const char *label_key;   /* NULL: no labels; for WebDataset the extension of a member
-                            * holding the label text ("cls" reads KEY.cls) */
+                            * holding the label text ("cls" reads KEY.cls; its surrounding
+                            * white space is trimmed). With a label key, a sample without
+                            * one is a BAD_ROW (a CSV without the column: AMPC_ERR_FORMAT);
+                            * a JSON number is given as its decimal text */
   bool headers_only;       /* next() skips reading image bytes (image_size = 0): the first pass
                             * of a pack only needs captions and labels */
+  bool force_kind;         /* true: read spec as `kind` whatever its name says (a path without
+                            * an extension, e.g. a memfd's /proc/self/fd/N; a forced CSV is
+                            * comma-separated unless the name ends in .tsv); false: from the spec */
+  ampc_source_kind kind;   /* used only with force_kind */
 } ampc_source_options;
 
 /* One sample as read. Every pointer stays valid until the next call of
  * ampc_source_next or ampc_source_close. */
 typedef struct ampc_source_item {
-  const char *key;     /* unique in the source: the image path as written (CSV, JSONL,
-                        * image folder) or "SHARD/KEY" (WebDataset) */
-  const char *where;   /* for messages: "data.csv:12" (file and line) or "shard-003.tar:KEY" */
+  const char *key;      /* unique in the source: the image path as written (CSV, JSONL,
+                         * image folder; `where` for a record without one) or
+                         * "SHARD/KEY" (WebDataset, SHARD the shard's base name; a
+                         * shard's MISSING_FILE / TRUNCATED_TAR item: "SHARD") */
+  const char *where;    /* for messages: "data.csv:12" (the listing as named in the spec
+                         * and the physical line its record starts on) or
+                         * "shard-003.tar:KEY" (the shard as named) */
   const uint8_t *image; /* the encoded image bytes, or NULL (fault, or headers_only) */
   size_t image_size;
-  const char *caption; /* NUL-terminated, as read (not trimmed) */
-  const char *label;   /* NULL without a label key */
+  const char *caption;     /* NUL-terminated, as read (not trimmed; a WebDataset .txt loses its
+                            * trailing line end), "" when there is none */
+  const char *label;       /* NULL without a label key (or when the sample has none: a fault) */
   ampc_sample_fault fault; /* not NONE: the sample is bad; fault_msg says why */
-  const char *fault_msg;   /* "data.csv:12: images/cat.jpg: no such file" */
+  const char *fault_msg;   /* "data.csv:12: images/cat.jpg: no such file"; "" when fault is NONE */
 } ampc_source_item;
 
 typedef struct ampc_source ampc_source;
 
 /* Open `spec`: a .csv, .tsv or .jsonl file; a folder holding metadata.jsonl or
- * metadata.csv; a .tar file, a brace pattern of tars ("a-{000..009}.tar",
- * zero-padded ranges as written) or a comma-separated list of tars. The kind is
- * chosen from the spec; o may be NULL (defaults above).
+ * metadata.csv; a .tar file (also .tar.gz/.tgz/.tar.bz2/.tar.xz/.tar.zst), a
+ * brace pattern of tars ("a-{000..009}.tar", zero-padded ranges as written) or
+ * a comma-separated list of tars (and patterns). The kind is chosen from the
+ * spec (a folder, then the extension) unless o->force_kind; o may be NULL
+ * (defaults above). Image paths are relative to the listing's folder. In a
+ * list of shards, one that cannot be opened is a MISSING_FILE item, one that
+ * is no tar a TRUNCATED_TAR item; a single shard that cannot be opened is
+ * AMPC_ERR_IO.
  * Errors (the whole input is unusable, message names the file and problem):
  * AMPC_ERR_IO (cannot open), AMPC_ERR_FORMAT (a CSV header without the named
  * column: the message lists the columns there are; an empty file),
