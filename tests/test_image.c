@@ -15,7 +15,8 @@
  * - WebP lossless round trip, exact;
  * - bad data: empty, random bytes, every 1/8 truncation of a JPEG, PNG and
  *   WebP, PNG and JPEG headers claiming 30000x30000, a side above 65535, a
- *   lowered pixel limit, bad sizes: the right status, *why and message.
+ *   lowered pixel limit, a CMYK JPEG, bad sizes: the right status, *why and
+ *   message.
  */
 #include <png.h> /* before cmocka: it brings its own setjmp.h */
 
@@ -528,6 +529,18 @@ static void test_bad(void **state) {
                       "cat.jpg: image is 30000x30000 = 900000000 pixels, above the limit of "
                       "67108864 (a decompression bomb?)");
   tjFree(jpg);
+
+  /* CMYK JPEGs are refused as an unsupported format */
+  unsigned char cmyk[16 * 16 * 4];
+  for (size_t i = 0; i < sizeof cmyk; i++)
+    cmyk[i] = (unsigned char)rnd();
+  tjhandle tj = tjInitCompress();
+  unsigned char *cj = NULL;
+  unsigned long cn = 0;
+  assert_int_equal(tjCompress2(tj, cmyk, 16, 0, 16, TJPF_CMYK, &cj, &cn, TJSAMP_444, 90, 0), 0);
+  tjDestroy(tj);
+  decode_bad(cj, cn, 0, AMPC_IMAGE_FORMAT, "CMYK JPEGs are not supported");
+  tjFree(cj);
 }
 
 int main(void) {
