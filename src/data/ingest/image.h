@@ -65,8 +65,11 @@ ampc_status ampc_image_square(const void *data, size_t size, const char *name, i
                               ampc_image_error *why);
 
 /* The resampler alone (exposed for tests): src [h, w, 3] uint8 -> out [s, s, 3],
- * shorter side to s, centre crop, as above. Errors: AMPC_ERR_INVALID_ARG,
- * AMPC_ERR_NOMEM. */
+ * shorter side to s, centre crop, as above. The longer side L becomes
+ * L' = max(s, round(L s / shorter)) and the crop starts at floor((L' - s) / 2).
+ * Exact integer arithmetic (area weights are overlap lengths, bilinear weights
+ * multiples of 1/(2 n') for a resized length n'), one rounding at the end, half
+ * up. h, w in 1..65535, s in 1..4096. Errors: AMPC_ERR_INVALID_ARG, AMPC_ERR_NOMEM. */
 ampc_status ampc_image_resize_square(const uint8_t *src, int32_t h, int32_t w, int32_t s,
                                      uint8_t *out);
 
