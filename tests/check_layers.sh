@@ -45,7 +45,7 @@ hdr_layer() {
   optim.h) echo optim ;;
   backend.h) echo backend ;;
   model.h) echo model ;;
-  data.h) echo data ;;
+  data.h | shards.h) echo data ;;
   io.h) echo io ;;
   diag.h) echo diag ;;
   report.h | plot.h) echo report ;;

@@ -40,9 +40,9 @@
 static char g_dir[256];
 
 static const char *tmp(const char *name) {
-  static char buf[8][512];
+  static char buf[32][512];
   static int k;
-  k = (k + 1) & 7;
+  k = (k + 1) & 31;
   snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
   return buf[k];
 }
@@ -111,8 +111,9 @@ static void make_csv(const char *name, bool bad) {
     colour_of(i, c);
     write_png(tmp(p), c[0], c[1], c[2]);
     /* quoted commas and doubled quotes in some captions */
-    n += (size_t)sprintf(csv + n, i % 7 == 0 ? "%s,\"a \"\"%s\"\", square number %d\",%s\n"
-                                             : "%s,a %s square number %d,%s\n",
+    n += (size_t)sprintf(csv + n,
+                         i % 7 == 0 ? "%s,\"a \"\"%s\"\", square number %d\",%s\n"
+                                    : "%s,a %s square number %d,%s\n",
                          p, k_colours[i % 4], i, k_colours[i % 4]);
   }
   if (bad) {
@@ -233,7 +234,8 @@ static void test_pack_deterministic(void **state) {
     assert_true(same_file(tmp(a), tmp(b)));
   }
   assert_true(same_file(tmp("pack/tokenizer.model"), tmp("pack2/tokenizer.model")));
-  /* never overwritten */
+  /* never overwritten (tmp()'s buffers were reused above: the paths again) */
+  o = opts(tmp("data.csv"), tmp("pack2"));
   assert_int_equal(ampc_pack(&o, NULL), AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "already holds a finished pack"));
 }
@@ -304,8 +306,7 @@ static void test_shards_damaged(void **state) {
   assert_int_equal(ampc_shards_get_info(s)->bad_shards, 2);
   assert_int_equal(ampc_shards_get_info(s)->n_shards, 6);
   ampc_shards_close(s);
-  assert_int_equal(ampc_shards_open(&s, tmp("packdmg/manifest.json"), true, true),
-                   AMPC_ERR_FORMAT);
+  assert_int_equal(ampc_shards_open(&s, tmp("packdmg/manifest.json"), true, true), AMPC_ERR_FORMAT);
   assert_non_null(strstr(ampc_last_error(), "shard-00001.ampcs: SHA-256 mismatch"));
   /* without the check the changed shard is read, the short one still not */
   assert_int_equal(ampc_shards_open(&s, tmp("packdmg"), false, false), AMPC_OK);
@@ -385,8 +386,8 @@ static void test_stream_order(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_pack_records),   cmocka_unit_test(test_pack_deterministic),
-      cmocka_unit_test(test_pack_bad),       cmocka_unit_test(test_shards_damaged),
+      cmocka_unit_test(test_pack_records), cmocka_unit_test(test_pack_deterministic),
+      cmocka_unit_test(test_pack_bad),     cmocka_unit_test(test_shards_damaged),
       cmocka_unit_test(test_stream_order),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -117,10 +117,10 @@ static int tar_add(struct archive *a, const char *name, const void *data, size_t
   archive_entry_set_filetype(e, AE_IFREG);
   archive_entry_set_perm(e, 0644);
   archive_entry_set_mtime(e, 0, 0);
-  int rc = archive_write_header(a, e) == ARCHIVE_OK &&
-                   archive_write_data(a, data, n) == (la_ssize_t)n
-               ? 0
-               : -1;
+  int rc =
+      archive_write_header(a, e) == ARCHIVE_OK && archive_write_data(a, data, n) == (la_ssize_t)n
+          ? 0
+          : -1;
   archive_entry_free(e);
   return rc;
 }

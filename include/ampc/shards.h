@@ -41,24 +41,24 @@ int64_t ampc_shard_record_bytes(int32_t image_size, int32_t channels, int32_t se
 /* ---- packing (src/data/ingest/pack.c) ------------------------------------------------- */
 
 typedef struct ampc_pack_options {
-  const char *input;       /* a .csv/.tsv/.jsonl, a folder with metadata.jsonl|csv, a .tar, a
-                            * brace pattern of tars or a comma-separated list of tars */
-  const char *out_dir;     /* created; an existing complete pack there is never overwritten */
-  const char *image_key;   /* NULL: the source's default (src/data/ingest/source.h) */
-  const char *caption_key; /* NULL: the source's default */
-  const char *label_key;   /* NULL: no labels */
-  const char *tokenizer;   /* a SentencePiece .model to use, or NULL: train one */
+  const char *input;          /* a .csv/.tsv/.jsonl, a folder with metadata.jsonl|csv, a .tar, a
+                               * brace pattern of tars or a comma-separated list of tars */
+  const char *out_dir;        /* created; an existing complete pack there is never overwritten */
+  const char *image_key;      /* NULL: the source's default (src/data/ingest/source.h) */
+  const char *caption_key;    /* NULL: the source's default */
+  const char *label_key;      /* NULL: no labels */
+  const char *tokenizer;      /* a SentencePiece .model to use, or NULL: train one */
   const char *tokenizer_type; /* "bpe" (default) or "unigram" when training */
-  const char *prompt;      /* zero-shot prompt with "{label}" (default "a photo of a {label}") */
-  int32_t image_size;      /* side of the square images (default 64) */
-  int32_t seq_len;         /* tokens per caption (default 32) */
-  int32_t vocab;           /* pieces of a trained tokenizer (default 4000) */
-  int32_t shard_samples;   /* source samples per shard (default 4096) */
-  double val_fraction;     /* share of samples in the val split (default 0.05) */
-  uint64_t seed;           /* of the split hash (default 0) */
-  int64_t max_pixels;      /* decompression-bomb limit (default AMPC_IMAGE_MAX_PIXELS) */
-  int threads;             /* decoding threads (0: every core) */
-  bool strict;             /* stop at the first bad sample instead of skipping it */
+  const char *prompt;         /* zero-shot prompt with "{label}" (default "a photo of a {label}") */
+  int32_t image_size;         /* side of the square images (default 64) */
+  int32_t seq_len;            /* tokens per caption (default 32) */
+  int32_t vocab;              /* pieces of a trained tokenizer (default 4000) */
+  int32_t shard_samples;      /* source samples per shard (default 4096) */
+  double val_fraction;        /* share of samples in the val split (default 0.05) */
+  uint64_t seed;              /* of the split hash (default 0) */
+  int64_t max_pixels;         /* decompression-bomb limit (default AMPC_IMAGE_MAX_PIXELS) */
+  int threads;                /* decoding threads (0: every core) */
+  bool strict;                /* stop at the first bad sample instead of skipping it */
   /* progress: called after each shard with samples done so far (NULL: none) */
   void (*progress)(void *user, int64_t done, int64_t total, int64_t skipped);
   void *user;
@@ -66,13 +66,13 @@ typedef struct ampc_pack_options {
 
 /* What a pack did (also in the manifest). */
 typedef struct ampc_pack_report {
-  int64_t read;              /* source samples seen */
-  int64_t n_train, n_val;    /* samples packed */
-  int64_t skipped;           /* samples skipped, all reasons */
-  int64_t skipped_by[32];    /* by reason: index = ampc_pack_skip_reason() order */
+  int64_t read;               /* source samples seen */
+  int64_t n_train, n_val;     /* samples packed */
+  int64_t skipped;            /* samples skipped, all reasons */
+  int64_t skipped_by[32];     /* by reason: index = ampc_pack_skip_reason() order */
   int64_t truncated_captions; /* captions with more tokens than seq_len (cut) */
   int64_t shards;
-  int64_t resumed_shards;    /* shards found complete from an earlier, killed pack */
+  int64_t resumed_shards; /* shards found complete from an earlier, killed pack */
   int32_t vocab, n_classes;
   double seconds, decode_seconds;
 } ampc_pack_report;
@@ -103,10 +103,11 @@ typedef struct ampc_shards ampc_shards;
 typedef struct ampc_shards_info {
   int32_t image_size, channels, seq_len, vocab, n_classes;
   int64_t n_train, n_val, n_shards;
-  int64_t bad_shards; /* shards left out: missing, short, or a SHA-256 mismatch */
-  const char *const *class_names; /* [n_classes] or NULL */
-  const int32_t *class_prompts;   /* [n_classes, seq_len] the prompt's tokens per class, or NULL */
-  const char *tokenizer;          /* path of the tokenizer model */
+  int64_t bad_shards;                 /* shards left out: missing, short, or a SHA-256 mismatch */
+  const char *const *bad_shard_notes; /* [bad_shards] "PATH: left out (why)" */
+  const char *const *class_names;     /* [n_classes] or NULL */
+  const int32_t *class_prompts; /* [n_classes, seq_len] the prompt's tokens per class, or NULL */
+  const char *tokenizer;        /* path of the tokenizer model */
 } ampc_shards_info;
 
 /* Open a packed dataset: `path` is its folder or its manifest.json. Every
@@ -145,8 +146,8 @@ void ampc_stream_index(ampc_stream *st, int64_t j, int64_t *shard, int64_t *reco
  * [n, seq_len] int32, labels [n] int32 (-1 none; any may be NULL), then start
  * prefetching n positions from next_base (< 0: none). Returns the
  * milliseconds this call waited for data (0 when the prefetch had it ready). */
-double ampc_stream_fill(ampc_stream *st, int64_t base, int64_t n, uint8_t *images,
-                        int32_t *tokens, int32_t *labels, int64_t next_base);
+double ampc_stream_fill(ampc_stream *st, int64_t base, int64_t n, uint8_t *images, int32_t *tokens,
+                        int32_t *labels, int64_t next_base);
 
 #ifdef __cplusplus
 }

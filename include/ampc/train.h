@@ -150,7 +150,7 @@ typedef struct ampc_run_data {
    * or NULL: the dataset's training split */
   struct ampc_stream *stream;
   int64_t stream_n_train;
-  const int32_t *class_prompts; /* [n_classes, seq_len] or NULL (zero-shot prompts) */
+  const int32_t *class_prompts;    /* [n_classes, seq_len] or NULL (zero-shot prompts) */
   int64_t n_train, n_test, dim;    /* dense features */
   const float *x_train, *x_test;   /* [n_train, dim], [n_test, dim] FP32 */
   const int32_t *y_train, *y_test; /* labels */
@@ -560,6 +560,14 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const ampc_dataset *d, int spli
  * the normalised contrastive embeddings); *acc = the share whose class is
  * d->label. prompts [d->n_classes, d->seq_len] int32. Errors:
  * AMPC_ERR_INVALID_ARG (empty split, shapes), AMPC_ERR_NOMEM. */
+/* Set a multimodal config's image side and patch (the vision tower's
+ * patch embedding then has (img / patch)^2 patches, ViT: Dosovitskiy et al.
+ * 2021). ampc_model_desc_get calls it for square data of another size than
+ * the preset's, with the patch scaled as the image (64x64 data: mm-tiny's 4
+ * becomes 8). Errors: AMPC_ERR_INVALID_ARG (patch does not divide img, more
+ * than 4096 patches). */
+ampc_status ampc_mmodel_set_image(ampc_mmodel_config *mc, int64_t img, int64_t patch);
+
 ampc_status ampc_mmodel_zero_shot(ampc_mmodel *M, const ampc_dataset *d, int split,
                                   const int32_t *prompts, double *acc);
 

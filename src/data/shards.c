@@ -10,7 +10,9 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#ifdef AMPC_HAVE_OPENSSL
 #include <openssl/evp.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +39,10 @@ void ampc__shard_header_put(uint8_t h[AMPC_SHARD_HEADER_BYTES], int32_t image_si
                             int32_t channels, int32_t seq_len, uint64_t n_train, uint64_t n_val) {
   memset(h, 0, AMPC_SHARD_HEADER_BYTES);
   memcpy(h, AMPC_SHARD_MAGIC, 8);
-  const uint32_t f[6] = {AMPC_SHARD_VERSION,   AMPC_SHARD_HEADER_BYTES,
-                         (uint32_t)image_size, (uint32_t)channels,
-                         (uint32_t)seq_len,    (uint32_t)ampc_shard_record_bytes(image_size,
-                                                                                 channels, seq_len)};
+  const uint32_t f[6] = {
+      AMPC_SHARD_VERSION,   AMPC_SHARD_HEADER_BYTES,
+      (uint32_t)image_size, (uint32_t)channels,
+      (uint32_t)seq_len,    (uint32_t)ampc_shard_record_bytes(image_size, channels, seq_len)};
   for (int k = 0; k < 6; k++)
     for (int b = 0; b < 4; b++)
       h[8 + 4 * k + b] = (uint8_t)(f[k] >> (8 * b));
@@ -56,12 +58,18 @@ void ampc__sha256_hex(const unsigned char d[32], char hex[65]) {
 }
 
 ampc_status ampc__sha256(const void *data, size_t n, char hex[65]) {
+#ifdef AMPC_HAVE_OPENSSL
   unsigned char d[32];
   unsigned int len = 0;
   if (!EVP_Digest(data, n, d, &len, EVP_sha256(), NULL) || len != 32)
     return ampc_fail(AMPC_ERR_NOMEM, "SHA-256 failed (OpenSSL)");
   ampc__sha256_hex(d, hex);
   return AMPC_OK;
+#else /* a build without OpenSSL (the GPU check's command line) */
+  (void)data, (void)n;
+  hex[0] = 0;
+  return ampc_fail(AMPC_ERR_UNSUPPORTED, "SHA-256: this ampc is built without OpenSSL");
+#endif
 }
 
 /* ---- the manifest and the shards ---------------------------------------------------- */
@@ -77,6 +85,7 @@ struct ampc_shards {
   ampc_shards_info info;
   char *dir, *tokenizer;
   char **class_names;
+  char **bad_notes; /* [n_sh]: the first bad_shards hold "PATH: left out (why)" */
   int32_t *class_prompts;
   shard *sh;
   int64_t n_sh;
@@ -96,6 +105,9 @@ void ampc_shards_close(ampc_shards *s) {
   }
   for (int32_t c = 0; s->class_names && c < s->info.n_classes; c++)
     free(s->class_names[c]);
+  for (int64_t i = 0; s->bad_notes && i < s->info.bad_shards; i++)
+    free(s->bad_notes[i]);
+  free(s->bad_notes);
   free(s->class_names), free(s->class_prompts), free(s->sh), free(s->dir), free(s->tokenizer);
   free(s);
 }
@@ -143,11 +155,12 @@ static ampc_status map_shard(ampc_shards *s, shard *h, const char *want_sha, boo
     if (fd >= 0)
       close(fd);
     *why = "missing";
-    return strict ? ampc_fail(AMPC_ERR_IO, "%s: cannot open the shard: %s", h->path,
-                              strerror(errno))
-                  : AMPC_OK;
+    return strict
+               ? ampc_fail(AMPC_ERR_IO, "%s: cannot open the shard: %s", h->path, strerror(errno))
+               : AMPC_OK;
   }
-  const uint64_t want = AMPC_SHARD_HEADER_BYTES + (uint64_t)(h->n_train + h->n_val) * (uint64_t)s->rec;
+  const uint64_t want =
+      AMPC_SHARD_HEADER_BYTES + (uint64_t)(h->n_train + h->n_val) * (uint64_t)s->rec;
   if ((uint64_t)stt.st_size != want) {
     close(fd);
     *why = "size";
@@ -173,8 +186,12 @@ static ampc_status map_shard(ampc_shards *s, shard *h, const char *want_sha, boo
     bad = "its header does not match the manifest";
   char hex[65];
   if (!bad && verify) {
-    AMPC_TRY(ampc__sha256(p, (size_t)want, hex));
-    if (strcmp(hex, want_sha) != 0)
+    const ampc_status hs = ampc__sha256(p, (size_t)want, hex);
+    if (hs != AMPC_OK && hs != AMPC_ERR_UNSUPPORTED) {
+      munmap(m, (size_t)want);
+      return hs;
+    }
+    if (hs == AMPC_OK && strcmp(hex, want_sha) != 0)
       bad = "SHA-256 mismatch (the file changed after packing)";
   }
   if (bad) {
@@ -192,8 +209,9 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
   if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "ampc-shards") != 0 ||
       json_int(j, "version", 1, 1, &v[0]))
-    return ampc_fail(AMPC_ERR_FORMAT, "%s: not an ampc pack manifest (format \"ampc-shards\", "
-                                      "version 1)",
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: not an ampc pack manifest (format \"ampc-shards\", "
+                     "version 1)",
                      mpath);
   if (json_int(j, "image_size", 4, 4096, &v[0]) || json_int(j, "channels", 1, 4, &v[1]) ||
       json_int(j, "seq_len", 1, AMPC_DS_MAX_SEQ_LEN, &v[2]) ||
@@ -236,8 +254,9 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
         const cJSON *row = cJSON_GetArrayItem(pr, c);
         const int n = cJSON_IsArray(row) ? cJSON_GetArraySize(row) : -1;
         if (n < 0 || n > in->seq_len)
-          return ampc_fail(AMPC_ERR_FORMAT, "%s: class_prompt_tokens[%d] is not a list of at most "
-                                            "seq_len ids",
+          return ampc_fail(AMPC_ERR_FORMAT,
+                           "%s: class_prompt_tokens[%d] is not a list of at most "
+                           "seq_len ids",
                            mpath, c);
         for (int t = 0; t < n; t++) {
           const cJSON *x = cJSON_GetArrayItem(row, t);
@@ -255,7 +274,9 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
   if (ns < 1)
     return ampc_fail(AMPC_ERR_FORMAT, "%s: no shards listed", mpath);
   s->sh = calloc((size_t)ns, sizeof *s->sh);
-  if (!s->sh)
+  s->bad_notes = calloc((size_t)ns, sizeof *s->bad_notes);
+  in->bad_shard_notes = (const char *const *)s->bad_notes;
+  if (!s->sh || !s->bad_notes)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
   for (int i = 0; i < ns; i++) {
     const cJSON *e = cJSON_GetArrayItem(arr, i);
@@ -274,16 +295,21 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
     const char *why;
     AMPC_TRY(map_shard(s, sd, h->valuestring, verify, strict, &why));
     if (!sd->map) {
-      in->bad_shards++;
-      fprintf(stderr, "ampc: %s: left out (%s)\n", sd->path, why);
+      char note[4096];
+      snprintf(note, sizeof note, "%s: left out (%s)", sd->path, why);
+      char *dup = strdup(note);
+      if (!dup)
+        return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
+      s->bad_notes[in->bad_shards++] = dup;
       continue;
     }
     in->n_shards++;
     in->n_train += nt, in->n_val += nv;
   }
   if (in->n_train < 1)
-    return ampc_fail(AMPC_ERR_FORMAT, "%s: no training samples in the readable shards (%lld of "
-                                      "%d left out)",
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: no training samples in the readable shards (%lld of "
+                     "%d left out)",
                      mpath, (long long)in->bad_shards, ns);
   return AMPC_OK;
 }
@@ -313,8 +339,9 @@ ampc_status ampc_shards_open(ampc_shards **out, const char *path, bool verify, b
   char *txt = read_text(mpath, 64u << 20);
   ampc_status rc;
   if (!txt) {
-    rc = ampc_fail(AMPC_ERR_IO, "%s: cannot read the manifest (is it a folder made by `ampc data "
-                                "pack`?)",
+    rc = ampc_fail(AMPC_ERR_IO,
+                   "%s: cannot read the manifest (is it a folder made by `ampc data "
+                   "pack`?)",
                    mpath);
   } else {
     cJSON *j = cJSON_Parse(txt);
@@ -620,8 +647,8 @@ void ampc_stream_free(ampc_stream *st) {
   free(st);
 }
 
-double ampc_stream_fill(ampc_stream *st, int64_t base, int64_t n, uint8_t *images,
-                        int32_t *tokens, int32_t *labels, int64_t next_base) {
+double ampc_stream_fill(ampc_stream *st, int64_t base, int64_t n, uint8_t *images, int32_t *tokens,
+                        int32_t *labels, int64_t next_base) {
   const double t0 = ampc_now_s();
   const ampc_shards *s = st->s;
   const int32_t T = s->info.seq_len;

@@ -198,8 +198,8 @@ ampc_status ampc_mmodel_zero_shot(ampc_mmodel *M, const struct ampc_dataset *d, 
   float *te = malloc((size_t)(K * E) * sizeof *te), *ie = malloc((size_t)(B * E) * sizeof *ie);
   int32_t *tbuf = malloc((size_t)(B * T) * sizeof *tbuf);
   uint8_t *ibuf = malloc((size_t)(B * img_sz));
-  ampc_status st = te && ie && tbuf && ibuf ? AMPC_OK
-                                            : ampc_fail(AMPC_ERR_NOMEM, "zero-shot: out of memory");
+  ampc_status st =
+      te && ie && tbuf && ibuf ? AMPC_OK : ampc_fail(AMPC_ERR_NOMEM, "zero-shot: out of memory");
   for (int64_t s = 0; s < K && st == AMPC_OK; s += B) { /* one text embedding per class */
     const int64_t b = K - s < B ? K - s : B;
     memcpy(tbuf, prompts + s * T, (size_t)(b * T) * sizeof *tbuf);

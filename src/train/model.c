@@ -41,8 +41,35 @@ ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_mo
                        name, d->height, d->width, d->channels,
                        ampc_mmodel_list(list, sizeof list, d->height, d->width, d->channels, 0));
   }
-  return ampc_mmodel_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
-                                &out->mm);
+  AMPC_TRY(ampc_mmodel_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
+                                  &out->mm));
+  /* a multimodal model follows square data of another size (a packed
+   * dataset's --image-size): the patch grows with the image, so the number
+   * of patches stays the preset's where it can */
+  ampc_mmodel_config *mc = &out->mm;
+  if (d && !mc->image_only && d->height == d->width && d->height > 0 && d->height != mc->img &&
+      d->channels == mc->channels) {
+    const int64_t p = mc->patch * d->height / mc->img;
+    mc->patch =
+        p >= 1 && p * mc->img == mc->patch * d->height && d->height % p == 0 ? p : mc->patch;
+    return ampc_mmodel_set_image(mc, d->height, mc->patch);
+  }
+  return AMPC_OK;
+}
+
+ampc_status ampc_mmodel_set_image(ampc_mmodel_config *mc, int64_t img, int64_t patch) {
+  if (!mc || img < 1 || img > 4096 || patch < 1 || patch > img || img % patch != 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "image size %lld with patch %lld: the patch must divide the image "
+                     "(--patch)",
+                     (long long)img, (long long)patch);
+  if ((img / patch) * (img / patch) > 4096)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "image size %lld with patch %lld gives %lld patches (at most 4096: a "
+                     "larger --patch)",
+                     (long long)img, (long long)patch, (long long)((img / patch) * (img / patch)));
+  mc->img = img, mc->patch = patch;
+  return AMPC_OK;
 }
 
 ampc_status ampc_mmodel_check_data(const ampc_mmodel_config *mc, const ampc_dataset *D,
@@ -129,6 +156,13 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
           (out->mm.w_mlm > 0.0f && !(out->mm.mlm_prob > 0.0f && out->mm.mlm_prob <= 1.0f)))
         st = ampc_fail(AMPC_ERR_FORMAT, "%s: bad w_mlm %g / mlm_prob %g in ampc.model_config", path,
                        (double)out->mm.w_mlm, (double)out->mm.mlm_prob);
+      /* the image size and patch when they are not the preset's */
+      const cJSON *is = cJSON_GetObjectItemCaseSensitive(m, "image_size");
+      const cJSON *ps = cJSON_GetObjectItemCaseSensitive(m, "patch");
+      if ((is || ps) && !(cJSON_IsNumber(is) && cJSON_IsNumber(ps) &&
+                          ampc_mmodel_set_image(&out->mm, (int64_t)is->valuedouble,
+                                                (int64_t)ps->valuedouble) == AMPC_OK))
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s: bad image_size / patch in ampc.model_config", path);
       /* the attention products' 16-bit operands (--attention-cast): absent, off */
       const cJSON *ac = cJSON_GetObjectItemCaseSensitive(m, "attention_cast");
       out->mm.attn_cast = cJSON_IsTrue(ac);
@@ -328,8 +362,8 @@ static ampc_status mm_evaluate_impl(ampc_model *m, const ampc_run_data *rd, ampc
   if (count[AMPC_SPLIT_VAL] >= 2) { /* a packed dataset's val split */
     AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_VAL, &out->val));
     if (rd->class_prompts && d->n_classes > 1) {
-      AMPC_TRY(ampc_mmodel_zero_shot(m->impl, d, AMPC_SPLIT_VAL, rd->class_prompts,
-                                     &out->prompt_acc));
+      AMPC_TRY(
+          ampc_mmodel_zero_shot(m->impl, d, AMPC_SPLIT_VAL, rd->class_prompts, &out->prompt_acc));
       out->prompt_classes = d->n_classes;
     }
   }
@@ -654,6 +688,13 @@ int ampc_model_checkpoint_meta(const ampc_model_desc *d, const char *data_name,
   snprintf(storage->config + used, sizeof storage->config - used, ",\"attention_cast\":%s",
            mc->attn_cast ? "true" : "false");
   used = strlen(storage->config);
+  ampc_mmodel_config preset;
+  if (ampc_mmodel_config_get(mc->name, mc->vocab, mc->seq_len, mc->classes, &preset) == AMPC_OK &&
+      (preset.img != mc->img || preset.patch != mc->patch)) { /* absent: the preset's */
+    snprintf(storage->config + used, sizeof storage->config - used,
+             ",\"image_size\":%lld,\"patch\":%lld", (long long)mc->img, (long long)mc->patch);
+    used = strlen(storage->config);
+  }
   snprintf(storage->config + used, sizeof storage->config - used, "}");
   meta[1] = (ampc_st_meta){"ampc.model_config", storage->config};
   meta[2] = (ampc_st_meta){"ampc.data", data_name ? data_name : ""};
@@ -874,8 +915,8 @@ static void mm_gather_stream(ampc_run *R, int64_t base) {
   const int64_t next = base + R->mb < it_base + slice ? base + R->mb : it_base + R->rc.batch;
   const int s = R->rc.augment_shift;
   uint8_t *dst = s > 0 ? R->stream_raw : R->buf.images;
-  R->data_wait_ms += ampc_stream_fill(R->data.stream, base, R->mb, dst, R->buf.tokens,
-                                      R->buf.labels, next);
+  R->data_wait_ms +=
+      ampc_stream_fill(R->data.stream, base, R->mb, dst, R->buf.tokens, R->buf.labels, next);
   for (int64_t r = 0; s > 0 && r < R->mb; r++)
     ampc_image_shift(R->buf.images + r * R->buf.img_sz, dst + r * R->buf.img_sz, D->height,
                      D->width, D->channels, s, ampc_sample_hash(R->rc.seed, base + r) >> 32);

@@ -508,9 +508,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     ampc_diag_step ds;
     run_diag_step(&ds, R, &info, &mean, sampled);
     TRYR(ampc_diag_add(R->diag, &ds));
-    if (log &&
-        (info.iteration % rc->log_every == 0 || info.iteration == end || sampled || info.overflow))
-    {
+    if (log && (info.iteration % rc->log_every == 0 || info.iteration == end || sampled ||
+                info.overflow)) {
       cJSON *so = run_step_object(&info, &mean, ms, &ds, T->amp.scaler.mode, &R->model);
       if (so && R->data.stream) /* the wait for streamed data (prefetched: ~0) */
         cJSON_AddNumberToObject(so, "data_wait_ms", R->data_wait_ms);

@@ -14,6 +14,7 @@
 
 #include "ampc/ampc.h"
 #include "ampc/data.h"
+#include "ampc/shards.h"
 
 static const char k_usage[] =
     "Usage: ampc eval --checkpoint FILE [--data emoji|FILE] [--precision P]\n"
@@ -117,8 +118,16 @@ static int run(int argc, char **argv) {
     return prec_flag ? cli_usage_error("eval", "--precision: %s", ampc_last_error())
                      : cli_runtime_error("eval", "%s: %s", ckpt, ampc_last_error());
   ampc_dataset D;
-  const ampc_status dst =
-      strcmp(data, "emoji") == 0 ? ampc_dataset_load_default(&D) : ampc_dataset_load(data, &D);
+  ampc_shards *pack = NULL; /* a packed dataset: its val split and zero-shot prompts */
+  ampc_status dst;
+  if (cli_is_pack(data)) {
+    dst = ampc_shards_open(&pack, data, false, false);
+    if (dst == AMPC_OK &&
+        (dst = ampc_shards_val_dataset(pack, CLI_PACK_EVAL_SAMPLES, &D)) != AMPC_OK)
+      ampc_shards_close(pack);
+  } else {
+    dst = strcmp(data, "emoji") == 0 ? ampc_dataset_load_default(&D) : ampc_dataset_load(data, &D);
+  }
   if (dst != AMPC_OK)
     return cli_runtime_error("eval", "%s", ampc_last_error());
   /* the style the checkpoint was trained without (ampc train records it),
@@ -138,6 +147,7 @@ static int run(int argc, char **argv) {
     hold = trained_without;
   if (hold && (ret = cli_hold_out_style("eval", hold, &D)) != 0) {
     ampc_dataset_free(&D);
+    ampc_shards_close(pack);
     return ret;
   }
   if (hold && trained_without[0] && strcmp(hold, trained_without) != 0)
@@ -147,6 +157,7 @@ static int run(int argc, char **argv) {
             ckpt, trained_without, hold);
   if (D.vocab != vocab || D.seq_len != seq_len || D.n_classes != classes || !D.tokens) {
     ampc_dataset_free(&D);
+    ampc_shards_close(pack);
     return cli_runtime_error("eval",
                              "%s was trained on data with vocab %lld, %lld tokens, %lld "
                              "classes; %s has %d, %d, %d",
@@ -163,7 +174,10 @@ static int run(int argc, char **argv) {
   ampc_amp_config_preset(p, &amp);
   ampc_rng rng;
   ampc_rng_seed(&rng, 0);
-  const ampc_run_data rd = {.dataset = &D, .name = data};
+  const ampc_run_data rd = {.dataset = &D,
+                            .name = data,
+                            .class_prompts =
+                                pack ? ampc_shards_get_info(pack)->class_prompts : NULL};
   ampc_eval ev;
   if (ampc_model_specs(&md, &sp) != AMPC_OK ||
       ampc_params_create(&P, sp.specs, sp.n, amp.lowp, amp.master_weights, amp.state_dtype, 0,
@@ -180,6 +194,12 @@ static int run(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "step", (double)iteration);
     if (hold)
       cJSON_AddStringToObject(o, "held_out_style", hold);
+    if (ev.val.samples > 0)
+      put_metrics(o, "val", &ev.val);
+    if (ev.prompt_classes > 0) {
+      cJSON_AddNumberToObject(o, "zero_shot_accuracy", ev.prompt_acc);
+      cJSON_AddNumberToObject(o, "zero_shot_classes", (double)ev.prompt_classes);
+    }
     if (ev.new_style.samples > 0)
       put_metrics(o, "new_style", &ev.new_style);
     if (ev.zero_shot.samples > 0)
@@ -191,19 +211,24 @@ static int run(int argc, char **argv) {
            md.mm.attn_cast && amp.lowp != AMPC_F32 ? ", attention cast on" : "");
     printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
            "t2i R@1", "t2i R@5", "chance R@1", "ITM hard", "ITM rand", "group acc");
-    const ampc_mmodel_metrics *ms[2] = {&ev.new_style, &ev.zero_shot};
-    const char *names[2] = {"new_style", "zero_shot"};
-    for (int k = 0; k < 2; k++)
+    const ampc_mmodel_metrics *ms[3] = {&ev.val, &ev.new_style, &ev.zero_shot};
+    const char *names[3] = {"val", "new_style", "zero_shot"};
+    for (int k = 0; k < 3; k++)
       if (ms[k]->samples > 0)
         printf("%-10s %8lld %8.3f %8.3f %8.3f %8.3f %10.4f %9.3f %9.3f %9.3f\n", names[k],
                (long long)ms[k]->samples, ms[k]->i2t_r1, ms[k]->i2t_r5, ms[k]->t2i_r1,
                ms[k]->t2i_r5, 1.0 / (double)ms[k]->concepts, ms[k]->itm_acc, ms[k]->itm_acc_random,
                ms[k]->cls_acc);
   }
+  if (ret == AMPC_EXIT_OK && !json && ev.prompt_classes > 0)
+    printf("zero-shot classification of the val images by prompt (%lld classes): accuracy %.3f "
+           "(chance %.3f)\n",
+           (long long)ev.prompt_classes, ev.prompt_acc, 1.0 / (double)ev.prompt_classes);
   ampc_model_free(&M);
   ampc_params_free(&P);
   ampc_mmodel_specs_free(&sp);
   ampc_dataset_free(&D);
+  ampc_shards_close(pack);
   return ret;
 }
 

@@ -42,6 +42,9 @@ static const char k_memory_usage[] =
     "  --model NAME       mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref,\n"
     "                     vit-fm, vit-micro, mlp\n"
     "  --batch B          batch size for --model (64)\n"
+    "  --data D           the sizes of the data --model trains on (emoji, a file,\n"
+    "                     or a folder from `ampc data pack`: its image size,\n"
+    "                     vocabulary and caption length; default: the emoji data)\n"
     "  --w-mlm W          the model trains with masked caption modelling (as ampc\n"
     "                     train --w-mlm W): its head and the masked copies counted\n"
     "  --recompute on|off as ampc train --recompute (on: the attention probabilities\n"
@@ -178,7 +181,7 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       a->budget = v;
     else if (is_plan && !strcmp(name, "overhead"))
       a->overhead = v;
-    else if (is_plan && !strcmp(name, "data"))
+    else if (!strcmp(name, "data"))
       a->data = v;
     else if (is_plan && !strcmp(name, "max-batch"))
       rc = parse_i64_flag(cmd, name, v, 2, 1 << 20, &a->max_batch);
@@ -247,8 +250,23 @@ static const char *human(size_t b, char *buf, size_t n) {
 
 /* The multimodal config of a model name with the data's sizes (the embedded
  * emoji dataset's vocab, seq_len and classes; image-only models need none). */
-static int model_config(const char *cmd, const char *name, int64_t classes,
+static int model_config(const char *cmd, const char *name, int64_t classes, const char *data,
                         ampc_mmodel_config *mc) {
+  if (data) { /* the sizes of that data, as ampc train takes them (a pack: its image size) */
+    ampc_dataset D;
+    int rc = cli_load_data(cmd, data, &D);
+    if (rc)
+      return rc;
+    ampc_model_desc md;
+    const ampc_status st = ampc_model_desc_get(name, &D, &md);
+    ampc_dataset_free(&D);
+    if (st != AMPC_OK)
+      return cli_usage_error(cmd, "--model: %s", ampc_last_error());
+    *mc = md.mm;
+    if (classes > 0)
+      mc->classes = classes;
+    return 0;
+  }
   int64_t vocab = 3, seq = 1, ncls = classes;
   const bool image_only =
       !strcmp(name, "vit-ref") || !strcmp(name, "vit-fm") || !strcmp(name, "vit-micro");
@@ -345,7 +363,7 @@ static int run_memory(int argc, char **argv) {
       return cli_usage_error(cmd, "%s", ampc_last_error());
   } else {
     ampc_mmodel_config mc;
-    if ((rc = model_config(cmd, a.model, a.classes, &mc)) != 0)
+    if ((rc = model_config(cmd, a.model, a.classes, a.data, &mc)) != 0)
       return rc;
     if (!mc.image_only) /* the MLM head and the masked copies' activations */
       mc.w_mlm = a.w_mlm;
@@ -480,6 +498,19 @@ static int run_plan(int argc, char **argv) {
   const bool text = D.tokens && D.seq_len > 0;
   ampc_status st = ampc_mmodel_config_get(a.model, text ? D.vocab : 3, text ? D.seq_len : 1,
                                           a.classes ? a.classes : D.n_classes, &mc);
+  if (st == AMPC_OK && text) { /* the image size as ampc train takes it (a pack's) */
+    ampc_model_desc md;
+    st = ampc_model_desc_get(a.model, &D, &md);
+    if (st == AMPC_OK)
+      mc.img = md.mm.img, mc.patch = md.mm.patch;
+  }
+  if (cli_is_pack(data)) { /* its training split is in the shards, not in memory */
+    ampc_shards *sh;
+    if (ampc_shards_open(&sh, data, false, false) == AMPC_OK) {
+      ntrain = ampc_shards_get_info(sh)->n_train;
+      ampc_shards_close(sh);
+    }
+  }
   if (st == AMPC_OK)
     st = ampc_mmodel_check_data(&mc, &D, data);
   ampc_dataset_free(&D);

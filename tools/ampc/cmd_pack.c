@@ -114,8 +114,9 @@ int cmd_data_pack(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     if (argv[i][0] != '-' || !argv[i][1]) {
       if (o.input)
-        return cli_usage_error("data", "pack: one INPUT (got '%s' and '%s'; several tars are "
-                                       "given as a,b or a brace pattern)",
+        return cli_usage_error("data",
+                               "pack: one INPUT (got '%s' and '%s'; several tars are "
+                               "given as a,b or a brace pattern)",
                                o.input, argv[i]);
       o.input = argv[i];
       continue;

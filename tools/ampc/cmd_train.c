@@ -84,9 +84,14 @@ static const char k_usage_more[] =
     "  --no-eval        no evaluation at all\n"
     "  --in N (16) --hidden N (64) --classes N (5) --train-size N (4096)\n"
     "  --test-size N (1024) --separation X (0.8)   mlp model and data sizes\n"
-    "  --data emoji|fashion-mnist[:DIR]|FILE   the bundled emoji pairs (default),\n"
-    "                   Debian's Fashion-MNIST (image-only; the default model\n"
-    "                   becomes vit-fm), or a file from `ampc data emoji`\n"
+    "  --data emoji|fashion-mnist[:DIR]|FILE|PACK   the bundled emoji pairs\n"
+    "                   (default), Debian's Fashion-MNIST (image-only; the default\n"
+    "                   model becomes vit-fm), a file from `ampc data emoji`, or a\n"
+    "                   folder from `ampc data pack` (your own data: streamed from\n"
+    "                   its shards, evaluated on its val split; the model takes\n"
+    "                   its image size, vocabulary and caption length)\n"
+    "  --patch N        the vision tower's patch side (default: the preset's, scaled\n"
+    "                   with the data's image size: 64x64 data, patch 8)\n"
     "  --hold-out-style S   the artwork style evaluated as the new style; the model\n"
     "                   trains on the others (default: the data file's, twitter;\n"
     "                   `ampc data info` lists the styles)\n"
@@ -551,6 +556,8 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       a->hold_out_style = v;
     else if (!strcmp(n, "augment-shift"))
       rc = parse_i64(flag, v, 0, 8, &a->augment_shift);
+    else if (!strcmp(n, "patch"))
+      rc = parse_i64(flag, v, 1, 1024, &a->patch);
     else if (!strcmp(n, "itm-negatives")) {
       if (!strcmp(v, "hardest") || !strcmp(v, "sampled") || !strcmp(v, "random"))
         a->itm_sampled = v[0] != 'h', a->itm_random = v[0] == 'r';
@@ -775,8 +782,14 @@ static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc
             e->accuracy, e->loss, (long long)e->samples);
     return;
   }
-  const ampc_mmodel_metrics *n = &e->new_style, *z = &e->zero_shot;
+  const ampc_mmodel_metrics *n = &e->new_style, *z = &e->zero_shot, *v = &e->val;
   fprintf(pr->out, "eval @%lld", (long long)iteration);
+  if (v->samples > 0)
+    fprintf(pr->out, "  val: R@1 i2t %.3f t2i %.3f, R@5 i2t %.3f t2i %.3f (chance R@1 %.4f)",
+            v->i2t_r1, v->t2i_r1, v->i2t_r5, v->t2i_r5, 1.0 / (double)v->concepts);
+  if (e->prompt_classes > 0)
+    fprintf(pr->out, "  | zero-shot by prompt: accuracy %.3f (%lld classes)", e->prompt_acc,
+            (long long)e->prompt_classes);
   if (n->samples > 0)
     fprintf(pr->out, "  new style: R@1 i2t %.3f t2i %.3f (chance %.4f), group %.3f", n->i2t_r1,
             n->t2i_r1, 1.0 / (double)n->concepts, n->cls_acc);
@@ -839,6 +852,8 @@ static int train_inputs_open_pack(const char *cmd, const train_args *A, train_in
     return cli_runtime_error(cmd, "%s", ampc_last_error());
   }
   const ampc_shards_info *si = ampc_shards_get_info(in->shards);
+  for (int64_t i = 0; i < si->bad_shards; i++) /* left out, not fatal (as a bad sample) */
+    fprintf(stderr, "ampc %s: warning: %s\n", cmd, si->bad_shard_notes[i]);
   in->data.stream_n_train = si->n_train;
   in->data.class_prompts = si->class_prompts;
   return 0;
@@ -878,8 +893,9 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
   }
   if (!D && cli_is_pack(A->data)) {
     if (A->hold_out_style)
-      return cli_usage_error(cmd, "--hold-out-style: %s is a packed dataset (its val split is "
-                                  "held out by `ampc data pack --val-fraction`)",
+      return cli_usage_error(cmd,
+                             "--hold-out-style: %s is a packed dataset (its val split is "
+                             "held out by `ampc data pack --val-fraction`)",
                              A->data);
     int rc = train_inputs_open_pack(cmd, A, in);
     if (rc)
@@ -908,6 +924,12 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
     return AMPC_EXIT_USAGE;
   }
   ampc_mmodel_config *mm = &in->md.mm;
+  if (A->patch > 0 && ampc_mmodel_set_image(mm, mm->img, A->patch) != AMPC_OK) {
+    snprintf(why, cap, "--patch: %s", ampc_last_error());
+    *refused = true;
+    train_inputs_free(in);
+    return AMPC_EXIT_USAGE;
+  }
   mm->w_itc = A->w_itc, mm->w_itm = A->w_itm, mm->w_cls = A->w_cls;
   mm->w_mlm = mm->image_only ? 0.0f : A->w_mlm, mm->mlm_prob = A->mlm_prob;
   mm->no_recompute = A->keep_activations;

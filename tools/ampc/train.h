@@ -36,6 +36,7 @@ typedef struct train_args {
   const char *log, *save, *resume, *model, *data;
   const char *hold_out_style; /* --hold-out-style (NULL: the file's split) */
   int64_t augment_shift;      /* --augment-shift (0: off) */
+  int64_t patch;              /* --patch (0: the model's, scaled with the data) */
   bool itm_sampled;           /* --itm-negatives sampled (or random) */
   bool itm_random;            /* --itm-negatives random */
   ampc_device device;         /* --device (cpu) */
@@ -69,7 +70,7 @@ typedef struct train_inputs {
   ampc_dataset D; /* loaded here (owned) unless shared; a packed dataset's val split */
   bool owns_data;
   struct ampc_shards *shards; /* a packed dataset (owned with D), or NULL */
-  float *x; /* the MLP's blobs: [n_train + n_test, in] features, labels */
+  float *x;                   /* the MLP's blobs: [n_train + n_test, in] features, labels */
   int32_t *y;
   ampc_run_data data;
   ampc_model_desc md;

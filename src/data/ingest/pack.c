@@ -35,8 +35,14 @@
 #define AMPC_PACK_MAX_CLASSES 65536
 #define AMPC_PACK_MAX_SEQ_LEN 1024
 
-enum { N_SRC = AMPC_FAULT_COUNT - 1, R_NOT_IMAGE = N_SRC, R_CORRUPT, R_PIXELS, R_NO_LABEL,
-       N_REASONS };
+enum {
+  N_SRC = AMPC_FAULT_COUNT - 1,
+  R_NOT_IMAGE = N_SRC,
+  R_CORRUPT,
+  R_PIXELS,
+  R_NO_LABEL,
+  N_REASONS
+};
 
 int ampc_pack_skip_reasons(void) { return N_REASONS; }
 
@@ -44,29 +50,20 @@ const char *ampc_pack_skip_reason(int i) {
   if (i >= 0 && i < N_SRC)
     return ampc_sample_fault_name((ampc_sample_fault)(i + 1));
   switch (i) {
-  case R_NOT_IMAGE:
-    return "not_an_image";
-  case R_CORRUPT:
-    return "corrupt_image";
-  case R_PIXELS:
-    return "too_many_pixels";
-  case R_NO_LABEL:
-    return "no_label";
-  default:
-    return "unknown";
+  case R_NOT_IMAGE: return "not_an_image";
+  case R_CORRUPT: return "corrupt_image";
+  case R_PIXELS: return "too_many_pixels";
+  case R_NO_LABEL: return "no_label";
+  default: return "unknown";
   }
 }
 
 static int image_reason(ampc_image_error e) {
   switch (e) {
-  case AMPC_IMAGE_EMPTY:
-    return AMPC_FAULT_EMPTY_FILE - 1;
-  case AMPC_IMAGE_FORMAT:
-    return R_NOT_IMAGE;
-  case AMPC_IMAGE_TOO_LARGE:
-    return R_PIXELS;
-  default:
-    return R_CORRUPT;
+  case AMPC_IMAGE_EMPTY: return AMPC_FAULT_EMPTY_FILE - 1;
+  case AMPC_IMAGE_FORMAT: return R_NOT_IMAGE;
+  case AMPC_IMAGE_TOO_LARGE: return R_PIXELS;
+  default: return R_CORRUPT;
   }
 }
 
@@ -238,7 +235,7 @@ typedef struct pack_state {
   strset classes;
   int64_t rec, img_sz;
   ampc_pack_report *rep;
-  cJSON *shards; /* the finished shards' entries */
+  cJSON *shards;     /* the finished shards' entries */
   int64_t read_done; /* source samples covered by finished shards */
   int64_t total;     /* source samples (pass 1) */
 } pack_state;
@@ -273,7 +270,7 @@ static void process(pack_state *P, item_copy *c, uint8_t *rec) {
     return;
   }
   tok[o->seq_len] = label;
-  tok[o->seq_len + 1] = 0; /* reserved */
+  tok[o->seq_len + 1] = 0;      /* reserved */
   uint8_t *p = rec + P->img_sz; /* little-endian, whatever the alignment */
   for (int32_t t = 0; t < o->seq_len + 2; t++)
     for (int b = 0; b < 4; b++)
@@ -380,7 +377,9 @@ static ampc_status pass2(pack_state *P, ampc_source *src) {
       if (c->reason >= 0) {
         if (o->strict)
           st = ampc_fail(AMPC_ERR_FORMAT, "%s (--strict stops at the first bad sample)",
-                         c->msg ? c->msg : c->fault_msg ? c->fault_msg : c->where);
+                         c->msg         ? c->msg
+                         : c->fault_msg ? c->fault_msg
+                                        : c->where);
         rep->skipped++, rep->skipped_by[c->reason]++;
         continue;
       }
@@ -482,8 +481,9 @@ static ampc_status pass1(pack_state *P, const char *captions_path) {
   if (f && fclose(f) != 0 && st == AMPC_OK)
     st = ampc_fail(AMPC_ERR_IO, "%s: cannot write", captions_path);
   if (st == AMPC_OK && f && lines == 0)
-    st = ampc_fail(AMPC_ERR_FORMAT, "%s: no readable training samples (every sample is bad, "
-                                    "or in the val split)",
+    st = ampc_fail(AMPC_ERR_FORMAT,
+                   "%s: no readable training samples (every sample is bad, "
+                   "or in the val split)",
                    o->input);
   qsort(P->classes.v, (size_t)P->classes.n, sizeof *P->classes.v, cmp_str);
   return st;
@@ -542,8 +542,9 @@ static ampc_status write_manifest(pack_state *P, const char *kind) {
       cJSON_AddNumberToObject(sk, ampc_pack_skip_reason(r), (double)rep->skipped_by[r]);
   cJSON_AddNumberToObject(j, "truncated_captions", (double)rep->truncated_captions);
   cJSON *sp = cJSON_AddObjectToObject(j, "split");
-  cJSON_AddStringToObject(sp, "rule", "val when splitmix(seed, fnv1a64(key)) % 1e6 < "
-                                      "val_fraction * 1e6");
+  cJSON_AddStringToObject(sp, "rule",
+                          "val when splitmix(seed, fnv1a64(key)) % 1e6 < "
+                          "val_fraction * 1e6");
   cJSON_AddNumberToObject(sp, "seed", (double)o->seed);
   cJSON_AddNumberToObject(sp, "val_fraction", o->val_fraction);
   cJSON *src = cJSON_AddObjectToObject(j, "source");
@@ -551,9 +552,9 @@ static ampc_status write_manifest(pack_state *P, const char *kind) {
   cJSON_AddStringToObject(src, "kind", kind);
   cJSON_AddItemToObject(j, "options", options_json(o));
   if (P->classes.n > 0) {
-    cJSON_AddItemToObject(j, "classes",
-                          cJSON_CreateStringArray((const char *const *)P->classes.v,
-                                                  (int)P->classes.n));
+    cJSON_AddItemToObject(
+        j, "classes",
+        cJSON_CreateStringArray((const char *const *)P->classes.v, (int)P->classes.n));
     cJSON_AddStringToObject(j, "prompt", o->prompt);
     cJSON *pt = cJSON_AddArrayToObject(j, "class_prompt_tokens");
     int32_t *ids = malloc((size_t)o->seq_len * sizeof *ids);
@@ -561,8 +562,8 @@ static ampc_status write_manifest(pack_state *P, const char *kind) {
     for (int64_t c = 0; ids && c < P->classes.n; c++) {
       char text[1024];
       if (at)
-        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - o->prompt), o->prompt,
-                 P->classes.v[c], at + 7);
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - o->prompt), o->prompt, P->classes.v[c],
+                 at + 7);
       else
         snprintf(text, sizeof text, "%s %s", o->prompt, P->classes.v[c]);
       int32_t n = 0;
@@ -688,9 +689,10 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
   if (!manifest || !state || !model || !caps || !P.shards)
     st = ampc_fail(AMPC_ERR_NOMEM, "pack: out of memory");
   else if (exists(manifest))
-    st = ampc_fail(AMPC_ERR_INVALID_ARG, "%s: already holds a finished pack (manifest.json); "
-                                         "it is never overwritten: remove it or choose another "
-                                         "--out",
+    st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                   "%s: already holds a finished pack (manifest.json); "
+                   "it is never overwritten: remove it or choose another "
+                   "--out",
                    o.out_dir);
   else
     st = load_state(&P, state, &resumed);
@@ -698,8 +700,9 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
     /* a folder with files but no state is somebody else's: refuse */
     char *tmp_shard = path_in(o.out_dir, "shard-00000.ampcs");
     if (tmp_shard && exists(tmp_shard))
-      st = ampc_fail(AMPC_ERR_INVALID_ARG, "%s: holds shards but no pack.state; remove them or "
-                                           "choose another --out",
+      st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s: holds shards but no pack.state; remove them or "
+                     "choose another --out",
                      o.out_dir);
     free(tmp_shard);
   }
@@ -717,9 +720,8 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
   if (st == AMPC_OK && !resumed)
     st = save_state(&P);
   if (st == AMPC_OK) {
-    ampc_source_options so = {.image_key = o.image_key,
-                              .caption_key = o.caption_key,
-                              .label_key = o.label_key};
+    ampc_source_options so = {
+        .image_key = o.image_key, .caption_key = o.caption_key, .label_key = o.label_key};
     st = ampc_source_open(&src, o.input, &so);
   }
   if (st == AMPC_OK)
