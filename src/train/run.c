@@ -77,7 +77,12 @@ ampc_run_config ampc_run_config_defaults(void) {
                            .eval = true,
                            .log_every = 1,
                            .telemetry_every = 10,
-                           .seed = 1};
+                           .seed = 1,
+                           /* the recipe the main job needs to learn its matching head:
+                            * shifted images, uniformly drawn ITM negatives */
+                           .augment_shift = 2,
+                           .itm_sample_negatives = true,
+                           .itm_random_negatives = true};
 }
 
 void ampc_run_free(ampc_run *R) {

@@ -96,10 +96,11 @@ static const char k_usage_more[] =
     "                   trains on the others (default: the data file's, twitter;\n"
     "                   `ampc data info` lists the styles)\n"
     "  --augment-shift N   translate each training image by up to N pixels (0..8;\n"
-    "                   default 0), the border filled with its background\n"
+    "                   default 2; 0: off), the border filled with its background\n"
     "  --itm-negatives hardest|sampled|random   the matching head's negative text per\n"
-    "                   image: the most similar in the batch (default), drawn by\n"
-    "                   similarity (ALBEF), or drawn uniformly from the other texts\n"
+    "                   image: the most similar in the batch, drawn by similarity\n"
+    "                   (ALBEF), or drawn uniformly from the other texts (default:\n"
+    "                   with hardest the head stays at chance on the emoji pairs)\n"
     "  --w-itc W --w-itm W --w-cls W   loss weights (1, 1, 1)\n"
     "  --w-mlm W        masked caption modelling (ALBEF's MLM) with weight W (0: off,\n"
     "                   the default): a token-level cross-entropy over the vocabulary\n"
@@ -455,6 +456,9 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   a->w_itc = a->w_itm = a->w_cls = 1.0f;
   a->w_mlm = 0.0f, a->mlm_prob = 0.15f;
   a->loss_multiplier = 1.0f;
+  /* the recipe that learns (ampc_run_config_defaults): without it the
+   * matching head stays at chance */
+  a->augment_shift = 2, a->itm_sampled = true, a->itm_random = true;
   int64_t warmup = -1; /* default: 20 for the transformer models, 0 for mlp */
   for (int k = 0; k < nrest; k++) {
     const char *n = rest[k].name, *v = rest[k].value;
