@@ -1,0 +1,116 @@
+#!/bin/sh
+# tests/check_pack.sh AMPC MAKE_PAIRS [MPIEXEC]: the user's own data end to end
+# on data tests/make_pairs.c makes (60 captioned JPEG/PNG/WebP images, 3 labels):
+# 1. `ampc data pack` reads each layout (CSV, TSV, JSONL, image folders with
+#    metadata.jsonl and metadata.csv, WebDataset tars by brace pattern and
+#    by list) and packs all 60 samples;
+# 2. `ampc train --data PACK` trains from the stream, logs data_wait_ms,
+#    evaluates R@1 on the val split and zero-shot accuracy by prompt;
+#    `ampc eval` and `ampc memory --data` read the pack;
+# 3. a run stopped and resumed mid-epoch writes the checkpoint of an
+#    uninterrupted run, bit for bit (and across an epoch boundary);
+# 4. with MPI: 2 ranks equal one process with 2 micro-batches;
+# 5. bad data: skipped and counted by reason (docs/ROBUSTNESS.md); --strict
+#    stops naming the file and reason; a wrong column, a finished pack, a
+#    changed shard, a missing manifest.
+. "$(dirname "$0")/cli_lib.sh"
+make_pairs=$2
+mpiexec=${3:-}
+OMP_NUM_THREADS=1
+OMP_WAIT_POLICY=PASSIVE
+export OMP_NUM_THREADS OMP_WAIT_POLICY
+"$make_pairs" "$tmp/src" || die "make_pairs failed"
+small="--image-size 16 --seq-len 12 --vocab 40 --shard-samples 16 --val-fraction 0.2 --label-key label"
+
+# 1. every layout
+for input in data.csv data.tsv data.jsonl folder folder2 'wds-{000..001}.tar' wds-000.tar,wds-001.tar; do
+  out="$tmp/p-$(printf '%s' "$input" | tr -c 'a-z0-9' '_')"
+  case "$input" in *.tar*) lk="--label-key cls" ;; *) lk="--label-key label" ;; esac
+  (cd "$tmp/src" && "$ampc" data pack "$input" --out "$out" --image-size 16 --seq-len 12 \
+    --vocab 40 --shard-samples 16 --val-fraction 0.2 $lk --json) >"$tmp/rep" 2>"$tmp/err" ||
+    die "pack $input exited $? ($(cat "$tmp/err"))"
+  tr=$(field train <"$tmp/rep") va=$(field val <"$tmp/rep") sk=$(field skipped <"$tmp/rep")
+  [ "$((tr + va))" = 60 ] && [ "$sk" = 0 ] || die "pack $input: train $tr + val $va != 60, skipped $sk"
+  [ "$(field classes <"$tmp/rep")" = 3 ] || die "pack $input: not 3 classes"
+  grep -q '"sha256"' "$out/manifest.json" || die "pack $input: no SHA-256 in the manifest"
+  [ -f "$out/pack.state" ] && die "pack $input: pack.state left behind"
+done
+pack="$tmp/p-data_csv"
+# the same input and flags give the same bytes (2 threads against 1)
+"$ampc" data pack "$tmp/src/data.csv" --out "$tmp/again" $small --threads 2 --json >/dev/null 2>&1 ||
+  die "second pack failed"
+for f in "$pack"/shard-*.ampcs; do
+  cmp -s "$f" "$tmp/again/$(basename "$f")" || die "$(basename "$f") differs between two packs"
+done
+
+# 2. training, evaluation, memory
+common="--data $pack --batch 8 --threads 1 --eval-every 0 --quiet"
+"$ampc" train $common --steps 4 --log "$tmp/t.jsonl" --save "$tmp/t.st" --json >"$tmp/sum" \
+  2>"$tmp/err" || die "train --data PACK exited $? ($(cat "$tmp/err"))"
+grep -q '"data_wait_ms":' "$tmp/t.jsonl" || die "no data_wait_ms in the step lines"
+grep -q '"val":{' "$tmp/sum" || die "the summary has no val metrics"
+grep -q '"zero_shot_accuracy":' "$tmp/sum" || die "the summary has no zero-shot accuracy"
+grep -q '"streamed":true' "$tmp/t.jsonl" || die "the config line does not say streamed"
+"$ampc" eval --checkpoint "$tmp/t.st" --data "$pack" >"$tmp/ev" 2>"$tmp/err" ||
+  die "eval on the pack exited $? ($(cat "$tmp/err"))"
+grep -q '^val ' "$tmp/ev" || die "eval prints no val row"
+grep -q 'zero-shot classification' "$tmp/ev" || die "eval prints no zero-shot accuracy"
+"$ampc" memory --model mm-tiny --data "$pack" --json >/dev/null 2>"$tmp/err" ||
+  die "memory --data PACK exited $? ($(cat "$tmp/err"))"
+# the model follows the data: 16x16 images, patch 2 (mm-tiny's 4 at 32x32)
+"$ampc" train $common --steps 1 --patch 3 >/dev/null 2>"$tmp/err" &&
+  die "--patch 3 on 16x16 images was accepted"
+
+# 3. resume mid-epoch (about 48 training samples, 8 a step: step 6 or 7 ends the epoch)
+"$ampc" train $common --steps 8 --save "$tmp/full.st" >/dev/null 2>"$tmp/err" ||
+  die "8 steps exited $? ($(cat "$tmp/err"))"
+"$ampc" train $common --steps 8 --stop-at 3 --save "$tmp/half.st" >/dev/null 2>"$tmp/err" ||
+  die "--stop-at 3 exited $? ($(cat "$tmp/err"))"
+"$ampc" train $common --steps 8 --resume "$tmp/half.st" --save "$tmp/rest.st" >/dev/null \
+  2>"$tmp/err" || die "resume exited $? ($(cat "$tmp/err"))"
+cmp -s "$tmp/full.st" "$tmp/rest.st" || die "resumed mid-epoch: the checkpoint differs"
+
+# 4. two ranks = one process with two micro-batches
+if [ -n "$mpiexec" ]; then
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
+  export OMPI_MCA_btl_vader_single_copy_mechanism
+  "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$ampc" train $common --steps 4 \
+    --save "$tmp/mpi.st" >/dev/null 2>"$tmp/err" || die "mpirun -np 2 exited $? ($(cat "$tmp/err"))"
+  "$ampc" train $common --steps 4 --micro-batches 2 --save "$tmp/mb.st" >/dev/null 2>"$tmp/err" ||
+    die "--micro-batches 2 exited $? ($(cat "$tmp/err"))"
+  cmp -s "$tmp/mpi.st" "$tmp/mb.st" || die "2 ranks differ from 2 micro-batches"
+fi
+
+# 5. bad data
+(cd "$tmp/src" && "$ampc" data pack bad.csv --out "$tmp/bad" $small --json) >"$tmp/rep" \
+  2>"$tmp/err" || die "pack of bad.csv exited $? ($(cat "$tmp/err"))"
+[ "$(field skipped <"$tmp/rep")" = 7 ] || die "bad.csv: expected 7 skipped: $(cat "$tmp/rep")"
+for r in missing_file empty_file corrupt_image too_many_pixels not_an_image caption_utf8 \
+  caption_empty; do
+  grep -q "\"$r\":1" "$tmp/rep" || die "bad.csv: no $r in $(cat "$tmp/rep")"
+done
+grep -q '"missing_file":[[:space:]]*1' "$tmp/bad/manifest.json" || die "the manifest does not count the skips"
+(cd "$tmp/src" && "$ampc" data pack bad.csv --out "$tmp/strict" $small --strict) >/dev/null \
+  2>"$tmp/err"
+[ $? = 1 ] || die "--strict did not exit 1"
+grep -q "img/missing.jpg" "$tmp/err" || die "--strict does not name the file: $(cat "$tmp/err")"
+[ -f "$tmp/strict/manifest.json" ] && die "--strict left a manifest"
+(cd "$tmp/src" && "$ampc" data pack trunc.tar --out "$tmp/trunc" $small --label-key cls --json) \
+  >"$tmp/rep" 2>"$tmp/err" || die "pack of a truncated tar exited $? ($(cat "$tmp/err"))"
+grep -q '"truncated_tar":1' "$tmp/rep" || die "the truncated tar is not counted: $(cat "$tmp/rep")"
+expect 1 data pack "$tmp/src/data.csv" --out "$tmp/x" --image-key path
+grep -q 'no column' "$tmp/err" || die "a wrong column: $(cat "$tmp/err")"
+expect 1 data pack "$tmp/src/data.csv" --out "$pack" $small
+grep -q 'already holds a finished pack' "$tmp/err" || die "a finished pack: $(cat "$tmp/err")"
+expect 2 data pack "$tmp/src/data.csv" --out "$tmp/y" --image-size 7
+expect 2 data pack "$tmp/src/data.csv"
+echo '{"format": "something else"}' >"$tmp/other.json"
+expect 1 train --data "$tmp/other.json" --steps 1
+# a changed shard is left out with a warning; training goes on
+cp -r "$pack" "$tmp/changed"
+printf 'X' | dd of="$tmp/changed/shard-00000.ampcs" bs=1 seek=100 conv=notrunc 2>/dev/null
+"$ampc" train --data "$tmp/changed" --batch 8 --threads 1 --steps 1 --no-eval --quiet \
+  >/dev/null 2>"$tmp/err" || die "training with a changed shard exited $? ($(cat "$tmp/err"))"
+grep -q 'shard-00000.ampcs: left out (SHA-256 mismatch' "$tmp/err" ||
+  die "no warning for the changed shard: $(cat "$tmp/err")"
+exit $fail
