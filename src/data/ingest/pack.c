@@ -238,6 +238,7 @@ typedef struct pack_state {
   cJSON *shards;     /* the finished shards' entries */
   int64_t read_done; /* source samples covered by finished shards */
   int64_t total;     /* source samples (pass 1) */
+  ampc_source *src;  /* pass 2's source */
 } pack_state;
 
 /* decode one item into rec (a record) or set its reason */
@@ -257,8 +258,14 @@ static void process(pack_state *P, item_copy *c, uint8_t *rec) {
     }
   }
   ampc_image_error why = AMPC_IMAGE_OK;
-  if (ampc_image_square(c->image, c->image_size, c->where ? c->where : c->key, o->image_size,
-                        o->max_pixels, rec, NULL, &why) != AMPC_OK) {
+  char name[1024]; /* "data.csv:12: img/cat.jpg"; a tar member's where names it already */
+  const char *w = c->where ? c->where : "", *k = c->key ? c->key : "";
+  if (!w[0] || ampc_source_get_kind(P->src) == AMPC_SOURCE_WEBDATASET)
+    snprintf(name, sizeof name, "%s", w[0] ? w : k);
+  else
+    snprintf(name, sizeof name, "%s: %s", w, k);
+  if (ampc_image_square(c->image, c->image_size, name, o->image_size, o->max_pixels, rec, NULL,
+                        &why) != AMPC_OK) {
     c->reason = image_reason(why);
     c->msg = strdup(ampc_last_error());
     return;
@@ -459,14 +466,18 @@ static ampc_status pass1(pack_state *P, const char *captions_path) {
   ampc_status st = AMPC_OK;
   if (captions_path && !f)
     st = ampc_fail(AMPC_ERR_IO, "%s: cannot write: %s", captions_path, strerror(errno));
-  int64_t lines = 0;
+  int64_t lines = 0, bad = 0;
+  char first_bad[512] = "";
   for (bool done = false; st == AMPC_OK;) {
     ampc_source_item it;
     if ((st = ampc_source_next(src, &it, &done)) != AMPC_OK || done)
       break;
     P->total++;
-    if (it.fault != AMPC_FAULT_NONE)
+    if (it.fault != AMPC_FAULT_NONE) {
+      if (bad++ == 0)
+        snprintf(first_bad, sizeof first_bad, "%s", it.fault_msg ? it.fault_msg : "");
       continue;
+    }
     if (o->label_key && it.label && it.label[0]) {
       const int r = strset_add(&P->classes, it.label);
       if (r)
@@ -481,10 +492,12 @@ static ampc_status pass1(pack_state *P, const char *captions_path) {
   if (f && fclose(f) != 0 && st == AMPC_OK)
     st = ampc_fail(AMPC_ERR_IO, "%s: cannot write", captions_path);
   if (st == AMPC_OK && f && lines == 0)
-    st = ampc_fail(AMPC_ERR_FORMAT,
-                   "%s: no readable training samples (every sample is bad, "
-                   "or in the val split)",
-                   o->input);
+    st = bad ? ampc_fail(AMPC_ERR_FORMAT,
+                         "%s: no readable training samples: %lld of %lld are bad (the first: %s)",
+                         o->input, (long long)bad, (long long)P->total, first_bad)
+             : ampc_fail(AMPC_ERR_FORMAT,
+                         "%s: no training samples (%lld read, all in the val split or none)",
+                         o->input, (long long)P->total);
   qsort(P->classes.v, (size_t)P->classes.n, sizeof *P->classes.v, cmp_str);
   return st;
 }
@@ -724,6 +737,7 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
         .image_key = o.image_key, .caption_key = o.caption_key, .label_key = o.label_key};
     st = ampc_source_open(&src, o.input, &so);
   }
+  P.src = src;
   if (st == AMPC_OK)
     st = pass2(&P, src);
   if (st == AMPC_OK && rep.n_train == 0)
