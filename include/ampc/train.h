@@ -565,11 +565,15 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const ampc_dataset *d, int spli
  * AMPC_ERR_INVALID_ARG (empty split, shapes), AMPC_ERR_NOMEM. */
 /* Set a multimodal config's image side and patch (the vision tower's
  * patch embedding then has (img / patch)^2 patches, ViT: Dosovitskiy et al.
- * 2021). ampc_model_desc_get calls it for square data of another size than
- * the preset's, with the patch scaled as the image (64x64 data: mm-tiny's 4
- * becomes 8). Errors: AMPC_ERR_INVALID_ARG (patch does not divide img, more
+ * 2021). Errors: AMPC_ERR_INVALID_ARG (patch does not divide img, more
  * than 4096 patches). */
 ampc_status ampc_mmodel_set_image(ampc_mmodel_config *mc, int64_t img, int64_t patch);
+/* A multimodal model for square images of `side` (a packed dataset's
+ * --image-size): the patch scaled as the image where that divides it (64x64
+ * data: mm-tiny's patch 4 at 32x32 becomes 8, the same 64 patches), else the
+ * preset's patch. Image-only presets are left as they are (their data is
+ * fixed). Errors: as ampc_mmodel_set_image. */
+ampc_status ampc_mmodel_follow_image(ampc_mmodel_config *mc, int64_t side);
 
 ampc_status ampc_mmodel_zero_shot(ampc_mmodel *M, const ampc_dataset *d, int split,
                                   const int32_t *prompts, double *acc);

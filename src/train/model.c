@@ -41,20 +41,19 @@ ampc_status ampc_model_desc_get(const char *name, const ampc_dataset *d, ampc_mo
                        name, d->height, d->width, d->channels,
                        ampc_mmodel_list(list, sizeof list, d->height, d->width, d->channels, 0));
   }
-  AMPC_TRY(ampc_mmodel_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
-                                  &out->mm));
-  /* a multimodal model follows square data of another size (a packed
-   * dataset's --image-size): the patch grows with the image, so the number
-   * of patches stays the preset's where it can */
-  ampc_mmodel_config *mc = &out->mm;
-  if (d && !mc->image_only && d->height == d->width && d->height > 0 && d->height != mc->img &&
-      d->channels == mc->channels) {
-    const int64_t p = mc->patch * d->height / mc->img;
-    mc->patch =
-        p >= 1 && p * mc->img == mc->patch * d->height && d->height % p == 0 ? p : mc->patch;
-    return ampc_mmodel_set_image(mc, d->height, mc->patch);
-  }
-  return AMPC_OK;
+  return ampc_mmodel_config_get(name, d ? d->vocab : 0, d ? d->seq_len : 0, d ? d->n_classes : 0,
+                                &out->mm);
+}
+
+ampc_status ampc_mmodel_follow_image(ampc_mmodel_config *mc, int64_t side) {
+  if (!mc || side < 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_follow_image: bad arguments");
+  if (mc->image_only || side == mc->img)
+    return AMPC_OK;
+  /* the patch grows with the image: the number of patches stays the preset's where it can */
+  const int64_t p = mc->patch * side / mc->img;
+  const bool scales = p >= 1 && p * mc->img == mc->patch * side && side % p == 0;
+  return ampc_mmodel_set_image(mc, side, scales ? p : mc->patch);
 }
 
 ampc_status ampc_mmodel_set_image(ampc_mmodel_config *mc, int64_t img, int64_t patch) {
@@ -948,8 +947,11 @@ static void mm_log_config(cJSON *run_o, const ampc_run *R) {
   cJSON_AddNumberToObject(run_o, "train_samples", (double)R->ntrain);
   cJSON_AddNumberToObject(run_o, "train_concepts", (double)R->groups.count);
   cJSON_AddStringToObject(run_o, "held_out_style", R->held_out);
-  if (R->data.stream)
+  if (R->data.stream) { /* a packed dataset: the model follows its image size */
     cJSON_AddBoolToObject(run_o, "streamed", true);
+    cJSON_AddNumberToObject(run_o, "image_size", (double)mc->img);
+    cJSON_AddNumberToObject(run_o, "patch", (double)mc->patch);
+  }
   cJSON_AddNumberToObject(run_o, "augment_shift", (double)R->rc.augment_shift);
   cJSON_AddStringToObject(run_o, "itm_negatives", itm_negatives(&R->rc));
   cJSON_AddNumberToObject(run_o, "vocab", (double)D->vocab);

@@ -258,7 +258,9 @@ static int model_config(const char *cmd, const char *name, int64_t classes, cons
     if (rc)
       return rc;
     ampc_model_desc md;
-    const ampc_status st = ampc_model_desc_get(name, &D, &md);
+    ampc_status st = ampc_model_desc_get(name, &D, &md);
+    if (st == AMPC_OK && cli_is_pack(data)) /* the model takes a pack's image size */
+      st = ampc_mmodel_follow_image(&md.mm, D.height);
     ampc_dataset_free(&D);
     if (st != AMPC_OK)
       return cli_usage_error(cmd, "--model: %s", ampc_last_error());
@@ -498,13 +500,10 @@ static int run_plan(int argc, char **argv) {
   const bool text = D.tokens && D.seq_len > 0;
   ampc_status st = ampc_mmodel_config_get(a.model, text ? D.vocab : 3, text ? D.seq_len : 1,
                                           a.classes ? a.classes : D.n_classes, &mc);
-  if (st == AMPC_OK && text) { /* the image size as ampc train takes it (a pack's) */
-    ampc_model_desc md;
-    st = ampc_model_desc_get(a.model, &D, &md);
+  if (cli_is_pack(data)) { /* the model takes its image size; its training split is in the
+                            * shards, not in memory */
     if (st == AMPC_OK)
-      mc.img = md.mm.img, mc.patch = md.mm.patch;
-  }
-  if (cli_is_pack(data)) { /* its training split is in the shards, not in memory */
+      st = ampc_mmodel_follow_image(&mc, D.height);
     ampc_shards *sh;
     if (ampc_shards_open(&sh, data, false, false) == AMPC_OK) {
       ntrain = ampc_shards_get_info(sh)->n_train;

@@ -928,6 +928,13 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
     return AMPC_EXIT_USAGE;
   }
   ampc_mmodel_config *mm = &in->md.mm;
+  /* a packed dataset's image size (the bundled data's models are fixed) */
+  if (in->data.stream && ampc_mmodel_follow_image(mm, D->height) != AMPC_OK) {
+    snprintf(why, cap, "%s", ampc_last_error());
+    *refused = true;
+    train_inputs_free(in);
+    return AMPC_EXIT_USAGE;
+  }
   if (A->patch > 0 && ampc_mmodel_set_image(mm, mm->img, A->patch) != AMPC_OK) {
     snprintf(why, cap, "--patch: %s", ampc_last_error());
     *refused = true;
