@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 
@@ -238,10 +239,17 @@ static int loader(const char *pack, int64_t B, int64_t steps) {
   for (int64_t k = 0; k < steps; k++)
     wait += ampc_stream_fill(st, k * B, B, im, tok, lab, (k + 1) * B);
   const double sec = ampc_now_s() - t0;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const double train_mib =
+      (double)in->n_train *
+      (double)ampc_shard_record_bytes(in->image_size, in->channels, in->seq_len) / 1048576.0;
   printf("{\"bench\":\"loader\",\"pack\":\"%s\",\"image_size\":%d,\"batch\":%lld,\"batches\":%lld,"
-         "\"seconds\":%.4f,\"samples_per_s\":%.0f,\"wait_ms_per_batch\":%.4f}\n",
-         pack, in->image_size, (long long)B, (long long)steps, sec, (double)(B * steps) / sec,
-         wait / (double)steps);
+         "\"epochs\":%.2f,\"seconds\":%.4f,\"samples_per_s\":%.0f,\"wait_ms_per_batch\":%.4f,"
+         "\"train_split_mib\":%.1f,\"peak_rss_mib\":%.1f}\n",
+         pack, in->image_size, (long long)B, (long long)steps,
+         (double)(B * steps) / (double)in->n_train, sec, (double)(B * steps) / sec,
+         wait / (double)steps, train_mib, (double)ru.ru_maxrss / 1024.0);
   free(im), free(tok), free(lab);
   ampc_stream_free(st);
   ampc_shards_close(s);

@@ -5,6 +5,7 @@
  * thread.
  */
 #define _POSIX_C_SOURCE 200809L /* mmap, pthread */
+#define _DEFAULT_SOURCE         /* madvise */
 #include "internal.h"
 
 #include <cjson/cJSON.h>
@@ -476,8 +477,9 @@ static void permute(int64_t *p, int64_t n, uint64_t key) {
 /* one thread's view of the order: the epoch's shard order and window
  * offsets, and the current window's permutation */
 typedef struct order_cache {
-  int64_t epoch, window;
+  int64_t epoch, window, window_epoch;
   int64_t *shard_order; /* [ng] indices into good[] */
+  int64_t *prev_order;  /* [ng] the shard order of the epoch of `window` */
   int64_t *win_off;     /* [nw + 1] sample offsets of the windows within the epoch */
   int64_t *perm;        /* [max window samples] */
 } order_cache;
@@ -505,13 +507,16 @@ struct ampc_stream {
 };
 
 static int cache_init(order_cache *c, const ampc_stream *st) {
-  c->epoch = c->window = -1;
+  c->epoch = c->window = c->window_epoch = -1;
   c->shard_order = malloc((size_t)st->ng * sizeof(int64_t));
+  c->prev_order = malloc((size_t)st->ng * sizeof(int64_t));
   c->win_off = malloc((size_t)(st->nw + 1) * sizeof(int64_t));
   c->perm = malloc((size_t)st->max_win * sizeof(int64_t));
-  return c->shard_order && c->win_off && c->perm ? 0 : -1;
+  return c->shard_order && c->prev_order && c->win_off && c->perm ? 0 : -1;
 }
-static void cache_free(order_cache *c) { free(c->shard_order), free(c->win_off), free(c->perm); }
+static void cache_free(order_cache *c) {
+  free(c->shard_order), free(c->prev_order), free(c->win_off), free(c->perm);
+}
 
 static void locate(ampc_stream *st, order_cache *c, int64_t j, int64_t *shard_i, int64_t *rec) {
   const ampc_shards *s = st->s;
@@ -525,7 +530,7 @@ static void locate(ampc_stream *st, order_cache *c, int64_t j, int64_t *shard_i,
         sum += s->sh[st->good[c->shard_order[k]]].n_train;
       c->win_off[w + 1] = c->win_off[w] + sum;
     }
-    c->epoch = e, c->window = -1;
+    c->epoch = e;
   }
   int64_t lo = 0, hi = st->nw - 1; /* the window holding offset o */
   while (lo < hi) {
@@ -536,9 +541,20 @@ static void locate(ampc_stream *st, order_cache *c, int64_t j, int64_t *shard_i,
       hi = mid - 1;
   }
   const int64_t w = lo, cnt = c->win_off[w + 1] - c->win_off[w];
-  if (c->window != w) {
+  if (c->window != w || c->window_epoch != e) {
+    /* the main thread leaves a window: its shards' pages go back to the page
+     * cache (a file mapping: dropping them loses nothing, a later read faults
+     * them in again), so the process holds about one buffer, not the dataset */
+    if (c == &st->main && c->window >= 0 && c->window_epoch >= 0)
+      for (int64_t k = c->window * st->window; k < (c->window + 1) * st->window && k < st->ng;
+           k++) {
+        const shard *h = &s->sh[st->good[c->prev_order[k]]];
+        madvise((void *)h->map, h->size, MADV_DONTNEED);
+      }
     permute(c->perm, cnt, mix(mix(st->seed ^ 0x57494E444F57ull, (uint64_t)e), (uint64_t)w));
     c->window = w;
+    c->window_epoch = e;
+    memcpy(c->prev_order, c->shard_order, (size_t)st->ng * sizeof *c->prev_order);
   }
   int64_t q = c->perm[o - c->win_off[w]];
   for (int64_t k = w * st->window;; k++) {
