@@ -639,7 +639,9 @@ typedef struct ampc_compare_result {
                                                           zero-shot splits */
   double group_acc;                                    /* the new-style split's group accuracy */
   double new_chance_r1, zs_chance_r1;                  /* 1 / concepts of each split */
-  int n_verdicts; /* the run's own diagnosis (>= 1 when it finished) */
+  double val_i2t_r1, val_t2i_r1, val_chance_r1;        /* a packed dataset's val split (else NaN) */
+  double prompt_acc; /* its zero-shot accuracy by prompt (else NaN) */
+  int n_verdicts;    /* the run's own diagnosis (>= 1 when it finished) */
   ampc_verdict verdicts[AMPC_VERDICT_COUNT];
   ampc_diag *diag; /* options.vs_fp32: the diagnosis read back from its log (owned), else
                       NULL (error says why when the log did not read) */

@@ -71,6 +71,10 @@ static void read_summary(const cJSON *s, ampc_compare_result *r) {
   r->group_acc = metric(s, "new_style", "group_acc");
   r->new_chance_r1 = metric(s, "new_style", "chance_r1");
   r->zs_chance_r1 = metric(s, "zero_shot", "chance_r1");
+  r->val_i2t_r1 = metric(s, "val", "i2t_r1");
+  r->val_t2i_r1 = metric(s, "val", "t2i_r1");
+  r->val_chance_r1 = metric(s, "val", "chance_r1");
+  r->prompt_acc = num(cJSON_GetObjectItemCaseSensitive(s, "metrics"), "zero_shot_accuracy");
 }
 
 static void result_init(ampc_compare_result *r) {
@@ -79,6 +83,7 @@ static void result_init(ampc_compare_result *r) {
   r->final_loss = r->wall_s = r->ms_per_step = r->activation_mib = r->peak_rss_bytes = NAN;
   r->test_accuracy = r->new_i2t_r1 = r->new_t2i_r1 = r->zs_i2t_r1 = r->zs_t2i_r1 = NAN;
   r->group_acc = r->new_chance_r1 = r->zs_chance_r1 = NAN;
+  r->val_i2t_r1 = r->val_t2i_r1 = r->val_chance_r1 = r->prompt_acc = NAN;
 }
 
 /* The result of a run that failed with st: the message and the flags. */

@@ -1026,6 +1026,23 @@ static void cell(double v, int width, int prec) {
 static void print_table(const train_args *A, const ampc_compare_result *res) {
   const int n = A->n_presets;
   printf("\nside by side (same seed, data and steps):\n");
+  if (!isnan(res[0].val_i2t_r1)) { /* a packed dataset: its val split */
+    printf("%-11s %9s %8s %11s %11s %10s %9s %10s\n", "precision", "loss", "skipped", "val R@1 i2t",
+           "val R@1 t2i", "zero-shot", "ms/step", "act MiB");
+    for (int k = 0; k < n; k++) {
+      printf("%-11s", A->presets[k]);
+      cell(res[k].final_loss, 9, 4);
+      cell((double)res[k].skipped_steps, 8, 0);
+      cell(res[k].val_i2t_r1, 11, 4);
+      cell(res[k].val_t2i_r1, 11, 4);
+      cell(res[k].prompt_acc, 10, 3);
+      cell(res[k].ms_per_step, 9, 0);
+      cell(res[k].activation_mib, 10, 1);
+      putchar('\n');
+    }
+    printf("chance R@1: val %.4f\n", res[0].val_chance_r1);
+    return;
+  }
   if (isnan(res[0].new_i2t_r1)) {
     printf("%-11s %9s %8s %9s %9s %10s\n", "precision", "loss", "skipped", "test acc", "ms/step",
            "act MiB");
