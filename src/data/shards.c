@@ -194,6 +194,7 @@ static ampc_status map_shard(ampc_shards *s, shard *h, const char *want_sha, boo
     }
     if (hs == AMPC_OK && strcmp(hex, want_sha) != 0)
       bad = "SHA-256 mismatch (the file changed after packing)";
+    madvise(m, (size_t)want, MADV_DONTNEED); /* read once: not kept in the process */
   }
   if (bad) {
     munmap(m, (size_t)want);
@@ -542,10 +543,11 @@ static void locate(ampc_stream *st, order_cache *c, int64_t j, int64_t *shard_i,
   }
   const int64_t w = lo, cnt = c->win_off[w + 1] - c->win_off[w];
   if (c->window != w || c->window_epoch != e) {
-    /* the main thread leaves a window: its shards' pages go back to the page
-     * cache (a file mapping: dropping them loses nothing, a later read faults
-     * them in again), so the process holds about one buffer, not the dataset */
-    if (c == &st->main && c->window >= 0 && c->window_epoch >= 0)
+    /* a thread leaves a window: its shards' pages go back to the page cache
+     * (a read-only file mapping: dropping them loses nothing, a later read
+     * faults them in again, so the other thread may still read there), and
+     * the process holds about one shuffle buffer, not the dataset */
+    if (c->window >= 0 && c->window_epoch >= 0)
       for (int64_t k = c->window * st->window; k < (c->window + 1) * st->window && k < st->ng;
            k++) {
         const shard *h = &s->sh[st->good[c->prev_order[k]]];
