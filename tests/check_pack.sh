@@ -43,6 +43,11 @@ for f in "$pack"/shard-*.ampcs; do
   cmp -s "$f" "$tmp/again/$(basename "$f")" || die "$(basename "$f") differs between two packs"
 done
 
+# `ampc data info` on a pack: its facts, the shards checked
+"$ampc" data info "$pack" >"$tmp/info" 2>"$tmp/err" || die "data info PACK exited $? ($(cat "$tmp/err"))"
+grep -q "^samples     train .*(SHA-256 checked)" "$tmp/info" || die "data info PACK: $(cat "$tmp/info")"
+grep -q "^classes     3: blue, green, red" "$tmp/info" || die "data info PACK classes: $(cat "$tmp/info")"
+
 # 2. training, evaluation, memory
 common="--data $pack --batch 8 --threads 1 --eval-every 0 --quiet"
 "$ampc" train $common --steps 4 --log "$tmp/t.jsonl" --save "$tmp/t.st" --json >"$tmp/sum" \

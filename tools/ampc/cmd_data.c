@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ampc/data.h"
+#include "ampc/shards.h"
 
 extern char **environ;
 
@@ -33,7 +34,7 @@ static const char k_usage[] =
     "                                                   `ampc data pack --help`)\n"
     "       ampc data emoji --out FILE [--styles LIST] [--hold-out STYLE]\n"
     "                       [--from DIR] [--json]\n"
-    "       ampc data info [FILE] [--json]\n"
+    "       ampc data info [FILE|PACK] [--json]\n"
     "       ampc data info --fashion-mnist [DIR] [--json]\n"
     "\n"
     "emoji   Prepare the emoji image-text dataset (docs/DATA.md): fetch the npm\n"
@@ -398,6 +399,48 @@ static double unk_fraction(const ampc_dataset *d, int sp) {
   return tok ? (double)unk / (double)tok : 0.0;
 }
 
+/* `ampc data info DIR` on a packed dataset: its manifest's facts, every
+ * shard checked (header, size, SHA-256) */
+static int pack_info(const char *path, int json) {
+  ampc_shards *sh;
+  if (ampc_shards_open(&sh, path, true, false) != AMPC_OK)
+    return cli_runtime_error("data", "%s", ampc_last_error());
+  const ampc_shards_info *in = ampc_shards_get_info(sh);
+  if (json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", path);
+    cJSON_AddStringToObject(o, "format", "ampc-shards");
+    cJSON_AddNumberToObject(o, "train", (double)in->n_train);
+    cJSON_AddNumberToObject(o, "val", (double)in->n_val);
+    cJSON_AddNumberToObject(o, "image_size", in->image_size);
+    cJSON_AddNumberToObject(o, "seq_len", in->seq_len);
+    cJSON_AddNumberToObject(o, "vocab", in->vocab);
+    cJSON_AddNumberToObject(o, "classes", in->class_names ? in->n_classes : 0);
+    cJSON_AddNumberToObject(o, "shards", (double)in->n_shards);
+    cJSON_AddNumberToObject(o, "bad_shards", (double)in->bad_shards);
+    ampc_shards_close(sh);
+    return cli_print_json("data", o);
+  }
+  printf("source      %s (packed by `ampc data pack`)\n", path);
+  printf("samples     train %lld, val %lld, in %lld shards (SHA-256 checked)\n",
+         (long long)in->n_train, (long long)in->n_val, (long long)in->n_shards);
+  printf("images      %dx%dx%d uint8 (HWC)\n", in->image_size, in->image_size, in->channels);
+  printf("captions    %d tokens each (SentencePiece, %d pieces: %s)\n", in->seq_len, in->vocab,
+         in->tokenizer ? in->tokenizer : "?");
+  if (in->class_names) {
+    printf("classes     %d:", in->n_classes);
+    for (int32_t c = 0; c < in->n_classes && c < 12; c++)
+      printf("%s %s", c ? "," : "", in->class_names[c]);
+    printf("%s\n", in->n_classes > 12 ? ", ..." : "");
+  } else {
+    printf("classes     none (no --label-key)\n");
+  }
+  for (int64_t i = 0; i < in->bad_shards; i++)
+    printf("warning     %s\n", in->bad_shard_notes[i]);
+  ampc_shards_close(sh);
+  return in->bad_shards ? AMPC_EXIT_ERROR : AMPC_EXIT_OK;
+}
+
 static int run_info(int argc, char **argv) {
   const char *file = NULL, *fm_dir = NULL;
   int json = 0, fm = 0;
@@ -415,6 +458,8 @@ static int run_info(int argc, char **argv) {
   }
   if (fm && file)
     return cli_usage_error("data", "give either FILE or --fashion-mnist [DIR], not both");
+  if (file && cli_is_pack(file))
+    return pack_info(file, json);
   ampc_dataset d;
   ampc_status st;
   const char *source;
