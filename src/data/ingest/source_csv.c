@@ -225,6 +225,10 @@ ampc_status src_csv_open(ampc_source *s, const char *path, char delim) {
     return ampc_fail(AMPC_ERR_NOMEM, "out of memory");
   c->parser_live = true;
   csv_set_delim(&c->p, (unsigned char)delim);
+  /* the field buffer grows by 1 MiB, not libcsv's 128 bytes: a long field
+   * (an unclosed quote runs to the 16 MiB limit) costs 16 reallocations,
+   * not 130,000 */
+  csv_set_blk_size(&c->p, 1u << 20);
   if (!(c->f = fopen(path, "rb")))
     return ampc_fail(AMPC_ERR_IO, "%s: cannot open", path);
   while (!c->have_header && !c->finished)
