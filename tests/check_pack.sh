@@ -118,4 +118,30 @@ printf 'X' | dd of="$tmp/changed/shard-00000.ampcs" bs=1 seek=100 conv=notrunc 2
   >/dev/null 2>"$tmp/err" || die "training with a changed shard exited $? ($(cat "$tmp/err"))"
 grep -q 'shard-00000.ampcs: left out (SHA-256 mismatch' "$tmp/err" ||
   die "no warning for the changed shard: $(cat "$tmp/err")"
+# a pack without labels trains (no class loss); a resume on another pack is refused
+"$ampc" data pack "$tmp/src/data.jsonl" --out "$tmp/nolabel" --image-size 16 --seq-len 12 --vocab 40 \
+  >/dev/null 2>&1 || die "pack without labels failed"
+"$ampc" train --data "$tmp/nolabel" --batch 8 --threads 1 --steps 2 --eval-every 0 --quiet \
+  --save "$tmp/nl.st" >/dev/null 2>"$tmp/err" || die "training without labels: $(cat "$tmp/err")"
+expect 1 train --data "$pack" --batch 8 --threads 1 --steps 3 --resume "$tmp/nl.st"
+grep -q 'pack=' "$tmp/err" || die "a resume on another pack: $(cat "$tmp/err")"
+# a quote never closed: the rows before it are packed, the rest is one bad row
+(head -4 "$tmp/src/data.csv" && echo 'img/020.webp,"never closed,blue' &&
+  tail -n 20 "$tmp/src/data.csv") >"$tmp/src/open.csv"
+(cd "$tmp/src" && "$ampc" data pack open.csv --out "$tmp/open" $small --json) >"$tmp/rep" 2>&1 ||
+  die "pack with an unclosed quote: $(cat "$tmp/rep")"
+grep -q '"read":4,.*"bad_row":1' "$tmp/rep" || die "the unclosed quote: $(cat "$tmp/rep")"
+# a folder another pack is writing is refused; an input changed under a
+# stopped pack is refused on resume
+mkdir "$tmp/locked"
+flock "$tmp/locked/pack.lock" sleep 3 &
+sleep 1
+expect 1 data pack "$tmp/src/data.csv" --out "$tmp/locked" $small
+grep -q 'another `ampc data pack` is writing' "$tmp/err" || die "no lock: $(cat "$tmp/err")"
+wait
+cp "$tmp/src/bad.csv" "$tmp/src/bad2.csv"
+(cd "$tmp/src" && "$ampc" data pack bad2.csv --out "$tmp/chg" $small --strict) >/dev/null 2>&1
+echo "img/002.webp,one more row,blue" >>"$tmp/src/bad2.csv"
+(cd "$tmp/src" && "$ampc" data pack bad2.csv --out "$tmp/chg" $small) >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q "files changed since" "$tmp/err" || die "a changed input resumed: $(cat "$tmp/err")"
 exit $fail

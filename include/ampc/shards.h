@@ -108,6 +108,8 @@ typedef struct ampc_shards_info {
   const char *const *class_names;     /* [n_classes] or NULL */
   const int32_t *class_prompts; /* [n_classes, seq_len] the prompt's tokens per class, or NULL */
   const char *tokenizer;        /* path of the tokenizer model */
+  const char *id; /* 16 hex digits: FNV-1a 64 of the manifest and the shards left out (a
+                   * checkpoint records it; a resume on other data is refused) */
 } ampc_shards_info;
 
 /* Open a packed dataset: `path` is its folder or its manifest.json. Every

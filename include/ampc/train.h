@@ -151,6 +151,7 @@ typedef struct ampc_run_data {
   struct ampc_stream *stream;
   int64_t stream_n_train;
   const int32_t *class_prompts;    /* [n_classes, seq_len] or NULL (zero-shot prompts) */
+  const char *pack_id;             /* the packed data's identity (ampc_shards_info.id), or NULL */
   int64_t n_train, n_test, dim;    /* dense features */
   const float *x_train, *x_test;   /* [n_train, dim], [n_test, dim] FP32 */
   const int32_t *y_train, *y_test; /* labels */

@@ -87,6 +87,8 @@ struct ampc_shards {
   char *dir, *tokenizer;
   char **class_names;
   char **bad_notes; /* [n_sh]: the first bad_shards hold "PATH: left out (why)" */
+  uint64_t id_hash;
+  char id[17];
   int32_t *class_prompts;
   shard *sh;
   int64_t n_sh;
@@ -105,7 +107,7 @@ void ampc_shards_close(ampc_shards *s) {
     free(s->sh[i].path);
   }
   for (int32_t c = 0; s->class_names && c < s->info.n_classes; c++)
-    free(s->class_names[c]);
+    free(s->class_names[c]); /* NULL past a failed parse: free(NULL) */
   for (int64_t i = 0; s->bad_notes && i < s->info.bad_shards; i++)
     free(s->bad_notes[i]);
   free(s->bad_notes);
@@ -230,15 +232,17 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
   if (cJSON_IsString(tf) && !strchr(tf->valuestring, '/'))
     s->tokenizer = join(s->dir, tf->valuestring);
   in->tokenizer = s->tokenizer;
-  /* classes (none: one class, every label 0) and the zero-shot prompts */
+  /* classes and the zero-shot prompts; the model's class head needs 2, so a
+   * pack without labels (every label 0) or with one has 2, the second never
+   * a label, and no prompts (zero-shot needs 2 real classes) */
   const cJSON *cl = cJSON_GetObjectItemCaseSensitive(j, "classes");
   const int nc = cJSON_IsArray(cl) ? cJSON_GetArraySize(cl) : 0;
   if (nc > AMPC_DS_MAX_CLASSES)
     return ampc_fail(AMPC_ERR_FORMAT, "%s: %d classes (at most %d)", mpath, nc,
                      AMPC_DS_MAX_CLASSES);
-  in->n_classes = nc > 0 ? nc : 1;
+  in->n_classes = nc > 2 ? nc : 2;
   if (nc > 0) {
-    s->class_names = calloc((size_t)nc, sizeof *s->class_names);
+    s->class_names = calloc((size_t)in->n_classes, sizeof *s->class_names);
     if (!s->class_names)
       return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
     for (int c = 0; c < nc; c++) {
@@ -246,9 +250,11 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
       if (!cJSON_IsString(x) || !(s->class_names[c] = strdup(x->valuestring)))
         return ampc_fail(AMPC_ERR_FORMAT, "%s: class %d is not a string", mpath, c);
     }
+    if (nc == 1 && !(s->class_names[1] = strdup("(none: one label in the data)")))
+      return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
     in->class_names = (const char *const *)s->class_names;
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "class_prompt_tokens");
-    if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == nc) {
+    if (nc >= 2 && cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == nc) {
       s->class_prompts = calloc((size_t)nc * (size_t)in->seq_len, sizeof *s->class_prompts);
       if (!s->class_prompts)
         return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
@@ -323,6 +329,7 @@ ampc_status ampc_shards_open(ampc_shards **out, const char *path, bool verify, b
   ampc_shards *s = calloc(1, sizeof *s);
   if (!s)
     return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", path);
+  s->id_hash = 1469598103934665603ull;
   struct stat st;
   char *mpath;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -340,6 +347,9 @@ ampc_status ampc_shards_open(ampc_shards **out, const char *path, bool verify, b
   }
   char *txt = read_text(mpath, 64u << 20);
   ampc_status rc;
+  if (txt) /* the pack's identity: FNV-1a 64 of its manifest (and below, the shards left out) */
+    for (const unsigned char *p = (const unsigned char *)txt; *p; p++)
+      s->id_hash = (s->id_hash ^ *p) * 1099511628211ull;
   if (!txt) {
     rc = ampc_fail(AMPC_ERR_IO,
                    "%s: cannot read the manifest (is it a folder made by `ampc data "
@@ -356,6 +366,11 @@ ampc_status ampc_shards_open(ampc_shards **out, const char *path, bool verify, b
     ampc_shards_close(s);
     return rc;
   }
+  for (int64_t i = 0; i < s->n_sh; i++)
+    if (!s->sh[i].map)
+      s->id_hash = (s->id_hash ^ (uint64_t)(i + 1)) * 1099511628211ull;
+  snprintf(s->id, sizeof s->id, "%016llx", (unsigned long long)s->id_hash);
+  s->info.id = s->id;
   *out = s;
   return AMPC_OK;
 }

@@ -682,8 +682,12 @@ static ampc_status resume_check_file(ampc_run *R, const ampc_safetensors *f) {
   if (rec && R->recipe[0] && strcmp(rec, R->recipe) != 0)
     return ampc_fail(AMPC_ERR_FORMAT,
                      "cannot resume: %s was trained with %s, this run has %s (give the same "
-                     "--hold-out-style, --augment-shift and --itm-negatives)",
-                     rc->resume_path, rec, R->recipe);
+                     "--hold-out-style, --augment-shift and --itm-negatives%s)",
+                     rc->resume_path, rec, R->recipe,
+                     strstr(rec, ";pack=") || R->data.stream
+                         ? "; pack= names the packed data and its readable shards: the same "
+                           "--data, with the same shards"
+                         : "");
   return AMPC_OK;
 }
 

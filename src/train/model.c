@@ -887,8 +887,9 @@ static ampc_status mm_feed(ampc_run *R) {
     if (R->rc.augment_shift > 0 && !(R->stream_raw = malloc((size_t)(R->mb * R->buf.img_sz))))
       return ampc_fail(AMPC_ERR_NOMEM, "out of memory for the stream's batch");
     snprintf(R->held_out, sizeof R->held_out, "none");
-    snprintf(R->recipe, sizeof R->recipe, "held_out=none;shift=%d;itm=%s;stream",
-             R->rc.augment_shift, itm_negatives(&R->rc));
+    snprintf(R->recipe, sizeof R->recipe, "held_out=none;shift=%d;itm=%s;pack=%s",
+             R->rc.augment_shift, itm_negatives(&R->rc),
+             R->data.pack_id ? R->data.pack_id : "unknown");
     return AMPC_OK;
   }
   AMPC_TRY(ampc_sample_groups_concepts(&R->groups, D));

@@ -88,7 +88,8 @@ int cli_print_json(const char *cmd, struct cJSON *obj);
  * after printing "ampc <cmd>: <why>" (the message names the file). */
 struct ampc_dataset;
 int cli_load_data(const char *cmd, const char *name, struct ampc_dataset *d);
-/* Is `name` a packed dataset (a folder with manifest.json, or a .json file)?
+/* Is `name` a packed dataset (a folder, which must hold manifest.json, or a
+ * .json file; never the bundled names emoji and fashion-mnist[:DIR])?
  * cli_load_data then gives its val split (at most CLI_PACK_EVAL_SAMPLES
  * samples: retrieval ranks every image against every caption). */
 bool cli_is_pack(const char *name);

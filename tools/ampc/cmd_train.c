@@ -859,6 +859,7 @@ static int train_inputs_open_pack(const char *cmd, const train_args *A, train_in
   for (int64_t i = 0; i < si->bad_shards; i++) /* left out, not fatal (as a bad sample) */
     fprintf(stderr, "ampc %s: warning: %s\n", cmd, si->bad_shard_notes[i]);
   in->data.stream_n_train = si->n_train;
+  in->data.pack_id = si->id;
   in->data.class_prompts = si->class_prompts;
   return 0;
 }
@@ -894,6 +895,7 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
     in->data.stream = share->data.stream;
     in->data.stream_n_train = share->data.stream_n_train;
     in->data.class_prompts = share->data.class_prompts;
+    in->data.pack_id = share->data.pack_id;
   }
   if (!D && cli_is_pack(A->data)) {
     if (A->hold_out_style)
@@ -942,6 +944,8 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
     return AMPC_EXIT_USAGE;
   }
   mm->w_itc = A->w_itc, mm->w_itm = A->w_itm, mm->w_cls = A->w_cls;
+  if (in->data.stream && !D->class_names) /* a pack without labels: no class loss */
+    mm->w_cls = 0.0f;
   mm->w_mlm = mm->image_only ? 0.0f : A->w_mlm, mm->mlm_prob = A->mlm_prob;
   mm->no_recompute = A->keep_activations;
   mm->attn_cast = A->attn_cast;

@@ -126,7 +126,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < N_COMMANDS; i++) {
     const ampc_command *c = k_commands[i];
     if (strcmp(argv[1], c->name) == 0) {
-      for (int j = 2; j < argc && strcmp(argv[j], "--") != 0; j++) {
+      /* `ampc data pack --help`: the subcommand's own reference */
+      const bool sub_help = argc > 2 && c == &ampc_cmd_data && strcmp(argv[2], "pack") == 0;
+      for (int j = 2; j < argc && strcmp(argv[j], "--") != 0 && !sub_help; j++) {
         if (cli_is_help(argv[j])) {
           fputs(c->usage, stdout);
           if (c->usage_more)

@@ -16,10 +16,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -188,6 +190,45 @@ static cJSON *options_json(const ampc_pack_options *o) {
   return j;
 }
 
+/* The input's listing and tar files with their sizes and modification
+ * times: a resumed pack refuses an input changed since it started (an image
+ * file changed in place behind a listing is not seen). */
+static void fingerprint_file(cJSON *arr, const char *path) {
+  struct stat st;
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddStringToObject(e, "file", path);
+  const bool ok = stat(path, &st) == 0;
+  cJSON_AddNumberToObject(e, "bytes", ok ? (double)st.st_size : -1.0);
+  cJSON_AddNumberToObject(e, "mtime_ns",
+                          ok ? (double)st.st_mtim.tv_sec * 1e9 + (double)st.st_mtim.tv_nsec : -1.0);
+  cJSON_AddItemToArray(arr, e);
+}
+
+static cJSON *input_fingerprint(const char *input) {
+  cJSON *arr = cJSON_CreateArray();
+  struct stat st;
+  if (stat(input, &st) == 0 && S_ISDIR(st.st_mode)) {
+    char *a = path_in(input, "metadata.jsonl"), *b = path_in(input, "metadata.csv");
+    if (a && b)
+      fingerprint_file(arr, exists(a) ? a : b);
+    free(a), free(b);
+    return arr;
+  }
+  char *list = strdup(input);
+  for (char *save = NULL, *t = list ? strtok_r(list, ",", &save) : NULL; t;
+       t = strtok_r(NULL, ",", &save)) {
+    char **names = NULL;
+    int64_t n = 0;
+    if (ampc_brace_expand(t, &names, &n) == AMPC_OK) {
+      for (int64_t i = 0; i < n; i++)
+        fingerprint_file(arr, names[i]);
+      ampc_strings_free(names, n);
+    }
+  }
+  free(list);
+  return arr;
+}
+
 /* ---- pass 2's blocks: items copied out of the source, decoded in parallel ------------ */
 
 enum { BLOCK = 64 };
@@ -288,6 +329,7 @@ static void process(pack_state *P, item_copy *c, uint8_t *rec) {
 static ampc_status save_state(pack_state *P) {
   cJSON *j = cJSON_CreateObject();
   cJSON_AddItemToObject(j, "options", options_json(P->o));
+  cJSON_AddItemToObject(j, "input_files", input_fingerprint(P->o->input));
   cJSON_AddNumberToObject(j, "read", (double)P->read_done);
   cJSON_AddItemReferenceToObject(j, "shards", P->shards);
   cJSON *sk = cJSON_AddObjectToObject(j, "skipped");
@@ -498,7 +540,8 @@ static ampc_status pass1(pack_state *P, const char *captions_path) {
              : ampc_fail(AMPC_ERR_FORMAT,
                          "%s: no training samples (%lld read, all in the val split or none)",
                          o->input, (long long)P->total);
-  qsort(P->classes.v, (size_t)P->classes.n, sizeof *P->classes.v, cmp_str);
+  if (P->classes.n > 1)
+    qsort(P->classes.v, (size_t)P->classes.n, sizeof *P->classes.v, cmp_str);
   return st;
 }
 
@@ -628,6 +671,17 @@ static ampc_status load_state(pack_state *P, const char *state_path, int *resume
                      "pack.state); remove the folder or choose another --out",
                      P->dir);
   }
+  cJSON *now = input_fingerprint(P->o->input);
+  const bool same_input =
+      cJSON_Compare(cJSON_GetObjectItemCaseSensitive(j, "input_files"), now, true);
+  cJSON_Delete(now);
+  if (!same_input) {
+    cJSON_Delete(j);
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s: holds an unfinished pack of %s as it was before: the input's files "
+                     "changed since (size or time); remove the folder or choose another --out",
+                     P->dir, P->o->input);
+  }
   const cJSON *rd = cJSON_GetObjectItemCaseSensitive(j, "read");
   cJSON *sh = cJSON_DetachItemFromObjectCaseSensitive(j, "shards");
   if (!cJSON_IsNumber(rd) || !cJSON_IsArray(sh)) {
@@ -689,6 +743,22 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
   const double t0 = ampc_now_s();
   if (mkdir(o.out_dir, 0777) != 0 && errno != EEXIST)
     return ampc_fail(AMPC_ERR_IO, "%s: cannot create the folder: %s", o.out_dir, strerror(errno));
+  /* one pack at a time in a folder: an advisory lock, released when this
+   * process ends however it ends */
+  char *lock_path = path_in(o.out_dir, "pack.lock");
+  const int lock_fd = lock_path ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    if (lock_fd >= 0)
+      close(lock_fd);
+    free(lock_path);
+    return e == EWOULDBLOCK
+               ? ampc_fail(AMPC_ERR_INVALID_ARG,
+                           "%s: another `ampc data pack` is writing this folder "
+                           "(pack.lock)",
+                           o.out_dir)
+               : ampc_fail(AMPC_ERR_IO, "%s: cannot lock the folder: %s", o.out_dir, strerror(e));
+  }
   pack_state P = {.o = &o, .dir = o.out_dir, .rep = &rep, .shards = cJSON_CreateArray()};
   P.img_sz = (int64_t)o.image_size * o.image_size * 3;
   P.rec = ampc_shard_record_bytes(o.image_size, 3, o.seq_len);
@@ -728,8 +798,8 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
   else if (st == AMPC_OK && o.tokenizer && !(resumed && exists(model)))
     st = copy_file(o.tokenizer, model);
   remove(caps);
-  if (st == AMPC_OK)
-    st = ampc_tokenizer_load(&P.tok, model);
+  if (st == AMPC_OK && (st = ampc_tokenizer_load(&P.tok, model)) != AMPC_OK && o.tokenizer)
+    remove(model); /* a --tokenizer that is not a usable model leaves nothing behind */
   if (st == AMPC_OK && !resumed)
     st = save_state(&P);
   if (st == AMPC_OK) {
@@ -757,5 +827,9 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
   strset_free(&P.classes);
   cJSON_Delete(P.shards);
   free(manifest), free(state), free(model), free(caps);
+  if (st == AMPC_OK)
+    remove(lock_path);
+  close(lock_fd);
+  free(lock_path);
   return st;
 }

@@ -22,6 +22,7 @@
 
 #define CSV_CHUNK (64 * 1024)
 #define CSV_ROW_NOT_BEGUN 0 /* libcsv's parser state between records */
+#define CSV_FIELD_BEGUN 2   /* ... inside a field (with p.quoted: a quoted one) */
 
 enum { F_IMAGE = 0, F_CAPTION = 1, F_LABEL = 2, F_N = 3 };
 
@@ -39,6 +40,7 @@ struct src_csv {
   size_t chunk_n, chunk_pos;
   bool eof, finished, first;
   bool too_long;    /* a field passed SRC_CSV_MAX_FIELD: one BAD_ROW, then the end */
+  bool unclosed;    /* the file ended inside a quoted field: one BAD_ROW */
   int64_t line;     /* the physical line of the next byte fed */
   int64_t rec_line; /* the line the record being parsed started on */
   bool have_header;
@@ -176,6 +178,13 @@ static ampc_status feed_some(src_csv *c) {
   if (c->chunk_pos == c->chunk_n) {
     if (c->eof) {
       c->rec_line = c->p.pstate == CSV_ROW_NOT_BEGUN ? c->line : c->rec_line;
+      if (c->p.pstate == CSV_FIELD_BEGUN && c->p.quoted) {
+        /* a quote never closed: the rest of the file is one field; the row
+         * is dropped and reported, not packed with that caption */
+        c->unclosed = true;
+        c->finished = true;
+        return c->st;
+      }
       csv_fini(&c->p, on_field, on_row, c);
       c->finished = true;
       return c->st;
@@ -248,6 +257,13 @@ ampc_status src_csv_next(ampc_source *s, ampc_source_item *it, bool *done) {
     AMPC_TRY(feed_some(c));
   }
   if (c->qpos == c->qn) {
+    if (c->unclosed) {
+      c->unclosed = false;
+      const src_row r = {.line = c->rec_line,
+                         .bad = "a quote opened in this row is never closed: the rest of the file "
+                                "is one field and is not read"};
+      return src_emit_row(c->s, &r, it);
+    }
     if (!c->too_long) {
       *done = true;
       return AMPC_OK;
