@@ -156,13 +156,14 @@ static int run(int argc, char **argv) {
             "new style, a style it may have trained on\n",
             ckpt, trained_without, hold);
   if (D.vocab != vocab || D.seq_len != seq_len || D.n_classes != classes || !D.tokens) {
+    const int dv = D.vocab, ds = D.seq_len, dc = D.n_classes; /* before the free clears them */
     ampc_dataset_free(&D);
     ampc_shards_close(pack);
     return cli_runtime_error("eval",
                              "%s was trained on data with vocab %lld, %lld tokens, %lld "
                              "classes; %s has %d, %d, %d",
                              ckpt, (long long)vocab, (long long)seq_len, (long long)classes, data,
-                             D.vocab, D.seq_len, D.n_classes);
+                             dv, ds, dc);
   }
   /* the weights only: no trainer, no optimizer state */
   ampc_mmodel_specs sp = {0};

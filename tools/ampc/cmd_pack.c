@@ -96,7 +96,9 @@ static int parse_num(const char *name, const char *v, double lo, double hi, doub
   const double x = strtod(v, &end);
   const bool whole = strcmp(name, "val-fraction") != 0;
   if (!*v || *end || errno || !(x >= lo && x <= hi) || (whole && x != (double)(int64_t)x))
-    return cli_usage_error("data", "--%s: bad value '%s' (%g to %g)", name, v, lo, hi);
+    return whole ? cli_usage_error("data", "--%s: bad value '%s' (a whole number, %.0f to %.0f)",
+                                   name, v, lo, hi)
+                 : cli_usage_error("data", "--%s: bad value '%s' (%g to %g)", name, v, lo, hi);
   *out = x;
   return 0;
 }
@@ -190,6 +192,13 @@ int cmd_data_pack(int argc, char **argv) {
     fputc('\n', stderr);
   if (st != AMPC_OK)
     return cli_runtime_error("data", "pack: %s", ampc_last_error());
+  /* most samples bad: packed, but say so where it is seen (exit 0: --strict stops) */
+  if (rep.read > 0 && 2 * rep.skipped > rep.read)
+    fprintf(stderr,
+            "ampc data: warning: %lld of %lld samples were skipped (the report lists why; a "
+            "WebDataset tar needs each key's members next to each other, as `tar --sort=name` "
+            "or webdataset's writers put them)\n",
+            (long long)rep.skipped, (long long)rep.read);
   if (json) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "event", "pack");

@@ -810,9 +810,14 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
   P.src = src;
   if (st == AMPC_OK)
     st = pass2(&P, src);
-  if (st == AMPC_OK && rep.n_train == 0)
-    st = ampc_fail(AMPC_ERR_FORMAT, "%s: no training sample could be packed (%lld skipped)",
-                   o.input, (long long)rep.skipped);
+  if (st == AMPC_OK && rep.n_train == 0) {
+    int top = 0;
+    for (int r = 1; r < N_REASONS; r++)
+      top = rep.skipped_by[r] > rep.skipped_by[top] ? r : top;
+    st = ampc_fail(AMPC_ERR_FORMAT,
+                   "%s: no training sample could be packed (%lld skipped, most for %s)", o.input,
+                   (long long)rep.skipped, ampc_pack_skip_reason(top));
+  }
   if (st == AMPC_OK)
     st = write_manifest(&P, kind_name(ampc_source_get_kind(src)));
   if (st == AMPC_OK)

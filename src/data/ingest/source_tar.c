@@ -164,10 +164,10 @@ static int take_member(ampc_source *s, src_tar *t, const char *ext, int64_t size
         break;
       t->img_n += (size_t)r;
     }
-  } else if (strcmp(ext, s->caption_key) == 0 && !t->have_txt) {
+  } else if (strcasecmp(ext, s->caption_key) == 0 && !t->have_txt) {
     t->have_txt = true, t->txt_size = size;
     return read_text(t->a, &t->txt, size, &t->txt_big);
-  } else if (s->label_key && strcmp(ext, s->label_key) == 0 && !t->have_lab) {
+  } else if (s->label_key && strcasecmp(ext, s->label_key) == 0 && !t->have_lab) {
     t->have_lab = true, t->lab_size = size;
     return read_text(t->a, &t->lab, size, &t->lab_big);
   }
