@@ -437,8 +437,9 @@ static int pack_info(const char *path, int json) {
   }
   for (int64_t i = 0; i < in->bad_shards; i++)
     printf("warning     %s\n", in->bad_shard_notes[i]);
+  const int rc = in->bad_shards ? AMPC_EXIT_ERROR : AMPC_EXIT_OK; /* before the close */
   ampc_shards_close(sh);
-  return in->bad_shards ? AMPC_EXIT_ERROR : AMPC_EXIT_OK;
+  return rc;
 }
 
 static int run_info(int argc, char **argv) {
