@@ -159,16 +159,22 @@ static ampc_status map_shard(ampc_shards *s, shard *h, const char *want_sha, boo
                ? ampc_fail(AMPC_ERR_IO, "%s: cannot open the shard: %s", h->path, strerror(errno))
                : AMPC_OK;
   }
-  const uint64_t want =
-      AMPC_SHARD_HEADER_BYTES + (uint64_t)(h->n_train + h->n_val) * (uint64_t)s->rec;
-  if ((uint64_t)stt.st_size != want) {
+  /* checked by division: 64 + records x record bytes can pass 2^64 (2^41
+   * records of up to 64 MiB), and a wrapped product let a 64-byte file claim
+   * 2^41 records */
+  const int64_t records = h->n_train + h->n_val,
+                body = (int64_t)stt.st_size - AMPC_SHARD_HEADER_BYTES;
+  if (body < 0 || body % s->rec != 0 || body / s->rec != records) {
     close(fd);
     *why = "size";
-    return strict ? ampc_fail(AMPC_ERR_FORMAT,
-                              "%s: the shard has %lld bytes, the manifest says %llu (truncated?)",
-                              h->path, (long long)stt.st_size, (unsigned long long)want)
-                  : AMPC_OK;
+    return strict
+               ? ampc_fail(AMPC_ERR_FORMAT,
+                           "%s: the shard has %lld bytes, not 64 + %lld records x %lld bytes "
+                           "(truncated?)",
+                           h->path, (long long)stt.st_size, (long long)records, (long long)s->rec)
+               : AMPC_OK;
   }
+  const uint64_t want = (uint64_t)stt.st_size;
   void *m = mmap(NULL, (size_t)want, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (m == MAP_FAILED)
