@@ -112,19 +112,33 @@ void ampc_shards_close(ampc_shards *s) {
   free(s);
 }
 
+/* the file as a string, NULL when it cannot be read or has more than max
+ * bytes; the buffer doubles from 4 KiB, so a small manifest costs no
+ * max-sized allocation */
 static char *read_text(const char *path, size_t max) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return NULL;
-  char *buf = malloc(max + 1);
-  size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-  fclose(f);
-  if (!buf || n > max) {
-    free(buf);
-    return NULL;
+  size_t cap = max < 4096 ? max : 4096, n = 0;
+  char *buf = NULL;
+  for (;;) {
+    char *nb = realloc(buf, cap + 1);
+    if (!nb)
+      break;
+    buf = nb;
+    n += fread(buf + n, 1, cap + 1 - n, f);
+    if (n <= cap) { /* the end of the file */
+      fclose(f);
+      buf[n] = 0;
+      return buf;
+    }
+    if (cap == max)
+      break;
+    cap = cap > max / 2 ? max : 2 * cap;
   }
-  buf[n] = 0;
-  return buf;
+  fclose(f);
+  free(buf);
+  return NULL;
 }
 
 static int json_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *v) {
