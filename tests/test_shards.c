@@ -36,6 +36,7 @@
 
 #include "ampc/shards.h"
 #include "data/ingest/tokenizer.h"
+#include "data/shards_internal.h"
 
 static char g_dir[256];
 
@@ -317,6 +318,33 @@ static void test_shards_damaged(void **state) {
   assert_int_equal(ampc_shards_open(&s, tmp("bad.json"), true, false), AMPC_ERR_FORMAT);
 }
 
+/* a header whose records x record bytes wraps past 2^64 to 0: 2^40 + 2^40
+ * records of 1448 x 1448 x 4 + 4 x 445 + 8 = 2^23 bytes, in a 64-byte file */
+static void test_shards_wrapped_size(void **state) {
+  (void)state;
+  uint8_t h[AMPC_SHARD_HEADER_BYTES];
+  ampc__shard_header_put(h, 1448, 4, 445, 1ull << 40, 1ull << 40);
+  assert_int_equal(ampc_shard_record_bytes(1448, 4, 445), 1ll << 23);
+  assert_int_equal(mkdir(tmp("wrap"), 0700), 0);
+  write_all(tmp("wrap/s.ampcs"), h, sizeof h);
+  char m[512];
+  const int n = snprintf(m, sizeof m,
+                         "{\"format\": \"ampc-shards\", \"version\": 1, \"image_size\": 1448, "
+                         "\"channels\": 4, \"seq_len\": 445, \"vocab\": 16, \"shards\": "
+                         "[{\"file\": \"s.ampcs\", \"train\": %lld, \"val\": %lld, "
+                         "\"sha256\": \"%064d\"}]}",
+                         1ll << 40, 1ll << 40, 0);
+  write_all(tmp("wrap/manifest.json"), m, (size_t)n);
+  ampc_shards *s = NULL;
+  assert_int_equal(ampc_shards_open(&s, tmp("wrap"), false, false), AMPC_ERR_FORMAT);
+  assert_non_null(strstr(ampc_last_error(), "(1 of 1 left out)"));
+  assert_int_equal(ampc_shards_open(&s, tmp("wrap"), false, true), AMPC_ERR_FORMAT);
+  assert_non_null(strstr(ampc_last_error(),
+                         "s.ampcs: the shard has 64 bytes, not 64 + 2199023255552 records x "
+                         "8388608 bytes"));
+  assert_null(s);
+}
+
 /* the stream's order */
 static void test_stream_order(void **state) {
   (void)state;
@@ -388,7 +416,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_records), cmocka_unit_test(test_pack_deterministic),
       cmocka_unit_test(test_pack_bad),     cmocka_unit_test(test_shards_damaged),
-      cmocka_unit_test(test_stream_order),
+      cmocka_unit_test(test_stream_order), cmocka_unit_test(test_shards_wrapped_size),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -115,19 +115,33 @@ void ampc_shards_close(ampc_shards *s) {
   free(s);
 }
 
+/* the file as a string, NULL when it cannot be read or has more than max
+ * bytes; the buffer doubles from 4 KiB, so a small manifest costs no
+ * max-sized allocation */
 static char *read_text(const char *path, size_t max) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return NULL;
-  char *buf = malloc(max + 1);
-  size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-  fclose(f);
-  if (!buf || n > max) {
-    free(buf);
-    return NULL;
+  size_t cap = max < 4096 ? max : 4096, n = 0;
+  char *buf = NULL;
+  for (;;) {
+    char *nb = realloc(buf, cap + 1);
+    if (!nb)
+      break;
+    buf = nb;
+    n += fread(buf + n, 1, cap + 1 - n, f);
+    if (n <= cap) { /* the end of the file */
+      fclose(f);
+      buf[n] = 0;
+      return buf;
+    }
+    if (cap == max)
+      break;
+    cap = cap > max / 2 ? max : 2 * cap;
   }
-  buf[n] = 0;
-  return buf;
+  fclose(f);
+  free(buf);
+  return NULL;
 }
 
 static int json_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *v) {
@@ -162,16 +176,22 @@ static ampc_status map_shard(ampc_shards *s, shard *h, const char *want_sha, boo
                ? ampc_fail(AMPC_ERR_IO, "%s: cannot open the shard: %s", h->path, strerror(errno))
                : AMPC_OK;
   }
-  const uint64_t want =
-      AMPC_SHARD_HEADER_BYTES + (uint64_t)(h->n_train + h->n_val) * (uint64_t)s->rec;
-  if ((uint64_t)stt.st_size != want) {
+  /* checked by division: 64 + records x record bytes can pass 2^64 (2^41
+   * records of up to 64 MiB), and a wrapped product let a 64-byte file claim
+   * 2^41 records */
+  const int64_t records = h->n_train + h->n_val,
+                body = (int64_t)stt.st_size - AMPC_SHARD_HEADER_BYTES;
+  if (body < 0 || body % s->rec != 0 || body / s->rec != records) {
     close(fd);
     *why = "size";
-    return strict ? ampc_fail(AMPC_ERR_FORMAT,
-                              "%s: the shard has %lld bytes, the manifest says %llu (truncated?)",
-                              h->path, (long long)stt.st_size, (unsigned long long)want)
-                  : AMPC_OK;
+    return strict
+               ? ampc_fail(AMPC_ERR_FORMAT,
+                           "%s: the shard has %lld bytes, not 64 + %lld records x %lld bytes "
+                           "(truncated?)",
+                           h->path, (long long)stt.st_size, (long long)records, (long long)s->rec)
+               : AMPC_OK;
   }
+  const uint64_t want = (uint64_t)stt.st_size;
   void *m = mmap(NULL, (size_t)want, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (m == MAP_FAILED)

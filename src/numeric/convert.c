@@ -111,7 +111,15 @@ int ampc_use_avx512fp16(void) {
   if (v < 0) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
+#if defined(__clang__)
+    /* clang (14) has no "avx512fp16" for __builtin_cpu_supports:
+     * CPUID.(EAX=7,ECX=0):EDX bit 23 (ampc_use_avx512 already covers the OS's
+     * ZMM state) */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    v = ampc_use_avx512() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 23)) != 0;
+#else
     v = ampc_use_avx512() && __builtin_cpu_supports("avx512fp16");
+#endif
 #else
     v = 0;
 #endif
