@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     const ampc_command *c = k_commands[i];
     if (strcmp(argv[1], c->name) == 0) {
       /* `ampc data pack --help`: the subcommand's own reference */
-      const bool sub_help = argc > 2 && c == &ampc_cmd_data && strcmp(argv[2], "pack") == 0;
+      const bool sub_help = argc > 2 && !strcmp(c->name, "data") && !strcmp(argv[2], "pack");
       for (int j = 2; j < argc && strcmp(argv[j], "--") != 0 && !sub_help; j++) {
         if (cli_is_help(argv[j])) {
           fputs(c->usage, stdout);
