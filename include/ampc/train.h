@@ -28,6 +28,7 @@
 #ifndef AMPC_TRAIN_H
 #define AMPC_TRAIN_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -449,6 +450,13 @@ typedef struct ampc_run_config {
    * negatives. */
   ampc_device device;
   ampc_fault_plan faults; /* test hooks (above); zero: none */
+  /* polled after each iteration (NULL: never): non-zero stops the run there,
+   * as a run that reached its last step stops (no evaluation): the checkpoint
+   * is written (save_path), the log gets {"event":"interrupted"} and the
+   * summary, ampc_run_train returns AMPC_OK and ampc_run_interrupted(R) is
+   * true. Under data parallelism the ranks take the flag's maximum, so all
+   * stop after the same iteration. A signal handler may set it. */
+  const volatile sig_atomic_t *interrupt;
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,
@@ -482,6 +490,8 @@ typedef struct ampc_run_callbacks {
 /* True when the last ampc_run_train stopped because the run stalled
  * (on_stall AMPC_STALL_STOP; it returned AMPC_ERR_NUMERIC). */
 bool ampc_run_stalled(const ampc_run *R);
+/* True when the last ampc_run_train stopped at ampc_run_config.interrupt. */
+bool ampc_run_interrupted(const ampc_run *R);
 
 /* Whether `path` (NULL: none) can be written, checked before a run rather
  * than after its last step: its directory exists, and it is not a directory
@@ -642,6 +652,7 @@ typedef struct ampc_compare_result {
   double new_chance_r1, zs_chance_r1;                  /* 1 / concepts of each split */
   double val_i2t_r1, val_t2i_r1, val_chance_r1;        /* a packed dataset's val split (else NaN) */
   double prompt_acc; /* its zero-shot accuracy by prompt (else NaN) */
+  bool interrupted;  /* stopped at rc.interrupt: the runs after it did not run */
   int n_verdicts;    /* the run's own diagnosis (>= 1 when it finished) */
   ampc_verdict verdicts[AMPC_VERDICT_COUNT];
   ampc_diag *diag; /* options.vs_fp32: the diagnosis read back from its log (owned), else

@@ -126,6 +126,7 @@ static ampc_status one_run(const ampc_compare_spec *s, int k, const ampc_compare
   }
   if (st != AMPC_OK)
     fail_result(r, st, R);
+  r->interrupted = ampc_run_interrupted(R);
   if (cb && cb->run_end)
     cb->run_end(cb->user, k, R, r);
   ampc_run_free(R);
@@ -188,6 +189,8 @@ ampc_status ampc_compare_run(const ampc_compare_spec *runs, int n,
     const ampc_status st = one_run(&runs[k], k, cb, &results[k]);
     if (st != AMPC_OK && first == AMPC_OK)
       first = st, first_k = k;
+    if (results[k].interrupted) /* asked to stop: the rest do not start */
+      break;
   }
   if (o->vs_fp32)
     against_fp32(runs, n, o->vs_fp32_margin, results);

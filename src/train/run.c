@@ -355,6 +355,7 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
 }
 
 bool ampc_run_stalled(const ampc_run *R) { return R && R->stalled; }
+bool ampc_run_interrupted(const ampc_run *R) { return R && R->interrupted; }
 ampc_trainer *ampc_run_trainer(ampc_run *R) { return R ? &R->T : NULL; }
 ampc_model *ampc_run_model(ampc_run *R) { return R ? &R->model : NULL; }
 const ampc_diag *ampc_run_diag(const ampc_run *R) { return R ? R->diag : NULL; }
@@ -544,6 +545,21 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       const ampc_run_progress p = {
           &info, &mean, ms, ampc_now_s() - tot.t_start, end, start_iter, T->scaler.skip_count};
       cb->step(cb->user, R, &p);
+    }
+    if (rc->interrupt) { /* asked to stop: after this iteration, on every rank */
+      double stop = *rc->interrupt ? 1.0 : 0.0;
+      if (R->accum.comm && R->size > 1)
+        TRYR(R->accum.comm->max_f64(R->accum.comm->user, &stop, 1));
+      if (stop > 0.0) {
+        R->interrupted = true;
+        if (log) {
+          cJSON *io = cJSON_CreateObject();
+          cJSON_AddStringToObject(io, "event", "interrupted");
+          cJSON_AddNumberToObject(io, "step", (double)info.iteration);
+          TRYR(run_log_line(log, rc->log_path, io));
+        }
+        break;
+      }
     }
     const bool do_eval =
         lead && rc->eval &&

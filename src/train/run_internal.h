@@ -48,9 +48,10 @@ struct ampc_run {
   ampc_telemetry *telemetry;
   ampc_diag *diag;
   cJSON *summary;
-  bool trained; /* ampc_run_train ran (once per run) */
-  bool stalled; /* it stopped on a stall */
-  bool saved;   /* this run wrote its checkpoint at least once */
+  bool trained;     /* ampc_run_train ran (once per run) */
+  bool stalled;     /* it stopped on a stall */
+  bool interrupted; /* it stopped at rc.interrupt */
+  bool saved;       /* this run wrote its checkpoint at least once */
   /* fp8-mixed: the iteration's FP8 cast counts per branch (summed over ranks) */
   uint64_t fp8_values[AMPC_BRANCH_COUNT], fp8_sat[AMPC_BRANCH_COUNT], fp8_flush[AMPC_BRANCH_COUNT];
   double *fp8_amax; /* [3 * sites]: the amax reduction's buffer */

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +271,78 @@ static bool takes_value(const char *name) {
 
 /* the job's group (one process unless started by mpirun) */
 static ampc_dist *g_dist;
+
+/* SIGINT / SIGTERM: the run stops after the step in progress and writes its
+ * checkpoint (ampc_run_config.interrupt); a second signal ends the process
+ * at once, as the default action would */
+static volatile sig_atomic_t g_interrupt;
+static int g_argc;
+static char **g_argv;
+
+static void on_signal(int sig) {
+  if (g_interrupt) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  g_interrupt = sig;
+}
+
+static void catch_signals(bool on) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on ? on_signal : SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* one argument for a shell: as it is, or in single quotes */
+static void put_arg(const char *a) {
+  const bool plain = a[0] && strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                       "0123456789-_=.,/:+@%") == strlen(a);
+  if (plain) {
+    fprintf(stderr, " %s", a);
+    return;
+  }
+  fputs(" '", stderr);
+  for (; *a; a++)
+    fputs(*a == '\'' ? "'\\''" : (char[2]){*a, 0}, stderr);
+  fputc('\'', stderr);
+}
+
+/* "interrupted at step N; resume with: ampc train ARGS --resume FILE" (the
+ * command line as given, a --resume in it replaced) */
+static void print_interrupted(const ampc_compare_result *r, const char *label, bool list,
+                              const char *save) {
+  fprintf(stderr, "ampc train: interrupted (signal %d) at step %lld%s%s", (int)g_interrupt,
+          (long long)r->steps, list ? " of run " : "", list ? label : "");
+  if (!save) {
+    fprintf(stderr, "; no --save was given, so there is nothing to resume from\n");
+    return;
+  }
+  if (list) { /* the list's other runs did not start: that run alone resumes */
+    fprintf(stderr,
+            "; checkpoint %s (resume that run alone: its flags with --precision %s "
+            "--resume %s)\n",
+            save, label, save);
+    return;
+  }
+  fprintf(stderr, "; checkpoint %s; resume with:\n  ampc train", save);
+  for (int i = 1; i < g_argc; i++) {
+    const char *a = g_argv[i];
+    if (!strcmp(a, "--resume")) {
+      i++;
+      continue;
+    }
+    if (!strncmp(a, "--resume=", 9))
+      continue;
+    put_arg(a);
+  }
+  fprintf(stderr, " --resume");
+  put_arg(save);
+  fputc('\n', stderr);
+}
 
 /* an output path (NULL: none) that can be written (ampc_check_out_path),
  * as a usage error */
@@ -980,6 +1053,7 @@ void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *
   c->itm_random_negatives = A->itm_random;
   c->eval_every = A->eval_every, c->eval = !A->no_eval, c->log_every = A->log_every;
   c->save_every = A->save_every, c->telemetry_every = A->telemetry_every, c->seed = A->seed;
+  c->interrupt = &g_interrupt;
   c->log_path = A->log, c->save_path = A->save, c->resume_path = A->resume;
   c->comm = ampc_dist_comm(g_dist), c->reduce = A->reduce, c->check_replicas = A->check_replicas;
   c->global_negatives = A->global_negatives;
@@ -1011,7 +1085,8 @@ static void on_run_end(void *user, int k, ampc_run *R, const ampc_compare_result
   if (!pr->quiet)
     train_print_verdicts(pr->out, res->verdicts, res->n_verdicts);
   if (!pr->quiet || !tc->list) /* --quiet: no progress lines, but this one */
-    fprintf(pr->out, "done: %lld steps (%lld skipped), %.1f s%s%s\n", (long long)res->steps,
+    fprintf(pr->out, "%s: %lld steps (%lld skipped), %.1f s%s%s\n",
+            res->interrupted ? "interrupted" : "done", (long long)res->steps,
             (long long)res->skipped_steps, res->wall_s, save ? ", checkpoint " : "",
             save ? save : "");
 }
@@ -1148,6 +1223,12 @@ static int train_runs(const train_args *A) {
   } else if (lead && list) {
     print_table(A, res);
   }
+  for (int k = 0; k < n && rc == AMPC_EXIT_OK; k++)
+    if (res[k].interrupted) { /* the shell's code for a death by that signal */
+      if (lead)
+        print_interrupted(&res[k], A->presets[k], list, specs[k].rc.save_path);
+      rc = 128 + (int)g_interrupt;
+    }
   ampc_compare_results_free(res, n);
   free(res);
   train_inputs_free(&in);
@@ -1159,6 +1240,8 @@ static int train_runs(const train_args *A) {
 static int run(int argc, char **argv) {
   if (ampc_dist_init(NULL, NULL, &g_dist) != AMPC_OK)
     return cli_runtime_error("train", "%s", ampc_last_error());
+  g_argc = argc, g_argv = argv, g_interrupt = 0;
+  catch_signals(true);
   train_args *A = malloc(sizeof *A);
   if (!A) {
     ampc_dist_finalize(g_dist);
@@ -1190,7 +1273,9 @@ static int run(int argc, char **argv) {
   free(A);
   /* a stall is decided on replicated state: every rank stops at the same
    * step, so they end together without MPI_Abort */
-  if (rc != 0 && rc != AMPC_EXIT_STALLED && ampc_dist_size(g_dist) > 1) {
+  catch_signals(false);
+  /* an interruption is agreed on too (128 + the signal) */
+  if (rc != 0 && rc != AMPC_EXIT_STALLED && rc < 128 && ampc_dist_size(g_dist) > 1) {
     fprintf(stderr, "ampc train: rank %d of %d failed (exit %d): ending the job\n",
             ampc_dist_rank(g_dist), ampc_dist_size(g_dist), rc);
     ampc_dist_abort(g_dist, rc);
