@@ -38,9 +38,14 @@ for sig in INT TERM; do
   [ -f "$tmp/a.st" ] || die "SIG$sig: no checkpoint"
 done
 
-# resuming the interrupted run = the uninterrupted run
-"$ampc" train $common --resume "$tmp/a.st" --save "$tmp/b.st" >/dev/null 2>"$tmp/err" ||
+# resuming the interrupted run = the uninterrupted run; it says where it goes on
+"$ampc" train $common --resume "$tmp/a.st" --save "$tmp/b.st" >"$tmp/out" 2>"$tmp/err" ||
   die "resume exited $? ($(cat "$tmp/err"))"
+grep -q "^ampc train: resumed from $tmp/a.st at step [0-9]* of 30" "$tmp/out" ||
+  die "the resume does not say where: $(cat "$tmp/out")"
+# another --batch is refused (each step would draw other samples)
+expect 1 train --steps 30 --batch 16 --threads 1 --eval-every 0 --quiet --resume "$tmp/a.st"
+grep -q "trained with --batch 8, this run has --batch 16" "$tmp/err" || die "batch: $(cat "$tmp/err")"
 "$ampc" train $common --save "$tmp/c.st" >/dev/null 2>"$tmp/err" || die "full run exited $?"
 cmp -s "$tmp/b.st" "$tmp/c.st" || die "the resumed checkpoint differs from the uninterrupted one"
 

@@ -678,6 +678,14 @@ static ampc_status resume_check_file(ampc_run *R, const ampc_safetensors *f) {
   /* the data recipe (held-out style, shifts, negatives) must stay what
    * it was: a resume would otherwise train on another split or sampler
    * (absent: a checkpoint from before it was recorded, not checked) */
+  /* the batch (absent: a checkpoint from before it was recorded) */
+  const char *bs = ampc_safetensors_meta(f, "ampc.batch");
+  if (bs && strtoll(bs, NULL, 10) != rc->batch)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "cannot resume: %s was trained with --batch %s, this run has --batch %lld "
+                     "(the samples of each step would differ from the uninterrupted run's; give "
+                     "the same --batch)",
+                     rc->resume_path, bs, (long long)rc->batch);
   const char *rec = ampc_safetensors_meta(f, "ampc.data_recipe");
   if (rec && R->recipe[0] && strcmp(rec, R->recipe) != 0)
     return ampc_fail(AMPC_ERR_FORMAT,
@@ -711,6 +719,9 @@ ampc_status run_save(ampc_run *R) {
     meta[n++] = (ampc_st_meta){"ampc.data_recipe", R->recipe};
     meta[n++] = (ampc_st_meta){"ampc.held_out_style", R->held_out};
   }
+  char bs[32]; /* checked on resume: another batch draws other samples at each position */
+  snprintf(bs, sizeof bs, "%lld", (long long)R->rc.batch);
+  meta[n++] = (ampc_st_meta){"ampc.batch", bs};
   char lm[32];
   if (R->accum.loss_multiplier != 1.0f) { /* checked on resume */
     snprintf(lm, sizeof lm, "%.9g", (double)R->accum.loss_multiplier);

@@ -115,22 +115,23 @@ static const char k_usage_more[] =
     "                   subnormal, overflow, log2|x| histograms per branch) and run\n"
     "                   the FP64 shadow GEMM check every N steps (10; 0 = off;\n"
     "                   multimodal and ViT models)\n"
-    "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end (and\n"
-    "                   every --save-every N)\n"
+    "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end and\n"
+    "                   every --save-every N steps (100; 0: at the end only), and\n"
+    "                   when the run is interrupted (Ctrl-C, SIGTERM)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags; any\n"
     "                   number of ranks)\n"
     "  --on-stall stop|warn  on non-finite weights, or N steps in a row that\n"
     "                   overflow at the scale floor or have a non-finite loss:\n"
     "                   print and log the diagnosis, then stop (default, exit 3)\n"
-    "                   or go on; --stall-steps N (hysteresis + 2)\n"
+    "                   or go on; --stall-steps N (hysteresis + 2)\n";
+
+/* ... and its end */
+static const char k_usage_tail[] =
     "  --json           the summary as one JSON object on stdout ({\"runs\":[...]} when\n"
     "                   --precision lists several)\n"
     "  --quiet          no progress, evaluation or diagnosis lines (one run's last\n"
     "                   line, done: ..., stays; a list prints its table)\n"
-    "\n";
-
-/* ... and its end */
-static const char k_usage_tail[] =
+    "\n"
     "Device:\n"
     "  --device cpu|cuda|cpu-split  where the model and the step run (cpu).\n"
     "                   cuda: GPU 0 (rank r of several: GPU r mod the GPUs; their\n"
@@ -533,6 +534,7 @@ int train_parse_args(int argc, char **argv, train_args *a) {
    * matching head stays at chance */
   a->augment_shift = 2, a->itm_sampled = true, a->itm_random = true;
   int64_t warmup = -1; /* default: 20 for the transformer models, 0 for mlp */
+  a->save_every = -1;  /* default: 100 with --save (an interrupted machine keeps its work) */
   for (int k = 0; k < nrest; k++) {
     const char *n = rest[k].name, *v = rest[k].value;
     char flag[80];
@@ -685,6 +687,8 @@ int train_parse_args(int argc, char **argv, train_args *a) {
     if (rc)
       return rc;
   }
+  if (a->save_every < 0)
+    a->save_every = a->save ? 100 : 0;
   if (warmup < 0) { /* the default, never longer than the run */
     warmup = strcmp(a->model, "mlp") == 0 ? 0 : 20;
     if (warmup > a->steps)
@@ -805,6 +809,9 @@ static void print_config(FILE *out, FILE *err, ampc_run *R, const train_args *A)
     fprintf(out, "; %d ranks, %lld samples each", rc->comm->size,
             (long long)(rc->batch / rc->comm->size));
   fputc('\n', out);
+  if (rc->resume_path) /* where it goes on from */
+    fprintf(out, "ampc train: resumed from %s at step %lld of %lld\n", rc->resume_path,
+            (long long)T->iteration, (long long)rc->steps);
   char warns[16][256];
   const int nw = ampc_run_warnings(R, warns, 16);
   for (int k = 0; k < nw && k < 16; k++)
