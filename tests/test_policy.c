@@ -71,6 +71,19 @@ static void test_names(void **state) {
   ampc_precision q;
   assert_int_equal(ampc_precision_parse("8-mixed", &q), AMPC_ERR_INVALID_ARG);
   assert_non_null(strstr(ampc_last_error(), "8-mixed"));
+  /* the aliases of Lightning and Accelerate, and a suggestion within 2 edits */
+  const char *alias[6] = {"32", "fp32", "16", "fp16", "bf16", "fp8"};
+  const ampc_precision want[6] = {AMPC_PRECISION_32_TRUE,    AMPC_PRECISION_32_TRUE,
+                                  AMPC_PRECISION_16_MIXED,   AMPC_PRECISION_16_MIXED,
+                                  AMPC_PRECISION_BF16_MIXED, AMPC_PRECISION_FP8_MIXED};
+  for (int k = 0; k < 6; k++) {
+    assert_int_equal(ampc_precision_parse(alias[k], &q), AMPC_OK);
+    assert_int_equal(q, want[k]);
+  }
+  assert_int_equal(ampc_precision_parse("16-mixd", &q), AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "did you mean 16-mixed?"));
+  assert_int_equal(ampc_precision_parse("float16-automatic", &q), AMPC_ERR_INVALID_ARG);
+  assert_null(strstr(ampc_last_error(), "did you mean"));
   assert_int_equal(ampc_precision_lowp(AMPC_PRECISION_BF16_TRUE), AMPC_BF16);
   assert_true(ampc_precision_is_mixed(AMPC_PRECISION_16_MIXED));
   assert_false(ampc_precision_is_mixed(AMPC_PRECISION_16_TRUE));

@@ -359,6 +359,8 @@ static void test_reject_malformed(void **state) {
   expect_format(p, "header length 9223372036854775808");
   put_file(p, UINT64_MAX, "{}      ", NULL, 0);
   expect_format(p, "header length");
+  put_bytes(p, "hello world, this is not a safetensors file", 43); /* text: says so */
+  expect_format(p, "not a safetensors file: header length");
   put_file(p, 0, "", NULL, 0); /* empty header */
   expect_format(p, "JSON");
   put_header(p, "not json", 0);

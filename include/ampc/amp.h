@@ -55,7 +55,11 @@ typedef enum ampc_precision {
 /* "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "fp8-mixed";
  * "?" if invalid. */
 const char *ampc_precision_name(ampc_precision p);
-/* Parse a preset name (exactly as above). AMPC_ERR_INVALID_ARG otherwise. */
+/* Parse a preset name as above, or an alias other trainers use: "32" and
+ * "fp32" (32-true), "16" and "fp16" (16-mixed), "bf16" (bf16-mixed), "fp8"
+ * (fp8-mixed), as Lightning's precision= and Accelerate's mixed_precision=.
+ * AMPC_ERR_INVALID_ARG otherwise; the message suggests a preset within two
+ * edits ("did you mean 16-mixed?"). */
 ampc_status ampc_precision_parse(const char *name, ampc_precision *out);
 /* The 16-bit (or 32-bit) dtype of the preset's working weights and GEMM inputs. */
 ampc_dtype ampc_precision_lowp(ampc_precision p);

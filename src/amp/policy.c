@@ -5,6 +5,7 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "ampc/amp.h"
@@ -48,6 +49,36 @@ const char *ampc_precision_name(ampc_precision p) {
   return (unsigned)p < AMPC_PRECISION_COUNT ? k_precision_names[p] : "?";
 }
 
+/* the short names other trainers take: Lightning's precision=32/16/bf16,
+ * Accelerate's mixed_precision=fp16/bf16/fp8 */
+static const struct {
+  const char *alias;
+  ampc_precision p;
+} k_precision_aliases[] = {
+    {"32", AMPC_PRECISION_32_TRUE},      {"fp32", AMPC_PRECISION_32_TRUE},
+    {"16", AMPC_PRECISION_16_MIXED},     {"fp16", AMPC_PRECISION_16_MIXED},
+    {"bf16", AMPC_PRECISION_BF16_MIXED}, {"fp8", AMPC_PRECISION_FP8_MIXED},
+};
+
+/* Levenshtein distance of a and b (short names: at most 31 characters) */
+static int edit_distance(const char *a, const char *b) {
+  const int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 31 || lb > 31)
+    return 99;
+  int d[32][32];
+  for (int i = 0; i <= la; i++)
+    d[i][0] = i;
+  for (int j = 0; j <= lb; j++)
+    d[0][j] = j;
+  for (int i = 1; i <= la; i++)
+    for (int j = 1; j <= lb; j++) {
+      const int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      const int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+      d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+  return d[la][lb];
+}
+
 ampc_status ampc_precision_parse(const char *name, ampc_precision *out) {
   for (int p = 0; name && out && p < AMPC_PRECISION_COUNT; p++) {
     if (strcmp(name, k_precision_names[p]) == 0) {
@@ -55,10 +86,26 @@ ampc_status ampc_precision_parse(const char *name, ampc_precision *out) {
       return AMPC_OK;
     }
   }
+  const int na = (int)(sizeof k_precision_aliases / sizeof k_precision_aliases[0]);
+  for (int k = 0; name && out && k < na; k++)
+    if (strcmp(name, k_precision_aliases[k].alias) == 0) {
+      *out = k_precision_aliases[k].p;
+      return AMPC_OK;
+    }
+  const char *best = NULL;
+  int bd = 3; /* suggest a preset within 2 edits */
+  for (int p = 0; name && p < AMPC_PRECISION_COUNT; p++) {
+    const int dist = edit_distance(name, k_precision_names[p]);
+    if (dist < bd)
+      bd = dist, best = k_precision_names[p];
+  }
+  char hint[64] = "";
+  if (best)
+    snprintf(hint, sizeof hint, "did you mean %s? ", best);
   return ampc_fail(AMPC_ERR_INVALID_ARG,
-                   "unknown precision '%s' (expected 32-true, 16-mixed, bf16-mixed, 16-true, "
-                   "bf16-true, fp8-mixed)",
-                   name ? name : "(null)");
+                   "unknown precision '%s' (%sexpected 32-true, 16-mixed, bf16-mixed, 16-true, "
+                   "bf16-true, fp8-mixed, or 32, 16, bf16, fp16, fp32, fp8)",
+                   name ? name : "(null)", hint);
 }
 
 ampc_dtype ampc_precision_lowp(ampc_precision p) {

@@ -705,14 +705,17 @@ static ampc_status parse_file(const char *path, ampc_safetensors *f, size_t size
   uint64_t hlen = 0;
   for (int i = 0; i < 8; i++)
     hlen |= (uint64_t)buf[i] << (8 * i);
+  /* a file that is not safetensors at all says so: its first 8 bytes read as
+   * an absurd length and no JSON object follows them */
+  const char *what = size > 8 && buf[8] != '{' ? "not a safetensors file: " : "";
   if (hlen > (uint64_t)size - 8)
     return ampc_fail(AMPC_ERR_FORMAT,
-                     "%s: header length %" PRIu64 " is larger than the %zu bytes after it", path,
-                     hlen, size - 8);
+                     "%s: %sheader length %" PRIu64 " is larger than the %zu bytes after it", path,
+                     what, hlen, size - 8);
   if (hlen > ST_MAX_HEADER)
     return ampc_fail(AMPC_ERR_FORMAT,
-                     "%s: header length %" PRIu64 " exceeds the %" PRIu64 "-byte limit", path, hlen,
-                     ST_MAX_HEADER);
+                     "%s: %sheader length %" PRIu64 " exceeds the %" PRIu64 "-byte limit", path,
+                     what, hlen, ST_MAX_HEADER);
   const char *hdr = (const char *)buf + 8;
   const uint64_t data_size = (uint64_t)size - 8 - hlen;
   if (!utf8_valid((const unsigned char *)hdr, (size_t)hlen))
