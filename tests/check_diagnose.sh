@@ -104,6 +104,14 @@ assert runs["bt"]["vs_fp32"]["verdict"] == "swallowed-updates", runs["bt"]["vs_f
 assert runs["bm"]["vs_fp32"]["verdict"] is None and not runs["bm"]["vs_fp32"]["significant"]
 PY
 grep -q '^## Against the FP32 baseline (fp32)' "$tmp/cmp2/report.md" || die "report.md lacks the baseline table"
+# a run that can no longer learn stops at its stall, with its verdict, and the next one runs
+"$ampc" compare --out "$tmp/cmp3" --model mlp --steps 100 --run t16='--precision 16-true' \
+  --run fp32='--precision 32-true' 2>"$tmp/err" || die "compare (16-true) exited $? ($(cat "$tmp/err"))"
+grep -q "run t16 stopped at step 1: it can no longer learn (nonfinite-independent-of-scale)" \
+  "$tmp/err" || die "compare did not stop 16-true: $(cat "$tmp/err")"
+grep -q '| t16 | .* | stopped at step 1 (stalled, see t16.txt) | | | nonfinite-independent-of-scale |' \
+  "$tmp/cmp3/report.md" || die "report.md: $(grep t16 "$tmp/cmp3/report.md")"
+grep -q '| fp32 | .* | 0\.[0-9]* |' "$tmp/cmp3/report.md" || die "the run after the stall did not run"
 
 # usage and runtime errors
 expect 2 diagnose

@@ -52,10 +52,13 @@ static const char k_usage[] =
     "Every other flag goes to `ampc train` for every run (before the run's own), e.g.\n"
     "  ampc compare --out cmp --steps 150 --batch 32\n"
     "(see `ampc train --help`; --log, --json and --save are set by compare).\n"
+    "A run that can no longer learn (non-finite weights, a loss scale stuck at its\n"
+    "floor) stops there (--on-stall stop; --on-stall warn runs it to the end) and\n"
+    "its row says where and why; the next run goes on.\n"
     "\n"
-    "Exit status: 0 when every run finished (whatever its verdict), 1 when a run\n"
-    "failed or an output cannot be written, 2 bad usage (also when every run\n"
-    "refused its flags, e.g. a model the data cannot feed).\n";
+    "Exit status: 0 when every run finished or stopped at its stall (whatever its\n"
+    "verdict), 1 when a run failed or an output cannot be written, 2 bad usage\n"
+    "(also when every run refused its flags, e.g. a model the data cannot feed).\n";
 
 enum { MAX_RUNS = 16, MAX_ARGS = 256, PATH_CAP = 4200 };
 
@@ -73,6 +76,8 @@ typedef struct {
   char why[512];                  /* why it failed, or "" */
   const ampc_compare_result *res; /* NULL: refused before it ran */
   const ampc_diag *diag;          /* its diagnosis read back from its log, or NULL */
+  char stall_verdict[64];         /* a stalled run's verdict, "" otherwise */
+  int64_t stall_step;             /* the step it stopped after */
 } run_t;
 
 static int label_ok(const char *s, size_t n) {
@@ -87,16 +92,17 @@ static int label_ok(const char *s, size_t n) {
   return 1;
 }
 
-/* r->args: "train", "--on-stall=warn", the common flags, the run's own
+/* r->args: "train", "--on-stall=stop", the common flags, the run's own
  * (split on spaces into r->split); NULL-terminated. Returns the count, or
  * -1 with too many flags. */
 static int train_argv(run_t *r, char **common, int nc) {
   snprintf(r->split, sizeof r->split, "%s", r->flags);
   int na = 0;
   r->args[na++] = "train";
-  /* a comparison shows failing runs to the end (a flag of the user's can
-   * still say --on-stall stop) */
-  r->args[na++] = "--on-stall=warn";
+  /* a run that can no longer learn (non-finite weights, a loss scale stuck
+   * at its floor) stops there and is reported with its diagnosis, not run to
+   * the end (a flag of the user's can still say --on-stall warn) */
+  r->args[na++] = "--on-stall=stop";
   for (int i = 0; i < nc; i++)
     r->args[na++] = common[i];
   for (char *tok = strtok(r->split, " \t"); tok; tok = strtok(NULL, " \t")) {
@@ -359,7 +365,11 @@ static int write_outputs(const char *dir, run_t *runs, int n, int base) {
     cJSON_AddItemToArray(arr, o);
     char evtxt[256];
     fmt_eval(evtxt, sizeof evtxt, cJSON_GetObjectItemCaseSensitive(o, "eval"));
-    if (runs[r].status != 0)
+    if (runs[r].status == AMPC_EXIT_STALLED) /* stopped where it could no longer learn */
+      fprintf(md, "| %s | `%s` | stopped at step %lld (stalled, see %s.txt) | | | %s | | |\n",
+              runs[r].label, runs[r].flags, (long long)runs[r].stall_step, runs[r].label,
+              runs[r].stall_verdict[0] ? runs[r].stall_verdict : "-");
+    else if (runs[r].status != 0)
       fprintf(md, "| %s | `%s` | failed (exit %d, see %s.txt) | | | | | |\n", runs[r].label,
               runs[r].flags, runs[r].status, runs[r].label);
     else
@@ -475,7 +485,13 @@ static void end_run(compare_ctx *cx, run_t *r) {
   if (cx->msg)
     fclose(cx->msg);
   cx->msg = NULL;
-  if (r->status != 0)
+  if (r->status == AMPC_EXIT_STALLED)
+    fprintf(stderr,
+            "ampc compare: run %s stopped at step %lld: it can no longer learn (%s); its "
+            "messages are in %s; going on with the next run\n",
+            r->label, (long long)r->stall_step, r->stall_verdict[0] ? r->stall_verdict : "stall",
+            r->txt);
+  else if (r->status != 0)
     fprintf(stderr, "ampc compare: run %s failed (exit %d); its messages are in %s\n", r->label,
             r->status, r->txt);
 }
@@ -490,6 +506,13 @@ static void on_end(void *user, int k, ampc_run *R, const ampc_compare_result *re
               : res->stalled         ? AMPC_EXIT_STALLED
                                      : AMPC_EXIT_ERROR;
   snprintf(r->why, sizeof r->why, "%s", res->error);
+  if (res->stalled && R) { /* its diagnosis at the stall */
+    ampc_verdict v[AMPC_VERDICT_COUNT];
+    const int nv = ampc_diag_verdicts(ampc_run_diag(R), v, AMPC_VERDICT_COUNT);
+    if (nv > 0)
+      snprintf(r->stall_verdict, sizeof r->stall_verdict, "%s", ampc_verdict_name(v[0].kind));
+    r->stall_step = ampc_run_trainer(R)->iteration;
+  }
   end_run(cx, r);
   if (res->status == AMPC_OK)
     fprintf(stderr, "ampc compare:   final loss %.4f, %lld skipped, verdict %s\n", res->final_loss,
@@ -677,7 +700,9 @@ static int run(int argc, char **argv) {
   int refused = 0; /* runs refused: a setting that does not fit the data */
   for (int r = 0; r < nr; r++) {
     refused += runs[r].status == AMPC_EXIT_USAGE;
-    if (runs[r].status != 0)
+    /* a run that stalled is a result of the comparison (its row says so), not
+     * a failure of it */
+    if (runs[r].status != 0 && runs[r].status != AMPC_EXIT_STALLED)
       ret = AMPC_EXIT_ERROR;
   }
   if (refused == nr) { /* the same reason each time, most likely: show the first's */
