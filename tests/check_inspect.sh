@@ -92,7 +92,7 @@ expect 2 '--plot needs a file name' "$ampc" inspect "$m" --plot ''
 : >"$dir/empty.safetensors"
 expect 1 'empty.safetensors: file is 0 bytes' "$ampc" inspect "$dir/empty.safetensors"
 printf 'this is not a safetensors file at all\n' >"$dir/text.safetensors"
-expect 1 'text.safetensors: header length' "$ampc" inspect "$dir/text.safetensors"
+expect 1 'text.safetensors: not a safetensors file: header length' "$ampc" inspect "$dir/text.safetensors"
 expect 1 "$dir: not a regular file" "$ampc" inspect "$dir"
 expect 1 'missing.safetensors: cannot open' "$ampc" inspect "$dir/missing.safetensors"
 expect 1 'none.safetensors: the file holds no tensors' "$ampc" inspect "$dir/none.safetensors"
