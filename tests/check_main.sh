@@ -61,4 +61,13 @@ for c in "" formats convert bench train eval data diagnose compare memory plan i
 done
 
 [ $fail = 0 ] && echo "check_main: ok"
+# a --precision list answers its question: each preset against 32-true (the
+# loss gap with its standard error, the savings) from logs it keeps in ampc-runs/
+(cd "$tmp" && "$ampc" train --precision 32-true,16-mixed --steps 10 --batch 8 --threads 1 \
+  --eval-every 0 --quiet) >"$tmp/list.out" 2>"$tmp/err" || die "the list exited $? ($(cat "$tmp/err"))"
+grep -Eq '^16-mixed vs 32-true: (no significant loss gap|loss gap) \([-+][0-9.]+ % \+- [0-9.]+ %' \
+  "$tmp/list.out" || die "no answer line: $(cat "$tmp/list.out")"
+grep -q 'activations 0\.[0-9]*x' "$tmp/list.out" || die "the answer lacks the savings"
+grep -q '^logs: ampc-runs/' "$tmp/list.out" || die "the list did not keep its logs"
+ls "$tmp"/ampc-runs/*/16-mixed.jsonl >/dev/null 2>&1 || die "no ampc-runs/*/16-mixed.jsonl"
 exit $fail

@@ -1161,6 +1161,41 @@ static void print_table(const train_args *A, const ampc_compare_result *res) {
   printf("chance R@1: new style %.4f, zero-shot %.4f\n", res[0].new_chance_r1, res[0].zs_chance_r1);
 }
 
+/* the list's answer, one line per preset against the 32-true run: the loss
+ * gap over the last tenth of the steps with its standard error (the same
+ * batches: a paired difference, ampc_diag_compare) and what it saved */
+static void print_answers(const train_args *A, const ampc_compare_result *res, int n,
+                          const ampc_compare_spec *specs) {
+  int printed = 0;
+  for (int k = 0; k < n; k++) {
+    const ampc_compare_result *r = &res[k];
+    if (!r->have_gap || r->baseline < 0 || r->baseline == k)
+      continue;
+    const ampc_compare_result *b = &res[r->baseline];
+    const ampc_diag_gap *g = &r->gap;
+    const double se = g->base_loss != 0.0 ? 100.0 * g->diff_se / fabs(g->base_loss) : (double)NAN;
+    if (!printed++)
+      putchar('\n');
+    printf("%s vs %s: ", A->presets[k], A->presets[r->baseline]);
+    if (!g->finite)
+      printf("the run went non-finite");
+    else if (g->significant)
+      printf("loss gap %+.2f %% +- %.2f %% (%s)", 100.0 * g->rel, se,
+             r->n_gap_verdicts ? ampc_verdict_name(r->gap_verdict.kind) : "significant");
+    else
+      printf("no significant loss gap (%+.2f %% +- %.2f %%)", 100.0 * g->rel, se);
+    printf(" over steps %lld-%lld; activations %.2fx, step time %.2fx\n", (long long)g->first_step,
+           (long long)g->last_step, r->activation_mib / b->activation_mib,
+           r->ms_per_step / b->ms_per_step);
+  }
+  if (printed && specs[0].rc.log_path) {
+    const char *slash = strrchr(specs[0].rc.log_path, '/');
+    printf("logs: %.*s (ampc diagnose LOG --baseline %s)\n",
+           slash ? (int)(slash - specs[0].rc.log_path) : 1, slash ? specs[0].rc.log_path : ".",
+           specs[res[0].baseline >= 0 ? res[0].baseline : 0].rc.log_path);
+  }
+}
+
 /* --json: one run's summary object, or {"runs":[...]} for a list */
 static int print_json(const ampc_compare_result *res, int n, bool list) {
   cJSON *o = list ? cJSON_CreateObject() : cJSON_Parse(res[0].summary_json);
@@ -1198,13 +1233,35 @@ static int train_runs(const train_args *A) {
     specs[k].rc.log_path = A->log ? paths[k][0] : NULL;
     specs[k].rc.save_path = A->save ? paths[k][1] : NULL;
   }
+  /* a list keeps its logs (the answer against 32-true is read from them, and
+   * `ampc diagnose --baseline` can be run on them afterwards): in the --log
+   * given, else in a fresh folder ampc-runs/UTC-TIME */
+  char run_dir[128] = "";
+  if (list && !A->log) {
+    const time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    mkdir("ampc-runs", 0777);
+    snprintf(run_dir, sizeof run_dir, "ampc-runs/%04d%02d%02d-%02d%02d%02d", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    if (mkdir(run_dir, 0777) != 0 && errno == EEXIST) /* two lists in one second */
+      snprintf(run_dir + strlen(run_dir), sizeof run_dir - strlen(run_dir), "-%ld", (long)getpid());
+    mkdir(run_dir, 0777);
+    for (int k = 0; k < n; k++) {
+      snprintf(paths[k][0], sizeof paths[k][0], "%s/%s.jsonl", run_dir, A->presets[k]);
+      specs[k].rc.log_path = paths[k][0];
+    }
+  }
   train_ctx tc = {.list = list};
   /* a list's runs print as --quiet under --json; the JSON goes to stdout alone */
   train_printer_set(&tc.pr, A, A->json ? stderr : stdout, stderr, A->quiet || (list && A->json),
                     lead);
   ampc_compare_callbacks cb = train_printer_callbacks(&tc.pr);
   cb.user = &tc, cb.run_end = on_run_end; /* tc.pr comes first: the printer's user too */
-  const ampc_compare_options opt = {.stop_on_error = true};
+  /* a list: every run against the 32-true one (its loss gap, from the logs) */
+  const ampc_compare_options opt = {.stop_on_error = true,
+                                    .vs_fp32 = list && lead && specs[0].rc.log_path,
+                                    .vs_fp32_margin = 0.01};
   ampc_compare_result *res = calloc((size_t)n, sizeof *res);
   if (!res) {
     train_inputs_free(&in);
@@ -1229,6 +1286,7 @@ static int train_runs(const train_args *A) {
     rc = print_json(res, n, list);
   } else if (lead && list) {
     print_table(A, res);
+    print_answers(A, res, n, specs);
   }
   for (int k = 0; k < n && rc == AMPC_EXIT_OK; k++)
     if (res[k].interrupted) { /* the shell's code for a death by that signal */
