@@ -56,4 +56,13 @@ void ampc__wordlist_free(ampc__wordlist *l);
  * append the new ones to l. -1: no memory. */
 int ampc__add_words(ampc__wordlist *l, const char *text);
 
+/* libpng's transforms to 8-bit RGBA for any colour type and depth (palette
+ * and gray expanded, tRNS to alpha, 16 bits scaled by v * 255 / 65535
+ * rounded, opaque alpha added, interlacing handled), then the info updated:
+ * the emoji PNGs (src/data/emoji_png.c) and the user's (ingest/image.c).
+ * Declared without <png.h>: png_structp is struct png_struct_def *. */
+struct png_struct_def;
+struct png_info_def;
+void ampc__png_rgba8(struct png_struct_def *png, struct png_info_def *info);
+
 #endif

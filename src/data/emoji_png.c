@@ -29,6 +29,21 @@ static void png_warning_fn(png_structp png, png_const_charp msg) {
   (void)msg;
 }
 
+void ampc__png_rgba8(struct png_struct_def *png, struct png_info_def *info) {
+  const int color = png_get_color_type(png, info);
+  const int depth = png_get_bit_depth(png, info);
+  const int trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
+  png_set_expand(png); /* palette -> RGB, gray < 8 bits -> 8 bits, tRNS -> alpha */
+  if (depth == 16)
+    png_set_scale_16(png); /* v * 255 / 65535, rounded */
+  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
+    png_set_gray_to_rgb(png);
+  if (!(color & PNG_COLOR_MASK_ALPHA) && !trns)
+    png_set_add_alpha(png, 0xFF, PNG_FILLER_AFTER);
+  (void)png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+}
+
 ampc_status ampc_emoji_png_load(const char *path, uint8_t *out) {
   enum { S = AMPC_EMOJI_SRC_SIZE, D = AMPC_EMOJI_SIZE };
   if (!path || !out)
@@ -70,18 +85,8 @@ ampc_status ampc_emoji_png_load(const char *path, uint8_t *out) {
     return ampc_fail(AMPC_ERR_FORMAT, "%s: image is %lux%lu, expected %dx%d", path,
                      (unsigned long)w, (unsigned long)h, S, S);
   }
-  const int color = png_get_color_type(png, info);
-  const int depth = png_get_bit_depth(png, info);
-  const int trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
-  png_set_expand(png); /* palette -> RGB, gray < 8 bits -> 8 bits, tRNS -> alpha */
-  if (depth == 16)
-    png_set_scale_16(png); /* v * 255 / 65535, rounded */
-  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
-    png_set_gray_to_rgb(png);
-  if (!(color & PNG_COLOR_MASK_ALPHA) && !trns)
-    png_set_add_alpha(png, 0xFF, PNG_FILLER_AFTER);
-  (void)png_set_interlace_handling(png);
-  png_read_update_info(png, info);
+  const int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+  ampc__png_rgba8(png, info);
   if (png_get_rowbytes(png, info) != (size_t)S * 4 || png_get_channels(png, info) != 4) {
     png_destroy_read_struct(&png, &info, NULL);
     fclose(fp);

@@ -34,6 +34,7 @@
 #include <turbojpeg.h>
 #include <webp/decode.h>
 
+#include "data/data_internal.h"
 #include "data/ingest/image.h"
 
 /* the largest side any decoder is asked for (also the JPEG format's limit) */
@@ -403,18 +404,7 @@ static ampc_status decode_png(const uint8_t *data, size_t size, const char *name
     png_destroy_read_struct(&png, &pinfo, NULL);
     return too_large(name, w, h, max_pixels, why);
   }
-  const int color = png_get_color_type(png, pinfo);
-  const int depth = png_get_bit_depth(png, pinfo);
-  const int trns = png_get_valid(png, pinfo, PNG_INFO_tRNS) != 0;
-  png_set_expand(png); /* palette -> RGB, gray < 8 bits -> 8 bits, tRNS -> alpha */
-  if (depth == 16)
-    png_set_scale_16(png); /* v * 255 / 65535, rounded */
-  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
-    png_set_gray_to_rgb(png);
-  if (!(color & PNG_COLOR_MASK_ALPHA) && !trns)
-    png_set_add_alpha(png, 0xFF, PNG_FILLER_AFTER);
-  (void)png_set_interlace_handling(png);
-  png_read_update_info(png, pinfo);
+  ampc__png_rgba8(png, pinfo);
   if (png_get_rowbytes(png, pinfo) != (size_t)w * 4 || png_get_channels(png, pinfo) != 4)
     png_error(png, "cannot convert the colour type to 8-bit RGBA");
   buf = malloc((size_t)w * h * 4);
