@@ -153,7 +153,7 @@ static int json_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64
   return 0;
 }
 
-static char *join(const char *dir, const char *name) {
+char *ampc__path_join(const char *dir, const char *name) {
   const size_t n = strlen(dir) + strlen(name) + 2;
   char *p = malloc(n);
   if (p)
@@ -250,7 +250,7 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
   const cJSON *tk = cJSON_GetObjectItemCaseSensitive(j, "tokenizer");
   const cJSON *tf = cJSON_GetObjectItemCaseSensitive(tk, "file");
   if (cJSON_IsString(tf) && !strchr(tf->valuestring, '/'))
-    s->tokenizer = join(s->dir, tf->valuestring);
+    s->tokenizer = ampc__path_join(s->dir, tf->valuestring);
   in->tokenizer = s->tokenizer;
   /* classes and the zero-shot prompts; the model's class head needs 2, so a
    * pack without labels (every label 0) or with one has 2, the second never
@@ -318,7 +318,7 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
                        mpath, i);
     shard *sd = &s->sh[s->n_sh++];
     sd->n_train = nt, sd->n_val = nv;
-    if (!(sd->path = join(s->dir, f->valuestring)))
+    if (!(sd->path = ampc__path_join(s->dir, f->valuestring)))
       return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
     const char *why;
     AMPC_TRY(map_shard(s, sd, h->valuestring, verify, strict, &why));
@@ -354,7 +354,7 @@ ampc_status ampc_shards_open(ampc_shards **out, const char *path, bool verify, b
   char *mpath;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
     s->dir = strdup(path);
-    mpath = join(path, "manifest.json");
+    mpath = ampc__path_join(path, "manifest.json");
   } else {
     mpath = strdup(path);
     const char *slash = strrchr(path, '/');

@@ -17,5 +17,7 @@ void ampc__shard_header_put(uint8_t h[AMPC_SHARD_HEADER_BYTES], int32_t image_si
  * hex digits. Errors: AMPC_ERR_NOMEM when OpenSSL fails. */
 ampc_status ampc__sha256(const void *data, size_t n, char hex[65]);
 void ampc__sha256_hex(const unsigned char d[32], char hex[65]);
+/* "DIR/NAME", malloc'ed; NULL when out of memory. */
+char *ampc__path_join(const char *dir, const char *name);
 
 #endif

@@ -71,14 +71,6 @@ static int image_reason(ampc_image_error e) {
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
-static char *path_in(const char *dir, const char *name) {
-  const size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 static bool exists(const char *p) {
   struct stat st;
   return stat(p, &st) == 0;
@@ -208,7 +200,7 @@ static cJSON *input_fingerprint(const char *input) {
   cJSON *arr = cJSON_CreateArray();
   struct stat st;
   if (stat(input, &st) == 0 && S_ISDIR(st.st_mode)) {
-    char *a = path_in(input, "metadata.jsonl"), *b = path_in(input, "metadata.csv");
+    char *a = ampc__path_join(input, "metadata.jsonl"), *b = ampc__path_join(input, "metadata.csv");
     if (a && b)
       fingerprint_file(arr, exists(a) ? a : b);
     free(a), free(b);
@@ -336,7 +328,7 @@ static ampc_status save_state(pack_state *P) {
   for (int r = 0; r < N_REASONS; r++)
     cJSON_AddNumberToObject(sk, ampc_pack_skip_reason(r), (double)P->rep->skipped_by[r]);
   cJSON_AddNumberToObject(j, "truncated_captions", (double)P->rep->truncated_captions);
-  char *path = path_in(P->dir, "pack.state");
+  char *path = ampc__path_join(P->dir, "pack.state");
   ampc_status st = path ? write_json(path, j) : ampc_fail(AMPC_ERR_NOMEM, "out of memory");
   free(path);
   cJSON_Delete(j);
@@ -367,7 +359,7 @@ static ampc_status finish_shard(pack_state *P, int64_t idx, FILE *f, const char 
   ok = fclose(f) == 0 && ok;
   char name[64];
   snprintf(name, sizeof name, "shard-%05lld.ampcs", (long long)idx);
-  char *final = path_in(P->dir, name);
+  char *final = ampc__path_join(P->dir, name);
   if (!ok || !final || rename(tmp, final) != 0) {
     remove(tmp);
     free(final);
@@ -632,7 +624,7 @@ static ampc_status write_manifest(pack_state *P, const char *kind) {
     free(ids);
   }
   cJSON_AddItemReferenceToObject(j, "shards", P->shards);
-  char *path = path_in(P->dir, "manifest.json");
+  char *path = ampc__path_join(P->dir, "manifest.json");
   ampc_status st = path ? write_json(path, j) : ampc_fail(AMPC_ERR_NOMEM, "out of memory");
   free(path);
   cJSON_Delete(j);
@@ -745,7 +737,7 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
     return ampc_fail(AMPC_ERR_IO, "%s: cannot create the folder: %s", o.out_dir, strerror(errno));
   /* one pack at a time in a folder: an advisory lock, released when this
    * process ends however it ends */
-  char *lock_path = path_in(o.out_dir, "pack.lock");
+  char *lock_path = ampc__path_join(o.out_dir, "pack.lock");
   const int lock_fd = lock_path ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
   if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
@@ -762,10 +754,10 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
   pack_state P = {.o = &o, .dir = o.out_dir, .rep = &rep, .shards = cJSON_CreateArray()};
   P.img_sz = (int64_t)o.image_size * o.image_size * 3;
   P.rec = ampc_shard_record_bytes(o.image_size, 3, o.seq_len);
-  char *manifest = path_in(o.out_dir, "manifest.json");
-  char *state = path_in(o.out_dir, "pack.state");
-  char *model = path_in(o.out_dir, "tokenizer.model");
-  char *caps = path_in(o.out_dir, "captions.txt.tmp");
+  char *manifest = ampc__path_join(o.out_dir, "manifest.json");
+  char *state = ampc__path_join(o.out_dir, "pack.state");
+  char *model = ampc__path_join(o.out_dir, "tokenizer.model");
+  char *caps = ampc__path_join(o.out_dir, "captions.txt.tmp");
   ampc_source *src = NULL;
   ampc_status st = AMPC_OK;
   int resumed = 0;
@@ -781,7 +773,7 @@ ampc_status ampc_pack(const ampc_pack_options *opt, ampc_pack_report *rep_out) {
     st = load_state(&P, state, &resumed);
   if (st == AMPC_OK && !resumed) {
     /* a folder with files but no state is somebody else's: refuse */
-    char *tmp_shard = path_in(o.out_dir, "shard-00000.ampcs");
+    char *tmp_shard = ampc__path_join(o.out_dir, "shard-00000.ampcs");
     if (tmp_shard && exists(tmp_shard))
       st = ampc_fail(AMPC_ERR_INVALID_ARG,
                      "%s: holds shards but no pack.state; remove them or "
