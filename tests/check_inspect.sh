@@ -2,7 +2,9 @@
 # tests/check_inspect.sh AMPC TEST_INSPECT: `ampc inspect` through the CLI:
 # the counts and the auto scale of a constructed file (every dtype
 # the command reads; the values are documented in test_inspect.c's
-# write_files), the plot, and bad input: an empty file, a file that is not
+# write_files), which files get loss-scale advice (gradients) and which are
+# told whether they fit at scale 1 (weights, activations, a checkpoint of
+# `ampc train --save`), the plot, and bad input: an empty file, a file that is not
 # safetensors, a directory, no tensors, an integer tensor, bad flags, an
 # unwritable plot: a message naming the file (and tensor), exit 1 (2 for usage).
 set -u
@@ -41,7 +43,7 @@ echo "$a" | grep -q '"scale_range":{"status":"ok","min_log2":6,"max_log2":6,"flu
   die "the file's range is not 2^6 .. 2^6 bounded by grad/vision.w and grad/text.w: $a"
 echo "$a" | grep -q '"name":"grad/vision","tensors":1,"scale_range":{"status":"ok","min_log2":6,"max_log2":14}' ||
   die "branch grad/vision's range is not 2^6 .. 2^14"
-expect 0 'safe scales: 2\^6 \.\. 2\^6' "$ampc" inspect "$m" --select grad/ --scale auto
+expect 0 'safe scales: 2\^6 \.\. 2\^6 \(as a loss scale: start from 2\^6, the largest\)$' "$ampc" inspect "$m" --select grad/ --scale auto
 expect 0 'overflow bounds it above: grad/text.w' "$ampc" inspect "$m" --select grad/ --scale auto
 # at 2^7 grad/text.w's 1000 overflows; in bf16 nothing does
 j=$("$ampc" inspect "$m" --select grad/text --scale 128 --json)
@@ -80,6 +82,48 @@ echo "$j" | grep -q '"scale_range":{"status":"ok","min_log2":null,"max_log2":6,'
 expect 0 'records loss_scale 65536 \(2\^16\).*training loss scale: 2\^22 \.\. 2\^22' "$ampc" inspect "$dir/scaled.safetensors" --scale auto
 j=$("$ampc" inspect "$dir/scaled.safetensors" --json)
 [ "$(num "$j" recorded_loss_scale)" = 65536 ] || die "recorded_loss_scale not in the JSON"
+# ---- what the file holds: a loss scale multiplies gradients --------------------
+# the loss-scale advice is for gradients alone; other tensors (weights,
+# activations) are told whether they fit the format at scale 1, as stored
+# (no tensor overflows, none flushes more than --max-flush of its values)
+# no_advice OUT: fail when OUT gives loss-scale advice
+no_advice() { echo "$1" | grep -q 'loss scale:' && die "loss-scale advice for tensors that are not gradients: $1"; }
+# PyTorch-style NAME.grad gradients: the advice
+expect 0 'safe scales: 2\^6 \.\. 2\^6 \(as a loss scale: start from 2\^6, the largest\)$' "$ampc" inspect "$dir/dotgrad.safetensors" --scale auto
+# the same values named as weights: none; vision.w needs >= 2^6, so scale 1
+# flushes too much of it (2^-25 and 2^-30: 2 of 6); text.w's 2^-15 .. 2^6 holds 2^0
+w=$("$ampc" inspect "$dir/weights.safetensors" --scale auto 2>&1) || die "inspect weights.safetensors exited $?"
+no_advice "$w"
+echo "$w" | grep -q '^safe scales: 2^6 \.\. 2^6$' || die "weights: no bare safe range: $w"
+echo "$w" | grep -q '^no tensor named as a gradient (grad/, act_grad/, .grad): no loss-scale advice; at scale 1, as stored, they do not fit fp16: more than 0.001 flushed in 1 tensor$' ||
+  die "weights: not told that scale 1 flushes vision.w: $w"
+expect 0 'at scale 1, as stored, they fit fp16$' "$ampc" inspect "$dir/weights.safetensors" --select text.
+# activations, from a dump: act/text.h (65504, 2^-24) fits binary16 at 2^0
+# exactly, and overflows e4m3 with 2^-24 flushed
+w=$("$ampc" inspect "$m" --select act/ --scale auto 2>&1)
+no_advice "$w"
+echo "$w" | grep -q 'at scale 1, as stored, they fit fp16$' || die "act/: $w"
+expect 0 'they do not fit e4m3: overflow in 1 tensor, more than 0.001 flushed in 1$' "$ampc" inspect "$m" --select act/text --format e4m3
+# gradients and other tensors together: no advice, a pointer to --select
+w=$("$ampc" inspect "$m" --scale auto 2>&1)
+no_advice "$w"
+echo "$w" | grep -q '^2 of the 4 tensors are gradients: for a loss scale, inspect them alone' || die "mixed: $w"
+[ "$(num "$("$ampc" inspect "$m" --json)" gradient_tensors)" = 2 ] || die "mixed: gradient_tensors is not 2"
+# a training checkpoint (`ampc train --save`: FP32 weights, Adam's moments):
+# never a loss scale; its weights alone fit binary16 at scale 1, while
+# exp_avg_sq (squared gradients) flushes
+ck=$dir/ck.safetensors
+"$ampc" train --model mlp --steps 2 --threads 1 --quiet --no-eval --save "$ck" >/dev/null 2>&1 ||
+  die "ampc train --save for the checkpoint"
+w=$("$ampc" inspect "$ck" --scale auto 2>&1) || die "inspect of the checkpoint exited $?"
+no_advice "$w"
+echo "$w" | grep -q '^an ampc checkpoint (weights and optimizer state), not gradients: no loss-scale advice; at scale 1, as stored, they do not fit fp16: more than 0.001 flushed in [0-9]* tensors*$' ||
+  die "checkpoint: $w"
+w=$("$ampc" inspect "$ck" --select fc --select head --scale auto 2>&1)
+no_advice "$w"
+echo "$w" | grep -q '^an ampc checkpoint (weights and optimizer state), not gradients: no loss-scale advice; at scale 1, as stored, they fit fp16$' ||
+  die "checkpoint weights: $w"
+[ "$(num "$("$ampc" inspect "$ck" --json)" gradient_tensors)" = 0 ] || die "checkpoint: gradient_tensors is not 0"
 # the extremes of 2^K, and a file named like an option after --
 cp "$m" "$dir/-m.safetensors"
 expect 0 'at scale 2\^-1074' "$ampc" inspect --scale 2^-1074 -- "$dir/-m.safetensors"

@@ -511,6 +511,11 @@ static int write_files(const char *dir) {
   /* the two gradients again, as a dump under a GradScaler of 2^16 records it */
   bad |= write_raw(dir, "scaled.safetensors", 2, names, dts, es, cn, dp,
                    "{\"loss_scale\":\"65536.0\"}");
+  /* the two gradients named PyTorch-style (NAME.grad), and the same values
+   * named as weights: only the names tell gradients from weights */
+  const char *const n3[2] = {"vision.w.grad", "text.w.grad"}, *const n4[2] = {"vision.w", "text.w"};
+  bad |= write_raw(dir, "dotgrad.safetensors", 2, n3, dts, es, cn, dp, NULL);
+  bad |= write_raw(dir, "weights.safetensors", 2, n4, dts, es, cn, dp, NULL);
   /* an integer tensor among floats */
   const int64_t step = 7;
   const char *const n2[2] = {"grad/vision.w", "step"};

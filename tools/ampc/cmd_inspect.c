@@ -2,9 +2,10 @@
  * tools/ampc/cmd_inspect.c: `ampc inspect FILE.safetensors`: what storing
  * each tensor of any framework's safetensors file in binary16, bfloat16 or FP8
  * would do at a scale (flushed, subnormal, overflow, rounding error), the
- * range of power-of-two scales that is safe for every tensor (the loss scale
- * to start from) and the tensors that limit it, grouped into branches by
- * name (the counting is ampc/diag.h's "inspect").
+ * range of power-of-two scales that is safe for every tensor (for gradients:
+ * the loss scale to start from; for weights: whether scale 1 is in it) and the
+ * tensors that limit it, grouped into branches by name (the counting is
+ * ampc/diag.h's "inspect").
  */
 #include "cli.h"
 
@@ -37,7 +38,8 @@ static const char k_usage[] =
     "  --scale auto     find the power-of-two scales 2^k at which no tensor\n"
     "                   overflows and none flushes more than --max-flush of its\n"
     "                   finite non-zero values, name the tensors that bound the\n"
-    "                   range, and count at its top (the loss scale to start from)\n"
+    "                   range, and count at its top (for gradients: the loss scale\n"
+    "                   to start from)\n"
     "  --max-flush F    the flushing allowed by --scale auto, a fraction (0.001)\n"
     "  --select PREFIX  only tensors whose name starts with PREFIX (repeatable:\n"
     "                   any of them), e.g. --select grad/ --select act_grad/\n"
@@ -48,7 +50,8 @@ static const char k_usage[] =
     "  --plot FILE.png  histogram of log2|x| per branch (the first 16) against the\n"
     "                   format's bands at the scale (shifted by log2 S)\n"
     "  --json           one JSON object: file, format, scale, tensors, branches,\n"
-    "                   total (with total.scale_range: the file's safe range)\n"
+    "                   total (with total.scale_range: the file's safe range),\n"
+    "                   gradient_tensors (how many are named as gradients)\n"
     "  --               the next argument is the file, even if it starts with -\n"
     "\n"
     "Columns: zero and inf/nan are fractions of all the values; flushed,\n"
@@ -57,9 +60,13 @@ static const char k_usage[] =
     "finite non-zero values that do not overflow (a flushed value counts 1; '-'\n"
     "when there are none). A file written by ampc_dump.py with loss_scale=S\n"
     "(gradients that already carry S) says so, and the safe scales are also\n"
-    "given as training loss scales. With a PyTorch dump (docs/ENGINE.md): inspect\n"
-    "activations at scale 1 (--select act/) and gradients at the loss scale\n"
-    "(--select grad/ --select act_grad/ --scale auto).\n"
+    "given as training loss scales. The safe scales are loss-scale advice only\n"
+    "when every tensor inspected is named as a gradient (grad/, act_grad/, or a\n"
+    "'grad' component: fc.weight.grad); for other tensors (an ampc checkpoint's\n"
+    "weights and moments) it says whether they fit at scale 1, as stored. With\n"
+    "a PyTorch dump (docs/ENGINE.md): inspect activations at scale 1 (--select\n"
+    "act/) and gradients at the loss scale (--select grad/ --select act_grad/\n"
+    "--scale auto).\n"
     "\n"
     "Exit status: 0 inspected (whatever the counts), 1 unreadable file, not\n"
     "safetensors, no tensors, or a tensor of an unsupported dtype, 2 bad usage.\n";
@@ -102,6 +109,28 @@ static void branch_of(const char *name, char *out, size_t cap) {
   if (b == 0)
     b = strlen(rest);
   snprintf(out, cap, "%.*s%.*s", (int)kind, name, (int)b, rest);
+}
+
+/* whether a tensor name marks a gradient: its kind (before the first '/') is
+ * "grad" or ends in "_grad" (ampc_dump.py's grad/ and act_grad/), or a dotted
+ * component of the rest is "grad" ("grad.fc.weight", "fc.weight.grad") */
+static int is_grad_name(const char *name) {
+  const char *slash = strchr(name, '/');
+  const char *rest = name;
+  if (slash) {
+    const size_t k = (size_t)(slash - name);
+    if ((k == 4 && !strncmp(name, "grad", 4)) || (k >= 5 && !strncmp(slash - 5, "_grad", 5)))
+      return 1;
+    rest = slash + 1;
+  }
+  for (const char *c = rest;;) {
+    const size_t l = strcspn(c, ".");
+    if (l == 4 && !strncmp(c, "grad", 4))
+      return 1;
+    if (!c[l])
+      return 0;
+    c += l + 1;
+  }
 }
 
 static int parse_scale(const char *v, double *out, int *is_auto) {
@@ -475,6 +504,9 @@ static int run(int argc, char **argv) {
     snprintf(sc, sizeof sc, "2^%d", e - 1);
   else
     snprintf(sc, sizeof sc, "%g", scale);
+  int n_grad = 0; /* the tensors named as gradients */
+  for (int i = 0; i < n; i++)
+    n_grad += is_grad_name(rec[i].t->name);
   int re = 0;
   const int rec_pow2 = recorded > 0 && frexp(recorded, &re) == 0.5;
   const int rec_k = re - 1;
@@ -493,6 +525,7 @@ static int run(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "nonfinite_tensors", n_bad);
     if (recorded > 0)
       cJSON_AddNumberToObject(o, "recorded_loss_scale", recorded);
+    cJSON_AddNumberToObject(o, "gradient_tensors", n_grad);
     cJSON *ts = cJSON_AddArrayToObject(o, "tensors");
     for (int i = 0; i < n; i++) {
       const ampc_st_tensor *t = rec[i].t;
@@ -592,12 +625,15 @@ static int run(int argc, char **argv) {
     if (f_rg == AMPC_INSPECT_RANGE_ANY)
       printf("safe scales: any (no finite non-zero value to lose)\n");
     else {
+      /* a loss scale multiplies gradients: advice only when they are all the
+       * tensors inspected */
+      char adv[80] = "";
+      if (n_grad == n)
+        snprintf(adv, sizeof adv, " (as a loss scale: start from 2^%d, the largest)", f_hi);
       if (f_rg == AMPC_INSPECT_RANGE_OK && f_lo <= -K_NONE)
-        printf("safe scales: up to 2^%d (as a loss scale: start from 2^%d, the largest)\n", f_hi,
-               f_hi);
+        printf("safe scales: up to 2^%d%s\n", f_hi, adv);
       else if (f_rg == AMPC_INSPECT_RANGE_OK)
-        printf("safe scales: 2^%d .. 2^%d (as a loss scale: start from 2^%d, the largest)\n", f_lo,
-               f_hi, f_hi);
+        printf("safe scales: 2^%d .. 2^%d%s\n", f_lo, f_hi, adv);
       else
         printf("no power of two is safe for every tensor at --max-flush %g: the largest "
                "without overflow is 2^%d\n",
@@ -608,7 +644,7 @@ static int run(int argc, char **argv) {
                rec[lim_lo].t->name, f_lo, max_flush);
       printf("  overflow bounds it above: %s (max |x| %.6g) overflows above 2^%d\n",
              rec[lim_hi].t->name, rec[lim_hi].c.max_abs, f_hi);
-      if (recorded > 0 && rec_pow2 && f_rg == AMPC_INSPECT_RANGE_OK) {
+      if (n_grad == n && recorded > 0 && rec_pow2 && f_rg == AMPC_INSPECT_RANGE_OK) {
         char tr[64];
         if (f_lo > -K_NONE)
           snprintf(tr, sizeof tr, "2^%d .. 2^%d", f_lo + rec_k, f_hi + rec_k);
@@ -619,14 +655,45 @@ static int run(int argc, char **argv) {
                recorded, rec_k, tr);
       }
     }
-    if (recorded > 0 && !(rec_pow2 && f_rg == AMPC_INSPECT_RANGE_OK))
+    if (n_grad == n && recorded > 0 && !(rec_pow2 && f_rg == AMPC_INSPECT_RANGE_OK))
       printf("the file records loss_scale %g: its gradients carry it already; multiply the "
              "scales above by it for the training loss scale\n",
              recorded);
+    if (n_grad > 0 && n_grad < n)
+      printf("%d of the %d tensors are gradients: for a loss scale, inspect them alone "
+             "(e.g. --select grad/ --select act_grad/)\n",
+             n_grad, n);
+    else if (n_grad == 0) { /* weights or other tensors: do they fit as stored? */
+      int over1 = 0, flush1 = 0;
+      for (int i = 0; i < n; i++)
+        if (rec[i].rg != AMPC_INSPECT_RANGE_ANY) {
+          over1 += rec[i].k_hi < 0;
+          flush1 += rec[i].k_lo > 0;
+        }
+      char fit[160];
+      if (!over1 && !flush1)
+        snprintf(fit, sizeof fit, "they fit %s%s", fi.name,
+                 n_bad > 0 ? " (but for the inf/NaN already there)" : "");
+      else if (!flush1)
+        snprintf(fit, sizeof fit, "they do not fit %s: overflow in %d tensor%s", fi.name, over1,
+                 over1 == 1 ? "" : "s");
+      else if (!over1)
+        snprintf(fit, sizeof fit, "they do not fit %s: more than %g flushed in %d tensor%s",
+                 fi.name, max_flush, flush1, flush1 == 1 ? "" : "s");
+      else
+        snprintf(fit, sizeof fit,
+                 "they do not fit %s: overflow in %d tensor%s, more than %g flushed in %d", fi.name,
+                 over1, over1 == 1 ? "" : "s", max_flush, flush1);
+      printf("%s: no loss-scale advice; at scale 1, as stored, %s\n",
+             ampc_safetensors_meta(f, "ampc.step")
+                 ? "an ampc checkpoint (weights and optimizer state), not gradients"
+                 : "no tensor named as a gradient (grad/, act_grad/, .grad)",
+             fit);
+    }
     if (n_bad > 0)
-      printf("warning: %d tensor%s already hold%s inf/NaN (%s): no scale makes them finite, and a "
-             "dynamic loss scaler would skip this step at every scale\n",
-             n_bad, n_bad == 1 ? "" : "s", n_bad == 1 ? "s" : "", rec[first_bad].t->name);
+      printf("warning: %d tensor%s already hold%s inf/NaN (%s): no scale makes them finite%s\n",
+             n_bad, n_bad == 1 ? "" : "s", n_bad == 1 ? "s" : "", rec[first_bad].t->name,
+             n_grad > 0 ? ", and a dynamic loss scaler would skip this step at every scale" : "");
   }
   if (ret == AMPC_EXIT_OK && plot_path) {
     ret = plot(plot_path, path, &fi, scale, sc, br, nb);
