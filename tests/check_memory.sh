@@ -22,6 +22,19 @@ out=$("$ampc" memory --params 1.2e9 --precision bf16-true --weight-update kahan 
 [ "$(echo "$out" | field total_bytes)" = 12000000000 ] || die "bf16-true kahan: not 12 GB: $out"
 echo "$out" | grep -q '"compensation":2400000000' || die "bf16-true kahan roles: $out"
 "$ampc" memory --params 1.2e9 --precision 16-mixed | grep -q "does not shrink" || die "no comparison sentence"
+# sizes in binary units, as `ampc train` prints them; --params adds the decimal
+# figure of the literature's table: 19.2e9 B = 17.88 GiB (19.20 GB)
+out=$("$ampc" memory --params 1.2e9 --precision 16-mixed)
+echo "$out" | grep -q '^total  *19200000000   17\.88 GiB (19\.20 GB)  *16$' || die "memory --params total line: $out"
+echo "$out" | grep -q '^moments  *9600000000     8\.94 GiB (9\.60 GB)  *8$' || die "memory --params moments line: $out"
+echo "$out" | grep -q '16 bytes/param, 17\.88 GiB (19\.20 GB), the same as 32-true' || die "memory --params sentence: $out"
+"$ampc" memory --params 1.2e9 --precision bf16-true | grep -q ': 0\.50x of 32-true with adamw: 16 bytes/param, 17\.88 GiB (19\.20 GB)\.$' ||
+  die "memory --params bf16-true: no 32-true comparison in GiB and GB"
+# --model: binary units only (the total: its bytes / 2^20 MiB)
+out=$("$ampc" memory --model mm-tiny --batch 64 --precision 16-mixed)
+echo "$out" | awk '$1 == "total" { ok = ($4 == "MiB" && $3 == sprintf("%.2f", $2 / 1048576)) } END { exit !ok }' ||
+  die "memory --model total line is not its bytes in MiB: $out"
+echo "$out" | grep -Eq ' (kB|MB|GB)' && die "memory --model prints decimal units: $out"
 out=$("$ampc" memory --model mm-tiny --batch 64 --precision 16-mixed --json) || die "memory --model exited $?"
 echo "$out" | grep -q '"activations":[1-9]' || die "no activations role: $out"
 echo "$out" | grep -q '"workspace":[1-9]' || die "no workspace role: $out"

@@ -36,7 +36,9 @@ static const char k_memory_usage[] =
     "(AdamW: 2 buffers, SGD with momentum: 1, none: 0; FP32, or 16-bit in the\n"
     "-true presets), compensation (Kahan updates only) and, with --model, the\n"
     "model's activations and gradient workspace, predicted from the model's own\n"
-    "allocation plan (no allocation).\n"
+    "allocation plan (no allocation). Sizes print in binary units (KiB, MiB,\n"
+    "GiB), as ampc train's; with --params also in decimal ones (GB), as the\n"
+    "literature's tables give them: 17.88 GiB (19.20 GB).\n"
     "\n"
     "  --params N         parameter count (e.g. 1.2e9): bytes per parameter and total\n"
     "  --model NAME       mm-tiny, mm-small, mm-base, mm-large, mm-micro, vit-ref,\n"
@@ -234,8 +236,24 @@ static cJSON *roles_json(const ampc_mem_account *m, bool model) {
   return r;
 }
 
-/* "19.20 GB (17.88 GiB)" */
+/* b bytes in binary units, as `ampc train` prints them: "17.88 GiB",
+ * "188.45 MiB", "4.00 KiB", "512 B" */
 static const char *human(size_t b, char *buf, size_t n) {
+  const double x = (double)b;
+  if (x >= 0x1p30)
+    snprintf(buf, n, "%.2f GiB", x / 0x1p30);
+  else if (x >= 0x1p20)
+    snprintf(buf, n, "%.2f MiB", x / 0x1p20);
+  else if (x >= 0x1p10)
+    snprintf(buf, n, "%.2f KiB", x / 0x1p10);
+  else
+    snprintf(buf, n, "%zu B", b);
+  return buf;
+}
+
+/* b bytes in decimal units, as the budgets of `ampc plan` (8G) and the
+ * literature's tables are given: "19.20 GB", "944.81 MB", "4.23 kB", "512 B" */
+static const char *human_dec(size_t b, char *buf, size_t n) {
   const double x = (double)b;
   if (x >= 1e9)
     snprintf(buf, n, "%.2f GB", x / 1e9);
@@ -245,6 +263,16 @@ static const char *human(size_t b, char *buf, size_t n) {
     snprintf(buf, n, "%.2f kB", x / 1e3);
   else
     snprintf(buf, n, "%zu B", b);
+  return buf;
+}
+
+/* both, for the outputs that compare with the literature's table in GB
+ * (--params): "17.88 GiB (19.20 GB)"; bytes under 1 KiB once: "0 B" */
+static const char *human_both(size_t b, char *buf, size_t n) {
+  char bin[32], dec[32];
+  if (b < 1024)
+    return human(b, buf, n);
+  snprintf(buf, n, "%s (%s)", human(b, bin, sizeof bin), human_dec(b, dec, sizeof dec));
   return buf;
 }
 
@@ -290,21 +318,25 @@ static int model_config(const char *cmd, const char *name, int64_t classes, cons
   return 0;
 }
 
+/* the roles' table: bytes in binary units (--model), or in binary and decimal
+ * units with bytes per parameter (--params, the literature's table) */
 static void print_table(const ampc_mem_account *m, bool model) {
-  char b1[32];
-  printf("%-14s %12s %14s", "role", "bytes", "");
+  char b1[80];
+  const int w = model ? 14 : 22;
+  printf("%-14s %12s %*s", "role", "bytes", w, "");
   printf("%s\n", model ? "" : "   bytes/param");
   const int n = model ? AMPC_MEM_ROLE_COUNT : AMPC_MEM_ACTIVATIONS;
   for (int k = 0; k < n; k++) {
     if (k == AMPC_MEM_DEVICE_SCRATCH && m->bytes[k] == 0) /* a CPU account */
       continue;
-    printf("%-14s %12zu %14s", ampc_mem_role_name((ampc_mem_role)k), m->bytes[k],
-           human(m->bytes[k], b1, sizeof b1));
+    printf("%-14s %12zu %*s", ampc_mem_role_name((ampc_mem_role)k), m->bytes[k], w,
+           model ? human(m->bytes[k], b1, sizeof b1) : human_both(m->bytes[k], b1, sizeof b1));
     if (!model)
       printf(" %14g", (double)m->bytes[k] / (double)m->params);
     putchar('\n');
   }
-  printf("%-14s %12zu %14s", "total", m->total, human(m->total, b1, sizeof b1));
+  printf("%-14s %12zu %*s", "total", m->total, w,
+         model ? human(m->total, b1, sizeof b1) : human_both(m->total, b1, sizeof b1));
   if (!model)
     printf(" %14g", m->bytes_per_param);
   putchar('\n');
@@ -398,7 +430,7 @@ static int run_memory(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "total_bytes_32_true", (double)m32.total);
     return cli_print_json(cmd, o);
   }
-  char b1[32], b2[32];
+  char b1[80], b2[80];
   if (model)
     printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s%s%s\n",
            a.model, (long long)a.batch, (long long)m.params, a.precision, a.optimizer,
@@ -420,11 +452,11 @@ static int run_memory(int argc, char **argv) {
     printf("%s: %g bytes/param, %s, the same as 32-true with %s: weight and optimizer memory "
            "does not shrink with mixed precision (the FP32 master copy takes back what 16-bit "
            "weights and gradients save); only activations do.\n",
-           a.precision, m.bytes_per_param, human(m.total, b1, sizeof b1), a.optimizer);
+           a.precision, m.bytes_per_param, human_both(m.total, b1, sizeof b1), a.optimizer);
   else if (!model)
-    printf("%s: %g bytes/param, %s: %.2fx of 32-true with %s (%g bytes/param, %s).\n", a.precision,
-           m.bytes_per_param, human(m.total, b1, sizeof b1), r, a.optimizer, m32.bytes_per_param,
-           human(m32.total, b2, sizeof b2));
+    printf("%s: %g bytes/param, %s: %.2fx of 32-true with %s: %g bytes/param, %s.\n", a.precision,
+           m.bytes_per_param, human_both(m.total, b1, sizeof b1), r, a.optimizer,
+           m32.bytes_per_param, human_both(m32.total, b2, sizeof b2));
   else
     printf("vs 32-true: parameter state %.2fx (%s), activations %.3fx, activations + workspace "
            "%.3fx (%s).\n",
@@ -561,7 +593,7 @@ static int run_plan(int argc, char **argv) {
     printf("ampc plan: %s on %s, recompute %s%s, budget %s, overhead %s (%s), batch <= %lld\n",
            mc.name, data, a.keep ? "off" : "on",
            a.cast ? ", attention cast on (the 16-bit presets)" : "",
-           human((size_t)budget, b1, sizeof b1), human((size_t)overhead, b2, sizeof b2),
+           human_dec((size_t)budget, b1, sizeof b1), human_dec((size_t)overhead, b2, sizeof b2),
            measured     ? "measured RSS after loading the data + 48 MiB"
            : a.overhead ? "--overhead"
                         : allowance_text,
@@ -591,15 +623,15 @@ static int run_plan(int argc, char **argv) {
                             m.bytes[AMPC_MEM_GRADS] + m.bytes[AMPC_MEM_MOMENTS];
       if (b > 0)
         printf("%-11s %7lld %14s %14s %14s%s\n", names[k], (long long)b,
-               human(params, b1, sizeof b1),
-               human(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE] +
-                         m.bytes[AMPC_MEM_DEVICE_SCRATCH],
-                     b2, sizeof b2),
-               human(m.total + overhead, b3, sizeof b3),
+               human_dec(params, b1, sizeof b1),
+               human_dec(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE] +
+                             m.bytes[AMPC_MEM_DEVICE_SCRATCH],
+                         b2, sizeof b2),
+               human_dec(m.total + overhead, b3, sizeof b3),
                b == max_batch ? "  (the whole training split)" : "");
       else
         printf("%-11s %7s  does not fit: batch 2 needs %s\n", names[k], "-",
-               human(m.total + overhead, b1, sizeof b1));
+               human_dec(m.total + overhead, b1, sizeof b1));
     }
   }
   if (a.json)
