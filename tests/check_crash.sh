@@ -109,11 +109,12 @@ cmp -s "$tmp/f/ck.st" "$tmp/f/ref5.st" || die "fault: the step-5 checkpoint afte
 echo "check_crash: $faults injected crashes inside the checkpoint write (0..$size of $size bytes, header $hlen)"
 
 # ---- 2. determinism ---------------------------------------------------------------
-# timing fields, the process's peak RSS (the summary's, and its memory
+# timing fields (and the CPU time behind them), the process's peak RSS (the summary's, and its memory
 # account's), and the checkpoint's name in the summary
 strip() {
   sed -e 's/"ms":[^,}]*[,}]//' -e 's/"ms_per_step_mean":[^,}]*[,}]//' -e 's/"wall_s":[^,}]*[,}]//' \
-    -e 's/"peak_rss_bytes":[^,}]*[,}]//g' -e 's/"checkpoint":"[^"]*"//' "$1"
+    -e 's/"peak_rss_bytes":[^,}]*[,}]//g' -e 's/"checkpoint":"[^"]*"//' \
+    -e 's/"cores":[^,}]*[,}]//' -e 's/"cpu":{[^}]*},\{0,1\}//' "$1"
 }
 "$ampc" train --model mlp --steps 120 --threads 2 --quiet --log "$tmp/a.jsonl" --save "$tmp/a.st" \
   >/dev/null 2>&1 || die "mlp run a"

@@ -31,7 +31,7 @@ def keep(f):
     for l in open(f):
         e = json.loads(l)
         if e.get("event") == "step":  # every field (telemetry too) but the time
-            e.pop("ms", None)
+            e.pop("ms", None), e.pop("cores", None)
             out.append(("step", json.dumps(e, sort_keys=True)))
         elif e.get("event") == "eval":
             out.append(("eval", e["step"], json.dumps(e["metrics"], sort_keys=True)))

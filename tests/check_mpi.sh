@@ -45,7 +45,7 @@ common="--steps 6 --no-eval --threads 1 --telemetry-every 3 --quiet"
 same_log() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
-skip = {"ms", "wall_s", "ms_per_step_mean", "peak_rss_bytes", "checkpoint", "ranks",
+skip = {"ms", "wall_s", "ms_per_step_mean", "peak_rss_bytes", "checkpoint", "ranks", "cores", "cpu",
         "bytes_sent_per_step"}
 def clean(x):
     if isinstance(x, dict):

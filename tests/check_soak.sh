@@ -72,7 +72,7 @@ echo "check_soak: $n kills"
 cmp -s "$tmp/ref.st" "$tmp/s.st" || die "after $n kills the final checkpoint differs from the uninterrupted run's"
 python3 - "$tmp/ref.jsonl" "$tmp/s.jsonl" <<'PY' || die "after $n kills the log differs from the uninterrupted run's"
 import json, sys
-skip = {"ms", "wall_s", "ms_per_step_mean", "peak_rss_bytes", "resumed_from"}
+skip = {"ms", "wall_s", "ms_per_step_mean", "peak_rss_bytes", "resumed_from", "cores", "cpu"}
 def clean(x):
     return {k: clean(v) for k, v in x.items() if k not in skip} if isinstance(x, dict) else x
 def lines(p):

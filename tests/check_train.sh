@@ -24,7 +24,7 @@ flags="--precision 16-mixed --init-scale 1e30 --max-scale 1e30 --growth-interval
   die "interrupted run"
 "$ampc" train --model mlp $flags --resume "$tmp/part.st" --log "$tmp/part.jsonl" --save "$tmp/res.st" \
   >/dev/null 2>&1 || die "resumed run"
-strip() { grep '"event":"step"' "$1" | sed 's/"ms":[^,]*,//'; }
+strip() { grep '"event":"step"' "$1" | sed -e 's/"ms":[^,]*,//' -e 's/,"cores":[^,}]*//'; }
 strip "$tmp/full.jsonl" >"$tmp/a"
 strip "$tmp/part.jsonl" >"$tmp/b"
 [ "$(wc -l <"$tmp/a")" = 200 ] || die "full log has $(wc -l <"$tmp/a") step lines"

@@ -45,7 +45,7 @@ fi
 one() {
   fw=$1 set=$2 model=$3 mode=$4 steps=$5 warm=$6
   case $set in
-    omp) env_=""; thr=$(nproc) ;;
+    omp) env_="GOMP_SPINCOUNT=300000"; thr=$(nproc) ;; # libgomp's default spinning (ampc waits passively unless told)
     passive) env_="OMP_WAIT_POLICY=passive"; thr=$(nproc) ;;
     1) env_=""; thr=1 ;;
   esac

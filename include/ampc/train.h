@@ -196,6 +196,11 @@ struct ampc_model {
   int n_terms;
   const char *term_name[AMPC_MM_LOSSES];
   bool term_on[AMPC_MM_LOSSES];
+  /* optional: called on the evaluating thread as ampc_model_evaluate
+   * advances, with the fraction of the evaluation done (rising to 1; the
+   * multimodal models after every batch, the others at the end) */
+  void (*eval_progress)(void *user, double fraction);
+  void *eval_progress_user;
   void *impl;
 };
 
@@ -474,6 +479,9 @@ typedef struct ampc_run_progress {
   int64_t end;               /* the last iteration this call will run */
   int64_t start;             /* the iteration it started from (resume) */
   int64_t skipped;           /* skipped steps so far */
+  double eval_s;             /* wall time spent evaluating so far (in elapsed_s) */
+  int64_t evals_done;        /* evaluations so far */
+  int64_t evals_left;        /* evaluations still to come (the last step's included) */
 } ampc_run_progress;
 
 /* Optional observers (the CLI prints through them; the library never does).
@@ -485,6 +493,8 @@ typedef struct ampc_run_callbacks {
   /* the run can no longer learn (see ampc_run_config.on_stall): `reason`
    * says why; ampc_run_diag(R) holds the diagnosis so far */
   void (*stall)(void *user, const ampc_run *R, int64_t iteration, const char *reason);
+  /* an evaluation after step `iteration` is `fraction` (0..1] done */
+  void (*eval_progress)(void *user, const ampc_run *R, int64_t iteration, double fraction);
 } ampc_run_callbacks;
 
 /* True when the last ampc_run_train stopped because the run stalled
@@ -643,6 +653,8 @@ typedef struct ampc_compare_result {
   double final_loss;          /* the last step's training loss (FP32, unscaled) */
   double wall_s, ms_per_step; /* the run's wall time; mean ms per step (or wall / steps) */
   double activation_mib;      /* the model's activations + workspace, MiB (2^20 bytes) */
+  double param_state_mib;     /* weights, FP32 master, gradients, optimizer moments (and Kahan
+                                 compensation), MiB, as allocated */
   double peak_rss_bytes;      /* the process's peak resident set at the run's end (Linux:
                                  the high-water mark is reset before each run) */
   double test_accuracy;       /* class accuracy (ViTs, MLP) */
@@ -651,9 +663,14 @@ typedef struct ampc_compare_result {
   double group_acc;                                    /* the new-style split's group accuracy */
   double new_chance_r1, zs_chance_r1;                  /* 1 / concepts of each split */
   double val_i2t_r1, val_t2i_r1, val_chance_r1;        /* a packed dataset's val split (else NaN) */
-  double prompt_acc; /* its zero-shot accuracy by prompt (else NaN) */
-  bool interrupted;  /* stopped at rc.interrupt: the runs after it did not run */
-  int n_verdicts;    /* the run's own diagnosis (>= 1 when it finished) */
+  double prompt_acc;     /* its zero-shot accuracy by prompt (else NaN) */
+  bool interrupted;      /* stopped at rc.interrupt: the runs after it did not run */
+  bool timing_disturbed; /* the machine was oversubscribed during the steps (its threads
+                            plus other processes' CPU use above the online CPUs): its
+                            step times are not comparable */
+  double other_cores;    /* other processes' mean CPU use during the steps, cores (NaN:
+                            unknown, no /proc/stat) */
+  int n_verdicts;        /* the run's own diagnosis (>= 1 when it finished) */
   ampc_verdict verdicts[AMPC_VERDICT_COUNT];
   ampc_diag *diag; /* options.vs_fp32: the diagnosis read back from its log (owned), else
                       NULL (error says why when the log did not read) */
@@ -663,6 +680,11 @@ typedef struct ampc_compare_result {
   ampc_diag_gap gap;  /* the loss gap over the last tenth of the steps */
   int n_gap_verdicts; /* 0 or 1 */
   ampc_verdict gap_verdict;
+  /* verdicts[i] is a count-based signature (underflow, swallowed updates,
+   * accumulation, overflow, FP8 saturation or underflow) present in the
+   * run's counts while its loss is finite and shows no significant gap
+   * against the baseline: report it as present, not as the outcome */
+  bool no_loss_gap[AMPC_VERDICT_COUNT];
   char gap_error[200]; /* why the two could not be compared (not twins), or "" */
 } ampc_compare_result;
 
@@ -673,8 +695,10 @@ typedef struct ampc_compare_callbacks {
   /* run k is built and about to train */
   void (*run_start)(void *user, int k, ampc_run *R);
   ampc_run_callbacks run;
-  /* run k ended; res is filled (diag and the vs_fp32 fields not yet); R is
-   * NULL when ampc_run_create failed, and freed after this returns */
+  /* run k ended; res is filled, with options.vs_fp32 its diag too and its
+   * gap when the baseline finished before it (a baseline listed later
+   * fills the gap after the last run); R is NULL when ampc_run_create
+   * failed, and freed after this returns */
   void (*run_end)(void *user, int k, ampc_run *R, const ampc_compare_result *res);
 } ampc_compare_callbacks;
 

@@ -419,9 +419,12 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       }
       ev(&v, "whole run: %.1f %% swallowed; weights are updated in %s in place",
          100.0 * frac((uint64_t)ts, (uint64_t)tu), ampc_dtype_name(c->lowp));
-      snprintf(v.safeguard, sizeof v.safeguard, "%s",
+      /* half an ulp of the weight: 2^-11 |w| in binary16, 2^-8 |w| in bfloat16 */
+      snprintf(v.safeguard, sizeof v.safeguard,
                "FP32 master weights (--master-weights on): updates below half an ulp of the "
-               "weight (|w| * 2^-11 in binary16) then accumulate in FP32");
+               "weight (|w| * 2^-%d in %s) then accumulate in FP32; or --weight-update "
+               "stochastic / kahan, which keep them without an FP32 copy",
+               c->lowp == AMPC_BF16 ? 8 : 11, c->lowp == AMPC_BF16 ? "bfloat16" : "binary16");
       if (nv < max)
         out[nv++] = v;
     }

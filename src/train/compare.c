@@ -61,6 +61,18 @@ static void read_summary(const cJSON *s, ampc_compare_result *r) {
   r->activation_mib =
       (isnan(act) ? num(mem, "activations") + num(mem, "workspace") : act) / 1048576.0;
   r->peak_rss_bytes = num(s, "peak_rss_bytes");
+  if (isnan(r->peak_rss_bytes))
+    r->peak_rss_bytes = num(mem, "peak_rss_bytes");
+  r->param_state_mib =
+      (num(mem, "weights") + num(mem, "master") + num(mem, "grads") + num(mem, "moments")) /
+      1048576.0;
+  const double comp = num(mem, "compensation");
+  if (!isnan(comp))
+    r->param_state_mib += comp / 1048576.0;
+  const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(s, "cpu");
+  const cJSON *timing = cJSON_GetObjectItemCaseSensitive(cpu, "timing");
+  r->timing_disturbed = cJSON_IsString(timing) && !strcmp(timing->valuestring, "disturbed");
+  r->other_cores = num(cpu, "other_cores");
   r->test_accuracy = num(cJSON_GetObjectItemCaseSensitive(s, "metrics"), "test_accuracy");
   if (isnan(r->test_accuracy))
     r->test_accuracy = num(s, "test_accuracy");
@@ -81,6 +93,7 @@ static void result_init(ampc_compare_result *r) {
   memset(r, 0, sizeof *r);
   r->baseline = -1;
   r->final_loss = r->wall_s = r->ms_per_step = r->activation_mib = r->peak_rss_bytes = NAN;
+  r->param_state_mib = r->other_cores = NAN;
   r->test_accuracy = r->new_i2t_r1 = r->new_t2i_r1 = r->zs_i2t_r1 = r->zs_t2i_r1 = NAN;
   r->group_acc = r->new_chance_r1 = r->zs_chance_r1 = NAN;
   r->val_i2t_r1 = r->val_t2i_r1 = r->val_chance_r1 = r->prompt_acc = NAN;
@@ -94,10 +107,48 @@ static void fail_result(ampc_compare_result *r, ampc_status st, const ampc_run *
   snprintf(r->error, sizeof r->error, "%s", ampc_last_error());
 }
 
+/* Read run k's log back into r->diag (options.vs_fp32): false when it has
+ * none or it does not read (r->error says why). */
+static bool read_back(const ampc_compare_spec *s, ampc_compare_result *r) {
+  if (r->status != AMPC_OK || !r->ran || !s->rc.log_path)
+    return false;
+  if (ampc_diag_read_log(s->rc.log_path, &r->diag) != AMPC_OK) {
+    r->diag = NULL;
+    snprintf(r->error, sizeof r->error, "%s", ampc_last_error());
+    return false;
+  }
+  return true;
+}
+
+/* the count-based signatures: present in a run's own counts, harmful only
+ * where the loss shows it */
+static bool count_based(ampc_verdict_kind k) {
+  return k != AMPC_VERDICT_HEALTHY && k != AMPC_VERDICT_PRECISION_GAP &&
+         k != AMPC_VERDICT_NONFINITE_INDEPENDENT;
+}
+
+/* Run r against the baseline b (its FP32 twin, diagnoses read back): the
+ * loss gap, and each of r's own count-based verdicts marked harmless when
+ * the loss is finite and shows no significant gap. */
+static void gap_against(ampc_compare_result *r, const ampc_compare_result *b, int base,
+                        double margin) {
+  r->baseline = base;
+  r->have_gap = ampc_diag_compare(r->diag, b->diag, margin > 0.0 ? margin : 0.01, &r->gap,
+                                  &r->gap_verdict, &r->n_gap_verdicts) == AMPC_OK;
+  if (!r->have_gap) {
+    r->n_gap_verdicts = 0;
+    snprintf(r->gap_error, sizeof r->gap_error, "%s", ampc_last_error());
+    return;
+  }
+  for (int i = 0; i < r->n_verdicts; i++)
+    r->no_loss_gap[i] = r->gap.finite && !r->gap.significant && count_based(r->verdicts[i].kind);
+}
+
 /* One run: build, train, read its summary. AMPC_OK or the run's error (in
  * r as well). */
-static ampc_status one_run(const ampc_compare_spec *s, int k, const ampc_compare_callbacks *cb,
-                           ampc_compare_result *r) {
+static ampc_status one_run(const ampc_compare_spec *s, int k, const ampc_compare_options *opt,
+                           int base, const ampc_compare_callbacks *cb, ampc_compare_result *res) {
+  ampc_compare_result *r = &res[k];
   r->ran = true;
   reset_peak_rss();
   ampc_run *R = NULL;
@@ -127,43 +178,13 @@ static ampc_status one_run(const ampc_compare_spec *s, int k, const ampc_compare
   if (st != AMPC_OK)
     fail_result(r, st, R);
   r->interrupted = ampc_run_interrupted(R);
+  /* read back at once: its gap is known when its baseline ran before it */
+  if (opt->vs_fp32 && read_back(s, r) && base >= 0)
+    gap_against(r, &res[base], base, opt->vs_fp32_margin);
   if (cb && cb->run_end)
     cb->run_end(cb->user, k, R, r);
   ampc_run_free(R);
   return st;
-}
-
-/* Every finished run against the first finished 32-true run, from the
- * diagnoses read back from their logs (the logs' config lines say whether
- * two runs are twins: the same model, data, steps, batch, seed and
- * optimizer). */
-static void against_fp32(const ampc_compare_spec *runs, int n, double margin,
-                         ampc_compare_result *res) {
-  for (int k = 0; k < n; k++) {
-    ampc_compare_result *r = &res[k];
-    if (r->status != AMPC_OK || !r->ran || !runs[k].rc.log_path)
-      continue;
-    if (ampc_diag_read_log(runs[k].rc.log_path, &r->diag) != AMPC_OK) {
-      r->diag = NULL;
-      snprintf(r->error, sizeof r->error, "%s", ampc_last_error());
-    }
-  }
-  int base = -1;
-  for (int k = 0; k < n && base < 0; k++)
-    if (res[k].diag && !strcmp(ampc_diag_get_config(res[k].diag)->precision, "32-true"))
-      base = k;
-  for (int k = 0; k < n; k++) {
-    ampc_compare_result *r = &res[k];
-    r->baseline = base;
-    if (base < 0 || k == base || !r->diag)
-      continue;
-    r->have_gap = ampc_diag_compare(r->diag, res[base].diag, margin > 0.0 ? margin : 0.01, &r->gap,
-                                    &r->gap_verdict, &r->n_gap_verdicts) == AMPC_OK;
-    if (!r->have_gap) {
-      r->n_gap_verdicts = 0;
-      snprintf(r->gap_error, sizeof r->gap_error, "%s", ampc_last_error());
-    }
-  }
 }
 
 ampc_status ampc_compare_run(const ampc_compare_spec *runs, int n,
@@ -177,8 +198,8 @@ ampc_status ampc_compare_run(const ampc_compare_spec *runs, int n,
   for (int k = 0; k < n; k++)
     result_init(&results[k]);
   ampc_status first = AMPC_OK;
-  int first_k = -1;
-  bool threads_set = false; /* an earlier run set its own thread count */
+  int first_k = -1, base = -1; /* the first finished 32-true run */
+  bool threads_set = false;    /* an earlier run set its own thread count */
   for (int k = 0; k < n; k++) {
     if (first != AMPC_OK && o->stop_on_error)
       break;
@@ -186,14 +207,21 @@ ampc_status ampc_compare_run(const ampc_compare_spec *runs, int n,
     if (runs[k].threads > 0 || threads_set)
       ampc_set_num_threads(runs[k].threads);
     threads_set = runs[k].threads > 0;
-    const ampc_status st = one_run(&runs[k], k, cb, &results[k]);
+    const ampc_status st = one_run(&runs[k], k, o, base, cb, results);
     if (st != AMPC_OK && first == AMPC_OK)
       first = st, first_k = k;
+    if (base < 0 && results[k].diag &&
+        !strcmp(ampc_diag_get_config(results[k].diag)->precision, "32-true"))
+      base = k;
     if (results[k].interrupted) /* asked to stop: the rest do not start */
       break;
   }
-  if (o->vs_fp32)
-    against_fp32(runs, n, o->vs_fp32_margin, results);
+  /* the runs that finished before their baseline did */
+  for (int k = 0; o->vs_fp32 && base >= 0 && k < n; k++) {
+    results[k].baseline = base;
+    if (k != base && results[k].diag && !results[k].have_gap && !results[k].gap_error[0])
+      gap_against(&results[k], &results[base], base, o->vs_fp32_margin);
+  }
   if (first != AMPC_OK)
     return ampc_fail(first, "run %s: %s", runs[first_k].label ? runs[first_k].label : "?",
                      results[first_k].error);

@@ -13,6 +13,7 @@
 #include "ampc/data.h"
 #include "ampc/model.h"
 #include "ampc/train.h"
+#include "run_internal.h"
 
 /* rank of the best-ranked relevant item: 1 + number of irrelevant items
  * scoring strictly higher than the best relevant one (ties favour relevance
@@ -35,8 +36,19 @@ static int64_t best_rank(const float *score, int64_t n, const int32_t *item_conc
   return rank;
 }
 
+/* done of total work units of a split, to p's range */
+static void report(const eval_progress *p, int64_t done, int64_t total) {
+  if (p && p->fn && total > 0)
+    p->fn(p->user, p->lo + (p->hi - p->lo) * (double)done / (double)total);
+}
+
 ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, int split,
                                  ampc_mmodel_metrics *out) {
+  return eval_mm_split(M, d, split, out, NULL);
+}
+
+ampc_status eval_mm_split(ampc_mmodel *M, const ampc_dataset *d, int split,
+                          ampc_mmodel_metrics *out, const eval_progress *p) {
   if (!M || !d || !out || !d->tokens)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "evaluate: bad arguments (a dataset with text needed)");
   memset(out, 0, sizeof *out);
@@ -96,6 +108,9 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
     st = ampc_fail(AMPC_ERR_NOMEM, "evaluate: out of memory");
     goto done;
   }
+  /* the work, in samples through the model: every image and one caption
+   * per concept embedded, then two forward passes per concept */
+  const int64_t work = n + 3 * nc;
   /* image embeddings and group predictions */
   int64_t cls_hits = 0;
   for (int64_t s = 0; s < n && st == AMPC_OK; s += B) {
@@ -105,6 +120,7 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
     st = ampc_mmodel_embed(M, b, ibuf, NULL, ie + s * emb_dim, NULL, pred);
     for (int64_t k = 0; k < b && st == AMPC_OK; k++)
       cls_hits += pred[k] == d->label[idx[s + k]];
+    report(p, s + b, work);
   }
   /* caption embeddings, one per concept */
   for (int64_t s = 0; s < nc && st == AMPC_OK; s += B) {
@@ -112,6 +128,7 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
     for (int64_t k = 0; k < b; k++)
       memcpy(tbuf + k * T, d->tokens + uniq[s + k] * T, (size_t)T * sizeof *tbuf);
     st = ampc_mmodel_embed(M, b, NULL, tbuf, NULL, te + s * emb_dim, NULL);
+    report(p, n + s + b, work);
   }
   if (st != AMPC_OK)
     goto done;
@@ -180,7 +197,9 @@ ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, i
     out->mlm += (double)L.mlm * (double)L.mlm_tokens;
     out->mlm_acc += (double)L.mlm_acc * (double)L.mlm_tokens;
     msum += (double)L.mlm_tokens;
+    report(p, n + nc + 2 * (s + b), work);
   }
+  report(p, work, work);
   if (wsum > 0) {
     out->loss /= wsum, out->itc /= wsum, out->itm /= wsum, out->cls /= wsum;
     out->itm_acc /= wsum, out->itm_acc_random /= wsum;

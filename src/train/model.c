@@ -358,18 +358,35 @@ static ampc_status mm_evaluate_impl(ampc_model *m, const ampc_run_data *rd, ampc
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "evaluation: the data has neither a held-out style (new_style split) nor "
                      "held-out concepts (zero_shot split) to evaluate on");
+  /* the progress: each split's share in proportion to its images (the
+   * prompts' zero-shot pass embeds the val images once more) */
+  const bool prompts = count[AMPC_SPLIT_VAL] >= 2 && rd->class_prompts && d->n_classes > 1;
+  double total = 0.0, at = 0.0;
+  for (int s = AMPC_SPLIT_NEW_STYLE; s <= AMPC_SPLIT_VAL; s++)
+    if (s != AMPC_SPLIT_TEST && count[s] >= 2)
+      total += (double)count[s] * (s == AMPC_SPLIT_VAL && prompts ? 2.0 : 1.0);
+  eval_progress p = {m->eval_progress, m->eval_progress_user, 0.0, 0.0};
+#define EVAL_SPLIT(s, dst)                                                                         \
+  do {                                                                                             \
+    p.lo = at / total, at += (double)count[s], p.hi = at / total;                                  \
+    AMPC_TRY(eval_mm_split(m->impl, d, s, dst, &p));                                               \
+  } while (0)
   if (count[AMPC_SPLIT_VAL] >= 2) { /* a packed dataset's val split */
-    AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_VAL, &out->val));
-    if (rd->class_prompts && d->n_classes > 1) {
+    EVAL_SPLIT(AMPC_SPLIT_VAL, &out->val);
+    if (prompts) {
       AMPC_TRY(
           ampc_mmodel_zero_shot(m->impl, d, AMPC_SPLIT_VAL, rd->class_prompts, &out->prompt_acc));
       out->prompt_classes = d->n_classes;
+      at += (double)count[AMPC_SPLIT_VAL];
+      if (p.fn)
+        p.fn(p.user, at / total);
     }
   }
   if (count[AMPC_SPLIT_NEW_STYLE] >= 2)
-    AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_NEW_STYLE, &out->new_style));
+    EVAL_SPLIT(AMPC_SPLIT_NEW_STYLE, &out->new_style);
   if (count[AMPC_SPLIT_ZERO_SHOT] >= 2)
-    AMPC_TRY(ampc_mmodel_evaluate(m->impl, d, AMPC_SPLIT_ZERO_SHOT, &out->zero_shot));
+    EVAL_SPLIT(AMPC_SPLIT_ZERO_SHOT, &out->zero_shot);
+#undef EVAL_SPLIT
   return AMPC_OK;
 }
 
@@ -482,7 +499,10 @@ void ampc_model_free(ampc_model *m) {
 ampc_status ampc_model_evaluate(ampc_model *m, const ampc_run_data *d, ampc_eval *out) {
   if (!m || !m->ops || !d || !out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_evaluate: NULL argument");
-  return m->ops->evaluate(m, d, out);
+  AMPC_TRY(m->ops->evaluate(m, d, out));
+  if (m->eval_progress)
+    m->eval_progress(m->eval_progress_user, 1.0);
+  return AMPC_OK;
 }
 
 /* ---- one step ---------------------------------------------------------------------- */

@@ -438,6 +438,29 @@ static ampc_status iterate(ampc_run *R, bool sampled, ampc_losses *mean, ampc_st
       goto out;                                                                                    \
   } while (0)
 
+/* the evaluations still to come when step `iteration` has just run (its
+ * own included): every eval_every-th step's in [iteration, end], and the
+ * last step's */
+static int64_t evals_after(const ampc_run_config *rc, int64_t iteration, int64_t end) {
+  if (!rc->eval || iteration > end)
+    return 0;
+  const int64_t e = rc->eval_every;
+  const int64_t every = e > 0 ? end / e - (iteration - 1) / e : 0;
+  return every + (e > 0 && end % e == 0 ? 0 : 1);
+}
+
+/* the model's evaluation progress, to the run's observer */
+typedef struct eval_hook {
+  const ampc_run_callbacks *cb;
+  const ampc_run *R;
+  int64_t iteration;
+} eval_hook;
+
+static void on_eval_progress(void *user, double fraction) {
+  const eval_hook *h = user;
+  h->cb->eval_progress(h->cb->user, h->R, h->iteration, fraction);
+}
+
 ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
   if (!R)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_train: NULL run");
@@ -490,7 +513,9 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
                               ? R->accum.comm->bytes_sent(R->accum.comm->user)
                               : 0;
   while (T->iteration < end) {
-    const double t0 = ampc_now_s();
+    ampc_cpu_clock c0, c1;
+    ampc_cpu_clock_read(&c0);
+    const double t0 = c0.wall_s;
     const int64_t it_no = T->iteration;
     const bool sampled = can_sample && (it_no == 0 || (it_no + 1) % rc->telemetry_every == 0);
     if (sampled)
@@ -500,7 +525,9 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     ampc_losses mean;
     ampc_step_info info;
     TRYR(iterate(R, sampled, &mean, &info));
-    const double ms = (ampc_now_s() - t0) * 1e3;
+    ampc_cpu_clock_read(&c1);
+    const double ms = (c1.wall_s - t0) * 1e3;
+    ampc_cpu_use_add(&tot.cpu, &c0, &c1);
     if (R->accum.comm && R->accum.comm->bytes_sent)
       tot.bytes_sent = R->accum.comm->bytes_sent(R->accum.comm->user) - bytes0;
     tot.ms_sum += ms, tot.ms_n++;
@@ -519,6 +546,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       cJSON *so = run_step_object(&info, &mean, ms, &ds, T->amp.scaler.mode, &R->model);
       if (so && R->data.stream) /* the wait for streamed data (prefetched: ~0) */
         cJSON_AddNumberToObject(so, "data_wait_ms", R->data_wait_ms);
+      if (so && c0.own_s >= 0.0 && c1.own_s >= 0.0 && c1.wall_s > c0.wall_s) /* CPU cores used */
+        cJSON_AddNumberToObject(so, "cores", (c1.own_s - c0.own_s) / (c1.wall_s - c0.wall_s));
       TRYR(run_log_line(log, rc->log_path, so));
     }
     const char *why = ss.reported ? NULL : run_stall_check(R, &ss, &info, mean.total);
@@ -542,8 +571,16 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       }
     }
     if (lead && cb->step) {
-      const ampc_run_progress p = {
-          &info, &mean, ms, ampc_now_s() - tot.t_start, end, start_iter, T->scaler.skip_count};
+      const ampc_run_progress p = {&info,
+                                   &mean,
+                                   ms,
+                                   ampc_now_s() - tot.t_start,
+                                   end,
+                                   start_iter,
+                                   T->scaler.skip_count,
+                                   tot.eval_s,
+                                   tot.evals,
+                                   evals_after(rc, info.iteration, end)};
       cb->step(cb->user, R, &p);
     }
     if (rc->interrupt) { /* asked to stop: after this iteration, on every rank */
@@ -565,7 +602,13 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
         lead && rc->eval &&
         ((rc->eval_every > 0 && info.iteration % rc->eval_every == 0) || info.iteration == end);
     if (do_eval) {
+      const double e0 = ampc_now_s();
+      eval_hook hook = {cb, R, info.iteration};
+      m->eval_progress = cb->eval_progress ? on_eval_progress : NULL;
+      m->eval_progress_user = &hook;
       st = ampc_model_evaluate(m, &R->data, &tot.ev);
+      m->eval_progress = NULL, m->eval_progress_user = NULL;
+      tot.eval_s += ampc_now_s() - e0, tot.evals++;
       if (st != AMPC_OK) {
         st = ampc_fail(st, "evaluation: %s", ampc_last_error());
         goto out;

@@ -67,7 +67,24 @@ typedef struct run_totals {
   int64_t ms_n;
   ampc_swallow_stats sw;
   uint64_t bytes_sent; /* by this rank during the iterations (data parallel) */
+  ampc_cpu_use cpu;    /* CPU time over the iterations (evaluation and saving left out) */
+  double eval_s;       /* wall time in evaluations */
+  int64_t evals;
 } run_totals;
+
+/* ---- evaluation progress (src/train/eval.c) -------------------------------------- */
+
+/* Where one split's evaluation reports: fn(user, f) with f rising from lo
+ * to hi over the split (the model's eval_progress, scaled to the split's
+ * share of the whole evaluation). */
+typedef struct eval_progress {
+  void (*fn)(void *user, double fraction);
+  void *user;
+  double lo, hi;
+} eval_progress;
+/* ampc_mmodel_evaluate with progress p (NULL: none) */
+ampc_status eval_mm_split(ampc_mmodel *M, const ampc_dataset *d, int split,
+                          ampc_mmodel_metrics *out, const eval_progress *p);
 
 /* ---- the model kinds (src/train/model.c) ---------------------------------------- */
 

@@ -16,6 +16,7 @@
 
 #include "ampc/io.h"
 #include "ampc/report.h"
+#include "ampc/gemm.h"
 #include "run_internal.h"
 
 cJSON *run_parse_owned(char *txt) {
@@ -222,6 +223,23 @@ void run_add_memory(cJSON *summary, const ampc_run *R) {
   cJSON_AddNumberToObject(mem, "peak_rss_bytes", (double)ampc_peak_rss_bytes());
 }
 
+/* the summary's "cpu": the threads, the online CPUs, the cores this process
+ * and the other processes used during the iterations, and whether the
+ * step times are clean or were taken on an oversubscribed machine */
+static void run_add_cpu(cJSON *summary, const ampc_cpu_use *u) {
+  const int threads = ampc_get_num_threads(), cpus = ampc_cpu_count();
+  cJSON *c = cJSON_AddObjectToObject(summary, "cpu");
+  cJSON_AddNumberToObject(c, "threads", threads);
+  cJSON_AddNumberToObject(c, "cpus", cpus);
+  if (u->wall_s > 0.0)
+    cJSON_AddNumberToObject(c, "cores_used", u->own_s / u->wall_s);
+  const double others = ampc_cpu_use_others(u);
+  if (others >= 0.0)
+    cJSON_AddNumberToObject(c, "other_cores", others);
+  cJSON_AddStringToObject(c, "timing",
+                          ampc_cpu_use_disturbed(u, threads, cpus) ? "disturbed" : "clean");
+}
+
 cJSON *run_summary_object(const ampc_run *R, const run_totals *t) {
   const ampc_trainer *T = &R->T;
   cJSON *o = cJSON_CreateObject();
@@ -261,6 +279,7 @@ cJSON *run_summary_object(const ampc_run *R, const run_totals *t) {
   }
   cJSON_AddNumberToObject(o, "final_train_loss", (double)t->last.total);
   R->kind->log_summary(o, R, t);
+  run_add_cpu(o, &t->cpu);
   /* a stopped run names its checkpoint only if it wrote one */
   cJSON_AddStringToObject(o, "checkpoint",
                           R->rc.save_path && (!R->stalled || R->saved) ? R->rc.save_path : "");
