@@ -60,7 +60,6 @@ for c in "" formats convert bench train eval data diagnose compare memory plan i
   [ "$wide" = 0 ] || die "ampc $c --help: $wide lines wider than 80 columns"
 done
 
-[ $fail = 0 ] && echo "check_main: ok"
 # a --precision list answers its question: each preset against 32-true (the
 # loss gap with its standard error, the savings) from logs it keeps in ampc-runs/
 (cd "$tmp" && "$ampc" train --precision 32-true,16-mixed --steps 10 --batch 8 --threads 1 \
@@ -70,4 +69,20 @@ grep -Eq '^16-mixed vs 32-true: (no significant loss gap|loss gap) \([-+][0-9.]+
 grep -q 'activations 0\.[0-9]*x' "$tmp/list.out" || die "the answer lacks the savings"
 grep -q '^logs: ampc-runs/' "$tmp/list.out" || die "the list did not keep its logs"
 ls "$tmp"/ampc-runs/*/16-mixed.jsonl >/dev/null 2>&1 || die "no ampc-runs/*/16-mixed.jsonl"
+grep -Eq '; activations 0\.[0-9]+x, parameter state 1\.00x, peak RSS [0-9.]+x(, step time [0-9.]+x|; step time not compared \(the machine was busy\))$' \
+  "$tmp/list.out" || die "the answer lacks parameter state, peak RSS or step time: $(grep vs "$tmp/list.out")"
+
+# verdicts agree with the outcome: 16-mixed without loss scaling flushes
+# gradients (the underflow signature) while its loss equals FP32's; the
+# signature is reported as present without a loss gap, never as the verdict
+(cd "$tmp" && "$ampc" train --precision 32-true,16-mixed --loss-scale none --steps 10 --batch 8 \
+  --threads 1 --no-eval --log "$tmp/runs.jsonl") >"$tmp/list.out" 2>"$tmp/err" ||
+  die "the list exited $? ($(cat "$tmp/err"))"
+grep -q '^diagnosis: underflow (vision): present, no loss gap against 32-true$' "$tmp/list.out" ||
+  die "the underflow signature is not marked harmless: $(grep diagnosis "$tmp/list.out")"
+grep -c '^diagnosis: ' "$tmp/list.out" | grep -qx 2 ||
+  die "another verdict was printed: $(grep diagnosis "$tmp/list.out")"
+grep -Eq '^16-mixed vs 32-true: no significant loss gap \([-+]0\.00 % \+- 0\.00 %\) over steps 6-10, underflow present without a loss gap; ' \
+  "$tmp/list.out" || die "the answer does not agree: $(grep vs "$tmp/list.out")"
+[ $fail = 0 ] && echo "check_main: ok"
 exit $fail

@@ -306,13 +306,27 @@ static int write_outputs(const char *dir, run_t *runs, int n, int base) {
     const cJSON *dg = cJSON_GetObjectItemCaseSensitive(s, "diagnosis");
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(dg, "verdicts");
     const cJSON *v;
+    int vi = 0;
     cJSON_ArrayForEach(v, vs) {
       const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "verdict");
       if (cJSON_IsString(nm)) {
+        /* a signature in the counts whose run shows no loss gap: present,
+         * not the outcome (the same order as the result's verdicts) */
+        const bool harmless = x && vi < x->n_verdicts && x->no_loss_gap[vi];
         cJSON_AddItemToArray(verdicts, cJSON_CreateString(nm->valuestring));
         const size_t l = strlen(vtxt);
-        snprintf(vtxt + l, sizeof vtxt - l, "%s%s", l ? ", " : "", nm->valuestring);
+        snprintf(vtxt + l, sizeof vtxt - l, "%s%s%s", l ? ", " : "", nm->valuestring,
+                 harmless ? " (present, no loss gap)" : "");
       }
+      vi++;
+    }
+    if (x && x->have_gap && x->n_gap_verdicts) { /* worse than the FP32 twin */
+      const char *gv = ampc_verdict_name(x->gap_verdict.kind);
+      if (!strcmp(vtxt, "healthy"))
+        vtxt[0] = '\0';
+      const size_t l = strlen(vtxt);
+      snprintf(vtxt + l, sizeof vtxt - l, "%s%s", l ? ", " : "", gv);
+      cJSON_AddItemToArray(verdicts, cJSON_CreateString(gv));
     }
     const double steps = jnum(s, "steps");
     double ms = jnum(s, "ms_per_step_mean");
@@ -458,11 +472,15 @@ typedef struct compare_ctx {
   run_t *runs;
   const int *of_spec; /* spec k -> its run */
   int nr;
-  FILE *msg; /* the current run's DIR/LABEL.txt */
+  FILE *msg;    /* the current run's DIR/LABEL.txt */
+  int cur;      /* the run in progress */
+  bool tty;     /* stderr is a terminal: one rewritten progress line */
+  int64_t tick; /* a pipe: the last step a progress line was printed at */
 } compare_ctx;
 
 /* run r is about to start: say so, open its messages file */
 static void begin_run(compare_ctx *cx, int r) {
+  cx->cur = r, cx->tick = 0;
   fprintf(stderr, "ampc compare: run %d/%d %s: %s\n", r + 1, cx->nr, cx->runs[r].label,
           cx->runs[r].flags);
   if (!cx->msg)
@@ -470,6 +488,39 @@ static void begin_run(compare_ctx *cx, int r) {
   FILE *f = cx->msg ? cx->msg : stderr;
   train_printer_set(&cx->pr, &cx->runs[r].A, f, f, cx->runs[r].A.quiet, true);
   cx->pr.tty = false; /* the progress goes to the file */
+}
+
+/* each run's progress on the console as it trains (its full lines go to
+ * DIR/LABEL.txt): one rewritten line on a terminal, a line every tenth of
+ * the steps on a pipe */
+static void on_step_stream(void *user, const ampc_run *R, const ampc_run_progress *p) {
+  compare_ctx *cx = user;
+  cx->train_cb.run.step(&cx->pr, R, p);
+  const run_t *r = &cx->runs[cx->cur];
+  const int64_t it = p->info->iteration, done = it - p->start, steps = r->A.steps;
+  const double train_s = p->elapsed_s - p->eval_s;
+  double eta = done > 0 ? train_s / (double)done * (double)(p->end - it) : 0.0;
+  if (p->evals_done > 0)
+    eta += p->eval_s / (double)p->evals_done * (double)p->evals_left;
+  const int64_t every = steps >= 10 ? steps / 10 : 1;
+  if (cx->tty)
+    fprintf(stderr, "\rampc compare:   %s step %lld/%lld  loss %.4f  skipped %lld  ETA %.0f s%s   ",
+            r->label, (long long)it, (long long)steps, (double)p->losses->total,
+            (long long)p->skipped, eta, p->evals_done == 0 && p->evals_left > 0 ? " + eval" : "");
+  else if (it / every != cx->tick / every || it == p->end) {
+    fprintf(stderr, "ampc compare:   %s step %lld/%lld  loss %.4f  skipped %lld  ETA %.0f s\n",
+            r->label, (long long)it, (long long)steps, (double)p->losses->total,
+            (long long)p->skipped, eta);
+    cx->tick = it;
+  }
+}
+
+static void on_eval_stream(void *user, const ampc_run *R, int64_t iteration, double fraction) {
+  compare_ctx *cx = user;
+  (void)R;
+  if (cx->tty)
+    fprintf(stderr, "\rampc compare:   %s eval @%lld  %3.0f %%%-40s", cx->runs[cx->cur].label,
+            (long long)iteration, 100.0 * fraction, "");
 }
 
 static void on_start(void *user, int k, ampc_run *R) {
@@ -480,6 +531,8 @@ static void on_start(void *user, int k, ampc_run *R) {
 
 /* a run's outcome: failed ones with their message in DIR/LABEL.txt */
 static void end_run(compare_ctx *cx, run_t *r) {
+  if (cx->tty) /* end the rewritten progress line */
+    fputc('\n', stderr);
   if (r->status != 0 && cx->msg)
     fprintf(cx->msg, "ampc train: %s\n", r->why);
   if (cx->msg)
@@ -514,10 +567,18 @@ static void on_end(void *user, int k, ampc_run *R, const ampc_compare_result *re
     r->stall_step = ampc_run_trainer(R)->iteration;
   }
   end_run(cx, r);
-  if (res->status == AMPC_OK)
-    fprintf(stderr, "ampc compare:   final loss %.4f, %lld skipped, verdict %s\n", res->final_loss,
+  if (res->status == AMPC_OK) {
+    fprintf(stderr, "ampc compare:   final loss %.4f, %lld skipped, verdict %s%s", res->final_loss,
             (long long)res->skipped_steps,
-            res->n_verdicts ? ampc_verdict_name(res->verdicts[0].kind) : "?");
+            res->n_verdicts ? ampc_verdict_name(res->verdicts[0].kind) : "?",
+            res->n_verdicts && res->no_loss_gap[0] ? " (present, no loss gap)" : "");
+    if (res->have_gap && res->gap.finite)
+      fprintf(stderr, "; against %s: %s (%+.2f %%)%s%s", cx->runs[cx->of_spec[res->baseline]].label,
+              res->gap.significant ? "loss gap" : "no significant loss gap", 100.0 * res->gap.rel,
+              res->n_gap_verdicts ? ", " : "",
+              res->n_gap_verdicts ? ampc_verdict_name(res->gap_verdict.kind) : "");
+    fputc('\n', stderr);
+  }
 }
 
 /* the inputs of an earlier run that run r can share (the same --data and
@@ -681,6 +742,9 @@ static int run(int argc, char **argv) {
     cx.train_cb = train_printer_callbacks(&cx.pr);
     ampc_compare_callbacks cb = cx.train_cb;
     cb.user = &cx, cb.run_start = on_start, cb.run_end = on_end;
+    cb.run.user = &cx; /* cx.pr comes first: the train printer's user too */
+    cb.run.step = on_step_stream, cb.run.eval_progress = on_eval_stream;
+    cx.tty = isatty(fileno(stderr));
     const ampc_compare_options opt = {.vs_fp32 = true, .vs_fp32_margin = 0.01};
     (void)ampc_compare_run(specs, ns, &opt, &cb, res); /* each run's outcome is in res */
   }

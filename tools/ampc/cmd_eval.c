@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ampc/ampc.h"
 #include "ampc/data.h"
@@ -50,6 +51,37 @@ static void put_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m
 }
 
 static bool is_json(const char *name) { return !strcmp(name, "json"); }
+
+/* the progress of an evaluation on stderr: one rewritten line on a
+ * terminal, a line at each quarter on a pipe */
+typedef struct eval_meter {
+  double t0;
+  int quarter; /* the last quarter printed (a pipe) */
+  bool tty;
+} eval_meter;
+
+static void on_progress(void *user, double fraction) {
+  eval_meter *em = user;
+  const double el = ampc_now_s() - em->t0;
+  const double eta = fraction > 0.0 ? el / fraction * (1.0 - fraction) : 0.0;
+  if (em->tty) {
+    fprintf(stderr, "\rampc eval: %3.0f %%  %.0f s, ETA %.0f s   ", 100.0 * fraction, el, eta);
+  } else if ((int)(4.0 * fraction) > em->quarter && fraction < 1.0) {
+    em->quarter = (int)(4.0 * fraction);
+    fprintf(stderr, "ampc eval: %d %% (%.0f s, ETA %.0f s)\n", 25 * em->quarter, el, eta);
+  }
+}
+
+/* ampc_model_evaluate with its progress on stderr */
+static ampc_status evaluate(ampc_model *M, const ampc_run_data *rd, ampc_eval *ev) {
+  eval_meter em = {ampc_now_s(), 0, isatty(fileno(stderr))};
+  M->eval_progress = on_progress, M->eval_progress_user = &em;
+  const ampc_status st = ampc_model_evaluate(M, rd, ev);
+  M->eval_progress = NULL, M->eval_progress_user = NULL;
+  if (em.tty)
+    fputc('\n', stderr);
+  return st;
+}
 
 static int run(int argc, char **argv) {
   const char *ckpt = NULL, *data = "emoji", *prec_flag = NULL, *hold = NULL, *cast_flag = NULL;
@@ -184,7 +216,7 @@ static int run(int argc, char **argv) {
       ampc_params_create(&P, sp.specs, sp.n, amp.lowp, amp.master_weights, amp.state_dtype, 0,
                          &rng) != AMPC_OK ||
       ampc_model_create(&M, &md, &P, &amp, batch) != AMPC_OK ||
-      ampc_params_load(&P, ckpt) != AMPC_OK || ampc_model_evaluate(&M, &rd, &ev) != AMPC_OK) {
+      ampc_params_load(&P, ckpt) != AMPC_OK || evaluate(&M, &rd, &ev) != AMPC_OK) {
     ret = cli_runtime_error("eval", "%s", ampc_last_error());
   } else if (json) {
     cJSON *o = cJSON_CreateObject();

@@ -758,11 +758,14 @@ int train_parse_args(int argc, char **argv, train_args *a) {
 
 /* ---- printing what the runs report (the library never prints) ---------------------- */
 
-void train_print_verdicts(FILE *out, const ampc_verdict *v, int n) {
+void train_print_verdicts(FILE *out, const ampc_verdict *v, int n, const bool *no_loss_gap,
+                          const char *baseline) {
   for (int i = 0; i < n; i++) {
     fprintf(out, "diagnosis: %s", ampc_verdict_name(v[i].kind));
     if (v[i].branch >= 0)
       fprintf(out, " (%s)", ampc_branch_name((ampc_branch)v[i].branch));
+    if (no_loss_gap && no_loss_gap[i]) /* the signature, not the outcome */
+      fprintf(out, ": present, no loss gap against %s", baseline ? baseline : "32-true");
     fputc('\n', out);
     for (int k = 0; k < v[i].n_evidence; k++)
       fprintf(out, "  - %s\n", v[i].evidence[k]);
@@ -773,7 +776,7 @@ void train_print_verdicts(FILE *out, const ampc_verdict *v, int n) {
 
 static void print_diagnosis(FILE *out, const ampc_diag *d) {
   ampc_verdict v[AMPC_VERDICT_COUNT];
-  train_print_verdicts(out, v, ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT));
+  train_print_verdicts(out, v, ampc_diag_verdicts(d, v, AMPC_VERDICT_COUNT), NULL, NULL);
 }
 
 /* the run's resolved configuration (out) and its warnings (err) */
@@ -829,12 +832,17 @@ static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
   const ampc_step_info *info = p->info;
   const int64_t done = info->iteration - p->start;
   if (pr->tty) {
-    const double eta =
-        done > 0 ? p->elapsed_s / (double)done * (double)(p->end - info->iteration) : 0.0;
-    fprintf(stderr, "\rstep %lld/%lld  loss %.4f  scale %g  skipped %lld  %.2f it/s  ETA %.0f s   ",
-            (long long)info->iteration, (long long)pr->A->steps, (double)p->losses->total,
-            (double)info->next_scale, (long long)p->skipped,
-            p->elapsed_s > 0 ? (double)done / p->elapsed_s : 0.0, eta);
+    /* the steps left at the mean step time, and the evaluations left at
+     * the mean evaluation time (before the first: not known yet) */
+    const double train_s = p->elapsed_s - p->eval_s;
+    double eta = done > 0 ? train_s / (double)done * (double)(p->end - info->iteration) : 0.0;
+    if (p->evals_done > 0)
+      eta += p->eval_s / (double)p->evals_done * (double)p->evals_left;
+    fprintf(
+        stderr, "\rstep %lld/%lld  loss %.4f  scale %g  skipped %lld  %.2f it/s  ETA %.0f s%s   ",
+        (long long)info->iteration, (long long)pr->A->steps, (double)p->losses->total,
+        (double)info->next_scale, (long long)p->skipped, train_s > 0 ? (double)done / train_s : 0.0,
+        eta, p->evals_done == 0 && p->evals_left > 0 ? " + eval" : "");
   } else if (!pr->quiet && (info->iteration % pr->every == 0 || info->iteration == p->end)) {
     fprintf(pr->out, "step %lld/%lld  loss %.4f", (long long)info->iteration,
             (long long)pr->A->steps, (double)p->losses->total);
@@ -883,6 +891,15 @@ static void on_eval(void *user, const ampc_run *R, int64_t iteration, const ampc
   fprintf(pr->out, "\n");
 }
 
+/* an evaluation's progress: one rewritten line on a terminal (the result
+ * line follows it; on a pipe the result line alone) */
+static void on_eval_progress(void *user, const ampc_run *R, int64_t iteration, double fraction) {
+  (void)R;
+  const train_printer *pr = user;
+  if (pr->tty)
+    fprintf(stderr, "\reval @%lld  %3.0f %%%-60s", (long long)iteration, 100.0 * fraction, "");
+}
+
 /* a stall: the reason and the diagnosis so far, on stderr at once */
 static void on_stall(void *user, const ampc_run *R, int64_t iteration, const char *reason) {
   const train_printer *pr = user;
@@ -915,8 +932,9 @@ static void on_run_start(void *user, int k, ampc_run *R) {
 }
 
 ampc_compare_callbacks train_printer_callbacks(train_printer *p) {
-  return (ampc_compare_callbacks){
-      .user = p, .run_start = on_run_start, .run = {p, on_step, on_eval, on_stall}};
+  return (ampc_compare_callbacks){.user = p,
+                                  .run_start = on_run_start,
+                                  .run = {p, on_step, on_eval, on_stall, on_eval_progress}};
 }
 
 /* ---- from flags to runs ----------------------------------------------------------- */
@@ -1089,13 +1107,23 @@ static void on_run_end(void *user, int k, ampc_run *R, const ampc_compare_result
   if (res->status != AMPC_OK || !pr->lead || pr->A->json)
     return;
   const char *save = ampc_run_get_config(R)->save_path; /* a list's: tagged */
-  if (!pr->quiet)
-    train_print_verdicts(pr->out, res->verdicts, res->n_verdicts);
+  if (!pr->quiet) {
+    const bool gap = res->have_gap && res->baseline >= 0;
+    train_print_verdicts(pr->out, res->verdicts, res->n_verdicts, gap ? res->no_loss_gap : NULL,
+                         gap ? pr->A->presets[res->baseline] : NULL);
+    if (gap && res->n_gap_verdicts) /* worse than its FP32 twin */
+      train_print_verdicts(pr->out, &res->gap_verdict, 1, NULL, NULL);
+  }
   if (!pr->quiet || !tc->list) /* --quiet: no progress lines, but this one */
     fprintf(pr->out, "%s: %lld steps (%lld skipped), %.1f s%s%s\n",
             res->interrupted ? "interrupted" : "done", (long long)res->steps,
             (long long)res->skipped_steps, res->wall_s, save ? ", checkpoint " : "",
             save ? save : "");
+  if (res->timing_disturbed && (!pr->quiet || !tc->list))
+    fprintf(pr->out,
+            "timing: the machine was busy (other processes used %.1f of %d cores while this "
+            "run's %d threads trained): its step times are not comparable\n",
+            res->other_cores, ampc_cpu_count(), ampc_get_num_threads());
 }
 
 /* a table cell: the value, or "-" right-aligned where the run has none
@@ -1109,7 +1137,7 @@ static void cell(double v, int width, int prec) {
 
 /* the runs of a list side by side: retrieval (the multimodal models) or
  * the test accuracy (vit-fm, vit-ref, the MLP) */
-static void print_table(const train_args *A, const ampc_compare_result *res) {
+static void print_table_rows(const train_args *A, const ampc_compare_result *res) {
   const int n = A->n_presets;
   printf("\nside by side (same seed, data and steps):\n");
   if (!isnan(res[0].val_i2t_r1)) { /* a packed dataset: its val split */
@@ -1127,6 +1155,18 @@ static void print_table(const train_args *A, const ampc_compare_result *res) {
       putchar('\n');
     }
     printf("chance R@1: val %.4f\n", res[0].val_chance_r1);
+    return;
+  }
+  if (isnan(res[0].new_i2t_r1) && isnan(res[0].test_accuracy)) { /* --no-eval */
+    printf("%-11s %9s %8s %9s %10s\n", "precision", "loss", "skipped", "ms/step", "act MiB");
+    for (int k = 0; k < n; k++) {
+      printf("%-11s", A->presets[k]);
+      cell(res[k].final_loss, 9, 4);
+      cell((double)res[k].skipped_steps, 8, 0);
+      cell(res[k].ms_per_step, 9, 1);
+      cell(res[k].activation_mib, 10, 2);
+      putchar('\n');
+    }
     return;
   }
   if (isnan(res[0].new_i2t_r1)) {
@@ -1161,6 +1201,16 @@ static void print_table(const train_args *A, const ampc_compare_result *res) {
   printf("chance R@1: new style %.4f, zero-shot %.4f\n", res[0].new_chance_r1, res[0].zs_chance_r1);
 }
 
+/* the table, and which runs' step times another process disturbed */
+static void print_table(const train_args *A, const ampc_compare_result *res) {
+  print_table_rows(A, res);
+  for (int k = 0; k < A->n_presets; k++)
+    if (res[k].timing_disturbed)
+      printf("%s: the machine was busy (other processes used %.1f of %d cores while it "
+             "trained): its ms/step is not comparable\n",
+             A->presets[k], res[k].other_cores, ampc_cpu_count());
+}
+
 /* the list's answer, one line per preset against the 32-true run: the loss
  * gap over the last tenth of the steps with its standard error (the same
  * batches: a paired difference, ampc_diag_compare) and what it saved */
@@ -1184,9 +1234,21 @@ static void print_answers(const train_args *A, const ampc_compare_result *res, i
              r->n_gap_verdicts ? ampc_verdict_name(r->gap_verdict.kind) : "significant");
     else
       printf("no significant loss gap (%+.2f %% +- %.2f %%)", 100.0 * g->rel, se);
-    printf(" over steps %lld-%lld; activations %.2fx, step time %.2fx\n", (long long)g->first_step,
-           (long long)g->last_step, r->activation_mib / b->activation_mib,
-           r->ms_per_step / b->ms_per_step);
+    printf(" over steps %lld-%lld", (long long)g->first_step, (long long)g->last_step);
+    int n_sig = 0; /* signatures in the counts that did no harm */
+    for (int i = 0; i < r->n_verdicts; i++)
+      if (r->no_loss_gap[i])
+        printf("%s%s", n_sig++ ? " and " : ", ", ampc_verdict_name(r->verdicts[i].kind));
+    if (n_sig)
+      printf(" present without a loss gap");
+    printf("; activations %.2fx, parameter state %.2fx", r->activation_mib / b->activation_mib,
+           r->param_state_mib / b->param_state_mib);
+    if (r->peak_rss_bytes > 0.0 && b->peak_rss_bytes > 0.0)
+      printf(", peak RSS %.2fx", r->peak_rss_bytes / b->peak_rss_bytes);
+    if (!r->timing_disturbed && !b->timing_disturbed)
+      printf(", step time %.2fx\n", r->ms_per_step / b->ms_per_step);
+    else /* another process took CPU time from one of the two */
+      printf("; step time not compared (the machine was busy)\n");
   }
   if (printed && specs[0].rc.log_path) {
     const char *slash = strrchr(specs[0].rc.log_path, '/');

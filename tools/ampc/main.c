@@ -1,11 +1,13 @@
 /*
  * tools/ampc/main.c: the `ampc` command-line entry point and command table.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ampc/ampc.h"
 
@@ -38,6 +40,26 @@ static void print_usage(FILE *f) {
   for (int i = 0; i < N_COMMANDS; i++)
     fprintf(f, "  %-10s %s\n", k_commands[i]->name, k_commands[i]->summary);
   fprintf(f, "\nExit status: 0 success, 1 runtime error, 2 bad usage.\n");
+}
+
+/* OpenMP's wait policy. libgomp's default lets an idle thread spin about
+ * 300000 rounds at every barrier before it sleeps; when another process
+ * holds a core, the spinning thread burns the time slice its partner
+ * needs, and the main job's step ran several times slower than with
+ * passive waiting (bench/load/run.sh, docs/BENCHMARKS.md). So ampc waits
+ * passively unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT set).
+ * libgomp reads the environment once, in its constructor, before main; a
+ * setenv in an executable's .preinit_array is undone when libc's own
+ * initialisation sets environ afterwards, so the way that holds is to set
+ * the variable and execute this program again (/proc/self/exe, the same
+ * arguments). Where that fails, the run goes on with libgomp's default. A
+ * program linking libampc itself chooses its own policy. */
+static void set_wait_policy(char **argv) {
+  const char *w = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
+  if ((w && *w) || (c && *c))
+    return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
+    execv("/proc/self/exe", argv); /* returns only on failure */
 }
 
 /* A command that printed its result but could not write it has failed. */
@@ -110,6 +132,7 @@ int main(int argc, char **argv) {
   /* progress lines appear as they are printed, also through a pipe (`| tee`),
    * where stdio would otherwise hold them back in a 4 KiB block */
   setvbuf(stdout, NULL, _IOLBF, 0);
+  set_wait_policy(argv);
   check_env();
   if (argc < 2) {
     print_usage(stderr);

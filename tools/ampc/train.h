@@ -109,6 +109,9 @@ void train_printer_set(train_printer *p, const train_args *A, FILE *out, FILE *e
  * warnings) when a run starts, its progress, evaluations and stalls; run_end
  * is left NULL for the command to fill. */
 ampc_compare_callbacks train_printer_callbacks(train_printer *p);
-/* The run's diagnosis (its verdicts, evidence and safeguards) to out. */
-void train_print_verdicts(FILE *out, const ampc_verdict *v, int n);
+/* The run's diagnosis (its verdicts, evidence and safeguards) to out;
+ * no_loss_gap (NULL: none) marks the verdicts present in the counts while
+ * the loss shows no gap against the run named baseline. */
+void train_print_verdicts(FILE *out, const ampc_verdict *v, int n, const bool *no_loss_gap,
+                          const char *baseline);
 #endif
