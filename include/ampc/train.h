@@ -455,6 +455,22 @@ typedef struct ampc_run_config {
    * negatives. */
   ampc_device device;
   ampc_fault_plan faults; /* test hooks (above); zero: none */
+  /* Anomaly replay: an iteration whose loss or gradients are non-finite
+   * and that was not sampled by telemetry is run again with telemetry on
+   * (the same weights, batch, loss scale and random draws), so its log line
+   * and the live diagnosis name the first non-finite tensor whatever
+   * telemetry_every is. The training is unchanged: a sampled pass gives the
+   * unsampled one's bits, and the replay's gradients are not used. Every
+   * such iteration is replayed (a rule without state: a resumed run replays
+   * what the uninterrupted one did); each costs one more forward and
+   * backward pass. Replayed: a non-finite loss, before the optimizer step;
+   * non-finite gradients of a finite loss after a skipped step, at the
+   * step's scale. Not replayed: fp8-mixed (its amax histories would see the
+   * pass twice), and gradients that turn non-finite in the backward pass
+   * alone with no loss scaling (the step was applied). As PyTorch's
+   * torch.autograd.detect_anomaly, but only where a value went non-finite.
+   * ampc_run_config_defaults: true. */
+  bool anomaly_replay;
   /* polled after each iteration (NULL: never): non-zero stops the run there,
    * as a run that reached its last step stops (no evaluation): the checkpoint
    * is written (save_path), the log gets {"event":"interrupted"} and the
@@ -465,7 +481,7 @@ typedef struct ampc_run_config {
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,
- * telemetry_every 10, seed 1; no files. */
+ * telemetry_every 10, seed 1, anomaly replay on; no files. */
 ampc_run_config ampc_run_config_defaults(void);
 
 typedef struct ampc_run ampc_run;

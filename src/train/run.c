@@ -82,7 +82,8 @@ ampc_run_config ampc_run_config_defaults(void) {
                             * shifted images, uniformly drawn ITM negatives */
                            .augment_shift = 2,
                            .itm_sample_negatives = true,
-                           .itm_random_negatives = true};
+                           .itm_random_negatives = true,
+                           .anomaly_replay = true};
 }
 
 void ampc_run_free(ampc_run *R) {
@@ -406,23 +407,72 @@ static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
+/* Iteration R->it_no once more with telemetry on (anomaly replay): the same
+ * batch (gather reads the iteration's positions), weights and scaler state
+ * (the caller's), its gradients left unused; the scaler's plan is kept. */
+static ampc_status replay(ampc_run *R) {
+  ampc_trainer *T = &R->T;
+  const ampc_scale_plan plan = T->plan;
+  AMPC_TRY(ampc_telemetry_begin(R->telemetry));
+  ampc_losses again;
+  ampc_status st = ampc_train_accumulate_dp(T, &R->model, &R->accum, gather, R, &again);
+  ampc_telemetry_end(R->telemetry);
+  if (st == AMPC_OK)
+    st = run_reduce_telemetry(R);
+  T->plan = plan;
+  return st;
+}
+
+/* whether every rank agrees that flag holds (the ranks' maximum) */
+static ampc_status agree(ampc_run *R, bool *flag) {
+  if (!R->accum.comm || R->size < 2)
+    return AMPC_OK;
+  double v = *flag ? 1.0 : 0.0;
+  AMPC_TRY(R->accum.comm->max_f64(R->accum.comm->user, &v, 1));
+  *flag = v > 0.0;
+  return AMPC_OK;
+}
+
 /* One iteration after its telemetry began: the micro-batches (summed over
  * the ranks), the telemetry's end, the trainer's step with the scaler's
- * finish, and what the ranks agree on after it. Errors name the step. */
-static ampc_status iterate(ampc_run *R, bool sampled, ampc_losses *mean, ampc_step_info *info) {
+ * finish, and what the ranks agree on after it; an unsampled iteration
+ * with non-finite values may be replayed with telemetry (*replayed).
+ * Errors name the step. */
+static ampc_status iterate(ampc_run *R, bool sampled, ampc_losses *mean, ampc_step_info *info,
+                           bool *replayed) {
   ampc_trainer *T = &R->T;
+  *replayed = false;
+  const bool may_replay = !sampled && R->rc.anomaly_replay && R->model.ops->set_telemetry != NULL &&
+                          R->telemetry && !R->model.fp8;
   ampc_status st = ampc_train_accumulate_dp(T, &R->model, &R->accum, gather, R, mean);
   ampc_telemetry_end(R->telemetry); /* the optimizer's stores are not the model's */
   if (st == AMPC_OK && sampled)
     st = run_reduce_telemetry(R);
+  /* a non-finite loss: replayed before the step, at the same scale */
+  bool bad_loss = may_replay && !isfinite(mean->total);
+  if (st == AMPC_OK && may_replay)
+    st = agree(R, &bad_loss);
+  if (st == AMPC_OK && bad_loss)
+    st = replay(R), *replayed = true;
   /* per-branch loss scaling picks each branch's next scale from the top of
-   * its gradient histogram on sampled steps */
+   * its gradient histogram on sampled steps (not on a replay: the run's
+   * bits do not depend on it) */
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++) {
     const ampc_tm_stats *g = &R->telemetry->s[AMPC_TM_GRAD][b];
     T->plan.amax[b] = sampled && g->r.count > 0 ? g->r.max_abs : -1.0f;
   }
+  const ampc_scaler before = T->scaler;
   if (st == AMPC_OK)
     st = ampc_trainer_step(T, info);
+  /* non-finite gradients of a finite loss, the step skipped (the weights
+   * are those of the pass): replayed after it, at the scale it used */
+  if (st == AMPC_OK && may_replay && !*replayed && info->skipped && info->overflow) {
+    const ampc_scaler after = T->scaler;
+    const int64_t iteration = T->iteration;
+    T->scaler = before, T->iteration = iteration - 1;
+    st = replay(R), *replayed = true;
+    T->scaler = after, T->iteration = iteration;
+  }
   if (st == AMPC_OK)
     st = run_fp8_end_step(R);
   if (st == AMPC_OK)
@@ -524,7 +574,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     R->data_wait_ms = 0.0;
     ampc_losses mean;
     ampc_step_info info;
-    TRYR(iterate(R, sampled, &mean, &info));
+    bool replayed;
+    TRYR(iterate(R, sampled, &mean, &info, &replayed));
     ampc_cpu_clock_read(&c1);
     const double ms = (c1.wall_s - t0) * 1e3;
     ampc_cpu_use_add(&tot.cpu, &c0, &c1);
@@ -539,11 +590,13 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
         tot.sw.would_swallow += T->swallow[i].would_swallow;
       }
     ampc_diag_step ds;
-    run_diag_step(&ds, R, &info, &mean, sampled);
+    run_diag_step(&ds, R, &info, &mean, sampled || replayed);
     TRYR(ampc_diag_add(R->diag, &ds));
     if (log && (info.iteration % rc->log_every == 0 || info.iteration == end || sampled ||
-                info.overflow)) {
+                replayed || info.overflow)) {
       cJSON *so = run_step_object(&info, &mean, ms, &ds, T->amp.scaler.mode, &R->model);
+      if (so && replayed) /* its telemetry is the replay's */
+        cJSON_AddBoolToObject(so, "anomaly_replay", true);
       if (so && R->data.stream) /* the wait for streamed data (prefetched: ~0) */
         cJSON_AddNumberToObject(so, "data_wait_ms", R->data_wait_ms);
       if (so && c0.own_s >= 0.0 && c1.own_s >= 0.0 && c1.wall_s > c0.wall_s) /* CPU cores used */

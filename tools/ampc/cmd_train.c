@@ -115,18 +115,21 @@ static const char k_usage_more[] =
     "                   subnormal, overflow, log2|x| histograms per branch) and run\n"
     "                   the FP64 shadow GEMM check every N steps (10; 0 = off;\n"
     "                   multimodal and ViT models)\n"
+    "  --anomaly-replay on|off  on (default): an unsampled step with a non-finite\n"
+    "                   loss or gradients runs again with telemetry, to name the\n"
+    "                   first non-finite tensor (training unchanged)\n"
     "  --save FILE (or --checkpoint FILE)  safetensors checkpoint at the end and\n"
     "                   every --save-every N steps (100; 0: at the end only), and\n"
     "                   when the run is interrupted (Ctrl-C, SIGTERM)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags; any\n"
-    "                   number of ranks)\n"
-    "  --on-stall stop|warn  on non-finite weights, or N steps in a row that\n"
-    "                   overflow at the scale floor or have a non-finite loss:\n"
-    "                   print and log the diagnosis, then stop (default, exit 3)\n"
-    "                   or go on; --stall-steps N (hysteresis + 2)\n";
+    "                   number of ranks)\n";
 
 /* ... and its end */
 static const char k_usage_tail[] =
+    "  --on-stall stop|warn  on non-finite weights, or N steps in a row that\n"
+    "                   overflow at the scale floor or have a non-finite loss:\n"
+    "                   print and log the diagnosis, then stop (default, exit 3)\n"
+    "                   or go on; --stall-steps N (hysteresis + 2)\n"
     "  --json           the summary as one JSON object on stdout ({\"runs\":[...]} when\n"
     "                   --precision lists several)\n"
     "  --quiet          no progress, evaluation or diagnosis lines (one run's last\n"
@@ -228,6 +231,7 @@ static const char *const k_value_flags[] = {"lr",
                                             "eval-every",
                                             "log-every",
                                             "telemetry-every",
+                                            "anomaly-replay",
                                             "save-every",
                                             "seed",
                                             "threads",
@@ -604,7 +608,12 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rc = parse_i64(flag, v, 1, 1000000000, &a->log_every);
     else if (!strcmp(n, "telemetry-every"))
       rc = parse_i64(flag, v, 0, 1000000000, &a->telemetry_every);
-    else if (!strcmp(n, "save-every"))
+    else if (!strcmp(n, "anomaly-replay")) {
+      if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+        rc = cli_usage_error("train", "--anomaly-replay: expected on or off, got '%s'", v);
+      else
+        a->no_anomaly_replay = !strcmp(v, "off");
+    } else if (!strcmp(n, "save-every"))
       rc = parse_i64(flag, v, 0, 1000000000, &a->save_every);
     else if (!strcmp(n, "seed")) {
       rc = parse_i64(flag, v, 0, INT64_MAX, &seed);
@@ -1078,6 +1087,7 @@ void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *
   c->itm_random_negatives = A->itm_random;
   c->eval_every = A->eval_every, c->eval = !A->no_eval, c->log_every = A->log_every;
   c->save_every = A->save_every, c->telemetry_every = A->telemetry_every, c->seed = A->seed;
+  c->anomaly_replay = !A->no_anomaly_replay;
   c->interrupt = &g_interrupt;
   c->log_path = A->log, c->save_path = A->save, c->resume_path = A->resume;
   c->comm = ampc_dist_comm(g_dist), c->reduce = A->reduce, c->check_replicas = A->check_replicas;

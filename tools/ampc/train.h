@@ -22,6 +22,7 @@ typedef struct train_args {
   ampc_mlp_config mc;
   int64_t steps, stop_at, batch, micro_batches, eval_every, log_every, save_every, ntrain, ntest;
   int64_t telemetry_every; /* telemetry every N iterations (0 = off) */
+  bool no_anomaly_replay;  /* --anomaly-replay off */
   float sep;
   float w_itc, w_itm, w_cls, w_mlm, mlm_prob;
   float loss_multiplier; /* --loss-multiplier (1) */
