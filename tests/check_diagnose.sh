@@ -112,6 +112,16 @@ grep -q "run t16 stopped at step 1: it can no longer learn (nonfinite-independen
 grep -q '| t16 | .* | stopped at step 1 (stalled, see t16.txt) | | | nonfinite-independent-of-scale |' \
   "$tmp/cmp3/report.md" || die "report.md: $(grep t16 "$tmp/cmp3/report.md")"
 grep -q '| fp32 | .* | 0\.[0-9]* |' "$tmp/cmp3/report.md" || die "the run after the stall did not run"
+# the stalled run's diagnosis at its stall, in the report and summary.json
+grep -A2 '^### t16$' "$tmp/cmp3/report.md" | grep -q '^- \*\*nonfinite-independent-of-scale\*\*$' ||
+  die "report.md has no diagnosis for the stalled run"
+grep -q '| t16 | - | - | - | - | not compared: stopped at step 1 (stalled) |' "$tmp/cmp3/report.md" ||
+  die "the baseline table does not say why t16 is not compared"
+python3 - "$tmp/cmp3/summary.json" <<'PY' || die "summary.json: the stalled run has no verdicts"
+import json, sys
+runs = {r["label"]: r for r in json.load(open(sys.argv[1]))["runs"]}
+assert runs["t16"]["verdicts"] == ["nonfinite-independent-of-scale"], runs["t16"]["verdicts"]
+PY
 
 # usage and runtime errors
 expect 2 diagnose

@@ -66,10 +66,10 @@ done
   --eval-every 0 --quiet) >"$tmp/list.out" 2>"$tmp/err" || die "the list exited $? ($(cat "$tmp/err"))"
 grep -Eq '^16-mixed vs 32-true: (no significant loss gap|loss gap) \([-+][0-9.]+ % \+- [0-9.]+ %' \
   "$tmp/list.out" || die "no answer line: $(cat "$tmp/list.out")"
-grep -q 'activations 0\.[0-9]*x' "$tmp/list.out" || die "the answer lacks the savings"
+grep -q 'activations+workspace 0\.[0-9]*x' "$tmp/list.out" || die "the answer lacks the savings"
 grep -q '^logs: ampc-runs/' "$tmp/list.out" || die "the list did not keep its logs"
 ls "$tmp"/ampc-runs/*/16-mixed.jsonl >/dev/null 2>&1 || die "no ampc-runs/*/16-mixed.jsonl"
-grep -Eq '; activations 0\.[0-9]+x, parameter state 1\.00x, peak RSS [0-9.]+x(, step time [0-9.]+x|; step time not compared \(the machine was busy\))$' \
+grep -Eq '; activations\+workspace 0\.[0-9]+x, parameter state 1\.00x, peak RSS [0-9.]+x(, step time [0-9.]+x|; step time not compared \(the machine was busy\))$' \
   "$tmp/list.out" || die "the answer lacks parameter state, peak RSS or step time: $(grep vs "$tmp/list.out")"
 
 # verdicts agree with the outcome: 16-mixed without loss scaling flushes
@@ -84,5 +84,13 @@ grep -c '^diagnosis: ' "$tmp/list.out" | grep -qx 2 ||
   die "another verdict was printed: $(grep diagnosis "$tmp/list.out")"
 grep -Eq '^16-mixed vs 32-true: no significant loss gap \([-+]0\.00 % \+- 0\.00 %\) over steps 6-10, underflow present without a loss gap; ' \
   "$tmp/list.out" || die "the answer does not agree: $(grep vs "$tmp/list.out")"
+# ampc diagnose on the same logs agrees
+"$ampc" diagnose "$tmp/runs.16-mixed.jsonl" --baseline "$tmp/runs.32-true.jsonl" >"$tmp/dg.out" 2>&1 ||
+  die "diagnose exited $?"
+grep -q '^verdict: underflow (present, no loss gap against the baseline)  branch: vision' "$tmp/dg.out" ||
+  die "diagnose --baseline does not agree: $(grep verdict "$tmp/dg.out")"
+# one checkpoint cannot resume a list
+expect 2 train --precision 32-true,16-mixed --steps 2 --resume "$tmp/mm.st"
+grep -q "resume one preset at a time" "$tmp/err" || die "a list's --resume: $(cat "$tmp/err")"
 [ $fail = 0 ] && echo "check_main: ok"
 exit $fail

@@ -58,4 +58,30 @@ wait $pid
 rc=$?
 [ $rc = 130 ] || die "without --save: exit $rc"
 grep -q "no --save was given" "$tmp/err" || die "without --save: $(cat "$tmp/err")"
+
+# a signal during the last evaluation: the checkpoint of the last step is
+# written before it, and the evaluation stops
+rm -f "$tmp/e.st" "$tmp/e.jsonl"
+"$ampc" train --steps 4 --batch 8 --threads 1 --eval-every 0 --quiet --save "$tmp/e.st" \
+  --log "$tmp/e.jsonl" >/dev/null 2>"$tmp/err" &
+pid=$!
+wait_steps "$tmp/e.jsonl" 4
+sleep 0.5
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc = 130 ] || die "a signal in the evaluation: exit $rc ($(cat "$tmp/err"))"
+[ -f "$tmp/e.st" ] || die "a signal in the evaluation: no checkpoint"
+grep -q '"event":"interrupted","step":4' "$tmp/e.jsonl" || die "a signal in the evaluation: no interrupted line"
+grep -q '"event":"eval"' "$tmp/e.jsonl" && die "the evaluation was not stopped"
+# a list's interrupted run: the command resumes that run alone
+"$ampc" train --precision 32-true,16-mixed $common --save "$tmp/l.st" --log "$tmp/l.jsonl" \
+  >/dev/null 2>"$tmp/err" &
+pid=$!
+wait_steps "$tmp/l.32-true.jsonl" 3
+kill -INT $pid
+wait $pid
+grep -q -- "--precision 32-true .*--save $tmp/l.32-true.st --log $tmp/l.32-true.jsonl --resume $tmp/l.32-true.st$" "$tmp/err" ||
+  die "a list's resume command: $(cat "$tmp/err")"
+[ $fail = 0 ] && echo "check_signal: ok"
 exit $fail

@@ -1,9 +1,9 @@
 #!/bin/sh
 # bench/telemetry/run.sh AMPC [STEPS]: the cost of the rounding telemetry
 # (the goal: <= 5 % of the step time at the default interval of 10).
-# mm-tiny, batch 64, 16-mixed, one thread, no evaluation; three runs of the
+# mm-tiny, batch 64, 16-mixed, no evaluation; three runs of the
 # same steps, interleaved twice: telemetry off, every 10 steps (default), every
-# step. Prints the mean step time over steps 3..N of each run (the first two
+# step (THREADS threads, default 1). Prints the mean step time over steps 3..N of each run (the first two
 # are warm-up) and the overhead against "off", and, more robust on a busy
 # machine, the cost of a sampled step against the unsampled steps of the same
 # "every 10" runs, divided by 10. Run it on an idle machine.
@@ -14,7 +14,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for rep in 1 2; do
   for every in 0 10 1; do
-    "$A" train --threads 1 --batch 64 --steps "$steps" --no-eval --quiet --telemetry-every "$every" \
+    "$A" train --threads "${THREADS:-1}" --batch 64 --steps "$steps" --no-eval --quiet --telemetry-every "$every" \
       --log "$out/t$every.r$rep.jsonl" >/dev/null 2>&1
   done
 done

@@ -190,6 +190,13 @@ void ampc_diag_free(ampc_diag *d);
 ampc_status ampc_diag_add(ampc_diag *d, const ampc_diag_step *s);
 /* Drop the steps numbered >= step (a resumed run's log repeats them). */
 void ampc_diag_truncate(ampc_diag *d, int64_t step);
+/* Whether verdicts of kind k come from a run's own counts (overflow,
+ * underflow, swallowed updates, accumulation error, FP8 saturation or
+ * underflow) and so harm the run only where its loss shows it: against its
+ * FP32 twin with no significant gap (ampc_diag_compare), such a verdict is
+ * a signature present, not the outcome. False for healthy, precision-gap
+ * (itself the loss's verdict) and nonfinite-independent-of-scale. */
+bool ampc_verdict_count_based(ampc_verdict_kind k);
 /* The verdicts of the run so far (at least one: healthy when no failure
  * signature is present), at most max, in the order of the kinds. */
 int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max);

@@ -201,6 +201,10 @@ struct ampc_model {
    * multimodal models after every batch, the others at the end) */
   void (*eval_progress)(void *user, double fraction);
   void *eval_progress_user;
+  /* optional: non-zero stops the multimodal evaluation at its next batch
+   * (ampc_model_evaluate fails with AMPC_ERR_INVALID_ARG, "evaluation
+   * cancelled"); a signal handler may set it */
+  const volatile sig_atomic_t *eval_cancel;
   void *impl;
 };
 

@@ -763,3 +763,8 @@ ampc_status ampc_diag_compare(const ampc_diag *run, const ampc_diag *base, doubl
   *n_out = 1;
   return AMPC_OK;
 }
+
+bool ampc_verdict_count_based(ampc_verdict_kind k) {
+  return k != AMPC_VERDICT_HEALTHY && k != AMPC_VERDICT_PRECISION_GAP &&
+         k != AMPC_VERDICT_NONFINITE_INDEPENDENT && (unsigned)k < AMPC_VERDICT_COUNT;
+}

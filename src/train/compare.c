@@ -120,13 +120,6 @@ static bool read_back(const ampc_compare_spec *s, ampc_compare_result *r) {
   return true;
 }
 
-/* the count-based signatures: present in a run's own counts, harmful only
- * where the loss shows it */
-static bool count_based(ampc_verdict_kind k) {
-  return k != AMPC_VERDICT_HEALTHY && k != AMPC_VERDICT_PRECISION_GAP &&
-         k != AMPC_VERDICT_NONFINITE_INDEPENDENT;
-}
-
 /* Run r against the baseline b (its FP32 twin, diagnoses read back): the
  * loss gap, and each of r's own count-based verdicts marked harmless when
  * the loss is finite and shows no significant gap. */
@@ -141,7 +134,8 @@ static void gap_against(ampc_compare_result *r, const ampc_compare_result *b, in
     return;
   }
   for (int i = 0; i < r->n_verdicts; i++)
-    r->no_loss_gap[i] = r->gap.finite && !r->gap.significant && count_based(r->verdicts[i].kind);
+    r->no_loss_gap[i] =
+        r->gap.finite && !r->gap.significant && ampc_verdict_count_based(r->verdicts[i].kind);
 }
 
 /* One run: build, train, read its summary. AMPC_OK or the run's error (in

@@ -36,10 +36,14 @@ static int64_t best_rank(const float *score, int64_t n, const int32_t *item_conc
   return rank;
 }
 
-/* done of total work units of a split, to p's range */
-static void report(const eval_progress *p, int64_t done, int64_t total) {
+/* done of total work units of a split, to p's range; AMPC_OK, or the
+ * cancellation's error when p's cancel flag is set */
+static ampc_status report(const eval_progress *p, int64_t done, int64_t total) {
   if (p && p->fn && total > 0)
     p->fn(p->user, p->lo + (p->hi - p->lo) * (double)done / (double)total);
+  if (p && p->cancel && *p->cancel)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "evaluation cancelled");
+  return AMPC_OK;
 }
 
 ampc_status ampc_mmodel_evaluate(ampc_mmodel *M, const struct ampc_dataset *d, int split,
@@ -120,7 +124,8 @@ ampc_status eval_mm_split(ampc_mmodel *M, const ampc_dataset *d, int split,
     st = ampc_mmodel_embed(M, b, ibuf, NULL, ie + s * emb_dim, NULL, pred);
     for (int64_t k = 0; k < b && st == AMPC_OK; k++)
       cls_hits += pred[k] == d->label[idx[s + k]];
-    report(p, s + b, work);
+    if (st == AMPC_OK)
+      st = report(p, s + b, work);
   }
   /* caption embeddings, one per concept */
   for (int64_t s = 0; s < nc && st == AMPC_OK; s += B) {
@@ -128,7 +133,8 @@ ampc_status eval_mm_split(ampc_mmodel *M, const ampc_dataset *d, int split,
     for (int64_t k = 0; k < b; k++)
       memcpy(tbuf + k * T, d->tokens + uniq[s + k] * T, (size_t)T * sizeof *tbuf);
     st = ampc_mmodel_embed(M, b, NULL, tbuf, NULL, te + s * emb_dim, NULL);
-    report(p, n + s + b, work);
+    if (st == AMPC_OK)
+      st = report(p, n + s + b, work);
   }
   if (st != AMPC_OK)
     goto done;
@@ -197,9 +203,11 @@ ampc_status eval_mm_split(ampc_mmodel *M, const ampc_dataset *d, int split,
     out->mlm += (double)L.mlm * (double)L.mlm_tokens;
     out->mlm_acc += (double)L.mlm_acc * (double)L.mlm_tokens;
     msum += (double)L.mlm_tokens;
-    report(p, n + nc + 2 * (s + b), work);
+    if (st == AMPC_OK)
+      st = report(p, n + nc + 2 * (s + b), work);
   }
-  report(p, work, work);
+  if (st == AMPC_OK)
+    st = report(p, work, work);
   if (wsum > 0) {
     out->loss /= wsum, out->itc /= wsum, out->itm /= wsum, out->cls /= wsum;
     out->itm_acc /= wsum, out->itm_acc_random /= wsum;

@@ -365,7 +365,7 @@ static ampc_status mm_evaluate_impl(ampc_model *m, const ampc_run_data *rd, ampc
   for (int s = AMPC_SPLIT_NEW_STYLE; s <= AMPC_SPLIT_VAL; s++)
     if (s != AMPC_SPLIT_TEST && count[s] >= 2)
       total += (double)count[s] * (s == AMPC_SPLIT_VAL && prompts ? 2.0 : 1.0);
-  eval_progress p = {m->eval_progress, m->eval_progress_user, 0.0, 0.0};
+  eval_progress p = {m->eval_progress, m->eval_progress_user, 0.0, 0.0, m->eval_cancel};
 #define EVAL_SPLIT(s, dst)                                                                         \
   do {                                                                                             \
     p.lo = at / total, at += (double)count[s], p.hi = at / total;                                  \

@@ -559,6 +559,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
   /* telemetry only for models that mark their branches */
   const bool can_sample = m->ops->set_telemetry != NULL && rc->telemetry_every > 0;
   stall_state ss = {0};
+  bool saved_end = false; /* the checkpoint of the last step is written */
   const uint64_t bytes0 = R->accum.comm && R->accum.comm->bytes_sent
                               ? R->accum.comm->bytes_sent(R->accum.comm->user)
                               : 0;
@@ -654,14 +655,34 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     const bool do_eval =
         lead && rc->eval &&
         ((rc->eval_every > 0 && info.iteration % rc->eval_every == 0) || info.iteration == end);
+    if (lead && rc->save_path && info.iteration == end && !saved_end) {
+      TRYR(run_save(R)); /* before the last evaluation: a signal during it loses nothing */
+      saved_end = true;
+    }
     if (do_eval) {
       const double e0 = ampc_now_s();
       eval_hook hook = {cb, R, info.iteration};
       m->eval_progress = cb->eval_progress ? on_eval_progress : NULL;
       m->eval_progress_user = &hook;
+      /* a signal stops the evaluation too (the run's checkpoint at its last
+       * step is written already); mid-run only alone: the other ranks would
+       * go on to the next step */
+      const bool cancellable = R->size == 1 || info.iteration == end;
+      m->eval_cancel = cancellable ? rc->interrupt : NULL;
       st = ampc_model_evaluate(m, &R->data, &tot.ev);
-      m->eval_progress = NULL, m->eval_progress_user = NULL;
+      m->eval_progress = NULL, m->eval_progress_user = NULL, m->eval_cancel = NULL;
       tot.eval_s += ampc_now_s() - e0, tot.evals++;
+      if (st != AMPC_OK && cancellable && rc->interrupt && *rc->interrupt) {
+        st = AMPC_OK;
+        R->interrupted = true;
+        if (log) {
+          cJSON *io = cJSON_CreateObject();
+          cJSON_AddStringToObject(io, "event", "interrupted");
+          cJSON_AddNumberToObject(io, "step", (double)info.iteration);
+          TRYR(run_log_line(log, rc->log_path, io));
+        }
+        break;
+      }
       if (st != AMPC_OK) {
         st = ampc_fail(st, "evaluation: %s", ampc_last_error());
         goto out;
@@ -685,7 +706,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       }
     }
   }
-  if (lead && rc->save_path)
+  if (lead && rc->save_path && !saved_end)
     TRYR(run_save(R));
   R->summary = run_summary_object(R, &tot);
   if (!R->summary)

@@ -81,6 +81,7 @@ typedef struct eval_progress {
   void (*fn)(void *user, double fraction);
   void *user;
   double lo, hi;
+  const volatile sig_atomic_t *cancel; /* non-zero: stop (NULL: never) */
 } eval_progress;
 /* ampc_mmodel_evaluate with progress p (NULL: none) */
 ampc_status eval_mm_split(ampc_mmodel *M, const ampc_dataset *d, int split,

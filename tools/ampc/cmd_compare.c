@@ -77,6 +77,7 @@ typedef struct {
   const ampc_compare_result *res; /* NULL: refused before it ran */
   const ampc_diag *diag;          /* its diagnosis read back from its log, or NULL */
   char stall_verdict[64];         /* a stalled run's verdict, "" otherwise */
+  cJSON *stall_diag;              /* a stalled run's diagnosis at its stall (owned), else NULL */
   int64_t stall_step;             /* the step it stopped after */
 } run_t;
 
@@ -303,7 +304,7 @@ static int write_outputs(const char *dir, run_t *runs, int n, int base) {
     const cJSON *s = runs[r].summary;
     cJSON *verdicts = cJSON_CreateArray();
     char vtxt[256] = "";
-    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(s, "diagnosis");
+    const cJSON *dg = s ? cJSON_GetObjectItemCaseSensitive(s, "diagnosis") : runs[r].stall_diag;
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(dg, "verdicts");
     const cJSON *v;
     int vi = 0;
@@ -387,8 +388,9 @@ static int write_outputs(const char *dir, run_t *runs, int n, int base) {
       fprintf(md, "| %s | `%s` | failed (exit %d, see %s.txt) | | | | | |\n", runs[r].label,
               runs[r].flags, runs[r].status, runs[r].label);
     else
-      fprintf(md, "| %s | `%s` | %.4f | %s | %.0f | %s | %.0f | %.1f |\n", runs[r].label,
-              runs[r].flags, loss, evtxt, jnum(s, "skipped_steps"), vtxt, ms,
+      fprintf(md, "| %s | `%s` | %.4f | %s | %.0f | %s | %.*f%s | %.1f |\n", runs[r].label,
+              runs[r].flags, loss, evtxt, jnum(s, "skipped_steps"), vtxt, ms < 100.0 ? 1 : 0, ms,
+              x && x->timing_disturbed ? " (machine busy)" : "",
               jnum(s, "peak_rss_bytes") / 1048576.0);
   }
   if (base >= 0) {
@@ -416,6 +418,9 @@ static int write_outputs(const char *dir, run_t *runs, int n, int base) {
                                   : "no gap (within the margin)");
       else if (x && x->gap_error[0])
         fprintf(md, "| %s | - | - | - | - | not compared: %s |\n", runs[r].label, x->gap_error);
+      else if (runs[r].status == AMPC_EXIT_STALLED)
+        fprintf(md, "| %s | - | - | - | - | not compared: stopped at step %lld (stalled) |\n",
+                runs[r].label, (long long)runs[r].stall_step);
     }
   }
   fprintf(md, "\nPlots: `loss.png`, `scale.png`, `grad_hist.png` (the last only when a run "
@@ -424,7 +429,9 @@ static int write_outputs(const char *dir, run_t *runs, int n, int base) {
   for (int r = 0; r < n; r++) {
     fprintf(md, "\n### %s\n\n", runs[r].label);
     const cJSON *vs = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(runs[r].summary, "diagnosis"), "verdicts");
+        runs[r].summary ? cJSON_GetObjectItemCaseSensitive(runs[r].summary, "diagnosis")
+                        : runs[r].stall_diag,
+        "verdicts");
     const cJSON *v;
     cJSON_ArrayForEach(v, vs) {
       const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "verdict");
@@ -564,6 +571,10 @@ static void on_end(void *user, int k, ampc_run *R, const ampc_compare_result *re
     const int nv = ampc_diag_verdicts(ampc_run_diag(R), v, AMPC_VERDICT_COUNT);
     if (nv > 0)
       snprintf(r->stall_verdict, sizeof r->stall_verdict, "%s", ampc_verdict_name(v[0].kind));
+    char *dj = ampc_diag_json(ampc_run_diag(R));
+    cJSON_Delete(r->stall_diag);
+    r->stall_diag = dj ? cJSON_Parse(dj) : NULL;
+    free(dj);
     r->stall_step = ampc_run_trainer(R)->iteration;
   }
   end_run(cx, r);
@@ -572,6 +583,8 @@ static void on_end(void *user, int k, ampc_run *R, const ampc_compare_result *re
             (long long)res->skipped_steps,
             res->n_verdicts ? ampc_verdict_name(res->verdicts[0].kind) : "?",
             res->n_verdicts && res->no_loss_gap[0] ? " (present, no loss gap)" : "");
+    if (res->timing_disturbed)
+      fprintf(stderr, "; timing disturbed (other processes used %.1f cores)", res->other_cores);
     if (res->have_gap && res->gap.finite)
       fprintf(stderr, "; against %s: %s (%+.2f %%)%s%s", cx->runs[cx->of_spec[res->baseline]].label,
               res->gap.significant ? "loss gap" : "no significant loss gap", 100.0 * res->gap.rel,
@@ -796,6 +809,7 @@ done:
     ampc_compare_results_free(res, ns);
   for (int r = 0; runs && r < MAX_RUNS; r++) {
     cJSON_Delete(runs[r].summary);
+    cJSON_Delete(runs[r].stall_diag);
     train_inputs_free(&runs[r].in);
   }
   free(runs), free(common), free(specs), free(res);

@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +54,11 @@ static const char k_usage[] =
     "Exit status: 0 diagnosed (whatever the verdict), 1 unreadable or malformed\n"
     "log, or a baseline that is not the run's FP32 twin; 2 bad usage.\n";
 
-static void print_verdict(const ampc_verdict *v) {
-  printf("verdict: %s", ampc_verdict_name(v->kind));
+/* a verdict; present: a count-based signature whose run shows no loss gap
+ * against its FP32 twin (printed as present, not as the outcome) */
+static void print_verdict(const ampc_verdict *v, bool present) {
+  printf("verdict: %s%s", ampc_verdict_name(v->kind),
+         present ? " (present, no loss gap against the baseline)" : "");
   if (v->branch >= 0)
     printf("  branch: %s", ampc_branch_name((ampc_branch)v->branch));
   if (v->step >= 0)
@@ -183,21 +187,22 @@ static int run(int argc, char **argv) {
       sampled += ampc_diag_step_at(d, i)->telemetry;
     printf("%s: %s run, %lld steps logged (%lld sampled by telemetry)\n", path, c->precision,
            (long long)ampc_diag_steps(d), (long long)sampled);
+    const bool no_gap = base_path && gap.finite && !gap.significant;
     for (int i = 0; i < n; i++)
-      print_verdict(&v[i]);
+      print_verdict(&v[i], no_gap && ampc_verdict_count_based(v[i].kind));
     if (base_path && !gap.finite) {
       printf("against the FP32 baseline %s: no cross-run verdict, the run has non-finite "
              "values (its own verdicts above)\n",
              base_path);
     } else if (base_path) {
       printf("against the FP32 baseline %s: %s%s %.5g vs %.5g over steps %lld-%lld, "
-             "%+.3g per step (%+.2f %%) +- %.2g\n",
+             "%+.3g per step (%+.2f %%) +- %.2g (%.2f %%)\n",
              base_path, strcmp(gap.quantity, "loss") ? "loss term " : "training loss",
              strcmp(gap.quantity, "loss") ? gap.quantity : "", gap.run_loss, gap.base_loss,
              (long long)gap.first_step, (long long)gap.last_step, gap.diff, 100.0 * gap.rel,
-             gap.diff_se);
+             gap.diff_se, gap.base_loss != 0.0 ? 100.0 * gap.diff_se / fabs(gap.base_loss) : 0.0);
       if (ngv)
-        print_verdict(&gv);
+        print_verdict(&gv, false);
       else if (gap.diff < 0.0)
         printf("no precision gap: the run ends below the FP32 loss\n");
       else

@@ -317,31 +317,46 @@ static void put_arg(const char *a) {
 }
 
 /* "interrupted at step N; resume with: ampc train ARGS --resume FILE" (the
- * command line as given, a --resume in it replaced) */
+ * command line as given, a --resume in it replaced; a list's run: with its
+ * own --precision, --save and --log) */
 static void print_interrupted(const ampc_compare_result *r, const char *label, bool list,
-                              const char *save) {
+                              const char *save, const char *log) {
   fprintf(stderr, "ampc train: interrupted (signal %d) at step %lld%s%s", (int)g_interrupt,
           (long long)r->steps, list ? " of run " : "", list ? label : "");
   if (!save) {
     fprintf(stderr, "; no --save was given, so there is nothing to resume from\n");
     return;
   }
-  if (list) { /* the list's other runs did not start: that run alone resumes */
-    fprintf(stderr,
-            "; checkpoint %s (resume that run alone: its flags with --precision %s "
-            "--resume %s)\n",
-            save, label, save);
-    return;
-  }
-  fprintf(stderr, "; checkpoint %s; resume with:\n  ampc train", save);
+  /* a list: its other runs did not start; that run alone resumes (a list
+   * takes no --resume), with its own --precision and --save */
+  fprintf(stderr, "; checkpoint %s; resume %swith:\n  ampc train", save,
+          list ? "that run alone " : "");
   for (int i = 1; i < g_argc; i++) {
     const char *a = g_argv[i];
-    if (!strcmp(a, "--resume")) {
+    const bool swap = list && (!strcmp(a, "--precision") || !strcmp(a, "--save") ||
+                               !strcmp(a, "--checkpoint") || !strcmp(a, "--log"));
+    if (!strcmp(a, "--resume") || swap) {
+      if (swap && i + 1 < g_argc) {
+        put_arg(a);
+        put_arg(!strcmp(a, "--precision") ? label : !strcmp(a, "--log") ? log : save);
+      }
       i++;
       continue;
     }
     if (!strncmp(a, "--resume=", 9))
       continue;
+    if (list && !strncmp(a, "--precision=", 12)) {
+      put_arg("--precision"), put_arg(label);
+      continue;
+    }
+    if (list && (!strncmp(a, "--save=", 7) || !strncmp(a, "--checkpoint=", 13))) {
+      put_arg("--save"), put_arg(save);
+      continue;
+    }
+    if (list && !strncmp(a, "--log=", 6)) {
+      put_arg("--log"), put_arg(log);
+      continue;
+    }
     put_arg(a);
   }
   fprintf(stderr, " --resume");
@@ -715,6 +730,13 @@ int train_parse_args(int argc, char **argv, train_args *a) {
   if (a->batch % a->micro_batches != 0)
     return cli_usage_error("train", "--batch %lld is not a multiple of --micro-batches %lld",
                            (long long)a->batch, (long long)a->micro_batches);
+  /* one checkpoint cannot continue several presets: each would start from
+   * the same weights, and the side-by-side answer would compare nothing */
+  if (a->resume && a->n_presets > 1)
+    return cli_usage_error("train",
+                           "--resume with a --precision list: each preset has its own checkpoint; "
+                           "resume one preset at a time (--precision P --resume "
+                           "CHECKPOINT.P.safetensors) or run the list again");
   /* output paths: distinct, and checked now rather than after the run */
   if (cli_same_file(a->log, a->save) || cli_same_file(a->log, a->resume))
     return cli_usage_error("train", "--log must not name the checkpoint file (%s)", a->log);
@@ -1251,8 +1273,8 @@ static void print_answers(const train_args *A, const ampc_compare_result *res, i
         printf("%s%s", n_sig++ ? " and " : ", ", ampc_verdict_name(r->verdicts[i].kind));
     if (n_sig)
       printf(" present without a loss gap");
-    printf("; activations %.2fx, parameter state %.2fx", r->activation_mib / b->activation_mib,
-           r->param_state_mib / b->param_state_mib);
+    printf("; activations+workspace %.2fx, parameter state %.2fx",
+           r->activation_mib / b->activation_mib, r->param_state_mib / b->param_state_mib);
     if (r->peak_rss_bytes > 0.0 && b->peak_rss_bytes > 0.0)
       printf(", peak RSS %.2fx", r->peak_rss_bytes / b->peak_rss_bytes);
     if (!r->timing_disturbed && !b->timing_disturbed)
@@ -1363,7 +1385,8 @@ static int train_runs(const train_args *A) {
   for (int k = 0; k < n && rc == AMPC_EXIT_OK; k++)
     if (res[k].interrupted) { /* the shell's code for a death by that signal */
       if (lead)
-        print_interrupted(&res[k], A->presets[k], list, specs[k].rc.save_path);
+        print_interrupted(&res[k], A->presets[k], list, specs[k].rc.save_path,
+                          specs[k].rc.log_path ? specs[k].rc.log_path : "");
       rc = 128 + (int)g_interrupt;
     }
   ampc_compare_results_free(res, n);
