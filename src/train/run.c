@@ -643,12 +643,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
         TRYR(R->accum.comm->max_f64(R->accum.comm->user, &stop, 1));
       if (stop > 0.0) {
         R->interrupted = true;
-        if (log) {
-          cJSON *io = cJSON_CreateObject();
-          cJSON_AddStringToObject(io, "event", "interrupted");
-          cJSON_AddNumberToObject(io, "step", (double)info.iteration);
-          TRYR(run_log_line(log, rc->log_path, io));
-        }
+        if (log)
+          TRYR(run_log_line(log, rc->log_path, run_interrupted_object(info.iteration)));
         break;
       }
     }
@@ -675,12 +671,8 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       if (st != AMPC_OK && cancellable && rc->interrupt && *rc->interrupt) {
         st = AMPC_OK;
         R->interrupted = true;
-        if (log) {
-          cJSON *io = cJSON_CreateObject();
-          cJSON_AddStringToObject(io, "event", "interrupted");
-          cJSON_AddNumberToObject(io, "step", (double)info.iteration);
-          TRYR(run_log_line(log, rc->log_path, io));
-        }
+        if (log)
+          TRYR(run_log_line(log, rc->log_path, run_interrupted_object(info.iteration)));
         break;
       }
       if (st != AMPC_OK) {

@@ -126,6 +126,8 @@ cJSON *run_summary_object(const ampc_run *R, const run_totals *t);
 cJSON *run_stall_object(const ampc_run *R, int64_t iteration, const char *why);
 cJSON *run_eval_object(const ampc_run *R, int64_t iteration, const ampc_eval *e);
 cJSON *run_save_skipped_object(int64_t iteration);
+/* {"event":"interrupted","step":iteration}: the run stopped at a signal */
+cJSON *run_interrupted_object(int64_t iteration);
 /* the summary's "memory" object */
 void run_add_memory(cJSON *summary, const ampc_run *R);
 void run_add_mm_metrics(cJSON *o, const char *name, const ampc_mmodel_metrics *m);

@@ -175,6 +175,13 @@ cJSON *run_eval_object(const ampc_run *R, int64_t iteration, const ampc_eval *e)
 }
 
 /* {"event":"save_skipped"}: the last good checkpoint is kept */
+cJSON *run_interrupted_object(int64_t iteration) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "event", "interrupted");
+  cJSON_AddNumberToObject(o, "step", (double)iteration);
+  return o;
+}
+
 cJSON *run_save_skipped_object(int64_t iteration) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "event", "save_skipped");

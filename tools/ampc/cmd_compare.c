@@ -504,20 +504,17 @@ static void on_step_stream(void *user, const ampc_run *R, const ampc_run_progres
   compare_ctx *cx = user;
   cx->train_cb.run.step(&cx->pr, R, p);
   const run_t *r = &cx->runs[cx->cur];
-  const int64_t it = p->info->iteration, done = it - p->start, steps = r->A.steps;
-  const double train_s = p->elapsed_s - p->eval_s;
-  double eta = done > 0 ? train_s / (double)done * (double)(p->end - it) : 0.0;
-  if (p->evals_done > 0)
-    eta += p->eval_s / (double)p->evals_done * (double)p->evals_left;
+  const int64_t it = p->info->iteration, steps = r->A.steps;
+  const double eta = train_eta_s(p);
   const int64_t every = steps >= 10 ? steps / 10 : 1;
   if (cx->tty)
     fprintf(stderr, "\rampc compare:   %s step %lld/%lld  loss %.4f  skipped %lld  ETA %.0f s%s   ",
             r->label, (long long)it, (long long)steps, (double)p->losses->total,
             (long long)p->skipped, eta, p->evals_done == 0 && p->evals_left > 0 ? " + eval" : "");
   else if (it / every != cx->tick / every || it == p->end) {
-    fprintf(stderr, "ampc compare:   %s step %lld/%lld  loss %.4f  skipped %lld  ETA %.0f s\n",
+    fprintf(stderr, "ampc compare:   %s step %lld/%lld  loss %.4f  skipped %lld  ETA %.0f s%s\n",
             r->label, (long long)it, (long long)steps, (double)p->losses->total,
-            (long long)p->skipped, eta);
+            (long long)p->skipped, eta, p->evals_done == 0 && p->evals_left > 0 ? " + eval" : "");
     cx->tick = it;
   }
 }

@@ -857,18 +857,22 @@ static void print_config(FILE *out, FILE *err, ampc_run *R, const train_args *A)
                                                 : "--recompute is");
 }
 
+double train_eta_s(const ampc_run_progress *p) {
+  const int64_t done = p->info->iteration - p->start;
+  const double train_s = p->elapsed_s - p->eval_s;
+  double eta = done > 0 ? train_s / (double)done * (double)(p->end - p->info->iteration) : 0.0;
+  if (p->evals_done > 0)
+    eta += p->eval_s / (double)p->evals_done * (double)p->evals_left;
+  return eta;
+}
+
 static void on_step(void *user, const ampc_run *R, const ampc_run_progress *p) {
   (void)R;
   const train_printer *pr = user;
   const ampc_step_info *info = p->info;
   const int64_t done = info->iteration - p->start;
   if (pr->tty) {
-    /* the steps left at the mean step time, and the evaluations left at
-     * the mean evaluation time (before the first: not known yet) */
-    const double train_s = p->elapsed_s - p->eval_s;
-    double eta = done > 0 ? train_s / (double)done * (double)(p->end - info->iteration) : 0.0;
-    if (p->evals_done > 0)
-      eta += p->eval_s / (double)p->evals_done * (double)p->evals_left;
+    const double train_s = p->elapsed_s - p->eval_s, eta = train_eta_s(p);
     fprintf(
         stderr, "\rstep %lld/%lld  loss %.4f  scale %g  skipped %lld  %.2f it/s  ETA %.0f s%s   ",
         (long long)info->iteration, (long long)pr->A->steps, (double)p->losses->total,

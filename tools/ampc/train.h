@@ -110,6 +110,10 @@ void train_printer_set(train_printer *p, const train_args *A, FILE *out, FILE *e
  * warnings) when a run starts, its progress, evaluations and stalls; run_end
  * is left NULL for the command to fill. */
 ampc_compare_callbacks train_printer_callbacks(train_printer *p);
+/* The seconds left of a run at progress p: the steps left at the mean step
+ * time, and the evaluations left at the mean evaluation time (0 for them
+ * before the first: not known yet). */
+double train_eta_s(const ampc_run_progress *p);
 /* The run's diagnosis (its verdicts, evidence and safeguards) to out;
  * no_loss_gap (NULL: none) marks the verdicts present in the counts while
  * the loss shows no gap against the run named baseline. */
