@@ -3,7 +3,8 @@
 # one branch blown up (x 1e6: its activations pass binary16's 65504) is
 # resumed in 16-mixed at the default --telemetry-every 10; its first step
 # (not a telemetry step) has a non-finite loss, is replayed with telemetry,
-# and the live diagnosis names the branch and the first non-finite tensor.
+# and the live diagnosis names the branch and the op whose output first
+# held a non-finite value (on the CPU and on the device path).
 # With --anomaly-replay off it names neither; with it on or off the run's
 # checkpoint is the same, bit for bit.
 . "$(dirname "$0")/cli_lib.sh"
@@ -15,9 +16,9 @@ common="--steps 12 --batch 16 --threads 1 --no-eval"
   >/dev/null 2>"$tmp/err" || die "base run exited $? ($(cat "$tmp/err"))"
 
 # one weight per branch; the tensor the diagnosis names first
-for case in vision:vision.blocks.0.mlp.fc1.weight:vision.blocks.0 \
-  text:text.blocks.0.mlp.fc1.weight:text.blocks.0 \
-  fusion:fusion.blocks.0.mlp.fc1.weight:fusion.blocks.0 \
+for case in vision:vision.blocks.0.mlp.fc1.weight:vision.blocks.0.mlp.fc1 \
+  text:text.blocks.0.mlp.fc1.weight:text.blocks.0.mlp.fc1 \
+  fusion:fusion.blocks.0.mlp.fc1.weight:fusion.blocks.0.mlp.fc1 \
   heads:heads.itm.weight:itm_head; do
   br=${case%%:*} rest=${case#*:}
   w=${rest%%:*} first=${rest#*:}
@@ -32,6 +33,12 @@ for case in vision:vision.blocks.0.mlp.fc1.weight:vision.blocks.0 \
   grep '"step":4,' "$tmp/$br.jsonl" | grep -q '"anomaly_replay":true' ||
     die "$w: step 4's log line is not marked as replayed"
 done
+
+# the device path (on the CPU: cpu-split) replays and names the same op
+python3 "$here/scale_tensor.py" "$tmp/base.st" "$tmp/blown.st" vision.blocks.0.mlp.fc1.weight 1e6
+"$ampc" train $common --resume "$tmp/blown.st" --device cpu-split >"$tmp/out" 2>&1
+grep -q "^  - first non-finite tensor: vision.blocks.0.mlp.fc1 (vision)$" "$tmp/out" ||
+  die "cpu-split: $(grep -A3 '^diagnosis' "$tmp/out")"
 
 # off: the branch is not named; on or off: the same checkpoint
 python3 "$here/scale_tensor.py" "$tmp/base.st" "$tmp/blown.st" vision.blocks.0.mlp.fc1.weight 1e6

@@ -157,8 +157,12 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
                            ampc_branch br, const char *name) {
   const int64_t D = M->D, rq = b * tq, MLP = M->c.mlp;
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt;
+  /* telemetry marks per op (the checkpoint's names): a first non-finite
+   * value is named by the op whose output holds it */
+  const char *attn = kv ? "cross_attn" : "attn";
   AMPC_TRY(M->be->layernorm_forward(rq, D, x, stream_dt, W(M, p->n1w), W(M, p->n1b), weight_dt,
                                     k_ln_eps, a->ln1, act_dt, a->mean1, a->rstd1, NULL));
+  mark_tensor(M, br, AMPC_TM_ACT, "%s.norm1", name);
   const void *win = W(M, p->inw), *bin = W(M, p->inb);
   const size_t ws = ampc_dtype_size(weight_dt);
   ampc_linear_fp8 *const f8[4] = {site(M, p, 0), site(M, p, 1), site(M, p, 2), site(M, p, 3)};
@@ -169,15 +173,21 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       W(M, p->outw), W(M, p->outb), weight_dt, kmask, &a->c, M->prob_dt, a->y1 ? a->y1 : a->y,
       M->acc, M->fp8_on ? f8 : NULL, NULL));
   a->c.key_mask = kmask; /* for the backward pass's recomputation */
+  mark_tensor(M, br, AMPC_TM_ACT, "%s.%s", name, attn);
   AMPC_TRY(M->be->add_forward(rq * D, x, stream_dt, a->y1 ? a->y1 : a->y, act_dt, a->x1, stream_dt,
                               NULL));
+  mark_tensor(M, br, AMPC_TM_ACT, "%s.%s_residual", name, attn);
   AMPC_TRY(M->be->layernorm_forward(rq, D, a->x1, stream_dt, W(M, p->n2w), W(M, p->n2b), weight_dt,
                                     k_ln_eps, a->ln2, act_dt, a->mean2, a->rstd2, NULL));
+  mark_tensor(M, br, AMPC_TM_ACT, "%s.norm2", name);
   AMPC_TRY(M->be->linear_forward_fp8(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt,
                                      W(M, p->f1b), a->h, act_dt, M->acc, site(M, p, 4), NULL));
+  mark_tensor(M, br, AMPC_TM_ACT, "%s.mlp.fc1", name);
   AMPC_TRY(M->be->gelu_forward(rq * MLP, a->h, act_dt, a->g, act_dt, NULL));
+  mark_tensor(M, br, AMPC_TM_ACT, "%s.mlp.gelu", name);
   AMPC_TRY(M->be->linear_forward_fp8(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt,
                                      W(M, p->f2b), a->y, act_dt, M->acc, site(M, p, 5), NULL));
+  mark_tensor(M, br, AMPC_TM_ACT, "%s.mlp.fc2", name);
   AMPC_TRY(M->be->add_forward(rq * D, a->x1, stream_dt, a->y, act_dt, a->out, stream_dt, NULL));
   if (probe_on(M)) {
     char nm[64];
@@ -203,7 +213,9 @@ static float cross(const ampc_mmodel *M, ampc_branch to, ampc_branch from) {
 /* dkv (cross-attention: the gradient of kv, which belongs to the vision
  * branch) is stored multiplied by cross(vision, fusion) */
 static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, int64_t tq,
-                           int64_t tk, const void *x, const void *kv, void *dout, void *dkv) {
+                           int64_t tk, const void *x, const void *kv, void *dout, void *dkv,
+                           ampc_branch br, const char *name) {
+  const char *attn = kv ? "cross_attn" : "attn"; /* the marks: each op's gradients */
   const int64_t D = M->D, rq = b * tq, MLP = M->c.mlp;
   const ampc_dtype stream_dt = M->stream_dt, act_dt = M->act_dt, weight_dt = M->weight_dt,
                    grad_dt = M->grad_dt;
@@ -212,10 +224,13 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   AMPC_TRY(M->be->linear_backward_fp8(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w),
                                       weight_dt, M->dH1, G(M, p->f2w), G(M, p->f2b), acc,
                                       site(M, p, 5), &M->ws));
+  mark_tensor(M, br, AMPC_TM_GRAD, "%s.mlp.fc2", name);
   AMPC_TRY(M->be->gelu_backward(rq * MLP, M->dH1, grad_dt, a->h, act_dt, M->dH2));
+  mark_tensor(M, br, AMPC_TM_GRAD, "%s.mlp.gelu", name);
   AMPC_TRY(M->be->linear_backward_fp8(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
                                       weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc,
                                       site(M, p, 4), &M->ws));
+  mark_tensor(M, br, AMPC_TM_GRAD, "%s.mlp.fc1", name);
   if (a->y1) { /* x1 again (the forward's add, the same bits), counted once: there */
     ampc_tally *const was = ampc_tally_bind(NULL);
     const ampc_status st =
@@ -226,7 +241,9 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, a->x1, stream_dt, W(M, p->n2w),
                                      weight_dt, a->mean2, a->rstd2, M->dS2, G(M, p->n2w),
                                      G(M, p->n2b), &M->ws));
+  mark_tensor(M, br, AMPC_TM_GRAD, "%s.norm2", name);
   AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
+  mark_tensor(M, br, AMPC_TM_GRAD, "%s.%s_residual", name, attn);
   const size_t ws = ampc_dtype_size(weight_dt), gsz = ampc_dtype_size(grad_dt);
   const char *win = W(M, p->inw);
   char *gin = G(M, p->inw), *gbin = G(M, p->inb);
@@ -237,9 +254,11 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz, gin + (size_t)(2 * D * D) * gsz,
       gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL,
       &M->ws));
+  mark_tensor(M, br, AMPC_TM_GRAD, "%s.%s", name, attn);
   AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
                                      a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b),
                                      &M->ws));
+  mark_tensor(M, br, AMPC_TM_GRAD, "%s.norm1", name);
   AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
   return AMPC_OK;
 }
@@ -391,8 +410,11 @@ static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const float *dv32) {
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.norm");
   for (int i = (int)c->v_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
-    AMPC_TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL));
-    mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.blocks.%d", i);
+    char nm[32];
+    snprintf(nm, sizeof nm, "vision.blocks.%d", i);
+    AMPC_TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL, AMPC_BRANCH_VISION,
+                     nm));
+    mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "%s", nm);
   }
   /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
   AMPC_TRY(M->be->vit_tokens_backward(b, M->NP, D, M->dS, grad_dt, M->dS2, G(M, M->cls_tok),
@@ -749,8 +771,11 @@ static ampc_status text_bwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, co
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
   for (int i = (int)c->t_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
-    AMPC_TRY(blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL));
-    mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.blocks.%d", i);
+    char nm[32];
+    snprintf(nm, sizeof nm, "text.blocks.%d", i);
+    AMPC_TRY(
+        blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL, AMPC_BRANCH_TEXT, nm));
+    mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "%s", nm);
   }
   AMPC_TRY(M->be->embedding_backward(b, TT, D, tokens, c->vocab, M->dS, grad_dt, G(M, M->tok),
                                      G(M, M->tpos), NULL, &M->ws));
@@ -830,8 +855,11 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
     AMPC_TRY(M->be->zero(dkv32, (size_t)(np * NV * D) * sizeof(float)));
     for (int i = (int)c->f_depth - 1; i >= 0; i--) {
       const void *xin = i == 0 ? M->f0 : M->fa[i - 1].out;
-      AMPC_TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV));
-      mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "fusion.blocks.%d", i);
+      char bn[32];
+      snprintf(bn, sizeof bn, "fusion.blocks.%d", i);
+      AMPC_TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV,
+                       AMPC_BRANCH_FUSION, bn));
+      mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "%s", bn);
       AMPC_TRY(M->be->scatter_add_rows(np * NV, D, NULL, np * NV, M->dKV, grad_dt, NULL, grad_dt,
                                        dkv32, D));
     }
