@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1173,69 +1174,60 @@ static void cell(double v, int width, int prec) {
 
 /* the runs of a list side by side: retrieval (the multimodal models) or
  * the test accuracy (vit-fm, vit-ref, the MLP) */
-static void print_table_rows(const train_args *A, const ampc_compare_result *res) {
-  const int n = A->n_presets;
-  printf("\nside by side (same seed, data and steps):\n");
-  if (!isnan(res[0].val_i2t_r1)) { /* a packed dataset: its val split */
-    printf("%-11s %9s %8s %11s %11s %10s %9s %10s\n", "precision", "loss", "skipped", "val R@1 i2t",
-           "val R@1 t2i", "zero-shot", "ms/step", "act MiB");
-    for (int k = 0; k < n; k++) {
-      printf("%-11s", A->presets[k]);
-      cell(res[k].final_loss, 9, 4);
-      cell((double)res[k].skipped_steps, 8, 0);
-      cell(res[k].val_i2t_r1, 11, 4);
-      cell(res[k].val_t2i_r1, 11, 4);
-      cell(res[k].prompt_acc, 10, 3);
-      cell(res[k].ms_per_step, 9, 0);
-      cell(res[k].activation_mib, 10, 1);
-      putchar('\n');
-    }
-    printf("chance R@1: val %.4f\n", res[0].val_chance_r1);
-    return;
-  }
-  if (isnan(res[0].new_i2t_r1) && isnan(res[0].test_accuracy)) { /* --no-eval */
-    printf("%-11s %9s %8s %9s %10s\n", "precision", "loss", "skipped", "ms/step", "act MiB");
-    for (int k = 0; k < n; k++) {
-      printf("%-11s", A->presets[k]);
-      cell(res[k].final_loss, 9, 4);
-      cell((double)res[k].skipped_steps, 8, 0);
-      cell(res[k].ms_per_step, 9, 1);
-      cell(res[k].activation_mib, 10, 2);
-      putchar('\n');
-    }
-    return;
-  }
-  if (isnan(res[0].new_i2t_r1)) {
-    printf("%-11s %9s %8s %9s %9s %10s\n", "precision", "loss", "skipped", "test acc", "ms/step",
-           "act MiB");
-    for (int k = 0; k < n; k++) {
-      printf("%-11s", A->presets[k]);
-      cell(res[k].final_loss, 9, 4);
-      cell((double)res[k].skipped_steps, 8, 0);
-      cell(res[k].test_accuracy, 9, 4);
-      cell(res[k].ms_per_step, 9, 2);
-      cell(res[k].activation_mib, 10, 2);
-      putchar('\n');
-    }
-    return;
-  }
-  printf("%-11s %9s %8s %11s %11s %11s %11s %9s %9s %10s\n", "precision", "loss", "skipped",
-         "new R@1 i2t", "new R@1 t2i", "zs R@1 i2t", "zs R@1 t2i", "group", "ms/step", "act MiB");
-  for (int k = 0; k < n; k++) {
+/* a metric column of the table: its header, the result's field, format */
+typedef struct table_col {
+  const char *name;
+  size_t off; /* offsetof(ampc_compare_result, the double shown) */
+  int width, prec;
+} table_col;
+
+/* the header and one row per run: precision, loss, skipped, the metric
+ * columns, ms/step and activation MiB */
+static void table(const train_args *A, const ampc_compare_result *res, const table_col *mid,
+                  int n_mid, int ms_prec, int act_prec) {
+  printf("%-11s %9s %8s", "precision", "loss", "skipped");
+  for (int c = 0; c < n_mid; c++)
+    printf(" %*s", mid[c].width, mid[c].name);
+  printf(" %9s %10s\n", "ms/step", "act MiB");
+  for (int k = 0; k < A->n_presets; k++) {
     printf("%-11s", A->presets[k]);
     cell(res[k].final_loss, 9, 4);
     cell((double)res[k].skipped_steps, 8, 0);
-    cell(res[k].new_i2t_r1, 11, 4);
-    cell(res[k].new_t2i_r1, 11, 4);
-    cell(res[k].zs_i2t_r1, 11, 4);
-    cell(res[k].zs_t2i_r1, 11, 4);
-    cell(res[k].group_acc, 9, 3);
-    cell(res[k].ms_per_step, 9, 0);
-    cell(res[k].activation_mib, 10, 1);
+    for (int c = 0; c < n_mid; c++)
+      cell(*(const double *)((const char *)&res[k] + mid[c].off), mid[c].width, mid[c].prec);
+    cell(res[k].ms_per_step, 9, ms_prec);
+    cell(res[k].activation_mib, 10, act_prec);
     putchar('\n');
   }
-  printf("chance R@1: new style %.4f, zero-shot %.4f\n", res[0].new_chance_r1, res[0].zs_chance_r1);
 }
+
+#define COL(name, field, width, prec)                                                              \
+  { name, offsetof(ampc_compare_result, field), width, prec }
+
+static void print_table_rows(const train_args *A, const ampc_compare_result *res) {
+  printf("\nside by side (same seed, data and steps):\n");
+  if (!isnan(res[0].val_i2t_r1)) { /* a packed dataset: its val split */
+    static const table_col val[] = {COL("val R@1 i2t", val_i2t_r1, 11, 4),
+                                    COL("val R@1 t2i", val_t2i_r1, 11, 4),
+                                    COL("zero-shot", prompt_acc, 10, 3)};
+    table(A, res, val, 3, 0, 1);
+    printf("chance R@1: val %.4f\n", res[0].val_chance_r1);
+  } else if (isnan(res[0].new_i2t_r1) && isnan(res[0].test_accuracy)) { /* --no-eval */
+    table(A, res, NULL, 0, 1, 2);
+  } else if (isnan(res[0].new_i2t_r1)) { /* the ViTs and the MLP */
+    static const table_col acc[] = {COL("test acc", test_accuracy, 9, 4)};
+    table(A, res, acc, 1, 2, 2);
+  } else {
+    static const table_col mm[] = {
+        COL("new R@1 i2t", new_i2t_r1, 11, 4), COL("new R@1 t2i", new_t2i_r1, 11, 4),
+        COL("zs R@1 i2t", zs_i2t_r1, 11, 4), COL("zs R@1 t2i", zs_t2i_r1, 11, 4),
+        COL("group", group_acc, 9, 3)};
+    table(A, res, mm, 5, 0, 1);
+    printf("chance R@1: new style %.4f, zero-shot %.4f\n", res[0].new_chance_r1,
+           res[0].zs_chance_r1);
+  }
+}
+#undef COL
 
 /* the table, and which runs' step times another process disturbed */
 static void print_table(const train_args *A, const ampc_compare_result *res) {
