@@ -35,6 +35,8 @@
 extern "C" {
 #endif
 
+enum { AMPC_TM_SAMPLES = 8 }; /* samples named per non-finite tensor */
+
 typedef struct ampc_telemetry {
   bool on;                                            /* collect in the current iteration */
   ampc_tm_stats s[AMPC_TM_PHASES][AMPC_BRANCH_COUNT]; /* counts since ampc_telemetry_begin */
@@ -42,6 +44,22 @@ typedef struct ampc_telemetry {
   char first_nonfinite[64];
   int first_nonfinite_branch; /* ampc_branch, or -1 */
   int first_nonfinite_phase;  /* ampc_tm_phase, or -1 */
+  /* that tensor's largest finite FP32 result before rounding (|x|, the
+   * tally's max_abs of its stores) and the dtype it was stored in
+   * (AMPC_DTYPE_COUNT: not told) */
+  float first_nonfinite_max_abs;
+  ampc_dtype first_nonfinite_dt;
+  /* the samples whose rows of that tensor hold inf or NaN: their positions
+   * in the step's (global) batch, sample_offset + row, the first
+   * AMPC_TM_SAMPLES of them in order; nf_samples_total counts all of them
+   * and nf_samples_of the samples the tensor holds (0: not per sample or
+   * not scanned) */
+  int n_nf_samples;
+  int64_t nf_samples[AMPC_TM_SAMPLES];
+  int64_t nf_samples_total, nf_samples_of;
+  /* set by the caller before each micro-batch: the batch position of its
+   * first sample (ranks and accumulated micro-batches) */
+  int64_t sample_offset;
   /* largest relative accumulation error (Frobenius norm, against FP64) of the
    * sampled GEMMs per branch, the tensor and its reduction length; -1 if none */
   double acc_err[AMPC_BRANCH_COUNT];
@@ -63,6 +81,21 @@ ampc_status ampc_telemetry_begin(ampc_telemetry *t);
  * first_nonfinite if its counts hold the run's first inf or NaN. No-op when t
  * is NULL or not on. */
 void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, const char *name);
+
+/* ampc_telemetry_mark for a tensor stored in dtype dt (AMPC_DTYPE_COUNT:
+ * not told); returns true when this mark recorded the first non-finite
+ * tensor (then the caller may report its samples with
+ * ampc_telemetry_samples). */
+bool ampc_telemetry_mark_dt(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, const char *name,
+                            ampc_dtype dt);
+
+/* The samples of the first non-finite tensor: bad[r] != 0 when sample r of
+ * the current micro-batch (n samples) holds an inf or NaN there; recorded at
+ * batch positions t->sample_offset + r. No-op when t is not on or no
+ * non-finite tensor was recorded. The method of PyTorch's anomaly mode and
+ * transformers' DebugUnderflowOverflow, narrowed to rows: the first op whose
+ * output is non-finite, and which inputs it came from. */
+void ampc_telemetry_samples(ampc_telemetry *t, const uint8_t *bad, int64_t n);
 
 /* Stop counting and free t's tally (counts since the last mark are dropped;
  * mark first). Call it on the thread that began t. */
@@ -151,6 +184,18 @@ typedef struct ampc_diag_step {
   ampc_diag_branch br[AMPC_BRANCH_COUNT];
   char first_nonfinite[64];
   int first_nonfinite_branch, first_nonfinite_phase; /* -1 if none */
+  /* that tensor's largest finite FP32 |x| before rounding (-1: unknown) and
+   * its storage dtype's name ("" unknown) */
+  double first_nonfinite_max_abs;
+  char first_nonfinite_dtype[16];
+  /* the samples carrying its non-finite values: dataset indices (streamed
+   * data: shard * 2^32 + record) and, where the data has them, keys ("" if
+   * not); n of the first AMPC_TM_SAMPLES, total of `of` samples in the batch
+   * (of 0: not known) */
+  int n_nf_samples;
+  int64_t nf_sample[AMPC_TM_SAMPLES];
+  char nf_key[AMPC_TM_SAMPLES][96];
+  int64_t nf_samples_total, nf_samples_of;
 } ampc_diag_step;
 
 /* The run's settings that the verdicts depend on. */

@@ -235,6 +235,12 @@ typedef struct ampc_mmodel_batch {
   /* with neg_seed != 0: the negative text drawn uniformly over j != i
    * instead (random negatives, an easier matching task than ALBEF's) */
   bool neg_uniform;
+  /* a test hook for the diagnosis: with extreme_factor != 0, image
+   * extreme_row's normalised pixels are multiplied by it ((p / 127.5 - 1) *
+   * factor) before the patch embedding, as a sample far outside the data's
+   * range would be; 0 (the default): off */
+  int64_t extreme_row;
+  float extreme_factor;
 } ampc_mmodel_batch;
 
 typedef struct ampc_mmodel_losses {
@@ -373,13 +379,18 @@ ampc_status ampc_mmodel_backward_losses(ampc_mmodel *M, const float seed[AMPC_MM
 typedef struct ampc_model_probe {
   void *user;
   bool (*on)(void *user);
-  void (*mark)(void *user, ampc_branch br, ampc_tm_phase ph, const char *name);
+  /* the tensor `name` (stored in dt) is finished; true when it is the first
+   * with a non-finite value (the model then reports its samples) */
+  bool (*mark)(void *user, ampc_branch br, ampc_tm_phase ph, const char *name, ampc_dtype dt);
   ampc_status (*shadow_linear)(void *user, ampc_branch br, const char *name, int64_t m, int64_t k,
                                int64_t n, const void *x, ampc_dtype xdt, const void *w,
                                ampc_dtype wdt, ampc_acc acc);
   ampc_status (*shadow_result)(void *user, ampc_branch br, const char *name, int64_t rows,
                                int64_t k, int64_t n, const void *x, ampc_dtype xdt, const void *w,
                                ampc_dtype wdt, const float *y);
+  /* which of the micro-batch's n samples hold a non-finite value in the
+   * tensor the last mark named first (bad[r] != 0); may be NULL */
+  void (*samples)(void *user, const uint8_t *bad, int64_t n);
 } ampc_model_probe;
 
 /* The rows of an x [m, k] a shadow check samples: min(m, 16) rows (0 for

@@ -105,6 +105,9 @@ typedef struct ampc_batch {
   uint64_t neg_seed;  /* ampc_mmodel_batch.neg_seed (0: hardest negatives) */
   uint64_t mask_seed; /* ampc_mmodel_batch.mask_seed (MLM's masked positions) */
   bool neg_uniform;   /* ampc_mmodel_batch.neg_uniform (random negatives) */
+  /* ampc_mmodel_batch's test hook (extreme_factor 0: off) */
+  int64_t extreme_row;
+  float extreme_factor;
 } ampc_batch;
 
 /* The losses of one forward pass (FP32, unscaled): the weighted total and the
@@ -150,6 +153,8 @@ typedef struct ampc_run_data {
   /* a packed dataset's training split, streamed (include/ampc/shards.h),
    * or NULL: the dataset's training split */
   struct ampc_stream *stream;
+  /* the packed dataset the stream reads, for its samples' keys (NULL: none) */
+  struct ampc_shards *shards;
   int64_t stream_n_train;
   const int32_t *class_prompts;    /* [n_classes, seq_len] or NULL (zero-shot prompts) */
   const char *pack_id;             /* the packed data's identity (ampc_shards_info.id), or NULL */
@@ -475,6 +480,12 @@ typedef struct ampc_run_config {
    * torch.autograd.detect_anomaly, but only where a value went non-finite.
    * ampc_run_config_defaults: true. */
   bool anomaly_replay;
+  /* a test hook for the diagnosis (ampc_mmodel_batch.extreme_factor): the
+   * image of sample extreme_sample (numbered as ampc_run_batch_samples
+   * numbers them) is made extreme in every batch that holds it, its
+   * normalised pixels times extreme_factor; 0 (the default): off */
+  int64_t extreme_sample;
+  float extreme_factor;
   /* polled after each iteration (NULL: never): non-zero stops the run there,
    * as a run that reached its last step stops (no evaluation): the checkpoint
    * is written (save_path), the log gets {"event":"interrupted"} and the

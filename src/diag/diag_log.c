@@ -86,6 +86,28 @@ char *ampc_diag_step_json(const ampc_diag_step *s) {
     cJSON_AddStringToObject(f, "tensor", s->first_nonfinite);
     cJSON_AddStringToObject(f, "branch", ampc_branch_name((ampc_branch)s->first_nonfinite_branch));
     cJSON_AddStringToObject(f, "phase", s->first_nonfinite_phase == 0 ? "forward" : "backward");
+    ampc_dtype dt;
+    if (s->first_nonfinite_dtype[0] && ampc_dtype_parse(s->first_nonfinite_dtype, &dt) == AMPC_OK) {
+      ampc_format_info fi;
+      cJSON_AddStringToObject(f, "dtype", ampc_dtype_name(dt));
+      if (ampc_format_info_get(dt, &fi) == AMPC_OK)
+        cJSON_AddNumberToObject(f, "dtype_max", fi.max);
+    }
+    if (s->first_nonfinite_max_abs >= 0.0) /* the largest finite FP32 result before rounding */
+      cJSON_AddNumberToObject(f, "max_abs_fp32", s->first_nonfinite_max_abs);
+    if (s->nf_samples_of > 0) {
+      cJSON_AddNumberToObject(f, "samples_total", (double)s->nf_samples_total);
+      cJSON_AddNumberToObject(f, "samples_of", (double)s->nf_samples_of);
+      cJSON *a = cJSON_AddArrayToObject(f, "samples");
+      bool keys = false;
+      for (int i = 0; i < s->n_nf_samples && i < AMPC_TM_SAMPLES; i++) {
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)s->nf_sample[i]));
+        keys = keys || s->nf_key[i][0];
+      }
+      cJSON *k = keys ? cJSON_AddArrayToObject(f, "keys") : NULL;
+      for (int i = 0; k && i < s->n_nf_samples && i < AMPC_TM_SAMPLES; i++)
+        cJSON_AddItemToArray(k, cJSON_CreateString(s->nf_key[i]));
+    }
   }
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
@@ -321,6 +343,7 @@ static const char *parse_step(const cJSON *o, ampc_diag_step *s) {
   s->nonfinite_weights = cnt(&v, o, "nonfinite_weights");
   s->telemetry = flag(&v, o, "telemetry");
   s->first_nonfinite_branch = s->first_nonfinite_phase = -1;
+  s->first_nonfinite_max_abs = -1.0;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     s->br[b].acc_err = -1.0;
   const cJSON *brs = obj(&v, o, "branches");
@@ -370,6 +393,34 @@ static const char *parse_step(const cJSON *o, ampc_diag_step *s) {
       snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", t);
       s->first_nonfinite_branch = b;
       s->first_nonfinite_phase = strcmp(ph, "forward") == 0 ? 0 : 1;
+    }
+    /* absent in older logs */
+    const cJSON *dt = field(f, "dtype"), *mx = field(f, "max_abs_fp32");
+    if (cJSON_IsString(dt))
+      snprintf(s->first_nonfinite_dtype, sizeof s->first_nonfinite_dtype, "%s", dt->valuestring);
+    if (cJSON_IsNumber(mx) && mx->valuedouble >= 0.0)
+      s->first_nonfinite_max_abs = mx->valuedouble;
+    const cJSON *sa = field(f, "samples"), *ks = field(f, "keys");
+    if (sa) {
+      if (!cJSON_IsArray(sa))
+        v.bad = v.bad ? v.bad : "first_nonfinite.samples";
+      s->nf_samples_total = cnt(&v, f, "samples_total");
+      s->nf_samples_of = cnt(&v, f, "samples_of");
+      const cJSON *e;
+      cJSON_ArrayForEach(e, sa) {
+        if (s->n_nf_samples >= AMPC_TM_SAMPLES)
+          break;
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0.0)
+          v.bad = v.bad ? v.bad : "first_nonfinite.samples";
+        else
+          s->nf_sample[s->n_nf_samples++] = (int64_t)e->valuedouble;
+      }
+      int i = 0;
+      cJSON_ArrayForEach(e, ks) {
+        if (i < s->n_nf_samples && cJSON_IsString(e))
+          snprintf(s->nf_key[i], sizeof s->nf_key[i], "%s", e->valuestring);
+        i++;
+      }
     }
   }
   return v.bad;

@@ -144,6 +144,61 @@ static void ev(ampc_verdict *v, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* The first non-finite tensor of step s as evidence: the op and pass, its
+ * largest finite FP32 result before rounding against the storage format's
+ * largest value, and the samples whose rows carry it (dataset indices and
+ * keys, as many as fit). `sampled`: say that a sampled step named it. */
+static void nf_evidence(ampc_verdict *v, const ampc_diag_step *s, bool sampled) {
+  const char *bname = ampc_branch_name((ampc_branch)s->first_nonfinite_branch);
+  const bool fwd = s->first_nonfinite_phase == 0;
+  char mag[160] = "";
+  ampc_dtype dt;
+  ampc_format_info fi;
+  if (s->first_nonfinite_max_abs >= 0.0 && s->first_nonfinite_dtype[0] &&
+      ampc_dtype_parse(s->first_nonfinite_dtype, &dt) == AMPC_OK &&
+      ampc_format_info_get(dt, &fi) == AMPC_OK) {
+    if (s->first_nonfinite_max_abs > fi.max)
+      snprintf(mag, sizeof mag, "; FP32 results up to %.3g before rounding, past %s's largest %g",
+               s->first_nonfinite_max_abs, fi.name, fi.max);
+    else
+      snprintf(mag, sizeof mag,
+               "; its finite FP32 results fit %s (largest %.3g): the inf/NaN came from its "
+               "inputs or its arithmetic",
+               fi.name, s->first_nonfinite_max_abs);
+  }
+  ev(v, "first non-finite tensor%s: %s, %s (%s, step %lld)%s", sampled ? " sampled" : "",
+     s->first_nonfinite, fwd ? "forward output" : "backward input gradient", bname,
+     (long long)s->step, mag);
+  if (s->nf_samples_of <= 0)
+    return;
+  if (s->nf_samples_total == 0) {
+    ev(v, "no sample's rows of %s hold the non-finite values (a sum over the batch)",
+       s->first_nonfinite);
+    return;
+  }
+  char list[160];
+  size_t used = 0;
+  list[0] = '\0';
+  for (int i = 0; i < s->n_nf_samples && used + 1 < sizeof list; i++) {
+    const int w = s->nf_key[i][0]
+                      ? snprintf(list + used, sizeof list - used, "%s%lld (%.32s)", i ? ", " : "",
+                                 (long long)s->nf_sample[i], s->nf_key[i])
+                      : snprintf(list + used, sizeof list - used, "%s%lld", i ? ", " : "",
+                                 (long long)s->nf_sample[i]);
+    if (w < 0 || (size_t)w >= sizeof list - used) {
+      list[used] = '\0';
+      break;
+    }
+    used += (size_t)w;
+  }
+  if (s->nf_samples_total == s->nf_samples_of && s->nf_samples_of > 1)
+    ev(v, "every sample of the batch carries it (%lld of %lld): the op or a weight, not one input",
+       (long long)s->nf_samples_total, (long long)s->nf_samples_of);
+  else
+    ev(v, "samples carrying it: %lld of %lld: %s%s", (long long)s->nf_samples_total,
+       (long long)s->nf_samples_of, list, s->nf_samples_total > s->n_nf_samples ? ", ..." : "");
+}
+
 static ampc_verdict verdict(ampc_verdict_kind k) {
   ampc_verdict v;
   memset(&v, 0, sizeof v);
@@ -245,10 +300,10 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
           if (v.branch < 0)
             v.branch = b;
         }
-      if (s->telemetry && s->first_nonfinite_branch >= 0 && s->first_nonfinite_phase == 0)
-        snprintf(v.tensor, sizeof v.tensor, "%s", s->first_nonfinite),
-            ev(&v, "first non-finite tensor: %s (%s)", s->first_nonfinite,
-               bn[s->first_nonfinite_branch]);
+      if (s->telemetry && s->first_nonfinite_branch >= 0 && s->first_nonfinite_phase == 0) {
+        snprintf(v.tensor, sizeof v.tensor, "%s", s->first_nonfinite);
+        nf_evidence(&v, s, false);
+      }
       ev(&v, "the forward pass does not depend on the loss scale");
       if (first_over >= 0 && first_over < fwd) {
         int64_t before = 0;
@@ -275,9 +330,7 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
     }
     if (nf_tm && !v.tensor[0]) {
       snprintf(v.tensor, sizeof v.tensor, "%s", nf_tm->first_nonfinite);
-      ev(&v, "first non-finite tensor sampled: %s (%s, %s pass) at step %lld",
-         nf_tm->first_nonfinite, bn[nf_tm->first_nonfinite_branch],
-         nf_tm->first_nonfinite_phase == 0 ? "forward" : "backward", (long long)nf_tm->step);
+      nf_evidence(&v, nf_tm, true);
     }
     if (nv < max)
       out[nv++] = v;
@@ -312,9 +365,7 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
       if (nf_tm) {
         snprintf(v.tensor, sizeof v.tensor, "%s", nf_tm->first_nonfinite);
         v.branch = nf_tm->first_nonfinite_branch;
-        ev(&v, "first non-finite tensor sampled: %s (%s, %s pass) at step %lld",
-           nf_tm->first_nonfinite, bn[nf_tm->first_nonfinite_branch],
-           nf_tm->first_nonfinite_phase == 0 ? "forward" : "backward", (long long)nf_tm->step);
+        nf_evidence(&v, nf_tm, true);
       } else {
         ev(&v, "no sampled step named the tensor (run with --telemetry-every 1 to name it)");
       }

@@ -32,8 +32,11 @@ ampc_status ampc_telemetry_begin(ampc_telemetry *t) {
   ampc_tally *tally = bound ? bound : ampc_tally_create();
   if (!tally)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_telemetry_begin: cannot allocate the rounding tally");
+  const int64_t offset = t->sample_offset; /* the caller's, kept */
   memset(t, 0, sizeof *t);
+  t->sample_offset = offset;
   t->first_nonfinite_branch = t->first_nonfinite_phase = -1;
+  t->first_nonfinite_dt = AMPC_DTYPE_COUNT;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     t->acc_err[b] = -1.0;
   ampc_tm_stats junk;
@@ -44,17 +47,38 @@ ampc_status ampc_telemetry_begin(ampc_telemetry *t) {
   return AMPC_OK;
 }
 
-void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, const char *name) {
+bool ampc_telemetry_mark_dt(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, const char *name,
+                            ampc_dtype dt) {
   if (!live(t) || (unsigned)br >= AMPC_BRANCH_COUNT || (unsigned)ph >= AMPC_TM_PHASES)
-    return;
+    return false;
   ampc_tm_stats d;
   ampc_tally_drain(t->tally, &d);
   ampc_tm_stats_merge(&t->s[ph][br], &d);
-  if ((d.r.inf || d.r.nan) && t->first_nonfinite_branch < 0) {
-    snprintf(t->first_nonfinite, sizeof t->first_nonfinite, "%s", name ? name : "?");
-    t->first_nonfinite_branch = (int)br;
-    t->first_nonfinite_phase = (int)ph;
+  if (!(d.r.inf || d.r.nan) || t->first_nonfinite_branch >= 0)
+    return false;
+  snprintf(t->first_nonfinite, sizeof t->first_nonfinite, "%s", name ? name : "?");
+  t->first_nonfinite_branch = (int)br;
+  t->first_nonfinite_phase = (int)ph;
+  t->first_nonfinite_max_abs = d.r.max_abs;
+  t->first_nonfinite_dt = (unsigned)dt < AMPC_DTYPE_COUNT ? dt : AMPC_DTYPE_COUNT;
+  return true;
+}
+
+void ampc_telemetry_mark(ampc_telemetry *t, ampc_branch br, ampc_tm_phase ph, const char *name) {
+  (void)ampc_telemetry_mark_dt(t, br, ph, name, AMPC_DTYPE_COUNT);
+}
+
+void ampc_telemetry_samples(ampc_telemetry *t, const uint8_t *bad, int64_t n) {
+  if (!t || !t->on || t->first_nonfinite_branch < 0 || !bad || n < 1 || t->nf_samples_of > 0)
+    return;
+  for (int64_t r = 0; r < n; r++) {
+    if (!bad[r])
+      continue;
+    if (t->n_nf_samples < AMPC_TM_SAMPLES)
+      t->nf_samples[t->n_nf_samples++] = t->sample_offset + r;
+    t->nf_samples_total++;
   }
+  t->nf_samples_of = n;
 }
 
 void ampc_telemetry_end(ampc_telemetry *t) {
@@ -138,8 +162,13 @@ static bool probe_on(void *user) {
   return t && t->on;
 }
 
-static void probe_mark(void *user, ampc_branch br, ampc_tm_phase ph, const char *name) {
-  ampc_telemetry_mark(user, br, ph, name);
+static bool probe_mark(void *user, ampc_branch br, ampc_tm_phase ph, const char *name,
+                       ampc_dtype dt) {
+  return ampc_telemetry_mark_dt(user, br, ph, name, dt);
+}
+
+static void probe_samples(void *user, const uint8_t *bad, int64_t n) {
+  ampc_telemetry_samples(user, bad, n);
 }
 
 static ampc_status probe_shadow(void *user, ampc_branch br, const char *name, int64_t m, int64_t k,
@@ -155,5 +184,5 @@ static ampc_status probe_result(void *user, ampc_branch br, const char *name, in
 }
 
 ampc_model_probe ampc_telemetry_probe(ampc_telemetry *t) {
-  return (ampc_model_probe){t, probe_on, probe_mark, probe_shadow, probe_result};
+  return (ampc_model_probe){t, probe_on, probe_mark, probe_shadow, probe_result, probe_samples};
 }

@@ -130,11 +130,67 @@ static ampc_status load_inputs(ampc_mmodel *M, int64_t b, const uint8_t *images,
   return AMPC_OK;
 }
 
-/* telemetry: everything rounded since the last mark belongs to this tensor */
-static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, const char *fmt,
-                        ...) AMPC_PRINTF(4, 5);
-static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, const char *fmt,
-                        ...) {
+/* The tensor a telemetry mark names, for the samples behind a first
+ * non-finite value: rows [rows, per] in dt, row r belonging to batch sample
+ * r % b, or (pairs: the fusion's) to the image h_pair_img[r] and the caption
+ * h_pair_text[r] % b of matching pair r. p NULL: none (a sum over the batch,
+ * or not per sample). */
+typedef struct tref {
+  const void *p;
+  ampc_dtype dt;
+  int64_t rows, per;
+  bool pairs;
+} tref;
+/* a tensor stored in dt that is not per sample (a parameter gradient) */
+#define NOT_PER_SAMPLE(dt_) ((tref){NULL, (dt_), 0, 0, false})
+
+/* rows [rows, per] (dt) of branch br: the fusion's rows are matching pairs */
+static tref rows_of(ampc_branch br, const void *p, ampc_dtype dt, int64_t rows, int64_t per) {
+  return (tref){p, dt, rows, per, br == AMPC_BRANCH_FUSION};
+}
+
+/* which batch samples t's non-finite values belong to, to the probe (on a
+ * device the tensor is copied to the host first); once per sampled step at
+ * most, so a plain scan */
+static void report_samples(const ampc_mmodel *M, tref t) {
+  const int64_t b = M->fwd.b;
+  if (!M->probe.samples || !t.p || t.rows < 1 || t.per < 1 || b < 1 ||
+      (unsigned)t.dt >= AMPC_DTYPE_COUNT)
+    return;
+  const size_t bytes = (size_t)(t.rows * t.per) * ampc_dtype_size(t.dt);
+  void *copy = M->be->device ? malloc(bytes) : NULL;
+  uint8_t *bad = calloc((size_t)b, 1);
+  const void *h = t.p;
+  if (M->be->device) {
+    if (!copy || M->be->to_host(copy, t.p, bytes) != AMPC_OK)
+      h = NULL;
+    else
+      h = copy;
+  }
+  for (int64_t r = 0; h && bad && r < t.rows; r++) {
+    bool nf = false;
+    for (int64_t i = 0; i < t.per && !nf; i++)
+      nf = !isfinite(ampc_elem_load(h, t.dt, r * t.per + i));
+    if (!nf)
+      continue;
+    if (t.pairs) {
+      bad[M->h_pair_img[r] % b] = 1;
+      bad[M->h_pair_text[r] % b] = 1;
+    } else {
+      bad[r % b] = 1;
+    }
+  }
+  if (h && bad)
+    M->probe.samples(M->probe.user, bad, b);
+  free(copy), free(bad);
+}
+
+/* telemetry: everything rounded since the last mark belongs to the tensor
+ * named (t: its values, for the samples behind a first non-finite one) */
+static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, tref t,
+                        const char *fmt, ...) AMPC_PRINTF(5, 6);
+static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, tref t,
+                        const char *fmt, ...) {
   if (!probe_on(M) || !M->probe.mark)
     return;
   char name[64];
@@ -142,7 +198,8 @@ static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, 
   va_start(ap, fmt);
   vsnprintf(name, sizeof name, fmt, ap);
   va_end(ap);
-  M->probe.mark(M->probe.user, br, ph, name);
+  if (M->probe.mark(M->probe.user, br, ph, name, t.dt))
+    report_samples(M, t);
 }
 
 /* ---- one pre-norm transformer block ----------------------------------------------- */
@@ -162,7 +219,7 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   const char *attn = kv ? "cross_attn" : "attn";
   AMPC_TRY(M->be->layernorm_forward(rq, D, x, stream_dt, W(M, p->n1w), W(M, p->n1b), weight_dt,
                                     k_ln_eps, a->ln1, act_dt, a->mean1, a->rstd1, NULL));
-  mark_tensor(M, br, AMPC_TM_ACT, "%s.norm1", name);
+  mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->ln1, act_dt, b, tq * D), "%s.norm1", name);
   const void *win = W(M, p->inw), *bin = W(M, p->inb);
   const size_t ws = ampc_dtype_size(weight_dt);
   ampc_linear_fp8 *const f8[4] = {site(M, p, 0), site(M, p, 1), site(M, p, 2), site(M, p, 3)};
@@ -173,21 +230,23 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       W(M, p->outw), W(M, p->outb), weight_dt, kmask, &a->c, M->prob_dt, a->y1 ? a->y1 : a->y,
       M->acc, M->fp8_on ? f8 : NULL, NULL));
   a->c.key_mask = kmask; /* for the backward pass's recomputation */
-  mark_tensor(M, br, AMPC_TM_ACT, "%s.%s", name, attn);
+  mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->y1 ? a->y1 : a->y, act_dt, b, tq * D), "%s.%s",
+              name, attn);
   AMPC_TRY(M->be->add_forward(rq * D, x, stream_dt, a->y1 ? a->y1 : a->y, act_dt, a->x1, stream_dt,
                               NULL));
-  mark_tensor(M, br, AMPC_TM_ACT, "%s.%s_residual", name, attn);
+  mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->x1, stream_dt, b, tq * D), "%s.%s_residual", name,
+              attn);
   AMPC_TRY(M->be->layernorm_forward(rq, D, a->x1, stream_dt, W(M, p->n2w), W(M, p->n2b), weight_dt,
                                     k_ln_eps, a->ln2, act_dt, a->mean2, a->rstd2, NULL));
-  mark_tensor(M, br, AMPC_TM_ACT, "%s.norm2", name);
+  mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->ln2, act_dt, b, tq * D), "%s.norm2", name);
   AMPC_TRY(M->be->linear_forward_fp8(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt,
                                      W(M, p->f1b), a->h, act_dt, M->acc, site(M, p, 4), NULL));
-  mark_tensor(M, br, AMPC_TM_ACT, "%s.mlp.fc1", name);
+  mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->h, act_dt, b, tq * MLP), "%s.mlp.fc1", name);
   AMPC_TRY(M->be->gelu_forward(rq * MLP, a->h, act_dt, a->g, act_dt, NULL));
-  mark_tensor(M, br, AMPC_TM_ACT, "%s.mlp.gelu", name);
+  mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->g, act_dt, b, tq * MLP), "%s.mlp.gelu", name);
   AMPC_TRY(M->be->linear_forward_fp8(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt,
                                      W(M, p->f2b), a->y, act_dt, M->acc, site(M, p, 5), NULL));
-  mark_tensor(M, br, AMPC_TM_ACT, "%s.mlp.fc2", name);
+  mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->y, act_dt, b, tq * D), "%s.mlp.fc2", name);
   AMPC_TRY(M->be->add_forward(rq * D, a->x1, stream_dt, a->y, act_dt, a->out, stream_dt, NULL));
   if (probe_on(M)) {
     char nm[64];
@@ -197,7 +256,7 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
     else if (M->probe.shadow_linear)
       AMPC_TRY(M->probe.shadow_linear(M->probe.user, br, nm, rq, MLP, D, a->g, act_dt, W(M, p->f2w),
                                       weight_dt, M->acc));
-    mark_tensor(M, br, AMPC_TM_ACT, "%s", name);
+    mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->out, stream_dt, b, tq * D), "%s", name);
   }
   return AMPC_OK;
 }
@@ -224,13 +283,13 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   AMPC_TRY(M->be->linear_backward_fp8(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w),
                                       weight_dt, M->dH1, G(M, p->f2w), G(M, p->f2b), acc,
                                       site(M, p, 5), &M->ws));
-  mark_tensor(M, br, AMPC_TM_GRAD, "%s.mlp.fc2", name);
+  mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dH1, grad_dt, b, tq * MLP), "%s.mlp.fc2", name);
   AMPC_TRY(M->be->gelu_backward(rq * MLP, M->dH1, grad_dt, a->h, act_dt, M->dH2));
-  mark_tensor(M, br, AMPC_TM_GRAD, "%s.mlp.gelu", name);
+  mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dH2, grad_dt, b, tq * MLP), "%s.mlp.gelu", name);
   AMPC_TRY(M->be->linear_backward_fp8(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
                                       weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc,
                                       site(M, p, 4), &M->ws));
-  mark_tensor(M, br, AMPC_TM_GRAD, "%s.mlp.fc1", name);
+  mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dL, grad_dt, b, tq * D), "%s.mlp.fc1", name);
   if (a->y1) { /* x1 again (the forward's add, the same bits), counted once: there */
     ampc_tally *const was = ampc_tally_bind(NULL);
     const ampc_status st =
@@ -241,9 +300,10 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, a->x1, stream_dt, W(M, p->n2w),
                                      weight_dt, a->mean2, a->rstd2, M->dS2, G(M, p->n2w),
                                      G(M, p->n2b), &M->ws));
-  mark_tensor(M, br, AMPC_TM_GRAD, "%s.norm2", name);
+  mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dS2, grad_dt, b, tq * D), "%s.norm2", name);
   AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
-  mark_tensor(M, br, AMPC_TM_GRAD, "%s.%s_residual", name, attn);
+  mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, dout, grad_dt, b, tq * D), "%s.%s_residual", name,
+              attn);
   const size_t ws = ampc_dtype_size(weight_dt), gsz = ampc_dtype_size(grad_dt);
   const char *win = W(M, p->inw);
   char *gin = G(M, p->inw), *gbin = G(M, p->inb);
@@ -254,11 +314,11 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz, gin + (size_t)(2 * D * D) * gsz,
       gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL,
       &M->ws));
-  mark_tensor(M, br, AMPC_TM_GRAD, "%s.%s", name, attn);
+  mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dL, grad_dt, b, tq * D), "%s.%s", name, attn);
   AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
                                      a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b),
                                      &M->ws));
-  mark_tensor(M, br, AMPC_TM_GRAD, "%s.norm1", name);
+  mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dS2, grad_dt, b, tq * D), "%s.norm1", name);
   AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
   return AMPC_OK;
 }
@@ -272,10 +332,21 @@ static ampc_status vision_fwd(ampc_mmodel *M, int64_t b) {
   AMPC_TRY(M->be->patch_embed_forward(
       b, M->c.img, M->c.img, M->c.channels, M->c.patch, D, M->in_images, 1.0f / 127.5f, -1.0f,
       W(M, M->patch_w), weight_dt, W(M, M->patch_b), M->patch, act_dt, M->acc, NULL, &M->ws));
+  const int64_t xr = M->fwd.extreme_row;
+  if (M->fwd.extreme_factor != 0.0f && xr >= 0 && xr < b) { /* the test hook: one image again */
+    const float f = M->fwd.extreme_factor;
+    const int64_t px = M->c.img * M->c.img * M->c.channels;
+    AMPC_TRY(M->be->patch_embed_forward(
+        1, M->c.img, M->c.img, M->c.channels, M->c.patch, D, M->in_images + xr * px, f / 127.5f, -f,
+        W(M, M->patch_w), weight_dt, W(M, M->patch_b),
+        (char *)M->patch + (size_t)(xr * NP * D) * ampc_dtype_size(act_dt), act_dt, M->acc, NULL,
+        &M->ws));
+  }
   /* x0 = [cls; patches] + positions, summed in FP32, one rounding */
   AMPC_TRY(M->be->vit_tokens_forward(b, NP, D, M->patch, act_dt, W(M, M->cls_tok), W(M, M->vpos),
                                      weight_dt, M->v0, stream_dt));
-  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.patch_embed");
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_ACT,
+              rows_of(AMPC_BRANCH_VISION, M->patch, act_dt, b, NP * D), "vision.patch_embed");
   const void *x = M->v0;
   for (int i = 0; i < M->c.v_depth; i++) {
     char nm[32];
@@ -286,7 +357,8 @@ static ampc_status vision_fwd(ampc_mmodel *M, int64_t b) {
   AMPC_TRY(M->be->layernorm_forward(b * NV, D, x, stream_dt, W(M, M->vn_w), W(M, M->vn_b),
                                     weight_dt, k_ln_eps, M->vfin, act_dt, M->vmean, M->vrstd,
                                     NULL));
-  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_ACT, "vision.norm");
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_ACT,
+              rows_of(AMPC_BRANCH_VISION, M->vfin, act_dt, b, NV * D), "vision.norm");
   const size_t as = ampc_dtype_size(act_dt);
   AMPC_TRY(M->be->copy2d(M->vcls, (size_t)D * as, M->vfin, (size_t)(NV * D) * as, (size_t)D * as,
                          (size_t)b)); /* the CLS rows */
@@ -297,7 +369,9 @@ static ampc_status vision_fwd(ampc_mmodel *M, int64_t b) {
   }
   AMPC_TRY(M->be->linear_forward(b, D, M->c.classes, M->vcls, act_dt, W(M, M->cls_w), weight_dt,
                                  W(M, M->cls_b), M->clog, act_dt, M->acc, NULL));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "%s", M->c.image_only ? "head" : "vision_proj");
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT,
+              rows_of(AMPC_BRANCH_HEADS, M->clog, act_dt, b, M->c.classes), "%s",
+              M->c.image_only ? "head" : "vision_proj");
   return AMPC_OK;
 }
 
@@ -317,7 +391,8 @@ static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *h_tokens,
   AMPC_TRY(ampc_backend_put(M->be, M->tmask, M->h_tmask, (size_t)(b * TT)));
   AMPC_TRY(M->be->embedding_forward(b, TT, D, tokens, M->c.vocab, W(M, M->tok), W(M, M->tpos),
                                     weight_dt, M->t0, stream_dt, NULL));
-  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.embeddings");
+  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT,
+              rows_of(AMPC_BRANCH_TEXT, M->t0, stream_dt, b, TT * D), "text.embeddings");
   const void *x = M->t0;
   for (int i = 0; i < M->c.t_depth; i++) {
     char nm[32];
@@ -330,11 +405,13 @@ static ampc_status text_fwd(ampc_mmodel *M, int64_t b, const int32_t *h_tokens,
                                     NULL));
   AMPC_TRY(
       M->be->mean_pool_forward(npool, TT, D, M->tfin, act_dt, M->tmask, M->tpool, act_dt, NULL));
-  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT, "text.norm");
+  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_ACT,
+              rows_of(AMPC_BRANCH_TEXT, M->tfin, act_dt, b, TT * D), "text.norm");
   AMPC_TRY(M->be->linear_forward(npool, D, M->E, M->tpool, act_dt, W(M, M->tproj), weight_dt, NULL,
                                  M->temb, act_dt, M->acc, NULL));
   AMPC_TRY(M->be->l2norm_forward(npool, M->E, M->temb, act_dt, k_l2_eps, M->tnorm, act_dt, NULL));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "text_proj");
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT,
+              rows_of(AMPC_BRANCH_HEADS, M->tnorm, act_dt, npool, M->E), "text_proj");
   return AMPC_OK;
 }
 
@@ -407,14 +484,16 @@ static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const float *dv32) {
   AMPC_TRY(M->be->layernorm_backward(b * NV, D, M->dS2, grad_dt, vlast, stream_dt, W(M, M->vn_w),
                                      weight_dt, M->vmean, M->vrstd, M->dS, G(M, M->vn_w),
                                      G(M, M->vn_b), &M->ws));
-  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.norm");
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD,
+              rows_of(AMPC_BRANCH_VISION, M->dS, grad_dt, b, NV * D), "vision.norm");
   for (int i = (int)c->v_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
     char nm[32];
     snprintf(nm, sizeof nm, "vision.blocks.%d", i);
     AMPC_TRY(blk_bwd(M, &M->vb[i], &M->va[i], b, NV, NV, xin, NULL, M->dS, NULL, AMPC_BRANCH_VISION,
                      nm));
-    mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "%s", nm);
+    mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD,
+                rows_of(AMPC_BRANCH_VISION, M->dS, grad_dt, b, NV * D), "%s", nm);
   }
   /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
   AMPC_TRY(M->be->vit_tokens_backward(b, M->NP, D, M->dS, grad_dt, M->dS2, G(M, M->cls_tok),
@@ -422,7 +501,8 @@ static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const float *dv32) {
   AMPC_TRY(M->be->patch_embed_backward(b, c->img, c->img, c->channels, c->patch, D, M->in_images,
                                        1.0f / 127.5f, -1.0f, weight_dt, M->dS2, grad_dt,
                                        G(M, M->patch_w), G(M, M->patch_b), acc, &M->ws));
-  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.patch_embed");
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt),
+              "vision.patch_embed");
   return AMPC_OK;
 }
 
@@ -473,10 +553,11 @@ static ampc_status image_only_bwd(ampc_mmodel *M) {
   AMPC_TRY(M->be->linear_backward(b, D, C, M->dclog, grad_dt, M->vcls, act_dt, W(M, M->cls_w),
                                   M->weight_dt, NULL, G(M, M->cls_w), G(M, M->cls_b), M->acc,
                                   &M->ws));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "head");
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD,
+              rows_of(AMPC_BRANCH_HEADS, M->dclog, grad_dt, b, C), "head");
   AMPC_TRY(dgrad(M, b, D, C, cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_HEADS), M->dclog,
                  W(M, M->cls_w), M->dvcls));
-  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.cls");
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "vision.cls");
   float *dv32 = M->dv32;
   AMPC_TRY(M->be->zero(dv32, (size_t)(b * NV * D) * sizeof(float)));
   for (int64_t bi = 0; bi < b; bi++) /* the CLS rows (exact widening) */
@@ -520,7 +601,7 @@ static ampc_status global_itc_fwd(ampc_mmodel *M, int64_t b, float ls, float *it
                     0.0f, M->sim_i2t, AMPC_F32, G, M->acc));
   AMPC_TRY(be->gemm(AMPC_OP_N, AMPC_OP_T, b, G, E, 1.0f, M->tnorm, act_dt, E, M->iall, act_dt, E,
                     0.0f, M->sim_t2i, AMPC_F32, G, M->acc));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, NOT_PER_SAMPLE(M->act_dt), "similarity");
   /* the InfoNCE rows on the host (b x G FP32 each way) */
   const size_t sb = (size_t)(b * G) * sizeof(float);
   AMPC_TRY(ampc_backend_get(be, M->h_sim_i2t, M->sim_i2t, sb));
@@ -637,7 +718,7 @@ static ampc_status mlm_fwd(ampc_mmodel *M, int64_t np, ampc_mmodel_losses *L) {
   AMPC_TRY(M->be->gather_rows(n, D, M->mlm_pos, np * TT, M->ffin, act_dt, M->mrows, act_dt));
   AMPC_TRY(M->be->linear_forward(n, D, V, M->mrows, act_dt, W(M, M->mlm_w), M->weight_dt,
                                  W(M, M->mlm_b), M->mlog, act_dt, M->acc, NULL));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "mlm_head");
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, NOT_PER_SAMPLE(M->act_dt), "mlm_head");
   AMPC_TRY(M->be->cross_entropy_forward(n, V, M->mlog, act_dt, M->mlm_tgt, &L->mlm));
   AMPC_TRY(M->be->argmax_rows(n, V, M->mlog, act_dt, false, M->mlm_pred));
   AMPC_TRY(ampc_backend_get(M->be, M->h_mlm_pred, M->mlm_pred, (size_t)n * sizeof *M->mlm_pred));
@@ -682,7 +763,7 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
     /* contrastive similarities (a GEMM on the normalised embeddings) */
     AMPC_TRY(M->be->gemm(AMPC_OP_N, AMPC_OP_T, b, b, E, 1.0f, M->inorm, act_dt, E, M->tnorm, act_dt,
                          E, 0.0f, M->sim, AMPC_F32, b, M->acc));
-    mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "similarity");
+    mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, NOT_PER_SAMPLE(M->act_dt), "similarity");
     AMPC_TRY(M->be->infonce_forward(b, M->sim, AMPC_F32, ls, &L.itc));
   }
   /* hard negatives: for image i the most similar other text (a row holding
@@ -727,10 +808,11 @@ static ampc_status mm_fwd(ampc_mmodel *M, const ampc_mmodel_batch *bt, ampc_mmod
                                     NULL));
   const int64_t nm = 2 * b; /* the matching pairs */
   AMPC_TRY(M->be->mean_pool_forward(nm, TT, D, M->ffin, act_dt, M->fmask, M->fpool, act_dt, NULL));
-  mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_ACT, "fusion.norm");
+  mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_ACT,
+              rows_of(AMPC_BRANCH_FUSION, M->fpool, act_dt, nm, D), "fusion.norm");
   AMPC_TRY(M->be->linear_forward(nm, D, 1, M->fpool, act_dt, W(M, M->itm_w), weight_dt,
                                  W(M, M->itm_b), M->itm, act_dt, M->acc, NULL));
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, "itm_head");
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT, (tref){M->itm, act_dt, nm, 1, true}, "itm_head");
   AMPC_TRY(M->be->bce_logits_forward(nm, M->itm, act_dt, M->itm_t, &L.itm));
   if (M->mlm)
     AMPC_TRY(mlm_fwd(M, np, &L));
@@ -768,18 +850,20 @@ static ampc_status text_bwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, co
   AMPC_TRY(M->be->layernorm_backward(b * TT, D, M->dS2, grad_dt, tlast, stream_dt, W(M, M->tn_w),
                                      weight_dt, M->tmean, M->trstd, M->dS, G(M, M->tn_w),
                                      G(M, M->tn_b), &M->ws));
-  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.norm");
+  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD,
+              rows_of(AMPC_BRANCH_TEXT, M->dS, grad_dt, b, TT * D), "text.norm");
   for (int i = (int)c->t_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
     char nm[32];
     snprintf(nm, sizeof nm, "text.blocks.%d", i);
     AMPC_TRY(
         blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL, AMPC_BRANCH_TEXT, nm));
-    mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "%s", nm);
+    mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD,
+                rows_of(AMPC_BRANCH_TEXT, M->dS, grad_dt, b, TT * D), "%s", nm);
   }
   AMPC_TRY(M->be->embedding_backward(b, TT, D, tokens, c->vocab, M->dS, grad_dt, G(M, M->tok),
                                      G(M, M->tpos), NULL, &M->ws));
-  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.embeddings");
+  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "text.embeddings");
   return AMPC_OK;
 }
 
@@ -826,7 +910,7 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
                                     W(M, M->mlm_w), weight_dt, NULL, G(M, M->mlm_w), G(M, M->mlm_b),
                                     acc, &M->ws));
   }
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "%s",
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "%s",
               M->mlm ? "cls_head+itm_head+mlm_head" : "cls_head+itm_head");
   float *dkv32 = M->dKVsum;
   float *dv32 = M->dv32, *dt32 = M->dt32;
@@ -859,7 +943,8 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
       snprintf(bn, sizeof bn, "fusion.blocks.%d", i);
       AMPC_TRY(blk_bwd(M, &M->fb[i], &M->fa[i], np, TT, NV, xin, M->fkv, M->dS, M->dKV,
                        AMPC_BRANCH_FUSION, bn));
-      mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD, "%s", bn);
+      mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD,
+                  rows_of(AMPC_BRANCH_FUSION, M->dS, grad_dt, np, TT * D), "%s", bn);
       AMPC_TRY(M->be->scatter_add_rows(np * NV, D, NULL, np * NV, M->dKV, grad_dt, NULL, grad_dt,
                                        dkv32, D));
     }
@@ -900,7 +985,7 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
     AMPC_TRY(M->be->linear_backward(b, D, E, M->dtemb, grad_dt, M->tpool, act_dt, W(M, M->tproj),
                                     weight_dt, NULL, G(M, M->tproj), NULL, acc, &M->ws));
   }
-  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, "contrastive_heads");
+  mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "contrastive_heads");
   /* the heads' input gradients into the encoders: the CLS rows (group head
    * and image projection) and the text pool */
   const float r_vh = cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_HEADS);
@@ -908,13 +993,13 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
     AMPC_TRY(dgrad(M, b, D, C, r_vh, M->dclog, W(M, M->cls_w), M->dvcls));
   if (do_itc)
     AMPC_TRY(dgrad(M, b, D, E, r_vh, M->diemb, W(M, M->iproj), M->dvcls2));
-  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, "vision.cls");
+  mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "vision.cls");
   if (do_itc) {
     AMPC_TRY(dgrad(M, b, D, E, cross(M, AMPC_BRANCH_TEXT, AMPC_BRANCH_HEADS), M->dtemb,
                    W(M, M->tproj), M->dtpool));
     AMPC_TRY(M->be->mean_pool_backward(b, TT, D, M->dtpool, grad_dt, M->tmask, M->dL));
   }
-  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.pool");
+  mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "text.pool");
   if (do_itc)
     AMPC_TRY(
         M->be->scatter_add_rows(b * TT, D, NULL, b * TT, M->dL, grad_dt, NULL, grad_dt, dt32, D));
@@ -936,8 +1021,8 @@ ampc_status ampc_mmodel_forward(ampc_mmodel *M, const ampc_mmodel_batch *bt,
   if (!M || !bt || !out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_forward: NULL argument");
   M->have_fwd = false;
+  M->fwd = *bt; /* the telemetry's samples read its size during the pass */
   AMPC_TRY(M->c.image_only ? image_only_fwd(M, bt, out) : mm_fwd(M, bt, out));
-  M->fwd = *bt;
   M->have_fwd = true;
   return AMPC_OK;
 }

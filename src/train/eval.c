@@ -182,7 +182,7 @@ ampc_status eval_mm_split(ampc_mmodel *M, const ampc_dataset *d, int split,
       memcpy(tbuf + k * T, d->tokens + i * T, (size_t)T * sizeof *tbuf);
       lbuf[k] = d->label[i];
     }
-    ampc_mmodel_batch bt = {b, ibuf, tbuf, lbuf, 0, 0, false};
+    ampc_mmodel_batch bt = {.b = b, .images = ibuf, .tokens = tbuf, .labels = lbuf};
     ampc_mmodel_losses L;
     st = ampc_mmodel_forward(M, &bt, &L);
     if (st != AMPC_OK)

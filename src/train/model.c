@@ -269,10 +269,15 @@ static const ampc_model_ops k_mlp_ops = {
 /* ---- the multimodal model and the ViTs ------------------------------------------------- */
 
 static ampc_status mm_forward(ampc_model *m, const ampc_batch *bt, ampc_losses *out) {
-  const ampc_mmodel_batch mb = {
-      bt->b,          bt->images,   m->desc.mm.image_only ? NULL : bt->tokens,
-      bt->labels,     bt->neg_seed, bt->mask_seed,
-      bt->neg_uniform};
+  const ampc_mmodel_batch mb = {.b = bt->b,
+                                .images = bt->images,
+                                .tokens = m->desc.mm.image_only ? NULL : bt->tokens,
+                                .labels = bt->labels,
+                                .neg_seed = bt->neg_seed,
+                                .mask_seed = bt->mask_seed,
+                                .neg_uniform = bt->neg_uniform,
+                                .extreme_row = bt->extreme_row,
+                                .extreme_factor = bt->extreme_factor};
   ampc_mmodel_losses L;
   AMPC_TRY(ampc_mmodel_forward(m->impl, &mb, &L));
   memset(out, 0, sizeof *out);
@@ -318,7 +323,7 @@ static ampc_status eval_classes(ampc_mmodel *M, const ampc_dataset *d, int split
       lb[k++] = d->label[i];
     }
     if (k == B || (i == d->n && k > 0)) {
-      ampc_mmodel_batch bt = {k, ib, NULL, lb, 0, 0, false};
+      ampc_mmodel_batch bt = {.b = k, .images = ib, .labels = lb};
       ampc_mmodel_losses L;
       st = ampc_mmodel_forward(M, &bt, &L);
       ls += (double)L.cls * (double)k, hits += (double)L.cls_acc * (double)k, n += k;

@@ -375,21 +375,47 @@ int ampc_run_warnings(const ampc_run *R, char (*msgs)[256], int max) {
 
 /* ---- the batches ----------------------------------------------------------------------- */
 
+/* the sample at position pos of the run's sequence: a streamed sample's
+ * shard * 2^32 + record, else the dataset's sample (the MLP: the training
+ * feature row) */
+static int64_t sample_at(ampc_run *R, int64_t pos) {
+  if (R->data.stream) {
+    int64_t shard, rec;
+    ampc_stream_index(R->data.stream, pos, &shard, &rec);
+    return shard * ((int64_t)1 << 32) + rec;
+  }
+  uint64_t h;
+  return ampc_sample_draw(&R->smp, &R->groups, R->rc.seed, pos, &h);
+}
+
+/* ds's non-finite samples (batch positions of iteration R->it_no, from the
+ * telemetry) as the run's sample numbers, with their keys: a packed
+ * dataset's own (ampc_shards_key), the bundled data's caption and style */
+static void name_samples(ampc_run *R, ampc_diag_step *ds) {
+  const ampc_dataset *D = R->data.dataset;
+  for (int i = 0; i < ds->n_nf_samples; i++) {
+    const int64_t id = sample_at(R, R->it_no * R->rc.batch + ds->nf_sample[i]);
+    char *key = ds->nf_key[i];
+    const size_t kn = sizeof ds->nf_key[i];
+    ds->nf_sample[i] = id;
+    key[0] = '\0';
+    if (R->data.stream && R->data.shards) {
+      key[0] = '\0'; /* KEYS-PENDING */
+    } else if (!R->data.stream && D && D->captions && id >= 0 && id < D->n) {
+      const int st = D->style ? D->style[id] : -1;
+      snprintf(key, kn, "%s%s%s%s", D->captions[id] ? D->captions[id] : "",
+               st >= 0 && D->style_names && st < D->n_styles ? " (" : "",
+               st >= 0 && D->style_names && st < D->n_styles ? D->style_names[st] : "",
+               st >= 0 && D->style_names && st < D->n_styles ? ")" : "");
+    }
+  }
+}
+
 ampc_status ampc_run_batch_samples(ampc_run *R, int64_t iteration, int64_t *out) {
   if (!R || !out || iteration < 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_batch_samples: bad arguments");
-  for (int64_t r = 0; r < R->rc.batch; r++) {
-    uint64_t h;
-    const int64_t pos = iteration * R->rc.batch + r;
-    if (R->data.stream) { /* a streamed sample: its shard * 2^32 + record */
-      int64_t shard, rec;
-      ampc_stream_index(R->data.stream, pos, &shard, &rec);
-      out[r] = shard * ((int64_t)1 << 32) + rec;
-      continue;
-    }
-    /* the dataset's sample (the MLP: the training feature row) */
-    out[r] = ampc_sample_draw(&R->smp, &R->groups, R->rc.seed, pos, &h);
-  }
+  for (int64_t r = 0; r < R->rc.batch; r++)
+    out[r] = sample_at(R, iteration * R->rc.batch + r);
   return AMPC_OK;
 }
 
@@ -401,7 +427,13 @@ static ampc_status gather(void *user, int64_t k, ampc_batch *out) {
   const int64_t shard = R->rc.batch / R->size;
   memset(out, 0, sizeof *out);
   out->b = R->mb;
-  R->kind->gather(R, R->it_no * R->rc.batch + R->rank * shard + k * R->mb, out);
+  const int64_t offset = R->rank * shard + k * R->mb, base = R->it_no * R->rc.batch + offset;
+  R->kind->gather(R, base, out);
+  if (R->telemetry) /* the telemetry names samples by batch position */
+    R->telemetry->sample_offset = offset;
+  for (int64_t r = 0; R->rc.extreme_factor != 0.0f && r < R->mb; r++)
+    if (sample_at(R, base + r) == R->rc.extreme_sample)
+      out->extreme_row = r, out->extreme_factor = R->rc.extreme_factor;
   return AMPC_OK;
 }
 
@@ -592,6 +624,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       }
     ampc_diag_step ds;
     run_diag_step(&ds, R, &info, &mean, sampled || replayed);
+    name_samples(R, &ds);
     TRYR(ampc_diag_add(R->diag, &ds));
     if (log && (info.iteration % rc->log_every == 0 || info.iteration == end || sampled ||
                 replayed || info.overflow)) {

@@ -36,6 +36,7 @@ void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_st
   s->nonfinite_grads = info->nonfinite;
   s->nonfinite_weights = info->nonfinite_weights;
   s->first_nonfinite_branch = s->first_nonfinite_phase = -1;
+  s->first_nonfinite_max_abs = -1.0;
   for (int b = 0; b < AMPC_BRANCH_COUNT; b++)
     s->br[b].acc_err = -1.0;
   for (int i = 0; i < T->params.count; i++) {
@@ -61,6 +62,17 @@ void ampc_diag_step_fill(ampc_diag_step *s, const ampc_trainer *T, const ampc_st
     snprintf(s->first_nonfinite, sizeof s->first_nonfinite, "%s", tm->first_nonfinite);
     s->first_nonfinite_branch = tm->first_nonfinite_branch;
     s->first_nonfinite_phase = tm->first_nonfinite_phase;
+    if (tm->first_nonfinite_branch >= 0) {
+      s->first_nonfinite_max_abs = (double)tm->first_nonfinite_max_abs;
+      if ((unsigned)tm->first_nonfinite_dt < AMPC_DTYPE_COUNT)
+        snprintf(s->first_nonfinite_dtype, sizeof s->first_nonfinite_dtype, "%s",
+                 ampc_dtype_name(tm->first_nonfinite_dt));
+    }
+    /* batch positions here; the run turns them into its samples' names */
+    s->n_nf_samples = tm->n_nf_samples;
+    for (int i = 0; i < tm->n_nf_samples; i++)
+      s->nf_sample[i] = tm->nf_samples[i];
+    s->nf_samples_total = tm->nf_samples_total, s->nf_samples_of = tm->nf_samples_of;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "numeric/numeric.h"
 #include "run_internal.h"
 
 /* fp8-mixed, after each optimizer iteration (skipped or not): the amax of
@@ -117,19 +118,21 @@ ampc_status run_reduce_telemetry(ampc_run *R) {
   /* what one process would keep of its micro-batches in order: the first
    * (lowest-rank) holder of each branch's largest error names its tensor,
    * and the first rank that met a non-finite value names that tensor */
-  enum { NB = AMPC_BRANCH_COUNT, NAME = 64 / 8 };
+  /* an entry: the name (64 bytes), then k, or branch, phase and the
+   * non-finite tensor's max |x| bits, dtype and samples */
+  enum { NB = AMPC_BRANCH_COUNT, NAME = 64 / 8, EXTRA = 7 + AMPC_TM_SAMPLES, ENT = NAME + EXTRA };
   double who[NB + 1];
   for (int b = 0; b < NB; b++)
     who[b] = t->acc_err[b] >= 0.0 && t->acc_err[b] == mx[NS + b] ? -(double)c->rank : -1e9;
   who[NB] = t->first_nonfinite_branch >= 0 ? -(double)c->rank : -1e9;
   if (st == AMPC_OK)
     st = c->max_f64(c->user, who, NB + 1);
-  uint64_t names[(NB + 1) * (NAME + 2)];
+  uint64_t names[(NB + 1) * ENT];
   memset(names, 0, sizeof names);
   for (int b = 0; b <= NB; b++) {
     if (who[b] != -(double)c->rank)
       continue;
-    uint64_t *o = names + b * (NAME + 2);
+    uint64_t *o = names + b * ENT;
     if (b < NB) {
       memcpy(o, t->acc_tensor[b], 64);
       o[NAME] = (uint64_t)t->acc_k[b];
@@ -137,13 +140,19 @@ ampc_status run_reduce_telemetry(ampc_run *R) {
       memcpy(o, t->first_nonfinite, 64);
       o[NAME] = (uint64_t)t->first_nonfinite_branch,
       o[NAME + 1] = (uint64_t)t->first_nonfinite_phase;
+      o[NAME + 2] = (uint64_t)ampc_f32_bits(t->first_nonfinite_max_abs);
+      o[NAME + 3] = (uint64_t)t->first_nonfinite_dt;
+      o[NAME + 4] = (uint64_t)t->n_nf_samples, o[NAME + 5] = (uint64_t)t->nf_samples_total;
+      o[NAME + 6] = (uint64_t)t->nf_samples_of;
+      for (int i = 0; i < t->n_nf_samples; i++)
+        o[NAME + 7 + i] = (uint64_t)t->nf_samples[i];
     }
   }
   if (st == AMPC_OK)
-    st = c->sum_u64(c->user, names, (NB + 1) * (NAME + 2));
+    st = c->sum_u64(c->user, names, (NB + 1) * ENT);
   if (st == AMPC_OK) {
     for (int b = 0; b <= NB; b++) {
-      const uint64_t *o = names + b * (NAME + 2);
+      const uint64_t *o = names + b * ENT;
       if (who[b] < -1e8)
         continue; /* no rank has one */
       if (b < NB) {
@@ -155,6 +164,12 @@ ampc_status run_reduce_telemetry(ampc_run *R) {
         memcpy(t->first_nonfinite, o, 64);
         t->first_nonfinite[63] = '\0';
         t->first_nonfinite_branch = (int)o[NAME], t->first_nonfinite_phase = (int)o[NAME + 1];
+        t->first_nonfinite_max_abs = ampc_bits_f32((uint32_t)o[NAME + 2]);
+        t->first_nonfinite_dt = (ampc_dtype)o[NAME + 3];
+        t->n_nf_samples = (int)o[NAME + 4], t->nf_samples_total = (int64_t)o[NAME + 5];
+        t->nf_samples_of = (int64_t)o[NAME + 6];
+        for (int i = 0; i < t->n_nf_samples && i < AMPC_TM_SAMPLES; i++)
+          t->nf_samples[i] = (int64_t)o[NAME + 7 + i];
       }
     }
   }

@@ -992,6 +992,7 @@ static int train_inputs_open_pack(const char *cmd, const train_args *A, train_in
   const ampc_shards_info *si = ampc_shards_get_info(in->shards);
   for (int64_t i = 0; i < si->bad_shards; i++) /* left out, not fatal (as a bad sample) */
     fprintf(stderr, "ampc %s: warning: %s\n", cmd, si->bad_shard_notes[i]);
+  in->data.shards = in->shards;
   in->data.stream_n_train = si->n_train;
   in->data.pack_id = si->id;
   in->data.class_prompts = si->class_prompts;
@@ -1030,6 +1031,7 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
     in->data.stream_n_train = share->data.stream_n_train;
     in->data.class_prompts = share->data.class_prompts;
     in->data.pack_id = share->data.pack_id;
+    in->data.shards = share->data.shards;
   }
   if (!D && cli_is_pack(A->data)) {
     if (A->hold_out_style)
@@ -1124,6 +1126,12 @@ void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *
 #ifdef AMPC_TEST_HOOKS /* the robustness tests' faults (docs/ROBUSTNESS.md; not in a release) */
   (void)ampc_fault_at_parse(getenv("AMPC_FAULT_FAIL"), &c->faults.fail);
   (void)ampc_fault_at_parse(getenv("AMPC_FAULT_NAN_GRAD"), &c->faults.nan_grad);
+  /* one sample made extreme: AMPC_TEST_EXTREME_SAMPLE=INDEX:FACTOR */
+  const char *xs = getenv("AMPC_TEST_EXTREME_SAMPLE");
+  long long xi;
+  float xf;
+  if (xs && sscanf(xs, "%lld:%f", &xi, &xf) == 2)
+    c->extreme_sample = xi, c->extreme_factor = xf;
 #endif
 }
 
