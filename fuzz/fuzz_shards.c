@@ -244,7 +244,18 @@ static void read_stream(ampc_shards *s, const ampc_shards_info *in, int64_t img_
   for (size_t k = 0; k < sizeof pos / sizeof *pos; k++) {
     ampc_stream_index(st, pos[k], &sh, &r);
     check(sh >= 0 && r >= 0 && r < N, "index in range");
+    /* the sample's key: there, or absent, or a damaged keys file; never
+     * out of range for an index the stream gave */
+    char key[8] = "junk";
+    const ampc_status ks = ampc_shards_key(s, sh, r, key, sizeof key);
+    check(ks == AMPC_OK || ks == AMPC_ERR_NOT_FOUND || ks == AMPC_ERR_FORMAT || ks == AMPC_ERR_IO ||
+              ks == AMPC_ERR_NOMEM,
+          "a key, or why not");
+    check(strlen(key) < sizeof key && (ks == AMPC_OK || key[0] == 0), "the key's buffer");
   }
+  check(ampc_shards_key(s, in->n_shards + in->bad_shards, 0, (char[4]){0}, 4) ==
+            AMPC_ERR_INVALID_ARG,
+        "a shard past the list");
   const int64_t B = N < 4 ? N : 4;
   const bool images = B * img_sz <= MAX_IMAGE_BYTES;
   batch a[3], b[3];

@@ -12,7 +12,7 @@
 # 4. with MPI: 2 ranks equal one process with 2 micro-batches;
 # 5. bad data: skipped and counted by reason (docs/ROBUSTNESS.md); --strict
 #    stops naming the file and reason; a wrong column, a finished pack, a
-#    changed shard, a missing manifest.
+#    changed shard, a missing manifest; a pack without its keys files trains.
 . "$(dirname "$0")/cli_lib.sh"
 make_pairs=$2
 mpiexec=${3:-}
@@ -34,6 +34,11 @@ for input in data.csv data.tsv data.jsonl folder folder2 'wds-{000..001}.tar' wd
   [ "$(field classes <"$tmp/rep")" = 3 ] || die "pack $input: not 3 classes"
   grep -q '"sha256"' "$out/manifest.json" || die "pack $input: no SHA-256 in the manifest"
   [ -f "$out/pack.state" ] && die "pack $input: pack.state left behind"
+  for f in "$out"/shard-*.ampcs; do
+    k=$(basename "$f" .ampcs).keys.json
+    [ -f "$out/$k" ] && grep -q "\"keys\":[[:space:]]*\"$k\"" "$out/manifest.json" ||
+      die "pack $input: no $k, or the manifest does not name it"
+  done
 done
 pack="$tmp/p-data_csv"
 # the same input and flags give the same bytes (2 threads against 1)
@@ -118,6 +123,11 @@ printf 'X' | dd of="$tmp/changed/shard-00000.ampcs" bs=1 seek=100 conv=notrunc 2
   >/dev/null 2>"$tmp/err" || die "training with a changed shard exited $? ($(cat "$tmp/err"))"
 grep -q 'shard-00000.ampcs: left out (SHA-256 mismatch' "$tmp/err" ||
   die "no warning for the changed shard: $(cat "$tmp/err")"
+# a pack whose keys files are gone (as one made before keys) trains
+cp -r "$pack" "$tmp/nokeys"
+rm "$tmp/nokeys"/shard-*.keys.json
+"$ampc" train --data "$tmp/nokeys" --batch 8 --threads 1 --steps 1 --no-eval --quiet \
+  >/dev/null 2>"$tmp/err" || die "training without keys files exited $? ($(cat "$tmp/err"))"
 # a pack without labels trains (no class loss); a resume on another pack is refused
 "$ampc" data pack "$tmp/src/data.jsonl" --out "$tmp/nolabel" --image-size 16 --seq-len 12 --vocab 40 \
   >/dev/null 2>&1 || die "pack without labels failed"

@@ -15,10 +15,21 @@
  * - the stream: each epoch a permutation of the training split, a function of
  *   (seed, position) only (random access = sequential, resume = same batches),
  *   windows of whole shards (memory bounded by the buffer), the prefetch
- *   thread's batches equal to direct ones.
+ *   thread's batches equal to direct ones;
+ * - the samples' keys (a CSV pack and a WebDataset pack with keys full of
+ *   JSON's special characters): at every position of the stream, the key of
+ *   ampc_stream_index's (shard, record) is the key of the sample whose image
+ *   the stream reads there (each image's colour names its sample); each keys
+ *   file lists the training then the val records' keys, under its manifest
+ *   SHA-256; a damaged keys file is AMPC_ERR_FORMAT naming it; a deleted one,
+ *   or a pack made before keys, opens and streams and its keys are
+ *   AMPC_ERR_NOT_FOUND.
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
 
+#include <archive.h>
+#include <archive_entry.h>
+#include <cjson/cJSON.h>
 #include <png.h> /* before cmocka: it brings its own setjmp.h */
 
 #include <setjmp.h>
@@ -233,6 +244,9 @@ static void test_pack_deterministic(void **state) {
     snprintf(a, sizeof a, "pack/shard-%05d.ampcs", k);
     snprintf(b, sizeof b, "pack2/shard-%05d.ampcs", k);
     assert_true(same_file(tmp(a), tmp(b)));
+    snprintf(a, sizeof a, "pack/shard-%05d.keys.json", k);
+    snprintf(b, sizeof b, "pack2/shard-%05d.keys.json", k);
+    assert_true(same_file(tmp(a), tmp(b)));
   }
   assert_true(same_file(tmp("pack/tokenizer.model"), tmp("pack2/tokenizer.model")));
   /* never overwritten (tmp()'s buffers were reused above: the paths again) */
@@ -277,6 +291,9 @@ static void test_pack_bad(void **state) {
     char a[64], b[64];
     snprintf(a, sizeof a, "packbad/shard-%05d.ampcs", k);
     snprintf(b, sizeof b, "packstrict/shard-%05d.ampcs", k);
+    assert_true(same_file(tmp(a), tmp(b)));
+    snprintf(a, sizeof a, "packbad/shard-%05d.keys.json", k);
+    snprintf(b, sizeof b, "packstrict/shard-%05d.keys.json", k);
     assert_true(same_file(tmp(a), tmp(b)));
   }
   assert_true(same_file(tmp("packbad/manifest.json"), tmp("packstrict/manifest.json")));
@@ -412,11 +429,331 @@ static void test_stream_order(void **state) {
   ampc_shards_close(s);
 }
 
+/* ---- the samples' keys ------------------------------------------------------------ */
+
+typedef void (*key_of_fn)(int i, char *out, size_t n);
+
+/* data.csv's key of sample i: the image path as written */
+static void csv_key(int i, char *out, size_t n) { snprintf(out, n, "img/%03d.png", i); }
+
+static cJSON *read_json(const char *path) {
+  size_t n;
+  unsigned char *b = read_all(path, &n);
+  cJSON *j = cJSON_ParseWithLength((const char *)b, n);
+  free(b);
+  assert_non_null(j);
+  return j;
+}
+
+static void write_json_file(const char *path, const cJSON *j) {
+  char *t = cJSON_Print(j);
+  assert_non_null(t);
+  write_all(path, t, strlen(t));
+  free(t);
+}
+
+/* the pack in dir holds the keys of key_of for its n samples: the manifest
+ * names each shard's keys file and its SHA-256; each file lists the training
+ * records' keys then the val records' (the val split in memory reads the
+ * shards' val records in order); and at every position of two epochs of a
+ * stream, ampc_shards_key of ampc_stream_index's (shard, record) is the key
+ * of the sample whose image the stream reads there, each sample once an
+ * epoch */
+static void check_keys(const char *dir, key_of_fn key_of, int n) {
+  char path[600], want[256], got[256];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  cJSON *m = read_json(path);
+  const cJSON *arr = cJSON_GetObjectItemCaseSensitive(m, "shards");
+  const int ns = cJSON_GetArraySize(arr);
+  assert_true(ns >= 2);
+  ampc_shards *s;
+  assert_int_equal(ampc_shards_open(&s, dir, true, true), AMPC_OK);
+  const ampc_shards_info *in = ampc_shards_get_info(s);
+  assert_int_equal(in->n_shards, ns);
+  assert_int_equal(in->keyed_shards, ns);
+  assert_int_equal(in->n_train + in->n_val, n);
+  /* the val records' keys, shard after shard */
+  char **val_keys = calloc((size_t)in->n_val + 1, sizeof *val_keys);
+  assert_non_null(val_keys);
+  int64_t nv = 0;
+  for (int i = 0; i < ns; i++) {
+    const cJSON *e = cJSON_GetArrayItem(arr, i);
+    char name[64];
+    snprintf(name, sizeof name, "shard-%05d.keys.json", i);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(e, "keys")->valuestring, name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    size_t len;
+    unsigned char *b = read_all(path, &len);
+    char hex[65];
+    assert_int_equal(ampc__sha256(b, len, hex), AMPC_OK);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(e, "keys_sha256")->valuestring, hex);
+    free(b);
+    cJSON *k = read_json(path);
+    const int nt = cJSON_GetObjectItemCaseSensitive(e, "train")->valueint;
+    const int nvs = cJSON_GetObjectItemCaseSensitive(e, "val")->valueint;
+    assert_int_equal(cJSON_GetArraySize(k), nt + nvs);
+    for (int r = nt; r < nt + nvs; r++) {
+      const cJSON *x = cJSON_GetArrayItem(k, r);
+      assert_true(cJSON_IsString(x));
+      val_keys[nv++] = strdup(x->valuestring);
+    }
+    cJSON_Delete(k);
+  }
+  assert_int_equal(nv, in->n_val);
+  ampc_dataset v;
+  assert_int_equal(ampc_shards_val_dataset(s, 0, &v), AMPC_OK);
+  const int64_t img = (int64_t)in->image_size * in->image_size * in->channels;
+  for (int32_t k = 0; k < v.n; k++) {
+    key_of(v.images[k * img], want, sizeof want);
+    assert_string_equal(val_keys[k], want);
+    free(val_keys[k]);
+  }
+  free(val_keys);
+  ampc_dataset_free(&v);
+  /* the training order's keys */
+  const int64_t N = in->n_train;
+  uint8_t *px = malloc((size_t)img), *seen = calloc((size_t)n, 1);
+  assert_non_null(px);
+  assert_non_null(seen);
+  ampc_stream *st;
+  assert_int_equal(ampc_stream_create(&st, s, 11, 1, false), AMPC_OK);
+  for (int64_t j = 0; j < 2 * N; j++) {
+    if (j % N == 0)
+      memset(seen, 0, (size_t)n);
+    int64_t sh, rec;
+    ampc_stream_index(st, j, &sh, &rec);
+    (void)ampc_stream_fill(st, j, 1, px, NULL, NULL, -1);
+    const int i = px[0];
+    uint8_t c[3];
+    colour_of(i, c);
+    assert_true(i < n);
+    assert_memory_equal(px, c, 3);
+    assert_int_equal(seen[i]++, 0);
+    key_of(i, want, sizeof want);
+    assert_int_equal(ampc_shards_key(s, sh, rec, got, sizeof got), AMPC_OK);
+    assert_string_equal(got, want);
+  }
+  ampc_stream_free(st);
+  free(px), free(seen);
+  ampc_shards_close(s);
+  cJSON_Delete(m);
+}
+
+/* the CSV pack: keys at every position; the API's edges */
+static void test_keys_csv(void **state) {
+  (void)state;
+  check_keys(tmp("pack"), csv_key, N_GOOD);
+  ampc_shards *s;
+  assert_int_equal(ampc_shards_open(&s, tmp("pack"), false, false), AMPC_OK);
+  const ampc_shards_info *in = ampc_shards_get_info(s);
+  /* shard 0's first training record is the first training sample of the
+   * listing: the first i whose key is not in the val split */
+  ampc_dataset v;
+  assert_int_equal(ampc_shards_val_dataset(s, 0, &v), AMPC_OK);
+  int first = 0;
+  for (bool val = true; val; first += val) {
+    val = false;
+    for (int32_t k = 0; k < v.n; k++)
+      val = val || v.images[k * 192] == first;
+  }
+  ampc_dataset_free(&v);
+  char want[64], got[64];
+  csv_key(first, want, sizeof want);
+  assert_int_equal(ampc_shards_key(s, 0, 0, got, sizeof got), AMPC_OK);
+  assert_string_equal(got, want);
+  /* cut to n - 1 bytes */
+  char small[5] = "xxxx";
+  assert_int_equal(ampc_shards_key(s, 0, 0, small, 5), AMPC_OK);
+  assert_string_equal(small, "img/");
+  assert_int_equal(ampc_shards_key(s, 0, 0, small, 1), AMPC_OK);
+  assert_string_equal(small, "");
+  /* out of range: record n_train of a shard (its first val record), a
+   * shard past the list, negatives, NULL */
+  cJSON *m = read_json(tmp("pack/manifest.json"));
+  const int nt0 = cJSON_GetObjectItemCaseSensitive(
+                      cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "shards"), 0), "train")
+                      ->valueint;
+  cJSON_Delete(m);
+  assert_int_equal(ampc_shards_key(s, 0, nt0 - 1, got, sizeof got), AMPC_OK);
+  assert_int_equal(ampc_shards_key(s, 0, nt0, got, sizeof got), AMPC_ERR_INVALID_ARG);
+  assert_string_equal(got, "");
+  assert_int_equal(ampc_shards_key(s, in->n_shards, 0, got, sizeof got), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_shards_key(s, -1, 0, got, sizeof got), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_shards_key(s, 0, -1, got, sizeof got), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_shards_key(s, 0, 0, NULL, 8), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_shards_key(s, 0, 0, got, 0), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_shards_key(NULL, 0, 0, got, sizeof got), AMPC_ERR_INVALID_ARG);
+  ampc_shards_close(s);
+}
+
+/* a WebDataset key (SHARD/KEY, KEY the member path up to the name's first
+ * dot): the even samples' keys hold a folder, a space, a quote, a backslash,
+ * a tab and UTF-8, some odd ones a control character and a byte that is not
+ * UTF-8 (a Latin-1 file name): the keys file must carry each byte */
+static const char *wds_stem(int i, char *out, size_t n) {
+  if (i % 2 == 0)
+    snprintf(out, n, "sub dir/q\"uo\\te\tü-%03d", i);
+  else if (i % 4 == 1)
+    snprintf(out, n, "lat\xe9n\x01-%03d", i);
+  else
+    snprintf(out, n, "%06d", i);
+  return out;
+}
+
+static void wds_key(int i, char *out, size_t n) {
+  char stem[128];
+  snprintf(out, n, "wds-%03d.tar/%s", i / 20, wds_stem(i, stem, sizeof stem));
+}
+
+static void tar_add(struct archive *a, const char *name, const void *d, size_t n) {
+  struct archive_entry *e = archive_entry_new();
+  archive_entry_set_pathname(e, name);
+  archive_entry_set_filetype(e, AE_IFREG);
+  archive_entry_set_perm(e, 0644);
+  archive_entry_set_size(e, (la_int64_t)n);
+  assert_int_equal(archive_write_header(a, e), ARCHIVE_OK);
+  assert_int_equal(archive_write_data(a, d, n), (la_ssize_t)n);
+  archive_entry_free(e);
+}
+
+/* wds-000.tar and wds-001.tar, 20 samples each: sample i's PNG of colour i,
+ * its caption and its colour as the label */
+static void make_wds(void) {
+  for (int t = 0; t < 2; t++) {
+    char p[64];
+    snprintf(p, sizeof p, "wds-%03d.tar", t);
+    struct archive *a = archive_write_new();
+    assert_non_null(a);
+    assert_int_equal(archive_write_set_format_ustar(a), ARCHIVE_OK);
+    assert_int_equal(archive_write_open_filename(a, tmp(p)), ARCHIVE_OK);
+    for (int i = 20 * t; i < 20 * t + 20; i++) {
+      uint8_t c[3];
+      colour_of(i, c);
+      write_png(tmp("wds.png"), c[0], c[1], c[2]);
+      size_t len;
+      unsigned char *png = read_all(tmp("wds.png"), &len);
+      char stem[128], name[160], cap[64];
+      wds_stem(i, stem, sizeof stem);
+      snprintf(name, sizeof name, "%s.png", stem);
+      tar_add(a, name, png, len);
+      free(png);
+      snprintf(cap, sizeof cap, "a %s square number %d", k_colours[i % 4], i);
+      snprintf(name, sizeof name, "%s.txt", stem);
+      tar_add(a, name, cap, strlen(cap));
+      snprintf(name, sizeof name, "%s.cls", stem);
+      tar_add(a, name, k_colours[i % 4], strlen(k_colours[i % 4]));
+    }
+    assert_int_equal(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+  }
+}
+
+static void test_keys_webdataset(void **state) {
+  (void)state;
+  make_wds();
+  char in[1100];
+  snprintf(in, sizeof in, "%s,%s", tmp("wds-000.tar"), tmp("wds-001.tar"));
+  ampc_pack_options o = opts(in, tmp("packwds"));
+  o.label_key = "cls";
+  ampc_pack_report r;
+  assert_int_equal(ampc_pack(&o, &r), AMPC_OK);
+  assert_int_equal(r.skipped, 0);
+  assert_int_equal(r.n_train + r.n_val, 40);
+  check_keys(tmp("packwds"), wds_key, 40);
+}
+
+/* damaged, deleted and never written keys files */
+static void test_keys_damaged(void **state) {
+  (void)state;
+  ampc_pack_options o = opts(tmp("data.csv"), tmp("packkeys"));
+  assert_int_equal(ampc_pack(&o, NULL), AMPC_OK);
+  char got[64];
+  /* shard 1: one key changed (still valid JSON): the SHA-256 tells */
+  size_t n;
+  unsigned char *b = read_all(tmp("packkeys/shard-00001.keys.json"), &n);
+  char *at = strstr((char *)b, "img/0");
+  assert_non_null(at);
+  at[4] = '9';
+  write_all(tmp("packkeys/shard-00001.keys.json"), b, n);
+  free(b);
+  /* shard 2: cut short; shard 3: a key too few; shard 4: an entry not a
+   * string (2 and 3 without their SHA-256 in the manifest, so the parse
+   * speaks); shard 5: deleted; shard 6: a manifest entry from before keys;
+   * shard 7: a keys name outside the folder */
+  b = read_all(tmp("packkeys/shard-00002.keys.json"), &n);
+  write_all(tmp("packkeys/shard-00002.keys.json"), b, n - 5);
+  free(b);
+  cJSON *k = read_json(tmp("packkeys/shard-00003.keys.json"));
+  cJSON_DeleteItemFromArray(k, 0);
+  write_json_file(tmp("packkeys/shard-00003.keys.json"), k);
+  cJSON_Delete(k);
+  k = read_json(tmp("packkeys/shard-00004.keys.json"));
+  cJSON_ReplaceItemInArray(k, 0, cJSON_CreateNumber(7));
+  write_json_file(tmp("packkeys/shard-00004.keys.json"), k);
+  cJSON_Delete(k);
+  assert_int_equal(remove(tmp("packkeys/shard-00005.keys.json")), 0);
+  cJSON *m = read_json(tmp("packkeys/manifest.json"));
+  cJSON *arr = cJSON_GetObjectItemCaseSensitive(m, "shards");
+  for (int i = 2; i <= 4; i++)
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(arr, i), "keys_sha256");
+  cJSON_DeleteItemFromObject(cJSON_GetArrayItem(arr, 6), "keys");
+  cJSON_DeleteItemFromObject(cJSON_GetArrayItem(arr, 6), "keys_sha256");
+  cJSON_ReplaceItemInObject(cJSON_GetArrayItem(arr, 7), "keys", cJSON_CreateString("../data.csv"));
+  write_json_file(tmp("packkeys/manifest.json"), m);
+  cJSON_Delete(m);
+  /* it opens (the keys are not read) and streams every training record */
+  ampc_shards *s;
+  assert_int_equal(ampc_shards_open(&s, tmp("packkeys"), true, true), AMPC_OK);
+  const ampc_shards_info *in = ampc_shards_get_info(s);
+  assert_int_equal(in->n_shards, 8);
+  assert_int_equal(in->bad_shards, 0);
+  assert_int_equal(in->keyed_shards, 6);
+  ampc_stream *st;
+  assert_int_equal(ampc_stream_create(&st, s, 3, 0, true), AMPC_OK);
+  uint8_t *px = malloc((size_t)(in->n_train * 192));
+  assert_non_null(px);
+  (void)ampc_stream_fill(st, 0, in->n_train, px, NULL, NULL, in->n_train);
+  uint8_t seen[N_GOOD] = {0};
+  for (int64_t j = 0; j < in->n_train; j++)
+    assert_int_equal(seen[px[j * 192]]++, 0);
+  free(px);
+  ampc_stream_free(st);
+  /* shard 0 is intact */
+  assert_int_equal(ampc_shards_key(s, 0, 0, got, sizeof got), AMPC_OK);
+  assert_non_null(strstr(got, "img/"));
+  static const struct {
+    int shard;
+    ampc_status st;
+    const char *msg;
+  } want[] = {
+      {1, AMPC_ERR_FORMAT, "shard-00001.keys.json: damaged keys file: SHA-256 mismatch"},
+      {2, AMPC_ERR_FORMAT, "shard-00002.keys.json: damaged keys file: not valid JSON"},
+      {3, AMPC_ERR_FORMAT, "shard-00003.keys.json: damaged keys file: 15 keys for the shard's"},
+      {4, AMPC_ERR_FORMAT, "shard-00004.keys.json: damaged keys file: entry 0 is not a string"},
+      {5, AMPC_ERR_NOT_FOUND, "shard-00005.keys.json: the keys file is missing"},
+      {6, AMPC_ERR_NOT_FOUND, "names no keys file for"},
+      {7, AMPC_ERR_FORMAT, "manifest.json: shard entry 7: \"keys\" is not a file name"},
+  };
+  for (size_t t = 0; t < sizeof want / sizeof *want; t++) {
+    /* twice: a failed read is not kept */
+    for (int again = 0; again < 2; again++) {
+      strcpy(got, "junk");
+      assert_int_equal(ampc_shards_key(s, want[t].shard, 0, got, sizeof got), want[t].st);
+      if (!strstr(ampc_last_error(), want[t].msg))
+        fail_msg("shard %d: '%s' lacks '%s'", want[t].shard, ampc_last_error(), want[t].msg);
+      assert_string_equal(got, "");
+    }
+  }
+  ampc_shards_close(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_records), cmocka_unit_test(test_pack_deterministic),
       cmocka_unit_test(test_pack_bad),     cmocka_unit_test(test_shards_damaged),
       cmocka_unit_test(test_stream_order), cmocka_unit_test(test_shards_wrapped_size),
+      cmocka_unit_test(test_keys_csv),     cmocka_unit_test(test_keys_webdataset),
+      cmocka_unit_test(test_keys_damaged),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -17,6 +17,13 @@
  * tokens [seq_len] int32 LE (padded with 0), label int32 LE (the class in
  * the manifest's sorted "classes"; 0 when the pack has no labels), a
  * reserved uint32 (0), zero bytes to a multiple of 8.
+ *
+ * Beside each shard, shard-NNNNN.keys.json (named with its SHA-256 in the
+ * shard's manifest entry as "keys" and "keys_sha256") holds the records'
+ * sample keys in record order (a JSON array of strings): the key a sample's
+ * split was decided on, the image path as written in the listing or
+ * SHARD/KEY in a WebDataset (its bytes as they are, UTF-8 or not). Packs
+ * made before keys were kept have none.
  */
 #ifndef AMPC_SHARDS_H
 #define AMPC_SHARDS_H
@@ -108,8 +115,11 @@ typedef struct ampc_shards_info {
   const char *const *class_names;     /* [n_classes] or NULL */
   const int32_t *class_prompts; /* [n_classes, seq_len] the prompt's tokens per class, or NULL */
   const char *tokenizer;        /* path of the tokenizer model */
-  const char *id; /* 16 hex digits: FNV-1a 64 of the manifest and the shards left out (a
-                   * checkpoint records it; a resume on other data is refused) */
+  const char *id;       /* 16 hex digits: FNV-1a 64 of the manifest and the shards left out (a
+                         * checkpoint records it; a resume on other data is refused) */
+  int64_t keyed_shards; /* readable shards whose manifest entry names a keys file (equal to
+                         * n_shards: every training sample's key can be asked for; whether
+                         * the file is still there and intact shows at ampc_shards_key) */
 } ampc_shards_info;
 
 /* Open a packed dataset: `path` is its folder or its manifest.json. Every
@@ -127,6 +137,28 @@ const ampc_shards_info *ampc_shards_get_info(const ampc_shards *s);
 ampc_status ampc_shards_val_dataset(ampc_shards *s, int64_t max_samples, ampc_dataset *out);
 /* An empty (n = 0) dataset with the pack's shapes, for the model's sizes. */
 ampc_status ampc_shards_shape_dataset(const ampc_shards *s, ampc_dataset *out);
+
+/* The user's key of training record `record` of shard `shard` (the pair
+ * ampc_stream_index gives: shard an index into the manifest's shard list,
+ * record into that shard's training records, which are its first n_train
+ * records) into buf [n bytes], NUL-terminated; a longer key is cut to n - 1
+ * bytes (possibly inside a UTF-8 sequence), so strlen(buf) == n - 1 may mean
+ * cut. The key is the one the pack split on (this file's top):
+ * the image path as written in the CSV/JSONL/image folder listing, or
+ * SHARD/KEY in a WebDataset. The shard's keys file is read, checked (its
+ * SHA-256 against the manifest when OpenSSL is built in, the key count
+ * against the shard's records) and kept on the first call for that shard,
+ * until ampc_shards_close; a failed read is tried again at the next call.
+ * Not thread-safe: one caller at a time per ampc_shards (a stream's
+ * prefetch thread does not touch the keys, so it may run meanwhile).
+ * On any error buf holds "" (when buf and n allow).
+ * Errors: AMPC_ERR_INVALID_ARG (s or buf NULL, n 0, shard or record out of
+ * range), AMPC_ERR_NOT_FOUND (the manifest names no keys file for the shard,
+ * a pack made before keys were kept, or the file is gone: the key is
+ * unknown), AMPC_ERR_FORMAT (the keys file or its manifest entry is
+ * damaged: the message names the file and what is wrong), AMPC_ERR_IO,
+ * AMPC_ERR_NOMEM. */
+ampc_status ampc_shards_key(ampc_shards *s, int64_t shard, int64_t record, char *buf, size_t n);
 
 /* The training order: position j >= 0 of a run's sequence is sample
  * ampc_stream_index(j) of the training split. Epoch e = j / n_train; the

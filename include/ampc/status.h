@@ -21,7 +21,8 @@ typedef enum ampc_status {
   AMPC_ERR_FORMAT = 4,      /* a file's contents are malformed */
   AMPC_ERR_UNSUPPORTED = 5, /* valid but not implemented (e.g. a dtype pair) */
   AMPC_ERR_NUMERIC = 6,     /* a non-finite value where one is not allowed */
-  AMPC_ERR_DEVICE = 7       /* the GPU runtime or library failed (its message is kept) */
+  AMPC_ERR_DEVICE = 7,      /* the GPU runtime or library failed (its message is kept) */
+  AMPC_ERR_NOT_FOUND = 8 /* what was asked for is absent (e.g. a pack made without sample keys) */
 } ampc_status;
 
 /* Short constant name of a status code ("ok", "invalid argument", ...). */

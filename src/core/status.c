@@ -22,6 +22,7 @@ const char *ampc_status_name(ampc_status s) {
   case AMPC_ERR_UNSUPPORTED: return "unsupported";
   case AMPC_ERR_NUMERIC: return "non-finite value";
   case AMPC_ERR_DEVICE: return "device error";
+  case AMPC_ERR_NOT_FOUND: return "not found";
   }
   return "unknown status";
 }

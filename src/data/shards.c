@@ -1,8 +1,8 @@
 /*
  * src/data/shards.c: reading a packed dataset (include/ampc/shards.h): the
  * manifest, the shards through mmap (each checked: header, size, SHA-256),
- * the val split in memory, and the streaming training order with a prefetch
- * thread.
+ * the val split in memory, the streaming training order with a prefetch
+ * thread, and the samples' keys (each shard's keys file, read when first asked).
  */
 #define _POSIX_C_SOURCE 200809L /* mmap, pthread */
 #define _DEFAULT_SOURCE         /* madvise */
@@ -80,6 +80,12 @@ typedef struct shard {
   const uint8_t *map; /* the whole file, or NULL when left out */
   size_t size;
   int64_t n_train, n_val;
+  /* the keys file (NULL: the manifest names none) and its SHA-256 ("": none
+   * given); keys_bad: the manifest's entry is not a file name in the folder */
+  char *keys_path, keys_sha[65];
+  bool keys_bad;
+  char *keys;        /* loaded: the keys, NUL-terminated one after another, or NULL */
+  int64_t *keys_off; /* [n_train + n_val] offsets into keys */
 } shard;
 
 struct ampc_shards {
@@ -87,6 +93,7 @@ struct ampc_shards {
   char *dir, *tokenizer;
   char **class_names;
   char **bad_notes; /* [n_sh]: the first bad_shards hold "PATH: left out (why)" */
+  char *mpath;      /* the manifest, for messages */
   uint64_t id_hash;
   char id[17];
   int32_t *class_prompts;
@@ -104,7 +111,7 @@ void ampc_shards_close(ampc_shards *s) {
   for (int64_t i = 0; i < s->n_sh; i++) {
     if (s->sh[i].map)
       munmap((void *)s->sh[i].map, s->sh[i].size);
-    free(s->sh[i].path);
+    free(s->sh[i].path), free(s->sh[i].keys_path), free(s->sh[i].keys), free(s->sh[i].keys_off);
   }
   for (int32_t c = 0; s->class_names && c < s->info.n_classes; c++)
     free(s->class_names[c]); /* NULL past a failed parse: free(NULL) */
@@ -112,6 +119,7 @@ void ampc_shards_close(ampc_shards *s) {
     free(s->bad_notes[i]);
   free(s->bad_notes);
   free(s->class_names), free(s->class_prompts), free(s->sh), free(s->dir), free(s->tokenizer);
+  free(s->mpath);
   free(s);
 }
 
@@ -320,6 +328,20 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
     sd->n_train = nt, sd->n_val = nv;
     if (!(sd->path = ampc__path_join(s->dir, f->valuestring)))
       return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
+    /* the keys file: optional (packs made before keys have none); a bad entry
+     * is reported by ampc_shards_key, not here: training does not need keys */
+    const cJSON *kf = cJSON_GetObjectItemCaseSensitive(e, "keys");
+    const cJSON *ks = cJSON_GetObjectItemCaseSensitive(e, "keys_sha256");
+    if (kf) {
+      sd->keys_bad = !cJSON_IsString(kf) || !kf->valuestring[0] || strchr(kf->valuestring, '/') ||
+                     (ks && (!cJSON_IsString(ks) || strlen(ks->valuestring) != 64));
+      if (!sd->keys_bad) {
+        if (!(sd->keys_path = ampc__path_join(s->dir, kf->valuestring)))
+          return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", mpath);
+        if (ks)
+          memcpy(sd->keys_sha, ks->valuestring, 65);
+      }
+    }
     const char *why;
     AMPC_TRY(map_shard(s, sd, h->valuestring, verify, strict, &why));
     if (!sd->map) {
@@ -332,6 +354,7 @@ static ampc_status parse_manifest(ampc_shards *s, const char *mpath, const cJSON
       continue;
     }
     in->n_shards++;
+    in->keyed_shards += sd->keys_path != NULL;
     in->n_train += nt, in->n_val += nv;
   }
   if (in->n_train < 1)
@@ -381,7 +404,8 @@ ampc_status ampc_shards_open(ampc_shards **out, const char *path, bool verify, b
            : ampc_fail(AMPC_ERR_FORMAT, "%s: not valid JSON", mpath);
     cJSON_Delete(j);
   }
-  free(txt), free(mpath);
+  free(txt);
+  s->mpath = mpath;
   if (rc != AMPC_OK) {
     ampc_shards_close(s);
     return rc;
@@ -392,6 +416,131 @@ ampc_status ampc_shards_open(ampc_shards **out, const char *path, bool verify, b
   snprintf(s->id, sizeof s->id, "%016llx", (unsigned long long)s->id_hash);
   s->info.id = s->id;
   *out = s;
+  return AMPC_OK;
+}
+
+/* ---- the samples' keys ---------------------------------------------------------------- */
+
+enum { KEYS_MAX_BYTES = 1 << 30 };
+
+/* read, check and index shard h's keys file (h->keys_path set) */
+static ampc_status load_keys(shard *h) {
+  const char *path = h->keys_path;
+  struct stat stt;
+  if (stat(path, &stt) != 0)
+    return errno == ENOENT ? ampc_fail(AMPC_ERR_NOT_FOUND,
+                                       "%s: the keys file is missing (the samples' keys of %s "
+                                       "are unknown)",
+                                       path, h->path)
+                           : ampc_fail(AMPC_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+  if (!S_ISREG(stt.st_mode))
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: damaged keys file: not a regular file", path);
+  if (stt.st_size > KEYS_MAX_BYTES)
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: damaged keys file: %lld bytes (at most %d)", path,
+                     (long long)stt.st_size, KEYS_MAX_BYTES);
+  char *txt = read_text(path, KEYS_MAX_BYTES);
+  if (!txt)
+    return ampc_fail(AMPC_ERR_IO, "%s: cannot read the keys file", path);
+  const size_t len = strlen(txt);
+  if (len != (size_t)stt.st_size) {
+    free(txt);
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: damaged keys file: a NUL byte at offset %zu", path, len);
+  }
+  char hex[65];
+  const ampc_status hs = h->keys_sha[0] ? ampc__sha256(txt, len, hex) : AMPC_ERR_UNSUPPORTED;
+  if (hs != AMPC_OK && hs != AMPC_ERR_UNSUPPORTED) {
+    free(txt);
+    return hs;
+  }
+  if (hs == AMPC_OK && strcmp(hex, h->keys_sha) != 0) {
+    free(txt);
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: damaged keys file: SHA-256 mismatch (the file changed after packing)",
+                     path);
+  }
+  /* the whole text one JSON value (the length counts the NUL: cJSON wants to see it) */
+  cJSON *j = cJSON_ParseWithLengthOpts(txt, len + 1, NULL, true);
+  free(txt);
+  const int64_t want = h->n_train + h->n_val;
+  const char *bad = NULL;
+  int64_t n = cJSON_IsArray(j) ? cJSON_GetArraySize(j) : -1, bytes = 0, bad_at = -1;
+  if (!j)
+    bad = "not valid JSON";
+  else if (n < 0)
+    bad = "not a JSON array of strings";
+  else if (n != want)
+    bad = "wrong count";
+  const cJSON *x;
+  int64_t k = 0;
+  for (x = bad ? NULL : j->child; x; x = x->next, k++) {
+    if (!cJSON_IsString(x) || !x->valuestring) {
+      bad = "not a string", bad_at = k;
+      break;
+    }
+    bytes += (int64_t)strlen(x->valuestring) + 1;
+  }
+  if (bad) {
+    cJSON_Delete(j);
+    if (bad_at >= 0)
+      return ampc_fail(AMPC_ERR_FORMAT, "%s: damaged keys file: entry %lld is not a string", path,
+                       (long long)bad_at);
+    if (n >= 0 && n != want)
+      return ampc_fail(AMPC_ERR_FORMAT,
+                       "%s: damaged keys file: %lld keys for the shard's %lld + %lld records", path,
+                       (long long)n, (long long)h->n_train, (long long)h->n_val);
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: damaged keys file: %s", path, bad);
+  }
+  h->keys = malloc((size_t)bytes + 1);
+  h->keys_off = malloc((size_t)(want > 0 ? want : 1) * sizeof *h->keys_off);
+  if (!h->keys || !h->keys_off) {
+    cJSON_Delete(j);
+    free(h->keys), free(h->keys_off);
+    h->keys = NULL, h->keys_off = NULL;
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", path);
+  }
+  int64_t at = 0;
+  k = 0;
+  cJSON_ArrayForEach(x, j) {
+    const size_t l = strlen(x->valuestring) + 1;
+    memcpy(h->keys + at, x->valuestring, l);
+    h->keys_off[k++] = at;
+    at += (int64_t)l;
+  }
+  cJSON_Delete(j);
+  return AMPC_OK;
+}
+
+ampc_status ampc_shards_key(ampc_shards *s, int64_t shard_i, int64_t rec_i, char *buf, size_t n) {
+  if (buf && n > 0)
+    buf[0] = 0;
+  if (!s || !buf || n == 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_shards_key: bad arguments (NULL or n = 0)");
+  if (shard_i < 0 || shard_i >= s->n_sh)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_shards_key: shard %lld: out of range (the pack lists %lld)",
+                     (long long)shard_i, (long long)s->n_sh);
+  if (rec_i < 0 || rec_i >= s->sh[shard_i].n_train)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_shards_key: shard %lld record %lld: out of range (%lld training "
+                     "records)",
+                     (long long)shard_i, (long long)rec_i, (long long)s->sh[shard_i].n_train);
+  shard *h = &s->sh[shard_i];
+  if (h->keys_bad)
+    return ampc_fail(AMPC_ERR_FORMAT,
+                     "%s: shard entry %lld: \"keys\" is not a file name in the pack's folder "
+                     "with a 64-digit keys_sha256",
+                     s->mpath, (long long)shard_i);
+  if (!h->keys_path)
+    return ampc_fail(AMPC_ERR_NOT_FOUND,
+                     "%s: the manifest names no keys file for %s (packed before ampc kept the "
+                     "samples' keys): the samples' keys are unknown",
+                     s->mpath, h->path);
+  if (!h->keys)
+    AMPC_TRY(load_keys(h));
+  const char *k = h->keys + h->keys_off[rec_i];
+  const size_t l = strlen(k), c = l < n - 1 ? l : n - 1;
+  memcpy(buf, k, c);
+  buf[c] = 0;
   return AMPC_OK;
 }
 

@@ -8,8 +8,10 @@
  * samples; the output order is the source's whatever the thread count, so the
  * same input gives the same bytes), tokenizes the captions and writes one
  * shard per `shard_samples` source samples: its training records, then its
- * val records. Every file goes to a temporary name first and is renamed when
- * complete; pack.state lists the finished shards, so a killed pack resumes.
+ * val records, and beside it the records' sample keys in the same order
+ * (shard-NNNNN.keys.json). Every file goes to a temporary name first and is
+ * renamed when complete; pack.state lists the finished shards, so a killed
+ * pack resumes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
@@ -221,6 +223,72 @@ static cJSON *input_fingerprint(const char *input) {
   return arr;
 }
 
+/* ---- a shard's sample keys ------------------------------------------------------------ */
+
+/* the keys of a shard's records, in record order (owned strings) */
+typedef struct keylist {
+  char **v;
+  int64_t n, cap;
+} keylist;
+
+/* append k (taken over; NULL: out of memory already) */
+static int keylist_push(keylist *l, char *k) {
+  if (!k)
+    return -1;
+  if (l->n == l->cap) {
+    const int64_t nc = l->cap ? 2 * l->cap : 64;
+    char **nv = realloc(l->v, (size_t)nc * sizeof *nv);
+    if (!nv) {
+      free(k);
+      return -1;
+    }
+    l->v = nv, l->cap = nc;
+  }
+  l->v[l->n++] = k;
+  return 0;
+}
+
+static void keylist_clear(keylist *l) {
+  for (int64_t i = 0; i < l->n; i++)
+    free(l->v[i]);
+  l->n = 0;
+}
+
+/* "[\n  \"KEY\",\n ...]\n": the keys of a shard's training records then of
+ * its val records, a JSON array of strings (cJSON escapes every character),
+ * one key per line so that line r + 2 holds record r's */
+static char *keys_text(const keylist *tr, const keylist *va) {
+  size_t cap = 4096, n = 0;
+  char *out = malloc(cap);
+  if (!out)
+    return NULL;
+  n += (size_t)snprintf(out, cap, "[");
+  for (int64_t i = 0; i < tr->n + va->n; i++) {
+    const char *k = i < tr->n ? tr->v[i] : va->v[i - tr->n];
+    cJSON *x = cJSON_CreateString(k);
+    char *q = x ? cJSON_PrintUnformatted(x) : NULL;
+    cJSON_Delete(x);
+    const size_t need = q ? strlen(q) + 16 : 0; /* ",\n  ", and "\n]\n" at the end */
+    if (q && n + need > cap) {
+      while (n + need > cap)
+        cap *= 2;
+      char *no = realloc(out, cap);
+      if (!no)
+        free(q), q = NULL;
+      else
+        out = no;
+    }
+    if (!q) {
+      free(out);
+      return NULL;
+    }
+    n += (size_t)snprintf(out + n, cap - n, "%s\n  %s", i ? "," : "", q);
+    free(q);
+  }
+  snprintf(out + n, cap - n, "\n]\n");
+  return out;
+}
+
 /* ---- pass 2's blocks: items copied out of the source, decoded in parallel ------------ */
 
 enum { BLOCK = 64 };
@@ -335,9 +403,13 @@ static ampc_status save_state(pack_state *P) {
   return st;
 }
 
-/* the finished shard file: header, train records, val records; its SHA-256 */
+/* the finished shard file: header, train records, val records; its SHA-256;
+ * and before the shard is renamed into place, its keys file (tr: the
+ * training records' keys, va: the val records'), so a shard listed in
+ * pack.state always has its keys */
 static ampc_status finish_shard(pack_state *P, int64_t idx, FILE *f, const char *tmp,
-                                int64_t n_train, const uint8_t *val, int64_t n_val) {
+                                int64_t n_train, const uint8_t *val, int64_t n_val,
+                                const keylist *tr, const keylist *va) {
   const ampc_pack_options *o = P->o;
   uint8_t h[AMPC_SHARD_HEADER_BYTES];
   ampc__shard_header_put(h, o->image_size, 3, o->seq_len, (uint64_t)n_train, (uint64_t)n_val);
@@ -357,8 +429,26 @@ static ampc_status finish_shard(pack_state *P, int64_t idx, FILE *f, const char 
     }
   }
   ok = fclose(f) == 0 && ok;
-  char name[64];
+  char name[64], kname[64], khex[65] = "";
   snprintf(name, sizeof name, "shard-%05lld.ampcs", (long long)idx);
+  snprintf(kname, sizeof kname, "shard-%05lld.keys.json", (long long)idx);
+  if (ok && (tr->n != n_train || va->n != n_val)) { /* a bookkeeping fault, never the data's */
+    remove(tmp);
+    return ampc_fail(AMPC_ERR_FORMAT, "%s: %lld + %lld keys for %lld + %lld records", kname,
+                     (long long)tr->n, (long long)va->n, (long long)n_train, (long long)n_val);
+  }
+  if (ok) {
+    char *ktxt = keys_text(tr, va), *kpath = ampc__path_join(P->dir, kname);
+    ampc_status ks = !ktxt || !kpath ? ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", kname)
+                                     : ampc__sha256(ktxt, strlen(ktxt), khex);
+    if (ks == AMPC_OK)
+      ks = write_atomic(kpath, ktxt, strlen(ktxt));
+    free(ktxt), free(kpath);
+    if (ks != AMPC_OK) {
+      remove(tmp);
+      return ks;
+    }
+  }
   char *final = ampc__path_join(P->dir, name);
   if (!ok || !final || rename(tmp, final) != 0) {
     remove(tmp);
@@ -372,6 +462,8 @@ static ampc_status finish_shard(pack_state *P, int64_t idx, FILE *f, const char 
   cJSON_AddNumberToObject(e, "val", (double)n_val);
   cJSON_AddNumberToObject(e, "bytes", (double)size);
   cJSON_AddStringToObject(e, "sha256", hex);
+  cJSON_AddStringToObject(e, "keys", kname);
+  cJSON_AddStringToObject(e, "keys_sha256", khex);
   cJSON_AddItemToArray(P->shards, e);
   return AMPC_OK;
 }
@@ -384,6 +476,7 @@ static ampc_status pass2(pack_state *P, ampc_source *src) {
   uint8_t *recs = calloc(BLOCK, (size_t)P->rec);
   uint8_t *val = NULL;
   int64_t val_cap = 0, n_val = 0, n_train = 0, in_shard = 0;
+  keylist tkeys = {0}, vkeys = {0}; /* the current shard's training and val records' keys */
   int64_t shard_idx = cJSON_GetArraySize(P->shards), read = 0;
   FILE *f = NULL;
   char tmp[4096] = "";
@@ -454,6 +547,13 @@ static ampc_status pass2(pack_state *P, ampc_source *src) {
         }
         n_train++, rep->n_train++;
       }
+      /* the key is_val() split on, taken over from the copy */
+      char *key = c->key ? c->key : strdup("");
+      c->key = NULL;
+      if (keylist_push(c->val ? &vkeys : &tkeys, key) != 0) {
+        st = ampc_fail(AMPC_ERR_NOMEM, "pack: out of memory");
+        break;
+      }
     }
     for (int k = 0; k < nb; k++)
       item_clear(&blk[k]);
@@ -463,10 +563,11 @@ static ampc_status pass2(pack_state *P, ampc_source *src) {
       break;
     if (in_shard == o->shard_samples || (done && in_shard > 0)) {
       if (f) {
-        st = finish_shard(P, shard_idx++, f, tmp, n_train, val, n_val);
+        st = finish_shard(P, shard_idx++, f, tmp, n_train, val, n_val, &tkeys, &vkeys);
         f = NULL;
         rep->shards++;
       }
+      keylist_clear(&tkeys), keylist_clear(&vkeys);
       P->read_done += in_shard;
       in_shard = n_train = n_val = 0;
       if (st == AMPC_OK)
@@ -482,6 +583,8 @@ done:
   }
   for (int k = 0; blk && k < BLOCK; k++)
     item_clear(&blk[k]);
+  keylist_clear(&tkeys), keylist_clear(&vkeys);
+  free(tkeys.v), free(vkeys.v);
   free(blk), free(recs), free(val);
   return st;
 }
