@@ -21,6 +21,7 @@
 # 6. --global-negatives: the loss and gradient of the global batch (below).
 # 7. The device path on 2 ranks (--device cpu-split): the CPU path's bits,
 #    global negatives too.
+# 8. The diagnosis names a non-finite sample that only rank 1 holds.
 set -u
 OMP_WAIT_POLICY=passive
 # no cross-memory attach between ranks: containers often forbid the ptrace
@@ -218,6 +219,24 @@ rc=$?
 [ $rc -eq 2 ] || die "a list's bad flag on 2 ranks: exit $rc, expected 2"
 grep -q "MPI_ABORT" "$tmp/l.out" && die "a list's bad flag on 2 ranks went through MPI_Abort"
 [ "$(grep -c "must be a positive finite number" "$tmp/l.out")" -eq 1 ] || die "a list's bad flag on 2 ranks: not printed once"
+
+# the diagnosis names a sample that only rank 1 holds: the first sample of
+# iteration 8 at batch 8 is position 8 of iteration 4 at batch 16 (the
+# sequence depends on the position only), the first of rank 1's half; the
+# test hook makes it extreme and the 2-rank run names it (and 1 of 8: a
+# rank's micro-batch)
+"$ampc" train --steps 7 --batch 8 --threads 1 --no-eval --quiet --save "$tmp/b8.st" \
+  >/dev/null 2>&1 || die "the batch-8 run failed"
+python3 "$(dirname "$0")/scale_tensor.py" "$tmp/b8.st" "$tmp/b8x.st" \
+  vision.blocks.0.mlp.fc1.weight 1e6 || die "cannot blow up the weight"
+"$ampc" train --steps 8 --batch 8 --threads 1 --no-eval --resume "$tmp/b8x.st" \
+  --log "$tmp/b8.jsonl" >/dev/null 2>&1
+idx=$(grep '"step":8,' "$tmp/b8.jsonl" | sed -n 's/.*"samples":\[\([0-9]*\).*/\1/p')
+[ -n "$idx" ] || die "step 8 of the blown run names no samples"
+AMPC_TEST_EXTREME_SAMPLE=$idx:1e6 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$ampc" train --steps 6 --batch 16 --threads 1 \
+  --no-eval >"$tmp/x.out" 2>&1
+grep -q "^  - samples carrying it: 1 of 8: $idx (" "$tmp/x.out" ||
+  die "rank 1's extreme sample $idx is not named: $(grep -A1 'non-finite tensor' "$tmp/x.out")"
 
 [ $fail -eq 0 ] && echo "check_mpi: all cases passed"
 exit $fail

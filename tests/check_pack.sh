@@ -12,7 +12,8 @@
 # 4. with MPI: 2 ranks equal one process with 2 micro-batches;
 # 5. bad data: skipped and counted by reason (docs/ROBUSTNESS.md); --strict
 #    stops naming the file and reason; a wrong column, a finished pack, a
-#    changed shard, a missing manifest; a pack without its keys files trains.
+#    changed shard, a missing manifest; a pack without its keys files trains;
+#    a sample made extreme (test hook) is named by its key in the diagnosis.
 . "$(dirname "$0")/cli_lib.sh"
 make_pairs=$2
 mpiexec=${3:-}
@@ -128,6 +129,15 @@ cp -r "$pack" "$tmp/nokeys"
 rm "$tmp/nokeys"/shard-*.keys.json
 "$ampc" train --data "$tmp/nokeys" --batch 8 --threads 1 --steps 1 --no-eval --quiet \
   >/dev/null 2>"$tmp/err" || die "training without keys files exited $? ($(cat "$tmp/err"))"
+# one sample made extreme by the test hook (sample 0: shard 0's first
+# training record): the diagnosis names it by its key, the first of
+# shard-00000.keys.json
+key=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[0])' \
+  "$pack/shard-00000.keys.json") || die "cannot read shard-00000.keys.json"
+AMPC_TEST_EXTREME_SAMPLE=0:1e6 "$ampc" train --data "$pack" --batch 8 --threads 1 --steps 8 \
+  --no-eval >"$tmp/out" 2>&1 || die "training with an extreme sample exited $?"
+grep -qxF "  - samples carrying it: 1 of 8: 0 ($key)" "$tmp/out" ||
+  die "the extreme sample is not named by its key $key: $(grep -A1 'non-finite tensor' "$tmp/out")"
 # a pack without labels trains (no class loss); a resume on another pack is refused
 "$ampc" data pack "$tmp/src/data.jsonl" --out "$tmp/nolabel" --image-size 16 --seq-len 12 --vocab 40 \
   >/dev/null 2>&1 || die "pack without labels failed"

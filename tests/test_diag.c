@@ -78,6 +78,49 @@ static void test_store_counts(void **state) {
   free(t);
 }
 
+/* the first non-finite tensor's dtype, FP32 magnitude and samples */
+static void test_first_nonfinite_samples(void **state) {
+  (void)state;
+  ampc_telemetry *t = new_tm();
+  t->sample_offset = 99; /* begin keeps the caller's offset */
+  assert_int_equal(ampc_telemetry_begin(t), AMPC_OK);
+  assert_true(t->sample_offset == 99);
+  assert_int_equal(t->first_nonfinite_dt, AMPC_DTYPE_COUNT);
+  uint16_t out[4];
+  const float ok[4] = {1.0f, -2.0f, 3.0f, 65504.0f};
+  assert_int_equal(ampc_store_f32(out, AMPC_F16, ok, 4, NULL), AMPC_OK);
+  assert_false(ampc_telemetry_mark_dt(t, AMPC_BRANCH_VISION, AMPC_TM_ACT, "a", AMPC_F16));
+  ampc_telemetry_samples(t, (const uint8_t[]){1, 1}, 2); /* no non-finite tensor yet: ignored */
+  assert_int_equal(t->nf_samples_of, 0);
+  /* 70000 overflows binary16 (65520 and up round to inf); -1e5 too */
+  const float bad[4] = {1.0f, 70000.0f, -1e5f, 2.0f};
+  assert_int_equal(ampc_store_f32(out, AMPC_F16, bad, 4, NULL), AMPC_OK);
+  assert_true(ampc_telemetry_mark_dt(t, AMPC_BRANCH_TEXT, AMPC_TM_GRAD, "text.b", AMPC_F16));
+  assert_string_equal(t->first_nonfinite, "text.b");
+  assert_true(t->first_nonfinite_max_abs == 1e5f); /* the FP32 value before rounding */
+  assert_int_equal(t->first_nonfinite_dt, AMPC_F16);
+  /* the samples: positions offset + r, the first AMPC_TM_SAMPLES kept */
+  uint8_t flags[20] = {0};
+  for (int r = 1; r < 20; r += 2)
+    flags[r] = 1; /* 10 samples */
+  t->sample_offset = 40;
+  ampc_telemetry_samples(t, flags, 20);
+  assert_int_equal(t->nf_samples_total, 10);
+  assert_int_equal(t->nf_samples_of, 20);
+  assert_int_equal(t->n_nf_samples, AMPC_TM_SAMPLES);
+  for (int i = 0; i < AMPC_TM_SAMPLES; i++)
+    assert_int_equal(t->nf_samples[i], 40 + 1 + 2 * i);
+  /* a later report (another micro-batch) does not add to the first */
+  ampc_telemetry_samples(t, flags, 20);
+  assert_int_equal(t->nf_samples_total, 10);
+  /* nor does a later non-finite mark replace it */
+  assert_int_equal(ampc_store_f32(out, AMPC_F16, bad, 4, NULL), AMPC_OK);
+  assert_false(ampc_telemetry_mark_dt(t, AMPC_BRANCH_FUSION, AMPC_TM_ACT, "c", AMPC_BF16));
+  assert_int_equal(t->first_nonfinite_dt, AMPC_F16);
+  ampc_telemetry_end(t);
+  free(t);
+}
+
 /* the GEMM epilogue (vector and scalar tails) and the element stores */
 static void test_gemm_and_elem_counts(void **state) {
   (void)state;
@@ -913,6 +956,7 @@ static void test_log_round_trip(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_counts),
+      cmocka_unit_test(test_first_nonfinite_samples),
       cmocka_unit_test(test_gemm_and_elem_counts),
       cmocka_unit_test(test_shadow_gemm),
       cmocka_unit_test(test_tally_add),

@@ -203,7 +203,7 @@ static int dump(const char *dir) {
 
   /* ampc's own 32-true result, for the script's comparison */
   ampc_trainer_zero_grad(&m.T);
-  const ampc_mmodel_batch batch = {B, images, tokens, labels, 0, 0, false};
+  const ampc_mmodel_batch batch = {.b = B, .images = images, .tokens = tokens, .labels = labels};
   ampc_mmodel_losses L;
   if (fwd_bwd(m.M, &batch, 1.0f, &L) != AMPC_OK)
     return dump_fail("forward/backward");
@@ -342,7 +342,7 @@ static void run_preset(const preset_case *pc) {
   make_batch(images, tokens, labels);
   check_inputs(&m, images, tokens, labels);
   ampc_trainer_zero_grad(&m.T);
-  const ampc_mmodel_batch batch = {B, images, tokens, labels, 0, 0, false};
+  const ampc_mmodel_batch batch = {.b = B, .images = images, .tokens = tokens, .labels = labels};
   ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(m.M, &batch, pc->scale, &L), AMPC_OK);
 

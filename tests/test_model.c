@@ -100,7 +100,7 @@ static void gradient_check(const char *model, float w_mlm) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+  ampc_mmodel_batch bt = {.b = B, .images = images, .tokens = tokens, .labels = labels};
   ampc_trainer_zero_grad(&T);
   ampc_mmodel_losses L;
   assert_int_equal(fwd_bwd(M, &bt, 1.0f, &L), AMPC_OK);
@@ -216,7 +216,7 @@ static void branch_seeds_exact(const char *model, ampc_precision prec, float w_m
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+  ampc_mmodel_batch bt = {.b = B, .images = images, .tokens = tokens, .labels = labels};
   const size_t gsz = ampc_dtype_size(P->wdt), bytes = (size_t)P->total * gsz;
   char *g1 = malloc(bytes);
   assert_non_null(g1);
@@ -303,7 +303,7 @@ static void counted_pair(ampc_mmodel *M[2], ampc_trainer *T, uint64_t seed, char
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, seed);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+  ampc_mmodel_batch bt = {.b = B, .images = images, .tokens = tokens, .labels = labels};
   for (int r = 0; r < 2; r++)
     g[r] = counted_pass(M[r], T, &bt, 1024.0f, &L[r], &tm[r]);
 }
@@ -419,7 +419,7 @@ static void test_backward_losses(void **state) {
   uint8_t images[B * 8 * 8 * 3];
   int32_t tokens[B * TT], labels[B];
   make_batch(8, images, tokens, labels, 3);
-  ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+  ampc_mmodel_batch bt = {.b = B, .images = images, .tokens = tokens, .labels = labels};
   const size_t bytes = (size_t)P->total * sizeof(float);
   float *all = malloc(bytes), *one = malloc(bytes);
   double *sum = calloc((size_t)P->total, sizeof *sum);
@@ -498,7 +498,12 @@ static void test_uniform_negatives(void **state) {
   int count[B][B];
   memset(count, 0, sizeof count);
   for (uint64_t s = 1; s <= 600; s++) {
-    ampc_mmodel_batch bt = {B, images, tokens, labels, s, 0, true};
+    ampc_mmodel_batch bt = {.b = B,
+                            .images = images,
+                            .tokens = tokens,
+                            .labels = labels,
+                            .neg_seed = s,
+                            .neg_uniform = true};
     ampc_mmodel_losses L;
     assert_int_equal(ampc_mmodel_forward(M, &bt, &L), AMPC_OK);
     int32_t neg[B];
@@ -597,7 +602,7 @@ static void test_training_lowers_loss(void **state) {
     uint8_t images[B * 8 * 8 * 3];
     int32_t tokens[B * TT], labels[B];
     make_batch(8, images, tokens, labels, 4);
-    ampc_mmodel_batch bt = {B, images, tokens, labels, 0, 0, false};
+    ampc_mmodel_batch bt = {.b = B, .images = images, .tokens = tokens, .labels = labels};
     float first = 0, last = 0;
     for (int s = 0; s < 60; s++) {
       ampc_trainer_zero_grad(&T);

@@ -180,11 +180,14 @@ static void nf_evidence(ampc_verdict *v, const ampc_diag_step *s, bool sampled) 
   size_t used = 0;
   list[0] = '\0';
   for (int i = 0; i < s->n_nf_samples && used + 1 < sizeof list; i++) {
-    const int w = s->nf_key[i][0]
-                      ? snprintf(list + used, sizeof list - used, "%s%lld (%.32s)", i ? ", " : "",
-                                 (long long)s->nf_sample[i], s->nf_key[i])
-                      : snprintf(list + used, sizeof list - used, "%s%lld", i ? ", " : "",
-                                 (long long)s->nf_sample[i]);
+    char key[36]; /* at most 32 characters of the key, "..." where cut */
+    snprintf(key, sizeof key, "%.32s", s->nf_key[i]);
+    if (strlen(s->nf_key[i]) > 32)
+      memcpy(key + 29, "...", 4);
+    const int w = s->nf_key[i][0] ? snprintf(list + used, sizeof list - used, "%s%lld (%s)",
+                                             i ? ", " : "", (long long)s->nf_sample[i], key)
+                                  : snprintf(list + used, sizeof list - used, "%s%lld",
+                                             i ? ", " : "", (long long)s->nf_sample[i]);
     if (w < 0 || (size_t)w >= sizeof list - used) {
       list[used] = '\0';
       break;

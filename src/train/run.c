@@ -400,7 +400,8 @@ static void name_samples(ampc_run *R, ampc_diag_step *ds) {
     ds->nf_sample[i] = id;
     key[0] = '\0';
     if (R->data.stream && R->data.shards) {
-      key[0] = '\0'; /* KEYS-PENDING */
+      if (ampc_shards_key(R->data.shards, id >> 32, id & 0xFFFFFFFF, key, kn) != AMPC_OK)
+        key[0] = '\0'; /* an older pack: no keys */
     } else if (!R->data.stream && D && D->captions && id >= 0 && id < D->n) {
       const int st = D->style ? D->style[id] : -1;
       snprintf(key, kn, "%s%s%s%s", D->captions[id] ? D->captions[id] : "",
