@@ -226,26 +226,30 @@ static void test_gemm_counts(void **state) {
                                 (rnd32() & 0x7FE000u));
   assert_int_equal(ampc_convert(a, AMPC_F16, af, AMPC_F32, M * K), AMPC_OK);
   assert_int_equal(ampc_convert(b, AMPC_F16, bf, AMPC_F32, K * N), AMPC_OK);
-  for (int alpha2 = 0; alpha2 < 2; alpha2++) {
+  /* all N columns (C's rows follow each other), then N - 5 of them with
+   * ldc = N (each row apart) */
+  for (int run = 0; run < 4; run++) {
+    const int alpha2 = run % 2, nu = run < 2 ? N : N - 5;
     const float alpha = alpha2 ? 2.0f : 1.0f, beta = alpha2 ? 1.0f : 0.0f;
     for (int i = 0; i < M * N; i++)
       c[i] = c2[i] = ampc_f32_to_f16(alpha2 ? 0.25f : 0.0f).bits;
     ampc_tally *t = ampc_tally_create();
     ampc_tally *was = ampc_tally_bind(t);
-    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, M, N, K, alpha, a, AMPC_F16, K, b, AMPC_F16, N,
-                               beta, c, AMPC_F16, N, AMPC_ACC_F32),
+    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, M, nu, K, alpha, a, AMPC_F16, K, b, AMPC_F16,
+                               N, beta, c, AMPC_F16, N, AMPC_ACC_F32),
                      AMPC_OK);
     (void)ampc_tally_bind(was);
     ampc_tm_stats got, want;
     ampc_tally_drain(t, &got);
     /* the FP32 values that were rounded: the same GEMM into FP32 */
     assert_int_equal(ampc_convert(y, AMPC_F32, c2, AMPC_F16, M * N), AMPC_OK);
-    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, M, N, K, alpha, a, AMPC_F16, K, b, AMPC_F16, N,
-                               beta, y, AMPC_F32, N, AMPC_ACC_F32),
+    assert_int_equal(ampc_gemm(AMPC_OP_N, AMPC_OP_N, M, nu, K, alpha, a, AMPC_F16, K, b, AMPC_F16,
+                               N, beta, y, AMPC_F32, N, AMPC_ACC_F32),
                      AMPC_OK);
     assert_int_equal(ampc_convert(c2, AMPC_F16, y, AMPC_F32, M * N), AMPC_OK);
     assert_memory_equal(c, c2, M * N * sizeof *c);
-    ampc_tally_count_path(t, y, c2, AMPC_F16, M * N, 0);
+    for (int r = 0; r < M; r++)
+      ampc_tally_count_path(t, y + r * N, c2 + r * N, AMPC_F16, (size_t)nu, 0);
     ampc_tally_drain(t, &want);
     assert_same_stats(&got, &want);
     assert_true(got.r.overflow > 0);

@@ -183,6 +183,13 @@ static void count_slot(tm_slot *slot, const float *src, const void *dst, ampc_dt
                        int vector) {
   ampc_tm_stats *s = &slot->s;
   if (vector && n >= TM_VECTOR_MIN && (dt == AMPC_F16 || dt == AMPC_BF16 || dt == AMPC_F32)) {
+    /* a short tail past the last block of 64 costs less value by value */
+    const size_t tail = n % 64 < TM_VECTOR_MIN / 2 ? n % 64 : 0;
+    if (tail) {
+      count_slot(slot, src + (n - tail), (const char *)dst + (n - tail) * (dt == AMPC_F32 ? 4 : 2),
+                 dt, tail, 0);
+      n -= tail;
+    }
     ampc_tally_acc a = {.maxbits = ampc_f32_bits(s->r.max_abs)};
     if (dt == AMPC_F32)
       ampc_tally_count32_avx512(&a, slot->h4[0], src, n);

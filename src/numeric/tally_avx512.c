@@ -8,21 +8,20 @@
  * The class counts (flushed, subnormal, overflow, inf, NaN, zeros) are lane
  * masks and their population counts. The histogram of FP32 exponents avoids
  * one memory increment per value: the 64 exponents of a block go into the
- * 64 bytes of one register (255 for a zero or a non-finite value, which the
- * histogram does not count and no finite value has), and each bin between
- * the block's smallest and largest exponent gets the population count of
- * one byte compare. A block of a tensor spans few binades (about 8 bins in
- * the training runs measured), so this is a few instructions per block; a
- * block that spans more than MAX_SWEEP bins is counted value by value. The
- * tail of n (n mod 64) goes through the same code with its lanes masked.
+ * 64 bytes of one register, and each of the SWEEP bins from the block's
+ * largest exponent down gets the population count of one byte compare.
+ * A block of a tensor spans few binades (about 8 bins in the training runs
+ * measured, rarely more than 16), so this is a fixed few instructions per
+ * block; the values below those bins are counted one by one. The tail of n
+ * (n mod 64) goes through the same code with its lanes masked.
  */
 #include <immintrin.h>
 
 #include "numeric/tally_impl.h"
 
-/* beyond this many bins in one block the byte sweep costs more than one
- * increment per value */
-enum { MAX_SWEEP = 40 };
+/* bins counted by byte compares in each block, from its largest exponent
+ * down (the blocks of a training run span about 8) */
+enum { SWEEP = 16 };
 
 /* the 16 exponent fields as bytes: the 16-bit mask's lanes (finite, non-zero)
  * keep theirs, the others get 255 */
@@ -32,65 +31,52 @@ static inline __m128i exp_bytes(__m512i ax, __mmask16 valid) {
 }
 
 /* The FP32 side of a block of 64 values whose |x| bits are a[0..3] (lanes
- * outside `live` ignored): zeros, max |x| among the finite, histogram. */
-static inline void fp32_side(ampc_tally_acc *acc, uint64_t *hist, __m512i *vmax, const __m512i a[4],
+ * outside `live` ignored): *zeros, max |x| among the finite, histogram. */
+static inline void fp32_side(uint64_t *zeros, uint64_t *hist, __m512i *vmax, const __m512i a[4],
                              __mmask64 live, __mmask64 *fin_out, __mmask64 *valid_out) {
   const __m512i inf = _mm512_set1_epi32(0x7F800000);
   __mmask16 fin[4], nz[4];
+  __m512i bmax = _mm512_setzero_si512(); /* the block's largest finite |x| bits */
   for (int q = 0; q < 4; q++) {
     const __mmask16 l = (__mmask16)(live >> (16 * q));
     fin[q] = _mm512_mask_cmplt_epu32_mask(l, a[q], inf);
     nz[q] = _mm512_test_epi32_mask(a[q], a[q]);
-    *vmax = _mm512_mask_max_epu32(*vmax, fin[q], *vmax, a[q]);
+    bmax = _mm512_mask_max_epu32(bmax, fin[q], bmax, a[q]);
   }
+  *vmax = _mm512_max_epu32(*vmax, bmax);
   const __mmask64 FIN = ((uint64_t)fin[3] << 48) | ((uint64_t)fin[2] << 32) |
                         ((uint64_t)fin[1] << 16) | (uint64_t)fin[0];
   const __mmask64 NZ =
       ((uint64_t)nz[3] << 48) | ((uint64_t)nz[2] << 32) | ((uint64_t)nz[1] << 16) | (uint64_t)nz[0];
   const uint64_t valid = FIN & NZ;
-  acc->zeros += (uint64_t)_mm_popcnt_u64(FIN & ~NZ);
+  *zeros += (uint64_t)_mm_popcnt_u64(FIN & ~NZ);
   *fin_out = FIN, *valid_out = valid;
   if (!valid)
     return;
-  /* the exponent bytes of the block, and their smallest and largest value
-   * among the counted lanes */
+  /* the exponent bytes of the block (255 in the lanes not counted) */
   __m512i E = _mm512_castsi128_si512(exp_bytes(a[0], (__mmask16)valid));
   E = _mm512_inserti32x4(E, exp_bytes(a[1], (__mmask16)(valid >> 16)), 1);
   E = _mm512_inserti32x4(E, exp_bytes(a[2], (__mmask16)(valid >> 32)), 2);
   E = _mm512_inserti32x4(E, exp_bytes(a[3], (__mmask16)(valid >> 48)), 3);
-  /* min over E, and 255 - max over the counted lanes (the others 255 too),
-   * reduced together: bytes of E in the low half of each 16-bit lane, the
-   * complement of the maximum's candidates in the high half */
-  const __m512i G = _mm512_mask_sub_epi8(_mm512_set1_epi8((char)255), (__mmask64)valid,
-                                         _mm512_set1_epi8((char)255), E);
-  __m256i lo = _mm256_min_epu8(_mm512_castsi512_si256(E), _mm512_extracti64x4_epi64(E, 1));
-  __m256i hi = _mm256_min_epu8(_mm512_castsi512_si256(G), _mm512_extracti64x4_epi64(G, 1));
-  __m128i m = _mm_min_epu8(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-  __m128i g = _mm_min_epu8(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-  /* m: 16 bytes to reduce by min, g likewise: interleave as m | g << 8 */
-  __m128i w = _mm_or_si128(_mm_cvtepu8_epi16(m), _mm_slli_epi16(_mm_cvtepu8_epi16(g), 8));
-  __m128i w2 = _mm_or_si128(_mm_cvtepu8_epi16(_mm_srli_si128(m, 8)),
-                            _mm_slli_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(g, 8)), 8));
-  w = _mm_min_epu8(w, w2);                   /* 8 words */
-  w = _mm_min_epu8(w, _mm_srli_si128(w, 8)); /* 4 */
-  w = _mm_min_epu8(w, _mm_srli_si128(w, 4)); /* 2 */
-  w = _mm_min_epu8(w, _mm_srli_si128(w, 2)); /* 1 */
-  const unsigned mm = (unsigned)_mm_cvtsi128_si32(w);
-  const unsigned emin = mm & 0xFF, emax = 255u - ((mm >> 8) & 0xFF);
-  if (emax - emin < MAX_SWEEP) {
-    __m512i b = _mm512_set1_epi8((char)emin);
-    const __m512i one = _mm512_set1_epi8(1);
-    for (unsigned e = emin; e <= emax; e++) {
-      hist[e] += (uint64_t)_mm_popcnt_u64(_mm512_cmpeq_epi8_mask(E, b));
-      b = _mm512_add_epi8(b, one);
-    }
-  } else {
+  /* the largest exponent of the counted lanes (a zero among them has the
+   * smallest, 0), and the SWEEP bins from it down: one byte compare each,
+   * a fixed count (no branch on the data); lanes below them one by one */
+  const unsigned emax = (unsigned)_mm512_reduce_max_epu32(bmax) >> 23;
+  uint64_t rest = valid;
+  if (emax >= SWEEP - 1) {
+    const __m512i D = _mm512_sub_epi8(_mm512_set1_epi8((char)emax), E);
+    uint64_t *h = hist + emax;
+    _Pragma("GCC unroll 16") for (int j = 0; j < SWEEP; j++) h[-j] +=
+        (uint64_t)_mm_popcnt_u64(_mm512_mask_cmpeq_epi8_mask(valid, D, _mm512_set1_epi8((char)j)));
+    rest &= ~(uint64_t)_mm512_cmplt_epu8_mask(D, _mm512_set1_epi8(SWEEP));
+  }
+  if (rest) {
     _Alignas(64) uint8_t eb[64];
     _mm512_store_si512((void *)eb, E);
-    for (int i = 0; i < 64; i++)
-      hist[eb[i]]++;
-    /* the uncounted lanes went to bin 255, which no finite value has */
-    hist[255] -= 64u - (uint64_t)_mm_popcnt_u64(valid);
+    do {
+      hist[eb[__builtin_ctzll(rest)]]++;
+      rest &= rest - 1;
+    } while (rest);
   }
 }
 
@@ -106,7 +92,7 @@ void ampc_tally_count16_avx512(ampc_tally_acc *acc, uint64_t *hist, const float 
   const __m512i abs16 = _mm512_set1_epi16(0x7FFF), em = _mm512_set1_epi16((short)emask);
   const __m512i infh = _mm512_set1_epi16((short)inf_bits);
   __m512i vmax = _mm512_set1_epi32((int)acc->maxbits);
-  uint64_t under = 0, sub = 0, over = 0, inf = 0, nan = 0;
+  uint64_t under = 0, sub = 0, over = 0, inf = 0, nan = 0, zeros = 0;
   for (size_t i = 0; i < n; i += 64) {
     const __mmask64 live = tail_mask(n - i);
     __m512i a[4];
@@ -114,7 +100,7 @@ void ampc_tally_count16_avx512(ampc_tally_acc *acc, uint64_t *hist, const float 
       a[q] = _mm512_and_si512(
           _mm512_maskz_loadu_epi32((__mmask16)(live >> (16 * q)), src + i + 16 * q), abs32);
     __mmask64 fin, valid;
-    fp32_side(acc, hist, &vmax, a, live, &fin, &valid);
+    fp32_side(&zeros, hist, &vmax, a, live, &fin, &valid);
     /* the stored side: 2 x 32 halves (masked-off lanes read as +0, which
      * none of these masks but "zero" selects, and that only with `valid`) */
     uint64_t hz = 0, e0 = 0, hi = 0, hn = 0;
@@ -133,6 +119,7 @@ void ampc_tally_count16_avx512(ampc_tally_acc *acc, uint64_t *hist, const float 
     over += (uint64_t)_mm_popcnt_u64(fin & (hi | hn));
   }
   acc->under += under, acc->sub += sub, acc->over += over, acc->inf += inf, acc->nan += nan;
+  acc->zeros += zeros;
   acc->maxbits = reduce_max(vmax);
 }
 
@@ -140,7 +127,7 @@ void ampc_tally_count32_avx512(ampc_tally_acc *acc, uint64_t *hist, const float 
   const __m512i abs32 = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512i infb = _mm512_set1_epi32(0x7F800000), minn = _mm512_set1_epi32(0x00800000);
   __m512i vmax = _mm512_set1_epi32((int)acc->maxbits);
-  uint64_t sub = 0, inf = 0, nan = 0;
+  uint64_t sub = 0, inf = 0, nan = 0, zeros = 0;
   for (size_t i = 0; i < n; i += 64) {
     const __mmask64 live = tail_mask(n - i);
     __m512i a[4];
@@ -153,8 +140,8 @@ void ampc_tally_count32_avx512(ampc_tally_acc *acc, uint64_t *hist, const float 
       nan += (unsigned)_mm_popcnt_u32(_mm512_cmpgt_epu32_mask(a[q], infb));
     }
     __mmask64 fin, valid;
-    fp32_side(acc, hist, &vmax, a, live, &fin, &valid);
+    fp32_side(&zeros, hist, &vmax, a, live, &fin, &valid);
   }
-  acc->sub += sub, acc->inf += inf, acc->nan += nan;
+  acc->sub += sub, acc->inf += inf, acc->nan += nan, acc->zeros += zeros;
   acc->maxbits = reduce_max(vmax);
 }
