@@ -64,23 +64,25 @@ static void assert_same_stats(const ampc_tm_stats *a, const ampc_tm_stats *b) {
     assert_int_equal(a->hist[i], b->hist[i]);
 }
 
+/* two tallies for both_paths, kept for the whole run (drained after each use) */
+static ampc_tally *g_port, *g_vec;
+
 /* counts of src[0..n) stored as dst (dtype dt) on the portable and the
  * vector path, compared */
 static void both_paths(const float *src, const void *dst, ampc_dtype dt, size_t n,
                        ampc_tm_stats *out) {
-  ampc_tally *p = ampc_tally_create(), *v = ampc_tally_create();
-  assert_non_null(p);
-  assert_non_null(v);
-  ampc_tally_count_path(p, src, dst, dt, n, 0);
-  ampc_tally_count_path(v, src, dst, dt, n, 1);
+  if (!g_port)
+    g_port = ampc_tally_create(), g_vec = ampc_tally_create();
+  assert_non_null(g_port);
+  assert_non_null(g_vec);
+  ampc_tally_count_path(g_port, src, dst, dt, n, 0);
+  ampc_tally_count_path(g_vec, src, dst, dt, n, 1);
   ampc_tm_stats sp, sv;
-  ampc_tally_drain(p, &sp);
-  ampc_tally_drain(v, &sv);
+  ampc_tally_drain(g_port, &sp);
+  ampc_tally_drain(g_vec, &sv);
   assert_same_stats(&sp, &sv);
   if (out)
     *out = sp;
-  ampc_tally_free(p);
-  ampc_tally_free(v);
 }
 
 static void test_paths_random(void **state) {
@@ -312,5 +314,8 @@ int main(void) {
       cmocka_unit_test(test_paths_all_patterns),    cmocka_unit_test(test_gemm_counts),
       cmocka_unit_test(test_shadow_reference_bits),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  const int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  ampc_tally_free(g_port);
+  ampc_tally_free(g_vec);
+  return failed;
 }

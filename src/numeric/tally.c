@@ -10,7 +10,9 @@
  * (64 of them; further threads share a spill slot under a lock), so no
  * atomics run per value; ampc_tally_drain sums and clears the slots from
  * the owning thread between parallel regions (the barrier at the end of each
- * region orders the workers' writes before it). The diagnosis layer
+ * region orders the workers' writes before it). The counting loops below are the
+ * portable ones; on CPUs with AVX-512 F/BW/VL tally_avx512.c counts calls of
+ * 16 values or more (the same counts: tests/test_tally.c). The diagnosis layer
  * (src/diag/telemetry.c) owns a tally per collector and attributes its
  * counts to branches; nothing here knows about branches.
  */
