@@ -108,6 +108,61 @@ static void shadow_keep(ampc_telemetry *t, ampc_branch br, const char *name, int
   }
 }
 
+/* Columns of the FP64 reference per pass over a row of x. */
+enum { SHADOW_COLS = 16 };
+
+/* ref [rows, n] = the rows of x [rows, k] (dtype xdt; row r at r * step * k)
+ * times w^T (w [n, k], dtype wdt) in FP64: ampc_gemm_reference's sums (each
+ * from +0, products in p order; a product of two widened FP32 values is
+ * exact in FP64, so contracting it into an FMA would not change a bit),
+ * computed SHADOW_COLS columns at a time from x and w widened once instead
+ * of one element load at a time. F32, F16 and BF16 operands (others:
+ * ampc_gemm_reference). Errors: out of memory. */
+static ampc_status shadow_reference(int64_t rows, int64_t step, int64_t k, int64_t n, const void *x,
+                                    ampc_dtype xdt, const void *w, ampc_dtype wdt, double *ref) {
+  const int ok_dt = (xdt == AMPC_F32 || xdt == AMPC_F16 || xdt == AMPC_BF16) &&
+                    (wdt == AMPC_F32 || wdt == AMPC_F16 || wdt == AMPC_BF16);
+  if (!ok_dt)
+    return ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0, x, xdt, step * k, w, wdt, k,
+                               0.0, NULL, AMPC_F32, n, ref, NULL);
+  double *xd = malloc((size_t)(rows * k) * sizeof *xd);
+  double *wt = malloc((size_t)(k * SHADOW_COLS) * sizeof *wt);
+  float *f = malloc((size_t)k * sizeof *f);
+  ampc_status st =
+      xd && wt && f ? AMPC_OK : ampc_fail(AMPC_ERR_NOMEM, "telemetry: shadow GEMM workspace");
+  for (int64_t r = 0; st == AMPC_OK && r < rows; r++) {
+    st = ampc_convert(f, AMPC_F32, (const char *)x + r * step * k * (int64_t)ampc_dtype_size(xdt),
+                      xdt, (size_t)k);
+    for (int64_t p = 0; st == AMPC_OK && p < k; p++)
+      xd[r * k + p] = (double)f[p];
+  }
+  for (int64_t j0 = 0; st == AMPC_OK && j0 < n; j0 += SHADOW_COLS) {
+    const int64_t nc = n - j0 < SHADOW_COLS ? n - j0 : SHADOW_COLS;
+    /* wt [k, SHADOW_COLS]: columns j0 .. j0 + nc of w^T, zero past nc */
+    for (int64_t l = 0; st == AMPC_OK && l < SHADOW_COLS; l++) {
+      if (l < nc)
+        st = ampc_convert(f, AMPC_F32,
+                          (const char *)w + (j0 + l) * k * (int64_t)ampc_dtype_size(wdt), wdt,
+                          (size_t)k);
+      for (int64_t p = 0; st == AMPC_OK && p < k; p++)
+        wt[p * SHADOW_COLS + l] = l < nc ? (double)f[p] : 0.0;
+    }
+    for (int64_t r = 0; st == AMPC_OK && r < rows; r++) {
+      double acc[SHADOW_COLS] = {0};
+      const double *xr = xd + r * k;
+      for (int64_t p = 0; p < k; p++) {
+        const double *wp = wt + p * SHADOW_COLS;
+        for (int l = 0; l < SHADOW_COLS; l++)
+          acc[l] += xr[p] * wp[l];
+      }
+      for (int64_t l = 0; l < nc; l++)
+        ref[r * n + j0 + l] = acc[l];
+    }
+  }
+  free(xd), free(wt), free(f);
+  return st;
+}
+
 /* The shadow of rows rows of x (every step-th) times w^T: y0 the product the
  * caller measured (NULL: ampc_gemm computes it here in mode acc). */
 static ampc_status shadow(ampc_telemetry *t, ampc_branch br, const char *name, int64_t rows,
@@ -125,8 +180,7 @@ static ampc_status shadow(ampc_telemetry *t, ampc_branch br, const char *name, i
     st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0f, x, xdt, step * k, w, wdt, k, 0.0f, y,
                    AMPC_F32, n, acc);
   if (st == AMPC_OK)
-    st = ampc_gemm_reference(AMPC_OP_N, AMPC_OP_T, rows, n, k, 1.0, x, xdt, step * k, w, wdt, k,
-                             0.0, NULL, AMPC_F32, n, ref, NULL);
+    st = shadow_reference(rows, step, k, n, x, xdt, w, wdt, ref);
   (void)ampc_tally_bind(was);
   if (st == AMPC_OK)
     shadow_keep(t, br, name, rows, k, n, y0 ? y0 : y, ref);

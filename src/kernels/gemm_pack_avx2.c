@@ -355,13 +355,30 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
   const int use_beta = g->beta != 0.0f;
   const ampc_dtype dt = g->cdt;
   ampc_tally *const tm = ampc_tally_tls;
-  float tbuf[64];
+  /* with C = 1 * sum (no beta), the values rounded have the block's sums'
+   * bits (1 * x is x, a NaN stays a NaN; ampc leaves MXCSR's FTZ off): the
+   * tally counts each row of sums in one call, after its stores */
+  ampc_tally *const tm_buf = g->alpha == 1.0f && !use_beta ? NULL : tm;
+  float tbuf[256];
   void *tdst = NULL;
   int tn = 0;
   for (int64_t i = 0; i < mcur; i++) {
     const float *srow = cs + i * ldcs;
     const int64_t base = (ic + i) * g->ldc + jc;
     int64_t j = 0;
+    if (tm && !tm_buf)
+      for (int64_t j8 = 0; j8 + 8 <= ncur; j8 += 8) { /* the stores of the j loop below */
+        const __m256 v = _mm256_mul_ps(va, _mm256_load_ps(srow + j8));
+        void *cp = (char *)c + (base + j8) * (int64_t)ampc_gemm_esz(dt);
+        switch (dt) {
+        case AMPC_F16: _mm_storeu_si128((__m128i *)cp, _mm256_cvtps_ph(v, 0)); break;
+        case AMPC_BF16: _mm_storeu_si128((__m128i *)cp, bf16_round8(v)); break;
+        default: _mm256_storeu_ps((float *)cp, v); break;
+        }
+        j = j8 + 8;
+      }
+    if (j > 0)
+      ampc_tally_count(tm, srow, (char *)c + base * (int64_t)ampc_gemm_esz(dt), dt, (size_t)j);
     for (; j + 8 <= ncur; j += 8) {
       __m256 v = _mm256_mul_ps(va, _mm256_load_ps(srow + j));
       void *cp = (char *)c + (base + j) * (int64_t)ampc_gemm_esz(dt);
@@ -372,13 +389,13 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
       case AMPC_BF16: _mm_storeu_si128((__m128i *)cp, bf16_round8(v)); break;
       default: _mm256_storeu_ps((float *)cp, v); break;
       }
-      if (tm) { /* telemetry: count a row's stores 64 at a time (they are contiguous) */
+      if (tm_buf) { /* telemetry: count a row's stores 256 at a time (they are contiguous) */
         if (tn == 0)
           tdst = cp;
         _mm256_storeu_ps(tbuf + tn, v);
         tn += 8;
-        if (tn == 64) {
-          ampc_tally_count(tm, tbuf, tdst, dt, 64);
+        if (tn == 256) {
+          ampc_tally_count(tm, tbuf, tdst, dt, 256);
           tn = 0;
         }
       }

@@ -10,7 +10,9 @@
  * (64 of them; further threads share a spill slot under a lock), so no
  * atomics run per value; ampc_tally_drain sums and clears the slots from
  * the owning thread between parallel regions (the barrier at the end of each
- * region orders the workers' writes before it). The diagnosis layer
+ * region orders the workers' writes before it). The counting loops below are the
+ * portable ones; on CPUs with AVX-512 F/BW/VL tally_avx512.c counts calls of
+ * 16 values or more (the same counts: tests/test_tally.c). The diagnosis layer
  * (src/diag/telemetry.c) owns a tally per collector and attributes its
  * counts to branches; nothing here knows about branches.
  */
@@ -21,7 +23,9 @@
 #include <string.h>
 
 #include "internal.h"
+#include "numeric/convert_impl.h"
 #include "numeric/numeric.h"
+#include "numeric/tally_impl.h"
 
 _Thread_local ampc_tally *ampc_tally_tls;
 
@@ -165,9 +169,40 @@ static void count32(tm_slot *slot, const float *src, size_t n) {
   s->r.max_abs = ampc_bits_f32(maxbits);
 }
 
-void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt, size_t n) {
-  tm_slot *slot = slot_enter(t);
+/* the vector loops' counts into the slot */
+static void acc_into(tm_slot *slot, const ampc_tally_acc *a) {
   ampc_tm_stats *s = &slot->s;
+  s->r.underflow += a->under, s->r.subnormal += a->sub, s->r.overflow += a->over;
+  s->r.inf += a->inf, s->r.nan += a->nan, s->zeros += a->zeros;
+  s->r.max_abs = ampc_bits_f32(a->maxbits);
+}
+
+/* Below this many values the portable loops win (the vector loops end with
+ * reductions); the single-value stores of ampc_elem_store are the common case. */
+enum { TM_VECTOR_MIN = 16 };
+
+static void count_slot(tm_slot *slot, const float *src, const void *dst, ampc_dtype dt, size_t n,
+                       int vector) {
+  ampc_tm_stats *s = &slot->s;
+  if (vector && n >= TM_VECTOR_MIN && (dt == AMPC_F16 || dt == AMPC_BF16 || dt == AMPC_F32)) {
+    /* a short tail past the last block of 64 costs less value by value */
+    const size_t tail = n % 64 < TM_VECTOR_MIN / 2 ? n % 64 : 0;
+    if (tail) {
+      count_slot(slot, src + (n - tail), (const char *)dst + (n - tail) * (dt == AMPC_F32 ? 4 : 2),
+                 dt, tail, 0);
+      n -= tail;
+    }
+    ampc_tally_acc a = {.maxbits = ampc_f32_bits(s->r.max_abs)};
+    if (dt == AMPC_F32)
+      ampc_tally_count32_avx512(&a, slot->h4[0], src, n);
+    else if (dt == AMPC_F16)
+      ampc_tally_count16_avx512(&a, slot->h4[0], src, dst, n, 0x7C00u, 0x7C00u);
+    else
+      ampc_tally_count16_avx512(&a, slot->h4[0], src, dst, n, 0x7F80u, 0x7F80u);
+    acc_into(slot, &a);
+    s->r.count += n;
+    return;
+  }
   switch (dt) {
   case AMPC_F16: count16(slot, src, dst, n, 0x7C00u, 0x7C00u); break;
   case AMPC_BF16: count16(slot, src, dst, n, 0x7F80u, 0x7F80u); break;
@@ -193,6 +228,29 @@ void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dty
   } break;
   }
   s->r.count += n;
+}
+
+/* whether the vector loops run: AVX-512 F/BW/VL unless AMPC_ISA says otherwise */
+static int use_vector(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+    v = ampc_use_avx512();
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt, size_t n) {
+  tm_slot *slot = slot_enter(t);
+  count_slot(slot, src, dst, dt, n, use_vector());
+  slot_leave(t, slot);
+}
+
+void ampc_tally_count_path(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt,
+                           size_t n, int vector) {
+  tm_slot *slot = slot_enter(t);
+  count_slot(slot, src, dst, dt, n, vector && use_vector());
   slot_leave(t, slot);
 }
 
