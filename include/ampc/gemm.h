@@ -193,6 +193,41 @@ const char *ampc_gemm_bf16_path(void);
  * FP32 lanes), or "portable"; all give the same bits. */
 const char *ampc_gemm_acc16_path(void);
 
+/* ---- INT8 GEMM with exact INT32 accumulation (post-training quantization) ----
+ *
+ *   C [m, n] = A [m, k] B [n, k]^T     (row-major; B as a linear layer's
+ *                                      weight W [out, in] is stored: y = x W^T)
+ *
+ * A and B int8 (any value, -128 included), C int32: every element is the
+ * exact integer sum of its k products, on every path and for any thread
+ * count (integer sums do not depend on their order while they fit: k <=
+ * AMPC_GEMM_S8_MAX_K keeps every partial sum below 2^31, the VNNI path's
+ * unsigned offset included). Paths: AVX512-VNNI VPDPBUSD (Intel's
+ * "Introduction to Intel DL Boost" method: A + 128 as unsigned bytes, the
+ * offset taken back with B's row sums), AVX2 VPMADDWD on sign-extended int16
+ * (VPMADDUBSW's int16 pair sums saturate, so it is not used), and the scalar
+ * loop; AMPC_ISA=avx2 or portable in the environment caps the path as for
+ * ampc_gemm. Errors: AMPC_ERR_INVALID_ARG (negative sizes, k > MAX_K, NULL
+ * operands, leading dimensions below k, k, n). */
+enum { AMPC_GEMM_S8_MAX_K = 65536 };
+ampc_status ampc_gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
+                         const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
+
+/* One path forced, for tests and benchmarks (AUTO: the fastest the CPU and
+ * AMPC_ISA allow). AMPC_ERR_UNSUPPORTED when the CPU lacks it. */
+typedef enum ampc_gemm_s8_path {
+  AMPC_GEMM_S8_AUTO = 0,
+  AMPC_GEMM_S8_PORTABLE,
+  AMPC_GEMM_S8_AVX2,
+  AMPC_GEMM_S8_AVX512VNNI
+} ampc_gemm_s8_path;
+ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int64_t k,
+                              const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb,
+                              int32_t *c, int64_t ldc);
+/* The path AUTO takes on this CPU, and a path's name ("avx512-vnni (vpdpbusd)", ...). */
+ampc_gemm_s8_path ampc_gemm_s8_best(void);
+const char *ampc_gemm_s8_path_name(ampc_gemm_s8_path p);
+
 #ifdef __cplusplus
 }
 #endif

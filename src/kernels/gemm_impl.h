@@ -252,4 +252,18 @@ void ampc_gemm_force_acc16(ampc_acc16_path path);
  * undefined; the caller must not free it. NULL when it cannot grow. */
 void *ampc_gemm_workspace(size_t bytes);
 
+/* ---- the INT8 GEMM (gemm_s8.c): rows i0 .. i1-1 of C = A B^T, exact ---- */
+
+/* The scalar definition, and the vector paths that give its integers. */
+void ampc_gemm_s8_rows_portable(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
+                                int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
+void ampc_gemm_s8_rows_avx2(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
+                            int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
+/* bsum [n]: the row sums of B (the +128 offset's correction) */
+void ampc_gemm_s8_rows_avx512vnni(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
+                                  int64_t lda, const int8_t *b, int64_t ldb, const int32_t *bsum,
+                                  int32_t *c, int64_t ldc);
+/* 1 when ampc_use_avx512() and the CPU (and OS) have AVX512-VNNI (cached). */
+int ampc_cpu_has_avx512vnni(void);
+
 #endif

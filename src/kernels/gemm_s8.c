@@ -1,0 +1,124 @@
+/*
+ * src/kernels/gemm_s8.c: the INT8 GEMM of include/ampc/gemm.h
+ * (ampc_gemm_s8): C [m, n] int32 = A [m, k] int8 times B [n, k]^T int8, the
+ * exact integer sums. The portable loop is the definition; the vector paths
+ * (gemm_s8_avx2.c: VPMADDWD on sign-extended int16; gemm_s8_avx512.c:
+ * AVX512-VNNI VPDPBUSD) give the same integers, since integer sums are exact
+ * in any order while they fit int32 (k <= 65536 guarantees it, below).
+ * Threads: OpenMP over blocks of rows of A.
+ */
+#include "ampc/gemm.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kernels/gemm_impl.h"
+#include "numeric/convert_impl.h"
+
+/* rows of A per OpenMP work item */
+enum { S8_ROWS = 16 };
+
+void ampc_gemm_s8_rows_portable(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
+                                int64_t lda, const int8_t *b, int64_t ldb, int32_t *c,
+                                int64_t ldc) {
+  for (int64_t i = i0; i < i1; i++)
+    for (int64_t j = 0; j < n; j++) {
+      int32_t s = 0;
+      for (int64_t p = 0; p < k; p++)
+        s += (int32_t)a[i * lda + p] * (int32_t)b[j * ldb + p];
+      c[i * ldc + j] = s;
+    }
+}
+
+int ampc_cpu_has_avx512vnni(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    v = ampc_use_avx512() && __builtin_cpu_supports("avx512vnni");
+#else
+    v = 0;
+#endif
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+ampc_gemm_s8_path ampc_gemm_s8_best(void) {
+  if (ampc_cpu_has_avx512vnni())
+    return AMPC_GEMM_S8_AVX512VNNI;
+  if (ampc_use_avx2())
+    return AMPC_GEMM_S8_AVX2;
+  return AMPC_GEMM_S8_PORTABLE;
+}
+
+const char *ampc_gemm_s8_path_name(ampc_gemm_s8_path p) {
+  switch (p) {
+  case AMPC_GEMM_S8_PORTABLE: return "portable";
+  case AMPC_GEMM_S8_AVX2: return "avx2 (vpmaddwd)";
+  case AMPC_GEMM_S8_AVX512VNNI: return "avx512-vnni (vpdpbusd)";
+  default: return "?";
+  }
+}
+
+ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int64_t k,
+                              const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb,
+                              int32_t *c, int64_t ldc) {
+  const char *fn = "ampc_gemm_s8";
+  if (m < 0 || n < 0 || k < 0 || k > AMPC_GEMM_S8_MAX_K)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: sizes m=%lld n=%lld k=%lld (k at most %d)", fn,
+                     (long long)m, (long long)n, (long long)k, AMPC_GEMM_S8_MAX_K);
+  if (m == 0 || n == 0)
+    return AMPC_OK;
+  if (!c || (k > 0 && (!a || !b)) || lda < k || ldb < k || ldc < n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: NULL operand or leading dimension too small", fn);
+  if (path == AMPC_GEMM_S8_AUTO)
+    path = ampc_gemm_s8_best();
+  if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
+      (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
+      path > AMPC_GEMM_S8_AVX512VNNI)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: path %s not available on this CPU", fn,
+                     ampc_gemm_s8_path_name(path));
+  if (k == 0) {
+    for (int64_t i = 0; i < m; i++)
+      memset(c + i * ldc, 0, (size_t)n * sizeof *c);
+    return AMPC_OK;
+  }
+  /* VNNI: B's row sums, for the +128 offset of A (below) */
+  int32_t *bsum = NULL;
+  if (path == AMPC_GEMM_S8_AVX512VNNI) {
+    bsum = malloc((size_t)n * sizeof *bsum);
+    if (!bsum)
+      return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", fn);
+    for (int64_t j = 0; j < n; j++) {
+      int32_t s = 0;
+      for (int64_t p = 0; p < k; p++)
+        s += b[j * ldb + p];
+      bsum[j] = s;
+    }
+  }
+  const int64_t blocks = (m + S8_ROWS - 1) / S8_ROWS;
+#pragma omp parallel for schedule(static) if (m * n * k > (int64_t)1 << 18)
+  for (int64_t blk = 0; blk < blocks; blk++) {
+    const int64_t i0 = blk * S8_ROWS, i1 = i0 + S8_ROWS < m ? i0 + S8_ROWS : m;
+    switch (path) {
+#if defined(__x86_64__)
+    case AMPC_GEMM_S8_AVX512VNNI:
+      ampc_gemm_s8_rows_avx512vnni(i0, i1, n, k, a, lda, b, ldb, bsum, c, ldc);
+      break;
+    case AMPC_GEMM_S8_AVX2: ampc_gemm_s8_rows_avx2(i0, i1, n, k, a, lda, b, ldb, c, ldc); break;
+#endif
+    default: ampc_gemm_s8_rows_portable(i0, i1, n, k, a, lda, b, ldb, c, ldc); break;
+    }
+  }
+  free(bsum);
+  return AMPC_OK;
+}
+
+ampc_status ampc_gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
+                         const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc) {
+  return ampc_gemm_s8_with(AMPC_GEMM_S8_AUTO, m, n, k, a, lda, b, ldb, c, ldc);
+}
