@@ -24,7 +24,7 @@ die() { echo "FAIL: $*" >&2; fail=1; }
 # CPU and CUDA backends) sits above the layers it runs (nn, amp, optim) and
 # below everything that runs through it (model, train, report, tools); its
 # folders cpu/ and cuda/ are the backend layer too.
-layers="numeric kernels core nn amp optim backend data model io diag report train dist"
+layers="numeric kernels core nn amp optim backend data model io diag report quant train dist"
 height() { # layer name -> index; base -> -1; unknown -> 99
   i=0
   for l in $layers; do
@@ -49,6 +49,7 @@ hdr_layer() {
   io.h) echo io ;;
   diag.h) echo diag ;;
   report.h | plot.h) echo report ;;
+  quant.h) echo quant ;;
   engine.h | train.h) echo train ;;
   dist.h) echo dist ;;
   ampc.h) echo top ;;

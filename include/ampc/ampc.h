@@ -21,6 +21,7 @@
 #include "ampc/nn.h"
 #include "ampc/optim.h"
 #include "ampc/params.h"
+#include "ampc/quant.h"
 #include "ampc/report.h"
 #include "ampc/shards.h"
 #include "ampc/status.h"

@@ -67,7 +67,9 @@ typedef struct ampc_st_meta {
   const char *value;
 } ampc_st_meta;
 
-/* Write n tensors (names unique, non-empty, not "__metadata__") and nmeta
+/* Write n tensors (names unique, non-empty, not "__metadata__"; each of one
+ * of ampc's dtypes, or AMPC_ST_OTHER with dtype_name one of the format's
+ * others, e.g. "I8" for quantized weights) and nmeta
  * metadata entries (keys unique) to `path` atomically (see above). Tensors are
  * laid out in the order given; names and strings must be valid UTF-8. The
  * temporary file is "<path>.tmp.XXXXXX"; the new file gets the permissions of

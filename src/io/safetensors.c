@@ -62,6 +62,24 @@ static const struct {
 } k_st_other[] = {{"F64", 8}, {"I64", 8}, {"U64", 8}, {"I32", 4},  {"U32", 4}, {"I16", 2},
                   {"U16", 2}, {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"C64", 8}, {"F8_E8M0", 1}};
 
+/* The dtype string and element size a tensor is written with: one of ampc's
+ * dtypes, or AMPC_ST_OTHER with dtype_name one of the others ("I8", ...);
+ * 0 when neither */
+static int write_dtype(const ampc_st_tensor *x, const char **name, size_t *size) {
+  if ((int)x->dtype >= 0 && (int)x->dtype < AMPC_DTYPE_COUNT) {
+    *name = k_st_dtype[x->dtype], *size = k_st_size[x->dtype];
+    return 1;
+  }
+  for (size_t k = 0;
+       x->dtype == AMPC_ST_OTHER && x->dtype_name && k < sizeof k_st_other / sizeof k_st_other[0];
+       k++)
+    if (strcmp(x->dtype_name, k_st_other[k].name) == 0) {
+      *name = k_st_other[k].name, *size = k_st_other[k].size;
+      return 1;
+    }
+  return 0;
+}
+
 struct ampc_safetensors {
   unsigned char *buf;             /* the whole file, plus one NUL byte */
   char *strings;                  /* tensor names and metadata strings */
@@ -173,9 +191,11 @@ static ampc_status check_tensors(const char *path, const ampc_st_tensor *t, int 
                        ST_META_KEY);
     if (!str_valid(x->name))
       return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: tensor %d: the name is not valid UTF-8", path, i);
-    if ((int)x->dtype < 0 || (int)x->dtype >= AMPC_DTYPE_COUNT)
-      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: tensor '%s': invalid dtype %d", path, x->name,
-                       (int)x->dtype);
+    const char *dname;
+    size_t esize;
+    if (!write_dtype(x, &dname, &esize))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: tensor '%s': invalid dtype %d (%s)", path,
+                       x->name, (int)x->dtype, x->dtype_name ? x->dtype_name : "no name");
     if (x->ndim < 0 || x->ndim > AMPC_ST_MAX_DIMS)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: tensor '%s': ndim %d is not in 0..%d", path,
                        x->name, x->ndim, AMPC_ST_MAX_DIMS);
@@ -187,15 +207,14 @@ static ampc_status check_tensors(const char *path, const ampc_st_tensor *t, int 
     char sh[160];
     ampc_st_format_shape(sh, sizeof sh, x->shape, x->ndim);
     uint64_t bytes;
-    if (shape_bytes(x->shape, x->ndim, k_st_size[x->dtype], ST_MAX_INT, &bytes) != 0 ||
-        bytes > SIZE_MAX)
+    if (shape_bytes(x->shape, x->ndim, esize, ST_MAX_INT, &bytes) != 0 || bytes > SIZE_MAX)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: tensor '%s': shape %s of %s is too large", path,
-                       x->name, sh, k_st_dtype[x->dtype]);
+                       x->name, sh, dname);
     if ((uint64_t)x->nbytes != bytes)
       return ampc_fail(AMPC_ERR_INVALID_ARG,
                        "%s: tensor '%s': nbytes %zu does not match shape %s of %s (%" PRIu64
                        " bytes)",
-                       path, x->name, x->nbytes, sh, k_st_dtype[x->dtype], bytes);
+                       path, x->name, x->nbytes, sh, dname, bytes);
     if (bytes > 0 && !x->data)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: tensor '%s': data is NULL", path, x->name);
     if (bytes > ST_MAX_INT - total)
@@ -258,7 +277,9 @@ static char *build_header(const ampc_st_tensor *t, int n, const ampc_st_meta *me
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
     cJSON *o = cJSON_AddObjectToObject(root, t[i].name);
-    if (!o || !cJSON_AddStringToObject(o, "dtype", k_st_dtype[t[i].dtype]))
+    const char *dname;
+    size_t esize;
+    if (!o || !write_dtype(&t[i], &dname, &esize) || !cJSON_AddStringToObject(o, "dtype", dname))
       goto done;
     cJSON *sh = cJSON_AddArrayToObject(o, "shape");
     if (!sh)

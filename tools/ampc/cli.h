@@ -39,6 +39,7 @@ extern const ampc_command ampc_cmd_compare;
 extern const ampc_command ampc_cmd_memory;
 extern const ampc_command ampc_cmd_plan;
 extern const ampc_command ampc_cmd_inspect;
+extern const ampc_command ampc_cmd_quantize;
 
 /* Print "ampc <cmd>: <message>" and a hint to stderr; returns AMPC_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) AMPC_PRINTF(2, 3);

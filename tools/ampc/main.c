@@ -22,7 +22,7 @@ static const ampc_command *const k_commands[] = {
 static const ampc_command *const k_commands[] = {
     &ampc_cmd_formats, &ampc_cmd_convert, &ampc_cmd_bench,    &ampc_cmd_train,
     &ampc_cmd_eval,    &ampc_cmd_data,    &ampc_cmd_diagnose, &ampc_cmd_compare,
-    &ampc_cmd_memory,  &ampc_cmd_plan,    &ampc_cmd_inspect,
+    &ampc_cmd_memory,  &ampc_cmd_plan,    &ampc_cmd_inspect,  &ampc_cmd_quantize,
 };
 #endif
 enum { N_COMMANDS = sizeof k_commands / sizeof k_commands[0] };

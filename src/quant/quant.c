@@ -1,0 +1,287 @@
+/*
+ * src/quant/quant.c: INT8 post-training quantization of a checkpoint's
+ * linear layers (include/ampc/quant.h): symmetric weights per output
+ * channel or per tensor, their SQNR, and the quantized safetensors file.
+ */
+#include "ampc/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/io.h"
+#include "internal.h"
+#include "numeric/numeric.h"
+
+/* the scale of amax: amax / 127, or 1 for an all-zero set */
+static float scale_of(float amax) { return amax > 0.0f ? amax / 127.0f : 1.0f; }
+
+static int8_t q8(float w, float scale) {
+  float r = nearbyintf(w / scale); /* the default rounding mode: half to even */
+  r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
+  return (int8_t)r;
+}
+
+ampc_status ampc_quant_weight_s8(const float *w, int64_t rows, int64_t cols,
+                                 ampc_quant_granularity g, int8_t *q, float *scale) {
+  if (!w || !q || !scale || rows < 1 || cols < 1 ||
+      (g != AMPC_QUANT_CHANNEL && g != AMPC_QUANT_TENSOR))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_quant_weight_s8: bad arguments");
+  float all = 0.0f;
+  for (int64_t i = 0; i < rows * cols; i++) {
+    if (!isfinite(w[i]))
+      return ampc_fail(AMPC_ERR_NUMERIC, "weight %lld (row %lld) is %g: cannot quantize",
+                       (long long)i, (long long)(i / cols), (double)w[i]);
+    all = fabsf(w[i]) > all ? fabsf(w[i]) : all;
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    float s;
+    if (g == AMPC_QUANT_TENSOR) {
+      s = scale_of(all);
+    } else {
+      float m = 0.0f;
+      for (int64_t c = 0; c < cols; c++)
+        m = fabsf(w[r * cols + c]) > m ? fabsf(w[r * cols + c]) : m;
+      s = scale_of(m);
+      scale[r] = s;
+    }
+    for (int64_t c = 0; c < cols; c++)
+      q[r * cols + c] = q8(w[r * cols + c], s);
+  }
+  if (g == AMPC_QUANT_TENSOR)
+    scale[0] = scale_of(all);
+  return AMPC_OK;
+}
+
+ampc_status ampc_dequant_s8(const int8_t *q, int64_t rows, int64_t cols, const float *scale,
+                            bool per_row, float *out) {
+  if (!q || !scale || !out || rows < 1 || cols < 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_dequant_s8: bad arguments");
+  for (int64_t r = 0; r < (per_row ? rows : 1); r++)
+    if (!(scale[r] > 0.0f) || !isfinite(scale[r]))
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "ampc_dequant_s8: scale %lld is %g (scales must be positive and finite)",
+                       (long long)r, (double)scale[r]);
+  for (int64_t r = 0; r < rows; r++) {
+    const float s = scale[per_row ? r : 0];
+    for (int64_t c = 0; c < cols; c++)
+      out[r * cols + c] = (float)q[r * cols + c] * s;
+  }
+  return AMPC_OK;
+}
+
+double ampc_sqnr_db(const float *x, const float *xh, int64_t n) {
+  double sig = 0.0, err = 0.0;
+  for (int64_t i = 0; x && xh && i < n; i++) {
+    const double d = (double)x[i] - (double)xh[i];
+    sig += (double)x[i] * (double)x[i], err += d * d;
+  }
+  if (err == 0.0)
+    return (double)INFINITY;
+  if (sig == 0.0)
+    return -(double)INFINITY;
+  return 10.0 * log10(sig / err);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  const size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+bool ampc_quant_is_linear(const char *name, int ndim) {
+  if (!name || ndim != 2 || strncmp(name, "optimizer.", 10) == 0)
+    return false;
+  if (strstr(name, "embed") && !strstr(name, "patch_embed"))
+    return false; /* token and position embeddings: tables, not products */
+  return ends_with(name, ".weight") || ends_with(name, "_weight");
+}
+
+/* whether name starts with one of keep's comma-separated prefixes (a prefix
+ * matches at a dot boundary or the whole name) */
+static bool kept(const char *name, const char *keep) {
+  for (const char *p = keep; p && *p;) {
+    const char *e = strchr(p, ',');
+    const size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > 0 && strncmp(name, p, n) == 0 && (name[n] == '\0' || name[n] == '.'))
+      return true;
+    p = e ? e + 1 : p + n;
+  }
+  return false;
+}
+
+void ampc_quant_report_free(ampc_quant_report *rep) {
+  if (rep) {
+    free(rep->layers);
+    memset(rep, 0, sizeof *rep);
+  }
+}
+
+/* the tensor as FP32 (any of ampc's dtypes; the file's bytes may be unaligned) */
+static float *as_f32(const ampc_st_tensor *t, int64_t n) {
+  const size_t es = ampc_dtype_size(t->dtype);
+  void *raw = malloc(t->nbytes ? t->nbytes : 1);
+  float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+  if (!raw || !f) {
+    free(raw), free(f);
+    return NULL;
+  }
+  memcpy(raw, t->data, t->nbytes);
+  for (int64_t i = 0; i < n && es; i++)
+    f[i] = ampc_elem_load(raw, t->dtype, i);
+  free(raw);
+  return f;
+}
+
+static int64_t numel(const ampc_st_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++)
+    n *= t->shape[d];
+  return n;
+}
+
+/* metadata of the training checkpoint carried into the quantized file */
+static const char *const k_meta_keys[] = {"ampc.version", "ampc.model", "ampc.model_config",
+                                          "ampc.data", "ampc.step"};
+
+ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_report *rep) {
+  if (rep)
+    memset(rep, 0, sizeof *rep);
+  if (!o || !o->checkpoint || !o->out)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_quantize_checkpoint: NULL argument");
+  const char *keep = o->keep ? o->keep : "vision.patch_embed,heads";
+  ampc_safetensors *f = NULL;
+  AMPC_TRY(ampc_safetensors_read(o->checkpoint, &f));
+  const int nt = ampc_safetensors_count(f);
+  ampc_st_tensor *out = calloc((size_t)(2 * nt + 1), sizeof *out);
+  void **bufs = calloc((size_t)(3 * nt + 1), sizeof *bufs);
+  char **names = calloc((size_t)(nt + 1), sizeof *names);
+  ampc_quant_layer *layers = calloc((size_t)(nt + 1), sizeof *layers);
+  ampc_quant_report r = {0};
+  int no = 0, nb = 0;
+  ampc_status st =
+      out && bufs && names && layers ? AMPC_OK : ampc_fail(AMPC_ERR_NOMEM, "quantize: memory");
+  for (int i = 0; st == AMPC_OK && i < nt; i++) {
+    const ampc_st_tensor *t = ampc_safetensors_tensor(f, i);
+    if (strncmp(t->name, "optimizer.", 10) == 0)
+      continue; /* the optimizer state: training only */
+    if ((int)t->dtype < 0 || t->dtype >= AMPC_DTYPE_COUNT) {
+      st = ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' is %s, not a dtype of ampc's weights",
+                     o->checkpoint, t->name, t->dtype_name ? t->dtype_name : "?");
+      break;
+    }
+    const int64_t n = numel(t);
+    float *w = as_f32(t, n);
+    if (!w) {
+      st = ampc_fail(AMPC_ERR_NOMEM, "quantize: memory");
+      break;
+    }
+    bufs[nb++] = w;
+    r.bytes_fp32 += n * 4;
+    ampc_st_tensor *x = &out[no++];
+    *x = *t;
+    x->dtype = AMPC_F32, x->data = w, x->nbytes = (size_t)n * sizeof(float);
+    x->dtype_name = NULL;
+    if (!ampc_quant_is_linear(t->name, t->ndim)) {
+      r.params_other += n;
+      continue;
+    }
+    ampc_quant_layer *L = &layers[r.n++];
+    snprintf(L->name, sizeof L->name, "%s", t->name);
+    L->rows = t->shape[0], L->cols = t->shape[1];
+    L->kept = kept(t->name, keep);
+    for (int64_t k = 0; k < n; k++)
+      L->amax = fabsf(w[k]) > L->amax ? fabsf(w[k]) : L->amax;
+    /* both granularities' SQNR; the chosen one is written */
+    int8_t *q[2] = {malloc((size_t)n), malloc((size_t)n)};
+    float *sc[2] = {malloc((size_t)L->rows * sizeof(float)), malloc(sizeof(float))};
+    float *deq = malloc((size_t)n * sizeof *deq);
+    if (!q[0] || !q[1] || !sc[0] || !sc[1] || !deq)
+      st = ampc_fail(AMPC_ERR_NOMEM, "quantize: memory");
+    double sq[2] = {0.0, 0.0};
+    for (int g = 0; st == AMPC_OK && g < 2; g++) {
+      st = ampc_quant_weight_s8(w, L->rows, L->cols, (ampc_quant_granularity)g, q[g], sc[g]);
+      if (st != AMPC_OK) {
+        st = ampc_fail(st, "%s: tensor '%s': %s", o->checkpoint, t->name, ampc_last_error());
+        break;
+      }
+      st = ampc_dequant_s8(q[g], L->rows, L->cols, sc[g], g == AMPC_QUANT_CHANNEL, deq);
+      sq[g] = ampc_sqnr_db(w, deq, n);
+    }
+    free(deq);
+    const int g = (int)o->granularity == AMPC_QUANT_TENSOR ? 1 : 0;
+    L->sqnr_db = L->kept ? (double)INFINITY : sq[g];
+    L->sqnr_tensor_db = sq[1];
+    if (st != AMPC_OK || L->kept) {
+      free(q[0]), free(q[1]), free(sc[0]), free(sc[1]);
+      r.params_kept += L->kept ? n : 0;
+      continue;
+    }
+    r.params_quantized += n;
+    free(q[1 - g]), free(sc[1 - g]);
+    bufs[nb++] = q[g], bufs[nb++] = sc[g];
+    /* NAME as I8, NAME_scale as F32 */
+    x->dtype = AMPC_ST_OTHER, x->dtype_name = "I8", x->data = q[g], x->nbytes = (size_t)n;
+    const size_t ln = strlen(t->name) + 7;
+    names[i] = malloc(ln);
+    if (!names[i]) {
+      st = ampc_fail(AMPC_ERR_NOMEM, "quantize: memory");
+      break;
+    }
+    snprintf(names[i], ln, "%s_scale", t->name);
+    ampc_st_tensor *s = &out[no++];
+    memset(s, 0, sizeof *s);
+    s->name = names[i], s->dtype = AMPC_F32, s->ndim = 1;
+    s->shape[0] = g == 0 ? L->rows : 1;
+    s->data = sc[g], s->nbytes = (size_t)s->shape[0] * sizeof(float);
+  }
+  if (st == AMPC_OK && r.n == 0)
+    st = ampc_fail(AMPC_ERR_FORMAT, "%s: no linear layer weights (not an ampc checkpoint?)",
+                   o->checkpoint);
+  /* every --keep prefix must name a layer */
+  for (const char *p = keep; st == AMPC_OK && p && *p;) {
+    const char *e = strchr(p, ',');
+    const size_t n = e ? (size_t)(e - p) : strlen(p);
+    char one[96];
+    snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one ? n : sizeof one - 1), p);
+    bool any = false;
+    for (int k = 0; k < r.n && !any; k++)
+      any = kept(layers[k].name, one);
+    if (n > 0 && !any)
+      st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--keep %s: names no linear layer of %s (e.g. vision.blocks.0.mlp.fc1, "
+                     "heads, text)",
+                     one, o->checkpoint);
+    p = e ? e + 1 : p + n;
+  }
+  if (st == AMPC_OK) {
+    ampc_st_meta meta[8];
+    int nm = 0;
+    meta[nm++] = (ampc_st_meta){"format", "ampc-int8"};
+    meta[nm++] = (ampc_st_meta){"ampc.granularity",
+                                o->granularity == AMPC_QUANT_TENSOR ? "tensor" : "channel"};
+    meta[nm++] = (ampc_st_meta){"ampc.kept", keep};
+    for (size_t k = 0; k < sizeof k_meta_keys / sizeof k_meta_keys[0]; k++) {
+      const char *v = ampc_safetensors_meta(f, k_meta_keys[k]);
+      if (v)
+        meta[nm++] = (ampc_st_meta){k_meta_keys[k], v};
+    }
+    st = ampc_safetensors_write(o->out, out, no, meta, nm);
+  }
+  if (st == AMPC_OK)
+    for (int i = 0; i < no; i++)
+      r.bytes_out += (int64_t)out[i].nbytes;
+  for (int i = 0; i < nb; i++)
+    free(bufs[i]);
+  for (int i = 0; names && i < nt; i++)
+    free(names[i]);
+  free(bufs), free(names), free(out);
+  ampc_safetensors_free(f);
+  if (st == AMPC_OK && rep) {
+    r.layers = layers;
+    *rep = r;
+  } else {
+    free(layers);
+  }
+  return st;
+}

@@ -1,0 +1,56 @@
+#!/bin/sh
+# tests/check_quantize.sh AMPC SRC: `ampc quantize` end to end on a short
+# run's checkpoint. Per channel (keeping the default first and last layers)
+# and per tensor (--keep none), the file is read back by PyTorch
+# (tests/reference/quant_readback.py: scales, range, half-step round trip,
+# the F32 tensors unchanged; skipped with the reason without python3-torch);
+# the report names the most sensitive layers. Bad input writes nothing: a
+# NaN weight (exit 1, the tensor named), a truncated checkpoint, a file with
+# no weights (exit 1), an unknown --keep layer, --out = the checkpoint, a
+# bad --granularity or a missing flag (exit 2).
+. "$(dirname "$0")/cli_lib.sh"
+src=$2
+here=$(dirname "$0")
+OMP_NUM_THREADS=1
+export OMP_NUM_THREADS
+"$ampc" train --steps 3 --batch 16 --threads 1 --no-eval --quiet --save "$tmp/run.st" \
+  >/dev/null 2>"$tmp/err" || die "the training run exited $? ($(cat "$tmp/err"))"
+
+"$ampc" quantize --checkpoint "$tmp/run.st" --out "$tmp/ch.st" >"$tmp/out" 2>"$tmp/err" ||
+  die "quantize exited $? ($(cat "$tmp/err"))"
+grep -q "^vision.blocks.0.mlp.fc1.weight  *512x128 .* [0-9][0-9]*\.[0-9]  *[0-9]" "$tmp/out" ||
+  die "no SQNR row for vision.blocks.0.mlp.fc1: $(head -3 "$tmp/out")"
+grep -q "^heads.itm.weight .*kept f32" "$tmp/out" || die "heads.itm is not kept by default"
+grep -q "^most sensitive (lowest SQNR): [a-z]" "$tmp/out" || die "no sensitive layers named"
+"$ampc" quantize --checkpoint "$tmp/run.st" --out "$tmp/t.st" --granularity tensor --keep none \
+  --json >"$tmp/j" 2>"$tmp/err" || die "quantize per tensor exited $? ($(cat "$tmp/err"))"
+[ "$(field params_kept <"$tmp/j")" = 0 ] || die "--keep none kept layers: $(cat "$tmp/j")"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  /usr/bin/python3 "$src/tests/reference/quant_readback.py" "$tmp/run.st" "$tmp/ch.st" channel \
+    vision.patch_embed,heads || die "PyTorch read-back (per channel) failed"
+  /usr/bin/python3 "$src/tests/reference/quant_readback.py" "$tmp/run.st" "$tmp/t.st" tensor "" ||
+    die "PyTorch read-back (per tensor) failed"
+else
+  echo "skipped the PyTorch read-back: /usr/bin/python3 cannot import torch (python3-torch)"
+fi
+
+# bad input: a clear error, nothing written
+python3 "$here/scale_tensor.py" "$tmp/run.st" "$tmp/nan.st" text.blocks.1.mlp.fc2.weight nan ||
+  die "cannot write the NaN checkpoint"
+expect 1 quantize --checkpoint "$tmp/nan.st" --out "$tmp/x.st"
+grep -q "text.blocks.1.mlp.fc2.weight" "$tmp/err" || die "the NaN weight's tensor is not named: $(cat "$tmp/err")"
+head -c 5000 "$tmp/run.st" >"$tmp/short.st"
+expect 1 quantize --checkpoint "$tmp/short.st" --out "$tmp/x.st"
+printf 'hello' >"$tmp/junk.st"
+expect 1 quantize --checkpoint "$tmp/junk.st" --out "$tmp/x.st"
+expect 1 quantize --checkpoint "$tmp/ch.st" --out "$tmp/x.st" # already INT8: I8 is not a weight dtype
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep vision.nosuch
+grep -q "vision.nosuch" "$tmp/err" || die "the unknown --keep layer is not named"
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/run.st"
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --granularity row
+expect 2 quantize --checkpoint "$tmp/run.st"
+expect 1 quantize --checkpoint "$tmp/missing.st" --out "$tmp/x.st"
+[ -e "$tmp/x.st" ] && die "a failed quantize wrote its output"
+ls "$tmp" | grep -q '\.tmp' && die "a temporary file was left behind"
+[ $fail = 0 ] && echo "check_quantize: ok"
+exit $fail

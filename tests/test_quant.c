@@ -1,0 +1,134 @@
+/*
+ * tests/test_quant.c: INT8 weight quantization (include/ampc/quant.h):
+ * every weight within half a step of its dequantized value, scales exactly
+ * max|w| / 127 (per row and per tensor), an all-zero row exact with scale 1,
+ * values in [-127, 127] only, ties rounded to even; zero or non-finite
+ * scales and NaN weights refused; SQNR against values known in closed form;
+ * which checkpoint names are linear layers.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ampc/ampc.h"
+
+static uint64_t g_rng = 0x853C49E6748FEA9Bull;
+static float rndf(void) { /* roughly N(0, 1)-ish: a sum of uniforms */
+  float s = 0.0f;
+  for (int i = 0; i < 4; i++) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    s += (float)(g_rng >> 40) * 0x1p-24f - 0.5f;
+  }
+  return s;
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  enum { R = 37, C = 53 };
+  float w[R * C], out[R * C], sc[R];
+  int8_t q[R * C];
+  for (int i = 0; i < R * C; i++)
+    w[i] = rndf() * (float)(1 + i / C); /* rows of different ranges */
+  for (int c = 0; c < C; c++)
+    w[5 * C + c] = 0.0f; /* an all-zero row */
+  for (int g = 0; g < 2; g++) {
+    assert_int_equal(ampc_quant_weight_s8(w, R, C, (ampc_quant_granularity)g, q, sc), AMPC_OK);
+    float all = 0.0f;
+    for (int i = 0; i < R * C; i++)
+      all = fabsf(w[i]) > all ? fabsf(w[i]) : all;
+    for (int r = 0; r < R; r++) {
+      float m = 0.0f;
+      for (int c = 0; c < C; c++)
+        m = fabsf(w[r * C + c]) > m ? fabsf(w[r * C + c]) : m;
+      const float want = g == 0 ? (m > 0.0f ? m / 127.0f : 1.0f) : all / 127.0f;
+      assert_true(sc[g == 0 ? r : 0] == want);
+    }
+    assert_int_equal(ampc_dequant_s8(q, R, C, sc, g == 0, out), AMPC_OK);
+    for (int i = 0; i < R * C; i++) {
+      const float s = sc[g == 0 ? i / C : 0];
+      assert_true(q[i] >= -127 && q[i] <= 127);
+      /* half a step, and the FP32 rounding of w / s and of q * s (2 ulps) */
+      assert_true(fabsf(w[i] - out[i]) <= 0.5f * s + 2.0f * 0x1p-23f * fabsf(w[i]));
+    }
+    for (int c = 0; c < C; c++)
+      assert_true(out[5 * C + c] == 0.0f);
+  }
+  /* the row's largest magnitudes are exactly +-127 steps */
+  const float row[4] = {-2.54f, 1.27f, 0.01f, 2.54f};
+  assert_int_equal(ampc_quant_weight_s8(row, 1, 4, AMPC_QUANT_CHANNEL, q, sc), AMPC_OK);
+  assert_int_equal(q[0], -127);
+  assert_int_equal(q[3], 127);
+  /* a tie is rounded to even: 2.5 steps -> 2, 3.5 -> 4 (scale 1: amax 127) */
+  const float ties[3] = {127.0f, 2.5f, 3.5f};
+  assert_int_equal(ampc_quant_weight_s8(ties, 1, 3, AMPC_QUANT_TENSOR, q, sc), AMPC_OK);
+  assert_true(sc[0] == 1.0f);
+  assert_int_equal(q[1], 2);
+  assert_int_equal(q[2], 4);
+}
+
+static void test_refused(void **state) {
+  (void)state;
+  float w[4] = {1.0f, NAN, 2.0f, 3.0f}, out[4], sc[2] = {1.0f, 0.0f};
+  int8_t q[4] = {1, 2, 3, 4};
+  assert_int_equal(ampc_quant_weight_s8(w, 2, 2, AMPC_QUANT_CHANNEL, q, sc), AMPC_ERR_NUMERIC);
+  w[1] = INFINITY;
+  assert_int_equal(ampc_quant_weight_s8(w, 2, 2, AMPC_QUANT_TENSOR, q, sc), AMPC_ERR_NUMERIC);
+  assert_int_equal(ampc_quant_weight_s8(w, 0, 2, AMPC_QUANT_TENSOR, q, sc), AMPC_ERR_INVALID_ARG);
+  /* zero, negative and non-finite scales */
+  assert_int_equal(ampc_dequant_s8(q, 2, 2, sc, true, out), AMPC_ERR_INVALID_ARG);
+  sc[1] = -1.0f;
+  assert_int_equal(ampc_dequant_s8(q, 2, 2, sc, true, out), AMPC_ERR_INVALID_ARG);
+  sc[1] = NAN;
+  assert_int_equal(ampc_dequant_s8(q, 2, 2, sc, true, out), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_dequant_s8(q, 2, 2, sc, false, out), AMPC_OK); /* scale[0] only */
+}
+
+static void test_sqnr(void **state) {
+  (void)state;
+  const float x[2] = {1.0f, 1.0f}, a[2] = {1.0f, 0.0f}, z[2] = {0.0f, 0.0f};
+  assert_true(fabs(ampc_sqnr_db(x, a, 2) - 10.0 * log10(2.0)) < 1e-12);
+  assert_true(isinf(ampc_sqnr_db(x, x, 2)) && ampc_sqnr_db(x, x, 2) > 0.0);
+  assert_true(isinf(ampc_sqnr_db(z, x, 2)) && ampc_sqnr_db(z, x, 2) < 0.0);
+  /* a uniform b-bit quantizer's error on a full-scale uniform signal: about
+   * 6.02 b dB; INT8 on [-1, 1] (b = 8: 48.2 dB) within 1 dB */
+  enum { N = 20000 };
+  float *u = malloc(N * sizeof *u), *d = malloc(N * sizeof *d), s;
+  int8_t *q = malloc(N);
+  assert_true(u && d && q);
+  for (int i = 0; i < N; i++)
+    u[i] = -1.0f + 2.0f * (float)i / (float)(N - 1);
+  assert_int_equal(ampc_quant_weight_s8(u, 1, N, AMPC_QUANT_TENSOR, q, &s), AMPC_OK);
+  assert_int_equal(ampc_dequant_s8(q, 1, N, &s, false, d), AMPC_OK);
+  const double db = ampc_sqnr_db(u, d, N), want = 10.0 * log10(127.0 * 127.0 * 4.0);
+  assert_true(fabs(db - want) < 1.0);
+  free(u), free(d), free(q);
+}
+
+static void test_linear_names(void **state) {
+  (void)state;
+  assert_true(ampc_quant_is_linear("vision.blocks.0.mlp.fc1.weight", 2));
+  assert_true(ampc_quant_is_linear("text.blocks.2.attn.in_proj_weight", 2));
+  assert_true(ampc_quant_is_linear("vision.patch_embed.weight", 2));
+  assert_true(ampc_quant_is_linear("heads.itm.weight", 2));
+  assert_false(ampc_quant_is_linear("vision.blocks.0.mlp.fc1.bias", 1));
+  assert_false(ampc_quant_is_linear("vision.blocks.0.norm1.weight", 1));
+  assert_false(ampc_quant_is_linear("text.token_embed.weight", 2));
+  assert_false(ampc_quant_is_linear("text.pos_embed.weight", 2));
+  assert_false(ampc_quant_is_linear("optimizer.exp_avg.heads.itm.weight", 2));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_sqnr),
+      cmocka_unit_test(test_linear_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
