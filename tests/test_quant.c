@@ -123,12 +123,84 @@ static void test_linear_names(void **state) {
   assert_false(ampc_quant_is_linear("optimizer.exp_avg.heads.itm.weight", 2));
 }
 
+/* the INT8 linear layer against the same arithmetic written out: x / xs
+ * rounded to nearest even and clamped, the exact integer sums, then
+ * acc * (xs * ws) + b in FP32: the same bits */
+static void test_linear_s8(void **state) {
+  (void)state;
+  enum { M = 9, K = 70, N = 13 };
+  float x[M * K], b[N], y[M * N], wsc[N];
+  uint16_t xh[M * K];
+  int8_t w[N * K];
+  for (int i = 0; i < M * K; i++)
+    x[i] = rndf() * 3.0f;
+  for (int i = 0; i < N * K; i++)
+    w[i] = (int8_t)(int)(rndf() * 200.0f);
+  for (int j = 0; j < N; j++)
+    b[j] = rndf(), wsc[j] = 0.01f + 0.001f * (float)j;
+  for (int pass = 0; pass < 4; pass++) {
+    /* 0: dynamic, per channel; 1: static scale with saturation, per tensor;
+     * 2: f16 input; 3: no bias */
+    const ampc_linear_s8 s = {w, wsc, pass != 1, pass == 1 ? 0.01f : 0.0f};
+    const void *xin = x;
+    ampc_dtype xdt = AMPC_F32;
+    float xv[M * K];
+    memcpy(xv, x, sizeof xv);
+    if (pass == 2) {
+      assert_int_equal(ampc_convert(xh, AMPC_F16, x, AMPC_F32, M * K), AMPC_OK);
+      assert_int_equal(ampc_convert(xv, AMPC_F32, xh, AMPC_F16, M * K), AMPC_OK);
+      xin = xh, xdt = AMPC_F16;
+    }
+    assert_int_equal(ampc_linear_forward_s8(M, K, N, xin, xdt, &s, pass == 3 ? NULL : b, AMPC_F32,
+                                            y, AMPC_F32, NULL),
+                     AMPC_OK);
+    float xs = s.x_scale;
+    if (xs == 0.0f) {
+      float amax = 0.0f;
+      for (int i = 0; i < M * K; i++)
+        amax = fabsf(xv[i]) > amax ? fabsf(xv[i]) : amax;
+      xs = amax / 127.0f;
+    }
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        int64_t acc = 0;
+        for (int p = 0; p < K; p++) {
+          float q = nearbyintf(xv[i * K + p] / xs);
+          q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+          acc += (int64_t)q * w[j * K + p];
+        }
+        const float want =
+            (float)acc * (xs * wsc[s.per_channel ? j : 0]) + (pass == 3 ? 0.0f : b[j]);
+        if (y[i * N + j] != want)
+          fail_msg("pass %d: y[%d,%d] = %.9g, want %.9g", pass, i, j, (double)y[i * N + j],
+                   (double)want);
+      }
+  }
+  /* a NaN activation: refused under dynamic scaling, 0 under a static one */
+  x[5] = NAN;
+  const ampc_linear_s8 dyn = {w, wsc, true, 0.0f}, sta = {w, wsc, true, 0.5f};
+  assert_int_equal(
+      ampc_linear_forward_s8(M, K, N, x, AMPC_F32, &dyn, b, AMPC_F32, y, AMPC_F32, NULL),
+      AMPC_ERR_NUMERIC);
+  assert_int_equal(
+      ampc_linear_forward_s8(M, K, N, x, AMPC_F32, &sta, b, AMPC_F32, y, AMPC_F32, NULL), AMPC_OK);
+  /* zero or non-finite scales are refused */
+  wsc[3] = 0.0f;
+  assert_int_equal(
+      ampc_linear_forward_s8(M, K, N, x, AMPC_F32, &sta, b, AMPC_F32, y, AMPC_F32, NULL),
+      AMPC_ERR_INVALID_ARG);
+  const ampc_linear_s8 neg = {w, wsc, false, -1.0f};
+  wsc[0] = 1.0f;
+  assert_int_equal(
+      ampc_linear_forward_s8(M, K, N, x, AMPC_F32, &neg, b, AMPC_F32, y, AMPC_F32, NULL),
+      AMPC_ERR_INVALID_ARG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_round_trip),
-      cmocka_unit_test(test_refused),
-      cmocka_unit_test(test_sqnr),
-      cmocka_unit_test(test_linear_names),
+      cmocka_unit_test(test_round_trip), cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_sqnr),       cmocka_unit_test(test_linear_names),
+      cmocka_unit_test(test_linear_s8),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

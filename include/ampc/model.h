@@ -294,6 +294,21 @@ ampc_fp8_sites *ampc_mmodel_fp8(ampc_mmodel *M);
 /* FP8 sites of the multimodal model c under fp8-mixed: 6 per transformer
  * block (q, k, v, out, fc1, fc2) of every tower. */
 int ampc_mmodel_fp8_site_count(const ampc_mmodel_config *c);
+
+/* INT8 inference (post-training quantization, include/ampc/quant.h): the
+ * linear layer whose weight is `name` (a block's attn or cross_attn
+ * in_proj_weight [3D, D] (q, k and v), out_proj.weight, mlp.fc1.weight or
+ * mlp.fc2.weight) runs its forward pass as ampc_linear_forward_s8 with w
+ * [rows, cols] int8 and scale [rows] (per_channel) or [1], copied, and the
+ * activation scale x_scale (0: dynamic). The model's own weight of that
+ * layer is then unused in the forward pass; the backward pass refuses.
+ * Errors: AMPC_ERR_NOT_FOUND (not such a layer: keep it in the model's
+ * dtype), AMPC_ERR_INVALID_ARG (shape, given twice), AMPC_ERR_UNSUPPORTED
+ * (a device backend, fp8-mixed), AMPC_ERR_NOMEM. */
+ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t *w, int64_t rows,
+                                 int64_t cols, const float *scale, bool per_channel, float x_scale);
+/* The INT8 sites set (q, k, v counted apart). */
+int ampc_mmodel_int8_layers(const ampc_mmodel *M);
 /* The configuration and the largest batch the model was created for. */
 const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M);
 int64_t ampc_mmodel_max_batch(const ampc_mmodel *M);

@@ -95,10 +95,40 @@ typedef struct ampc_fp8_q {
 /* A linear layer's quantizers: x and w (E4M3), dy (E5M2). ws: where the
  * quantized copies go (ampc_linear_fp8_ws_bytes; may be shared by layers that
  * run one after another; NULL or too small: allocated per call). */
+/* An INT8 linear layer for inference (post-training quantization,
+ * include/ampc/quant.h): W as int8 [n, k] with scale [n] per output channel
+ * or [1] per tensor, and the activation's scale: x_scale > 0 a calibrated
+ * (static) one, 0 dynamic (max|x| / 127 of each call's x, as PyTorch's
+ * dynamic quantization). */
+typedef struct ampc_linear_s8 {
+  const int8_t *w;
+  const float *scale;
+  bool per_channel;
+  float x_scale;
+} ampc_linear_s8;
+
 typedef struct ampc_linear_fp8 {
   ampc_fp8_q x, w, dy;
   ampc_scratch *ws;
+  /* non-NULL: the forward pass runs INT8 (ampc_linear_forward_s8) instead;
+   * its backward pass is refused (inference only) */
+  const ampc_linear_s8 *s8;
 } ampc_linear_fp8;
+
+/* y [m, n] = dequant(xq [m, k] Wq^T) + b: x (xdt) quantized per tensor to
+ * symmetric int8 with s->x_scale (or dynamically), round-half-even and
+ * clamped to [-127, 127]; the product in exact INT32 (ampc_gemm_s8), then
+ * acc * (x_scale * w_scale[j]) + b[j] in FP32, rounded once to ydt. b (bdt,
+ * may be NULL); ws: scratch (NULL: allocated per call). Errors:
+ * AMPC_ERR_INVALID_ARG (sizes, NULL, a scale that is
+ * not positive and finite, k above ampc_gemm_s8's limit), AMPC_ERR_NOMEM,
+ * AMPC_ERR_NUMERIC (a non-finite x under dynamic scaling: no scale fits). */
+ampc_status ampc_linear_forward_s8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                   const ampc_linear_s8 *s, const void *b, ampc_dtype bdt, void *y,
+                                   ampc_dtype ydt, ampc_scratch *ws);
+/* The workspace ampc_linear_forward_s8 uses for [m, k] -> [m, n] (less: the
+ * rest is allocated per call). */
+size_t ampc_linear_s8_ws_bytes(int64_t m, int64_t k, int64_t n);
 
 /* x, w, dy quantizers with scale 1, amax 0, zero counters. */
 void ampc_linear_fp8_init(ampc_linear_fp8 *f, ampc_scratch *ws);

@@ -25,6 +25,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ampc/model.h"
+#include "ampc/params.h"
 #include "ampc/status.h"
 
 #ifdef __cplusplus
@@ -96,6 +98,18 @@ typedef struct ampc_quant_report {
  * ampc_quant_weight_s8 (a NaN weight names its tensor), AMPC_ERR_NOMEM. */
 ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_report *rep);
 void ampc_quant_report_free(ampc_quant_report *rep);
+
+/* Load a quantized checkpoint (ampc_quantize_checkpoint's file) into P
+ * (every tensor by name: F32 as is, I8 dequantized with its scales, into
+ * P's weight dtype and master) and, with M non-NULL, make each transformer
+ * block's linear layers run INT8 (ampc_mmodel_set_int8, activations
+ * quantized dynamically per call); the heads and the patch embedding, when
+ * quantized, run on their dequantized weights. *int8_layers (may be NULL)
+ * gets the number of INT8 weights handed to M. Errors: AMPC_ERR_IO,
+ * AMPC_ERR_FORMAT (not a quantized checkpoint, a tensor missing or of
+ * another size or dtype, a scale missing or not positive), those of
+ * ampc_mmodel_set_int8, AMPC_ERR_NOMEM. */
+ampc_status ampc_quant_load(const char *path, ampc_params *P, ampc_mmodel *M, int *int8_layers);
 
 #ifdef __cplusplus
 }

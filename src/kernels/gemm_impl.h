@@ -259,10 +259,12 @@ void ampc_gemm_s8_rows_portable(int64_t i0, int64_t i1, int64_t n, int64_t k, co
                                 int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
 void ampc_gemm_s8_rows_avx2(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
                             int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
-/* bsum [n]: the row sums of B (the +128 offset's correction) */
+/* bp: B packed by ampc_gemm_s8_pack_vnni ([ceil(k/4)][n rounded up to 16][4]
+ * bytes); bsum [n]: the row sums of B (the +128 offset's correction) */
+void ampc_gemm_s8_pack_vnni(int64_t n, int64_t k, const int8_t *b, int64_t ldb, int8_t *bp);
 void ampc_gemm_s8_rows_avx512vnni(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
-                                  int64_t lda, const int8_t *b, int64_t ldb, const int32_t *bsum,
-                                  int32_t *c, int64_t ldc);
+                                  int64_t lda, const int8_t *bp, const int32_t *bsum, int32_t *c,
+                                  int64_t ldc);
 /* 1 when ampc_use_avx512() and the CPU (and OS) have AVX512-VNNI (cached). */
 int ampc_cpu_has_avx512vnni(void);
 

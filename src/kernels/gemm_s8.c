@@ -87,12 +87,19 @@ ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int6
       memset(c + i * ldc, 0, (size_t)n * sizeof *c);
     return AMPC_OK;
   }
-  /* VNNI: B's row sums, for the +128 offset of A (below) */
+  /* VNNI: B packed, and its row sums for the +128 offset of A */
   int32_t *bsum = NULL;
+  int8_t *bp = NULL;
   if (path == AMPC_GEMM_S8_AVX512VNNI) {
     bsum = malloc((size_t)n * sizeof *bsum);
-    if (!bsum)
+    bp = malloc((size_t)(((k + 3) / 4) * ((n + 15) / 16 * 16) * 4));
+    if (!bsum || !bp) {
+      free(bsum), free(bp);
       return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", fn);
+    }
+#if defined(__x86_64__)
+    ampc_gemm_s8_pack_vnni(n, k, b, ldb, bp);
+#endif
     for (int64_t j = 0; j < n; j++) {
       int32_t s = 0;
       for (int64_t p = 0; p < k; p++)
@@ -107,14 +114,14 @@ ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int6
     switch (path) {
 #if defined(__x86_64__)
     case AMPC_GEMM_S8_AVX512VNNI:
-      ampc_gemm_s8_rows_avx512vnni(i0, i1, n, k, a, lda, b, ldb, bsum, c, ldc);
+      ampc_gemm_s8_rows_avx512vnni(i0, i1, n, k, a, lda, bp, bsum, c, ldc);
       break;
     case AMPC_GEMM_S8_AVX2: ampc_gemm_s8_rows_avx2(i0, i1, n, k, a, lda, b, ldb, c, ldc); break;
 #endif
     default: ampc_gemm_s8_rows_portable(i0, i1, n, k, a, lda, b, ldb, c, ldc); break;
     }
   }
-  free(bsum);
+  free(bsum), free(bp);
   return AMPC_OK;
 }
 

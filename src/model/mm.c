@@ -206,7 +206,11 @@ static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, 
 
 /* FP8 site j (0 q, 1 k, 2 v, 3 out, 4 fc1, 5 fc2) of block p, or NULL */
 static ampc_linear_fp8 *site(ampc_mmodel *M, const blk_p *p, int j) {
-  return M->fp8_on && p->site >= 0 ? &M->fp8.lin[p->site + j] : NULL;
+  if (p->site < 0)
+    return NULL;
+  if (M->fp8_on)
+    return &M->fp8.lin[p->site + j];
+  return M->s8_lin && M->s8_lin[p->site + j].s8 ? &M->s8_lin[p->site + j] : NULL;
 }
 
 static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, int64_t tq,
@@ -228,7 +232,7 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       (const char *)win + (size_t)(D * D) * ws, (const char *)bin + (size_t)D * ws,
       (const char *)win + (size_t)(2 * D * D) * ws, (const char *)bin + (size_t)(2 * D) * ws,
       W(M, p->outw), W(M, p->outb), weight_dt, kmask, &a->c, M->prob_dt, a->y1 ? a->y1 : a->y,
-      M->acc, M->fp8_on ? f8 : NULL, NULL));
+      M->acc, M->fp8_on || M->s8_lin ? f8 : NULL, NULL));
   a->c.key_mask = kmask; /* for the backward pass's recomputation */
   mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->y1 ? a->y1 : a->y, act_dt, b, tq * D), "%s.%s",
               name, attn);

@@ -18,7 +18,7 @@ enum { MAX_DEPTH = 16, PER_BLOCK = 12 };
 
 typedef struct { /* parameter indices of one block */
   int n1w, n1b, inw, inb, outw, outb, n2w, n2b, f1w, f1b, f2w, f2b;
-  int site; /* fp8-mixed: its first FP8 site (q, k, v, out, fc1, fc2 follow), else -1 */
+  int site; /* its first linear site (q, k, v, out, fc1, fc2 follow): FP8 or INT8 */
 } blk_p;
 
 enum { SITES_PER_BLOCK = 6 };
@@ -44,6 +44,12 @@ struct ampc_mmodel {
   bool fp8_on;        /* fp8-mixed: the blocks' linear layers in FP8 */
   ampc_fp8_sites fp8; /* their sites (fp8_on) */
   void *fp8_ws;       /* [fp8_ws_bytes] the casts' workspace (in the arena) */
+  /* INT8 inference (ampc_mmodel_set_int8): per site, the layer (.s8 set
+   * where a weight was given) and its INT8 weights and scales (owned) */
+  ampc_linear_fp8 *s8_lin;
+  ampc_linear_s8 *s8;
+  int s8_sites;
+  ampc_scratch s8_ws; /* their workspace, for the widest site (owned) */
   size_t fp8_ws_bytes;
   /* parameter indices */
   int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;

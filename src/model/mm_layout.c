@@ -338,6 +338,12 @@ void ampc_mmodel_free(ampc_mmodel *M) {
   if (!M)
     return;
   ampc_fp8_sites_free(&M->fp8);
+  for (int i = 0; i < M->s8_sites; i++)
+    if (M->s8[i].w && (i % SITES_PER_BLOCK == 0 || i % SITES_PER_BLOCK >= 3)) {
+      /* q owns the in-projection's buffers (k and v point into them) */
+      free((void *)M->s8[i].w), free((void *)M->s8[i].scale);
+    }
+  free(M->s8_lin), free(M->s8), free(M->s8_ws.base);
   if (M->be && M->be->device && M->shadow_dev)
     M->be->release(M->shadow_dev);
   if (M->be && M->be->device)
@@ -546,7 +552,9 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
   A.base = (char *)(((uintptr_t)M->arena + 63) / 64 * 64);
   A.used = 0;
   layout(M, &A, be->device ? &H : NULL);
-  if (M->fp8_on) { /* the sites: 6 per block, in the order of the towers */
+  /* the linear sites: 6 per block, in the order of the towers (FP8 casts
+   * in fp8-mixed; INT8 layers after ampc_mmodel_set_int8) */
+  if (M->fp8_on) {
     ampc_status st = ampc_fp8_sites_init(&M->fp8, ampc_mmodel_fp8_site_count(c), amp, 0);
     if (st != AMPC_OK) {
       ampc_mmodel_free(M);
@@ -554,6 +562,8 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
     }
     M->fp8.ws.base = M->fp8_ws;
     M->fp8.ws.bytes = M->fp8_ws_bytes;
+  }
+  {
     static const char *const part[SITES_PER_BLOCK] = {"q", "k", "v", "out", "fc1", "fc2"};
     struct {
       blk_p *p;
@@ -567,7 +577,7 @@ ampc_status ampc_mmodel_create_on(ampc_mmodel **out, const ampc_mmodel_config *c
     for (int g = 0; g < 3; g++)
       for (int i = 0; i < towers[g].depth; i++) {
         towers[g].p[i].site = site;
-        for (int j = 0; j < SITES_PER_BLOCK; j++) {
+        for (int j = 0; M->fp8_on && j < SITES_PER_BLOCK; j++) {
           char nm[AMPC_FP8_SITE_NAME];
           snprintf(nm, sizeof nm, "%s.blocks.%d.%s", towers[g].name, i, part[j]);
           ampc_fp8_sites_name(&M->fp8, site + j, towers[g].br, nm);

@@ -287,12 +287,105 @@ ampc_status ampc_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, i
   return AMPC_OK;
 }
 
+/* ---- INT8 inference (post-training quantization) ------------------------------------ */
+
+ampc_status ampc_linear_forward_s8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                   const ampc_linear_s8 *s, const void *b, ampc_dtype bdt, void *y,
+                                   ampc_dtype ydt, ampc_scratch *ws) {
+  const char *fn = "ampc_linear_forward_s8";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, k);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, s);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, ydt);
+  if (!s->w || !s->scale || !(s->x_scale >= 0.0f) || !isfinite(s->x_scale))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: no INT8 weights, or a bad activation scale %g", fn,
+                     (double)s->x_scale);
+  for (int64_t j = 0; j < (s->per_channel ? n : 1); j++)
+    if (!(s->scale[j] > 0.0f) || !isfinite(s->scale[j]))
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: weight scale %lld is %g", fn, (long long)j,
+                       (double)s->scale[j]);
+  /* x as FP32 (a copy unless it is FP32 already), x in int8, the sums, the
+   * FP32 results, the bias */
+  size_t off = 0;
+  nn_buf b1 = {0}, b2, b3, b4, b5;
+  float *xf = xdt == AMPC_F32 ? NULL : nn_take(ws, &off, (size_t)(m * k) * sizeof(float), &b1);
+  int8_t *xq = nn_take(ws, &off, (size_t)(m * k), &b2);
+  int32_t *acc = nn_take(ws, &off, (size_t)(m * n) * sizeof(int32_t), &b3);
+  float *out = nn_take(ws, &off, (size_t)(m * n) * sizeof(float), &b4);
+  float *bias = nn_take(ws, &off, (size_t)n * sizeof(float), &b5);
+  if ((xdt != AMPC_F32 && !xf) || !xq || !acc || !out || !bias) {
+    nn_give(&b1), nn_give(&b2), nn_give(&b3), nn_give(&b4), nn_give(&b5);
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: %lld x %lld", fn, (long long)m, (long long)n);
+  }
+  memset(bias, 0, (size_t)n * sizeof *bias);
+  ampc_status st = xf ? ampc_convert(xf, AMPC_F32, x, xdt, (size_t)(m * k)) : AMPC_OK;
+  const float *xv = xf ? xf : (const float *)x;
+  for (int64_t j = 0; b && j < n; j++)
+    bias[j] = ampc_elem_load(b, bdt, j);
+  float xs = s->x_scale;
+  if (xs == 0.0f) { /* dynamic: this call's max |x| (NaN fails the comparison: caught) */
+    float amax = 0.0f;
+    int64_t bad = 0; /* inf or NaN */
+#pragma omp simd reduction(max : amax) reduction(+ : bad)
+    for (int64_t i = 0; i < m * k; i++) {
+      const float v = fabsf(xv[i]);
+      bad += !(v <= FLT_MAX);
+      amax = v > amax ? v : amax;
+    }
+    if (bad && st == AMPC_OK)
+      st = ampc_fail(AMPC_ERR_NUMERIC, "%s: an activation is not finite", fn);
+    xs = amax > 0.0f ? amax / 127.0f : 1.0f;
+  }
+  /* past the calibrated range: saturated at +-127; NaN (a static scale
+   * does not look): 0 */
+#pragma omp parallel for simd schedule(static) if (m * k > 65536)
+  for (int64_t i = 0; i < m * k; i++) {
+    float v = xv[i] / xs;
+    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+    v = v == v ? v : 0.0f;
+    /* to nearest, ties to even: |v| <= 127 < 2^22, so adding and taking
+     * away 1.5 * 2^23 leaves v rounded to an integer (no fast-math folds it) */
+    xq[i] = (int8_t)(int32_t)((v + 0x1.8p23f) - 0x1.8p23f);
+  }
+  if (st == AMPC_OK)
+    st = ampc_gemm_s8(m, n, k, xq, k, s->w, k, acc, n);
+  if (st == AMPC_OK) {
+    float *o = ydt == AMPC_F32 ? (float *)y : out; /* FP32: straight into y */
+#pragma omp parallel for schedule(static) if (m * n > 65536)
+    for (int64_t i = 0; i < m; i++) {
+      const float *sc = s->scale;
+      const bool pc = s->per_channel;
+#pragma omp simd
+      for (int64_t j = 0; j < n; j++)
+        o[i * n + j] = (float)acc[i * n + j] * (xs * sc[pc ? j : 0]) + bias[j];
+    }
+    if (o == out)
+      st = ampc_store_f32(y, ydt, out, (size_t)(m * n), NULL);
+  }
+  nn_give(&b1), nn_give(&b2), nn_give(&b3), nn_give(&b4), nn_give(&b5);
+  return st;
+}
+
+size_t ampc_linear_s8_ws_bytes(int64_t m, int64_t k, int64_t n) {
+  if (m < 1 || k < 1 || n < 1)
+    return 0;
+  return nn_pad64((size_t)(m * k) * sizeof(float)) + nn_pad64((size_t)(m * k)) +
+         nn_pad64((size_t)(m * n) * sizeof(int32_t)) + nn_pad64((size_t)(m * n) * sizeof(float)) +
+         nn_pad64((size_t)n * sizeof(float));
+}
+
 ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                     const void *w, ampc_dtype wdt, const void *b, void *y,
                                     ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
                                     ampc_round_stats *stats) {
   if (!f)
     return ampc_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
+  if (f->s8)
+    return ampc_linear_forward_s8(m, k, n, x, xdt, f->s8, b, wdt, y, ydt, f->ws);
   const char *fn = "ampc_linear_forward_fp8";
   NN_CHECK_POS(fn, m);
   NN_CHECK_POS(fn, k);
@@ -322,6 +415,9 @@ ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void 
 ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
                                   const void *w, ampc_dtype wdt, float beta, void *c,
                                   ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f, bool count_dy) {
+  if (f && f->s8)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "ampc_linear_dgrad_fp8: an INT8 layer is inference only");
   if (!f)
     return ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, beta, c, cdt, k,
                      acc);
@@ -352,6 +448,9 @@ ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void
                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
                                      ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
                                      ampc_linear_fp8 *f, ampc_scratch *ws) {
+  if (f && f->s8)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "ampc_linear_backward_fp8: an INT8 layer is inference only");
   if (!f)
     return ampc_linear_backward(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, ws);
   const char *fn = "ampc_linear_backward_fp8";

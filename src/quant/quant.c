@@ -141,8 +141,9 @@ static int64_t numel(const ampc_st_tensor *t) {
 }
 
 /* metadata of the training checkpoint carried into the quantized file */
-static const char *const k_meta_keys[] = {"ampc.version", "ampc.model", "ampc.model_config",
-                                          "ampc.data", "ampc.step"};
+static const char *const k_meta_keys[] = {
+    "ampc.version",   "ampc.model", "ampc.model_config", "ampc.config",         "ampc.step",
+    "ampc.iteration", "ampc.data",  "ampc.batch",        "ampc.held_out_style", "ampc.data_recipe"};
 
 ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_report *rep) {
   if (rep)
@@ -255,7 +256,7 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
     p = e ? e + 1 : p + n;
   }
   if (st == AMPC_OK) {
-    ampc_st_meta meta[8];
+    ampc_st_meta meta[16];
     int nm = 0;
     meta[nm++] = (ampc_st_meta){"format", "ampc-int8"};
     meta[nm++] = (ampc_st_meta){"ampc.granularity",
@@ -283,5 +284,84 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
   } else {
     free(layers);
   }
+  return st;
+}
+
+/* ---- loading a quantized checkpoint for INT8 inference ------------------------------ */
+
+ampc_status ampc_quant_load(const char *path, ampc_params *P, ampc_mmodel *M, int *int8_layers) {
+  if (int8_layers)
+    *int8_layers = 0;
+  if (!path || !P)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_quant_load: NULL argument");
+  ampc_safetensors *f = NULL;
+  AMPC_TRY(ampc_safetensors_read_ex(path, AMPC_ST_ANY_DTYPE, &f));
+  const char *fmt = ampc_safetensors_meta(f, "format");
+  const char *gran = ampc_safetensors_meta(f, "ampc.granularity");
+  ampc_status st = AMPC_OK;
+  if (!fmt || strcmp(fmt, "ampc-int8") != 0 || !gran)
+    st = ampc_fail(AMPC_ERR_FORMAT, "%s: not a quantized checkpoint (ampc quantize writes them)",
+                   path);
+  const bool per_channel = gran && strcmp(gran, "channel") == 0;
+  for (int i = 0; st == AMPC_OK && i < P->count; i++) {
+    const ampc_param *p = &P->p[i];
+    const ampc_st_tensor *t = ampc_safetensors_find(f, p->name);
+    if (!t) {
+      st = ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' is missing", path, p->name);
+      break;
+    }
+    if (numel(t) != p->numel) {
+      st = ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' has %lld values, the model's %lld", path,
+                     p->name, (long long)numel(t), (long long)p->numel);
+      break;
+    }
+    float *w = malloc((size_t)p->numel * sizeof *w);
+    int8_t *q = NULL;
+    float *sc = NULL;
+    if (!w) {
+      st = ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", path);
+      break;
+    }
+    const bool i8 = t->dtype == AMPC_ST_OTHER && t->dtype_name && !strcmp(t->dtype_name, "I8");
+    if (t->dtype == AMPC_F32) {
+      memcpy(w, t->data, t->nbytes);
+    } else if (i8 && t->ndim == 2) {
+      char sn[160];
+      snprintf(sn, sizeof sn, "%s_scale", p->name);
+      const ampc_st_tensor *s = ampc_safetensors_find(f, sn);
+      const int64_t ns = per_channel ? t->shape[0] : 1;
+      q = malloc((size_t)p->numel);
+      sc = malloc((size_t)ns * sizeof *sc);
+      if (!s || s->dtype != AMPC_F32 || numel(s) != ns)
+        st = ampc_fail(AMPC_ERR_FORMAT, "%s: '%s' is missing or not F32 [%lld]", path, sn,
+                       (long long)ns);
+      else if (!q || !sc)
+        st = ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", path);
+      if (st == AMPC_OK) {
+        memcpy(q, t->data, (size_t)p->numel);
+        memcpy(sc, s->data, (size_t)ns * sizeof *sc);
+        st = ampc_dequant_s8(q, t->shape[0], t->shape[1], sc, per_channel, w);
+        if (st != AMPC_OK)
+          st = ampc_fail(st, "%s: '%s': %s", path, sn, ampc_last_error());
+      }
+      if (st == AMPC_OK && M) { /* the layer runs INT8 where the model has such a site */
+        st = ampc_mmodel_set_int8(M, p->name, q, t->shape[0], t->shape[1], sc, per_channel, 0.0f);
+        if (st == AMPC_OK && int8_layers)
+          ++*int8_layers;
+        else if (st == AMPC_ERR_NOT_FOUND) /* a head or the patch embedding: dequantized */
+          st = AMPC_OK;
+      }
+    } else {
+      st = ampc_fail(AMPC_ERR_FORMAT, "%s: tensor '%s' is %s, expected F32 or a 2-D I8", path,
+                     p->name, t->dtype_name ? t->dtype_name : "?");
+    }
+    /* the model's own copy: the weight as dequantized, in its dtype */
+    if (st == AMPC_OK)
+      st = ampc_store_f32(ampc_param_w(P, i), P->wdt, w, (size_t)p->numel, NULL);
+    if (st == AMPC_OK && P->master)
+      memcpy(ampc_param_master(P, i), w, (size_t)p->numel * sizeof *w);
+    free(w), free(q), free(sc);
+  }
+  ampc_safetensors_free(f);
   return st;
 }

@@ -109,8 +109,8 @@ ampc_status ampc_model_desc_from_checkpoint(const char *path, ampc_model_desc *o
                                             size_t precision_cap, int64_t *iteration) {
   if (!path || !out)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_desc_from_checkpoint: NULL argument");
-  ampc_safetensors *f = NULL;
-  AMPC_TRY(ampc_safetensors_read(path, &f));
+  ampc_safetensors *f = NULL; /* any dtype: a quantized checkpoint's I8 weights too */
+  AMPC_TRY(ampc_safetensors_read_ex(path, AMPC_ST_ANY_DTYPE, &f));
   const char *mj = ampc_safetensors_meta(f, "ampc.model_config");
   const char *cj = ampc_safetensors_meta(f, "ampc.config");
   cJSON *m = mj ? cJSON_Parse(mj) : NULL, *c = cj ? cJSON_Parse(cj) : NULL;

@@ -145,6 +145,18 @@ static int run(int argc, char **argv) {
                              ckpt, model);
   const int64_t vocab = md.mm.vocab, seq_len = md.mm.seq_len, classes = md.mm.classes;
   int ret = AMPC_EXIT_OK;
+  /* a quantized checkpoint (ampc quantize): INT8 linear layers, the rest in FP32 */
+  bool int8 = false;
+  {
+    ampc_safetensors *f = NULL;
+    if (ampc_safetensors_read_ex(ckpt, AMPC_ST_ANY_DTYPE, &f) == AMPC_OK) {
+      const char *fmt = ampc_safetensors_meta(f, "format");
+      int8 = fmt && strcmp(fmt, "ampc-int8") == 0;
+      ampc_safetensors_free(f);
+    }
+  }
+  if (int8 && !prec_flag)
+    snprintf(precision, sizeof precision, "32-true");
   ampc_precision p;
   if (ampc_precision_parse(prec_flag ? prec_flag : precision, &p) != AMPC_OK)
     return prec_flag ? cli_usage_error("eval", "--precision: %s", ampc_last_error())
@@ -167,7 +179,7 @@ static int run(int argc, char **argv) {
   char trained_without[64] = "";
   {
     ampc_safetensors *f = NULL;
-    if (ampc_safetensors_read(ckpt, &f) == AMPC_OK) {
+    if (ampc_safetensors_read_ex(ckpt, AMPC_ST_ANY_DTYPE, &f) == AMPC_OK) {
       const char *h = ampc_safetensors_meta(f, "ampc.held_out_style");
       if (h)
         snprintf(trained_without, sizeof trained_without, "%s", h);
@@ -212,11 +224,13 @@ static int run(int argc, char **argv) {
                             .class_prompts =
                                 pack ? ampc_shards_get_info(pack)->class_prompts : NULL};
   ampc_eval ev;
+  int n_int8 = 0;
   if (ampc_model_specs(&md, &sp) != AMPC_OK ||
       ampc_params_create(&P, sp.specs, sp.n, amp.lowp, amp.master_weights, amp.state_dtype, 0,
                          &rng) != AMPC_OK ||
       ampc_model_create(&M, &md, &P, &amp, batch) != AMPC_OK ||
-      ampc_params_load(&P, ckpt) != AMPC_OK || evaluate(&M, &rd, &ev) != AMPC_OK) {
+      (int8 ? ampc_quant_load(ckpt, &P, M.impl, &n_int8) : ampc_params_load(&P, ckpt)) != AMPC_OK ||
+      evaluate(&M, &rd, &ev) != AMPC_OK) {
     ret = cli_runtime_error("eval", "%s", ampc_last_error());
   } else if (json) {
     cJSON *o = cJSON_CreateObject();
@@ -225,6 +239,8 @@ static int run(int argc, char **argv) {
     cJSON_AddStringToObject(o, "precision", ampc_precision_name(p));
     cJSON_AddBoolToObject(o, "attention_cast", md.mm.attn_cast && amp.lowp != AMPC_F32);
     cJSON_AddNumberToObject(o, "step", (double)iteration);
+    if (int8)
+      cJSON_AddNumberToObject(o, "int8_layers", n_int8);
     if (hold)
       cJSON_AddStringToObject(o, "held_out_style", hold);
     if (ev.val.samples > 0)
@@ -239,9 +255,12 @@ static int run(int argc, char **argv) {
       put_metrics(o, "zero_shot", &ev.zero_shot);
     ret = cli_print_json("eval", o);
   } else {
-    printf("%s: %s at step %lld, evaluated in %s%s\n", ckpt, model, (long long)iteration,
+    printf("%s: %s at step %lld, evaluated in %s%s", ckpt, model, (long long)iteration,
            ampc_precision_name(p),
            md.mm.attn_cast && amp.lowp != AMPC_F32 ? ", attention cast on" : "");
+    if (int8)
+      printf(", %d linear layers in INT8 (INT32 sums, activations scaled per call)", n_int8);
+    printf("\n");
     printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
            "t2i R@1", "t2i R@5", "chance R@1", "ITM hard", "ITM rand", "group acc");
     const ampc_mmodel_metrics *ms[3] = {&ev.val, &ev.new_style, &ev.zero_shot};
