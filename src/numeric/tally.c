@@ -11,8 +11,9 @@
  * atomics run per value; ampc_tally_drain sums and clears the slots from
  * the owning thread between parallel regions (the barrier at the end of each
  * region orders the workers' writes before it). The counting loops below are the
- * portable ones; on CPUs with AVX-512 F/BW/VL tally_avx512.c counts calls of
- * 16 values or more (the same counts: tests/test_tally.c). The diagnosis layer
+ * portable ones; calls of 16 values or more are counted by tally_avx512.c on
+ * CPUs with AVX-512 F/BW/VL and by tally_avx2.c on CPUs with AVX2 only (or
+ * AMPC_ISA=avx2): the same counts (tests/test_tally.c). The diagnosis layer
  * (src/diag/telemetry.c) owns a tally per collector and attributes its
  * counts to branches; nothing here knows about branches.
  */
@@ -182,23 +183,32 @@ static void acc_into(tm_slot *slot, const ampc_tally_acc *a) {
 enum { TM_VECTOR_MIN = 16 };
 
 static void count_slot(tm_slot *slot, const float *src, const void *dst, ampc_dtype dt, size_t n,
-                       int vector) {
+                       int path) {
   ampc_tm_stats *s = &slot->s;
-  if (vector && n >= TM_VECTOR_MIN && (dt == AMPC_F16 || dt == AMPC_BF16 || dt == AMPC_F32)) {
-    /* a short tail past the last block of 64 costs less value by value */
-    const size_t tail = n % 64 < TM_VECTOR_MIN / 2 ? n % 64 : 0;
+  if (path != AMPC_TALLY_PORTABLE && n >= TM_VECTOR_MIN &&
+      (dt == AMPC_F16 || dt == AMPC_BF16 || dt == AMPC_F32)) {
+    /* a short tail past the last block (64 values, AVX2: 32) costs less
+     * value by value */
+    const size_t block = path == AMPC_TALLY_AVX512 ? 64 : 32;
+    const size_t tail = n % block < TM_VECTOR_MIN / 2 ? n % block : 0;
     if (tail) {
       count_slot(slot, src + (n - tail), (const char *)dst + (n - tail) * (dt == AMPC_F32 ? 4 : 2),
-                 dt, tail, 0);
+                 dt, tail, AMPC_TALLY_PORTABLE);
       n -= tail;
     }
     ampc_tally_acc a = {.maxbits = ampc_f32_bits(s->r.max_abs)};
-    if (dt == AMPC_F32)
-      ampc_tally_count32_avx512(&a, slot->h4[0], src, n);
-    else if (dt == AMPC_F16)
-      ampc_tally_count16_avx512(&a, slot->h4[0], src, dst, n, 0x7C00u, 0x7C00u);
-    else
-      ampc_tally_count16_avx512(&a, slot->h4[0], src, dst, n, 0x7F80u, 0x7F80u);
+    const uint16_t bits = dt == AMPC_F16 ? 0x7C00u : 0x7F80u; /* exponent mask = |inf| */
+    if (path == AMPC_TALLY_AVX512) {
+      if (dt == AMPC_F32)
+        ampc_tally_count32_avx512(&a, slot->h4[0], src, n);
+      else
+        ampc_tally_count16_avx512(&a, slot->h4[0], src, dst, n, bits, bits);
+    } else {
+      if (dt == AMPC_F32)
+        ampc_tally_count32_avx2(&a, slot->h4[0], src, n);
+      else
+        ampc_tally_count16_avx2(&a, slot->h4[0], src, dst, n, bits, bits);
+    }
     acc_into(slot, &a);
     s->r.count += n;
     return;
@@ -230,12 +240,13 @@ static void count_slot(tm_slot *slot, const float *src, const void *dst, ampc_dt
   s->r.count += n;
 }
 
-/* whether the vector loops run: AVX-512 F/BW/VL unless AMPC_ISA says otherwise */
-static int use_vector(void) {
+int ampc_tally_path(void) {
   static atomic_int cached = -1;
   int v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v < 0) {
-    v = ampc_use_avx512();
+    v = ampc_use_avx512() ? AMPC_TALLY_AVX512
+        : ampc_use_avx2() ? AMPC_TALLY_AVX2
+                          : AMPC_TALLY_PORTABLE;
     atomic_store_explicit(&cached, v, memory_order_relaxed);
   }
   return v;
@@ -243,15 +254,20 @@ static int use_vector(void) {
 
 void ampc_tally_count(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt, size_t n) {
   tm_slot *slot = slot_enter(t);
-  count_slot(slot, src, dst, dt, n, use_vector());
+  count_slot(slot, src, dst, dt, n, ampc_tally_path());
   slot_leave(t, slot);
 }
 
-void ampc_tally_count_path(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt,
-                           size_t n, int vector) {
+int ampc_tally_count_path(ampc_tally *t, const float *src, const void *dst, ampc_dtype dt, size_t n,
+                          int path) {
+  if ((path == AMPC_TALLY_AVX512 && !ampc_use_avx512()) ||
+      (path == AMPC_TALLY_AVX2 && !ampc_use_avx2()) ||
+      (path != AMPC_TALLY_AVX512 && path != AMPC_TALLY_AVX2))
+    path = AMPC_TALLY_PORTABLE;
   tm_slot *slot = slot_enter(t);
-  count_slot(slot, src, dst, dt, n, vector && use_vector());
+  count_slot(slot, src, dst, dt, n, path);
   slot_leave(t, slot);
+  return path;
 }
 
 void ampc_tally_add(ampc_tally *t, const ampc_tm_stats *s) {
