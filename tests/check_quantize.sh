@@ -4,7 +4,8 @@
 # and per tensor (--keep none), the file is read back by PyTorch
 # (tests/reference/quant_readback.py: scales, range, half-step round trip,
 # the F32 tensors unchanged; skipped with the reason without python3-torch);
-# the report names the most sensitive layers. Bad input writes nothing: a
+# the report names the most sensitive layers; `ampc eval` runs the file with
+# INT8 GEMMs, the same metrics on every vector path. Bad input writes nothing: a
 # NaN weight (exit 1, the tensor named), a truncated checkpoint, a file with
 # no weights (exit 1), an unknown --keep layer, --out = the checkpoint, a
 # bad --granularity or a missing flag (exit 2).
@@ -33,6 +34,17 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 else
   echo "skipped the PyTorch read-back: /usr/bin/python3 cannot import torch (python3-torch)"
 fi
+
+# INT8 inference: ampc eval on the quantized file runs the blocks' 32 linear
+# layers in INT8 (mm-tiny: 4 + 3 + 1 blocks, 4 weights each); the integer
+# sums are exact, so the AVX2 paths give the same metrics as the default ones
+"$ampc" eval --checkpoint "$tmp/ch.st" --threads 1 --json >"$tmp/e1" 2>"$tmp/err" ||
+  die "eval of the INT8 file exited $? ($(cat "$tmp/err"))"
+[ "$(field int8_layers <"$tmp/e1")" = 32 ] || die "eval: not 32 INT8 layers: $(cat "$tmp/e1")"
+grep -q '"precision":"32-true"' "$tmp/e1" || die "eval: the INT8 file is not evaluated in 32-true"
+AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/ch.st" --threads 1 --json >"$tmp/e2" 2>"$tmp/err" ||
+  die "eval (AVX2) exited $?"
+cmp -s "$tmp/e1" "$tmp/e2" || die "the AVX2 paths' INT8 eval differs: $(cat "$tmp/e1" "$tmp/e2")"
 
 # bad input: a clear error, nothing written
 python3 "$here/scale_tensor.py" "$tmp/run.st" "$tmp/nan.st" text.blocks.1.mlp.fc2.weight nan ||
