@@ -46,6 +46,13 @@ AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/ch.st" --threads 1 --json >"$tmp/e
   die "eval (AVX2) exited $?"
 cmp -s "$tmp/e1" "$tmp/e2" || die "the AVX2 paths' INT8 eval differs: $(cat "$tmp/e1" "$tmp/e2")"
 
+# an MLP checkpoint: the default --keep (the multimodal model's first and
+# last layers) does not apply and is not an error
+"$ampc" train --model mlp --steps 2 --threads 1 --quiet --save "$tmp/mlp.st" >/dev/null 2>&1 ||
+  die "the MLP run failed"
+"$ampc" quantize --checkpoint "$tmp/mlp.st" --out "$tmp/mlp8.st" >/dev/null 2>"$tmp/err" ||
+  die "quantize of an MLP checkpoint exited $? ($(cat "$tmp/err"))"
+
 # bad input: a clear error, nothing written
 python3 "$here/scale_tensor.py" "$tmp/run.st" "$tmp/nan.st" text.blocks.1.mlp.fc2.weight nan ||
   die "cannot write the NaN checkpoint"
@@ -59,6 +66,15 @@ expect 1 quantize --checkpoint "$tmp/ch.st" --out "$tmp/x.st" # already INT8: I8
 expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep vision.nosuch
 grep -q "vision.nosuch" "$tmp/err" || die "the unknown --keep layer is not named"
 expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/run.st"
+cp "$tmp/run.st" "$tmp/keep.st"
+ln -s "$tmp/run.st" "$tmp/link.st"
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/./run.st"
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/link.st"
+expect 2 quantize --checkpoint "$tmp/link.st" --out "$tmp/run.st"
+cmp -s "$tmp/run.st" "$tmp/keep.st" || die "quantize replaced its own checkpoint"
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep ''
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep none,heads
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep vision,text,fusion,heads
 expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --granularity row
 expect 2 quantize --checkpoint "$tmp/run.st"
 expect 1 quantize --checkpoint "$tmp/missing.st" --out "$tmp/x.st"

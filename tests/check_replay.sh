@@ -37,7 +37,7 @@ for case in vision:vision.blocks.0.mlp.fc1.weight:vision.blocks.0.mlp.fc1:all \
   grep -q "^  - first non-finite tensor: $first, forward output ($br, step 4); FP32 results up to [0-9.e+]* before rounding, past fp16's largest 65504$" "$tmp/out" ||
     die "$w: the first non-finite tensor is not $first: $(grep 'non-finite tensor' "$tmp/out")"
   if [ "$samples" = all ]; then
-    grep -q "^  - every sample of the batch carries it (16 of 16)" "$tmp/out" ||
+    grep -q "^  - every sample of its micro-batch carries it (16 of 16)" "$tmp/out" ||
       die "$w: not every sample: $(grep -A1 'non-finite tensor' "$tmp/out")"
   else
     grep -q "^  - samples carrying it: [0-9]* of 16: [0-9]" "$tmp/out" ||

@@ -157,7 +157,9 @@ static void nf_evidence(ampc_verdict *v, const ampc_diag_step *s, bool sampled) 
   if (s->first_nonfinite_max_abs >= 0.0 && s->first_nonfinite_dtype[0] &&
       ampc_dtype_parse(s->first_nonfinite_dtype, &dt) == AMPC_OK &&
       ampc_format_info_get(dt, &fi) == AMPC_OK) {
-    if (s->first_nonfinite_max_abs > fi.max)
+    if (s->first_nonfinite_max_abs == 0.0) /* nothing finite counted there */
+      snprintf(mag, sizeof mag, "; none of its FP32 results was finite and non-zero");
+    else if (s->first_nonfinite_max_abs > fi.max)
       snprintf(mag, sizeof mag, "; FP32 results up to %.3g before rounding, past %s's largest %g",
                s->first_nonfinite_max_abs, fi.name, fi.max);
     else
@@ -195,7 +197,9 @@ static void nf_evidence(ampc_verdict *v, const ampc_diag_step *s, bool sampled) 
     used += (size_t)w;
   }
   if (s->nf_samples_total == s->nf_samples_of && s->nf_samples_of > 1)
-    ev(v, "every sample of the batch carries it (%lld of %lld): the op or a weight, not one input",
+    ev(v,
+       "every sample of its micro-batch carries it (%lld of %lld): the op or a weight, not one "
+       "input",
        (long long)s->nf_samples_total, (long long)s->nf_samples_of);
   else
     ev(v, "samples carrying it: %lld of %lld: %s%s", (long long)s->nf_samples_total,
@@ -297,7 +301,7 @@ int ampc_diag_verdicts(const ampc_diag *d, ampc_verdict *out, int max) {
         if (s->telemetry && (s->br[b].act.r.inf || s->br[b].act.r.nan)) {
           ev(&v,
              "step %lld, forward pass, %s: %llu activations overflowed to inf, %llu NaN "
-             "(max finite |x| %g; binary16 max 65504)",
+             "(largest finite FP32 result before rounding %g; binary16 max 65504)",
              (long long)s->step, bn[b], (unsigned long long)s->br[b].act.r.overflow,
              (unsigned long long)s->br[b].act.r.nan, (double)s->br[b].act.r.max_abs);
           if (v.branch < 0)

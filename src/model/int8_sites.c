@@ -52,8 +52,10 @@ ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t 
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "INT8 inference runs on the CPU backend (--device cpu), not %s", M->be->name);
   if (M->fp8_on)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "INT8 inference of an fp8-mixed model: evaluate it "
-                                           "in 32-true or bf16-mixed");
+    return ampc_fail(
+        AMPC_ERR_UNSUPPORTED,
+        "INT8 inference with --precision fp8-mixed: its linear layers are FP8's "
+        "(evaluate a quantized checkpoint in 32-true, the default, or a 16-bit preset)");
   const blk_p *blk = NULL;
   const int part = site_of(M, name, &blk);
   if (part < 0)

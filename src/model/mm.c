@@ -370,12 +370,14 @@ static ampc_status vision_fwd(ampc_mmodel *M, int64_t b) {
     AMPC_TRY(M->be->linear_forward(b, D, M->E, M->vcls, act_dt, W(M, M->iproj), weight_dt, NULL,
                                    M->iemb, act_dt, M->acc, NULL));
     AMPC_TRY(M->be->l2norm_forward(b, M->E, M->iemb, act_dt, k_l2_eps, M->inorm, act_dt, NULL));
+    mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT,
+                rows_of(AMPC_BRANCH_HEADS, M->iemb, act_dt, b, M->E), "vision_proj");
   }
   AMPC_TRY(M->be->linear_forward(b, D, M->c.classes, M->vcls, act_dt, W(M, M->cls_w), weight_dt,
                                  W(M, M->cls_b), M->clog, act_dt, M->acc, NULL));
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_ACT,
               rows_of(AMPC_BRANCH_HEADS, M->clog, act_dt, b, M->c.classes), "%s",
-              M->c.image_only ? "head" : "vision_proj");
+              M->c.image_only ? "head" : "cls_head");
   return AMPC_OK;
 }
 

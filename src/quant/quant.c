@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ampc/io.h"
 #include "internal.h"
@@ -97,13 +98,12 @@ bool ampc_quant_is_linear(const char *name, int ndim) {
   return ends_with(name, ".weight") || ends_with(name, "_weight");
 }
 
-/* whether name starts with one of keep's comma-separated prefixes (a prefix
- * matches at a dot boundary or the whole name) */
+/* whether name starts with one of keep's comma-separated prefixes */
 static bool kept(const char *name, const char *keep) {
   for (const char *p = keep; p && *p;) {
     const char *e = strchr(p, ',');
     const size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (n > 0 && strncmp(name, p, n) == 0 && (name[n] == '\0' || name[n] == '.'))
+    if (n > 0 && strncmp(name, p, n) == 0)
       return true;
     p = e ? e + 1 : p + n;
   }
@@ -239,8 +239,14 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
   if (st == AMPC_OK && r.n == 0)
     st = ampc_fail(AMPC_ERR_FORMAT, "%s: no linear layer weights (not an ampc checkpoint?)",
                    o->checkpoint);
-  /* every --keep prefix must name a layer */
-  for (const char *p = keep; st == AMPC_OK && p && *p;) {
+  if (st == AMPC_OK && r.params_quantized == 0)
+    st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                   "--keep %s keeps every linear layer of %s: nothing to "
+                   "quantize",
+                   keep, o->checkpoint);
+  /* every --keep prefix the caller gave must name a layer (the default's
+   * need not: an MLP has neither) */
+  for (const char *p = o->keep; st == AMPC_OK && p && *p;) {
     const char *e = strchr(p, ',');
     const size_t n = e ? (size_t)(e - p) : strlen(p);
     char one[96];
@@ -249,10 +255,8 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
     for (int k = 0; k < r.n && !any; k++)
       any = kept(layers[k].name, one);
     if (n > 0 && !any)
-      st = ampc_fail(AMPC_ERR_INVALID_ARG,
-                     "--keep %s: names no linear layer of %s (e.g. vision.blocks.0.mlp.fc1, "
-                     "heads, text)",
-                     one, o->checkpoint);
+      st = ampc_fail(AMPC_ERR_INVALID_ARG, "--keep %s: names no linear layer of %s (its first: %s)",
+                     one, o->checkpoint, r.n > 0 ? layers[0].name : "none");
     p = e ? e + 1 : p + n;
   }
   if (st == AMPC_OK) {
@@ -269,9 +273,9 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
     }
     st = ampc_safetensors_write(o->out, out, no, meta, nm);
   }
-  if (st == AMPC_OK)
-    for (int i = 0; i < no; i++)
-      r.bytes_out += (int64_t)out[i].nbytes;
+  struct stat sb;
+  if (st == AMPC_OK && stat(o->out, &sb) == 0) /* the file written, header included */
+    r.bytes_out = (int64_t)sb.st_size;
   for (int i = 0; i < nb; i++)
     free(bufs[i]);
   for (int i = 0; names && i < nt; i++)

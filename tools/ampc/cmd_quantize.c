@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ampc/quant.h"
 
@@ -70,8 +71,18 @@ static int run(int argc, char **argv) {
     return cli_usage_error("quantize", "--granularity '%s': expected channel or tensor", gran);
   if (o.keep && !strcmp(o.keep, "none"))
     o.keep = "";
-  if (!strcmp(o.checkpoint, o.out))
-    return cli_usage_error("quantize", "--out must not be the checkpoint itself (%s)", o.out);
+  else if (o.keep && (!o.keep[0] || strspn(o.keep, ",") == strlen(o.keep)))
+    return cli_usage_error("quantize", "--keep '%s': no layer named (none: quantize every layer)",
+                           o.keep);
+  else if (o.keep && strstr(o.keep, "none"))
+    return cli_usage_error("quantize", "--keep %s: 'none' cannot be combined with layer names",
+                           o.keep);
+  /* the same file by any spelling or link: refused, it would be replaced */
+  struct stat a, b;
+  if (!strcmp(o.checkpoint, o.out) || (stat(o.checkpoint, &a) == 0 && stat(o.out, &b) == 0 &&
+                                       a.st_dev == b.st_dev && a.st_ino == b.st_ino))
+    return cli_usage_error("quantize", "--out %s is the checkpoint itself (%s)", o.out,
+                           o.checkpoint);
   ampc_quant_report r;
   const ampc_status st = ampc_quantize_checkpoint(&o, &r);
   if (st == AMPC_ERR_INVALID_ARG) /* a --keep that names nothing */
