@@ -25,6 +25,12 @@ rc=$?
 [ $rc -eq 3 ] || die "--lr 100: exit $rc, expected 3"
 grep -q "the run stalled at step" "$tmp/s.err" || die "--lr 100: no stall message on stderr"
 grep -q "^diagnosis: nonfinite-independent-of-scale" "$tmp/s.err" || die "--lr 100: no live diagnosis"
+# --json: the stalled run's summary on stdout, its diagnosis included
+"$ampc" train $common --steps 40 --lr 100 --json >"$tmp/j.out" 2>/dev/null
+rc=$?
+[ $rc -eq 3 ] || die "--lr 100 --json: exit $rc, expected 3"
+grep -q '^{"event":"summary".*"verdict":"nonfinite-independent-of-scale"' "$tmp/j.out" ||
+  die "--lr 100 --json: no summary with the diagnosis on stdout: $(head -c 300 "$tmp/j.out")"
 grep -q '"event":"stall".*"policy":"stop"' "$tmp/s.jsonl" || die "--lr 100: no stall event in the log"
 grep -q '"event":"summary"' "$tmp/s.jsonl" || die "--lr 100: no summary line"
 python3 - "$tmp/s.jsonl" <<'PY' || die "--lr 100: a checkpoint was written on or after an unhealthy step"

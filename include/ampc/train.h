@@ -679,7 +679,8 @@ typedef struct ampc_compare_result {
                          setting that does not fit (model, data, batch) */
   bool stalled;       /* stopped by AMPC_STALL_STOP (status AMPC_ERR_NUMERIC) */
   char error[512];    /* the failure's message (ampc_last_error), or "" */
-  char *summary_json; /* the run's {"event":"summary",...} (malloc'd), NULL on failure */
+  char *summary_json; /* the run's {"event":"summary",...} (malloc'd); NULL on failure,
+                       * except for a stalled run (its summary up to the stall) */
   int64_t steps, skipped_steps;
   double final_loss;          /* the last step's training loss (FP32, unscaled) */
   double wall_s, ms_per_step; /* the run's wall time; mean ms per step (or wall / steps) */

@@ -171,6 +171,8 @@ static ampc_status one_run(const ampc_compare_spec *s, int k, const ampc_compare
   }
   if (st != AMPC_OK)
     fail_result(r, st, R);
+  if (r->stalled && !r->summary_json) /* a stalled run's summary, with its diagnosis */
+    r->summary_json = ampc_run_summary_json(R);
   r->interrupted = ampc_run_interrupted(R);
   /* read back at once: its gap is known when its baseline ran before it */
   if (opt->vs_fp32 && read_back(s, r) && base >= 0)

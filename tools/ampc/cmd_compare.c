@@ -763,7 +763,8 @@ static int run(int argc, char **argv) {
     run_t *u = &runs[of_spec[k]];
     u->res = &res[k];
     u->diag = res[k].diag;
-    u->summary = res[k].summary_json ? cJSON_Parse(res[k].summary_json) : NULL;
+    /* a stalled run's summary is not a result: its row says it stalled */
+    u->summary = res[k].summary_json && !res[k].stalled ? cJSON_Parse(res[k].summary_json) : NULL;
     if (res[k].baseline >= 0)
       base = of_spec[res[k].baseline];
     if (res[k].status == AMPC_OK && !u->diag) { /* its log did not read back */

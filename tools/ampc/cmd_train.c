@@ -1372,6 +1372,12 @@ static int train_runs(const train_args *A) {
       if (res[k].stalled) { /* every rank agrees: no MPI_Abort needed */
         if (lead)
           fprintf(stderr, "ampc train: %s\n", res[k].error);
+        /* --json: the summaries so far, the stalled run's diagnosis included */
+        bool all = true;
+        for (int j = 0; j <= k; j++)
+          all = all && res[j].summary_json;
+        if (lead && A->json && all)
+          (void)print_json(res, k + 1, list);
         rc = AMPC_EXIT_STALLED;
       } else if (res[k].refused) { /* a setting that does not fit (batch, model, data) */
         rc = cli_usage_error("train", "%s", res[k].error);
