@@ -119,16 +119,14 @@ void ampc_quant_report_free(ampc_quant_report *rep) {
 
 /* the tensor as FP32 (any of ampc's dtypes; the file's bytes may be unaligned) */
 static float *as_f32(const ampc_st_tensor *t, int64_t n) {
-  const size_t es = ampc_dtype_size(t->dtype);
   void *raw = malloc(t->nbytes ? t->nbytes : 1);
   float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-  if (!raw || !f) {
+  if (raw && f)
+    memcpy(raw, t->data, t->nbytes);
+  if (!raw || !f || (n > 0 && ampc_convert(f, AMPC_F32, raw, t->dtype, (size_t)n) != AMPC_OK)) {
     free(raw), free(f);
     return NULL;
   }
-  memcpy(raw, t->data, t->nbytes);
-  for (int64_t i = 0; i < n && es; i++)
-    f[i] = ampc_elem_load(raw, t->dtype, i);
   free(raw);
   return f;
 }
