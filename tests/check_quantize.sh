@@ -8,7 +8,10 @@
 # INT8 GEMMs, the same metrics on every vector path. Bad input writes nothing: a
 # NaN weight (exit 1, the tensor named), a truncated checkpoint, a file with
 # no weights (exit 1), an unknown --keep layer, --out = the checkpoint, a
-# bad --granularity or a missing flag (exit 2).
+# bad --granularity or a missing flag (exit 2). Calibration (--calib): static
+# activation scales in the file (PyTorch reads them), the eval's metrics the
+# same on AVX2; --keep auto evaluates its choices; bad calibration flags
+# (exit 2), --calib on an MLP or with bad data (exit 1).
 . "$(dirname "$0")/cli_lib.sh"
 src=$2
 here=$(dirname "$0")
@@ -46,6 +49,39 @@ AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/ch.st" --threads 1 --json >"$tmp/e
   die "eval (AVX2) exited $?"
 cmp -s "$tmp/e1" "$tmp/e2" || die "the AVX2 paths' INT8 eval differs: $(cat "$tmp/e1" "$tmp/e2")"
 
+# calibrated (static) activation scales: NAME_input_scale for each block
+# layer (PyTorch reads them), the eval runs them, the same on AVX2; the
+# report gives the activations' SQNR
+"$ampc" quantize --checkpoint "$tmp/run.st" --out "$tmp/cal.st" --calib 2 --batch 16 \
+  --calib-method=max >"$tmp/out" 2>"$tmp/err" || die "quantize --calib exited $? ($(cat "$tmp/err"))"
+grep -q "^activations: static scales by max over 2 batches of 16" "$tmp/out" ||
+  die "no calibration summary: $(tail -4 "$tmp/out")"
+grep -q "^vision.blocks.0.mlp.fc2.weight .* 0.000%$" "$tmp/out" ||
+  die "max calibration clipped, or no activation column: $(grep fc2 "$tmp/out" | head -2)"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  /usr/bin/python3 "$src/tests/reference/quant_readback.py" "$tmp/run.st" "$tmp/cal.st" channel \
+    vision.patch_embed,heads calibrated || die "PyTorch read-back (calibrated) failed"
+fi
+"$ampc" eval --checkpoint "$tmp/cal.st" --threads 1 --json >"$tmp/e1" 2>"$tmp/err" ||
+  die "eval of the calibrated file exited $? ($(cat "$tmp/err"))"
+grep -q '"activation_scales":"max, 2 batches"' "$tmp/e1" || die "eval: not static: $(cat "$tmp/e1")"
+AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/cal.st" --threads 1 --json >"$tmp/e2" 2>"$tmp/err" ||
+  die "eval (AVX2, calibrated) exited $?"
+cmp -s "$tmp/e1" "$tmp/e2" || die "the AVX2 paths' calibrated eval differs"
+"$ampc" quantize --checkpoint "$tmp/run.st" --out "$tmp/cal2.st" --calib 1 --batch 8 --json \
+  >"$tmp/j" 2>"$tmp/err" || die "quantize --calib (mse, json) exited $? ($(cat "$tmp/err"))"
+grep -q '"calibration":{"method":"mse","batches":1,' "$tmp/j" || die "json: no calibration"
+grep -q '"activations":\[{"part":0,' "$tmp/j" || die "json: no activations per layer"
+
+# --keep auto: the baseline and the all-INT8 model evaluated; a budget of
+# 100 points keeps nothing
+"$ampc" quantize --checkpoint "$tmp/run.st" --out "$tmp/auto.st" --keep auto --max-drop 100 \
+  --threads 1 --json >"$tmp/j" 2>"$tmp/err" || die "--keep auto exited $? ($(cat "$tmp/err"))"
+[ "$(field params_kept <"$tmp/j")" = 0 ] || die "--keep auto --max-drop 100 kept layers"
+grep -q "in FP32 has group accuracy" "$tmp/err" || die "--keep auto: no baseline: $(cat "$tmp/err")"
+grep -q "^ampc quantize: --keep auto: 0 kept: group accuracy .* (drop " "$tmp/err" ||
+  die "--keep auto: no trial line: $(cat "$tmp/err")"
+
 # an MLP checkpoint: the default --keep (the multimodal model's first and
 # last layers) does not apply and is not an error
 "$ampc" train --model mlp --steps 2 --threads 1 --quiet --save "$tmp/mlp.st" >/dev/null 2>&1 ||
@@ -78,6 +114,15 @@ expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep vision,tex
 expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --granularity row
 expect 2 quantize --checkpoint "$tmp/run.st"
 expect 1 quantize --checkpoint "$tmp/missing.st" --out "$tmp/x.st"
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --calib 0
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --calib 2 --calib-method entropy
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --calib 2 --percentile 0
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --max-drop 1
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep auto,heads
+expect 1 quantize --checkpoint "$tmp/mlp.st" --out "$tmp/x.st" --calib 1
+grep -q "MLP" "$tmp/err" || die "--calib on an MLP: $(cat "$tmp/err")"
+expect 1 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --calib 1 --data "$tmp/junk.st"
+expect 1 quantize --checkpoint "$tmp/nan.st" --out "$tmp/x.st" --calib 1 --batch 4
 [ -e "$tmp/x.st" ] && die "a failed quantize wrote its output"
 ls "$tmp" | grep -q '\.tmp' && die "a temporary file was left behind"
 [ $fail = 0 ] && echo "check_quantize: ok"

@@ -4,7 +4,12 @@
  * max|w| / 127 (per row and per tensor), an all-zero row exact with scale 1,
  * values in [-127, 127] only, ties rounded to even; zero or non-finite
  * scales and NaN weights refused; SQNR against values known in closed form;
- * which checkpoint names are linear layers.
+ * which checkpoint names are linear layers. Calibration (ampc_quant_calibrate)
+ * on mm-micro: each site's largest |x| and SQNR equal to an independent
+ * observer's, max scales amax / 127 with nothing clipped, the 100th
+ * percentile equal to the max and the 99th clipping at most 1 %, the MSE
+ * threshold within the range, q, k, v of a self-attention seeing the same
+ * input, a non-finite activation refused, bad arguments refused.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -196,11 +201,161 @@ static void test_linear_s8(void **state) {
       AMPC_ERR_INVALID_ARG);
 }
 
+/* ---- calibration on mm-micro ----------------------------------------------------------- */
+
+enum { CB = 6, CTT = 5, CVOCAB = 11, CCLASSES = 3, CIMG = 8 };
+
+typedef struct calib_fixture {
+  ampc_mmodel *M;
+  uint8_t images[2][CB * CIMG * CIMG * 3];
+  int32_t tokens[2][CB * CTT], labels[2][CB];
+  float poison; /* != 0: batch 1's image 0 scaled by it (extreme_factor) */
+} calib_fixture;
+
+static ampc_status calib_run(void *user, int i) {
+  calib_fixture *f = user;
+  const ampc_mmodel_batch bt = {.b = CB,
+                                .images = f->images[i],
+                                .tokens = f->tokens[i],
+                                .labels = f->labels[i],
+                                .extreme_row = 0,
+                                .extreme_factor = i == 1 ? f->poison : 0.0f};
+  ampc_mmodel_losses L;
+  return ampc_mmodel_forward(f->M, &bt, &L);
+}
+
+/* an independent observer: the largest |x|, the count, and the squared
+ * error of quantizing with a given scale (as ampc_linear_forward_s8 does) */
+typedef struct ref_obs {
+  float amax, scale;
+  uint64_t n;
+  double ss, es;
+} ref_obs;
+
+static void ref_observe(void *user, const float *x, int64_t n) {
+  ref_obs *o = user;
+  for (int64_t i = 0; i < n; i++) {
+    o->amax = fabsf(x[i]) > o->amax ? fabsf(x[i]) : o->amax;
+    if (o->scale > 0.0f) {
+      float v = x[i] / o->scale;
+      v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+      const double d = (double)x[i] - (double)(nearbyintf(v) * o->scale);
+      o->ss += (double)x[i] * (double)x[i], o->es += d * d;
+    }
+  }
+  o->n += (uint64_t)n;
+}
+
+static void test_calibrate(void **state) {
+  (void)state;
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-micro", CVOCAB, CTT, CCLASSES, &c), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
+  ampc_amp_config a;
+  ampc_amp_config_preset(AMPC_PRECISION_32_TRUE, &a);
+  ampc_params P;
+  memset(&P, 0, sizeof P);
+  ampc_rng r;
+  ampc_rng_seed(&r, 7);
+  assert_int_equal(
+      ampc_params_create(&P, sp.specs, sp.n, a.lowp, a.master_weights, a.state_dtype, 0, &r),
+      AMPC_OK);
+  static calib_fixture f;
+  memset(&f, 0, sizeof f);
+  assert_int_equal(ampc_mmodel_create(&f.M, &c, &P, &a, CB), AMPC_OK);
+  for (int k = 0; k < 2; k++) {
+    for (size_t i = 0; i < sizeof f.images[k]; i++)
+      f.images[k][i] = (uint8_t)(ampc_rng_next(&r) % 256);
+    for (int b = 0; b < CB; b++) {
+      for (int t = 0; t < CTT; t++)
+        f.tokens[k][b * CTT + t] = t <= b % CTT ? 1 + (int32_t)(ampc_rng_next(&r) % 10) : 0;
+      f.labels[k][b] = b % CCLASSES;
+    }
+  }
+  ampc_calib cal;
+  assert_int_equal(ampc_quant_calibrate(f.M, &P, 2, AMPC_CALIB_MSE, 99.0, calib_run, &f, &cal),
+                   AMPC_OK);
+  assert_true(cal.n > 0);
+  assert_int_equal(cal.batches, 2);
+  assert_int_equal(cal.method, AMPC_CALIB_MSE);
+  int self_attn = 0, cross = 0;
+  for (int i = 0; i < cal.n; i++) {
+    const ampc_calib_site *s = &cal.sites[i];
+    assert_true(s->amax > 0.0f && s->values > 0);
+    assert_true(s->scale[AMPC_CALIB_MAX] == s->amax / 127.0f);
+    assert_true(s->clipped[AMPC_CALIB_MAX] == 0.0);
+    assert_true(s->clipped[AMPC_CALIB_PERCENTILE] <= 0.01 + 1.0 / (double)s->values);
+    assert_true(s->scale[AMPC_CALIB_MSE] <= s->scale[AMPC_CALIB_MAX]);
+    assert_true(s->scale[AMPC_CALIB_PERCENTILE] <= s->scale[AMPC_CALIB_MAX]);
+    /* an in-projection: q, k, v of a self-attention read the same input */
+    if (s->part == 2) {
+      const ampc_calib_site *q = ampc_calib_find(&cal, s->name, 0),
+                            *k = ampc_calib_find(&cal, s->name, 1);
+      assert_non_null(q);
+      assert_non_null(k);
+      assert_true(k->amax == s->amax && k->values == s->values);
+      if (strstr(s->name, "cross_attn")) {
+        cross++;
+      } else {
+        assert_true(q->amax == s->amax && q->values == s->values);
+        self_attn++;
+      }
+    }
+  }
+  assert_true(self_attn > 0);
+  assert_true(cross > 0);
+  /* one site against an independent observer over the same batches (the
+   * calibration left the model without observers: only this one runs) */
+  const ampc_calib_site *s = ampc_calib_find(&cal, "vision.blocks.0.mlp.fc2.weight", 0);
+  assert_non_null(s);
+  ref_obs ro = {.scale = s->scale[AMPC_CALIB_MAX]};
+  assert_int_equal(ampc_mmodel_observe(f.M, "vision.blocks.0.mlp.fc2.weight", 0, ref_observe, &ro),
+                   AMPC_OK);
+  assert_int_equal(calib_run(&f, 0), AMPC_OK);
+  assert_int_equal(calib_run(&f, 1), AMPC_OK);
+  assert_int_equal(ampc_mmodel_observe(f.M, "vision.blocks.0.mlp.fc2.weight", 0, NULL, NULL),
+                   AMPC_OK);
+  assert_true(ro.amax == s->amax);
+  assert_true(ro.n == s->values);
+  /* the same sums in another order: equal to a few FP64 ulps per term */
+  const double want = 10.0 * log10(ro.ss / ro.es);
+  assert_true(fabs(s->sqnr_db[AMPC_CALIB_MAX] - want) < 1e-9 * fabs(want));
+  ampc_calib_free(&cal);
+  /* the 100th percentile is the max */
+  assert_int_equal(
+      ampc_quant_calibrate(f.M, &P, 2, AMPC_CALIB_PERCENTILE, 100.0, calib_run, &f, &cal), AMPC_OK);
+  for (int i = 0; i < cal.n; i++)
+    assert_true(cal.sites[i].scale[AMPC_CALIB_PERCENTILE] == cal.sites[i].scale[AMPC_CALIB_MAX]);
+  ampc_calib_free(&cal);
+  /* bad arguments; a non-finite activation (an image scaled by inf) */
+  assert_int_equal(ampc_quant_calibrate(f.M, &P, 0, AMPC_CALIB_MAX, 99.0, calib_run, &f, &cal),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_quant_calibrate(f.M, &P, 2, AMPC_CALIB_MAX, 0.0, calib_run, &f, &cal),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_quant_calibrate(f.M, &P, 2, AMPC_CALIB_MAX, 100.5, calib_run, &f, &cal),
+                   AMPC_ERR_INVALID_ARG);
+  f.poison = INFINITY;
+  assert_int_equal(ampc_quant_calibrate(f.M, &P, 2, AMPC_CALIB_MAX, 99.0, calib_run, &f, &cal),
+                   AMPC_ERR_NUMERIC);
+  assert_non_null(strstr(ampc_last_error(), "non-finite activations enter"));
+  assert_int_equal(cal.n, 0);
+  f.poison = 0.0f; /* and the model runs on, observers gone */
+  assert_int_equal(calib_run(&f, 1), AMPC_OK);
+  ampc_calib_method m;
+  assert_int_equal(ampc_calib_method_parse("percentile", &m), 0);
+  assert_int_equal(m, AMPC_CALIB_PERCENTILE);
+  assert_int_equal(ampc_calib_method_parse("entropy", &m), -1);
+  ampc_mmodel_free(f.M);
+  ampc_params_free(&P);
+  ampc_mmodel_specs_free(&sp);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip), cmocka_unit_test(test_refused),
       cmocka_unit_test(test_sqnr),       cmocka_unit_test(test_linear_names),
-      cmocka_unit_test(test_linear_s8),
+      cmocka_unit_test(test_linear_s8),  cmocka_unit_test(test_calibrate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

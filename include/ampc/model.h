@@ -300,13 +300,26 @@ int ampc_mmodel_fp8_site_count(const ampc_mmodel_config *c);
  * in_proj_weight [3D, D] (q, k and v), out_proj.weight, mlp.fc1.weight or
  * mlp.fc2.weight) runs its forward pass as ampc_linear_forward_s8 with w
  * [rows, cols] int8 and scale [rows] (per_channel) or [1], copied, and the
- * activation scale x_scale (0: dynamic). The model's own weight of that
- * layer is then unused in the forward pass; the backward pass refuses.
- * Errors: AMPC_ERR_NOT_FOUND (not such a layer: keep it in the model's
- * dtype), AMPC_ERR_INVALID_ARG (shape, given twice), AMPC_ERR_UNSUPPORTED
- * (a device backend, fp8-mixed), AMPC_ERR_NOMEM. */
+ * activation scales x_scales [3] for an in-projection's q, k, v inputs, [1]
+ * otherwise (calibrated, positive and finite; NULL: dynamic, per call). The model's own weight of
+ * that layer is then unused in the forward pass; the backward pass refuses. Errors:
+ * AMPC_ERR_NOT_FOUND (not such a layer: keep it in the model's dtype), AMPC_ERR_INVALID_ARG (shape,
+ * given twice), AMPC_ERR_UNSUPPORTED (a device backend, fp8-mixed), AMPC_ERR_NOMEM. */
 ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t *w, int64_t rows,
-                                 int64_t cols, const float *scale, bool per_channel, float x_scale);
+                                 int64_t cols, const float *scale, bool per_channel,
+                                 const float *x_scales);
+/* The INT8 sites of the layer whose weight is `name` (as above): 3 for an
+ * in-projection (q, k, v: parts 0, 1, 2), 1 for the others, 0 for a layer
+ * that is no block's (a head, the patch embedding). */
+int ampc_mmodel_int8_parts(const ampc_mmodel *M, const char *name);
+/* INT8 calibration: each forward pass hands the input of part `part` of
+ * the layer whose weight is `name` (as above), as FP32 [n], to
+ * observe(user, x, n) before the layer runs (ampc_linear_fp8.observe);
+ * observe NULL stops it. Errors: AMPC_ERR_NOT_FOUND (no such block layer),
+ * AMPC_ERR_INVALID_ARG (a part out of range), AMPC_ERR_UNSUPPORTED (a device
+ * backend, fp8-mixed), AMPC_ERR_NOMEM. */
+ampc_status ampc_mmodel_observe(ampc_mmodel *M, const char *name, int part,
+                                void (*observe)(void *user, const float *x, int64_t n), void *user);
 /* The INT8 sites set (q, k, v counted apart). */
 int ampc_mmodel_int8_layers(const ampc_mmodel *M);
 /* The configuration and the largest batch the model was created for. */

@@ -113,6 +113,12 @@ typedef struct ampc_linear_fp8 {
   /* non-NULL: the forward pass runs INT8 (ampc_linear_forward_s8) instead;
    * its backward pass is refused (inference only) */
   const ampc_linear_s8 *s8;
+  /* non-NULL (INT8 calibration, include/ampc/quant.h): each forward call
+   * first hands the layer's input, as FP32 x [m * k], to
+   * observe(observe_user, x, m * k); without s8 the layer then runs as it
+   * would without f (unquantized) */
+  void (*observe)(void *user, const float *x, int64_t n);
+  void *observe_user;
 } ampc_linear_fp8;
 
 /* y [m, n] = dequant(xq [m, k] Wq^T) + b: x (xdt) quantized per tensor to

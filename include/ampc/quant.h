@@ -15,7 +15,9 @@
  * safetensors crate): each quantized weight NAME as I8 [out, in] with F32
  * NAME_scale ([out] per channel, [1] per tensor); every other tensor of the
  * model (biases, norms, embeddings, the layers kept) as F32 under its own
- * name; the optimizer state is left out. Metadata: "format" =
+ * name; with calibration, NAME_input_scale F32 [3] (an in-projection's q,
+ * k, v inputs) or [1], the static activation scale of each quantized block
+ * layer; the optimizer state is left out. Metadata: "format" =
  * "ampc-int8", "ampc.granularity" = "channel" or "tensor", "ampc.kept" =
  * the layers kept, and the checkpoint's own model metadata.
  */
@@ -73,6 +75,75 @@ typedef struct ampc_quant_layer {
   float amax;            /* largest |w| */
 } ampc_quant_layer;
 
+/* ---- calibration: static activation scales ---------------------------------------- */
+
+/* How a calibrated activation scale is chosen from what the calibration
+ * batches showed of |x| (symmetric, per tensor; scale = threshold / 127):
+ *   MAX         the largest |x| seen (PyTorch's MinMaxObserver, symmetric);
+ *   PERCENTILE  the given percentile of |x| (99.99 by default, as NVIDIA's
+ *               pytorch-quantization calibrator offers), values past it
+ *               saturate at +-127;
+ *   MSE         the threshold of least expected squared error over a
+ *               2048-bin histogram of |x| on [0, max]: a value past the
+ *               threshold costs (|x| - t)^2, one below it the rounding
+ *               noise step^2 / 12 (x^2 where |x| < step / 2 rounds to zero),
+ *               as PyTorch's HistogramObserver searches. */
+typedef enum ampc_calib_method {
+  AMPC_CALIB_MAX = 0,
+  AMPC_CALIB_PERCENTILE = 1,
+  AMPC_CALIB_MSE = 2
+} ampc_calib_method;
+enum { AMPC_CALIB_METHODS = 3, AMPC_CALIB_BINS = 2048 };
+
+/* What calibration saw at one INT8 site: the input of a block's linear
+ * layer (an in-projection has three: q, k, v, whose inputs differ in
+ * cross-attention). */
+typedef struct ampc_calib_site {
+  char name[96];                      /* the layer's weight */
+  int part;                           /* 0, 1, 2: q, k, v of an in-projection; 0 otherwise */
+  uint64_t values;                    /* activations observed over the calibration batches */
+  float amax;                         /* their largest |x| */
+  float scale[AMPC_CALIB_METHODS];    /* each method's scale (threshold / 127) */
+  double sqnr_db[AMPC_CALIB_METHODS]; /* the activations quantized with it, exact */
+  double clipped[AMPC_CALIB_METHODS]; /* the fraction of values past its range */
+  /* internal: the |x| histogram and the sums of each pass */
+  uint64_t *hist;
+  double sum_sq, err_sq[AMPC_CALIB_METHODS];
+  uint64_t nonfinite, clip_n[AMPC_CALIB_METHODS];
+  int *pass;
+} ampc_calib_site;
+
+typedef struct ampc_calib {
+  int n;                    /* sites */
+  ampc_calib_site *sites;   /* [n], in the parameter table's order */
+  int batches;              /* calibration batches run (each three times) */
+  double percentile;        /* PERCENTILE's, in percent */
+  ampc_calib_method method; /* the one a quantized file is written with */
+  int pass_;                /* internal */
+} ampc_calib;
+
+/* Run a model's forward pass on calibration batches and observe the input
+ * of every INT8 site (ampc_mmodel_observe): run(user, i) must run M's
+ * forward pass on calibration batch i (0 <= i < batches), the same batch
+ * each time it is asked. Three passes over the batches: the largest |x|,
+ * then a histogram of |x| on [0, largest] (the percentile and MSE
+ * thresholds), then each method's exact SQNR and clipped fraction. M is
+ * left without observers. method and percentile (0 < p <= 100) go into
+ * out. Free out with ampc_calib_free. Errors: AMPC_ERR_INVALID_ARG (batches
+ * < 1, a percentile out of range, NULL), AMPC_ERR_NUMERIC (a non-finite
+ * activation: the message names the layer), those of ampc_mmodel_observe
+ * and of run, AMPC_ERR_NOMEM. */
+typedef ampc_status (*ampc_calib_batch_fn)(void *user, int batch);
+ampc_status ampc_quant_calibrate(ampc_mmodel *M, const ampc_params *P, int batches,
+                                 ampc_calib_method method, double percentile,
+                                 ampc_calib_batch_fn run, void *user, ampc_calib *out);
+void ampc_calib_free(ampc_calib *c);
+/* The site of layer `name`, part `part`, or NULL. */
+const ampc_calib_site *ampc_calib_find(const ampc_calib *c, const char *name, int part);
+/* "max", "percentile", "mse"; ampc_calib_method_parse: 0 or -1 (unknown). */
+const char *ampc_calib_method_name(ampc_calib_method m);
+int ampc_calib_method_parse(const char *s, ampc_calib_method *out);
+
 typedef struct ampc_quant_options {
   const char *checkpoint; /* an ampc training checkpoint (safetensors) */
   const char *out;        /* the quantized checkpoint to write (atomically) */
@@ -80,6 +151,10 @@ typedef struct ampc_quant_options {
   /* comma-separated name prefixes of layers kept in FP32 (NULL: the default,
    * "vision.patch_embed,heads": the first and last layers, as is common) */
   const char *keep;
+  /* non-NULL: static activation scales (calib->method's) for the
+   * quantized block layers, written as NAME_input_scale F32 [3] (an
+   * in-projection's q, k, v inputs) or [1]; NULL: dynamic, per call */
+  const ampc_calib *calib;
 } ampc_quant_options;
 
 typedef struct ampc_quant_report {
@@ -102,8 +177,9 @@ void ampc_quant_report_free(ampc_quant_report *rep);
 /* Load a quantized checkpoint (ampc_quantize_checkpoint's file) into P
  * (every tensor by name: F32 as is, I8 dequantized with its scales, into
  * P's weight dtype and master) and, with M non-NULL, make each transformer
- * block's linear layers run INT8 (ampc_mmodel_set_int8, activations
- * quantized dynamically per call); the heads and the patch embedding, when
+ * block's linear layers run INT8 (ampc_mmodel_set_int8; activations with
+ * their calibrated NAME_input_scale where the file has one, else quantized
+ * dynamically per call); the heads and the patch embedding, when
  * quantized, run on their dequantized weights. *int8_layers (may be NULL)
  * gets the number of INT8 weights handed to M. Errors: AMPC_ERR_IO,
  * AMPC_ERR_FORMAT (not a quantized checkpoint, a tensor missing or of

@@ -210,7 +210,8 @@ static ampc_linear_fp8 *site(ampc_mmodel *M, const blk_p *p, int j) {
     return NULL;
   if (M->fp8_on)
     return &M->fp8.lin[p->site + j];
-  return M->s8_lin && M->s8_lin[p->site + j].s8 ? &M->s8_lin[p->site + j] : NULL;
+  const ampc_linear_fp8 *f = M->s8_lin ? &M->s8_lin[p->site + j] : NULL;
+  return f && (f->s8 || f->observe) ? &M->s8_lin[p->site + j] : NULL;
 }
 
 static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, int64_t tq,

@@ -378,12 +378,39 @@ size_t ampc_linear_s8_ws_bytes(int64_t m, int64_t k, int64_t n) {
          nn_pad64((size_t)n * sizeof(float));
 }
 
+/* hand x (xdt, n values) to the layer's observer as FP32 (a copy in the
+ * layer's workspace unless it is FP32 already) */
+static ampc_status observe_input(int64_t n, const void *x, ampc_dtype xdt, ampc_linear_fp8 *f) {
+  if (n < 1 || !x)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_linear_forward_fp8: no input to observe");
+  if (xdt == AMPC_F32) {
+    f->observe(f->observe_user, x, n);
+    return AMPC_OK;
+  }
+  size_t off = 0;
+  nn_buf bb;
+  float *xf = nn_take(f->ws, &off, (size_t)n * sizeof(float), &bb);
+  if (!xf)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_linear_forward_fp8: %lld values to observe",
+                     (long long)n);
+  const ampc_status st = ampc_convert(xf, AMPC_F32, x, xdt, (size_t)n);
+  if (st == AMPC_OK)
+    f->observe(f->observe_user, xf, n);
+  nn_give(&bb);
+  return st;
+}
+
 ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                     const void *w, ampc_dtype wdt, const void *b, void *y,
                                     ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
                                     ampc_round_stats *stats) {
   if (!f)
     return ampc_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
+  if (f->observe) {
+    AMPC_TRY(observe_input(m * k, x, xdt, f));
+    if (!f->s8)
+      return ampc_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
+  }
   if (f->s8)
     return ampc_linear_forward_s8(m, k, n, x, xdt, f->s8, b, wdt, y, ydt, f->ws);
   const char *fn = "ampc_linear_forward_fp8";
@@ -418,7 +445,7 @@ ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *d
   if (f && f->s8)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "ampc_linear_dgrad_fp8: an INT8 layer is inference only");
-  if (!f)
+  if (!f || f->observe)
     return ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, beta, c, cdt, k,
                      acc);
   const char *fn = "ampc_linear_dgrad_fp8";
@@ -451,7 +478,7 @@ ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void
   if (f && f->s8)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "ampc_linear_backward_fp8: an INT8 layer is inference only");
-  if (!f)
+  if (!f || f->observe)
     return ampc_linear_backward(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, ws);
   const char *fn = "ampc_linear_backward_fp8";
   NN_CHECK_POS(fn, m);

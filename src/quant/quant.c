@@ -152,9 +152,9 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
   ampc_safetensors *f = NULL;
   AMPC_TRY(ampc_safetensors_read(o->checkpoint, &f));
   const int nt = ampc_safetensors_count(f);
-  ampc_st_tensor *out = calloc((size_t)(2 * nt + 1), sizeof *out);
-  void **bufs = calloc((size_t)(3 * nt + 1), sizeof *bufs);
-  char **names = calloc((size_t)(nt + 1), sizeof *names);
+  ampc_st_tensor *out = calloc((size_t)(3 * nt + 1), sizeof *out);
+  void **bufs = calloc((size_t)(4 * nt + 1), sizeof *bufs);
+  char **names = calloc((size_t)(2 * nt + 1), sizeof *names); /* _scale, _input_scale */
   ampc_quant_layer *layers = calloc((size_t)(nt + 1), sizeof *layers);
   ampc_quant_report r = {0};
   int no = 0, nb = 0;
@@ -233,6 +233,27 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
     s->name = names[i], s->dtype = AMPC_F32, s->ndim = 1;
     s->shape[0] = g == 0 ? L->rows : 1;
     s->data = sc[g], s->nbytes = (size_t)s->shape[0] * sizeof(float);
+    /* NAME_input_scale: the calibrated activation scales of a block layer */
+    int parts = 0;
+    while (o->calib && parts < 3 && ampc_calib_find(o->calib, t->name, parts))
+      parts++;
+    if (parts == 0)
+      continue;
+    float *xs = malloc((size_t)parts * sizeof *xs);
+    names[nt + i] = malloc(ln + 6);
+    if (!xs || !names[nt + i]) {
+      free(xs);
+      st = ampc_fail(AMPC_ERR_NOMEM, "quantize: memory");
+      break;
+    }
+    bufs[nb++] = xs;
+    for (int j = 0; j < parts; j++)
+      xs[j] = ampc_calib_find(o->calib, t->name, j)->scale[o->calib->method];
+    snprintf(names[nt + i], ln + 6, "%s_input_scale", t->name);
+    s = &out[no++];
+    memset(s, 0, sizeof *s);
+    s->name = names[nt + i], s->dtype = AMPC_F32, s->ndim = 1, s->shape[0] = parts;
+    s->data = xs, s->nbytes = (size_t)parts * sizeof(float);
   }
   if (st == AMPC_OK && r.n == 0)
     st = ampc_fail(AMPC_ERR_FORMAT, "%s: no linear layer weights (not an ampc checkpoint?)",
@@ -264,6 +285,16 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
     meta[nm++] = (ampc_st_meta){"ampc.granularity",
                                 o->granularity == AMPC_QUANT_TENSOR ? "tensor" : "channel"};
     meta[nm++] = (ampc_st_meta){"ampc.kept", keep};
+    char cal[96];
+    if (o->calib) {
+      if (o->calib->method == AMPC_CALIB_PERCENTILE)
+        snprintf(cal, sizeof cal, "percentile %g, %d batches", o->calib->percentile,
+                 o->calib->batches);
+      else
+        snprintf(cal, sizeof cal, "%s, %d batches", ampc_calib_method_name(o->calib->method),
+                 o->calib->batches);
+      meta[nm++] = (ampc_st_meta){"ampc.calibration", cal};
+    }
     for (size_t k = 0; k < sizeof k_meta_keys / sizeof k_meta_keys[0]; k++) {
       const char *v = ampc_safetensors_meta(f, k_meta_keys[k]);
       if (v)
@@ -276,7 +307,7 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
     r.bytes_out = (int64_t)sb.st_size;
   for (int i = 0; i < nb; i++)
     free(bufs[i]);
-  for (int i = 0; names && i < nt; i++)
+  for (int i = 0; names && i < 2 * nt; i++)
     free(names[i]);
   free(bufs), free(names), free(out);
   ampc_safetensors_free(f);
@@ -347,7 +378,21 @@ ampc_status ampc_quant_load(const char *path, ampc_params *P, ampc_mmodel *M, in
           st = ampc_fail(st, "%s: '%s': %s", path, sn, ampc_last_error());
       }
       if (st == AMPC_OK && M) { /* the layer runs INT8 where the model has such a site */
-        st = ampc_mmodel_set_int8(M, p->name, q, t->shape[0], t->shape[1], sc, per_channel, 0.0f);
+        /* the calibrated activation scales, where the file has them */
+        char xn[176];
+        snprintf(xn, sizeof xn, "%s_input_scale", p->name);
+        const ampc_st_tensor *xs = ampc_safetensors_find(f, xn);
+        const int parts = ampc_mmodel_int8_parts(M, p->name);
+        float x3[3];
+        if (xs && (xs->dtype != AMPC_F32 || numel(xs) != parts || parts > 3))
+          st = ampc_fail(AMPC_ERR_FORMAT, "%s: '%s' is not F32 [%d]", path, xn, parts);
+        else if (xs)
+          memcpy(x3, xs->data, (size_t)parts * sizeof(float)); /* the file's bytes: unaligned */
+        if (st == AMPC_OK)
+          st = ampc_mmodel_set_int8(M, p->name, q, t->shape[0], t->shape[1], sc, per_channel,
+                                    xs ? x3 : NULL);
+        if (st == AMPC_ERR_INVALID_ARG && xs)
+          st = ampc_fail(AMPC_ERR_FORMAT, "%s: %s", path, ampc_last_error());
         if (st == AMPC_OK && int8_layers)
           ++*int8_layers;
         else if (st == AMPC_ERR_NOT_FOUND) /* a head or the patch embedding: dequantized */

@@ -1,4 +1,4 @@
-"""tests/reference/quant_readback.py FP32.st INT8.st GRANULARITY KEPT_PREFIXES:
+"""tests/reference/quant_readback.py FP32.st INT8.st GRANULARITY KEPT_PREFIXES [calibrated]:
 read `ampc quantize`'s file with PyTorch (the safetensors layout parsed
 here with the standard library, the bytes viewed by torch.frombuffer) and
 check it against the training checkpoint: each I8 weight has an F32
@@ -6,7 +6,10 @@ NAME_scale equal, bit for bit, to max|w| / 127 in FP32 per output channel
 (or per tensor), values in [-127, 127], and every dequantized weight
 q * scale within half a step of the FP32 weight (plus two FP32 ulps of the
 division); layers kept and every other model tensor F32 and equal to the
-checkpoint's; no optimizer state. Exits non-zero on the first mismatch."""
+checkpoint's; no optimizer state. With "calibrated": each quantized block
+layer (not a head, not the patch embedding) has NAME_input_scale F32, [3]
+for an in-projection (q, k, v) and [1] otherwise, positive and finite, and
+the metadata names the calibration. Exits non-zero on the first mismatch."""
 import json
 import struct
 import sys
@@ -14,6 +17,7 @@ import sys
 import torch
 
 fp32_path, int8_path, gran, kept = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+calibrated = len(sys.argv) > 5 and sys.argv[5] == "calibrated"
 kept = [k for k in kept.split(",") if k]
 DT = {"F32": torch.float32, "I8": torch.int8}
 
@@ -66,6 +70,18 @@ for name, w in ref.items():
     bound = 0.5 * step + 2.0 * 2.0**-23 * w.abs()
     if not bool(((deq - w).abs() <= bound).all()):
         sys.exit("%s: a dequantized weight is more than half a step off" % name)
+    xs = q.get(name + "_input_scale")
+    block = ".blocks." in name
+    if calibrated and block:
+        want_n = 3 if name.endswith("in_proj_weight") else 1
+        if xs is None or xs.dtype != torch.float32 or list(xs.shape) != [want_n]:
+            sys.exit("%s: no F32 [%d] input scale" % (name, want_n))
+        if not bool(torch.isfinite(xs).all()) or not bool((xs > 0).all()):
+            sys.exit("%s: an input scale is not positive and finite: %s" % (name, xs))
+    elif xs is not None:
+        sys.exit("%s: an input scale where none belongs" % name)
+if calibrated and "ampc.calibration" not in meta:
+    sys.exit("metadata: no ampc.calibration: %r" % meta)
 if n_i8 == 0:
     sys.exit("no I8 tensor in %s" % int8_path)
 print("quant_readback: %d INT8 tensors checked with torch %s" % (n_i8, torch.__version__))

@@ -147,11 +147,14 @@ static int run(int argc, char **argv) {
   int ret = AMPC_EXIT_OK;
   /* a quantized checkpoint (ampc quantize): INT8 linear layers, the rest in FP32 */
   bool int8 = false;
+  char calibration[96] = ""; /* its activations' calibration, or "" (dynamic) */
   {
     ampc_safetensors *f = NULL;
     if (ampc_safetensors_read_ex(ckpt, AMPC_ST_ANY_DTYPE, &f) == AMPC_OK) {
       const char *fmt = ampc_safetensors_meta(f, "format");
+      const char *cal = ampc_safetensors_meta(f, "ampc.calibration");
       int8 = fmt && strcmp(fmt, "ampc-int8") == 0;
+      snprintf(calibration, sizeof calibration, "%s", int8 && cal ? cal : "");
       ampc_safetensors_free(f);
     }
   }
@@ -241,6 +244,8 @@ static int run(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "step", (double)iteration);
     if (int8)
       cJSON_AddNumberToObject(o, "int8_layers", n_int8);
+    if (int8)
+      cJSON_AddStringToObject(o, "activation_scales", calibration[0] ? calibration : "dynamic");
     if (hold)
       cJSON_AddStringToObject(o, "held_out_style", hold);
     if (ev.val.samples > 0)
@@ -258,7 +263,10 @@ static int run(int argc, char **argv) {
     printf("%s: %s at step %lld, evaluated in %s%s", ckpt, model, (long long)iteration,
            ampc_precision_name(p),
            md.mm.attn_cast && amp.lowp != AMPC_F32 ? ", attention cast on" : "");
-    if (int8)
+    if (int8 && calibration[0])
+      printf(", %d linear layers in INT8 (INT32 sums, static activation scales: %s)", n_int8,
+             calibration);
+    else if (int8)
       printf(", %d linear layers in INT8 (INT32 sums, activations scaled per call)", n_int8);
     printf("\n");
     printf("%-10s %8s %8s %8s %8s %8s %10s %9s %9s %9s\n", "split", "samples", "i2t R@1", "i2t R@5",
