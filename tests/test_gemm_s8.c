@@ -6,7 +6,8 @@
  * sizes around the vector widths (16 and 64 bytes) and the 4-row tiles,
  * with leading dimensions past the width; at the extremes (-128 * -128 and
  * 127 * -128 over k = 65536, the largest k: |sum| = 2^30, which a
- * saturating or wrapping path would get wrong); k = 0; bad arguments.
+ * saturating or wrapping path would get wrong); k = 0; bad arguments; the
+ * prepared B with the fused FP32 dequantization, bit for bit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,12 +144,105 @@ static void test_bad_args(void **state) {
   assert_int_equal(c[0], 7);
 }
 
+/* the fused dequantization (ampc_gemm_s8_dequant on a prepared B): on every
+ * path the bits of (float)acc * (alpha * col_scale[j]) then + bias[j], each
+ * rounded once (volatile keeps the reference from being contracted into a
+ * fused multiply-add); with and without per-column scales and bias, ldy past
+ * n (the padding untouched), odd sizes around the 4 x 64 tile */
+static void dequant_case(ampc_gemm_s8_path path, int64_t m, int64_t n, int64_t k, bool cs,
+                         bool bias) {
+  const int64_t lda = k + 3, ldb = k + 1, ldy = n + 2;
+  int8_t *a = malloc((size_t)(m * lda)), *b = malloc((size_t)(n * ldb));
+  float *y = malloc((size_t)(m * ldy) * sizeof *y), *scl = malloc((size_t)n * sizeof *scl),
+        *bv = malloc((size_t)n * sizeof *bv);
+  assert_true(a && b && y && scl && bv);
+  for (int64_t i = 0; i < m * lda; i++)
+    a[i] = rnd8();
+  for (int64_t i = 0; i < n * ldb; i++)
+    b[i] = rnd8();
+  for (int64_t j = 0; j < n; j++)
+    scl[j] = 1e-3f * (float)(1 + (rnd8() & 63)), bv[j] = 0.25f * (float)rnd8() + 0.1f;
+  const float alpha = 0.0123f;
+  ampc_gemm_s8_b pb;
+  assert_int_equal(ampc_gemm_s8_prepare(&pb, path, n, k, b, ldb), AMPC_OK);
+  for (int64_t i = 0; i < m * ldy; i++)
+    y[i] = -7.5f;
+  assert_int_equal(
+      ampc_gemm_s8_dequant(&pb, m, a, lda, alpha, cs ? scl : NULL, bias ? bv : NULL, y, ldy),
+      AMPC_OK);
+  for (int64_t i = 0; i < m; i++) {
+    for (int64_t j = 0; j < n; j++) {
+      int64_t acc = 0;
+      for (int64_t p = 0; p < k; p++)
+        acc += (int64_t)a[i * lda + p] * b[j * ldb + p];
+      volatile float s = alpha * (cs ? scl[j] : 1.0f);
+      volatile float prod = (float)acc * s;
+      const float want = bias ? prod + bv[j] : prod;
+      if (y[i * ldy + j] != want)
+        fail_msg("%s dequant m=%lld n=%lld k=%lld cs=%d bias=%d: y[%lld,%lld] = %.9g, want %.9g",
+                 ampc_gemm_s8_path_name(path), (long long)m, (long long)n, (long long)k, cs, bias,
+                 (long long)i, (long long)j, (double)y[i * ldy + j], (double)want);
+    }
+    for (int64_t j = n; j < ldy; j++)
+      assert_true(y[i * ldy + j] == -7.5f);
+  }
+  ampc_gemm_s8_b_free(&pb);
+  free(a), free(b), free(y), free(scl), free(bv);
+}
+
+static void test_dequant(void **state) {
+  (void)state;
+  static const int64_t ms[] = {1, 3, 4, 5, 9};
+  static const int64_t ns[] = {1, 15, 16, 63, 64, 65, 130};
+  static const int64_t ks[] = {1, 4, 17, 64, 131};
+  for (size_t q = 0; q < sizeof k_paths / sizeof k_paths[0]; q++) {
+    if (!have(k_paths[q]))
+      continue;
+    for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++)
+      for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
+        for (size_t ik = 0; ik < sizeof ks / sizeof ks[0]; ik++)
+          dequant_case(k_paths[q], ms[im], ns[in], ks[ik], (im + in) % 2 == 0, (in + ik) % 3 != 0);
+    dequant_case(k_paths[q], 70, 200, 300, true, true); /* row blocks across threads */
+  }
+}
+
+static void test_dequant_bad_args(void **state) {
+  (void)state;
+  int8_t a[8] = {0}, b[8] = {0};
+  float y[8];
+  ampc_gemm_s8_b pb;
+  assert_int_equal(ampc_gemm_s8_prepare(NULL, AMPC_GEMM_S8_AUTO, 2, 4, b, 4), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_prepare(&pb, AMPC_GEMM_S8_AUTO, 2, 4, NULL, 4),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_prepare(&pb, AMPC_GEMM_S8_AUTO, 0, 4, b, 4), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_prepare(&pb, AMPC_GEMM_S8_AUTO, 2, 4, b, 3), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_prepare(&pb, AMPC_GEMM_S8_AUTO, 2, AMPC_GEMM_S8_MAX_K + 1, b,
+                                        AMPC_GEMM_S8_MAX_K + 1),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_prepare(&pb, AMPC_GEMM_S8_AUTO, 2, 4, b, 4), AMPC_OK);
+  assert_int_equal(ampc_gemm_s8_dequant(&pb, -1, a, 4, 1.0f, NULL, NULL, y, 2),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_dequant(&pb, 2, NULL, 4, 1.0f, NULL, NULL, y, 2),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_dequant(&pb, 2, a, 3, 1.0f, NULL, NULL, y, 2),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_dequant(&pb, 2, a, 4, 1.0f, NULL, NULL, y, 1),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_dequant(NULL, 2, a, 4, 1.0f, NULL, NULL, y, 2),
+                   AMPC_ERR_INVALID_ARG);
+  y[0] = 3.0f;
+  assert_int_equal(ampc_gemm_s8_dequant(&pb, 0, a, 4, 1.0f, NULL, NULL, y, 2), AMPC_OK);
+  assert_true(y[0] == 3.0f);
+  ampc_gemm_s8_b_free(&pb);
+  ampc_gemm_s8_b_free(&pb); /* twice: harmless */
+}
+
 int main(void) {
   printf("INT8 GEMM path here: %s\n", ampc_gemm_s8_path_name(ampc_gemm_s8_best()));
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_random_shapes),
-      cmocka_unit_test(test_extremes),
-      cmocka_unit_test(test_bad_args),
+      cmocka_unit_test(test_random_shapes),    cmocka_unit_test(test_extremes),
+      cmocka_unit_test(test_bad_args),         cmocka_unit_test(test_dequant),
+      cmocka_unit_test(test_dequant_bad_args),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

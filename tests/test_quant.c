@@ -146,7 +146,8 @@ static void test_linear_s8(void **state) {
   for (int pass = 0; pass < 4; pass++) {
     /* 0: dynamic, per channel; 1: static scale with saturation, per tensor;
      * 2: f16 input; 3: no bias */
-    const ampc_linear_s8 s = {w, wsc, pass != 1, pass == 1 ? 0.01f : 0.0f};
+    const ampc_linear_s8 s = {
+        .w = w, .scale = wsc, .per_channel = pass != 1, .x_scale = pass == 1 ? 0.01f : 0.0f};
     const void *xin = x;
     ampc_dtype xdt = AMPC_F32;
     float xv[M * K];
@@ -183,7 +184,8 @@ static void test_linear_s8(void **state) {
   }
   /* a NaN activation: refused under dynamic scaling, 0 under a static one */
   x[5] = NAN;
-  const ampc_linear_s8 dyn = {w, wsc, true, 0.0f}, sta = {w, wsc, true, 0.5f};
+  const ampc_linear_s8 dyn = {.w = w, .scale = wsc, .per_channel = true, .x_scale = 0.0f},
+                       sta = {.w = w, .scale = wsc, .per_channel = true, .x_scale = 0.5f};
   assert_int_equal(
       ampc_linear_forward_s8(M, K, N, x, AMPC_F32, &dyn, b, AMPC_F32, y, AMPC_F32, NULL),
       AMPC_ERR_NUMERIC);
@@ -194,7 +196,7 @@ static void test_linear_s8(void **state) {
   assert_int_equal(
       ampc_linear_forward_s8(M, K, N, x, AMPC_F32, &sta, b, AMPC_F32, y, AMPC_F32, NULL),
       AMPC_ERR_INVALID_ARG);
-  const ampc_linear_s8 neg = {w, wsc, false, -1.0f};
+  const ampc_linear_s8 neg = {.w = w, .scale = wsc, .per_channel = false, .x_scale = -1.0f};
   wsc[0] = 1.0f;
   assert_int_equal(
       ampc_linear_forward_s8(M, K, N, x, AMPC_F32, &neg, b, AMPC_F32, y, AMPC_F32, NULL),

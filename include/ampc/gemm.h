@@ -228,6 +228,36 @@ ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int6
 ampc_gemm_s8_path ampc_gemm_s8_best(void);
 const char *ampc_gemm_s8_path_name(ampc_gemm_s8_path p);
 
+/* B [n, k] int8 prepared once for many products with it (an INT8 layer's
+ * weights at inference): the path fixed, and for AVX512-VNNI B packed and
+ * its row sums computed here instead of in every call. b is borrowed (it
+ * must outlive pb); the packed copy is owned: free with
+ * ampc_gemm_s8_b_free. Errors: AMPC_ERR_INVALID_ARG (sizes < 1, k > MAX_K,
+ * NULL, ldb < k), AMPC_ERR_UNSUPPORTED (the path not on this CPU),
+ * AMPC_ERR_NOMEM. */
+typedef struct ampc_gemm_s8_b {
+  int64_t n, k, ldb;
+  ampc_gemm_s8_path path; /* never AUTO once prepared */
+  const int8_t *b;
+  int8_t *packed; /* VNNI: [ceil(k/4)][n rounded up to 16][4] */
+  int32_t *bsum;  /* VNNI: sum_p b[j, p] */
+} ampc_gemm_s8_b;
+ampc_status ampc_gemm_s8_prepare(ampc_gemm_s8_b *pb, ampc_gemm_s8_path path, int64_t n, int64_t k,
+                                 const int8_t *b, int64_t ldb);
+void ampc_gemm_s8_b_free(ampc_gemm_s8_b *pb);
+
+/* The INT8 GEMM with its dequantization fused (the epilogue of an INT8
+ * linear layer): y [m, n] FP32 (row stride ldy) =
+ * (float)(A B^T)[i, j] * (alpha * col_scale[j]) + bias[j], the integer sum
+ * exact as in ampc_gemm_s8, then one FP32 product and one FP32 sum, each
+ * rounded to nearest (no fused multiply-add: every path gives the same
+ * bits). col_scale [n] (NULL: alpha alone), bias [n] (NULL: + 0). The int32
+ * sums never leave the kernel (a 4 x 64 tile at a time on AVX512-VNNI).
+ * Errors: as ampc_gemm_s8 (m < 0, NULL, lda < k, ldy < n). */
+ampc_status ampc_gemm_s8_dequant(const ampc_gemm_s8_b *pb, int64_t m, const int8_t *a, int64_t lda,
+                                 float alpha, const float *col_scale, const float *bias, float *y,
+                                 int64_t ldy);
+
 #ifdef __cplusplus
 }
 #endif

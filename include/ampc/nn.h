@@ -105,6 +105,9 @@ typedef struct ampc_linear_s8 {
   const float *scale;
   bool per_channel;
   float x_scale;
+  /* w prepared for the INT8 GEMM once (ampc_gemm_s8_prepare; NULL: per
+   * call) */
+  const ampc_gemm_s8_b *prep;
 } ampc_linear_s8;
 
 typedef struct ampc_linear_fp8 {

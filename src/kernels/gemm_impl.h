@@ -260,11 +260,14 @@ void ampc_gemm_s8_rows_portable(int64_t i0, int64_t i1, int64_t n, int64_t k, co
 void ampc_gemm_s8_rows_avx2(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
                             int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
 /* bp: B packed by ampc_gemm_s8_pack_vnni ([ceil(k/4)][n rounded up to 16][4]
- * bytes); bsum [n]: the row sums of B (the +128 offset's correction) */
+ * bytes); bsum [n]: the row sums of B (the +128 offset's correction). y
+ * NULL: C as int32 into c; else y [i, j] = (float)C * (alpha * mult[j]) +
+ * bias[j] in FP32 (mult, bias may be NULL: alpha, + 0), c unused. */
 void ampc_gemm_s8_pack_vnni(int64_t n, int64_t k, const int8_t *b, int64_t ldb, int8_t *bp);
 void ampc_gemm_s8_rows_avx512vnni(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
                                   int64_t lda, const int8_t *bp, const int32_t *bsum, int32_t *c,
-                                  int64_t ldc);
+                                  int64_t ldc, float alpha, const float *mult, const float *bias,
+                                  float *y, int64_t ldy);
 /* 1 when ampc_use_avx512() and the CPU (and OS) have AVX512-VNNI (cached). */
 int ampc_cpu_has_avx512vnni(void);
 

@@ -64,6 +64,112 @@ const char *ampc_gemm_s8_path_name(ampc_gemm_s8_path p) {
   }
 }
 
+void ampc_gemm_s8_b_free(ampc_gemm_s8_b *pb) {
+  if (!pb)
+    return;
+  free(pb->packed), free(pb->bsum);
+  memset(pb, 0, sizeof *pb);
+}
+
+ampc_status ampc_gemm_s8_prepare(ampc_gemm_s8_b *pb, ampc_gemm_s8_path path, int64_t n, int64_t k,
+                                 const int8_t *b, int64_t ldb) {
+  const char *fn = "ampc_gemm_s8_prepare";
+  if (!pb)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: NULL", fn);
+  memset(pb, 0, sizeof *pb);
+  if (n < 1 || k < 1 || k > AMPC_GEMM_S8_MAX_K || !b || ldb < k)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: n=%lld k=%lld (k at most %d), ldb %lld", fn,
+                     (long long)n, (long long)k, AMPC_GEMM_S8_MAX_K, (long long)ldb);
+  if (path == AMPC_GEMM_S8_AUTO)
+    path = ampc_gemm_s8_best();
+  if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
+      (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
+      path > AMPC_GEMM_S8_AVX512VNNI)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "ampc_gemm_s8: path %s not available on this CPU",
+                     ampc_gemm_s8_path_name(path));
+  *pb = (ampc_gemm_s8_b){.n = n, .k = k, .ldb = ldb, .path = path, .b = b};
+  if (path != AMPC_GEMM_S8_AVX512VNNI)
+    return AMPC_OK;
+  /* VNNI: B packed, and its row sums for the +128 offset of A */
+  pb->bsum = malloc((size_t)n * sizeof *pb->bsum);
+  pb->packed = malloc((size_t)(((k + 3) / 4) * ((n + 15) / 16 * 16) * 4));
+  if (!pb->bsum || !pb->packed) {
+    ampc_gemm_s8_b_free(pb);
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", fn);
+  }
+#if defined(__x86_64__)
+  ampc_gemm_s8_pack_vnni(n, k, b, ldb, pb->packed);
+#endif
+  for (int64_t j = 0; j < n; j++) {
+    int32_t s = 0;
+    for (int64_t p = 0; p < k; p++)
+      s += b[j * ldb + p];
+    pb->bsum[j] = s;
+  }
+  return AMPC_OK;
+}
+
+/* C (y NULL) or the dequantized y of rows 0 .. m-1, threads over blocks of
+ * S8_ROWS rows; the paths without a fused epilogue dequantize each block's
+ * int32 rows from the thread's workspace */
+static ampc_status run(const ampc_gemm_s8_b *pb, int64_t m, const int8_t *a, int64_t lda,
+                       int32_t *c, int64_t ldc, float alpha, const float *mult, const float *bias,
+                       float *y, int64_t ldy) {
+  const int64_t n = pb->n, k = pb->k, blocks = (m + S8_ROWS - 1) / S8_ROWS;
+  int nomem = 0;
+#pragma omp parallel for schedule(static) reduction(| : nomem) if (m * n * k > (int64_t)1 << 18)
+  for (int64_t blk = 0; blk < blocks; blk++) {
+    const int64_t i0 = blk * S8_ROWS, i1 = i0 + S8_ROWS < m ? i0 + S8_ROWS : m;
+#if defined(__x86_64__)
+    if (pb->path == AMPC_GEMM_S8_AVX512VNNI) {
+      ampc_gemm_s8_rows_avx512vnni(i0, i1, n, k, a, lda, pb->packed, pb->bsum, c, ldc, alpha, mult,
+                                   bias, y, ldy);
+      continue;
+    }
+#endif
+    if (!y) {
+#if defined(__x86_64__)
+      if (pb->path == AMPC_GEMM_S8_AVX2)
+        ampc_gemm_s8_rows_avx2(i0, i1, n, k, a, lda, pb->b, pb->ldb, c, ldc);
+      else
+#endif
+        ampc_gemm_s8_rows_portable(i0, i1, n, k, a, lda, pb->b, pb->ldb, c, ldc);
+      continue;
+    }
+    /* this block's sums (its rows from 0) in the thread's workspace, then
+     * the epilogue */
+    int32_t *cb = ampc_gemm_workspace((size_t)(S8_ROWS * n) * sizeof *cb);
+    if (!cb) {
+      nomem = 1;
+      continue;
+    }
+    const int8_t *ab = a + i0 * lda;
+#if defined(__x86_64__)
+    if (pb->path == AMPC_GEMM_S8_AVX2)
+      ampc_gemm_s8_rows_avx2(0, i1 - i0, n, k, ab, lda, pb->b, pb->ldb, cb, n);
+    else
+#endif
+      ampc_gemm_s8_rows_portable(0, i1 - i0, n, k, ab, lda, pb->b, pb->ldb, cb, n);
+    for (int64_t i = i0; i < i1; i++)
+      for (int64_t j = 0; j < n; j++) {
+        const float mj = mult ? alpha * mult[j] : alpha;
+        const float v = (float)cb[(i - i0) * n + j] * mj; /* a product, then a sum: no FMA */
+        y[i * ldy + j] = v + (bias ? bias[j] : 0.0f);
+      }
+  }
+  return nomem ? ampc_fail(AMPC_ERR_NOMEM, "ampc_gemm_s8: out of memory") : AMPC_OK;
+}
+
+ampc_status ampc_gemm_s8_dequant(const ampc_gemm_s8_b *pb, int64_t m, const int8_t *a, int64_t lda,
+                                 float alpha, const float *col_scale, const float *bias, float *y,
+                                 int64_t ldy) {
+  if (!pb || !pb->b || m < 0 || (m > 0 && (!a || !y)) || lda < pb->k || ldy < pb->n)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ampc_gemm_s8_dequant: B not prepared, a NULL operand or a leading "
+                     "dimension too small");
+  return m == 0 ? AMPC_OK : run(pb, m, a, lda, NULL, 0, alpha, col_scale, bias, y, ldy);
+}
+
 ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int64_t k,
                               const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb,
                               int32_t *c, int64_t ldc) {
@@ -75,54 +181,23 @@ ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int6
     return AMPC_OK;
   if (!c || (k > 0 && (!a || !b)) || lda < k || ldb < k || ldc < n)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: NULL operand or leading dimension too small", fn);
-  if (path == AMPC_GEMM_S8_AUTO)
-    path = ampc_gemm_s8_best();
-  if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
-      (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
-      path > AMPC_GEMM_S8_AVX512VNNI)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: path %s not available on this CPU", fn,
-                     ampc_gemm_s8_path_name(path));
   if (k == 0) {
+    if (path == AMPC_GEMM_S8_AUTO)
+      path = ampc_gemm_s8_best();
+    if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
+        (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
+        path > AMPC_GEMM_S8_AVX512VNNI)
+      return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: path %s not available on this CPU", fn,
+                       ampc_gemm_s8_path_name(path));
     for (int64_t i = 0; i < m; i++)
       memset(c + i * ldc, 0, (size_t)n * sizeof *c);
     return AMPC_OK;
   }
-  /* VNNI: B packed, and its row sums for the +128 offset of A */
-  int32_t *bsum = NULL;
-  int8_t *bp = NULL;
-  if (path == AMPC_GEMM_S8_AVX512VNNI) {
-    bsum = malloc((size_t)n * sizeof *bsum);
-    bp = malloc((size_t)(((k + 3) / 4) * ((n + 15) / 16 * 16) * 4));
-    if (!bsum || !bp) {
-      free(bsum), free(bp);
-      return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", fn);
-    }
-#if defined(__x86_64__)
-    ampc_gemm_s8_pack_vnni(n, k, b, ldb, bp);
-#endif
-    for (int64_t j = 0; j < n; j++) {
-      int32_t s = 0;
-      for (int64_t p = 0; p < k; p++)
-        s += b[j * ldb + p];
-      bsum[j] = s;
-    }
-  }
-  const int64_t blocks = (m + S8_ROWS - 1) / S8_ROWS;
-#pragma omp parallel for schedule(static) if (m * n * k > (int64_t)1 << 18)
-  for (int64_t blk = 0; blk < blocks; blk++) {
-    const int64_t i0 = blk * S8_ROWS, i1 = i0 + S8_ROWS < m ? i0 + S8_ROWS : m;
-    switch (path) {
-#if defined(__x86_64__)
-    case AMPC_GEMM_S8_AVX512VNNI:
-      ampc_gemm_s8_rows_avx512vnni(i0, i1, n, k, a, lda, bp, bsum, c, ldc);
-      break;
-    case AMPC_GEMM_S8_AVX2: ampc_gemm_s8_rows_avx2(i0, i1, n, k, a, lda, b, ldb, c, ldc); break;
-#endif
-    default: ampc_gemm_s8_rows_portable(i0, i1, n, k, a, lda, b, ldb, c, ldc); break;
-    }
-  }
-  free(bsum), free(bp);
-  return AMPC_OK;
+  ampc_gemm_s8_b pb;
+  AMPC_TRY(ampc_gemm_s8_prepare(&pb, path, n, k, b, ldb));
+  const ampc_status st = run(&pb, m, a, lda, c, ldc, 0.0f, NULL, NULL, NULL, 0);
+  ampc_gemm_s8_b_free(&pb);
+  return st;
 }
 
 ampc_status ampc_gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,

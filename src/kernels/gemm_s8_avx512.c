@@ -11,7 +11,9 @@
  * four bytes k = 4p .. 4p+3 of column j side by side, columns in groups of
  * 16, zeros past k and n. Then each lane of an accumulator is one output
  * column: four bytes of A broadcast, one VPDPBUSD per 16 columns, no
- * horizontal sums. Four rows of A share each load of B.
+ * horizontal sums. A tile of 4 rows x 64 columns keeps 16 accumulators:
+ * each load of B serves four rows, each broadcast of A four groups. With y
+ * given, the tile is dequantized in registers and stored as FP32.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -36,37 +38,81 @@ static inline int32_t a4(const int8_t *a, int64_t q, int64_t k) {
   return r;
 }
 
+/* four bytes of row a at 4 q, offset to unsigned, broadcast to every lane */
+static inline __m512i bcast4(const int8_t *a, int64_t q, int64_t k, int64_t kf) {
+  int32_t w;
+  if (q < kf) {
+    memcpy(&w, a + 4 * q, 4);
+    w ^= (int32_t)0x80808080u;
+  } else {
+    w = a4(a, q, k);
+  }
+  return _mm512_set1_epi32(w);
+}
+
+/* One tile: rows i .. i+3 (rows past nr repeat row i and are not stored)
+ * and G groups of 16 columns from j. 16 accumulators, G loads of B and four
+ * broadcasts of A per four k. Then C = S - 128 bsum as int32 (y NULL), or
+ * y = (float)C * mult + bias in FP32 (a product, then a sum: no FMA). */
+static inline __attribute__((always_inline)) void
+tile(const int G, int64_t i, int nr, int64_t j, int64_t n, int64_t k, const int8_t *a, int64_t lda,
+     const int8_t *bp, const int32_t *bsum, const float *mult, float alpha, const float *bias,
+     float *y, int64_t ldy, int32_t *c, int64_t ldc) {
+  const int64_t k4 = (k + 3) / 4, n16 = (n + 15) / 16 * 16, kf = k / 4;
+  const int8_t *ar[4];
+  for (int r = 0; r < 4; r++)
+    ar[r] = a + (i + (r < nr ? r : 0)) * lda;
+  __m512i s[4][4];
+  for (int r = 0; r < 4; r++)
+    for (int g = 0; g < 4; g++)
+      s[r][g] = _mm512_setzero_si512();
+  for (int64_t q = 0; q < k4; q++) {
+    __m512i bv[4];
+    for (int g = 0; g < G; g++)
+      bv[g] = _mm512_loadu_si512((const void *)(bp + (q * n16 + j + 16 * g) * 4));
+    for (int r = 0; r < 4; r++) {
+      const __m512i av = bcast4(ar[r], q, k, kf);
+      for (int g = 0; g < G; g++)
+        s[r][g] = _mm512_dpbusd_epi32(s[r][g], av, bv[g]);
+    }
+  }
+  for (int g = 0; g < G; g++) {
+    const int64_t jj = j + 16 * g, nj = n - jj < 16 ? n - jj : 16;
+    if (nj <= 0)
+      break;
+    const __mmask16 mk = (__mmask16)((1u << nj) - 1u);
+    const __m512i corr =
+        _mm512_slli_epi32(_mm512_maskz_loadu_epi32(mk, (const void *)(bsum + jj)), 7);
+    if (!y) {
+      for (int r = 0; r < nr; r++)
+        _mm512_mask_storeu_epi32((void *)(c + (i + r) * ldc + jj), mk,
+                                 _mm512_sub_epi32(s[r][g], corr));
+      continue;
+    }
+    const __m512 al = _mm512_set1_ps(alpha);
+    const __m512 mv = mult ? _mm512_mul_ps(al, _mm512_maskz_loadu_ps(mk, mult + jj)) : al;
+    const __m512 bb = bias ? _mm512_maskz_loadu_ps(mk, bias + jj) : _mm512_setzero_ps();
+    for (int r = 0; r < nr; r++) {
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][g], corr));
+      _mm512_mask_storeu_ps(y + (i + r) * ldy + jj, mk, _mm512_add_ps(_mm512_mul_ps(f, mv), bb));
+    }
+  }
+}
+
 void ampc_gemm_s8_rows_avx512vnni(int64_t i0, int64_t i1, int64_t n, int64_t k, const int8_t *a,
                                   int64_t lda, const int8_t *bp, const int32_t *bsum, int32_t *c,
-                                  int64_t ldc) {
-  const int64_t k4 = (k + 3) / 4, n16 = (n + 15) / 16 * 16, kf = k / 4;
+                                  int64_t ldc, float alpha, const float *mult, const float *bias,
+                                  float *y, int64_t ldy) {
+  const int64_t n16 = (n + 15) / 16 * 16;
   for (int64_t i = i0; i < i1; i += 4) {
-    const int64_t nr = i1 - i < 4 ? i1 - i : 4;
-    const int8_t *ar[4];
-    for (int r = 0; r < 4; r++)
-      ar[r] = a + (i + (r < nr ? r : 0)) * lda; /* past i1: row i again, not stored */
-    for (int64_t j = 0; j < n16; j += 16) {
-      __m512i s[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                      _mm512_setzero_si512()};
-      for (int64_t q = 0; q < k4; q++) {
-        const __m512i bv = _mm512_loadu_si512((const void *)(bp + (q * n16 + j) * 4));
-        for (int r = 0; r < 4; r++) {
-          int32_t w;
-          if (q < kf) {
-            memcpy(&w, ar[r] + 4 * q, 4);
-            w ^= (int32_t)0x80808080u;
-          } else {
-            w = a4(ar[r], q, k);
-          }
-          s[r] = _mm512_dpbusd_epi32(s[r], _mm512_set1_epi32(w), bv);
-        }
+    const int nr = i1 - i < 4 ? (int)(i1 - i) : 4;
+    for (int64_t j = 0; j < n16; j += 64) {
+      switch ((n16 - j) / 16) {
+      case 1: tile(1, i, nr, j, n, k, a, lda, bp, bsum, mult, alpha, bias, y, ldy, c, ldc); break;
+      case 2: tile(2, i, nr, j, n, k, a, lda, bp, bsum, mult, alpha, bias, y, ldy, c, ldc); break;
+      case 3: tile(3, i, nr, j, n, k, a, lda, bp, bsum, mult, alpha, bias, y, ldy, c, ldc); break;
+      default: tile(4, i, nr, j, n, k, a, lda, bp, bsum, mult, alpha, bias, y, ldy, c, ldc); break;
       }
-      const int64_t nj = n - j < 16 ? n - j : 16;
-      const __mmask16 mk = (__mmask16)((1u << nj) - 1u);
-      const __m512i corr =
-          _mm512_slli_epi32(_mm512_maskz_loadu_epi32(mk, (const void *)(bsum + j)), 7);
-      for (int r = 0; r < nr; r++)
-        _mm512_mask_storeu_epi32((void *)(c + (i + r) * ldc + j), mk, _mm512_sub_epi32(s[r], corr));
     }
   }
 }

@@ -51,9 +51,10 @@ static ampc_status ensure_sites(ampc_mmodel *M) {
   const int n = ampc_mmodel_fp8_site_count(&M->c);
   M->s8_lin = calloc((size_t)n, sizeof *M->s8_lin);
   M->s8 = calloc((size_t)n, sizeof *M->s8);
-  if (!M->s8_lin || !M->s8) {
-    free(M->s8_lin), free(M->s8);
-    M->s8_lin = NULL, M->s8 = NULL;
+  M->s8_prep = calloc((size_t)n, sizeof *M->s8_prep);
+  if (!M->s8_lin || !M->s8 || !M->s8_prep) {
+    free(M->s8_lin), free(M->s8), free(M->s8_prep);
+    M->s8_lin = NULL, M->s8 = NULL, M->s8_prep = NULL;
     return ampc_fail(AMPC_ERR_NOMEM, "INT8 sites: out of memory");
   }
   M->s8_sites = n;
@@ -146,12 +147,23 @@ ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t 
   memcpy(wc, w, (size_t)(rows * cols));
   memcpy(sc, scale, (size_t)ns * sizeof *sc);
   /* the in-projection's rows: q [0, D), k [D, 2D), v [2D, 3D) */
+  ampc_status st = AMPC_OK;
+  for (int j = 0; j < parts && st == AMPC_OK; j++) /* prepared once: packed for VNNI */
+    st = ampc_gemm_s8_prepare(&M->s8_prep[first + j], AMPC_GEMM_S8_AUTO, rows / parts, cols,
+                              wc + (size_t)(j * (rows / parts) * cols), cols);
+  if (st != AMPC_OK) {
+    for (int j = 0; j < parts; j++)
+      ampc_gemm_s8_b_free(&M->s8_prep[first + j]);
+    free(wc), free(sc);
+    return st;
+  }
   for (int j = 0; j < parts; j++) {
     ampc_linear_s8 *s = &M->s8[first + j];
     s->w = wc + (size_t)(j * D * cols);
     s->scale = per_channel ? sc + j * D : sc;
     s->per_channel = per_channel;
     s->x_scale = x_scales ? x_scales[j] : 0.0f;
+    s->prep = &M->s8_prep[first + j];
     M->s8_lin[first + j].s8 = s;
   }
   return AMPC_OK;

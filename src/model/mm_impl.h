@@ -48,6 +48,7 @@ struct ampc_mmodel {
    * where a weight was given) and its INT8 weights and scales (owned) */
   ampc_linear_fp8 *s8_lin;
   ampc_linear_s8 *s8;
+  ampc_gemm_s8_b *s8_prep; /* each site's weights prepared for the INT8 GEMM */
   int s8_sites;
   ampc_scratch s8_ws; /* their workspace, for the widest site (owned) */
   size_t fp8_ws_bytes;

@@ -343,7 +343,9 @@ void ampc_mmodel_free(ampc_mmodel *M) {
       /* q owns the in-projection's buffers (k and v point into them) */
       free((void *)M->s8[i].w), free((void *)M->s8[i].scale);
     }
-  free(M->s8_lin), free(M->s8), free(M->s8_ws.base);
+  for (int i = 0; M->s8_prep && i < M->s8_sites; i++)
+    ampc_gemm_s8_b_free(&M->s8_prep[i]);
+  free(M->s8_lin), free(M->s8), free(M->s8_prep), free(M->s8_ws.base);
   if (M->be && M->be->device && M->shadow_dev)
     M->be->release(M->shadow_dev);
   if (M->be && M->be->device)

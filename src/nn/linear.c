@@ -311,14 +311,13 @@ ampc_status ampc_linear_forward_s8(int64_t m, int64_t k, int64_t n, const void *
   /* x as FP32 (a copy unless it is FP32 already), x in int8, the sums, the
    * FP32 results, the bias */
   size_t off = 0;
-  nn_buf b1 = {0}, b2, b3, b4, b5;
+  nn_buf b1 = {0}, b2, b4, b5;
   float *xf = xdt == AMPC_F32 ? NULL : nn_take(ws, &off, (size_t)(m * k) * sizeof(float), &b1);
   int8_t *xq = nn_take(ws, &off, (size_t)(m * k), &b2);
-  int32_t *acc = nn_take(ws, &off, (size_t)(m * n) * sizeof(int32_t), &b3);
   float *out = nn_take(ws, &off, (size_t)(m * n) * sizeof(float), &b4);
   float *bias = nn_take(ws, &off, (size_t)n * sizeof(float), &b5);
-  if ((xdt != AMPC_F32 && !xf) || !xq || !acc || !out || !bias) {
-    nn_give(&b1), nn_give(&b2), nn_give(&b3), nn_give(&b4), nn_give(&b5);
+  if ((xdt != AMPC_F32 && !xf) || !xq || !out || !bias) {
+    nn_give(&b1), nn_give(&b2), nn_give(&b4), nn_give(&b5);
     return ampc_fail(AMPC_ERR_NOMEM, "%s: %lld x %lld", fn, (long long)m, (long long)n);
   }
   memset(bias, 0, (size_t)n * sizeof *bias);
@@ -351,22 +350,21 @@ ampc_status ampc_linear_forward_s8(int64_t m, int64_t k, int64_t n, const void *
      * away 1.5 * 2^23 leaves v rounded to an integer (no fast-math folds it) */
     xq[i] = (int8_t)(int32_t)((v + 0x1.8p23f) - 0x1.8p23f);
   }
-  if (st == AMPC_OK)
-    st = ampc_gemm_s8(m, n, k, xq, k, s->w, k, acc, n);
-  if (st == AMPC_OK) {
-    float *o = ydt == AMPC_F32 ? (float *)y : out; /* FP32: straight into y */
-#pragma omp parallel for schedule(static) if (m * n > 65536)
-    for (int64_t i = 0; i < m; i++) {
-      const float *sc = s->scale;
-      const bool pc = s->per_channel;
-#pragma omp simd
-      for (int64_t j = 0; j < n; j++)
-        o[i * n + j] = (float)acc[i * n + j] * (xs * sc[pc ? j : 0]) + bias[j];
-    }
-    if (o == out)
-      st = ampc_store_f32(y, ydt, out, (size_t)(m * n), NULL);
+  /* the INT32 sums dequantized inside the GEMM: acc * (xs * w_scale[j]) + b[j] */
+  ampc_gemm_s8_b local = {0};
+  const ampc_gemm_s8_b *pb = s->prep;
+  if (st == AMPC_OK && (!pb || pb->b != s->w || pb->n != n || pb->k != k)) {
+    st = ampc_gemm_s8_prepare(&local, AMPC_GEMM_S8_AUTO, n, k, s->w, k);
+    pb = &local;
   }
-  nn_give(&b1), nn_give(&b2), nn_give(&b3), nn_give(&b4), nn_give(&b5);
+  float *o = ydt == AMPC_F32 ? (float *)y : out; /* FP32: straight into y */
+  if (st == AMPC_OK)
+    st = ampc_gemm_s8_dequant(pb, m, xq, k, s->per_channel ? xs : xs * s->scale[0],
+                              s->per_channel ? s->scale : NULL, bias, o, n);
+  ampc_gemm_s8_b_free(&local);
+  if (st == AMPC_OK && o == out)
+    st = ampc_store_f32(y, ydt, out, (size_t)(m * n), NULL);
+  nn_give(&b1), nn_give(&b2), nn_give(&b4), nn_give(&b5);
   return st;
 }
 
@@ -374,8 +372,7 @@ size_t ampc_linear_s8_ws_bytes(int64_t m, int64_t k, int64_t n) {
   if (m < 1 || k < 1 || n < 1)
     return 0;
   return nn_pad64((size_t)(m * k) * sizeof(float)) + nn_pad64((size_t)(m * k)) +
-         nn_pad64((size_t)(m * n) * sizeof(int32_t)) + nn_pad64((size_t)(m * n) * sizeof(float)) +
-         nn_pad64((size_t)n * sizeof(float));
+         nn_pad64((size_t)(m * n) * sizeof(float)) + nn_pad64((size_t)n * sizeof(float));
 }
 
 /* hand x (xdt, n values) to the layer's observer as FP32 (a copy in the
