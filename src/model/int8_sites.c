@@ -2,7 +2,9 @@
  * src/model/int8_sites.c: INT8 inference of a multimodal model's linear
  * layers (ampc_mmodel_set_int8, include/ampc/model.h): the transformer
  * blocks' q, k, v, out, fc1 and fc2 run as INT8 GEMMs with INT32 sums
- * (ampc_linear_forward_s8) through the same sites fp8-mixed uses.
+ * (ampc_linear_forward_s8) through the same sites fp8-mixed uses; and
+ * their fake quantization for quantization-aware training
+ * (ampc_mmodel_set_fake_quant).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,39 @@ static int site_of(const ampc_mmodel *M, const char *name, const blk_p **blk) {
   return -1;
 }
 
+/* the per-site layers (M->s8_lin, M->s8, all unset) and their workspace,
+ * once */
+static ampc_status sites_alloc(ampc_mmodel *M, const char *fn) {
+  if (M->s8_lin)
+    return AMPC_OK;
+  const int n = ampc_mmodel_fp8_site_count(&M->c);
+  M->s8_lin = calloc((size_t)n, sizeof *M->s8_lin);
+  M->s8 = calloc((size_t)n, sizeof *M->s8);
+  if (!M->s8_lin || !M->s8) {
+    free(M->s8_lin), free(M->s8);
+    M->s8_lin = NULL, M->s8 = NULL;
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: out of memory", fn);
+  }
+  M->s8_sites = n;
+  /* the workspace of the widest site: rows of any tower (fusion: its
+   * pairs' tokens and their image keys), the widest in and out; enough for
+   * the INT8 layers and for the fake-quantized ones */
+  int64_t most = M->B * M->NV;
+  const int64_t more[3] = {M->TB * M->B * M->TT, M->FB * M->B * M->TT, M->FB * M->B * M->NV};
+  for (int i = 0; !M->c.image_only && i < 3; i++)
+    most = more[i] > most ? more[i] : most;
+  const int64_t wide = 3 * M->D > M->c.mlp ? 3 * M->D : M->c.mlp;
+  const size_t s8b = ampc_linear_s8_ws_bytes(most, wide, wide),
+               fqb = ampc_linear_fq8_ws_bytes(most, wide, wide);
+  M->s8_ws.bytes = s8b > fqb ? s8b : fqb;
+  M->s8_ws.base = malloc(M->s8_ws.bytes);
+  if (!M->s8_ws.base)
+    M->s8_ws.bytes = 0; /* each call allocates its own */
+  for (int i = 0; i < n; i++)
+    M->s8_lin[i].ws = &M->s8_ws;
+  return AMPC_OK;
+}
+
 ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t *w, int64_t rows,
                                  int64_t cols, const float *scale, bool per_channel,
                                  float x_scale) {
@@ -56,6 +91,9 @@ ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t 
         AMPC_ERR_UNSUPPORTED,
         "INT8 inference with --precision fp8-mixed: its linear layers are FP8's "
         "(evaluate a quantized checkpoint in 32-true, the default, or a 16-bit preset)");
+  if (M->fq8_on)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "INT8 weights on a model in fake-quantized training (turn it off first)");
   const blk_p *blk = NULL;
   const int part = site_of(M, name, &blk);
   if (part < 0)
@@ -66,30 +104,7 @@ ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t 
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: INT8 weight %lldx%lld, the model's is %lldx%lld",
                      name, (long long)rows, (long long)cols, (long long)want_rows,
                      (long long)want_cols);
-  if (!M->s8_lin) {
-    const int n = ampc_mmodel_fp8_site_count(&M->c);
-    M->s8_lin = calloc((size_t)n, sizeof *M->s8_lin);
-    M->s8 = calloc((size_t)n, sizeof *M->s8);
-    if (!M->s8_lin || !M->s8) {
-      free(M->s8_lin), free(M->s8);
-      M->s8_lin = NULL, M->s8 = NULL;
-      return ampc_fail(AMPC_ERR_NOMEM, "ampc_mmodel_set_int8: out of memory");
-    }
-    M->s8_sites = n;
-    /* the workspace of the widest site: rows of any tower (fusion: its
-     * pairs' tokens and their image keys), the widest in and out */
-    int64_t most = M->B * M->NV;
-    const int64_t more[3] = {M->TB * M->B * M->TT, M->FB * M->B * M->TT, M->FB * M->B * M->NV};
-    for (int i = 0; !M->c.image_only && i < 3; i++)
-      most = more[i] > most ? more[i] : most;
-    const int64_t wide = 3 * M->D > M->c.mlp ? 3 * M->D : M->c.mlp;
-    M->s8_ws.bytes = ampc_linear_s8_ws_bytes(most, wide, wide);
-    M->s8_ws.base = malloc(M->s8_ws.bytes);
-    if (!M->s8_ws.base)
-      M->s8_ws.bytes = 0; /* each call allocates its own */
-    for (int i = 0; i < n; i++)
-      M->s8_lin[i].ws = &M->s8_ws;
-  }
+  AMPC_TRY(sites_alloc(M, "ampc_mmodel_set_int8"));
   const int first = blk->site + part;
   if (M->s8[first].w)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: INT8 weights given twice", name);
@@ -120,3 +135,36 @@ int ampc_mmodel_int8_layers(const ampc_mmodel *M) {
     n += M->s8[i].w != NULL;
   return n;
 }
+
+ampc_status ampc_mmodel_set_fake_quant(ampc_mmodel *M, bool on) {
+  if (!M)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_set_fake_quant: no model");
+  if (!on) {
+    for (int i = 0; M->s8_lin && i < M->s8_sites; i++)
+      M->s8_lin[i].fake_q8 = false;
+    M->fq8_on = false;
+    return AMPC_OK;
+  }
+  if (M->be->device)
+    return ampc_fail(
+        AMPC_ERR_UNSUPPORTED,
+        "fake-quantized (INT8) training runs on the CPU backend (--device cpu), not %s",
+        M->be->name);
+  if (M->fp8_on)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "fake-quantized (INT8) training with --precision fp8-mixed: its linear "
+                     "layers are FP8's (use 32-true or a 16-bit preset)");
+  if (ampc_mmodel_int8_layers(M) > 0)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "fake-quantized training of a model with INT8 weights (an INT8 checkpoint "
+                     "is for inference: train from the FP32 checkpoint)");
+  if (ampc_mmodel_fp8_site_count(&M->c) < 1)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "fake quantization: the model has no transformer block");
+  AMPC_TRY(sites_alloc(M, "ampc_mmodel_set_fake_quant"));
+  for (int i = 0; i < M->s8_sites; i++)
+    M->s8_lin[i].fake_q8 = true;
+  M->fq8_on = true;
+  return AMPC_OK;
+}
+
+bool ampc_mmodel_fake_quant(const ampc_mmodel *M) { return M && M->fq8_on; }

@@ -50,6 +50,7 @@ struct ampc_mmodel {
   ampc_linear_s8 *s8;
   int s8_sites;
   ampc_scratch s8_ws; /* their workspace, for the widest site (owned) */
+  bool fq8_on;        /* every site fake-quantized (ampc_mmodel_set_fake_quant) */
   size_t fp8_ws_bytes;
   /* parameter indices */
   int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;
