@@ -386,30 +386,48 @@ size_t ampc_linear_fq8_ws_bytes(int64_t m, int64_t k, int64_t n) {
   return nn_pad64((size_t)(m * k) * sizeof(float)) + nn_pad64((size_t)(n * k) * sizeof(float));
 }
 
+/* fq of one finite value with scale s (NaN and inf: themselves) */
+static inline float fq8_one(float v, float s) {
+  float q = v / s;
+  q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+  /* to nearest, ties to even (|q| <= 127 < 2^22: adding and taking away
+   * 1.5 * 2^23 rounds it to an integer; no fast-math folds it) */
+  q = (q + 0x1.8p23f) - 0x1.8p23f;
+  return fabsf(v) <= FLT_MAX ? q * s : v;
+}
+
 /* v [rows, cols] (FP32, in place) = fq(v): one scale per row (per_row) or
  * one for all; the scale is max|v| / 127 over the finite values (1 for none
- * or all zero); NaN and inf are left as they are */
+ * or all zero); NaN and inf are left as they are. The max does not depend
+ * on the order: the same bits for any thread count. */
 static void fq8_inplace(float *v, int64_t rows, int64_t cols, bool per_row) {
-  const int64_t groups = per_row ? rows : 1, len = per_row ? cols : rows * cols;
-  const int nt = nn_threads(rows * cols);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && groups > 1)
-  for (int64_t g = 0; g < groups; g++) {
-    float *restrict r = v + g * len;
+  const int64_t total = rows * cols;
+  const int nt = nn_threads(total);
+  if (!per_row) {
     float amax = 0.0f;
-    for (int64_t i = 0; i < len; i++) {
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1) reduction(max : amax)
+    for (int64_t i = 0; i < total; i++) {
+      const float a = fabsf(v[i]);
+      amax = a <= FLT_MAX && a > amax ? a : amax;
+    }
+    const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < total; i++)
+      v[i] = fq8_one(v[i], s);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t g = 0; g < rows; g++) {
+    float *restrict r = v + g * cols;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < cols; i++) {
       const float a = fabsf(r[i]);
       amax = a <= FLT_MAX && a > amax ? a : amax;
     }
     const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
 #pragma omp simd
-    for (int64_t i = 0; i < len; i++) {
-      float q = r[i] / s;
-      q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
-      /* to nearest, ties to even (|q| <= 127 < 2^22: adding and taking away
-       * 1.5 * 2^23 rounds it to an integer; no fast-math folds it) */
-      q = (q + 0x1.8p23f) - 0x1.8p23f;
-      r[i] = fabsf(r[i]) <= FLT_MAX ? q * s : r[i];
-    }
+    for (int64_t i = 0; i < cols; i++)
+      r[i] = fq8_one(r[i], s);
   }
 }
 
