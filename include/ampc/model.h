@@ -322,6 +322,17 @@ ampc_status ampc_mmodel_observe(ampc_mmodel *M, const char *name, int part,
                                 void (*observe)(void *user, const float *x, int64_t n), void *user);
 /* The INT8 sites set (q, k, v counted apart). */
 int ampc_mmodel_int8_layers(const ampc_mmodel *M);
+/* Quantization-aware training: on, every transformer block's q, k, v, out,
+ * fc1 and fc2 runs INT8 fake-quantized (ampc_linear_fp8's fake_q8,
+ * include/ampc/nn.h: x per tensor, W per output channel, the
+ * straight-through estimator in the backward pass), the layers `ampc
+ * quantize` quantizes by default; the patch embedding and the heads stay
+ * unquantized. Off: back to the model's precision. Errors:
+ * AMPC_ERR_UNSUPPORTED (a device backend, fp8-mixed, a model with INT8
+ * weights, a model without blocks), AMPC_ERR_NOMEM, AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_mmodel_set_fake_quant(ampc_mmodel *M, bool on);
+/* Whether the model's blocks are fake-quantized. */
+bool ampc_mmodel_fake_quant(const ampc_mmodel *M);
 /* The configuration and the largest batch the model was created for. */
 const ampc_mmodel_config *ampc_mmodel_get_config(const ampc_mmodel *M);
 int64_t ampc_mmodel_max_batch(const ampc_mmodel *M);

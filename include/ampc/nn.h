@@ -122,6 +122,9 @@ typedef struct ampc_linear_fp8 {
    * would without f (unquantized) */
   void (*observe)(void *user, const float *x, int64_t n);
   void *observe_user;
+  /* true (and s8 NULL): INT8 fake quantization for quantization-aware
+   * training instead of FP8 (ampc_linear_forward_fp8 below) */
+  bool fake_q8;
 } ampc_linear_fp8;
 
 /* y [m, n] = dequant(xq [m, k] Wq^T) + b: x (xdt) quantized per tensor to
@@ -139,6 +142,26 @@ ampc_status ampc_linear_forward_s8(int64_t m, int64_t k, int64_t n, const void *
  * rest is allocated per call). */
 size_t ampc_linear_s8_ws_bytes(int64_t m, int64_t k, int64_t n);
 
+/* INT8 fake quantization (quantization-aware training: Jacob et al. 2018,
+ * "Quantization and Training of Neural Networks for Efficient
+ * Integer-Arithmetic-Only Inference"; PyTorch's FakeQuantize), used by
+ * ampc_linear_forward_fp8, _backward_fp8 and _dgrad_fp8 when f->fake_q8:
+ * fq(v) = q * s with q = round-half-even(v / s) clamped to [-127, 127], the
+ * values ampc_quantize and ampc_linear_forward_s8 give at inference: x per
+ * tensor and per call with s = max|x| / 127, W per output channel (row j of
+ * W [n, k]) with s_j = max|W_j| / 127; an all-zero set has s = 1 (fq = 0).
+ * Forward: y = fq(x) fq(W)^T + b, the product on the dequantized FP32
+ * values (FP32 operands, the layer's acc), rounded once to ydt. Backward,
+ * the straight-through estimator (Bengio, Leonard, Courville 2013):
+ * dx = dy fq(W), dW += dy^T fq(x), db += column sums of dy; fq(x) and fq(W)
+ * are recomputed from x and W (the same bits as the forward's), and the
+ * gradient passes fq unchanged (max-based scales clip nothing). A NaN or
+ * infinite value is not quantized: it passes fq as itself (and the scale
+ * is the max over the finite values), so a non-finite activation reaches the
+ * loss and the step's non-finite check instead of being hidden as 0.
+ * Workspace (f->ws; too small: allocated per call): */
+size_t ampc_linear_fq8_ws_bytes(int64_t m, int64_t k, int64_t n);
+
 /* x, w, dy quantizers with scale 1, amax 0, zero counters. */
 void ampc_linear_fp8_init(ampc_linear_fp8 *f, ampc_scratch *ws);
 
@@ -153,7 +176,8 @@ ampc_status ampc_fp8_cast_bf16(ampc_fp8_q *q, const void *src, ampc_dtype sdt, i
 size_t ampc_linear_fp8_ws_bytes(int64_t m, int64_t k, int64_t n);
 
 /* ampc_linear_forward with x and W quantized by f (f NULL: exactly
- * ampc_linear_forward). y = (xq Wq^T) * x.scale_inv * w.scale_inv + b. */
+ * ampc_linear_forward). y = (xq Wq^T) * x.scale_inv * w.scale_inv + b.
+ * f->fake_q8: y = fq(x) fq(W)^T + b (INT8 fake quantization, above). */
 ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                     const void *w, ampc_dtype wdt, const void *b, void *y,
                                     ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
@@ -161,14 +185,16 @@ ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void 
 /* ampc_linear_backward with dy quantized to E5M2 by f->dy and W, x re-cast
  * with the forward's scales: dx = (dyq Wq) * dy.scale_inv * w.scale_inv,
  * dW += (dyq^T xq) * dy.scale_inv * x.scale_inv, db += column sums of dy.
- * f NULL: exactly ampc_linear_backward. */
+ * f NULL: exactly ampc_linear_backward. f->fake_q8: dx = dy fq(W),
+ * dW += dy^T fq(x), db += column sums of dy (above). */
 ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void *dy,
                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
                                      ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
                                      ampc_linear_fp8 *f, ampc_scratch *ws);
 /* c [m, k] (cdt) = (dy [m, n] . W [n, k]) (+ beta * c): the input-gradient
  * product of a linear layer on its own, with f's dy and w casts when f is
- * not NULL (count_dy: count the dy cast), else plain. */
+ * not NULL (count_dy: count the dy cast), else plain; f->fake_q8:
+ * dy . fq(W). */
 ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
                                   const void *w, ampc_dtype wdt, float beta, void *c,
                                   ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f, bool count_dy);

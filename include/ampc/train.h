@@ -346,6 +346,11 @@ typedef struct ampc_accum {
  * its own batch); its workspace bytes grow by the gathered buffers. Errors:
  * AMPC_ERR_INVALID_ARG for a model without a contrastive loss. */
 ampc_status ampc_model_set_group(ampc_model *m, const ampc_model_group *g);
+/* INT8 fake quantization of model m's transformer blocks on or off
+ * (ampc_mmodel_set_fake_quant). Errors: AMPC_ERR_INVALID_ARG for a model
+ * other than the image-text ones (an image-only ViT, the MLP), and
+ * ampc_mmodel_set_fake_quant's. */
+ampc_status ampc_model_set_fake_quant(ampc_model *m, bool on);
 
 /* Bytes of FP32 staging that accumulation `a` needs over n parameters (0 when
  * it needs none). */
@@ -493,6 +498,14 @@ typedef struct ampc_run_config {
    * true. Under data parallelism the ranks take the flag's maximum, so all
    * stop after the same iteration. A signal handler may set it. */
   const volatile sig_atomic_t *interrupt;
+  /* INT8 quantization-aware training: the multimodal model's transformer
+   * blocks' linear layers run fake-quantized (ampc_mmodel_set_fake_quant,
+   * include/ampc/model.h: INT8 per output channel weights, per tensor
+   * dynamic activations, the straight-through estimator). Recorded in the
+   * checkpoint ("ampc.fake_quant": "int8") and the log's config line. CPU
+   * only; not fp8-mixed, image-only models or the MLP (AMPC_ERR_UNSUPPORTED,
+   * AMPC_ERR_INVALID_ARG). Default false. */
+  bool fake_quant_int8;
 } ampc_run_config;
 
 /* steps 300, batch 64, micro_batches 1, eval_every 100, eval on, log_every 1,

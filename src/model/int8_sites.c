@@ -2,7 +2,9 @@
  * src/model/int8_sites.c: INT8 inference of a multimodal model's linear
  * layers (ampc_mmodel_set_int8, include/ampc/model.h): the transformer
  * blocks' q, k, v, out, fc1 and fc2 run as INT8 GEMMs with INT32 sums
- * (ampc_linear_forward_s8) through the same sites fp8-mixed uses.
+ * (ampc_linear_forward_s8) through the same sites fp8-mixed uses; and
+ * their fake quantization for quantization-aware training
+ * (ampc_mmodel_set_fake_quant).
  */
 #include <math.h>
 #include <stdio.h>
@@ -59,13 +61,16 @@ static ampc_status ensure_sites(ampc_mmodel *M) {
   }
   M->s8_sites = n;
   /* the workspace of the widest site: rows of any tower (fusion: its
-   * pairs' tokens and their image keys), the widest in and out */
+   * pairs' tokens and their image keys), the widest in and out; enough for
+   * the INT8 layers and for the fake-quantized ones */
   int64_t most = M->B * M->NV;
   const int64_t more[3] = {M->TB * M->B * M->TT, M->FB * M->B * M->TT, M->FB * M->B * M->NV};
   for (int i = 0; !M->c.image_only && i < 3; i++)
     most = more[i] > most ? more[i] : most;
   const int64_t wide = 3 * M->D > M->c.mlp ? 3 * M->D : M->c.mlp;
-  M->s8_ws.bytes = ampc_linear_s8_ws_bytes(most, wide, wide);
+  const size_t s8b = ampc_linear_s8_ws_bytes(most, wide, wide),
+               fqb = ampc_linear_fq8_ws_bytes(most, wide, wide);
+  M->s8_ws.bytes = s8b > fqb ? s8b : fqb;
   M->s8_ws.base = malloc(M->s8_ws.bytes);
   if (!M->s8_ws.base)
     M->s8_ws.bytes = 0; /* each call allocates its own */
@@ -118,6 +123,9 @@ ampc_status ampc_mmodel_set_int8(ampc_mmodel *M, const char *name, const int8_t 
   if (!M || !name || !w || !scale || rows < 1 || cols < 1)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_set_int8: bad arguments");
   AMPC_TRY(check_host(M, "INT8 inference"));
+  if (M->fq8_on)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "INT8 weights on a model in fake-quantized training (turn it off first)");
   const blk_p *blk = NULL;
   const int part = site_of(M, name, &blk);
   if (part < 0)
@@ -175,3 +183,36 @@ int ampc_mmodel_int8_layers(const ampc_mmodel *M) {
     n += M->s8[i].w != NULL;
   return n;
 }
+
+ampc_status ampc_mmodel_set_fake_quant(ampc_mmodel *M, bool on) {
+  if (!M)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_mmodel_set_fake_quant: no model");
+  if (!on) {
+    for (int i = 0; M->s8_lin && i < M->s8_sites; i++)
+      M->s8_lin[i].fake_q8 = false;
+    M->fq8_on = false;
+    return AMPC_OK;
+  }
+  if (M->be->device)
+    return ampc_fail(
+        AMPC_ERR_UNSUPPORTED,
+        "fake-quantized (INT8) training runs on the CPU backend (--device cpu), not %s",
+        M->be->name);
+  if (M->fp8_on)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "fake-quantized (INT8) training with --precision fp8-mixed: its linear "
+                     "layers are FP8's (use 32-true or a 16-bit preset)");
+  if (ampc_mmodel_int8_layers(M) > 0)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "fake-quantized training of a model with INT8 weights (an INT8 checkpoint "
+                     "is for inference: train from the FP32 checkpoint)");
+  if (ampc_mmodel_fp8_site_count(&M->c) < 1)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "fake quantization: the model has no transformer block");
+  AMPC_TRY(ensure_sites(M));
+  for (int i = 0; i < M->s8_sites; i++)
+    M->s8_lin[i].fake_q8 = true;
+  M->fq8_on = true;
+  return AMPC_OK;
+}
+
+bool ampc_mmodel_fake_quant(const ampc_mmodel *M) { return M && M->fq8_on; }

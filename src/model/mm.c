@@ -204,14 +204,15 @@ static void mark_tensor(const ampc_mmodel *M, ampc_branch br, ampc_tm_phase ph, 
 
 /* ---- one pre-norm transformer block ----------------------------------------------- */
 
-/* FP8 site j (0 q, 1 k, 2 v, 3 out, 4 fc1, 5 fc2) of block p, or NULL */
+/* FP8 site j (0 q, 1 k, 2 v, 3 out, 4 fc1, 5 fc2) of block p (or its INT8 or
+ * fake-quantized layer), or NULL */
 static ampc_linear_fp8 *site(ampc_mmodel *M, const blk_p *p, int j) {
   if (p->site < 0)
     return NULL;
   if (M->fp8_on)
     return &M->fp8.lin[p->site + j];
   const ampc_linear_fp8 *f = M->s8_lin ? &M->s8_lin[p->site + j] : NULL;
-  return f && (f->s8 || f->observe) ? &M->s8_lin[p->site + j] : NULL;
+  return f && (f->s8 || f->observe || f->fake_q8) ? &M->s8_lin[p->site + j] : NULL;
 }
 
 static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, int64_t tq,
@@ -317,8 +318,8 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       win + (size_t)(2 * D * D) * ws, W(M, p->outw), weight_dt, &a->c, M->prob_dt, dout, grad_dt,
       M->dL, dkv, dkv ? cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_FUSION) : 1.0f, gin, gbin,
       gin + (size_t)(D * D) * gsz, gbin + (size_t)D * gsz, gin + (size_t)(2 * D * D) * gsz,
-      gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc, M->fp8_on ? f8 : NULL,
-      &M->ws));
+      gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc,
+      M->fp8_on || M->s8_lin ? f8 : NULL, &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dL, grad_dt, b, tq * D), "%s.%s", name, attn);
   AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
                                      a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b),

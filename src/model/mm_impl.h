@@ -51,6 +51,7 @@ struct ampc_mmodel {
   ampc_gemm_s8_b *s8_prep; /* each site's weights prepared for the INT8 GEMM */
   int s8_sites;
   ampc_scratch s8_ws; /* their workspace, for the widest site (owned) */
+  bool fq8_on;        /* every site fake-quantized (ampc_mmodel_set_fake_quant) */
   size_t fp8_ws_bytes;
   /* parameter indices */
   int patch_w, patch_b, cls_tok, vpos, vn_w, vn_b, tok, tpos, tn_w, tn_b, fn_w, fn_b;

@@ -397,6 +397,86 @@ static ampc_status observe_input(int64_t n, const void *x, ampc_dtype xdt, ampc_
   return st;
 }
 
+/* ---- INT8 fake quantization (quantization-aware training) ---------------------------- */
+
+size_t ampc_linear_fq8_ws_bytes(int64_t m, int64_t k, int64_t n) {
+  if (m < 1 || k < 1 || n < 1)
+    return 0;
+  return nn_pad64((size_t)(m * k) * sizeof(float)) + nn_pad64((size_t)(n * k) * sizeof(float));
+}
+
+/* fq of one finite value with scale s (NaN and inf: themselves) */
+static inline float fq8_one(float v, float s) {
+  float q = v / s;
+  q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
+  /* to nearest, ties to even (|q| <= 127 < 2^22: adding and taking away
+   * 1.5 * 2^23 rounds it to an integer; no fast-math folds it) */
+  q = (q + 0x1.8p23f) - 0x1.8p23f;
+  return fabsf(v) <= FLT_MAX ? q * s : v;
+}
+
+/* v [rows, cols] (FP32, in place) = fq(v): one scale per row (per_row) or
+ * one for all; the scale is max|v| / 127 over the finite values (1 for none
+ * or all zero); NaN and inf are left as they are. The max does not depend
+ * on the order: the same bits for any thread count. */
+static void fq8_inplace(float *v, int64_t rows, int64_t cols, bool per_row) {
+  const int64_t total = rows * cols;
+  const int nt = nn_threads(total);
+  if (!per_row) {
+    float amax = 0.0f;
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1) reduction(max : amax)
+    for (int64_t i = 0; i < total; i++) {
+      const float a = fabsf(v[i]);
+      amax = a <= FLT_MAX && a > amax ? a : amax;
+    }
+    const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
+#pragma omp parallel for simd schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < total; i++)
+      v[i] = fq8_one(v[i], s);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t g = 0; g < rows; g++) {
+    float *restrict r = v + g * cols;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < cols; i++) {
+      const float a = fabsf(r[i]);
+      amax = a <= FLT_MAX && a > amax ? a : amax;
+    }
+    const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
+#pragma omp simd
+    for (int64_t i = 0; i < cols; i++)
+      r[i] = fq8_one(r[i], s);
+  }
+}
+
+/* fq(x) [m, k] per tensor into *xf (x non-NULL) and fq(W) [n, k] per output
+ * channel into *wf (w non-NULL), FP32, from f->ws (b: give back after use) */
+static ampc_status fq8_operands(const char *fn, int64_t m, int64_t k, int64_t n, const void *x,
+                                ampc_dtype xdt, const void *w, ampc_dtype wdt, ampc_linear_fp8 *f,
+                                float **xf, float **wf, nn_buf *b) {
+  size_t off = 0;
+  char *base = nn_take(f->ws, &off, ampc_linear_fq8_ws_bytes(m, k, n), b);
+  if (!base)
+    return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate the fake-quantized operands", fn);
+  *xf = (float *)(void *)base;
+  *wf = (float *)(void *)(base + nn_pad64((size_t)(m * k) * sizeof(float)));
+  ampc_status st = AMPC_OK;
+  if (x) {
+    st = ampc_convert(*xf, AMPC_F32, x, xdt, (size_t)(m * k));
+    if (st == AMPC_OK)
+      fq8_inplace(*xf, m, k, false);
+  }
+  if (w && st == AMPC_OK) {
+    st = ampc_convert(*wf, AMPC_F32, w, wdt, (size_t)(n * k));
+    if (st == AMPC_OK)
+      fq8_inplace(*wf, n, k, true);
+  }
+  if (st != AMPC_OK)
+    nn_give(b);
+  return st;
+}
+
 ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                     const void *w, ampc_dtype wdt, const void *b, void *y,
                                     ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
@@ -405,7 +485,7 @@ ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void 
     return ampc_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
   if (f->observe) {
     AMPC_TRY(observe_input(m * k, x, xdt, f));
-    if (!f->s8)
+    if (!f->s8 && !f->fake_q8)
       return ampc_linear_forward(m, k, n, x, xdt, w, wdt, b, y, ydt, acc, stats);
   }
   if (f->s8)
@@ -420,6 +500,15 @@ ampc_status ampc_linear_forward_fp8(int64_t m, int64_t k, int64_t n, const void 
   NN_CHECK_DT(fn, xdt);
   NN_CHECK_DT(fn, wdt);
   NN_CHECK_DT(fn, ydt);
+  if (f->fake_q8) { /* y = fq(x) fq(W)^T + b on FP32 operands */
+    float *xf, *wf;
+    nn_buf fb;
+    AMPC_TRY(fq8_operands(fn, m, k, n, x, xdt, w, wdt, f, &xf, &wf, &fb));
+    const ampc_status st =
+        linear_fwd(m, k, n, xf, AMPC_F32, wf, AMPC_F32, b, wdt, 1.0f, y, ydt, acc, stats);
+    nn_give(&fb);
+    return st;
+  }
   size_t off = 0;
   nn_buf bb;
   uint16_t *xq = nn_take(f->ws, &off, ampc_linear_fp8_ws_bytes(m, k, n), &bb);
@@ -442,7 +531,7 @@ ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *d
   if (f && f->s8)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "ampc_linear_dgrad_fp8: an INT8 layer is inference only");
-  if (!f || f->observe)
+  if (!f || (f->observe && !f->fake_q8))
     return ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, beta, c, cdt, k,
                      acc);
   const char *fn = "ampc_linear_dgrad_fp8";
@@ -452,6 +541,16 @@ ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *d
   NN_CHECK_PTR(fn, dy);
   NN_CHECK_PTR(fn, w);
   NN_CHECK_PTR(fn, c);
+  if (f->fake_q8) { /* c = dy . fq(W) (+ beta c) */
+    float *xf, *wf;
+    nn_buf fb;
+    NN_CHECK_DT(fn, wdt);
+    AMPC_TRY(fq8_operands(fn, m, k, n, NULL, AMPC_F32, w, wdt, f, &xf, &wf, &fb));
+    const ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, wf, AMPC_F32,
+                                     k, beta, c, cdt, k, acc);
+    nn_give(&fb);
+    return st;
+  }
   size_t off = 0;
   nn_buf bb;
   uint16_t *dyq = nn_take(f->ws, &off, ampc_linear_fp8_ws_bytes(m, k, n), &bb);
@@ -475,7 +574,7 @@ ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void
   if (f && f->s8)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "ampc_linear_backward_fp8: an INT8 layer is inference only");
-  if (!f || f->observe)
+  if (!f || (f->observe && !f->fake_q8))
     return ampc_linear_backward(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, ws);
   const char *fn = "ampc_linear_backward_fp8";
   NN_CHECK_POS(fn, m);
@@ -488,6 +587,15 @@ ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void
   NN_CHECK_DT(fn, gdt);
   NN_CHECK_DT(fn, xdt);
   NN_CHECK_DT(fn, wdt);
+  if (f->fake_q8) { /* the straight-through estimator: ampc_linear_backward on fq(x), fq(W) */
+    float *xf, *wf;
+    nn_buf fb;
+    AMPC_TRY(fq8_operands(fn, m, k, n, x, xdt, dx ? w : NULL, wdt, f, &xf, &wf, &fb));
+    const ampc_status st = ampc_linear_backward(m, k, n, dy, gdt, xf, AMPC_F32, dx ? wf : w,
+                                                dx ? AMPC_F32 : wdt, dx, dw, db, acc, ws);
+    nn_give(&fb);
+    return st;
+  }
   size_t off = 0;
   nn_buf bb;
   uint16_t *dyq = nn_take(f->ws, &off, ampc_linear_fp8_ws_bytes(m, k, n), &bb);

@@ -675,6 +675,15 @@ static ampc_status resume_check_file(ampc_run *R, const ampc_safetensors *f) {
              "products round differently from here on",
              rc->resume_path, mf.was_cast ? "on" : "off", now_cast ? "on" : "off",
              md->mm.attn_cast && !now_cast ? " (under 32-true)" : "");
+  /* fake quantization may be turned on at a resume (quantization-aware
+   * fine-tuning of a trained checkpoint: the banner says so) or off: that
+   * one is said here */
+  const char *fq = ampc_safetensors_meta(f, "ampc.fake_quant");
+  if (fq && !strcmp(fq, "int8") && !rc->fake_quant_int8 && R->n_notes < 3)
+    snprintf(R->notes[R->n_notes++], sizeof R->notes[0],
+             "%s was trained with --fake-quant int8, this run has none: the blocks' linear "
+             "layers run unquantized from here on",
+             rc->resume_path);
   /* the data recipe (held-out style, shifts, negatives) must stay what
    * it was: a resume would otherwise train on another split or sampler
    * (absent: a checkpoint from before it was recorded, not checked) */
@@ -711,7 +720,7 @@ ampc_status run_resume_check(ampc_run *R) {
 /* the checkpoint's metadata naming the model (ampc_model_desc_from_checkpoint reads it) */
 ampc_status run_save(ampc_run *R) {
   ampc_model_meta_storage ms;
-  ampc_st_meta meta[8];
+  ampc_st_meta meta[9];
   ampc_model_desc md = R->md; /* the attention cast as in effect */
   md.mm.attn_cast = run_attn_cast(R);
   int n = ampc_model_checkpoint_meta(&md, R->data.name, &ms, meta);
@@ -722,6 +731,8 @@ ampc_status run_save(ampc_run *R) {
   char bs[32]; /* checked on resume: another batch draws other samples at each position */
   snprintf(bs, sizeof bs, "%lld", (long long)R->rc.batch);
   meta[n++] = (ampc_st_meta){"ampc.batch", bs};
+  if (R->rc.fake_quant_int8) /* a reader of the checkpoint knows how it was trained */
+    meta[n++] = (ampc_st_meta){"ampc.fake_quant", "int8"};
   char lm[32];
   if (R->accum.loss_multiplier != 1.0f) { /* checked on resume */
     snprintf(lm, sizeof lm, "%.9g", (double)R->accum.loss_multiplier);

@@ -534,6 +534,18 @@ ampc_status ampc_model_set_group(ampc_model *m, const ampc_model_group *g) {
   return AMPC_OK;
 }
 
+ampc_status ampc_model_set_fake_quant(ampc_model *m, bool on) {
+  if (!m)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_model_set_fake_quant: m is NULL");
+  if (m->desc.kind != AMPC_MODEL_MM || m->desc.mm.image_only)
+    return on ? ampc_fail(AMPC_ERR_INVALID_ARG,
+                          "--fake-quant int8: model %s is not an image-text model (INT8 "
+                          "quantization-aware training is for the multimodal models, mm-*)",
+                          m->desc.kind == AMPC_MODEL_MM ? m->desc.mm.name : m->desc.name)
+              : AMPC_OK;
+  return ampc_mmodel_set_fake_quant(m->impl, on);
+}
+
 size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
   if (a && n >= 1 && a->per_loss) /* the FP32 sum of the terms' unscaled gradients */
     return (size_t)n * sizeof(float);

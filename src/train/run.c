@@ -280,6 +280,8 @@ static ampc_status set_model(ampc_run *R, const ampc_amp_config *amp) {
   AMPC_TRY(
       ampc_model_create_on(&R->model, &R->md, ampc_trainer_params(&R->T), amp, R->mb, rc->device));
   R->have_model = true;
+  if (rc->fake_quant_int8)
+    AMPC_TRY(ampc_model_set_fake_quant(&R->model, true));
   if (R->model.fp8 && !(R->fp8_amax = calloc((size_t)R->model.fp8->n * 3, sizeof(double))))
     return ampc_fail(AMPC_ERR_NOMEM, "out of memory for the FP8 amax reduction");
   if (rc->global_negatives)

@@ -42,6 +42,7 @@ cJSON *run_config_object(const ampc_run *R) {
   cJSON_AddNumberToObject(run_o, "seed", (double)rc->seed);
   cJSON_AddNumberToObject(run_o, "threads", (double)ampc_get_num_threads());
   cJSON_AddStringToObject(run_o, "resumed_from", rc->resume_path ? rc->resume_path : "");
+  cJSON_AddStringToObject(run_o, "fake_quant", rc->fake_quant_int8 ? "int8" : "none");
   /* data parallelism: the ranks, how gradients are summed, and which
    * samples the contrastive loss contrasts (each rank's own shard) */
   cJSON *dp = cJSON_AddObjectToObject(run_o, "data_parallel");

@@ -123,10 +123,14 @@ static const char k_usage_more[] =
     "                   every --save-every N steps (100; 0: at the end only), and\n"
     "                   when the run is interrupted (Ctrl-C, SIGTERM)\n"
     "  --resume FILE    continue from a checkpoint (same model and data flags; any\n"
-    "                   number of ranks)\n";
+    "                   number of ranks) up to --steps (the whole run's, counted\n"
+    "                   from its start)\n";
 
 /* ... and its end */
 static const char k_usage_tail[] =
+    "  --fake-quant none|int8  int8: quantization-aware training: the blocks' linear\n"
+    "                   layers INT8 fake-quantized as `ampc quantize` and INT8\n"
+    "                   eval run them (CPU, mm-* models; docs/QUANTIZATION.md)\n"
     "  --on-stall stop|warn  on non-finite weights, or N steps in a row that\n"
     "                   overflow at the scale floor or have a non-finite loss:\n"
     "                   print and log the diagnosis, then stop (default, exit 3)\n"
@@ -255,6 +259,7 @@ static const char *const k_value_flags[] = {"lr",
                                             "w-mlm",
                                             "mlm-prob",
                                             "resume",
+                                            "fake-quant",
                                             "on-stall",
                                             "stall-steps",
                                             "device",
@@ -680,7 +685,12 @@ int train_parse_args(int argc, char **argv, train_args *a) {
       rc = parse_f(flag, v, &a->mlm_prob);
     else if (!strcmp(n, "resume"))
       a->resume = v;
-    else if (!strcmp(n, "on-stall")) {
+    else if (!strcmp(n, "fake-quant")) {
+      if (!strcmp(v, "none") || !strcmp(v, "int8"))
+        a->fake_q8 = !strcmp(v, "int8");
+      else
+        rc = cli_usage_error("train", "--fake-quant: expected none or int8, got '%s'", v);
+    } else if (!strcmp(n, "on-stall")) {
       if (!strcmp(v, "stop"))
         a->on_stall = AMPC_STALL_STOP;
       else if (!strcmp(v, "warn"))
@@ -738,6 +748,22 @@ int train_parse_args(int argc, char **argv, train_args *a) {
                            "--resume with a --precision list: each preset has its own checkpoint; "
                            "resume one preset at a time (--precision P --resume "
                            "CHECKPOINT.P.safetensors) or run the list again");
+  /* quantization-aware training: the CPU's image-text models in a preset
+   * whose blocks' linear layers are not FP8's */
+  if (a->fake_q8 && !strcmp(a->model, "mlp"))
+    return cli_usage_error("train", "--fake-quant int8: --model mlp has no transformer blocks "
+                                    "(INT8 quantization-aware training is for the mm-* models)");
+  if (a->fake_q8 && a->device != AMPC_DEVICE_CPU)
+    return cli_usage_error("train",
+                           "--fake-quant int8 runs on the CPU (--device cpu), not --device "
+                           "%s",
+                           ampc_device_name(a->device));
+  for (int k = 0; a->fake_q8 && k < a->n_presets; k++)
+    if (ampc_precision_is_fp8(a->amp[k].precision))
+      return cli_usage_error("train",
+                             "--fake-quant int8 with --precision %s: its linear layers are FP8's "
+                             "(use 32-true or a 16-bit preset)",
+                             a->presets[k]);
   /* output paths: distinct, and checked now rather than after the run */
   if (cli_same_file(a->log, a->save) || cli_same_file(a->log, a->resume))
     return cli_usage_error("train", "--log must not name the checkpoint file (%s)", a->log);
@@ -838,8 +864,11 @@ static void print_config(FILE *out, FILE *err, ampc_run *R, const train_args *A)
     fprintf(out, ", recompute off");
   if (md->kind == AMPC_MODEL_MM && md->mm.attn_cast && am->lowp != AMPC_F32)
     fprintf(out, ", attention cast on");
-  fprintf(out, "; %lld parameters", (long long)T->params.numel);
   const ampc_run_config *rc = ampc_run_get_config(R);
+  if (rc->fake_quant_int8)
+    fprintf(out, ", fake quant int8 (the blocks' linear layers: weights per channel, activations "
+                 "per tensor)");
+  fprintf(out, "; %lld parameters", (long long)T->params.numel);
   if (rc->comm && rc->comm->size > 1)
     fprintf(out, "; %d ranks, %lld samples each", rc->comm->size,
             (long long)(rc->batch / rc->comm->size));
@@ -1065,6 +1094,15 @@ int train_inputs_load(const char *cmd, const train_args *A, const train_inputs *
     train_inputs_free(in);
     return AMPC_EXIT_USAGE;
   }
+  if (A->fake_q8 && (in->md.kind != AMPC_MODEL_MM || in->md.mm.image_only)) {
+    snprintf(why, cap,
+             "--fake-quant int8: model %s is image-only (INT8 quantization-aware training is "
+             "for the image-text models, mm-*)",
+             model);
+    *refused = true;
+    train_inputs_free(in);
+    return AMPC_EXIT_USAGE;
+  }
   ampc_mmodel_config *mm = &in->md.mm;
   /* a packed dataset's image size (the bundled data's models are fixed) */
   if (in->data.stream && ampc_mmodel_follow_image(mm, D->height) != AMPC_OK) {
@@ -1123,6 +1161,7 @@ void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *
   c->global_negatives = A->global_negatives;
   c->on_stall = A->on_stall, c->stall_steps = A->stall_steps;
   c->device = A->device;
+  c->fake_quant_int8 = A->fake_q8;
 #ifdef AMPC_TEST_HOOKS /* the robustness tests' faults (docs/ROBUSTNESS.md; not in a release) */
   (void)ampc_fault_at_parse(getenv("AMPC_FAULT_FAIL"), &c->faults.fail);
   (void)ampc_fault_at_parse(getenv("AMPC_FAULT_NAN_GRAD"), &c->faults.nan_grad);

@@ -47,6 +47,7 @@ typedef struct train_args {
   /* --precision A,B,...: the presets in order (one: a single run) */
   int n_presets;
   char presets[TRAIN_MAX_PRESETS][32];
+  bool fake_q8; /* --fake-quant int8 */
 } train_args;
 
 /* Parse the flags of `ampc train` (argv[0] is the command name) into *a and
