@@ -7,8 +7,11 @@
  * with leading dimensions past the width; at the extremes (-128 * -128 and
  * 127 * -128 over k = 65536, the largest k: |sum| = 2^30, which a
  * saturating or wrapping path would get wrong); k = 0; bad arguments; the
- * prepared B with the fused FP32 dequantization, bit for bit.
+ * prepared B with the fused FP32 dequantization, bit for bit; the
+ * activation quantizer on every path, bit for bit.
  */
+#include <float.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -237,12 +240,71 @@ static void test_dequant_bad_args(void **state) {
   ampc_gemm_s8_b_free(&pb); /* twice: harmless */
 }
 
+/* the activation quantizer: every path the bits of the scalar definition
+ * (written out here again), on random values at several magnitudes, the
+ * ties (k + 1/2 steps), +-127.5 steps, +-inf, NaN, -0 and the largest
+ * floats, at lengths around the vector widths and past a thread's block */
+static void test_quantize(void **state) {
+  (void)state;
+  const int64_t n = 70001;
+  float *x = malloc((size_t)n * sizeof *x);
+  int8_t *q = malloc((size_t)n), *want = malloc((size_t)n);
+  assert_true(x && q && want);
+  const float scale = 0.037f;
+  for (int64_t i = 0; i < n; i++) {
+    const int kind = (int)(i % 7);
+    const float r = (float)rnd8() + (float)(uint8_t)rnd8() / 256.0f;
+    x[i] = kind == 0   ? r * scale
+           : kind == 1 ? ((float)rnd8() + 0.5f) * scale /* ties, mostly */
+           : kind == 2 ? r * scale * 3.0f               /* saturates */
+           : kind == 3 ? r * 1e-3f * scale
+                       : r * scale * 0.6f;
+  }
+  const float special[] = {INFINITY,       -INFINITY,      NAN,
+                           -0.0f,          0.0f,           FLT_MAX,
+                           -FLT_MAX,       127.5f * scale, -127.5f * scale,
+                           126.5f * scale, 0.5f * scale,   -0.5f * scale,
+                           1.5f * scale,   -2.5f * scale,  FLT_TRUE_MIN};
+  for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+    x[3 * i + 1] = special[i], x[n - 1 - 5 * (int64_t)i] = special[i];
+  for (int64_t i = 0; i < n; i++) {
+    volatile float v = x[i] / scale;
+    float c = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+    c = c == c ? c : 0.0f;
+    want[i] = (int8_t)nearbyintf(c);
+  }
+  static const int64_t lens[] = {0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 16385, 70001};
+  for (size_t p = 0; p < sizeof k_paths / sizeof k_paths[0]; p++) {
+    if (!have(k_paths[p]))
+      continue;
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      memset(q, 0x55, (size_t)n);
+      assert_int_equal(ampc_gemm_s8_quantize(k_paths[p], x, lens[l], scale, q), AMPC_OK);
+      for (int64_t i = 0; i < lens[l]; i++)
+        if (q[i] != want[i])
+          fail_msg("%s quantize n=%lld: q[%lld] = %d for x = %.9g, want %d",
+                   ampc_gemm_s8_path_name(k_paths[p]), (long long)lens[l], (long long)i, q[i],
+                   (double)x[i], want[i]);
+      if (lens[l] < n)
+        assert_int_equal(q[lens[l]], 0x55);
+    }
+  }
+  assert_int_equal(ampc_gemm_s8_quantize(AMPC_GEMM_S8_AUTO, x, 4, 0.0f, q), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_quantize(AMPC_GEMM_S8_AUTO, x, 4, NAN, q), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_quantize(AMPC_GEMM_S8_AUTO, x, 4, INFINITY, q),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_quantize(AMPC_GEMM_S8_AUTO, x, -1, 1.0f, q), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_gemm_s8_quantize(AMPC_GEMM_S8_AUTO, NULL, 4, 1.0f, q),
+                   AMPC_ERR_INVALID_ARG);
+  free(x), free(q), free(want);
+}
+
 int main(void) {
   printf("INT8 GEMM path here: %s\n", ampc_gemm_s8_path_name(ampc_gemm_s8_best()));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_shapes),    cmocka_unit_test(test_extremes),
       cmocka_unit_test(test_bad_args),         cmocka_unit_test(test_dequant),
-      cmocka_unit_test(test_dequant_bad_args),
+      cmocka_unit_test(test_dequant_bad_args), cmocka_unit_test(test_quantize),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -258,6 +258,18 @@ ampc_status ampc_gemm_s8_dequant(const ampc_gemm_s8_b *pb, int64_t m, const int8
                                  float alpha, const float *col_scale, const float *bias, float *y,
                                  int64_t ldy);
 
+/* The INT8 quantization of an activation (symmetric, zero point 0, one
+ * scale for the tensor: the A operand of ampc_gemm_s8): q [n] int8 =
+ * round-half-even(clamp(x[i] / scale, -127, 127)), a NaN to 0 (+-inf
+ * saturates). The quotient is IEEE single division on every path (the
+ * scalar loop, AVX2, AVX-512; path as ampc_gemm_s8_with, AVX512VNNI standing
+ * for AVX-512), so each gives the same bits; OpenMP threads over blocks of
+ * x when n is large. scale: finite and > 0 (as PyTorch's
+ * quantize_per_tensor with qint8, restricted to -127..127). Errors:
+ * AMPC_ERR_INVALID_ARG (n < 0, NULL, a bad scale), AMPC_ERR_UNSUPPORTED. */
+ampc_status ampc_gemm_s8_quantize(ampc_gemm_s8_path path, const float *x, int64_t n, float scale,
+                                  int8_t *q);
+
 #ifdef __cplusplus
 }
 #endif

@@ -268,6 +268,11 @@ void ampc_gemm_s8_rows_avx512vnni(int64_t i0, int64_t i1, int64_t n, int64_t k, 
                                   int64_t lda, const int8_t *bp, const int32_t *bsum, int32_t *c,
                                   int64_t ldc, float alpha, const float *mult, const float *bias,
                                   float *y, int64_t ldy);
+/* q [n] = the INT8 quantization of x [n] with scale (ampc_gemm_s8_quantize):
+ * the scalar definition and its AVX2 and AVX-512 forms (the same bits). */
+void ampc_s8_quantize_portable(const float *x, int64_t n, float scale, int8_t *q);
+void ampc_s8_quantize_avx2(const float *x, int64_t n, float scale, int8_t *q);
+void ampc_s8_quantize_avx512(const float *x, int64_t n, float scale, int8_t *q);
 /* 1 when ampc_use_avx512() and the CPU (and OS) have AVX512-VNNI (cached). */
 int ampc_cpu_has_avx512vnni(void);
 

@@ -9,6 +9,7 @@
  */
 #include "ampc/gemm.h"
 
+#include <float.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,49 @@ ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int6
   const ampc_status st = run(&pb, m, a, lda, c, ldc, 0.0f, NULL, NULL, NULL, 0);
   ampc_gemm_s8_b_free(&pb);
   return st;
+}
+
+void ampc_s8_quantize_portable(const float *x, int64_t n, float scale, int8_t *q) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i] / scale;
+    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+    v = v == v ? v : 0.0f;
+    /* to nearest, ties to even: |v| <= 127 < 2^22, so adding and taking
+     * away 1.5 * 2^23 leaves v rounded to an integer (no fast-math folds it) */
+    q[i] = (int8_t)(int32_t)((v + 0x1.8p23f) - 0x1.8p23f);
+  }
+}
+
+/* values per OpenMP work item of the quantization */
+enum { Q_BLOCK = 16384 };
+
+ampc_status ampc_gemm_s8_quantize(ampc_gemm_s8_path path, const float *x, int64_t n, float scale,
+                                  int8_t *q) {
+  const char *fn = "ampc_gemm_s8_quantize";
+  if (n < 0 || (n > 0 && (!x || !q)) || !(scale > 0.0f) || !(scale <= FLT_MAX))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: n=%lld, scale %g, or a NULL operand", fn,
+                     (long long)n, (double)scale);
+  if (path == AMPC_GEMM_S8_AUTO)
+    path = ampc_gemm_s8_best();
+  if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
+      (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
+      path > AMPC_GEMM_S8_AVX512VNNI)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: path %s not available on this CPU", fn,
+                     ampc_gemm_s8_path_name(path));
+  const int64_t blocks = (n + Q_BLOCK - 1) / Q_BLOCK;
+#pragma omp parallel for schedule(static) if (blocks > 4)
+  for (int64_t bi = 0; bi < blocks; bi++) {
+    const int64_t i0 = bi * Q_BLOCK, len = n - i0 < Q_BLOCK ? n - i0 : Q_BLOCK;
+#if defined(__x86_64__)
+    if (path == AMPC_GEMM_S8_AVX512VNNI)
+      ampc_s8_quantize_avx512(x + i0, len, scale, q + i0);
+    else if (path == AMPC_GEMM_S8_AVX2)
+      ampc_s8_quantize_avx2(x + i0, len, scale, q + i0);
+    else
+#endif
+      ampc_s8_quantize_portable(x + i0, len, scale, q + i0);
+  }
+  return AMPC_OK;
 }
 
 ampc_status ampc_gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,

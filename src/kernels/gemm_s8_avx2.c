@@ -56,3 +56,23 @@ void ampc_gemm_s8_rows_avx2(int64_t i0, int64_t i1, int64_t n, int64_t k, const 
     }
   }
 }
+
+void ampc_s8_quantize_avx2(const float *x, int64_t n, float scale, int8_t *q) {
+  const __m256 s = _mm256_set1_ps(scale), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+  /* VPACKSSDW and VPACKSSWB interleave the 128-bit lanes: put them back */
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i r[4];
+    for (int u = 0; u < 4; u++) {
+      const __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i + 8 * u), s);
+      const __m256 num = _mm256_cmp_ps(v, v, _CMP_ORD_Q); /* NaN: 0 */
+      const __m256 c = _mm256_and_ps(_mm256_min_ps(_mm256_max_ps(v, lo), hi), num);
+      r[u] = _mm256_cvtps_epi32(_mm256_round_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    const __m256i p =
+        _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    _mm256_storeu_si256((__m256i *)(void *)(q + i), _mm256_permutevar8x32_epi32(p, order));
+  }
+  ampc_s8_quantize_portable(x + i, n - i, scale, q + i);
+}

@@ -116,3 +116,17 @@ void ampc_gemm_s8_rows_avx512vnni(int64_t i0, int64_t i1, int64_t n, int64_t k, 
     }
   }
 }
+
+void ampc_s8_quantize_avx512(const float *x, int64_t n, float scale, int8_t *q) {
+  const __m512 s = _mm512_set1_ps(scale), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
+    const __mmask16 num = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q); /* NaN: 0 */
+    const __m512 c = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    const __m512i r =
+        _mm512_maskz_cvt_roundps_epi32(num, c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)(void *)(q + i), _mm512_cvtepi32_epi8(r));
+  }
+  ampc_s8_quantize_portable(x + i, n - i, scale, q + i);
+}

@@ -338,18 +338,12 @@ ampc_status ampc_linear_forward_s8(int64_t m, int64_t k, int64_t n, const void *
     if (bad && st == AMPC_OK)
       st = ampc_fail(AMPC_ERR_NUMERIC, "%s: an activation is not finite", fn);
     xs = amax > 0.0f ? amax / 127.0f : 1.0f;
+    xs = xs > 0.0f ? xs : FLT_TRUE_MIN; /* amax / 127 under the subnormals */
   }
   /* past the calibrated range: saturated at +-127; NaN (a static scale
    * does not look): 0 */
-#pragma omp parallel for simd schedule(static) if (m * k > 65536)
-  for (int64_t i = 0; i < m * k; i++) {
-    float v = xv[i] / xs;
-    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-    v = v == v ? v : 0.0f;
-    /* to nearest, ties to even: |v| <= 127 < 2^22, so adding and taking
-     * away 1.5 * 2^23 leaves v rounded to an integer (no fast-math folds it) */
-    xq[i] = (int8_t)(int32_t)((v + 0x1.8p23f) - 0x1.8p23f);
-  }
+  if (st == AMPC_OK)
+    st = ampc_gemm_s8_quantize(AMPC_GEMM_S8_AUTO, xv, m * k, xs, xq);
   /* the INT32 sums dequantized inside the GEMM: acc * (xs * w_scale[j]) + b[j] */
   ampc_gemm_s8_b local = {0};
   const ampc_gemm_s8_b *pb = s->prep;
