@@ -22,6 +22,12 @@
 # 7. The device path on 2 ranks (--device cpu-split): the CPU path's bits,
 #    global negatives too.
 # 8. The diagnosis names a non-finite sample that only rank 1 holds.
+# 9. Ranks that cannot disagree: ranks started with a different flag (an
+#    MPMD launch) are refused before the first step, exit 2, the flag named;
+#    ranks resuming from different checkpoints likewise; a rank killed
+#    (SIGKILL) mid-run ends the job within seconds with the checkpoint it
+#    would have overwritten intact; --global-negatives with --micro-batches
+#    in one process is refused (it would contrast each micro-batch alone).
 set -u
 OMP_WAIT_POLICY=passive
 # no cross-memory attach between ranks: containers often forbid the ptrace
@@ -237,6 +243,61 @@ AMPC_TEST_EXTREME_SAMPLE=$idx:1e6 "$mpiexec" --allow-run-as-root --oversubscribe
   --no-eval >"$tmp/x.out" 2>&1
 grep -q "^  - samples carrying it: 1 of 8: $idx (" "$tmp/x.out" ||
   die "rank 1's extreme sample $idx is not named: $(grep -A1 'non-finite tensor' "$tmp/x.out")"
+
+# 9. ranks that cannot disagree
+for case in "--lr 1e-3:--lr 2e-3:--lr" "--seed 1:--seed 2:--seed" \
+  "--precision 16-mixed:--precision bf16-mixed:--precision" "--batch 16:--batch 16 --w-itm 0:--w-itm"; do
+  a=${case%%:*} rest=${case#*:} b=${rest%%:*} flag=${case##*:}
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$ampc" train $common --batch 16 $a : \
+    -np 1 "$ampc" train $common --batch 16 $b >"$tmp/mm.out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || { die "ranks started with $a and $b: exit $rc, expected 2 (124: a hang)"; cat "$tmp/mm.out" >&2; }
+  grep -q "started with different settings: $flag differs" "$tmp/mm.out" ||
+    { die "ranks started with $a and $b: $flag not named"; cat "$tmp/mm.out" >&2; }
+  [ $(($(date +%s) - start)) -lt 60 ] || die "ranks started with $a and $b: over 60 s to end"
+done
+"$ampc" train $common --batch 16 --save "$tmp/r1.st" >/dev/null 2>&1 || die "the resume source failed"
+"$ampc" train $common --batch 16 --seed 5 --save "$tmp/r2.st" >/dev/null 2>&1 || die "the resume source failed"
+timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$ampc" train $common --batch 16 --steps 8 \
+  --resume "$tmp/r1.st" : -np 1 "$ampc" train $common --batch 16 --steps 8 --resume "$tmp/r2.st" >"$tmp/rr.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || die "ranks resuming from different checkpoints: exit $rc, expected 2"
+grep -q "start from different weights" "$tmp/rr.out" || { die "ranks resuming from different checkpoints: no clear message"; cat "$tmp/rr.out" >&2; }
+# a killed rank: the job ends, the checkpoint it would overwrite is whole
+cp "$tmp/r1.st" "$tmp/k.st"
+mpi 2 "$ampc" train --steps 3000 --batch 16 --no-eval --threads 1 --quiet --resume "$tmp/k.st" \
+  --save "$tmp/k.st" --log "$tmp/k.jsonl" >"$tmp/k.out" 2>&1 &
+job=$!
+i=0
+while [ $i -lt 120 ] && ! grep -q '"step":20,' "$tmp/k.jsonl" 2>/dev/null; do sleep 1; i=$((i + 1)); done
+victim=
+for p in $(pgrep -f "ampc train --steps 3000"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+done
+if [ -z "$victim" ]; then
+  die "a killed rank: rank 1 not found (step 20 never logged?)"
+  kill "$job" 2>/dev/null
+else
+  kill -9 "$victim"
+  start=$(date +%s)
+  i=0
+  while kill -0 "$job" 2>/dev/null && [ $i -lt 60 ]; do sleep 1; i=$((i + 1)); done
+  if kill -0 "$job" 2>/dev/null; then
+    die "a killed rank: the job still runs 60 s later (a hang)"
+    pkill -9 -f "ampc train --steps 3000"
+  else
+    wait "$job" && die "a killed rank: the job exited 0"
+    echo "a killed rank: the job ended $(($(date +%s) - start)) s after the kill"
+  fi
+  cmp -s "$tmp/r1.st" "$tmp/k.st" || die "a killed rank: the checkpoint changed"
+  ls "$tmp"/k.st.* >/dev/null 2>&1 && echo "note: a temporary checkpoint file is left: $(ls "$tmp"/k.st.*)"
+fi
+"$ampc" train $common --batch 16 --micro-batches 2 --global-negatives >"$tmp/gm.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || die "--global-negatives --micro-batches 2 in one process: exit $rc, expected 2"
+grep -q "would contrast each micro-batch" "$tmp/gm.out" || die "--global-negatives --micro-batches 2: no clear message"
 
 [ $fail -eq 0 ] && echo "check_mpi: all cases passed"
 exit $fail

@@ -170,6 +170,14 @@ static ampc_status check_config(const ampc_run_config *rc) {
                      "batch %lld does not divide evenly over %d ranks (the batch is the global "
                      "batch: pick a multiple of %d)",
                      (long long)rc->batch, size, size);
+  if (rc->global_negatives && rc->micro_batches > 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--global-negatives with --micro-batches %lld: the contrastive loss would "
+                     "contrast each micro-batch's %lld samples alone, not the batch of %lld (run "
+                     "%lld MPI ranks with --micro-batches 1 for that: mpirun -np %lld)",
+                     (long long)rc->micro_batches,
+                     (long long)(rc->batch / size / rc->micro_batches), (long long)rc->batch,
+                     (long long)(rc->micro_batches * size), (long long)(rc->micro_batches * size));
   if ((rc->batch / size) % rc->micro_batches != 0)
     return size > 1 ? ampc_fail(AMPC_ERR_INVALID_ARG,
                                 "the shard of %lld samples per rank (batch %lld over %d ranks) "
@@ -349,6 +357,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     st = resume(R);
   if (st == AMPC_OK)
     st = set_telemetry(R);
+  if (st == AMPC_OK)
+    st = run_check_start(R);
   if (st != AMPC_OK) {
     ampc_run_free(R);
     return st;

@@ -138,6 +138,12 @@ ampc_status run_cut_log(const char *path, int64_t iteration);
 
 ampc_status run_fp8_end_step(ampc_run *R);
 ampc_status run_check_replicas(ampc_run *R, const ampc_step_info *info);
+/* Before the first step of a run on several ranks: every rank was started
+ * with the same settings (the config line's fields, but the thread count
+ * and the checkpoint's path) and holds the same weights. Else
+ * AMPC_ERR_INVALID_ARG on every rank, naming the first differing field and
+ * the flag that sets it. A collective: every rank calls it. */
+ampc_status run_check_start(ampc_run *R);
 ampc_status run_reduce_telemetry(ampc_run *R);
 
 /* ---- the stall policy and the diagnosis (run_health.c) ------------------------------- */

@@ -1,12 +1,13 @@
 /*
- * src/train/run_ranks.c: what the ranks of a data-parallel run agree on after
- * each step: the FP8 casts' amax (maximised over the ranks, as Transformer
+ * src/train/run_ranks.c: what the ranks of a data-parallel run agree on: at
+ * the start, their settings and weights (run_check_start); after each step: the FP8 casts' amax (maximised over the ranks, as Transformer
  * Engine reduces amax over the data-parallel group) and counts, the rounding
  * telemetry of a sampled iteration, and the replicas' check (the scaler's
  * state every step, the weights on request). One process: nothing to do.
  */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,5 +175,140 @@ ampc_status run_reduce_telemetry(ampc_run *R) {
     }
   }
   free(u);
+  return st;
+}
+
+/* ---- ranks started alike ------------------------------------------------------------- */
+
+/* the flag that sets a config field (its dotted path in the config line):
+ * the field's last name with '-' for '_', but for these */
+static const char *flag_of(const char *path, char *buf, size_t cap) {
+  static const char *const map[][2] = {
+      {"precision", "--precision"},
+      {"weights_dtype", "--precision"},
+      {"grads_dtype", "--precision"},
+      {"optimizer_state_dtype", "--precision"},
+      {"loss_scale.mode", "--loss-scale"},
+      {"optimizer.name", "--optimizer"},
+      {"optimizer.warmup_steps", "--warmup"},
+      {"optimizer.total_steps", "--steps"},
+      {"parameters", "--model"},
+      {"run.held_out_style", "--hold-out-style"},
+      {"run.data_parallel.reduce", "--allreduce"},
+      {"run.data_parallel.negatives", "--global-negatives"},
+      {"run.data_parallel.shard", "--batch"},
+      {"run.train_samples", "--data"},
+      {"run.train_concepts", "--data"},
+      {"run.vocab", "--data"},
+      {"run.seq_len", "--data"},
+      {"run.classes", "--data"},
+      {"run.activation_bytes", "--batch"},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(path, map[i][0]))
+      return map[i][1];
+  if (!strncmp(path, "parameter_bytes.", 16))
+    return "--model";
+  const char *last = strrchr(path, '.');
+  last = last ? last + 1 : path;
+  snprintf(buf, cap, "--%s", last);
+  for (char *p = buf; *p; p++)
+    *p = *p == '_' ? '-' : *p;
+  return buf;
+}
+
+/* the config's leaves in order, as "path" and "value" (JSON text), but the
+ * ones that may differ between ranks (the thread count, the checkpoint's
+ * path: the weights are compared instead, the warnings) */
+typedef struct leaf {
+  char path[96];
+  char *value;
+} leaf;
+
+static int collect(const cJSON *o, const char *prefix, leaf *out, int n, int max) {
+  for (const cJSON *it = o->child; it && n >= 0; it = it->next) {
+    char path[96];
+    snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", it->string ? it->string : "");
+    if (!strcmp(path, "event") || !strcmp(path, "warnings") || !strcmp(path, "run.threads") ||
+        !strcmp(path, "run.resumed_from"))
+      continue;
+    if (cJSON_IsObject(it)) {
+      n = collect(it, path, out, n, max);
+      continue;
+    }
+    if (n >= max)
+      return -1;
+    snprintf(out[n].path, sizeof out[n].path, "%s", path);
+    if (!(out[n].value = cJSON_PrintUnformatted(it)))
+      return -1;
+    n++;
+  }
+  return n;
+}
+
+ampc_status run_check_start(ampc_run *R) {
+  const ampc_comm *c = R->rc.comm;
+  if (!c || c->size < 2)
+    return AMPC_OK;
+  enum { MAX_LEAVES = 256 };
+  cJSON *cfg = run_config_object(R);
+  leaf *lv = calloc(MAX_LEAVES, sizeof *lv);
+  char *keys = NULL;
+  ampc_status st = AMPC_OK;
+  const int n = cfg && lv ? collect(cfg, "", lv, 0, MAX_LEAVES) : -1;
+  if (n < 0)
+    st = ampc_fail(AMPC_ERR_NOMEM, "the ranks' start check: out of memory");
+  /* the fields first (the same count of checks follows on every rank),
+   * then the whole config, then field by field only when it differs */
+  size_t kb = 1, vb = 1;
+  for (int i = 0; i < n; i++)
+    kb += strlen(lv[i].path) + 1, vb += strlen(lv[i].path) + strlen(lv[i].value) + 2;
+  if (st == AMPC_OK && !(keys = malloc(kb > vb ? kb : vb)))
+    st = ampc_fail(AMPC_ERR_NOMEM, "the ranks' start check: out of memory");
+  if (st == AMPC_OK) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++)
+      off += (size_t)sprintf(keys + off, "%s\n", lv[i].path);
+    if (c->check_same(c->user, keys, off, "the config's fields") != AMPC_OK)
+      st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the %d ranks were started with different settings: their runs have "
+                     "different fields (a different --model, --data or --device?); start every "
+                     "rank with the same flags",
+                     c->size);
+  }
+  bool same = false;
+  if (st == AMPC_OK) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++)
+      off += (size_t)sprintf(keys + off, "%s=%s\n", lv[i].path, lv[i].value);
+    same = c->check_same(c->user, keys, off, "the config") == AMPC_OK;
+  }
+  for (int i = 0; st == AMPC_OK && !same && i < n; i++) {
+    if (c->check_same(c->user, lv[i].value, strlen(lv[i].value), lv[i].path) == AMPC_OK)
+      continue;
+    char buf[96];
+    st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                   "the %d ranks were started with different settings: %s differs (%s is %s on "
+                   "rank %d, not on every rank); start every rank with the same flags and data",
+                   c->size, flag_of(lv[i].path, buf, sizeof buf), lv[i].path, lv[i].value, c->rank);
+  }
+  /* the weights they start from (--seed, --resume) */
+  if (st == AMPC_OK) {
+    if (R->rc.device != AMPC_DEVICE_CPU)
+      st = ampc_trainer_sync_host(&R->T);
+    const ampc_params *P = &R->T.params;
+    if (st == AMPC_OK &&
+        (c->check_same(c->user, P->w, (size_t)P->total * ampc_dtype_size(P->wdt), "w") != AMPC_OK ||
+         (P->master && c->check_same(c->user, P->master, (size_t)P->total * sizeof(float),
+                                     "master") != AMPC_OK)))
+      st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "the %d ranks start from different weights (a different --seed, or "
+                     "--resume from different checkpoints): start every rank with the same flags",
+                     c->size);
+  }
+  for (int i = 0; lv && i < MAX_LEAVES; i++)
+    cJSON_free(lv[i].value);
+  free(lv), free(keys);
+  cJSON_Delete(cfg);
   return st;
 }
