@@ -246,7 +246,9 @@ grep -q "^  - samples carrying it: 1 of 8: $idx (" "$tmp/x.out" ||
 
 # 9. ranks that cannot disagree
 for case in "--lr 1e-3:--lr 2e-3:--lr" "--seed 1:--seed 2:--seed" \
-  "--precision 16-mixed:--precision bf16-mixed:--precision" "--batch 16:--batch 16 --w-itm 0:--w-itm"; do
+  "--precision 16-mixed:--precision bf16-mixed:--precision" "--batch 16:--batch 16 --w-itm 0:--w-itm" \
+  "--stop-at 2:--stop-at 3:--stop-at" "--check-replicas:--batch 16:--check-replicas" \
+  "--steps 5:--steps 6:--steps" "--micro-batches 2:--micro-batches 1:--micro-batches"; do
   a=${case%%:*} rest=${case#*:} b=${rest%%:*} flag=${case##*:}
   start=$(date +%s)
   # shellcheck disable=SC2086
@@ -258,6 +260,10 @@ for case in "--lr 1e-3:--lr 2e-3:--lr" "--seed 1:--seed 2:--seed" \
     { die "ranks started with $a and $b: $flag not named"; cat "$tmp/mm.out" >&2; }
   [ $(($(date +%s) - start)) -lt 60 ] || die "ranks started with $a and $b: over 60 s to end"
 done
+# the thread count may differ (the bits do not depend on it)
+timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$ampc" train $common --batch 16 : \
+  -np 1 "$ampc" train $common --batch 16 --threads 2 >"$tmp/th.out" 2>&1 ||
+  { die "ranks with 1 and 2 threads: exit $?"; cat "$tmp/th.out" >&2; }
 "$ampc" train $common --batch 16 --save "$tmp/r1.st" >/dev/null 2>&1 || die "the resume source failed"
 "$ampc" train $common --batch 16 --seed 5 --save "$tmp/r2.st" >/dev/null 2>&1 || die "the resume source failed"
 timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$ampc" train $common --batch 16 --steps 8 \

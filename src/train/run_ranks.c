@@ -1,8 +1,8 @@
 /*
  * src/train/run_ranks.c: what the ranks of a data-parallel run agree on: at
- * the start, their settings and weights (run_check_start); after each step: the FP8 casts' amax (maximised over the ranks, as Transformer
- * Engine reduces amax over the data-parallel group) and counts, the rounding
- * telemetry of a sampled iteration, and the replicas' check (the scaler's
+ * the start, their settings and weights (run_check_start); after each step: the FP8 casts' amax
+ * (maximised over the ranks, as Transformer Engine reduces amax over the data-parallel group) and
+ * counts, the rounding telemetry of a sampled iteration, and the replicas' check (the scaler's
  * state every step, the weights on request). One process: nothing to do.
  */
 #include "internal.h"
@@ -202,7 +202,9 @@ static const char *flag_of(const char *path, char *buf, size_t cap) {
       {"run.vocab", "--data"},
       {"run.seq_len", "--data"},
       {"run.classes", "--data"},
-      {"run.activation_bytes", "--batch"},
+      {"collectives.eval", "--no-eval"},
+      {"collectives.on_stall", "--on-stall"},
+      {"collectives.stall_steps", "--on-stall"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(path, map[i][0]))
@@ -230,7 +232,7 @@ static int collect(const cJSON *o, const char *prefix, leaf *out, int n, int max
     char path[96];
     snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", it->string ? it->string : "");
     if (!strcmp(path, "event") || !strcmp(path, "warnings") || !strcmp(path, "run.threads") ||
-        !strcmp(path, "run.resumed_from"))
+        !strcmp(path, "run.resumed_from") || !strcmp(path, "run.activation_bytes"))
       continue;
     if (cJSON_IsObject(it)) {
       n = collect(it, path, out, n, max);
@@ -246,12 +248,48 @@ static int collect(const cJSON *o, const char *prefix, leaf *out, int n, int max
   return n;
 }
 
+/* fields that follow from others (the preset's dtypes, the model's sizes,
+ * the schedule's defaults, the shard): compared last, so that the field a
+ * flag set is the one named */
+static bool derived(const char *path) {
+  static const char *const d[] = {"weights_dtype",
+                                  "grads_dtype",
+                                  "optimizer_state_dtype",
+                                  "master_weights",
+                                  "parameters",
+                                  "optimizer.warmup_steps",
+                                  "optimizer.total_steps",
+                                  "run.data_parallel.shard",
+                                  "run.loss_multiplier"};
+  for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+    if (!strcmp(path, d[i]))
+      return true;
+  return !strncmp(path, "parameter_bytes.", 16);
+}
+
 ampc_status run_check_start(ampc_run *R) {
   const ampc_comm *c = R->rc.comm;
   if (!c || c->size < 2)
     return AMPC_OK;
   enum { MAX_LEAVES = 256 };
   cJSON *cfg = run_config_object(R);
+  /* settings outside the log's config line that decide which collectives a
+   * rank calls (a rank stopping early, checking replicas or sampling
+   * telemetry alone would wait forever or mismatch its messages) */
+  cJSON *more = cfg ? cJSON_AddObjectToObject(cfg, "collectives") : NULL;
+  if (more) {
+    const ampc_run_config *rc = &R->rc;
+    cJSON_AddNumberToObject(more, "stop_at", (double)rc->stop_at);
+    cJSON_AddBoolToObject(more, "check_replicas", rc->check_replicas);
+    cJSON_AddNumberToObject(more, "telemetry_every", (double)rc->telemetry_every);
+    cJSON_AddNumberToObject(more, "eval_every", (double)rc->eval_every);
+    cJSON_AddBoolToObject(more, "eval", rc->eval);
+    cJSON_AddNumberToObject(more, "save_every", (double)rc->save_every);
+    cJSON_AddNumberToObject(more, "log_every", (double)rc->log_every);
+    cJSON_AddBoolToObject(more, "anomaly_replay", rc->anomaly_replay);
+    cJSON_AddNumberToObject(more, "on_stall", (double)rc->on_stall);
+    cJSON_AddNumberToObject(more, "stall_steps", (double)rc->stall_steps);
+  }
   leaf *lv = calloc(MAX_LEAVES, sizeof *lv);
   char *keys = NULL;
   ampc_status st = AMPC_OK;
@@ -283,10 +321,12 @@ ampc_status run_check_start(ampc_run *R) {
       off += (size_t)sprintf(keys + off, "%s=%s\n", lv[i].path, lv[i].value);
     same = c->check_same(c->user, keys, off, "the config") == AMPC_OK;
   }
-  for (int i = 0; st == AMPC_OK && !same && i < n; i++) {
-    if (c->check_same(c->user, lv[i].value, strlen(lv[i].value), lv[i].path) == AMPC_OK)
+  for (int k = 0; st == AMPC_OK && !same && k < 2 * n; k++) {
+    const int i = k % n;
+    if ((k < n) == derived(lv[i].path) ||
+        c->check_same(c->user, lv[i].value, strlen(lv[i].value), lv[i].path) == AMPC_OK)
       continue;
-    char buf[96];
+    char buf[128];
     st = ampc_fail(AMPC_ERR_INVALID_ARG,
                    "the %d ranks were started with different settings: %s differs (%s is %s on "
                    "rank %d, not on every rank); start every rank with the same flags and data",
