@@ -98,7 +98,15 @@ head -c 5000 "$tmp/run.st" >"$tmp/short.st"
 expect 1 quantize --checkpoint "$tmp/short.st" --out "$tmp/x.st"
 printf 'hello' >"$tmp/junk.st"
 expect 1 quantize --checkpoint "$tmp/junk.st" --out "$tmp/x.st"
-expect 1 quantize --checkpoint "$tmp/ch.st" --out "$tmp/x.st" # already INT8: I8 is not a weight dtype
+expect 2 quantize --checkpoint "$tmp/ch.st" --out "$tmp/x.st"
+grep -q "already quantized" "$tmp/err" || die "an INT8 file as the checkpoint: $(cat "$tmp/err")"
+python3 "$here/scale_tensor.py" "$tmp/run.st" "$tmp/emb.st" text.token_embed.weight nan ||
+  die "cannot write the NaN embedding"
+expect 1 quantize --checkpoint "$tmp/emb.st" --out "$tmp/x.st" # not a linear layer, still refused
+grep -q "text.token_embed.weight" "$tmp/err" || die "the NaN embedding is not named: $(cat "$tmp/err")"
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --calib-method max
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --percentile=99
+expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --data "$tmp/junk.st"
 expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/x.st" --keep vision.nosuch
 grep -q "vision.nosuch" "$tmp/err" || die "the unknown --keep layer is not named"
 expect 2 quantize --checkpoint "$tmp/run.st" --out "$tmp/run.st"

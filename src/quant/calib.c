@@ -179,8 +179,8 @@ ampc_status ampc_quant_calibrate(ampc_mmodel *M, const ampc_params *P, int batch
       if (c.sites[i].nonfinite)
         st = ampc_fail(
             AMPC_ERR_NUMERIC,
-            "calibration: %llu non-finite activations enter %s%s (of %llu): the "
-            "model's FP32 forward pass overflows on the calibration data",
+            "%llu non-finite activations enter %s%s (of %llu): the model's FP32 forward "
+            "pass overflows on the calibration data, or a weight is not finite",
             (unsigned long long)c.sites[i].nonfinite, c.sites[i].name,
             c.sites[i].part == 0 && ampc_mmodel_int8_parts(M, c.sites[i].name) == 3 ? " (q)" : "",
             (unsigned long long)c.sites[i].values);

@@ -150,7 +150,15 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_quantize_checkpoint: NULL argument");
   const char *keep = o->keep ? o->keep : "vision.patch_embed,heads";
   ampc_safetensors *f = NULL;
-  AMPC_TRY(ampc_safetensors_read(o->checkpoint, &f));
+  AMPC_TRY(ampc_safetensors_read_ex(o->checkpoint, AMPC_ST_ANY_DTYPE, &f));
+  const char *fmt = ampc_safetensors_meta(f, "format");
+  if (fmt && !strcmp(fmt, "ampc-int8")) {
+    ampc_safetensors_free(f);
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "%s is already quantized (format ampc-int8): quantize the checkpoint it "
+                     "came from",
+                     o->checkpoint);
+  }
   const int nt = ampc_safetensors_count(f);
   ampc_st_tensor *out = calloc((size_t)(3 * nt + 1), sizeof *out);
   void **bufs = calloc((size_t)(4 * nt + 1), sizeof *bufs);
@@ -176,6 +184,14 @@ ampc_status ampc_quantize_checkpoint(const ampc_quant_options *o, ampc_quant_rep
       break;
     }
     bufs[nb++] = w;
+    int64_t bad = 0;
+    while (bad < n && isfinite(w[bad]))
+      bad++;
+    if (bad < n) { /* a damaged or diverged checkpoint: nothing to quantize */
+      st = ampc_fail(AMPC_ERR_NUMERIC, "%s: tensor '%s' holds %g (value %lld): not a usable model",
+                     o->checkpoint, t->name, (double)w[bad], (long long)bad);
+      break;
+    }
     r.bytes_fp32 += n * 4;
     ampc_st_tensor *x = &out[no++];
     *x = *t;

@@ -675,6 +675,19 @@ static ampc_status resume_check_file(ampc_run *R, const ampc_safetensors *f) {
              "products round differently from here on",
              rc->resume_path, mf.was_cast ? "on" : "off", now_cast ? "on" : "off",
              md->mm.attn_cast && !now_cast ? " (under 32-true)" : "");
+  /* the preset may change at a resume (the FP32 master and moments mean
+   * the same), but a run that only left --precision out switches to the
+   * default: say so */
+  const char *cfg = ampc_safetensors_meta(f, "ampc.config");
+  cJSON *cj = cfg ? cJSON_Parse(cfg) : NULL;
+  const cJSON *pj = cj ? cJSON_GetObjectItemCaseSensitive(cj, "precision") : NULL;
+  const char *now_p = ampc_precision_name(R->T.amp.precision);
+  if (cJSON_IsString(pj) && strcmp(pj->valuestring, now_p) != 0 && R->n_notes < 3)
+    snprintf(R->notes[R->n_notes++], sizeof R->notes[0],
+             "%s was trained in %.24s, this run is %s from here on (give --precision %.24s to "
+             "keep it)",
+             rc->resume_path, pj->valuestring, now_p, pj->valuestring);
+  cJSON_Delete(cj);
   /* fake quantization may be turned on at a resume (quantization-aware
    * fine-tuning of a trained checkpoint: the banner says so) or off: that
    * one is said here */

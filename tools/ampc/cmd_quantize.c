@@ -380,9 +380,23 @@ static int run(int argc, char **argv) {
   else if (o.keep && (strstr(o.keep, "none") || strstr(o.keep, "auto")))
     return cli_usage_error("quantize", "--keep %s: '%s' cannot be combined with layer names",
                            o.keep, strstr(o.keep, "none") ? "none" : "auto");
-  for (int i = 1; i < argc && !autokeep; i++)
-    if (!strncmp(argv[i], "--max-drop", 10))
-      return cli_usage_error("quantize", "--max-drop applies with --keep auto");
+  /* options that only calibration or --keep auto read: refused without them */
+  static const struct {
+    const char *flag, *needs;
+    int when; /* 1: --calib, 2: --keep auto, 3: either */
+  } only[] = {{"--max-drop", "--keep auto", 2},
+              {"--calib-method", "--calib N", 1},
+              {"--percentile", "--calib N", 1},
+              {"--data", "--calib N or --keep auto", 3},
+              {"--batch", "--calib N or --keep auto", 3}};
+  const int have = (calib_n > 0 ? 1 : 0) | (autokeep ? 2 : 0);
+  for (int i = 1; i < argc; i++)
+    for (size_t k = 0; k < sizeof only / sizeof only[0]; k++) {
+      const size_t n = strlen(only[k].flag);
+      if (!strncmp(argv[i], only[k].flag, n) && (!argv[i][n] || argv[i][n] == '=') &&
+          !(have & only[k].when))
+        return cli_usage_error("quantize", "%s applies with %s", only[k].flag, only[k].needs);
+    }
   /* the same file by any spelling or link: refused, it would be replaced */
   struct stat a, b;
   if (!strcmp(o.checkpoint, o.out) || (stat(o.checkpoint, &a) == 0 && stat(o.out, &b) == 0 &&
