@@ -36,12 +36,12 @@ cmp -s "$tmp/qat.st" "$tmp/plain.st" && die "fake quantization changed nothing"
 cmp -s "$tmp/qat.st" "$tmp/qat2.st" || die "two QAT runs differ"
 
 # the QAT checkpoint: evaluated in FP32, quantized, evaluated in INT8
-"$ampc" eval --checkpoint "$tmp/qat.st" --threads 1 --json >"$tmp/e0" 2>"$tmp/err" ||
+"$ampc" eval --checkpoint "$tmp/qat.st" --threads 2 --json >"$tmp/e0" 2>"$tmp/err" ||
   die "eval of the QAT checkpoint exited $? ($(cat "$tmp/err"))"
 grep -q '"step":5' "$tmp/e0" || die "eval: the QAT checkpoint is not at step 5: $(cat "$tmp/e0")"
 "$ampc" quantize --checkpoint "$tmp/qat.st" --out "$tmp/qat8.st" >/dev/null 2>"$tmp/err" ||
   die "quantize of the QAT checkpoint exited $? ($(cat "$tmp/err"))"
-"$ampc" eval --checkpoint "$tmp/qat8.st" --threads 1 --json >"$tmp/e1" 2>"$tmp/err" ||
+"$ampc" eval --checkpoint "$tmp/qat8.st" --threads 2 --json >"$tmp/e1" 2>"$tmp/err" ||
   die "eval of the INT8 QAT file exited $? ($(cat "$tmp/err"))"
 [ "$(field int8_layers <"$tmp/e1")" = 32 ] || die "eval: not 32 INT8 layers: $(cat "$tmp/e1")"
 

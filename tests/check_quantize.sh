@@ -41,11 +41,11 @@ fi
 # INT8 inference: ampc eval on the quantized file runs the blocks' 32 linear
 # layers in INT8 (mm-tiny: 4 + 3 + 1 blocks, 4 weights each); the integer
 # sums are exact, so the AVX2 paths give the same metrics as the default ones
-"$ampc" eval --checkpoint "$tmp/ch.st" --threads 1 --json >"$tmp/e1" 2>"$tmp/err" ||
+"$ampc" eval --checkpoint "$tmp/ch.st" --threads 2 --json >"$tmp/e1" 2>"$tmp/err" ||
   die "eval of the INT8 file exited $? ($(cat "$tmp/err"))"
 [ "$(field int8_layers <"$tmp/e1")" = 32 ] || die "eval: not 32 INT8 layers: $(cat "$tmp/e1")"
 grep -q '"precision":"32-true"' "$tmp/e1" || die "eval: the INT8 file is not evaluated in 32-true"
-AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/ch.st" --threads 1 --json >"$tmp/e2" 2>"$tmp/err" ||
+AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/ch.st" --threads 2 --json >"$tmp/e2" 2>"$tmp/err" ||
   die "eval (AVX2) exited $?"
 cmp -s "$tmp/e1" "$tmp/e2" || die "the AVX2 paths' INT8 eval differs: $(cat "$tmp/e1" "$tmp/e2")"
 
@@ -62,10 +62,10 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   /usr/bin/python3 "$src/tests/reference/quant_readback.py" "$tmp/run.st" "$tmp/cal.st" channel \
     vision.patch_embed,heads calibrated || die "PyTorch read-back (calibrated) failed"
 fi
-"$ampc" eval --checkpoint "$tmp/cal.st" --threads 1 --json >"$tmp/e1" 2>"$tmp/err" ||
+"$ampc" eval --checkpoint "$tmp/cal.st" --threads 2 --json >"$tmp/e1" 2>"$tmp/err" ||
   die "eval of the calibrated file exited $? ($(cat "$tmp/err"))"
 grep -q '"activation_scales":"max, 2 batches"' "$tmp/e1" || die "eval: not static: $(cat "$tmp/e1")"
-AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/cal.st" --threads 1 --json >"$tmp/e2" 2>"$tmp/err" ||
+AMPC_ISA=avx2 "$ampc" eval --checkpoint "$tmp/cal.st" --threads 2 --json >"$tmp/e2" 2>"$tmp/err" ||
   die "eval (AVX2, calibrated) exited $?"
 cmp -s "$tmp/e1" "$tmp/e2" || die "the AVX2 paths' calibrated eval differs"
 "$ampc" quantize --checkpoint "$tmp/run.st" --out "$tmp/cal2.st" --calib 1 --batch 8 --json \
@@ -76,7 +76,7 @@ grep -q '"activations":\[{"part":0,' "$tmp/j" || die "json: no activations per l
 # --keep auto: the baseline and the all-INT8 model evaluated; a budget of
 # 100 points keeps nothing
 "$ampc" quantize --checkpoint "$tmp/run.st" --out "$tmp/auto.st" --keep auto --max-drop 100 \
-  --threads 1 --json >"$tmp/j" 2>"$tmp/err" || die "--keep auto exited $? ($(cat "$tmp/err"))"
+  --threads 2 --json >"$tmp/j" 2>"$tmp/err" || die "--keep auto exited $? ($(cat "$tmp/err"))"
 [ "$(field params_kept <"$tmp/j")" = 0 ] || die "--keep auto --max-drop 100 kept layers"
 grep -q "in FP32 has group accuracy" "$tmp/err" || die "--keep auto: no baseline: $(cat "$tmp/err")"
 grep -q "^ampc quantize: --keep auto: 0 kept: group accuracy .* (drop " "$tmp/err" ||
