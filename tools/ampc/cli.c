@@ -171,7 +171,7 @@ int cli_next_option(const char *cmd, int argc, char **argv, int *i, bool (*is_fl
     return 0;
   }
   if (*i + 1 >= argc)
-    return cli_usage_error(cmd, "--%s needs a value", name);
+    return cli_usage_error(cmd, "--%s needs a value, or is not an option of ampc %s", name, cmd);
   if (!strncmp(argv[*i + 1], "--", 2) && argv[*i + 1][2]) /* "--model --json" */
     return cli_usage_error(cmd, "--%s needs a value (got the flag %s)", name, argv[*i + 1]);
   *value = argv[++*i];
