@@ -65,6 +65,19 @@ const char *ampc_gemm_s8_path_name(ampc_gemm_s8_path p) {
   }
 }
 
+/* path: AUTO resolved to the fastest here; a path this CPU (or AMPC_ISA)
+ * lacks, or no path at all: AMPC_ERR_UNSUPPORTED naming it */
+static ampc_status resolve_path(ampc_gemm_s8_path *path, const char *fn) {
+  if (*path == AMPC_GEMM_S8_AUTO)
+    *path = ampc_gemm_s8_best();
+  if ((*path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
+      (*path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || *path < AMPC_GEMM_S8_AUTO ||
+      *path > AMPC_GEMM_S8_AVX512VNNI)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: path %s not available on this CPU", fn,
+                     ampc_gemm_s8_path_name(*path));
+  return AMPC_OK;
+}
+
 void ampc_gemm_s8_b_free(ampc_gemm_s8_b *pb) {
   if (!pb)
     return;
@@ -81,13 +94,7 @@ ampc_status ampc_gemm_s8_prepare(ampc_gemm_s8_b *pb, ampc_gemm_s8_path path, int
   if (n < 1 || k < 1 || k > AMPC_GEMM_S8_MAX_K || !b || ldb < k)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: n=%lld k=%lld (k at most %d), ldb %lld", fn,
                      (long long)n, (long long)k, AMPC_GEMM_S8_MAX_K, (long long)ldb);
-  if (path == AMPC_GEMM_S8_AUTO)
-    path = ampc_gemm_s8_best();
-  if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
-      (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
-      path > AMPC_GEMM_S8_AVX512VNNI)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "ampc_gemm_s8: path %s not available on this CPU",
-                     ampc_gemm_s8_path_name(path));
+  AMPC_TRY(resolve_path(&path, fn));
   *pb = (ampc_gemm_s8_b){.n = n, .k = k, .ldb = ldb, .path = path, .b = b};
   if (path != AMPC_GEMM_S8_AVX512VNNI)
     return AMPC_OK;
@@ -183,13 +190,7 @@ ampc_status ampc_gemm_s8_with(ampc_gemm_s8_path path, int64_t m, int64_t n, int6
   if (!c || (k > 0 && (!a || !b)) || lda < k || ldb < k || ldc < n)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: NULL operand or leading dimension too small", fn);
   if (k == 0) {
-    if (path == AMPC_GEMM_S8_AUTO)
-      path = ampc_gemm_s8_best();
-    if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
-        (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
-        path > AMPC_GEMM_S8_AVX512VNNI)
-      return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: path %s not available on this CPU", fn,
-                       ampc_gemm_s8_path_name(path));
+    AMPC_TRY(resolve_path(&path, fn));
     for (int64_t i = 0; i < m; i++)
       memset(c + i * ldc, 0, (size_t)n * sizeof *c);
     return AMPC_OK;
@@ -221,13 +222,7 @@ ampc_status ampc_gemm_s8_quantize(ampc_gemm_s8_path path, const float *x, int64_
   if (n < 0 || (n > 0 && (!x || !q)) || !(scale > 0.0f) || !(scale <= FLT_MAX))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: n=%lld, scale %g, or a NULL operand", fn,
                      (long long)n, (double)scale);
-  if (path == AMPC_GEMM_S8_AUTO)
-    path = ampc_gemm_s8_best();
-  if ((path == AMPC_GEMM_S8_AVX512VNNI && !ampc_cpu_has_avx512vnni()) ||
-      (path == AMPC_GEMM_S8_AVX2 && !ampc_use_avx2()) || path < AMPC_GEMM_S8_AUTO ||
-      path > AMPC_GEMM_S8_AVX512VNNI)
-    return ampc_fail(AMPC_ERR_UNSUPPORTED, "%s: path %s not available on this CPU", fn,
-                     ampc_gemm_s8_path_name(path));
+  AMPC_TRY(resolve_path(&path, fn));
   const int64_t blocks = (n + Q_BLOCK - 1) / Q_BLOCK;
 #pragma omp parallel for schedule(static) if (blocks > 4)
   for (int64_t bi = 0; bi < blocks; bi++) {
