@@ -102,7 +102,22 @@ typedef struct ampc_params {
   void *m, *v;                   /* [total] sdt, or NULL when the optimizer has none */
   void *comp;                    /* [total] wdt Kahan compensation, or NULL */
   size_t bytes[AMPC_ROLE_COUNT]; /* bytes allocated per role (0 when absent) */
+  /* ZeRO-1 (ampc_params_shard): master, m, v and comp hold only the elements
+   * [shard_lo, shard_lo + shard_n) of the table, element e at index
+   * e - shard_lo; w and grad stay whole. Without a shard: 0 and total. */
+  int64_t shard_lo, shard_n;
 } ampc_params;
+
+/* ZeRO-1's partition (Rajbhandari et al. 2020, "ZeRO", stage 1: the optimizer
+ * state partitioned over the data-parallel ranks): the elements of a table
+ * of `total` elements that rank `rank` of `size` owns, [*lo, *lo + *n).
+ * Shards are S = AMPC_SHARD_ALIGN * ceil(total / (AMPC_SHARD_ALIGN * size))
+ * elements, in rank order, the last ones shorter (or empty): a multiple of
+ * the gradient norm's 4096-element chunk (ampc_grad_unscale_check), so the
+ * ranks' partial norms are the chunks one process sums, and the norm keeps
+ * its bits. size < 1 or rank outside [0, size): *lo = 0, *n = total. */
+enum { AMPC_SHARD_ALIGN = 4096 };
+void ampc_shard_range(int64_t total, int size, int rank, int64_t *lo, int64_t *n);
 
 /* The engine's PRNG: xoshiro256** (Blackman and Vigna 2018), seeded through
  * splitmix64. Its 4 words go into checkpoints. */
@@ -133,16 +148,25 @@ void ampc_params_free(ampc_params *P);
  * compensate), AMPC_ERR_NOMEM. */
 ampc_status ampc_params_add_compensation(ampc_params *P);
 
+/* Keep only the elements [lo, lo + n) of the roles ZeRO-1 partitions (master,
+ * m, v, comp; their values copied, the whole buffers freed; bytes[] becomes
+ * the shard's): each rank's part of the optimizer state and master weights
+ * (ampc_shard_range). Once per table. Errors: AMPC_ERR_INVALID_ARG (a range
+ * outside the table, a table sharded already), AMPC_ERR_NOMEM (nothing
+ * changed). */
+ampc_status ampc_params_shard(ampc_params *P, int64_t lo, int64_t n);
+
 /* Index of the named tensor, or -1. */
 int ampc_params_find(const ampc_params *P, const char *name);
 /* Pointers to tensor i in a role buffer (NULL when the role is absent). */
 void *ampc_param_w(const ampc_params *P, int i);
 void *ampc_param_grad(const ampc_params *P, int i);
-float *ampc_param_master(const ampc_params *P, int i);
+float *ampc_param_master(const ampc_params *P, int i); /* NULL in a sharded table */
 
 /* Set every gradient to zero (one memset). */
 void ampc_params_zero_grad(ampc_params *P);
-/* Round the master weights into the working weights (no-op without master). */
+/* Round the master weights into the working weights (no-op without master;
+ * in a sharded table, the shard's elements). */
 void ampc_params_sync_working(ampc_params *P);
 
 #ifdef __cplusplus

@@ -58,6 +58,39 @@ ampc_status ampc_params_add_compensation(ampc_params *P) {
   return AMPC_OK;
 }
 
+ampc_status ampc_params_shard(ampc_params *P, int64_t lo, int64_t n) {
+  if (!P || lo < 0 || n < 0 || lo + n > P->total || P->shard_lo != 0 || P->shard_n != P->total)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_params_shard: bad range [%lld, %lld) of %lld",
+                     (long long)lo, (long long)(lo + n), P ? (long long)P->total : 0ll);
+  static const int roles[4] = {AMPC_ROLE_MASTER, AMPC_ROLE_MOMENT1, AMPC_ROLE_MOMENT2,
+                               AMPC_ROLE_COMPENSATION};
+  void **bufs[4] = {(void **)&P->master, &P->m, &P->v, &P->comp};
+  void *fresh[4] = {NULL, NULL, NULL, NULL};
+  size_t nb[4] = {0, 0, 0, 0};
+  for (int k = 0; k < 4; k++) {
+    if (!*bufs[k])
+      continue;
+    const size_t es = P->bytes[roles[k]] / (size_t)P->total;
+    nb[k] = (size_t)n * es;
+    /* an empty shard keeps a one-element buffer: the role stays present */
+    fresh[k] = alloc_role(nb[k] ? nb[k] : es);
+    if (!fresh[k]) {
+      for (int j = 0; j < k; j++)
+        free(fresh[j]);
+      return ampc_fail(AMPC_ERR_NOMEM, "ampc_params_shard: out of memory (%zu bytes)", nb[k]);
+    }
+    memcpy(fresh[k], (char *)*bufs[k] + (size_t)lo * es, nb[k]);
+  }
+  for (int k = 0; k < 4; k++)
+    if (*bufs[k]) {
+      free(*bufs[k]);
+      *bufs[k] = fresh[k];
+      P->bytes[roles[k]] = nb[k];
+    }
+  P->shard_lo = lo, P->shard_n = n;
+  return AMPC_OK;
+}
+
 static int dt_ok(ampc_dtype dt) { return dt == AMPC_F32 || dt == AMPC_F16 || dt == AMPC_BF16; }
 
 ampc_status ampc_params_create(ampc_params *out, const ampc_param_spec *specs, int n,
@@ -117,6 +150,7 @@ ampc_status ampc_params_create(ampc_params *out, const ampc_param_spec *specs, i
     P.numel += numel;
   }
   P.total = off;
+  P.shard_lo = 0, P.shard_n = off;
   const size_t wsz = ampc_dtype_size(wdt), ssz = ampc_dtype_size(sdt);
   P.bytes[AMPC_ROLE_WEIGHTS] = (size_t)off * wsz;
   P.bytes[AMPC_ROLE_MASTER] = master ? (size_t)off * 4 : 0;
@@ -171,7 +205,19 @@ void *ampc_param_grad(const ampc_params *P, int i) {
   return (char *)P->grad + P->p[i].offset * (int64_t)ampc_dtype_size(P->wdt);
 }
 float *ampc_param_master(const ampc_params *P, int i) {
-  return P->master ? P->master + P->p[i].offset : NULL;
+  return P->master && P->shard_n == P->total ? P->master + P->p[i].offset : NULL;
+}
+
+void ampc_shard_range(int64_t total, int size, int rank, int64_t *lo, int64_t *n) {
+  if (size < 1 || rank < 0 || rank >= size || total < 0) {
+    *lo = 0, *n = total > 0 ? total : 0;
+    return;
+  }
+  const int64_t A = AMPC_SHARD_ALIGN, per = A * size;
+  const int64_t S = (total + per - 1) / per * A;
+  const int64_t a = S * rank < total ? S * rank : total;
+  *lo = a;
+  *n = total - a < S ? total - a : S;
 }
 
 void ampc_params_zero_grad(ampc_params *P) {
@@ -181,5 +227,6 @@ void ampc_params_zero_grad(ampc_params *P) {
 
 void ampc_params_sync_working(ampc_params *P) {
   if (P->master)
-    ampc_store_f32(P->w, P->wdt, P->master, (size_t)P->total, NULL);
+    ampc_store_f32((char *)P->w + (size_t)P->shard_lo * ampc_dtype_size(P->wdt), P->wdt, P->master,
+                   (size_t)P->shard_n, NULL);
 }
