@@ -119,6 +119,207 @@ static void test_per_parameter_table(void **state) {
   assert_int_equal(ampc_mem_account_params(0, &f32, 2, &a), AMPC_ERR_INVALID_ARG);
 }
 
+/* ZeRO stage 1 (Rajbhandari et al. 2020, section 5.1; ampc partitions the FP32
+ * master with the optimizer state, as DeepSpeed's stage 1): 1.2e9 parameters,
+ * 16-mixed with AdamW, 8 ranks. Shards are S = 4096 ceil(1.2e9 / (4096 x 8))
+ * = 4096 x 36622 = 150,003,712 elements (1.2e9 / 8 = 1.5e8 is not a multiple
+ * of 4096): ranks 0..6 hold S, rank 7 the rest, 1.2e9 - 7 S = 149,974,016.
+ * Rank 0: weights 2.4e9 and grads 2.4e9 whole, master 4 S = 600,014,848,
+ * moments 8 S = 1,200,029,696; total 6,600,044,544 (4 + 12 / 8 = 5.5 bytes per
+ * parameter, up to the alignment), not 19.2e9. */
+static void test_zero1_literature(void **state) {
+  (void)state;
+  const int64_t n = 1200000000, S = 150003712;
+  const ampc_amp_config mixed = preset(AMPC_PRECISION_16_MIXED);
+  ampc_mem_account whole, a;
+  assert_int_equal(ampc_mem_account_params(n, &mixed, 2, &whole), AMPC_OK);
+  assert_int_equal(whole.ranks, 1);
+  assert_int_equal(whole.zero, 0);
+  assert_int_equal(whole.shard_n, n);
+  a = whole;
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 0), AMPC_OK);
+  assert_int_equal(a.ranks, 8);
+  assert_int_equal(a.zero, 1);
+  assert_int_equal(a.rank, 0);
+  assert_int_equal(a.shard_lo, 0);
+  assert_int_equal(a.shard_n, S);
+  assert_int_equal(a.bytes[AMPC_MEM_WEIGHTS], 2400000000u);
+  assert_int_equal(a.bytes[AMPC_MEM_GRADS], 2400000000u);
+  assert_int_equal(a.bytes[AMPC_MEM_MASTER], 600014848u);
+  assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], 1200029696u);
+  assert_int_equal(a.bytes[AMPC_MEM_COMPENSATION], 0);
+  assert_int_equal(a.total, 6600044544u);
+  assert_true(a.bytes_per_param == 6600044544.0 / 1.2e9);
+  assert_int_equal(a.params, n);
+  assert_int_equal(a.elements, n);
+  /* every rank: S but the last; the shards tile the table; the sharded
+   * roles sum to the whole account's 12 n bytes exactly; rank 0 is the largest */
+  size_t master = 0, moments = 0;
+  int64_t next = 0;
+  for (int r = 0; r < 8; r++) {
+    ampc_mem_account b = whole;
+    assert_int_equal(ampc_mem_account_shard(&b, 8, 1, r), AMPC_OK);
+    assert_int_equal(b.shard_lo, next);
+    assert_int_equal(b.shard_n, r < 7 ? S : 149974016);
+    next += b.shard_n;
+    master += b.bytes[AMPC_MEM_MASTER];
+    moments += b.bytes[AMPC_MEM_MOMENTS];
+    assert_true(b.total <= a.total);
+    assert_int_equal(b.bytes[AMPC_MEM_WEIGHTS], whole.bytes[AMPC_MEM_WEIGHTS]);
+  }
+  assert_int_equal(next, n);
+  assert_int_equal(master, whole.bytes[AMPC_MEM_MASTER]);
+  assert_int_equal(moments, whole.bytes[AMPC_MEM_MOMENTS]);
+  assert_int_equal(master + moments, 12 * (size_t)n);
+  /* 32-true: FP32 weights are their own master; only the moments shard */
+  const ampc_amp_config f32 = preset(AMPC_PRECISION_32_TRUE);
+  assert_int_equal(ampc_mem_account_params(n, &f32, 2, &a), AMPC_OK);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 0), AMPC_OK);
+  assert_int_equal(a.bytes[AMPC_MEM_MASTER], 0);
+  assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], 8 * (size_t)S);
+  assert_int_equal(a.total, 9600000000u + 8 * (size_t)S);
+  /* bf16-true with Kahan updates: BF16 moments (2 x 2 bytes) and the BF16
+   * compensation shard */
+  ampc_amp_config kahan = preset(AMPC_PRECISION_BF16_TRUE);
+  assert_int_equal(ampc_amp_config_set(&kahan, "weight-update", "kahan"), AMPC_OK);
+  assert_int_equal(ampc_mem_account_params(n, &kahan, 2, &a), AMPC_OK);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 0), AMPC_OK);
+  assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], 4 * (size_t)S);
+  assert_int_equal(a.bytes[AMPC_MEM_COMPENSATION], 2 * (size_t)S);
+  assert_int_equal(a.bytes[AMPC_MEM_MASTER], 0);
+  /* one rank under ZeRO-1 is the plain account; zero 0 over 8 ranks too */
+  a = whole;
+  assert_int_equal(ampc_mem_account_shard(&a, 1, 1, 0), AMPC_OK);
+  assert_memory_equal(a.bytes, whole.bytes, sizeof a.bytes);
+  assert_int_equal(a.total, whole.total);
+  assert_int_equal(a.shard_n, n);
+  a = whole;
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 0, 3), AMPC_OK);
+  assert_memory_equal(a.bytes, whole.bytes, sizeof a.bytes);
+  assert_int_equal(a.total, 19200000000u);
+  assert_int_equal(a.ranks, 8);
+  assert_int_equal(a.rank, 3);
+  /* errors: bad ranks, stage, rank; an account sharded twice; NULL */
+  a = whole;
+  assert_int_equal(ampc_mem_account_shard(&a, 0, 1, 0), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 2, 0), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, -1, 0), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 8), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, -1), AMPC_ERR_INVALID_ARG);
+  assert_memory_equal(&a, &whole, sizeof a); /* untouched */
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 0), AMPC_OK);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 0), AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_mem_account_shard(NULL, 8, 1, 0), AMPC_ERR_INVALID_ARG);
+  a = whole;
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 0, 0), AMPC_OK);
+  assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 0), AMPC_ERR_INVALID_ARG);
+}
+
+/* the account of rank r equals the bytes ampc_params_shard leaves in a real
+ * table sharded with ampc_shard_range(P.total, ranks, r) */
+static void check_shard_exact(const ampc_param_spec *specs, int n, const ampc_amp_config *amp,
+                              int moments, int ranks) {
+  ampc_mem_account whole;
+  assert_int_equal(ampc_mem_account_specs(specs, n, amp, moments, &whole), AMPC_OK);
+  for (int r = 0; r < ranks; r++) {
+    ampc_rng rng;
+    ampc_rng_seed(&rng, 7);
+    ampc_params P;
+    assert_int_equal(ampc_params_create(&P, specs, n, amp->lowp, amp->master_weights,
+                                        amp->state_dtype, moments, &rng),
+                     AMPC_OK);
+    if (whole.bytes[AMPC_MEM_COMPENSATION])
+      assert_int_equal(ampc_params_add_compensation(&P), AMPC_OK);
+    int64_t lo = 0, cnt = 0;
+    ampc_shard_range(P.total, ranks, r, &lo, &cnt);
+    assert_int_equal(ampc_params_shard(&P, lo, cnt), AMPC_OK);
+    ampc_mem_account a = whole;
+    assert_int_equal(ampc_mem_account_shard(&a, ranks, 1, r), AMPC_OK);
+    assert_int_equal(a.elements, P.total);
+    assert_int_equal(a.shard_lo, P.shard_lo);
+    assert_int_equal(a.shard_n, P.shard_n);
+    assert_int_equal(a.bytes[AMPC_MEM_WEIGHTS], P.bytes[AMPC_ROLE_WEIGHTS]);
+    assert_int_equal(a.bytes[AMPC_MEM_GRADS], P.bytes[AMPC_ROLE_GRADS]);
+    assert_int_equal(a.bytes[AMPC_MEM_MASTER], P.bytes[AMPC_ROLE_MASTER]);
+    assert_int_equal(a.bytes[AMPC_MEM_MOMENTS],
+                     P.bytes[AMPC_ROLE_MOMENT1] + P.bytes[AMPC_ROLE_MOMENT2]);
+    assert_int_equal(a.bytes[AMPC_MEM_COMPENSATION], P.bytes[AMPC_ROLE_COMPENSATION]);
+    ampc_params_free(&P);
+  }
+}
+
+/* Three ranks, the last shorter; four, the last empty. Specs of 100 x 99 =
+ * 9900 (padded to 9904) and 7 (padded to 16) elements: 9920 per role. S =
+ * 4096 ceil(9920 / 12288) = 4096: 3 ranks hold 4096, 4096, 1728; under
+ * 16-mixed with AdamW rank 0's master is 4096 x 4 = 16,384 bytes, its moments
+ * 4096 x 8 = 32,768, the last rank's 1728 x 4 = 6912 and 1728 x 8 = 13,824;
+ * weights and grads 9920 x 2 = 19,840 each on every rank. Over 4 ranks (S =
+ * 4096 still) rank 3's shard is empty: 0 bytes. Each matches a real table
+ * sharded the same way, as do mm-micro's and the other presets'. */
+static void test_zero1_shards(void **state) {
+  (void)state;
+  const ampc_param_spec specs[2] = {{.name = "w", .ndim = 2, .shape = {100, 99}},
+                                    {.name = "b", .ndim = 1, .shape = {7}}};
+  const ampc_amp_config mixed = preset(AMPC_PRECISION_16_MIXED);
+  ampc_mem_account whole, a;
+  assert_int_equal(ampc_mem_account_specs(specs, 2, &mixed, 2, &whole), AMPC_OK);
+  assert_int_equal(whole.elements, 9920);
+  assert_int_equal(whole.params, 9907);
+  const int64_t shard[3] = {4096, 4096, 1728};
+  size_t sum = 0;
+  for (int r = 0; r < 3; r++) {
+    a = whole;
+    assert_int_equal(ampc_mem_account_shard(&a, 3, 1, r), AMPC_OK);
+    assert_int_equal(a.shard_n, shard[r]);
+    assert_int_equal(a.bytes[AMPC_MEM_WEIGHTS], 19840);
+    assert_int_equal(a.bytes[AMPC_MEM_GRADS], 19840);
+    assert_int_equal(a.bytes[AMPC_MEM_MASTER], r < 2 ? 16384 : 6912);
+    assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], r < 2 ? 32768 : 13824);
+    assert_int_equal(a.total, 39680 + (r < 2 ? 49152 : 20736));
+    sum += a.bytes[AMPC_MEM_MASTER] + a.bytes[AMPC_MEM_MOMENTS];
+  }
+  assert_int_equal(sum, 12 * 9920);
+  a = whole;
+  assert_int_equal(ampc_mem_account_shard(&a, 4, 1, 3), AMPC_OK);
+  assert_int_equal(a.shard_lo, 9920);
+  assert_int_equal(a.shard_n, 0);
+  assert_int_equal(a.bytes[AMPC_MEM_MASTER], 0);
+  assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], 0);
+  assert_int_equal(a.total, 39680);
+  /* predicted == a real sharded table */
+  check_shard_exact(specs, 2, &mixed, 2, 3);
+  check_shard_exact(specs, 2, &mixed, 2, 4);
+  check_shard_exact(specs, 2, &mixed, 1, 2);
+  const ampc_amp_config f32 = preset(AMPC_PRECISION_32_TRUE);
+  check_shard_exact(specs, 2, &f32, 2, 3);
+  ampc_amp_config kahan = preset(AMPC_PRECISION_BF16_TRUE);
+  assert_int_equal(ampc_amp_config_set(&kahan, "weight-update", "kahan"), AMPC_OK);
+  check_shard_exact(specs, 2, &kahan, 2, 3);
+  /* a model's table: mm-micro's specs, and its model account's parameter
+   * roles shard the same while activations and workspace stay whole */
+  ampc_mmodel_config c;
+  assert_int_equal(ampc_mmodel_config_get("mm-micro", 11, 5, 3, &c), AMPC_OK);
+  ampc_mmodel_specs sp;
+  assert_int_equal(ampc_mmodel_specs_make(&c, &sp), AMPC_OK);
+  check_shard_exact(sp.specs, sp.n, &mixed, 2, 2);
+  check_shard_exact(sp.specs, sp.n, &mixed, 2, 3);
+  ampc_mem_account mw, ms, s0;
+  assert_int_equal(ampc_mem_account_mm(&c, 4, &mixed, 2, &mw), AMPC_OK);
+  assert_int_equal(ampc_mem_account_specs(sp.specs, sp.n, &mixed, 2, &s0), AMPC_OK);
+  ms = mw;
+  assert_int_equal(ampc_mem_account_shard(&ms, 2, 1, 0), AMPC_OK);
+  assert_int_equal(ampc_mem_account_shard(&s0, 2, 1, 0), AMPC_OK);
+  for (int r = 0; r < AMPC_MEM_ACTIVATIONS; r++)
+    assert_int_equal(ms.bytes[r], s0.bytes[r]);
+  for (int r = AMPC_MEM_ACTIVATIONS; r < AMPC_MEM_ROLE_COUNT; r++)
+    assert_int_equal(ms.bytes[r], mw.bytes[r]);
+  size_t t = 0;
+  for (int r = 0; r < AMPC_MEM_ROLE_COUNT; r++)
+    t += ms.bytes[r];
+  assert_int_equal(ms.total, t);
+  ampc_mmodel_specs_free(&sp);
+}
+
 /* 16-bit activations for GEMM outputs, FP32 residual stream and softmax:
  * 16-mixed's arena is well below 32-true's but above a quarter of it. */
 static void test_activation_ratio(void **state) {
@@ -245,6 +446,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prediction_is_exact),
       cmocka_unit_test(test_per_parameter_table),
+      cmocka_unit_test(test_zero1_literature),
+      cmocka_unit_test(test_zero1_shards),
       cmocka_unit_test(test_activation_ratio),
       cmocka_unit_test(test_attn_cast_bytes),
       cmocka_unit_test(test_plan),

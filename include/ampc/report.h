@@ -72,6 +72,13 @@ typedef struct ampc_mem_account {
   double bytes_per_param;            /* the parameter roles' bytes / params */
   size_t bytes[AMPC_MEM_ROLE_COUNT]; /* bytes per role */
   size_t total;                      /* sum of bytes[] */
+  /* data parallelism (ampc_mem_account_shard): the account is rank `rank`'s of
+   * `ranks`, under ZeRO stage `zero` (0 or 1); master, moments and
+   * compensation hold the elements [shard_lo, shard_lo + shard_n) of the
+   * `elements`. The account functions set 1 rank, zero 0, rank 0 and the
+   * whole table (0, elements). */
+  int ranks, zero, rank;
+  int64_t shard_lo, shard_n;
 } ampc_mem_account;
 
 /* Optimizer state buffers per parameter: 2 for "adamw", 1 for "sgd" (with
@@ -92,6 +99,29 @@ ampc_status ampc_mem_account_params(int64_t n, const ampc_amp_config *amp, int m
  * Errors: AMPC_ERR_INVALID_ARG (bad shapes, NULL). */
 ampc_status ampc_mem_account_specs(const ampc_param_spec *specs, int n, const ampc_amp_config *amp,
                                    int moments, ampc_mem_account *out);
+
+/* The account of one data-parallel rank: a (from any account function above)
+ * becomes what rank `rank` of `ranks` holds under ZeRO stage `zero`.
+ *
+ * zero 0 (plain data parallelism): every rank holds every role; only ranks
+ * and rank are recorded. zero 1 (Rajbhandari et al. 2020, "ZeRO: Memory
+ * Optimizations Toward Training Trillion Parameter Models", section 5.1, P_os:
+ * the optimizer state partitioned over the N data-parallel ranks; ampc, as
+ * DeepSpeed's stage 1, partitions the FP32 master weights with it): master,
+ * moments and compensation keep only the rank's shard of the a->elements
+ * table elements, ampc_shard_range(a->elements, ranks, rank) (shards of
+ * AMPC_SHARD_ALIGN-aligned size S = 4096 ceil(elements / (4096 ranks)) in rank
+ * order, the last ones shorter or empty), bytes = shard elements x each
+ * role's element size, exactly what ampc_params_shard leaves in
+ * P->bytes[AMPC_ROLE_MASTER, MOMENT1, MOMENT2, COMPENSATION] of the table a
+ * was predicted for; weights, grads and the model roles stay whole. With
+ * 16-mixed and AdamW: 2 + 2 bytes per element whole, 4 + 8 sharded, so
+ * 4 elements + 12 S bytes per rank. Rank 0 holds the largest shard (all but
+ * the last ones are equal), so rank 0's account is the largest rank's.
+ * total and bytes_per_param are recomputed (bytes per parameter of this
+ * rank). Errors: AMPC_ERR_INVALID_ARG (NULL, ranks < 1, zero not 0 or 1,
+ * rank outside [0, ranks), an account sharded already, an empty account). */
+ampc_status ampc_mem_account_shard(ampc_mem_account *a, int ranks, int zero, int rank);
 
 /* Every role of the multimodal model c at max batch `batch`: the parameter
  * roles from its specs, activations and workspace from ampc_mmodel_plan_bytes

@@ -51,6 +51,8 @@ static void param_roles(int64_t elements, const ampc_amp_config *amp, int moment
   const size_t e = (size_t)elements, wsz = ampc_dtype_size(amp->lowp);
   const bool master = amp->master_weights && amp->lowp != AMPC_F32; /* as ampc_params_create */
   a->elements = elements;
+  a->ranks = 1, a->zero = 0, a->rank = 0; /* one process holds everything */
+  a->shard_lo = 0, a->shard_n = elements;
   a->bytes[AMPC_MEM_WEIGHTS] = e * wsz;
   a->bytes[AMPC_MEM_MASTER] = master ? e * 4 : 0;
   a->bytes[AMPC_MEM_GRADS] = e * wsz;
@@ -77,6 +79,34 @@ static ampc_status check_amp(const ampc_amp_config *amp, int moments, const void
       (amp->state_dtype != AMPC_F32 && amp->state_dtype != AMPC_F16 &&
        amp->state_dtype != AMPC_BF16))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "memory account: bad precision or optimizer");
+  return AMPC_OK;
+}
+
+ampc_status ampc_mem_account_shard(ampc_mem_account *a, int ranks, int zero, int rank) {
+  if (!a || ranks < 1 || (zero != 0 && zero != 1) || rank < 0 || rank >= ranks)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "memory account: bad sharding (ranks %d, zero %d, rank %d; ranks >= 1, "
+                     "zero 0 or 1, 0 <= rank < ranks)",
+                     ranks, zero, rank);
+  if (a->elements < 1 || a->ranks != 1 || a->zero != 0 || a->shard_lo != 0 ||
+      a->shard_n != a->elements)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "memory account: not a whole account (sharded already, or empty)");
+  a->ranks = ranks, a->zero = zero, a->rank = rank;
+  if (zero == 0) /* plain data parallelism: every rank holds the whole table */
+    return AMPC_OK;
+  int64_t lo = 0, n = 0;
+  ampc_shard_range(a->elements, ranks, rank, &lo, &n);
+  /* the roles ampc_params_shard partitions, at their element sizes (the
+   * moments role is both buffers: moments x the state dtype's size) */
+  static const ampc_mem_role sharded[3] = {AMPC_MEM_MASTER, AMPC_MEM_MOMENTS,
+                                           AMPC_MEM_COMPENSATION};
+  for (int k = 0; k < 3; k++) {
+    const size_t per_element = a->bytes[sharded[k]] / (size_t)a->elements;
+    a->bytes[sharded[k]] = (size_t)n * per_element;
+  }
+  a->shard_lo = lo, a->shard_n = n;
+  finish(a);
   return AMPC_OK;
 }
 
