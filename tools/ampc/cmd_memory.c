@@ -27,9 +27,9 @@
 
 static const char k_memory_usage[] =
     "Usage: ampc memory --params N [--optimizer adamw|sgd|none] [--precision P]\n"
-    "                   [--json]\n"
+    "                   [--ranks N] [--zero 0|1] [--json]\n"
     "       ampc memory --model NAME [--batch B] [--optimizer ...] [--precision P]\n"
-    "                   [--json]\n"
+    "                   [--ranks N] [--zero 0|1] [--json]\n"
     "\n"
     "The memory account of mixed-precision training, in bytes per role:\n"
     "weights (the preset's working dtype), master (FP32 copy), grads, moments\n"
@@ -69,7 +69,19 @@ static const char k_memory_usage[] =
     "                     inputs, and device_scratch allows for cuBLASLt's 32 MiB\n"
     "                     workspace and the CUDA layers' FP32 staging, which grows\n"
     "                     with the batch)\n"
+    "  --ranks N          data-parallel ranks (1; at most 1048576): the account is\n"
+    "                     per rank (--batch is each rank's batch)\n"
+    "  --zero 0|1         0 (default): every rank holds every role; 1: ZeRO stage 1\n"
+    "                     (Rajbhandari et al. 2020), master, moments and\n"
+    "                     compensation partitioned over the ranks in shards of\n"
+    "                     4096 ceil(elements / (4096 N)) elements, weights and\n"
+    "                     grads whole: rank 0's, the largest shard, is shown,\n"
+    "                     with the --zero 0 total beside it. 16-mixed with AdamW:\n"
+    "                     4 + 12/N bytes per parameter, e.g. --params 1.2e9\n"
+    "                     --ranks 8 --zero 1: 6.15 GiB per rank, not 17.88 GiB\n"
     "  --json             one JSON object: bytes_per_param, total_bytes, roles{...}\n"
+    "                     (with --ranks or --zero also ranks, zero, rank,\n"
+    "                     shard_elements, total_bytes_zero_0, total_bytes_zero_1)\n"
     "\n"
     "Exit status: 0 success, 1 runtime error, 2 bad usage.\n";
 
@@ -110,9 +122,12 @@ typedef struct mem_args {
   const char *params, *model, *optimizer, *precision, *master, *update, *fp8hist, *data, *budget,
       *overhead;
   int64_t batch, classes, in, hidden, max_batch;
-  float w_mlm; /* --w-mlm: the masked caption modelling term's weight (0: off) */
-  bool keep;   /* --recompute off */
-  bool cast;   /* --attention-cast on */
+  int64_t ranks; /* --ranks (1) */
+  int zero;      /* --zero 0|1 (0) */
+  bool dp;       /* --ranks or --zero given: the per-rank account */
+  float w_mlm;   /* --w-mlm: the masked caption modelling term's weight (0: off) */
+  bool keep;     /* --recompute off */
+  bool cast;     /* --attention-cast on */
   bool json;
   ampc_device device; /* --device (cpu) */
 } mem_args;
@@ -172,7 +187,19 @@ static int parse(const char *cmd, int argc, char **argv, mem_args *a) {
       rc = cli_parse_recompute(cmd, v, &a->keep);
     else if (!strcmp(name, "attention-cast"))
       rc = cli_parse_attention_cast(cmd, v, &a->cast);
-    else if (!is_plan && !strcmp(name, "in"))
+    else if (!is_plan && !strcmp(name, "ranks")) {
+      rc = parse_i64_flag(cmd, name, v, 1, 1 << 20, &a->ranks);
+      a->dp = true;
+    } else if (!is_plan && !strcmp(name, "zero")) {
+      if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return cli_usage_error(cmd,
+                               "--zero: expected 0 (every rank holds everything) or 1 (ZeRO "
+                               "stage 1: master weights and optimizer state partitioned over "
+                               "--ranks), got '%s'",
+                               v);
+      a->zero = v[0] - '0';
+      a->dp = true;
+    } else if (!is_plan && !strcmp(name, "in"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->in);
     else if (!is_plan && !strcmp(name, "hidden"))
       rc = parse_i64_flag(cmd, name, v, 1, 1 << 24, &a->hidden);
@@ -320,10 +347,10 @@ static int model_config(const char *cmd, const char *name, int64_t classes, cons
 
 /* the roles' table: bytes in binary units (--model), or in binary and decimal
  * units with bytes per parameter (--params, the literature's table) */
-static void print_table(const ampc_mem_account *m, bool model) {
+static void print_table(const ampc_mem_account *m, bool model, bool per_rank) {
   char b1[80];
   const int w = model ? 14 : 22;
-  printf("%-14s %12s %*s", "role", "bytes", w, "");
+  printf("%-14s %12s %*s", "role", per_rank ? "bytes/rank" : "bytes", w, "");
   printf("%s\n", model ? "" : "   bytes/param");
   const int n = model ? AMPC_MEM_ROLE_COUNT : AMPC_MEM_ACTIVATIONS;
   for (int k = 0; k < n; k++) {
@@ -344,7 +371,8 @@ static void print_table(const ampc_mem_account *m, bool model) {
 
 static int run_memory(int argc, char **argv) {
   const char *cmd = "memory";
-  mem_args a = {.optimizer = "adamw", .precision = "16-mixed", .batch = 64}; /* in, hidden: 0 */
+  mem_args a = {
+      .optimizer = "adamw", .precision = "16-mixed", .batch = 64, .ranks = 1}; /* in, hidden: 0 */
   int rc = parse(cmd, argc, argv, &a);
   if (rc)
     return rc;
@@ -409,6 +437,17 @@ static int run_memory(int argc, char **argv) {
         ampc_mem_account_mm_on(&mc, a.batch, &ref, moments, a.device, &m32) != AMPC_OK)
       return cli_usage_error(cmd, "%s", ampc_last_error());
   }
+  /* per rank: rank 0's account (the largest shard), and the other --zero's
+   * total for comparison */
+  ampc_mem_account alt = m;
+  if (ampc_mem_account_shard(&m, (int)a.ranks, a.zero, 0) != AMPC_OK ||
+      ampc_mem_account_shard(&m32, (int)a.ranks, a.zero, 0) != AMPC_OK ||
+      ampc_mem_account_shard(&alt, (int)a.ranks, !a.zero, 0) != AMPC_OK)
+    return cli_runtime_error(cmd, "%s", ampc_last_error());
+  const ampc_mem_account *z0 = a.zero ? &alt : &m, *z1 = a.zero ? &m : &alt;
+  if (a.zero && a.ranks == 1)
+    fprintf(stderr, "ampc memory: warning: --zero 1 over 1 rank partitions nothing (give --ranks "
+                    "N)\n");
   if (a.json) {
     cJSON *o = cJSON_CreateObject();
     if (model) {
@@ -428,21 +467,35 @@ static int run_memory(int argc, char **argv) {
     cJSON_AddNumberToObject(o, "total_bytes", (double)m.total);
     cJSON_AddItemToObject(o, "roles", roles_json(&m, model));
     cJSON_AddNumberToObject(o, "total_bytes_32_true", (double)m32.total);
+    if (a.dp) {
+      cJSON_AddNumberToObject(o, "ranks", (double)a.ranks);
+      cJSON_AddNumberToObject(o, "zero", a.zero);
+      cJSON_AddNumberToObject(o, "rank", m.rank);
+      cJSON_AddNumberToObject(o, "shard_elements", (double)m.shard_n);
+      cJSON_AddNumberToObject(o, "total_bytes_zero_0", (double)z0->total);
+      cJSON_AddNumberToObject(o, "total_bytes_zero_1", (double)z1->total);
+    }
     return cli_print_json(cmd, o);
   }
-  char b1[80], b2[80];
+  char b1[80], b2[80], dp[96] = "";
+  if (a.dp && a.zero)
+    snprintf(dp, sizeof dp, ", per rank: rank 0 of %lld (the largest shard), ZeRO-1",
+             (long long)a.ranks);
+  else if (a.dp)
+    snprintf(dp, sizeof dp, ", per rank: each of %lld, ZeRO off", (long long)a.ranks);
   if (model)
-    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s%s%s\n",
+    printf("ampc memory: %s, batch %lld, %lld parameters, precision %s, optimizer %s%s%s%s%s\n",
            a.model, (long long)a.batch, (long long)m.params, a.precision, a.optimizer,
            strcmp(a.model, "mlp") == 0 ? ""
            : a.keep                    ? ", recompute off"
                                        : ", recompute on",
            cast ? ", attention cast on" : "",
-           ampc_device_desc_get(a.device)->foreign_memory ? ", on the GPU (device memory)" : "");
+           ampc_device_desc_get(a.device)->foreign_memory ? ", on the GPU (device memory)" : "",
+           dp);
   else
-    printf("ampc memory: %lld parameters, precision %s, optimizer %s\n", (long long)m.params,
-           a.precision, a.optimizer);
-  print_table(&m, model);
+    printf("ampc memory: %lld parameters, precision %s, optimizer %s%s\n", (long long)m.params,
+           a.precision, a.optimizer, dp);
+  print_table(&m, model, a.dp);
   const size_t p = m.total - m.bytes[AMPC_MEM_ACTIVATIONS] - m.bytes[AMPC_MEM_WORKSPACE] -
                    m.bytes[AMPC_MEM_FP8_STATE] - m.bytes[AMPC_MEM_DEVICE_SCRATCH];
   const size_t p32 = m32.total - m32.bytes[AMPC_MEM_ACTIVATIONS] - m32.bytes[AMPC_MEM_WORKSPACE] -
@@ -465,6 +518,22 @@ static int run_memory(int argc, char **argv) {
            (double)(m.bytes[AMPC_MEM_ACTIVATIONS] + m.bytes[AMPC_MEM_WORKSPACE]) /
                (double)(m32.bytes[AMPC_MEM_ACTIVATIONS] + m32.bytes[AMPC_MEM_WORKSPACE]),
            human(m32.bytes[AMPC_MEM_ACTIVATIONS] + m32.bytes[AMPC_MEM_WORKSPACE], b2, sizeof b2));
+  if (a.dp) { /* the comparison with the other --zero */
+    const char *(*size)(size_t, char *, size_t) = model ? human : human_both;
+    int64_t lo = 0, last = 0;
+    ampc_shard_range(m.elements, (int)a.ranks, (int)a.ranks - 1, &lo, &last);
+    if (a.zero)
+      printf("ZeRO-1 over %lld rank%s: %s per rank instead of %s with --zero 0 (master, moments "
+             "and compensation: %lld of %lld elements on rank 0, %lld on the last).\n",
+             (long long)a.ranks, a.ranks == 1 ? "" : "s", size(z1->total, b1, sizeof b1),
+             size(z0->total, b2, sizeof b2), (long long)z1->shard_n, (long long)m.elements,
+             (long long)last);
+    else
+      printf("Data parallelism over %lld rank%s without ZeRO: every rank holds %s; with --zero 1 "
+             "%s per rank.\n",
+             (long long)a.ranks, a.ranks == 1 ? "" : "s", size(z0->total, b1, sizeof b1),
+             size(z1->total, b2, sizeof b2));
+  }
   return AMPC_EXIT_OK;
 }
 
