@@ -28,6 +28,7 @@
 #    (SIGKILL) mid-run ends the job within seconds with the checkpoint it
 #    would have overwritten intact; --global-negatives with --micro-batches
 #    in one process is refused (it would contrast each micro-batch alone).
+# 10. ZeRO-1 (--zero 1): below.
 set -u
 OMP_WAIT_POLICY=passive
 # no cross-memory attach between ranks: containers often forbid the ptrace
@@ -51,9 +52,9 @@ common="--steps 6 --no-eval --threads 1 --telemetry-every 3 --quiet"
 # the step and summary lines of two logs, timings, sizes and paths left out
 same_log() {
   python3 - "$1" "$2" <<'PY'
-import json, sys
+import json, os, sys
 skip = {"ms", "wall_s", "ms_per_step_mean", "peak_rss_bytes", "checkpoint", "ranks", "cores", "cpu",
-        "bytes_sent_per_step"}
+        "bytes_sent_per_step"} | set(os.environ.get("SAME_LOG_SKIP", "").split())
 def clean(x):
     if isinstance(x, dict):
         return {k: clean(v) for k, v in x.items() if k not in skip}
@@ -304,6 +305,73 @@ fi
 rc=$?
 [ $rc -eq 2 ] || die "--global-negatives --micro-batches 2 in one process: exit $rc, expected 2"
 grep -q "would contrast each micro-batch" "$tmp/gm.out" || die "--global-negatives --micro-batches 2: no clear message"
+
+# 10. ZeRO-1 (--zero 1): each rank keeps its shard of the master weights and
+#     optimizer state; the checkpoint (gathered on rank 0) and the step lines
+#     are those of one process with --micro-batches N, on 2 and 3 ranks, in
+#     16-mixed, bf16-mixed and fp8-mixed, SGD and clipping; a checkpoint of a
+#     sharded run resumes on another rank count, sharded or not; a NaN on one
+#     rank skips the step everywhere; the shard's bytes are in the config line.
+for case in "2 16-mixed 16" "2 bf16-mixed 16" "2 fp8-mixed 16" "3 16-mixed 12" "3 bf16-mixed 12" \
+  "3 fp8-mixed 12" "3 32-true 12 --optimizer sgd" "2 16-mixed 16 --clip-norm 0.05"; do
+  set -- $case
+  n=$1 p=$2 b=$3
+  shift 3
+  tag="z.$p.$n.$#"
+  mpi "$n" "$ampc" train $common --precision "$p" --batch "$b" --zero 1 --check-replicas "$@" \
+    --save "$tmp/$tag.st" --log "$tmp/$tag.jsonl" >"$tmp/$tag.out" 2>&1 ||
+    { die "--zero 1 on $n ranks, $p $*: exit $?"; cat "$tmp/$tag.out" >&2; continue; }
+  "$ampc" train $common --precision "$p" --batch "$b" --micro-batches "$n" "$@" \
+    --save "$tmp/$tag.mb.st" --log "$tmp/$tag.mb.jsonl" >/dev/null 2>&1 ||
+    die "1 rank, $p, $n micro-batches $*: exit $?"
+  cmp -s "$tmp/$tag.st" "$tmp/$tag.mb.st" ||
+    die "--zero 1, $p $*: $n ranks and $n micro-batches leave different checkpoints"
+  # (the memory account is the shard's, by design)
+  msg=$(SAME_LOG_SKIP="memory parameter_state_bytes" same_log "$tmp/$tag.jsonl" "$tmp/$tag.mb.jsonl" 2>&1) ||
+    die "--zero 1, $p $*: $n ranks and $n micro-batches log differently: $msg"
+done
+python3 - "$tmp/z.16-mixed.3.0.jsonl" <<'PY' || die "--zero 1: the config line does not carry the shard"
+import json, sys
+c = json.loads(open(sys.argv[1]).readline())
+dp, mem = c["run"]["data_parallel"], c["parameter_bytes"]
+assert dp["zero"] == 1 and dp["shard_first"] == 0, dp
+n = dp["shard_elements"]  # rank 0's: 4096-aligned, about a third of the table
+assert n % 4096 == 0 and mem["master"] == 4 * n, (dp, mem)
+assert mem["exp_avg"] == 4 * n and mem["exp_avg_sq"] == 4 * n, (dp, mem)
+assert 3 * n >= mem["weights"] // 2 > 2 * n, (dp, mem)
+PY
+# resume: saved sharded on 2 ranks at step 3, continued sharded on 3 ranks and
+# unsharded on 1 rank: the bits of one process with 3 and 2 micro-batches
+mpi 2 "$ampc" train $common --batch 12 --zero 1 --stop-at 3 --save "$tmp/zh.st" >/dev/null 2>&1 ||
+  die "--zero 1, 2 ranks, stop at 3"
+cmp -s "$tmp/zh.st" "$tmp/half.st" || die "--zero 1: the step-3 checkpoint differs from the unsharded one"
+mpi 3 "$ampc" train $common --batch 12 --zero 1 --resume "$tmp/zh.st" --save "$tmp/zr3.st" \
+  >/dev/null 2>&1 || die "--zero 1: resume on 3 ranks"
+cmp -s "$tmp/zr3.st" "$tmp/r1m3.st" || die "--zero 1: resumed on 3 ranks, not the bits of 3 micro-batches"
+"$ampc" train $common --batch 12 --micro-batches 2 --resume "$tmp/zh.st" --save "$tmp/zr1.st" \
+  >/dev/null 2>&1 || die "--zero 1: resume on 1 rank"
+cmp -s "$tmp/zr1.st" "$tmp/full.st" || die "--zero 1: resumed on 1 rank, not the uninterrupted bits"
+# a NaN on rank 1's gradient: every rank skips step 5 and halves the scale
+AMPC_FAULT_NAN_GRAD=1:5 mpi 2 "$ampc" train $common --batch 16 --zero 1 --check-replicas \
+  --log "$tmp/znan.jsonl" >"$tmp/znan.out" 2>&1 || { die "--zero 1, NaN on rank 1: exit $?"; cat "$tmp/znan.out" >&2; }
+python3 - "$tmp/znan.jsonl" <<'PY' || die "--zero 1, NaN on rank 1: step 5 was not skipped with the scale halved"
+import json, sys
+steps = {o["step"]: o for o in map(json.loads, open(sys.argv[1])) if o.get("event") == "step"}
+assert steps[5]["overflow"] and steps[5]["skipped"], steps[5]
+assert steps[6]["loss_scale"] == steps[5]["loss_scale"] / 2 and not steps[6]["skipped"], steps[6]
+PY
+# what it refuses: a rank without --zero 1, the working-dtype sum, a device, per-branch scaling
+timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$ampc" train $common --batch 16 --zero 1 : \
+  -np 1 "$ampc" train $common --batch 16 >"$tmp/zm.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "started with different settings: --zero differs" "$tmp/zm.out" ||
+  { die "ranks with and without --zero 1: exit $rc, the flag not named"; cat "$tmp/zm.out" >&2; }
+for bad in "--allreduce working" "--device cpu-split" "--loss-scale per-branch" "--zero 2"; do
+  mpi 2 "$ampc" train $common --batch 16 --zero 1 $bad >"$tmp/zb.out" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || { die "--zero 1 $bad: exit $rc, expected 2"; cat "$tmp/zb.out" >&2; }
+  grep -q -- "--zero" "$tmp/zb.out" || { die "--zero 1 $bad: the message does not name --zero"; cat "$tmp/zb.out" >&2; }
+done
 
 [ $fail -eq 0 ] && echo "check_mpi: all cases passed"
 exit $fail

@@ -314,6 +314,13 @@ typedef struct ampc_unscale_ops {
   ampc_unscale_check_fn check;
   ampc_stage_fn stage; /* per-loss only */
   ampc_scratch *ws;    /* the check's per-chunk sums (ampc_grad_unscale_scratch_bytes) */
+  /* optional: the check of a data-parallel group whose ranks each hold a
+   * shard of the summed gradient (ZeRO-1): called with `group_user` instead
+   * of `check` (one scale for all: the per-branch and per-loss modes are
+   * refused); counts and norm are the whole gradient's */
+  ampc_status (*check_group)(void *group_user, const void *g, ampc_dtype gdt, int64_t n,
+                             float inv_scale, int64_t *nonfinite, double *norm);
+  void *group_user;
 } ampc_unscale_ops;
 
 /* A step's gradients in the working dtype: n values at g (in the ops'
@@ -413,6 +420,15 @@ ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, fl
 /* Scratch of ampc_grad_unscale_check over n values: one double and one
  * count per chunk (given NULL or less, it allocates them itself). */
 size_t ampc_grad_unscale_scratch_bytes(int64_t n);
+/* The parts of ampc_grad_unscale_check: over n values g (dtype gdt), for
+ * each 4096-element chunk c (the last one shorter), part[c] = its sum of
+ * squares of the finite u = fp32(g) * inv_scale and bad[c] = its count of
+ * non-finite u; arrays of ceil(n / 4096) entries. ampc_grad_unscale_check's
+ * norm is sqrt of the part[c] added in chunk order from 0.0, so a group
+ * whose ranks hold 4096-aligned shards (ampc_shard_range) gets its bits by
+ * adding every rank's parts in rank order. Errors: AMPC_ERR_INVALID_ARG. */
+ampc_status ampc_grad_unscale_parts(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                    double *part, int64_t *bad);
 
 /* The clipping coefficient for global norm `norm` and max_norm (0 = off):
  * 1 when norm <= max_norm, else max_norm / norm formed in double and rounded

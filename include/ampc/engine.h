@@ -40,6 +40,8 @@
 extern "C" {
 #endif
 
+struct ampc_comm;
+
 typedef struct ampc_trainer {
   ampc_amp_config amp;
   ampc_optim_config opt;
@@ -65,6 +67,12 @@ typedef struct ampc_trainer {
   ampc_device device;
   ampc_params dparams;
   ampc_status device_status; /* a failed zero_grad on the device, reported by the next step */
+  /* ZeRO-1 (ampc_trainer_set_zero, ampc/train.h): the group the master
+   * weights and optimizer state are partitioned over, its shards' bounds
+   * [size + 1] and the norm's gathered chunk sums; NULL: not sharded */
+  const struct ampc_comm *zero;
+  int64_t *zero_bounds;
+  double *zero_parts;
 } ampc_trainer;
 
 /* What one call to ampc_trainer_step did. */

@@ -300,7 +300,46 @@ typedef struct ampc_comm {
   /* bytes this rank has sent through the calls above (payload, not MPI's
    * headers) */
   uint64_t (*bytes_sent)(void *user);
+  /* ZeRO-1 (may be NULL: no sharding). bounds[0..size]: rank r owns the
+   * elements [bounds[r], bounds[r + 1]) (ampc_shard_range).
+   * The rank-order FP32 sum of sum_f32_ordered, scattered: afterwards only
+   * this rank's elements of x [n = bounds[size]] hold the sum (the same bits
+   * as sum_f32_ordered's); the others are unspecified. */
+  ampc_status (*sum_f32_ordered_scatter)(void *user, float *x, const int64_t *bounds);
+  /* The shards gathered: every rank's `mine` (its bounds[r + 1] - bounds[r]
+   * elements of elem bytes) into all [bounds[size] elements] at bounds[r],
+   * on every rank (root < 0; all is then needed everywhere) or on rank root
+   * only (all may be NULL elsewhere). mine may be all + bounds[rank] (in
+   * place). */
+  ampc_status (*gather_shards)(void *user, const void *mine, void *all, size_t elem,
+                               const int64_t *bounds, int root);
 } ampc_comm;
+
+/* ZeRO stage 1 (Rajbhandari et al. 2020, arXiv 1910.02054, section 5.1; as
+ * DeepSpeed's stage 1, the FP32 master weights are partitioned with the
+ * optimizer state): trainer T's master weights, moments and Kahan
+ * compensation are cut to this rank's shard of group c (ampc_shard_range,
+ * ampc_params_shard: 12 bytes per parameter with AdamW in the mixed presets
+ * become 12 / size). Each step then takes the gradient's rank-order FP32
+ * sum scattered over the shards (ampc_train_accumulate_dp), checks it and
+ * forms its norm over all shards (one decision, the bits of one process),
+ * updates its shard and gathers the working weights from every rank; the
+ * swallowed-update counts are summed over the ranks. A group of one (c NULL
+ * or size 1) changes nothing. Call after the trainer's state is final
+ * (after a resume); the checkpoint stays whole (ampc_trainer_gather_view).
+ * Errors: AMPC_ERR_INVALID_ARG on a device, with per-branch or per-loss
+ * scaling, or twice; AMPC_ERR_UNSUPPORTED for a communicator without the
+ * ZeRO calls; AMPC_ERR_NOMEM. */
+ampc_status ampc_trainer_set_zero(ampc_trainer *T, const ampc_comm *c);
+
+/* The whole trainer a checkpoint holds, from a ZeRO-1 trainer: *view is a
+ * shallow copy of T whose master, moments and compensation are whole
+ * buffers gathered from every rank's shard on rank `root` (collective: every
+ * rank calls it; on the other ranks view->params has none of them).
+ * ampc_trainer_view_free releases them. A trainer without shards: *view = *T
+ * (no copy). Errors: those of the gather; AMPC_ERR_NOMEM. */
+ampc_status ampc_trainer_gather_view(const ampc_trainer *T, int root, ampc_trainer *view);
+void ampc_trainer_view_free(const ampc_trainer *T, ampc_trainer *view);
 
 /* How gradients of several micro-batches and ranks are summed. */
 typedef enum ampc_grad_reduce {
@@ -425,6 +464,11 @@ typedef struct ampc_run_config {
   const ampc_comm *comm;
   ampc_grad_reduce reduce; /* gradient sums over micro-batches and ranks */
   bool check_replicas;     /* compare every rank's weights after every step */
+  /* ZeRO stage (ampc_trainer_set_zero): 0, every rank holds the whole master
+   * weights and optimizer state; 1, each rank its shard (the CPU, --allreduce
+   * f32, one loss scale; checkpoints stay whole, gathered on rank 0 when
+   * saved, and resume on any number of ranks) */
+  int zero;
   /* A stall: the weights hold a non-finite value (no loss scale brings them
    * back), or stall_steps consecutive steps overflowed with a dynamic loss
    * scale at its floor (each one skipped), or the loss was non-finite for

@@ -200,6 +200,9 @@ ampc_status ampc_scaler_take_term(ampc_scale_plan *p, int k, const ampc_grads *g
 static ampc_status unscale_check(const ampc_scaler *s, const ampc_scale_plan *p,
                                  const ampc_grads *g, const ampc_unscale_ops *ops,
                                  ampc_unscaled *out, bool bnf[AMPC_BRANCH_COUNT]) {
+  if (p->mode == AMPC_LOSS_SCALE_PER_LOSS && ops->check_group)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "per-loss scaling over sharded gradients (ZeRO-1) is not supported");
   if (p->mode == AMPC_LOSS_SCALE_PER_LOSS) { /* unscaled already, term by term */
     AMPC_TRY(ops->check(p->sum, AMPC_F32, g->n, 1.0f, &out->nonfinite, &out->norm, ops->ws));
     bool any = false;
@@ -209,6 +212,12 @@ static ampc_status unscale_check(const ampc_scaler *s, const ampc_scale_plan *p,
       bnf[0] = true;
     return AMPC_OK;
   }
+  if (ops->check_group && p->mode == AMPC_LOSS_SCALE_PER_BRANCH)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "per-branch loss scaling over sharded gradients (ZeRO-1) is not supported");
+  if (ops->check_group)
+    return ops->check_group(ops->group_user, g->g, g->dt, g->n, ampc_scaler_inv_scale(s),
+                            &out->nonfinite, &out->norm);
   if (p->mode != AMPC_LOSS_SCALE_PER_BRANCH)
     return ops->check(g->g, g->dt, g->n, ampc_scaler_inv_scale(s), &out->nonfinite, &out->norm,
                       ops->ws);

@@ -16,9 +16,11 @@
 #include <stdlib.h>
 
 #include "ampc/amp.h"
+#include "ampc/params.h"
 #include "numeric/numeric.h"
 
 enum { CHUNK = 4096 };
+_Static_assert((int)CHUNK == (int)AMPC_SHARD_ALIGN, "ZeRO-1's shards are whole chunks of the norm");
 
 /* q[i mod 4] += (u[i] * inv)^2 in double for the finite ones; returns how
  * many were not finite. */
@@ -49,22 +51,12 @@ static int64_t sumsq4(const float *u, int64_t len, float inv, double q[4]) {
   return nb;
 }
 
-ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
-                                    int64_t *nonfinite, double *norm, ampc_scratch *ws) {
-  if ((!g && n > 0) || n < 0 || !nonfinite || !norm ||
+ampc_status ampc_grad_unscale_parts(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                    double *part, int64_t *bad) {
+  if ((!g && n > 0) || n < 0 || (n > 0 && (!part || !bad)) ||
       (gdt != AMPC_F32 && gdt != AMPC_F16 && gdt != AMPC_BF16))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_grad_unscale_check: bad arguments");
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_grad_unscale_parts: bad arguments");
   const int64_t nchunks = (n + CHUNK - 1) / CHUNK;
-  const size_t nc = (size_t)(nchunks > 0 ? nchunks : 1);
-  /* the per-chunk sums: from the caller's scratch when it is large enough */
-  const bool own = !ws || !ws->base || ws->bytes < ampc_grad_unscale_scratch_bytes(n);
-  double *part = own ? malloc(nc * sizeof *part) : ws->base;
-  int64_t *bad = own ? malloc(nc * sizeof *bad) : (int64_t *)(void *)(part + nc);
-  if (!part || !bad) {
-    if (own)
-      free(part), free(bad);
-    return ampc_fail(AMPC_ERR_NOMEM, "ampc_grad_unscale_check: out of memory");
-  }
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) if (n > 8 * CHUNK)
   for (int64_t c = 0; c < nchunks; c++) {
@@ -83,19 +75,38 @@ ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, fl
                      (size_t)len);
       nb += sumsq4(u, len, inv_scale, q); /* b0 - lo is a multiple of 4 */
     }
-    const double s = (q[0] + q[1]) + (q[2] + q[3]);
-    part[c] = s;
+    part[c] = (q[0] + q[1]) + (q[2] + q[3]);
     bad[c] = nb;
   }
+  return AMPC_OK;
+}
+
+ampc_status ampc_grad_unscale_check(const void *g, ampc_dtype gdt, int64_t n, float inv_scale,
+                                    int64_t *nonfinite, double *norm, ampc_scratch *ws) {
+  if ((!g && n > 0) || n < 0 || !nonfinite || !norm ||
+      (gdt != AMPC_F32 && gdt != AMPC_F16 && gdt != AMPC_BF16))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_grad_unscale_check: bad arguments");
+  const int64_t nchunks = (n + CHUNK - 1) / CHUNK;
+  const size_t nc = (size_t)(nchunks > 0 ? nchunks : 1);
+  /* the per-chunk sums: from the caller's scratch when it is large enough */
+  const bool own = !ws || !ws->base || ws->bytes < ampc_grad_unscale_scratch_bytes(n);
+  double *part = own ? malloc(nc * sizeof *part) : ws->base;
+  int64_t *bad = own ? malloc(nc * sizeof *bad) : (int64_t *)(void *)(part + nc);
+  if (!part || !bad) {
+    if (own)
+      free(part), free(bad);
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_grad_unscale_check: out of memory");
+  }
+  const ampc_status st = ampc_grad_unscale_parts(g, gdt, n, inv_scale, part, bad);
   double s = 0.0;
   int64_t nb = 0;
-  for (int64_t c = 0; c < nchunks; c++)
+  for (int64_t c = 0; st == AMPC_OK && c < nchunks; c++)
     s += part[c], nb += bad[c];
   if (own)
     free(part), free(bad);
   *nonfinite = nb;
   *norm = sqrt(s);
-  return AMPC_OK;
+  return st;
 }
 
 size_t ampc_grad_unscale_scratch_bytes(int64_t n) {

@@ -39,7 +39,8 @@ int ampc_dist_size(const ampc_dist *d) { return d ? d->size : 1; }
 #ifdef AMPC_HAVE_MPI
 
 enum { CHAIN_CHUNK = 1 << 18 }; /* floats per message of the chain: 1 MiB */
-enum { TAG_CHAIN = 7301 };
+enum { TAG_CHAIN = 7301, TAG_SCATTER = 7302 };
+enum { GATHER_CHUNK = 1 << 26 }; /* elements per rank per round of gather_shards */
 
 static int launched_by_mpi(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
@@ -190,6 +191,84 @@ static ampc_status allgather(void *user, const void *x, size_t bytes, void *y) {
   return AMPC_OK;
 }
 
+/* ZeRO-1's reduce-scatter: the chain of sum_f32_ordered (ending on the last
+ * rank, which then holds the whole sum), after which the last rank sends
+ * each rank its shard instead of broadcasting everything */
+static ampc_status sum_f32_ordered_scatter(void *user, float *x, const int64_t *bounds) {
+  ampc_dist *d = user;
+  const int r = d->rank, last = d->size - 1;
+  const int64_t n = bounds[d->size];
+  for (int64_t i0 = 0; i0 < n; i0 += CHAIN_CHUNK) {
+    const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
+    if (r > 0) {
+      MPI_TRY(MPI_Recv(d->tmp, len, MPI_FLOAT, r - 1, TAG_CHAIN, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+              "the gradient chain (receive)");
+      for (int i = 0; i < len; i++)
+        x[i0 + i] = d->tmp[i] + x[i0 + i];
+    }
+    if (r < last) {
+      MPI_TRY(MPI_Send(x + i0, len, MPI_FLOAT, r + 1, TAG_CHAIN, MPI_COMM_WORLD),
+              "the gradient chain (send)");
+      d->sent += (uint64_t)len * sizeof(float);
+    }
+  }
+  for (int q = 0; q < last; q++) /* the shards of ranks 0 .. last - 1 */
+    for (int64_t i0 = bounds[q]; i0 < bounds[q + 1]; i0 += CHAIN_CHUNK) {
+      const int len = (int)(bounds[q + 1] - i0 < CHAIN_CHUNK ? bounds[q + 1] - i0 : CHAIN_CHUNK);
+      if (r == last) {
+        MPI_TRY(MPI_Send(x + i0, len, MPI_FLOAT, q, TAG_SCATTER, MPI_COMM_WORLD),
+                "the gradient scatter (send)");
+        d->sent += (uint64_t)len * sizeof(float);
+      } else if (r == q) {
+        MPI_TRY(
+            MPI_Recv(x + i0, len, MPI_FLOAT, last, TAG_SCATTER, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+            "the gradient scatter (receive)");
+      }
+    }
+  return AMPC_OK;
+}
+
+/* the shards gathered in rounds of at most GATHER_CHUNK elements per rank
+ * (MPI's counts and displacements are ints), in a datatype of elem bytes */
+static ampc_status gather_shards(void *user, const void *mine, void *all, size_t elem,
+                                 const int64_t *bounds, int root) {
+  ampc_dist *d = user;
+  const int size = d->size, r = d->rank;
+  if (bounds[size] > (int64_t)INT32_MAX || elem == 0 || root >= size)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "gather_shards: %lld elements of %zu bytes (root %d)",
+                     (long long)bounds[size], elem, root);
+  const bool receives = root < 0 || root == r;
+  int *cnt = malloc(2 * (size_t)size * sizeof *cnt);
+  if (!cnt)
+    return ampc_fail(AMPC_ERR_NOMEM, "gather_shards: out of memory");
+  int *dsp = cnt + size;
+  MPI_Datatype t;
+  MPI_Type_contiguous((int)elem, MPI_BYTE, &t);
+  MPI_Type_commit(&t);
+  const char *own = mine;
+  const bool in_place = receives && own == (const char *)all + (size_t)bounds[r] * elem;
+  int64_t most = 0;
+  for (int q = 0; q < size; q++)
+    most = bounds[q + 1] - bounds[q] > most ? bounds[q + 1] - bounds[q] : most;
+  ampc_status st = AMPC_OK;
+  for (int64_t j = 0; j < most && st == AMPC_OK; j += GATHER_CHUNK) {
+    for (int q = 0; q < size; q++) {
+      const int64_t len = bounds[q + 1] - bounds[q] - j;
+      cnt[q] = (int)(len <= 0 ? 0 : (len < GATHER_CHUNK ? len : GATHER_CHUNK));
+      dsp[q] = (int)(bounds[q] + j);
+    }
+    const void *send = in_place ? MPI_IN_PLACE : (const void *)(own + (size_t)j * elem);
+    const int rc = root < 0 ? MPI_Allgatherv(send, cnt[r], t, all, cnt, dsp, t, MPI_COMM_WORLD)
+                            : MPI_Gatherv(send, cnt[r], t, all, cnt, dsp, t, root, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS)
+      st = mpi_fail(rc, "the shards' gather");
+    d->sent += (uint64_t)cnt[r] * elem;
+  }
+  MPI_Type_free(&t);
+  free(cnt);
+  return st;
+}
+
 static uint64_t bytes_sent(void *user) { return ((ampc_dist *)user)->sent; }
 
 #endif /* AMPC_HAVE_MPI */
@@ -222,7 +301,9 @@ ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
                           .max_f64 = max_f64,
                           .allgather = allgather,
                           .check_same = check_same,
-                          .bytes_sent = bytes_sent};
+                          .bytes_sent = bytes_sent,
+                          .sum_f32_ordered_scatter = sum_f32_ordered_scatter,
+                          .gather_shards = gather_shards};
   }
 #else
   (void)argc, (void)argv;

@@ -143,11 +143,16 @@ static void adamw_f32_tensor(ampc_params *P, int i, const step_consts *k) {
   const ampc_param *p = &P->p[i];
   const bool decay = p->decay && k->c->weight_decay != 0.0f;
   float g[CHUNK];
-  /* the FP32 weights updated: the master, or the working weights themselves */
-  float *restrict mst = P->master ? P->master : (float *)P->w, *restrict mm = P->m,
-                  *restrict vv = P->v;
-  for (int64_t e0 = p->offset; e0 < p->offset + p->numel; e0 += CHUNK) {
-    const int64_t n = p->offset + p->numel - e0 < CHUNK ? p->offset + p->numel - e0 : CHUNK;
+  const int64_t so = P->shard_lo, lo = p->offset > so ? p->offset : so,
+                hi =
+                    p->offset + p->numel < so + P->shard_n ? p->offset + p->numel : so + P->shard_n;
+  for (int64_t e0 = lo; e0 < hi; e0 += CHUNK) {
+    const int64_t n = hi - e0 < CHUNK ? hi - e0 : CHUNK;
+    /* the FP32 weights updated: the master (the shard's), or the working
+     * weights themselves (whole); the moments are the shard's */
+    float *restrict mst = P->master ? P->master + (e0 - so) : (float *)P->w + e0,
+                    *restrict mm = (float *)P->m + (e0 - so),
+                    *restrict vv = (float *)P->v + (e0 - so);
     ampc_convert(g, AMPC_F32, (const char *)k->grad + e0 * (int64_t)ampc_dtype_size(k->gdt), k->gdt,
                  (size_t)n);
     int64_t j = 0;
@@ -159,45 +164,43 @@ static void adamw_f32_tensor(ampc_params *P, int i, const step_consts *k) {
                  nstep = _mm_set1_ps(-k->step_size);
     const bool do_clip = k->clip != 1.0f;
     for (; j + 4 <= n; j += 4) {
-      const int64_t e = e0 + j;
       __m128 gv = _mm_mul_ps(_mm_loadu_ps(g + j), gm);
       if (do_clip)
         gv = _mm_mul_ps(gv, clip);
-      __m128 w = _mm_loadu_ps(mst + e);
+      __m128 w = _mm_loadu_ps(mst + j);
       if (decay)
         w = _mm_mul_ps(w, df);
-      __m128 m = _mm_loadu_ps(mm + e), v = _mm_loadu_ps(vv + e);
+      __m128 m = _mm_loadu_ps(mm + j), v = _mm_loadu_ps(vv + j);
       m = _mm_add_ps(m, _mm_mul_ps(omb1, _mm_sub_ps(gv, m)));
       v = _mm_mul_ps(v, b2);
       v = _mm_add_ps(v, _mm_mul_ps(_mm_mul_ps(omb2, gv), gv));
       __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(v), bc2), eps);
       w = _mm_add_ps(w, _mm_mul_ps(nstep, _mm_div_ps(m, denom)));
-      _mm_storeu_ps(mm + e, m);
-      _mm_storeu_ps(vv + e, v);
-      _mm_storeu_ps(mst + e, w);
+      _mm_storeu_ps(mm + j, m);
+      _mm_storeu_ps(vv + j, v);
+      _mm_storeu_ps(mst + j, w);
     }
 #endif
     for (; j < n; j++) { /* the tail: step_tensor's arithmetic with F32 state */
-      const int64_t e = e0 + j;
       float gv = g[j] * k->gm;
       if (k->clip != 1.0f)
         gv = gv * k->clip;
-      float w = mst[e];
+      float w = mst[j];
       if (decay)
         w = w * k->decay_factor;
-      float m = mm[e], v = vv[e];
+      float m = mm[j], v = vv[j];
       m = m + k->one_m_b1 * (gv - m);
       v = v * k->b2;
       v = v + k->one_m_b2 * gv * gv;
       const float denom = sqrtf(v) / k->bc2_sqrt + k->eps;
       w = w + -k->step_size * (m / denom);
-      mm[e] = m;
-      vv[e] = v;
-      mst[e] = w;
+      mm[j] = m;
+      vv[j] = v;
+      mst[j] = w;
     }
     if (P->master)
-      ampc_store_f32((char *)P->w + e0 * (int64_t)ampc_dtype_size(P->wdt), P->wdt, mst + e0,
-                     (size_t)n, NULL);
+      ampc_store_f32((char *)P->w + e0 * (int64_t)ampc_dtype_size(P->wdt), P->wdt, mst, (size_t)n,
+                     NULL);
   }
 }
 
@@ -220,13 +223,19 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
    * w*(1 - lr*wd) - w, which would cancel), applied with the compensation */
   const bool kh = c->kahan && P->comp && !has_master && wdt != AMPC_F32;
   int64_t n_upd = 0, n_sw = 0, n_would = 0, n_nf = 0;
-  for (int64_t e = p->offset; e < p->offset + p->numel; e++) {
+  /* the elements of this tensor in the table's shard; the sharded roles
+   * (master, m, v, comp) at e - so */
+  const int64_t so = P->shard_lo, lo = p->offset > so ? p->offset : so,
+                hi =
+                    p->offset + p->numel < so + P->shard_n ? p->offset + p->numel : so + P->shard_n;
+  for (int64_t e = lo; e < hi; e++) {
+    const int64_t es = e - so;
     float g = ampc_elem_load(k->grad, k->gdt, e) * k->gm;
     if (k->clip != 1.0f)
       g = g * k->clip;
     const uint32_t w16_before = raw_bits(P->w, wdt, e);
     const float w16_old = ampc_elem_load(P->w, wdt, e);
-    const float w_old = has_master ? P->master[e] : ampc_elem_load(P->w, wdt, e);
+    const float w_old = has_master ? P->master[es] : ampc_elem_load(P->w, wdt, e);
     float w = w_old;
     float change = 0.0f; /* Kahan: the step's whole change, in FP32 */
     bool nonzero = false;
@@ -238,7 +247,7 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
         w = sr ? w * k->decay_factor : rnd(w * k->decay_factor, pdt); /* param.mul_(1 - lr * wd) */
         nonzero = nonzero || (w_old != 0.0f);
       }
-      float m = ampc_elem_load(P->m, sdt, e), v = ampc_elem_load(P->v, sdt, e);
+      float m = ampc_elem_load(P->m, sdt, es), v = ampc_elem_load(P->v, sdt, es);
       m = rnd(m + k->one_m_b1 * (g - m), sdt);       /* exp_avg.lerp_(g, 1 - b1) */
       v = rnd(v * k->b2, sdt);                       /* exp_avg_sq.mul_(b2) */
       v = rnd(v + k->one_m_b2 * g * g, sdt);         /* .addcmul_(g, g, 1 - b2) */
@@ -251,8 +260,8 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
       else
         w = sr ? w + upd : rnd(w + upd, pdt); /* param.addcdiv_(m, denom) */
       nonzero = nonzero || upd != 0.0f;
-      ampc_elem_store(P->m, sdt, e, m);
-      ampc_elem_store(P->v, sdt, e, v);
+      ampc_elem_store(P->m, sdt, es, m);
+      ampc_elem_store(P->v, sdt, es, v);
     } else {
       float d = g;
       if (decay)
@@ -262,10 +271,10 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
         if (k->first) {
           buf = rnd(d, sdt); /* torch.clone(grad) */
         } else {
-          buf = rnd(ampc_elem_load(P->m, sdt, e) * c->momentum, sdt);
+          buf = rnd(ampc_elem_load(P->m, sdt, es) * c->momentum, sdt);
           buf = rnd(buf + (1.0f - c->dampening) * d, sdt);
         }
-        ampc_elem_store(P->m, sdt, e, buf);
+        ampc_elem_store(P->m, sdt, es, buf);
         d = c->nesterov ? rnd(d + c->momentum * buf, sdt) : buf;
       }
       const float upd = -k->lr * d;
@@ -276,15 +285,15 @@ static void step_tensor(ampc_params *P, int i, const step_consts *k, ampc_swallo
       nonzero = upd != 0.0f;
     }
     if (kh) {
-      const float y = change + ampc_elem_load(P->comp, wdt, e);
+      const float y = change + ampc_elem_load(P->comp, wdt, es);
       w = rnd(w_old + y, wdt);
-      ampc_elem_store(P->comp, wdt, e, isfinite(w) ? y - (w - w_old) : 0.0f);
+      ampc_elem_store(P->comp, wdt, es, isfinite(w) ? y - (w - w_old) : 0.0f);
     }
     if (sr)
       w = ampc_bits_f32(ampc_bf16bits_to_f32bits(
           ampc_bf16_round_stochastic(w, ampc_sr_bits(c->round_seed, k->t, e))));
     if (has_master)
-      P->master[e] = w;
+      P->master[es] = w;
     ampc_elem_store(P->w, wdt, e, w);
     if (sw && (!isfinite(w) || !isfinite(ampc_elem_load(P->w, wdt, e))))
       n_nf++;

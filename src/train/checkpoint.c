@@ -756,9 +756,15 @@ ampc_status run_save(ampc_run *R) {
   int nxt = 0;
   if (R->model.fp8)
     AMPC_TRY(ampc_fp8_state_tensors(R->model.fp8, &fs, &xt, &nxt));
-  const ampc_status st = ampc_trainer_save_ex(&R->T, R->rc.save_path, meta, n, xt, nxt);
+  /* ZeRO-1: the whole state gathered on rank 0, which writes the file that
+   * one process would (every rank calls this) */
+  ampc_trainer view;
+  ampc_status st = ampc_trainer_gather_view(&R->T, 0, &view);
+  if (st == AMPC_OK && R->rank == 0)
+    st = ampc_trainer_save_ex(&view, R->rc.save_path, meta, n, xt, nxt);
+  ampc_trainer_view_free(&R->T, &view); /* idempotent; nothing without shards */
   ampc_fp8_state_storage_free(&fs);
   AMPC_TRY(st);
-  R->saved = true;
+  R->saved = R->rank == 0;
   return AMPC_OK;
 }

@@ -613,7 +613,8 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   const bool per_branch = T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH;
   const float w = 1.0f / (float)K;
   const ampc_grads grads = {P->grad, P->wdt, P->total, P->p, P->count};
-  const ampc_unscale_ops ops = {be->grad_unscale_check, be->stage_f32, &T->unscale_ws};
+  const ampc_unscale_ops ops = {
+      .check = be->grad_unscale_check, .stage = be->stage_f32, .ws = &T->unscale_ws};
   memset(mean, 0, sizeof *mean);
   for (int64_t k = 0; k < n_micro; k++) {
     if (staged && k > 0)
@@ -658,8 +659,14 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   if (a->before_reduce)
     AMPC_TRY(staged ? a->before_reduce(a->hook_user, a->stage, AMPC_F32, P->total)
                     : a->before_reduce(a->hook_user, P->grad, P->wdt, P->total));
+  if (size > 1 && T->zero && !staged)
+    return ampc_fail(
+        AMPC_ERR_UNSUPPORTED,
+        "ZeRO-1 sums the gradients in FP32 (--allreduce f32), not in the working dtype");
   if (size > 1) {
-    if (staged)
+    if (T->zero) /* each rank gets its shard of the rank-order sum */
+      AMPC_TRY(c->sum_f32_ordered_scatter(c->user, a->stage, T->zero_bounds));
+    else if (staged)
       AMPC_TRY(reduce_ranks(c, be, a->host, a->stage, AMPC_F32, P->total, true));
     else
       AMPC_TRY(reduce_ranks(c, be, a->host, P->grad, P->wdt, P->total, false));
@@ -685,7 +692,10 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     }
     return AMPC_OK;
   }
-  if (staged) /* one rounding of the whole sum into the working dtype */
+  if (staged && T->zero) /* the shard's: the rest of the gradient is not summed here */
+    AMPC_TRY(be->convert((char *)P->grad + (size_t)P->shard_lo * ampc_dtype_size(P->wdt), P->wdt,
+                         a->stage + P->shard_lo, AMPC_F32, (size_t)P->shard_n));
+  else if (staged) /* one rounding of the whole sum into the working dtype */
     AMPC_TRY(be->convert(P->grad, P->wdt, a->stage, AMPC_F32, (size_t)P->total));
   return AMPC_OK;
 }

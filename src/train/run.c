@@ -157,6 +157,17 @@ static ampc_status check_config(const ampc_run_config *rc) {
   if ((rc->on_stall != AMPC_STALL_STOP && rc->on_stall != AMPC_STALL_WARN) || rc->stall_steps < 0)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: bad stall policy (%d, %lld steps)",
                      (int)rc->on_stall, (long long)rc->stall_steps);
+  if (rc->zero != 0 && rc->zero != 1)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "--zero %d: expected 0 or 1", rc->zero);
+  if (rc->zero && rc->device != AMPC_DEVICE_CPU)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--zero 1 with --device %s: ZeRO-1 runs on the CPU only for now (a device's "
+                     "shards need NCCL's reduce-scatter and all-gather)",
+                     ampc_device_name(rc->device));
+  if (rc->zero && rc->reduce != AMPC_REDUCE_F32)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--zero 1 with --allreduce working: ZeRO-1 sums the gradients in FP32 in rank "
+                     "order (--allreduce f32), the sum its shards are cut from");
   if (rc->reduce != AMPC_REDUCE_F32 && rc->reduce != AMPC_REDUCE_WORKING)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: bad gradient reduction %d",
                      (int)rc->reduce);
@@ -359,6 +370,8 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     st = set_telemetry(R);
   if (st == AMPC_OK)
     st = run_check_start(R);
+  if (st == AMPC_OK && rc->zero) /* after the checks and the resume: they read the whole state */
+    st = ampc_trainer_set_zero(&R->T, R->accum.comm);
   if (st != AMPC_OK) {
     ampc_run_free(R);
     return st;
@@ -575,6 +588,9 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
   cJSON_Delete(R->summary);
   R->summary = NULL;
   const bool lead = R->rank == 0; /* rank 0 writes the log and the checkpoint */
+  /* the ranks that take part in a save: rank 0 alone, or every rank when the
+   * state is sharded (rank 0 gathers it) */
+  const bool saver = lead || T->zero;
   if (lead && rc->log_path && rc->resume_path) {
     const ampc_status cs = run_cut_log(rc->log_path, T->iteration);
     if (cs != AMPC_OK)
@@ -697,7 +713,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
     const bool do_eval =
         lead && rc->eval &&
         ((rc->eval_every > 0 && info.iteration % rc->eval_every == 0) || info.iteration == end);
-    if (lead && rc->save_path && info.iteration == end && !saved_end) {
+    if (saver && rc->save_path && info.iteration == end && !saved_end) {
       TRYR(run_save(R)); /* before the last evaluation: a signal during it loses nothing */
       saved_end = true;
     }
@@ -732,7 +748,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
         TRYR(run_log_line(log, rc->log_path, run_eval_object(R, info.iteration, &tot.ev)));
       }
     }
-    if (lead && rc->save_path && rc->save_every > 0 && info.iteration % rc->save_every == 0 &&
+    if (saver && rc->save_path && rc->save_every > 0 && info.iteration % rc->save_every == 0 &&
         info.iteration != end) {
       /* not over the last good checkpoint while the run looks stuck (an
        * overflow at the floor, a non-finite loss or weights) */
@@ -744,7 +760,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
       }
     }
   }
-  if (lead && rc->save_path && !saved_end)
+  if (saver && rc->save_path && !saved_end)
     TRYR(run_save(R));
   R->summary = run_summary_object(R, &tot);
   if (!R->summary)

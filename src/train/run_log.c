@@ -48,6 +48,11 @@ cJSON *run_config_object(const ampc_run *R) {
   cJSON *dp = cJSON_AddObjectToObject(run_o, "data_parallel");
   cJSON_AddNumberToObject(dp, "ranks", (double)R->size);
   cJSON_AddStringToObject(dp, "reduce", rc->reduce == AMPC_REDUCE_F32 ? "f32" : "working");
+  cJSON_AddNumberToObject(dp, "zero", rc->zero);
+  if (R->T.zero) { /* this rank's part of the master weights and optimizer state */
+    cJSON_AddNumberToObject(dp, "shard_first", (double)R->T.params.shard_lo);
+    cJSON_AddNumberToObject(dp, "shard_elements", (double)R->T.params.shard_n);
+  }
   cJSON_AddNumberToObject(dp, "shard", (double)(rc->batch / R->size));
   /* what the contrastive loss contrasts: each rank's shard, or the global
    * batch (the hard negatives of the matching head stay in the shard) */

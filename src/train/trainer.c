@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ampc/engine.h"
+#include "ampc/train.h"
 #include "backend/backend.h"
 #include "numeric/numeric.h"
 
@@ -137,6 +138,8 @@ ampc_params *ampc_trainer_params(ampc_trainer *T) {
 void ampc_trainer_free(ampc_trainer *T) {
   if (!T)
     return;
+  free(T->zero_bounds);
+  free(T->zero_parts);
   release_device(T);
   ampc_params_free(&T->params);
   free(T->swallow);
@@ -165,6 +168,174 @@ void ampc_trainer_zero_grad(ampc_trainer *T) {
     T->device_status = st;
 }
 
+/* ---- ZeRO-1 ------------------------------------------------------------------ */
+
+/* the norm's chunks per shard: rank 0's shard is the largest */
+static int64_t zero_chunks_per_rank(const ampc_trainer *T) {
+  return (T->zero_bounds[1] - T->zero_bounds[0] + AMPC_SHARD_ALIGN - 1) / AMPC_SHARD_ALIGN;
+}
+
+ampc_status ampc_trainer_set_zero(ampc_trainer *T, const ampc_comm *c) {
+  if (!T)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_set_zero: T is NULL");
+  if (!c || c->size < 2)
+    return AMPC_OK;
+  if (T->zero)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_set_zero: the trainer is sharded already");
+  if (T->device != AMPC_DEVICE_CPU)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--zero 1 runs on the CPU only for now (a device's shards would need "
+                     "NCCL's reduce-scatter and all-gather)");
+  const ampc_loss_scale_mode mode = T->amp.scaler.mode;
+  if (mode == AMPC_LOSS_SCALE_PER_BRANCH || mode == AMPC_LOSS_SCALE_PER_LOSS)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--zero 1 with --loss-scale %s: one scale for the whole gradient only "
+                     "(none, a static scale or dynamic)",
+                     ampc_loss_scale_mode_name(mode));
+  if (!c->sum_f32_ordered_scatter || !c->gather_shards || !c->allgather || !c->sum_u64)
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "--zero 1: the communicator has no reduce-scatter or gather");
+  const int size = c->size;
+  int64_t *b = malloc(((size_t)size + 1) * sizeof *b);
+  if (!b)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_set_zero: out of memory");
+  for (int r = 0; r < size; r++) {
+    int64_t n = 0;
+    ampc_shard_range(T->params.total, size, r, &b[r], &n);
+  }
+  b[size] = T->params.total;
+  T->zero_bounds = b;
+  const int64_t per = zero_chunks_per_rank(T);
+  /* this rank's parts and bad counts, then every rank's */
+  T->zero_parts = malloc((size_t)(per > 0 ? per : 1) * 2 * ((size_t)size + 1) * sizeof(double));
+  ampc_status st =
+      T->zero_parts ? AMPC_OK : ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_set_zero: out of memory");
+  if (st == AMPC_OK)
+    st = ampc_params_shard(&T->params, b[c->rank], b[c->rank + 1] - b[c->rank]);
+  if (st != AMPC_OK) {
+    free(T->zero_bounds), free(T->zero_parts);
+    T->zero_bounds = NULL, T->zero_parts = NULL;
+    return st;
+  }
+  T->zero = c;
+  return AMPC_OK;
+}
+
+/* The check over a shard: this rank's chunk sums and non-finite counts,
+ * gathered from every rank and added in chunk order (rank order), as one
+ * process adds its chunks (ampc_grad_unscale_parts) */
+static ampc_status zero_check(void *user, const void *g, ampc_dtype gdt, int64_t n, float inv,
+                              int64_t *nonfinite, double *norm) {
+  ampc_trainer *T = user;
+  const ampc_comm *c = T->zero;
+  const int64_t *b = T->zero_bounds, per = zero_chunks_per_rank(T);
+  if (n != b[c->size])
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "zero_check: %lld gradients, the shards cover %lld",
+                     (long long)n, (long long)b[c->size]);
+  double *mine = T->zero_parts, *all = T->zero_parts + 2 * per;
+  int64_t *bad = malloc((size_t)(per > 0 ? per : 1) * sizeof *bad);
+  if (!bad)
+    return ampc_fail(AMPC_ERR_NOMEM, "zero_check: out of memory");
+  const int64_t lo = b[c->rank], len = b[c->rank + 1] - lo;
+  const int64_t nch = (len + AMPC_SHARD_ALIGN - 1) / AMPC_SHARD_ALIGN;
+  ampc_status st = ampc_grad_unscale_parts((const char *)g + (size_t)lo * ampc_dtype_size(gdt), gdt,
+                                           len, inv, mine, bad);
+  for (int64_t k = 0; k < 2 * per; k++) /* the counts as doubles: exact below 2^53 */
+    if (k >= nch && k < per)
+      mine[k] = 0.0;
+    else if (k >= per)
+      mine[k] = k - per < nch ? (double)bad[k - per] : 0.0;
+  free(bad);
+  if (st == AMPC_OK && per > 0)
+    st = c->allgather(c->user, mine, (size_t)(2 * per) * sizeof(double), all);
+  if (st != AMPC_OK)
+    return st;
+  double s = 0.0, nb = 0.0;
+  for (int q = 0; q < c->size; q++) {
+    const int64_t nq = (b[q + 1] - b[q] + AMPC_SHARD_ALIGN - 1) / AMPC_SHARD_ALIGN;
+    for (int64_t k = 0; k < nq; k++)
+      s += all[q * 2 * per + k], nb += all[q * 2 * per + per + k];
+  }
+  *nonfinite = (int64_t)nb;
+  *norm = sqrt(s);
+  return AMPC_OK;
+}
+
+/* after a ZeRO-1 update: every rank's shard of the working weights to every
+ * rank, the swallowed-update counts summed */
+static ampc_status zero_finish(ampc_trainer *T, bool counts) {
+  const ampc_comm *c = T->zero;
+  ampc_params *P = &T->params;
+  const size_t wsz = ampc_dtype_size(P->wdt);
+  AMPC_TRY(c->gather_shards(c->user, (char *)P->w + (size_t)P->shard_lo * wsz, P->w, wsz,
+                            T->zero_bounds, -1));
+  if (!counts)
+    return AMPC_OK;
+  _Static_assert(sizeof(ampc_swallow_stats) == 4 * sizeof(int64_t), "four counts");
+  uint64_t *u = malloc((size_t)P->count * 4 * sizeof *u);
+  if (!u)
+    return ampc_fail(AMPC_ERR_NOMEM, "out of memory for the swallowed-update counts");
+  for (int i = 0; i < P->count; i++) {
+    u[4 * i] = (uint64_t)T->swallow[i].updated, u[4 * i + 1] = (uint64_t)T->swallow[i].swallowed;
+    u[4 * i + 2] = (uint64_t)T->swallow[i].would_swallow;
+    u[4 * i + 3] = (uint64_t)T->swallow[i].nonfinite;
+  }
+  const ampc_status st = c->sum_u64(c->user, u, (int64_t)P->count * 4);
+  for (int i = 0; st == AMPC_OK && i < P->count; i++)
+    T->swallow[i] = (ampc_swallow_stats){(int64_t)u[4 * i], (int64_t)u[4 * i + 1],
+                                         (int64_t)u[4 * i + 2], (int64_t)u[4 * i + 3]};
+  free(u);
+  return st;
+}
+
+ampc_status ampc_trainer_gather_view(const ampc_trainer *T, int root, ampc_trainer *view) {
+  if (!T || !view)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_gather_view: NULL argument");
+  *view = *T;
+  if (!T->zero)
+    return AMPC_OK;
+  const ampc_comm *c = T->zero;
+  const ampc_params *P = &T->params;
+  ampc_params *V = &view->params;
+  static const int roles[4] = {AMPC_ROLE_MASTER, AMPC_ROLE_MOMENT1, AMPC_ROLE_MOMENT2,
+                               AMPC_ROLE_COMPENSATION};
+  const void *mine[4] = {P->master, P->m, P->v, P->comp};
+  void **whole[4] = {(void **)&V->master, &V->m, &V->v, &V->comp};
+  const size_t es[4] = {sizeof(float), ampc_dtype_size(P->sdt), ampc_dtype_size(P->sdt),
+                        ampc_dtype_size(P->wdt)};
+  const bool receives = root < 0 || root == c->rank;
+  bool ok = true;
+  for (int k = 0; k < 4; k++) {
+    *whole[k] = NULL;
+    if (mine[k] && receives)
+      ok = (*whole[k] = malloc((size_t)P->total * es[k])) != NULL && ok;
+    V->bytes[roles[k]] = mine[k] && receives ? (size_t)P->total * es[k] : 0;
+  }
+  /* the gathers are collective: every rank learns whether the receivers
+   * have their buffers before any starts */
+  double failed = ok ? 0.0 : 1.0;
+  ampc_status st = c->max_f64(c->user, &failed, 1);
+  if (st == AMPC_OK && failed > 0.0)
+    st = ampc_fail(AMPC_ERR_NOMEM, "out of memory for the whole optimizer state (%lld elements)",
+                   (long long)P->total);
+  for (int k = 0; k < 4 && st == AMPC_OK; k++)
+    if (mine[k])
+      st = c->gather_shards(c->user, mine[k], *whole[k], es[k], T->zero_bounds, root);
+  V->shard_lo = 0, V->shard_n = P->total;
+  view->zero = NULL;
+  if (st != AMPC_OK)
+    ampc_trainer_view_free(T, view);
+  return st;
+}
+
+void ampc_trainer_view_free(const ampc_trainer *T, ampc_trainer *view) {
+  if (!T || !view || !T->zero)
+    return;
+  ampc_params *V = &view->params;
+  free(V->master), free(V->m), free(V->v), free(V->comp);
+  V->master = NULL, V->m = V->v = V->comp = NULL;
+}
+
 ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   if (!T || !info)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_step: NULL argument");
@@ -179,7 +350,11 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
   /* the scaler unscales, checks and updates the scale; the optimizer takes
    * its factors in its fused update */
   const ampc_grads g = {P->grad, P->wdt, P->total, P->p, P->count};
-  const ampc_unscale_ops ops = {be->grad_unscale_check, be->stage_f32, &T->unscale_ws};
+  const ampc_unscale_ops ops = {.check = be->grad_unscale_check,
+                                .stage = be->stage_f32,
+                                .ws = &T->unscale_ws,
+                                .check_group = T->zero ? zero_check : NULL,
+                                .group_user = T};
   ampc_unscaled u;
   AMPC_TRY(ampc_scaler_finish(&T->scaler, &T->plan, &g, &ops, &u));
   ampc_step_info r = {.iteration = T->iteration + 1,
@@ -204,6 +379,8 @@ ampc_status ampc_trainer_step(ampc_trainer *T, ampc_step_info *info) {
     AMPC_TRY(be->optim_step_from(P, &T->opt, T->step + 1, r.lr, u.mult, r.clip_coef,
                                  T->telemetry ? T->swallow : NULL, u.grad, u.grad_dt));
     T->step++;
+    if (T->zero)
+      AMPC_TRY(zero_finish(T, T->telemetry));
     if (T->telemetry)
       for (int i = 0; i < P->count; i++)
         r.nonfinite_weights += T->swallow[i].nonfinite;

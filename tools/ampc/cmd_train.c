@@ -166,6 +166,9 @@ static const char k_usage_tail[] =
     "Data parallel (mpirun -np N ampc train ...; --batch is global; docs/CLI.md):\n"
     "  --allreduce f32|working  sum gradients in FP32 in rank order (default: the\n"
     "                   bits of --micro-batches N) or in the gradient dtype\n"
+    "  --zero 0|1       1: ZeRO stage 1, each rank keeps its shard of the FP32\n"
+    "                   master weights and optimizer state (12 bytes/param / N\n"
+    "                   with AdamW); the same bits, checkpoints stay whole\n"
     "  --check-replicas  compare the ranks' weights every step\n"
     "  --global-negatives  InfoNCE over the global batch (CLIP)\n"
     "\n"
@@ -266,6 +269,7 @@ static const char *const k_value_flags[] = {"lr",
                                             "recompute",
                                             "attention-cast",
                                             "allreduce",
+                                            "zero",
                                             "model",
                                             "precision",
                                             "optimizer"};
@@ -712,6 +716,14 @@ int train_parse_args(int argc, char **argv, train_args *a) {
         a->reduce = AMPC_REDUCE_WORKING;
       else
         rc = cli_usage_error("train", "--allreduce: expected f32 or working, got '%s'", v);
+    } else if (!strcmp(n, "zero")) {
+      if (!strcmp(v, "0") || !strcmp(v, "1"))
+        a->zero = v[0] - '0';
+      else
+        rc = cli_usage_error("train",
+                             "--zero: expected 0 (every rank holds the whole optimizer state) or "
+                             "1 (ZeRO stage 1: each rank its shard), got '%s'",
+                             v);
     } else if (!strcmp(n, "model")) {
       if (!ampc_model_known(v)) /* the library's list of models */
         rc = cli_unknown_model("train", v, true);
@@ -1158,6 +1170,7 @@ void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *
   c->interrupt = &g_interrupt;
   c->log_path = A->log, c->save_path = A->save, c->resume_path = A->resume;
   c->comm = ampc_dist_comm(g_dist), c->reduce = A->reduce, c->check_replicas = A->check_replicas;
+  c->zero = A->zero;
   c->global_negatives = A->global_negatives;
   c->on_stall = A->on_stall, c->stall_steps = A->stall_steps;
   c->device = A->device;
