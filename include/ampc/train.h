@@ -300,6 +300,15 @@ typedef struct ampc_comm {
   /* bytes this rank has sent through the calls above (payload, not MPI's
    * headers) */
   uint64_t (*bytes_sent)(void *user);
+  /* the same two sums on the device's own buffers (dx: device memory of the
+   * bound CUDA context, ampc_device_open), through NCCL on that context's
+   * stream (src/dist/nccl.h); NULL where NCCL is not available (not built,
+   * no libnccl, no GPU, a run on the CPU, or a rank without it): the
+   * trainer then copies through host memory (ampc_accum.host).
+   * sum_device_f32_ordered gives sum_f32_ordered's bits (a chain in rank
+   * order, then a broadcast); sum_device_working is ncclAllReduce in dt */
+  ampc_status (*sum_device_f32_ordered)(void *user, float *dx, int64_t n);
+  ampc_status (*sum_device_working)(void *user, void *dx, ampc_dtype dt, int64_t n);
 } ampc_comm;
 
 /* How gradients of several micro-batches and ranks are summed. */
