@@ -4,7 +4,7 @@
 # H200 machine lent through the device tool.
 #
 # Binaries: bench/gpu's build (ampc's formats, reference GEMM, CUDA backend,
-# model and trainer; test_cuda_gemm, test_cuda_nn, test_model_device,
+# model and trainer; test_cuda_gemm, test_cuda_nn, test_model_device, test_nccl,
 # gpu_bench, gpu_train, and ampc-gpu: the `ampc` CLI's train, diagnose,
 # memory and plan without plotting), either
 #   - prebuilt on the Debian machine (bench/gpu/prebuild.sh puts them in
@@ -28,6 +28,11 @@
 #                        PyTorch's (fp32 without TF32, autocast bf16,
 #                        autocast fp16 + GradScaler); the typed, cast,
 #                        tuned and kept variants
+#   nccl                 NCCL on the one GPU (bench/gpu/nccl_check.sh): test_nccl
+#                        --gpu (a group of one: the chain and the all-reduce
+#                        keep the values' bits), then `ampc-gpu train --device
+#                        cuda` with the NCCL path forced on (AMPC_NCCL_ONE_RANK=1)
+#                        against the plain run: the same checkpoint
 #   signatures_run       tests/signatures.txt with `ampc-gpu train --device
 #                        cuda` and `ampc-gpu diagnose` (bench/gpu/signatures.sh)
 #   curves               50-step loss curves on the GPU against the CPU's
@@ -43,7 +48,7 @@
 #                        presets, everything prepared, PyTorch fp32 and fp16
 #   build_on_device      the build there, when prebuilt binaries ran and
 #                        time is left (it checks that the build works there)
-# "tests" runs the three tests, signatures_run and curves; "bench" the
+# "tests" runs the three tests, nccl, signatures_run and curves; "bench" the
 # measurements; "all" (the default) everything.
 # Every part runs under a time limit (its own is a ceiling, not an
 # estimate), cut to what is left of CHECK_BUDGET seconds (default 560, under
@@ -147,6 +152,9 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
 done
 pylt=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null) &&
   [ -d "$pylt" ] && lt="$lt:$pylt"
+# NCCL (dlopen'ed: the toolkit's folder first, then the search path): PyTorch's wheel's, if any
+pync=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null) &&
+  [ -d "$pync" ] && lt="$lt:$pync"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu$lt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
   nvidia-smi
@@ -156,13 +164,14 @@ export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu$lt${LD_LIBRARY_PATH:+:$LD
   echo "cmake: $(cmake --version 2>&1 | head -n 1)"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   ls -l /usr/local/cuda*/lib64/libcublasLt.so* 2>&1
+  ls -l /usr/local/cuda*/lib*/libnccl.so* 2>&1
   lscpu | grep -E 'Model name|^CPU\(s\)'
 } >"$R/nvidia-smi.txt" 2>&1
 
 # the binaries: prebuilt if all their libraries resolve here, else built here
 B=""
 if [ -x .gpu-prebuilt/test_cuda_gemm ] && [ -x .gpu-prebuilt/ampc-gpu ]; then
-  bins="test_cuda_gemm test_cuda_nn test_model_device gpu_bench gpu_train ampc-gpu"
+  bins="test_cuda_gemm test_cuda_nn test_model_device test_nccl gpu_bench gpu_train ampc-gpu"
   if (cd .gpu-prebuilt && ldd $bins) >"$R/prebuilt_ldd.txt" 2>&1 &&
     ! grep -q "not found" "$R/prebuilt_ldd.txt"; then
     B=.gpu-prebuilt
@@ -246,6 +255,12 @@ if [ "$what" != tests ]; then
   python3 bench/gpu/train_table.py "$R/ampc_train.jsonl" "$R/torch_train.jsonl" >"$R/train_table.md" 2>&1
   cat "$R/train_table.md"
   pack
+fi
+
+if [ "$what" != bench ]; then
+  # NCCL for the ranks' device sums, on a group of one (one GPU, no MPI in ampc-gpu)
+  part nccl 90 sh bench/gpu/nccl_check.sh "./$B" "$R/nccl"
+  [ "$ran" = 1 ] && grep -E "FAIL|passed|skip|nccl " "$R/nccl.txt" | tail -n 8
 fi
 
 if [ "$what" != bench ]; then

@@ -13,7 +13,7 @@ cmake -S bench/gpu -B build-gpu-prebuilt -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-gpu-prebuilt -j "$(nproc)"
 rm -rf .gpu-prebuilt
 mkdir -p .gpu-prebuilt
-for b in test_cuda_gemm test_cuda_nn test_model_device gpu_bench gpu_train ampc-gpu; do
+for b in test_cuda_gemm test_cuda_nn test_model_device test_nccl gpu_bench gpu_train ampc-gpu; do
   cp build-gpu-prebuilt/$b .gpu-prebuilt/
 done
 {

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 
+#include "ampc/backend.h"
 #include "ampc/status.h"
 #include "ampc/train.h"
 
@@ -49,6 +50,22 @@ int ampc_dist_size(const ampc_dist *d); /* 1 for NULL */
  * MPI_SUM (FP32) or a commutative user op adding binary16 or bfloat16 values
  * with one rounding per addition. */
 const ampc_comm *ampc_dist_comm(ampc_dist *d);
+
+/* Where the gradient sums of a run on device `dev` go: NCCL on the device's
+ * buffers (ampc_comm.sum_device_f32_ordered / sum_device_working set) when
+ * dev is cuda and every rank can load libnccl.so.2 and sees a GPU, else
+ * through host memory over MPI (those entries NULL). Call it on every rank at
+ * the same point, before the run (the ranks agree by an MPI_Allreduce); the
+ * NCCL group itself is made at the first device sum, on the CUDA context the
+ * run bound (rank r on GPU r mod the GPUs). Returns the path for the log:
+ * "nccl 2.28.9", "host (MPI): <why not NCCL>", or "none (one process)" (a
+ * group of one without MPI); valid until the next call or
+ * ampc_dist_finalize. With AMPC_NCCL_ONE_RANK=1 in the environment and dev
+ * cuda with NCCL usable, a group of one (under an MPI launcher or not: then
+ * with host collectives of one process, each an identity) gets a
+ * communicator from ampc_dist_comm too, so that one GPU runs the NCCL path
+ * (sums of one term: the gradients unchanged) for the GPU check. */
+const char *ampc_dist_use_device(ampc_dist *d, ampc_device dev);
 
 /* End the whole job from this rank (MPI_Abort with exit code `code`) when the
  * group has more than one rank; returns doing nothing otherwise. Print the

@@ -313,6 +313,15 @@ typedef struct ampc_comm {
    * place). */
   ampc_status (*gather_shards)(void *user, const void *mine, void *all, size_t elem,
                                const int64_t *bounds, int root);
+  /* the same two sums on the device's own buffers (dx: device memory of the
+   * bound CUDA context, ampc_device_open), through NCCL on that context's
+   * stream (src/dist/nccl.h); NULL where NCCL is not available (not built,
+   * no libnccl, no GPU, a run on the CPU, or a rank without it): the
+   * trainer then copies through host memory (ampc_accum.host).
+   * sum_device_f32_ordered gives sum_f32_ordered's bits (a chain in rank
+   * order, then a broadcast); sum_device_working is ncclAllReduce in dt */
+  ampc_status (*sum_device_f32_ordered)(void *user, float *dx, int64_t n);
+  ampc_status (*sum_device_working)(void *user, void *dx, ampc_dtype dt, int64_t n);
 } ampc_comm;
 
 /* ZeRO stage 1 (Rajbhandari et al. 2020, arXiv 1910.02054, section 5.1; as

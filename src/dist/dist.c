@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/nccl.h"
 #include "internal.h"
 
 #ifdef AMPC_HAVE_MPI
@@ -23,6 +24,12 @@ struct ampc_dist {
   ampc_comm comm;
   uint64_t sent; /* payload bytes passed to sending calls */
   float *tmp;    /* one chunk of the chain sum */
+  /* the device sums (src/dist/nccl.c): the group, made at their first call;
+   * one_rank: AMPC_NCCL_ONE_RANK=1, a group of one gets the communicator too
+   * when the device sums are on (the GPU check runs them with one GPU) */
+  ampc_nccl *nccl;
+  bool one_rank;
+  char path[384]; /* ampc_dist_use_device's answer */
 };
 
 bool ampc_dist_have_mpi(void) {
@@ -271,7 +278,68 @@ static ampc_status gather_shards(void *user, const void *mine, void *all, size_t
 
 static uint64_t bytes_sent(void *user) { return ((ampc_dist *)user)->sent; }
 
+/* the NCCL group's unique id, from rank 0 to every rank */
+static ampc_status bcast_id(void *user, void *bytes, size_t n) {
+  (void)user;
+  MPI_TRY(MPI_Bcast(bytes, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD), "the NCCL id's broadcast");
+  return AMPC_OK;
+}
+
 #endif /* AMPC_HAVE_MPI */
+
+/* the device sums through NCCL: the group is made at the first call (every
+ * rank makes it there, on the device its run bound), its id broadcast from
+ * rank 0 over MPI */
+static ampc_status nccl_group(ampc_dist *d) {
+  if (d->nccl)
+    return AMPC_OK;
+#ifdef AMPC_HAVE_MPI
+  ampc_nccl_bcast_fn bcast = d->mpi_started ? bcast_id : NULL;
+#else
+  ampc_nccl_bcast_fn bcast = NULL; /* a group of one */
+#endif
+  return ampc_nccl_create(d->rank, d->size, 0, bcast, d, &d->nccl);
+}
+static ampc_status sum_device_f32_ordered(void *user, float *dx, int64_t n) {
+  ampc_dist *d = user;
+  AMPC_TRY(nccl_group(d));
+  return ampc_nccl_sum_f32_ordered(d->nccl, dx, n, &d->sent);
+}
+static ampc_status sum_device_working(void *user, void *dx, ampc_dtype dt, int64_t n) {
+  ampc_dist *d = user;
+  AMPC_TRY(nccl_group(d));
+  return ampc_nccl_sum_working(d->nccl, dx, dt, n, &d->sent);
+}
+
+/* the host collectives of a process alone (AMPC_NCCL_ONE_RANK without a
+ * launcher): every sum and maximum over one rank is its own value */
+static ampc_status one_sum_f32(void *user, float *x, int64_t n) {
+  (void)user, (void)x, (void)n;
+  return AMPC_OK;
+}
+static ampc_status one_sum_working(void *user, void *x, ampc_dtype dt, int64_t n) {
+  (void)user, (void)x, (void)dt, (void)n;
+  return AMPC_OK;
+}
+static ampc_status one_sum_u64(void *user, uint64_t *x, int64_t n) {
+  (void)user, (void)x, (void)n;
+  return AMPC_OK;
+}
+static ampc_status one_max_f64(void *user, double *x, int64_t n) {
+  (void)user, (void)x, (void)n;
+  return AMPC_OK;
+}
+static ampc_status one_allgather(void *user, const void *x, size_t bytes, void *y) {
+  (void)user;
+  if (bytes)
+    memmove(y, x, bytes);
+  return AMPC_OK;
+}
+static ampc_status one_check_same(void *user, const void *bytes, size_t n, const char *what) {
+  (void)user, (void)bytes, (void)n, (void)what;
+  return AMPC_OK;
+}
+static uint64_t one_bytes_sent(void *user) { return ((ampc_dist *)user)->sent; }
 
 ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
   if (!out)
@@ -312,7 +380,67 @@ ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
   return AMPC_OK;
 }
 
-const ampc_comm *ampc_dist_comm(ampc_dist *d) { return d && d->size > 1 ? &d->comm : NULL; }
+const ampc_comm *ampc_dist_comm(ampc_dist *d) {
+  return d && (d->size > 1 || (d->one_rank && d->comm.sum_device_f32_ordered)) ? &d->comm : NULL;
+}
+
+const char *ampc_dist_use_device(ampc_dist *d, ampc_device dev) {
+  if (!d)
+    return "none (one process)";
+  d->comm.sum_device_f32_ordered = NULL, d->comm.sum_device_working = NULL;
+  const char *one = getenv("AMPC_NCCL_ONE_RANK");
+  d->one_rank = d->size == 1 && one && !strcmp(one, "1");
+  if (d->size == 1 && !d->one_rank) /* nothing to sum: NCCL is not even loaded */
+    return "none (one process)";
+  char why[320] = "";
+  int ok = 0;
+  if (dev == AMPC_DEVICE_CUDA) { /* else host buffers: MPI, nothing to explain */
+    ok = ampc_nccl_check() == AMPC_OK;
+    if (!ok)
+      snprintf(why, sizeof why, "%s", ampc_last_error());
+  }
+  const int v = ampc_nccl_version();
+#ifdef AMPC_HAVE_MPI
+  if (d->mpi_started) {
+    int all = ok; /* every rank takes the same path, or none would meet */
+    if (d->size > 1 && MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
+      all = 0;
+    if (all) {
+      d->comm.sum_device_f32_ordered = sum_device_f32_ordered;
+      d->comm.sum_device_working = sum_device_working;
+      snprintf(d->path, sizeof d->path, "nccl %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    } else {
+      snprintf(d->path, sizeof d->path, "host (MPI)%s%s", ok || why[0] ? ": " : "",
+               ok ? "another rank has no NCCL" : why);
+    }
+    return d->path;
+  }
+#endif
+  if (!d->one_rank)
+    return "none (one process)";
+  if (!ok) {
+    snprintf(d->path, sizeof d->path, "none (one process): %s",
+             why[0] ? why : "AMPC_NCCL_ONE_RANK needs --device cuda");
+    return d->path;
+  }
+  /* AMPC_NCCL_ONE_RANK without a launcher: a communicator of this process
+   * alone, its device sums through NCCL */
+  d->comm = (ampc_comm){.user = d,
+                        .rank = 0,
+                        .size = 1,
+                        .sum_f32_ordered = one_sum_f32,
+                        .sum_working = one_sum_working,
+                        .sum_u64 = one_sum_u64,
+                        .max_f64 = one_max_f64,
+                        .allgather = one_allgather,
+                        .check_same = one_check_same,
+                        .bytes_sent = one_bytes_sent,
+                        .sum_device_f32_ordered = sum_device_f32_ordered,
+                        .sum_device_working = sum_device_working};
+  snprintf(d->path, sizeof d->path, "nccl %d.%d.%d (a group of one)", v / 10000, v / 100 % 100,
+           v % 100);
+  return d->path;
+}
 
 void ampc_dist_abort(ampc_dist *d, int code) {
 #ifdef AMPC_HAVE_MPI
@@ -329,6 +457,7 @@ void ampc_dist_abort(ampc_dist *d, int code) {
 void ampc_dist_finalize(ampc_dist *d) {
   if (!d)
     return;
+  ampc_nccl_destroy(d->nccl); /* before MPI goes */
 #ifdef AMPC_HAVE_MPI
   if (d->mpi_started)
     MPI_Finalize();

@@ -555,17 +555,26 @@ size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
   return a->micro_batches > 1 || size > 1 ? (size_t)n * sizeof(float) : 0;
 }
 
+/* the communicator sums device buffers itself (NCCL) */
+static bool comm_on_device(const ampc_comm *c) {
+  return c->sum_device_f32_ordered && c->sum_device_working;
+}
+
 size_t ampc_accum_host_bytes(const ampc_accum *a, int64_t n, ampc_dtype wdt) {
-  if (!a || n < 1 || !a->comm || a->comm->size < 2)
+  if (!a || n < 1 || !a->comm || a->comm->size < 2 || comm_on_device(a->comm))
     return 0;
   const size_t st = ampc_accum_stage_bytes(a, n), w = (size_t)n * ampc_dtype_size(wdt);
   return st > w ? st : w;
 }
 
 /* The ranks' sum of x [n] (dt; FP32 in rank order, or in the working dtype)
- * in place; on a device through the host buffer `host`. */
+ * in place; on a device through the communicator's device sums (NCCL) when
+ * it has them, else through the host buffer `host`. */
 static ampc_status reduce_ranks(const ampc_comm *c, const ampc_backend *be, void *host, void *x,
                                 ampc_dtype dt, int64_t n, bool f32) {
+  if (be->device && comm_on_device(c))
+    return f32 ? c->sum_device_f32_ordered(c->user, x, n)
+               : c->sum_device_working(c->user, x, dt, n);
   const size_t bytes = (size_t)n * ampc_dtype_size(dt);
   void *h = x;
   if (be->device) {
@@ -663,7 +672,9 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     return ampc_fail(
         AMPC_ERR_UNSUPPORTED,
         "ZeRO-1 sums the gradients in FP32 (--allreduce f32), not in the working dtype");
-  if (size > 1) {
+  /* a group of one sums only where the device sums are forced on
+   * (AMPC_NCCL_ONE_RANK, ampc_dist_use_device: the one-GPU check of NCCL) */
+  if (size > 1 || (c && be->device && comm_on_device(c))) {
     if (T->zero) /* each rank gets its shard of the rank-order sum */
       AMPC_TRY(c->sum_f32_ordered_scatter(c->user, a->stage, T->zero_bounds));
     else if (staged)

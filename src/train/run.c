@@ -223,7 +223,12 @@ static void set_layout(ampc_run *R, const ampc_amp_config *amp) {
   R->mb = rc->batch / R->size / rc->micro_batches;
   R->accum =
       (ampc_accum){.micro_batches = rc->micro_batches,
-                   .comm = R->size > 1 ? rc->comm : NULL,
+                   /* a group of one: only with the device sums forced on
+                    * (ampc_dist_use_device, AMPC_NCCL_ONE_RANK) */
+                   .comm = R->size > 1 || (rc->comm && rc->comm->sum_device_f32_ordered &&
+                                           rc->device != AMPC_DEVICE_CPU)
+                               ? rc->comm
+                               : NULL,
                    .reduce = rc->reduce,
                    .hook_user = R,
                    .loss_multiplier = rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f,
@@ -282,8 +287,8 @@ static ampc_status set_trainer(ampc_run *R, const ampc_amp_config *amp,
     AMPC_TRY(ampc_device_backend(rc->device)->alloc(&p, stage));
     R->accum.stage = p;
   }
-  /* several ranks on a device: the ranks' sum goes through host memory (the
-   * communicator is MPI on host buffers, not NCCL) */
+  /* several ranks on a device: the ranks' sum goes through host memory
+   * unless the communicator sums device buffers (NCCL; then no buffer) */
   const size_t hostb = rc->device != AMPC_DEVICE_CPU
                            ? ampc_accum_host_bytes(&R->accum, R->T.params.total, R->T.params.wdt)
                            : 0;

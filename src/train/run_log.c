@@ -53,6 +53,16 @@ cJSON *run_config_object(const ampc_run *R) {
     cJSON_AddNumberToObject(dp, "shard_first", (double)R->T.params.shard_lo);
     cJSON_AddNumberToObject(dp, "shard_elements", (double)R->T.params.shard_n);
   }
+  /* where the ranks' gradient sums run: NCCL on the GPU's buffers, MPI on
+   * host buffers ("none": one process; "device": the device sums on
+   * another device, a test's) */
+  const ampc_comm *cm = R->accum.comm;
+  const bool dev_sums = cm && cm->sum_device_f32_ordered && rc->device != AMPC_DEVICE_CPU;
+  cJSON_AddStringToObject(dp, "allreduce",
+                          !cm                              ? "none"
+                          : !dev_sums                      ? "host (MPI)"
+                          : rc->device == AMPC_DEVICE_CUDA ? "nccl"
+                                                           : "device");
   cJSON_AddNumberToObject(dp, "shard", (double)(rc->batch / R->size));
   /* what the contrastive loss contrasts: each rank's shard, or the global
    * batch (the hard negatives of the matching head stay in the shard) */

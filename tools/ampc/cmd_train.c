@@ -286,6 +286,14 @@ static bool takes_value(const char *name) {
 
 /* the job's group (one process unless started by mpirun) */
 static ampc_dist *g_dist;
+static const char *g_allreduce_path = "none (one process)"; /* ampc_dist_use_device */
+#ifdef AMPC_TEST_HOOKS
+/* AMPC_TEST_DEVICE_SUMS=host: the group's device sums made of its host sums
+ * on --device cpu-split (whose "device" buffers are host memory), so that the
+ * trainer's device-sum path (the one NCCL takes) runs on the CPU
+ * (tests/check_dist_device.sh) */
+static ampc_comm g_test_comm;
+#endif
 
 /* SIGINT / SIGTERM: the run stops after the step in progress and writes its
  * checkpoint (ampc_run_config.interrupt); a second signal ends the process
@@ -884,6 +892,8 @@ static void print_config(FILE *out, FILE *err, ampc_run *R, const train_args *A)
   if (rc->comm && rc->comm->size > 1)
     fprintf(out, "; %d ranks, %lld samples each", rc->comm->size,
             (long long)(rc->batch / rc->comm->size));
+  if (rc->comm) /* where the gradient sums run (ampc_dist_use_device) */
+    fprintf(out, "; allreduce: %s", g_allreduce_path);
   fputc('\n', out);
   if (rc->resume_path) /* where it goes on from */
     fprintf(out, "ampc train: resumed from %s at step %lld of %lld\n", rc->resume_path,
@@ -1171,6 +1181,16 @@ void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *
   c->log_path = A->log, c->save_path = A->save, c->resume_path = A->resume;
   c->comm = ampc_dist_comm(g_dist), c->reduce = A->reduce, c->check_replicas = A->check_replicas;
   c->zero = A->zero;
+#ifdef AMPC_TEST_HOOKS
+  const char *ds = getenv("AMPC_TEST_DEVICE_SUMS");
+  if (ds && !strcmp(ds, "host") && c->comm && A->device == AMPC_DEVICE_CPU_SPLIT) {
+    g_test_comm = *c->comm;
+    g_test_comm.sum_device_f32_ordered = g_test_comm.sum_f32_ordered;
+    g_test_comm.sum_device_working = g_test_comm.sum_working;
+    c->comm = &g_test_comm;
+    g_allreduce_path = "device sums (test: the host sums on cpu-split's buffers)";
+  }
+#endif
   c->global_negatives = A->global_negatives;
   c->on_stall = A->on_stall, c->stall_steps = A->stall_steps;
   c->device = A->device;
@@ -1491,6 +1511,8 @@ static int run(int argc, char **argv) {
     g_dist = NULL;
     return check;
   }
+  /* NCCL for the device's gradient sums, if every rank has it */
+  g_allreduce_path = ampc_dist_use_device(g_dist, A->device);
   const int rc = train_runs(A);
   free(A);
   /* a stall is decided on replicated state: every rank stops at the same
