@@ -152,8 +152,9 @@ ampc_status ampc_params_add_compensation(ampc_params *P);
  * m, v, comp; their values copied, the whole buffers freed; bytes[] becomes
  * the shard's): each rank's part of the optimizer state and master weights
  * (ampc_shard_range). Once per table. Errors: AMPC_ERR_INVALID_ARG (a range
- * outside the table, a table sharded already), AMPC_ERR_NOMEM (nothing
- * changed). */
+ * outside the table, a table sharded already), AMPC_ERR_NOMEM (the roles
+ * are cut one at a time: the table is then partly cut, only fit to be
+ * freed). */
 ampc_status ampc_params_shard(ampc_params *P, int64_t lo, int64_t n);
 
 /* Index of the named tensor, or -1. */

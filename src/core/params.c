@@ -65,28 +65,24 @@ ampc_status ampc_params_shard(ampc_params *P, int64_t lo, int64_t n) {
   static const int roles[4] = {AMPC_ROLE_MASTER, AMPC_ROLE_MOMENT1, AMPC_ROLE_MOMENT2,
                                AMPC_ROLE_COMPENSATION};
   void **bufs[4] = {(void **)&P->master, &P->m, &P->v, &P->comp};
-  void *fresh[4] = {NULL, NULL, NULL, NULL};
-  size_t nb[4] = {0, 0, 0, 0};
+  /* one role at a time (its shard copied, the whole buffer freed), so the
+   * transient is one role's shard above the whole state */
   for (int k = 0; k < 4; k++) {
     if (!*bufs[k])
       continue;
-    const size_t es = P->bytes[roles[k]] / (size_t)P->total;
-    nb[k] = (size_t)n * es;
+    const size_t es = P->bytes[roles[k]] / (size_t)P->total, nb = (size_t)n * es;
     /* an empty shard keeps a one-element buffer: the role stays present */
-    fresh[k] = alloc_role(nb[k] ? nb[k] : es);
-    if (!fresh[k]) {
-      for (int j = 0; j < k; j++)
-        free(fresh[j]);
-      return ampc_fail(AMPC_ERR_NOMEM, "ampc_params_shard: out of memory (%zu bytes)", nb[k]);
-    }
-    memcpy(fresh[k], (char *)*bufs[k] + (size_t)lo * es, nb[k]);
+    void *fresh = alloc_role(nb ? nb : es);
+    if (!fresh)
+      return ampc_fail(AMPC_ERR_NOMEM,
+                       "ampc_params_shard: out of memory (%zu bytes; the table is partly cut: "
+                       "free it)",
+                       nb);
+    memcpy(fresh, (char *)*bufs[k] + (size_t)lo * es, nb);
+    free(*bufs[k]);
+    *bufs[k] = fresh;
+    P->bytes[roles[k]] = nb;
   }
-  for (int k = 0; k < 4; k++)
-    if (*bufs[k]) {
-      free(*bufs[k]);
-      *bufs[k] = fresh[k];
-      P->bytes[roles[k]] = nb[k];
-    }
   P->shard_lo = lo, P->shard_n = n;
   return AMPC_OK;
 }

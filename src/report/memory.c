@@ -27,6 +27,7 @@ const char *ampc_mem_role_name(ampc_mem_role r) {
       [AMPC_MEM_WORKSPACE] = "workspace",
       [AMPC_MEM_FP8_STATE] = "fp8_state",
       [AMPC_MEM_DEVICE_SCRATCH] = "device_scratch",
+      [AMPC_MEM_GRAD_STAGE] = "grad_stage",
   };
   return (unsigned)r < AMPC_MEM_ROLE_COUNT ? names[r] : "?";
 }
@@ -66,7 +67,7 @@ static void finish(ampc_mem_account *a) {
   size_t p = 0, t = 0;
   for (int r = 0; r < AMPC_MEM_ROLE_COUNT; r++) {
     t += a->bytes[r];
-    if (r < AMPC_MEM_ACTIVATIONS)
+    if (r < AMPC_MEM_ACTIVATIONS || r == AMPC_MEM_GRAD_STAGE) /* per parameter */
       p += a->bytes[r];
   }
   a->total = t;
@@ -93,8 +94,12 @@ ampc_status ampc_mem_account_shard(ampc_mem_account *a, int ranks, int zero, int
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "memory account: not a whole account (sharded already, or empty)");
   a->ranks = ranks, a->zero = zero, a->rank = rank;
-  if (zero == 0) /* plain data parallelism: every rank holds the whole table */
+  /* the FP32 staging of the ranks' sum (--allreduce f32, the default) */
+  a->bytes[AMPC_MEM_GRAD_STAGE] = ranks > 1 ? (size_t)a->elements * sizeof(float) : 0;
+  if (zero == 0) { /* plain data parallelism: every rank holds the whole table */
+    finish(a);
     return AMPC_OK;
+  }
   int64_t lo = 0, n = 0;
   ampc_shard_range(a->elements, ranks, rank, &lo, &n);
   /* the roles ampc_params_shard partitions, at their element sizes (the

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ampc/io.h"
 #include "ampc/report.h"
@@ -132,6 +133,18 @@ ampc_status ampc_check_out_path(const char *what, const char *path, bool regular
                      regular ? "regular file" : "file");
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: directory %s does not exist", what, path, dir);
+  /* a probe file, created and removed: said now, not after the training
+   * (access() says yes to root on read-only and virtual file systems) */
+  char probe[4200];
+  snprintf(probe, sizeof probe, "%s/.ampc-probe-XXXXXX", dir);
+  const int fd = mkstemp(probe);
+  if (fd < 0) {
+    const int e = errno;
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s %s: cannot create a file in directory %s: %s", what,
+                     path, dir, strerror(e));
+  }
+  close(fd);
+  unlink(probe);
   return AMPC_OK;
 }
 
@@ -377,6 +390,9 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
     st = run_check_start(R);
   if (st == AMPC_OK && rc->zero) /* after the checks and the resume: they read the whole state */
     st = ampc_trainer_set_zero(&R->T, R->accum.comm);
+  if (st == AMPC_OK && rc->zero && R->size < 2 && R->n_notes < 6)
+    snprintf(R->notes[R->n_notes++], sizeof R->notes[0],
+             "--zero 1 in one process partitions nothing (start the ranks with mpirun -np N)");
   if (st != AMPC_OK) {
     ampc_run_free(R);
     return st;

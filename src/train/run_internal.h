@@ -42,7 +42,7 @@ struct ampc_run {
   /* the image-text data's training recipe, recorded in the log and the
    * checkpoint and checked on resume: "held_out=S;shift=N;itm=sampled|hardest" */
   char recipe[128], held_out[64];
-  char notes[3][256]; /* the run's own warnings (an option without effect, a resume's switches) */
+  char notes[6][256]; /* the run's own warnings (an option without effect, a resume's switches) */
   int n_notes;
   int64_t it_no; /* 0-based index of the iteration being gathered */
   ampc_telemetry *telemetry;

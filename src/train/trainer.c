@@ -178,10 +178,10 @@ static int64_t zero_chunks_per_rank(const ampc_trainer *T) {
 ampc_status ampc_trainer_set_zero(ampc_trainer *T, const ampc_comm *c) {
   if (!T)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_set_zero: T is NULL");
-  if (!c || c->size < 2)
-    return AMPC_OK;
   if (T->zero)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_trainer_set_zero: the trainer is sharded already");
+  /* refused in one process too, so that a command means the same on any
+   * number of ranks */
   if (T->device != AMPC_DEVICE_CPU)
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "--zero 1 runs on the CPU only for now (a device's shards would need "
@@ -192,6 +192,8 @@ ampc_status ampc_trainer_set_zero(ampc_trainer *T, const ampc_comm *c) {
                      "--zero 1 with --loss-scale %s: one scale for the whole gradient only "
                      "(none, a static scale or dynamic)",
                      ampc_loss_scale_mode_name(mode));
+  if (!c || c->size < 2)
+    return AMPC_OK;
   if (!c->sum_f32_ordered_scatter || !c->gather_shards || !c->allgather || !c->sum_u64)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "--zero 1: the communicator has no reduce-scatter or gather");

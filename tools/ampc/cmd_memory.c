@@ -255,11 +255,21 @@ static int check_cast_gpu(const char *cmd, const char *name, const ampc_amp_conf
   return 0;
 }
 
+/* the roles an account prints: the parameter roles (and the model's with
+ * --model), the gradient staging of several ranks where there is one */
+static bool role_shown(const ampc_mem_account *m, bool model, int k) {
+  if (k == AMPC_MEM_GRAD_STAGE)
+    return m->bytes[k] > 0;
+  if (k == AMPC_MEM_DEVICE_SCRATCH && m->bytes[k] == 0) /* a CPU account */
+    return false;
+  return model || k < AMPC_MEM_ACTIVATIONS;
+}
+
 static cJSON *roles_json(const ampc_mem_account *m, bool model) {
   cJSON *r = cJSON_CreateObject();
-  const int n = model ? AMPC_MEM_ROLE_COUNT : AMPC_MEM_ACTIVATIONS;
-  for (int k = 0; k < n; k++)
-    cJSON_AddNumberToObject(r, ampc_mem_role_name((ampc_mem_role)k), (double)m->bytes[k]);
+  for (int k = 0; k < AMPC_MEM_ROLE_COUNT; k++)
+    if (role_shown(m, model, k) || (model && k == AMPC_MEM_DEVICE_SCRATCH))
+      cJSON_AddNumberToObject(r, ampc_mem_role_name((ampc_mem_role)k), (double)m->bytes[k]);
   return r;
 }
 
@@ -352,9 +362,8 @@ static void print_table(const ampc_mem_account *m, bool model, bool per_rank) {
   const int w = model ? 14 : 22;
   printf("%-14s %12s %*s", "role", per_rank ? "bytes/rank" : "bytes", w, "");
   printf("%s\n", model ? "" : "   bytes/param");
-  const int n = model ? AMPC_MEM_ROLE_COUNT : AMPC_MEM_ACTIVATIONS;
-  for (int k = 0; k < n; k++) {
-    if (k == AMPC_MEM_DEVICE_SCRATCH && m->bytes[k] == 0) /* a CPU account */
+  for (int k = 0; k < AMPC_MEM_ROLE_COUNT; k++) {
+    if (!role_shown(m, model, k))
       continue;
     printf("%-14s %12zu %*s", ampc_mem_role_name((ampc_mem_role)k), m->bytes[k], w,
            model ? human(m->bytes[k], b1, sizeof b1) : human_both(m->bytes[k], b1, sizeof b1));
