@@ -306,6 +306,12 @@ typedef struct ampc_comm {
    * this rank's elements of x [n = bounds[size]] hold the sum (the same bits
    * as sum_f32_ordered's); the others are unspecified. */
   ampc_status (*sum_f32_ordered_scatter)(void *user, float *x, const int64_t *bounds);
+  /* The same sum of every rank's g [bounds[size]] (dtype gdt, widened to
+   * FP32 exactly, a chunk at a time: no FP32 copy of the whole gradient)
+   * into `mine` [bounds[rank + 1] - bounds[rank]] FP32, this rank's shard of
+   * the sum (the bits of sum_f32_ordered over the widened values). */
+  ampc_status (*sum_f32_ordered_scatter_from)(void *user, const void *g, ampc_dtype gdt,
+                                              float *mine, const int64_t *bounds);
   /* The shards gathered: every rank's `mine` (its bounds[r + 1] - bounds[r]
    * elements of elem bytes) into all [bounds[size] elements] at bounds[r],
    * on every rank (root < 0; all is then needed everywhere) or on rank root

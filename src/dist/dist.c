@@ -24,6 +24,7 @@ struct ampc_dist {
   ampc_comm comm;
   uint64_t sent; /* payload bytes passed to sending calls */
   float *tmp;    /* one chunk of the chain sum */
+  float *own;    /* one chunk of this rank's values, widened (the scatter from 16 bits) */
   /* the device sums (src/dist/nccl.c): the group, made at their first call;
    * one_rank: AMPC_NCCL_ONE_RANK=1, a group of one gets the communicator too
    * when the device sums are on (the GPU check runs them with one GPU) */
@@ -46,7 +47,7 @@ int ampc_dist_size(const ampc_dist *d) { return d ? d->size : 1; }
 #ifdef AMPC_HAVE_MPI
 
 enum { CHAIN_CHUNK = 1 << 18 }; /* floats per message of the chain: 1 MiB */
-enum { TAG_CHAIN = 7301, TAG_SCATTER = 7302 };
+enum { TAG_CHAIN = 7301, TAG_SCATTER = 7302, TAG_SCATTER_FROM = 8192, TAG_SPAN = 8192 };
 enum { GATHER_CHUNK = 1 << 26 }; /* elements per rank per round of gather_shards */
 
 static int launched_by_mpi(void) {
@@ -235,6 +236,87 @@ static ampc_status sum_f32_ordered_scatter(void *user, float *x, const int64_t *
   return AMPC_OK;
 }
 
+/* The same reduce-scatter without an FP32 copy of the whole gradient: each
+ * rank widens its own values from g (gdt) a chunk at a time as the chain
+ * reaches it, and the last rank sends each finished chunk's parts to their
+ * owners, which posted their receives before the chain began (so the last
+ * rank's sends complete while the owners are still in the chain). */
+static ampc_status sum_f32_ordered_scatter_from(void *user, const void *g, ampc_dtype gdt,
+                                                float *mine, const int64_t *bounds) {
+  ampc_dist *d = user;
+  const int r = d->rank, last = d->size - 1;
+  const int64_t n = bounds[d->size], lo = bounds[r], hi = bounds[r + 1];
+  const size_t es = ampc_dtype_size(gdt);
+  if (gdt != AMPC_F32 && gdt != AMPC_F16 && gdt != AMPC_BF16)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "sum_f32_ordered_scatter_from: dtype %s",
+                     ampc_dtype_name(gdt));
+  if (!d->own && !(d->own = malloc(CHAIN_CHUNK * sizeof *d->own)))
+    return ampc_fail(AMPC_ERR_NOMEM, "the gradient chain: out of memory");
+  /* this rank's receives of its shard, chunk by chunk */
+  const int64_t first = lo / CHAIN_CHUNK,
+                nrecv = r == last || hi <= lo ? 0 : (hi - 1) / CHAIN_CHUNK - first + 1;
+  MPI_Request *req = nrecv ? malloc((size_t)nrecv * sizeof *req) : NULL;
+  if (nrecv && !req)
+    return ampc_fail(AMPC_ERR_NOMEM, "the gradient scatter: out of memory");
+  for (int64_t k = 0; k < nrecv; k++) {
+    const int64_t c0 = (first + k) * CHAIN_CHUNK, a = c0 > lo ? c0 : lo,
+                  b = c0 + CHAIN_CHUNK < hi ? c0 + CHAIN_CHUNK : hi;
+    const int rc =
+        MPI_Irecv(mine + (a - lo), (int)(b - a), MPI_FLOAT, last,
+                  TAG_SCATTER_FROM + (int)((first + k) % TAG_SPAN), MPI_COMM_WORLD, &req[k]);
+    if (rc != MPI_SUCCESS) {
+      free(req);
+      return mpi_fail(rc, "the gradient scatter (post)");
+    }
+  }
+  ampc_status st = AMPC_OK;
+  for (int64_t i0 = 0; i0 < n && st == AMPC_OK; i0 += CHAIN_CHUNK) {
+    const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
+    float *own = d->own;
+    ampc_convert(own, AMPC_F32, (const char *)g + (size_t)i0 * es, gdt, (size_t)len);
+    if (r > 0) {
+      int rc =
+          MPI_Recv(d->tmp, len, MPI_FLOAT, r - 1, TAG_CHAIN, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        st = mpi_fail(rc, "the gradient chain (receive)");
+        break;
+      }
+      for (int i = 0; i < len; i++) /* the running sum + this rank's values */
+        own[i] = d->tmp[i] + own[i];
+    }
+    if (r < last) {
+      const int rc = MPI_Send(own, len, MPI_FLOAT, r + 1, TAG_CHAIN, MPI_COMM_WORLD);
+      if (rc != MPI_SUCCESS)
+        st = mpi_fail(rc, "the gradient chain (send)");
+      d->sent += (uint64_t)len * sizeof(float);
+      continue;
+    }
+    for (int q = 0; q <= last && st == AMPC_OK; q++) { /* the last rank: the owners' parts */
+      const int64_t a = i0 > bounds[q] ? i0 : bounds[q],
+                    b = i0 + len < bounds[q + 1] ? i0 + len : bounds[q + 1];
+      if (b <= a)
+        continue;
+      if (q == last) {
+        memcpy(mine + (a - lo), own + (a - i0), (size_t)(b - a) * sizeof *own);
+        continue;
+      }
+      const int rc =
+          MPI_Send(own + (a - i0), (int)(b - a), MPI_FLOAT, q,
+                   TAG_SCATTER_FROM + (int)((i0 / CHAIN_CHUNK) % TAG_SPAN), MPI_COMM_WORLD);
+      if (rc != MPI_SUCCESS)
+        st = mpi_fail(rc, "the gradient scatter (send)");
+      d->sent += (uint64_t)(b - a) * sizeof(float);
+    }
+  }
+  if (nrecv) {
+    const int rc = MPI_Waitall((int)nrecv, req, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS && st == AMPC_OK)
+      st = mpi_fail(rc, "the gradient scatter (receive)");
+  }
+  free(req);
+  return st;
+}
+
 /* the shards gathered in rounds of at most GATHER_CHUNK elements per rank
  * (MPI's counts and displacements are ints), in a datatype of elem bytes */
 static ampc_status gather_shards(void *user, const void *mine, void *all, size_t elem,
@@ -371,6 +453,7 @@ ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
                           .check_same = check_same,
                           .bytes_sent = bytes_sent,
                           .sum_f32_ordered_scatter = sum_f32_ordered_scatter,
+                          .sum_f32_ordered_scatter_from = sum_f32_ordered_scatter_from,
                           .gather_shards = gather_shards};
   }
 #else
@@ -463,5 +546,6 @@ void ampc_dist_finalize(ampc_dist *d) {
     MPI_Finalize();
 #endif
   free(d->tmp);
+  free(d->own);
   free(d);
 }
