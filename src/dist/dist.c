@@ -30,6 +30,19 @@ struct ampc_dist {
   ampc_nccl *nccl;
   bool one_rank;
   char path[384]; /* ampc_dist_use_device's answer */
+#ifdef AMPC_HAVE_MPI
+  /* the overlapped chain (ovl_*): its own communicator (its messages and
+   * broadcasts never meet the blocking calls' on MPI_COMM_WORLD), the sum x
+   * [ovl_n], the running sums received [ovl_cap] (one FP32 buffer of the
+   * table's size), the pieces started in order and two cursors: the first
+   * piece not yet added and sent on, the first not yet broadcast */
+  MPI_Comm ovl_comm;
+  bool ovl_have_comm;
+  float *ovl_x, *ovl_tmp;
+  int64_t ovl_n, ovl_cap;
+  struct ovl_piece *ovl;
+  int n_ovl, cap_ovl, ovl_send, ovl_bcast, ovl_done;
+#endif
 };
 
 bool ampc_dist_have_mpi(void) {
@@ -276,6 +289,148 @@ static ampc_status gather_shards(void *user, const void *mine, void *all, size_t
   return st;
 }
 
+/* ---- the overlapped chain ---------------------------------------------------------- */
+
+/* The chain of sum_f32_ordered on ranges of x started while the backward
+ * pass still runs (PyTorch DDP's buckets, with llm.c's fixed order): each
+ * range is cut into pieces of at most CHAIN_CHUNK floats, and each piece
+ * goes through
+ *   RECV  (rank > 0: MPI_Irecv of the running sum from rank - 1 into
+ *         ovl_tmp at the piece's offset, posted when the range starts)
+ *   ADD   (received: x = running + own, as sum_f32_ordered adds)
+ *   SEND  (rank < last: MPI_Isend of x to rank + 1 in flight)
+ *   SENT  (x may be overwritten: ready for the broadcast)
+ *   BCAST (MPI_Ibcast of x from the last rank in flight)
+ *   DONE
+ * The adds and sends, and the broadcasts, are posted strictly in the order
+ * the pieces were started (the two cursors), so every rank posts the same
+ * collectives in the same order; the bits are sum_f32_ordered's. MPI moves
+ * the data only inside MPI calls: ovl_progress tests what is in flight. */
+enum { P_RECV, P_ADD, P_SEND, P_SENT, P_BCAST, P_DONE };
+struct ovl_piece {
+  int64_t lo;
+  int len, state;
+  MPI_Request req;
+};
+
+static ampc_status ovl_begin(void *user, float *x, int64_t n) {
+  ampc_dist *d = user;
+  if (!x || n < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ovl_begin: bad buffer (n %lld)", (long long)n);
+  if (d->ovl_done < d->n_ovl)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ovl_begin: %d pieces of the last overlapped sum are still in flight",
+                     d->n_ovl - d->ovl_done);
+  if (!d->ovl_have_comm) { /* collective: every rank begins at the same point */
+    MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &d->ovl_comm), "the overlapped sum's communicator");
+    d->ovl_have_comm = true;
+  }
+  if (d->rank > 0 && n > d->ovl_cap) {
+    float *t = realloc(d->ovl_tmp, (size_t)n * sizeof *t);
+    if (!t)
+      return ampc_fail(AMPC_ERR_NOMEM, "ovl_begin: out of memory for %lld floats", (long long)n);
+    d->ovl_tmp = t, d->ovl_cap = n;
+  }
+  d->ovl_x = x, d->ovl_n = n;
+  d->n_ovl = d->ovl_send = d->ovl_bcast = d->ovl_done = 0;
+  return AMPC_OK;
+}
+
+/* the pieces' requests tested; then, in order, the adds and sends and the
+ * broadcasts that may start */
+static ampc_status ovl_advance(ampc_dist *d) {
+  const int r = d->rank, last = d->size - 1;
+  for (int i = d->ovl_done; i < d->n_ovl; i++) {
+    struct ovl_piece *p = &d->ovl[i];
+    if (p->state != P_RECV && p->state != P_SEND && p->state != P_BCAST)
+      continue;
+    int flag = 0;
+    MPI_TRY(MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE), "the overlapped gradient sum (test)");
+    if (flag)
+      p->state = p->state == P_RECV ? P_ADD : p->state == P_SEND ? P_SENT : P_DONE;
+  }
+  for (; d->ovl_send < d->n_ovl && d->ovl[d->ovl_send].state == P_ADD; d->ovl_send++) {
+    struct ovl_piece *p = &d->ovl[d->ovl_send];
+    float *x = d->ovl_x + p->lo;
+    if (r > 0) {
+      const float *run = d->ovl_tmp + p->lo;
+      for (int i = 0; i < p->len; i++)
+        x[i] = run[i] + x[i];
+    }
+    if (r < last) {
+      MPI_TRY(MPI_Isend(x, p->len, MPI_FLOAT, r + 1, TAG_CHAIN, d->ovl_comm, &p->req),
+              "the overlapped gradient chain (send)");
+      d->sent += (uint64_t)p->len * sizeof(float);
+      p->state = P_SEND;
+    } else {
+      p->state = P_SENT;
+    }
+  }
+  for (; d->ovl_bcast < d->ovl_send && d->ovl[d->ovl_bcast].state == P_SENT; d->ovl_bcast++) {
+    struct ovl_piece *p = &d->ovl[d->ovl_bcast];
+    MPI_TRY(MPI_Ibcast(d->ovl_x + p->lo, p->len, MPI_FLOAT, last, d->ovl_comm, &p->req),
+            "the overlapped gradient broadcast");
+    if (r == last)
+      d->sent += (uint64_t)p->len * sizeof(float);
+    p->state = P_BCAST;
+  }
+  while (d->ovl_done < d->n_ovl && d->ovl[d->ovl_done].state == P_DONE)
+    d->ovl_done++;
+  return AMPC_OK;
+}
+
+static ampc_status ovl_range(void *user, int64_t lo, int64_t hi) {
+  ampc_dist *d = user;
+  if (!d->ovl_x || lo < 0 || hi > d->ovl_n || lo > hi)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ovl_range: [%lld, %lld) outside the sum of %lld",
+                     (long long)lo, (long long)hi, (long long)d->ovl_n);
+  for (int64_t i0 = lo; i0 < hi; i0 += CHAIN_CHUNK) {
+    if (d->n_ovl == d->cap_ovl) {
+      const int cap = d->cap_ovl ? 2 * d->cap_ovl : 64;
+      struct ovl_piece *q = realloc(d->ovl, (size_t)cap * sizeof *q);
+      if (!q)
+        return ampc_fail(AMPC_ERR_NOMEM, "ovl_range: out of memory");
+      d->ovl = q, d->cap_ovl = cap;
+    }
+    struct ovl_piece *p = &d->ovl[d->n_ovl];
+    p->lo = i0;
+    p->len = (int)(hi - i0 < CHAIN_CHUNK ? hi - i0 : CHAIN_CHUNK);
+    p->state = P_ADD; /* rank 0 starts the chain with its own values */
+    p->req = MPI_REQUEST_NULL;
+    if (d->rank > 0) {
+      MPI_TRY(MPI_Irecv(d->ovl_tmp + i0, p->len, MPI_FLOAT, d->rank - 1, TAG_CHAIN, d->ovl_comm,
+                        &p->req),
+              "the overlapped gradient chain (receive)");
+      p->state = P_RECV;
+    }
+    d->n_ovl++;
+  }
+  return ovl_advance(d);
+}
+
+static ampc_status ovl_progress(void *user) {
+  ampc_dist *d = user;
+  return d->ovl_done < d->n_ovl ? ovl_advance(d) : AMPC_OK;
+}
+
+/* blocks on the oldest piece's request in flight (after an advance the
+ * oldest piece not done always has one), then advances */
+static ampc_status ovl_wait(void *user) {
+  ampc_dist *d = user;
+  AMPC_TRY(ovl_advance(d));
+  while (d->ovl_done < d->n_ovl) {
+    struct ovl_piece *p = &d->ovl[d->ovl_done];
+    if (p->state != P_RECV && p->state != P_SEND && p->state != P_BCAST)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "ovl_wait: piece %d stuck in state %d", d->ovl_done,
+                       p->state);
+    MPI_TRY(MPI_Wait(&p->req, MPI_STATUS_IGNORE), "the overlapped gradient sum (wait)");
+    p->state = p->state == P_RECV ? P_ADD : p->state == P_SEND ? P_SENT : P_DONE;
+    AMPC_TRY(ovl_advance(d));
+  }
+  d->ovl_x = NULL;
+  return AMPC_OK;
+}
+
 static uint64_t bytes_sent(void *user) { return ((ampc_dist *)user)->sent; }
 
 /* the NCCL group's unique id, from rank 0 to every rank */
@@ -371,7 +526,11 @@ ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
                           .check_same = check_same,
                           .bytes_sent = bytes_sent,
                           .sum_f32_ordered_scatter = sum_f32_ordered_scatter,
-                          .gather_shards = gather_shards};
+                          .gather_shards = gather_shards,
+                          .ovl_begin = ovl_begin,
+                          .ovl_range = ovl_range,
+                          .ovl_progress = ovl_progress,
+                          .ovl_wait = ovl_wait};
   }
 #else
   (void)argc, (void)argv;
@@ -459,8 +618,12 @@ void ampc_dist_finalize(ampc_dist *d) {
     return;
   ampc_nccl_destroy(d->nccl); /* before MPI goes */
 #ifdef AMPC_HAVE_MPI
+  if (d->ovl_have_comm)
+    MPI_Comm_free(&d->ovl_comm);
   if (d->mpi_started)
     MPI_Finalize();
+  free(d->ovl_tmp);
+  free(d->ovl);
 #endif
   free(d->tmp);
   free(d);
