@@ -41,6 +41,8 @@ struct ampc_dist {
   float *ovl_x, *ovl_tmp;
   int64_t ovl_n, ovl_cap;
   struct ovl_piece *ovl;
+  MPI_Request *ovl_req; /* [cap_ovl] each piece's request in flight (or MPI_REQUEST_NULL) */
+  int *ovl_idx;         /* [cap_ovl] MPI_Testsome's indices */
   int n_ovl, cap_ovl, ovl_send, ovl_bcast, ovl_done;
 #endif
 };
@@ -310,7 +312,6 @@ enum { P_RECV, P_ADD, P_SEND, P_SENT, P_BCAST, P_DONE };
 struct ovl_piece {
   int64_t lo;
   int len, state;
-  MPI_Request req;
 };
 
 static ampc_status ovl_begin(void *user, float *x, int64_t n) {
@@ -336,18 +337,21 @@ static ampc_status ovl_begin(void *user, float *x, int64_t n) {
   return AMPC_OK;
 }
 
-/* the pieces' requests tested; then, in order, the adds and sends and the
- * broadcasts that may start */
-static ampc_status ovl_advance(ampc_dist *d) {
+/* the requests in flight tested (one MPI_Testsome: one turn of MPI's
+ * progress) or, block, waited for until at least one completes; then, in
+ * order, the adds and sends and the broadcasts that may start */
+static ampc_status ovl_advance(ampc_dist *d, bool block) {
   const int r = d->rank, last = d->size - 1;
-  for (int i = d->ovl_done; i < d->n_ovl; i++) {
-    struct ovl_piece *p = &d->ovl[i];
-    if (p->state != P_RECV && p->state != P_SEND && p->state != P_BCAST)
-      continue;
-    int flag = 0;
-    MPI_TRY(MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE), "the overlapped gradient sum (test)");
-    if (flag)
-      p->state = p->state == P_RECV ? P_ADD : p->state == P_SEND ? P_SENT : P_DONE;
+  int out = 0;
+  MPI_Request *req = d->ovl_req + d->ovl_done;
+  const int m = d->n_ovl - d->ovl_done;
+  if (m > 0)
+    MPI_TRY(block ? MPI_Waitsome(m, req, &out, d->ovl_idx, MPI_STATUSES_IGNORE)
+                  : MPI_Testsome(m, req, &out, d->ovl_idx, MPI_STATUSES_IGNORE),
+            "the overlapped gradient sum (test)");
+  for (int j = 0; m > 0 && out != MPI_UNDEFINED && j < out; j++) {
+    struct ovl_piece *p = &d->ovl[d->ovl_done + d->ovl_idx[j]];
+    p->state = p->state == P_RECV ? P_ADD : p->state == P_SEND ? P_SENT : P_DONE;
   }
   for (; d->ovl_send < d->n_ovl && d->ovl[d->ovl_send].state == P_ADD; d->ovl_send++) {
     struct ovl_piece *p = &d->ovl[d->ovl_send];
@@ -358,8 +362,9 @@ static ampc_status ovl_advance(ampc_dist *d) {
         x[i] = run[i] + x[i];
     }
     if (r < last) {
-      MPI_TRY(MPI_Isend(x, p->len, MPI_FLOAT, r + 1, TAG_CHAIN, d->ovl_comm, &p->req),
-              "the overlapped gradient chain (send)");
+      MPI_TRY(
+          MPI_Isend(x, p->len, MPI_FLOAT, r + 1, TAG_CHAIN, d->ovl_comm, &d->ovl_req[d->ovl_send]),
+          "the overlapped gradient chain (send)");
       d->sent += (uint64_t)p->len * sizeof(float);
       p->state = P_SEND;
     } else {
@@ -368,7 +373,8 @@ static ampc_status ovl_advance(ampc_dist *d) {
   }
   for (; d->ovl_bcast < d->ovl_send && d->ovl[d->ovl_bcast].state == P_SENT; d->ovl_bcast++) {
     struct ovl_piece *p = &d->ovl[d->ovl_bcast];
-    MPI_TRY(MPI_Ibcast(d->ovl_x + p->lo, p->len, MPI_FLOAT, last, d->ovl_comm, &p->req),
+    MPI_TRY(MPI_Ibcast(d->ovl_x + p->lo, p->len, MPI_FLOAT, last, d->ovl_comm,
+                       &d->ovl_req[d->ovl_bcast]),
             "the overlapped gradient broadcast");
     if (r == last)
       d->sent += (uint64_t)p->len * sizeof(float);
@@ -388,44 +394,49 @@ static ampc_status ovl_range(void *user, int64_t lo, int64_t hi) {
     if (d->n_ovl == d->cap_ovl) {
       const int cap = d->cap_ovl ? 2 * d->cap_ovl : 64;
       struct ovl_piece *q = realloc(d->ovl, (size_t)cap * sizeof *q);
-      if (!q)
+      if (q)
+        d->ovl = q;
+      MPI_Request *rq = q ? realloc(d->ovl_req, (size_t)cap * sizeof *rq) : NULL;
+      if (rq)
+        d->ovl_req = rq;
+      int *ix = rq ? realloc(d->ovl_idx, (size_t)cap * sizeof *ix) : NULL;
+      if (!ix)
         return ampc_fail(AMPC_ERR_NOMEM, "ovl_range: out of memory");
-      d->ovl = q, d->cap_ovl = cap;
+      d->ovl_idx = ix, d->cap_ovl = cap;
     }
     struct ovl_piece *p = &d->ovl[d->n_ovl];
     p->lo = i0;
     p->len = (int)(hi - i0 < CHAIN_CHUNK ? hi - i0 : CHAIN_CHUNK);
     p->state = P_ADD; /* rank 0 starts the chain with its own values */
-    p->req = MPI_REQUEST_NULL;
+    d->ovl_req[d->n_ovl] = MPI_REQUEST_NULL;
     if (d->rank > 0) {
       MPI_TRY(MPI_Irecv(d->ovl_tmp + i0, p->len, MPI_FLOAT, d->rank - 1, TAG_CHAIN, d->ovl_comm,
-                        &p->req),
+                        &d->ovl_req[d->n_ovl]),
               "the overlapped gradient chain (receive)");
       p->state = P_RECV;
     }
     d->n_ovl++;
   }
-  return ovl_advance(d);
+  return ovl_advance(d, false);
 }
 
 static ampc_status ovl_progress(void *user) {
   ampc_dist *d = user;
-  return d->ovl_done < d->n_ovl ? ovl_advance(d) : AMPC_OK;
+  return d->ovl_done < d->n_ovl ? ovl_advance(d, false) : AMPC_OK;
 }
 
-/* blocks on the oldest piece's request in flight (after an advance the
- * oldest piece not done always has one), then advances */
+/* blocks until some request in flight completes and advances, until every
+ * piece is done (after an advance the oldest piece not done always has a
+ * request in flight: its predecessors are done, so the cursors reached it) */
 static ampc_status ovl_wait(void *user) {
   ampc_dist *d = user;
-  AMPC_TRY(ovl_advance(d));
+  AMPC_TRY(ovl_advance(d, false));
   while (d->ovl_done < d->n_ovl) {
-    struct ovl_piece *p = &d->ovl[d->ovl_done];
-    if (p->state != P_RECV && p->state != P_SEND && p->state != P_BCAST)
+    const int s = d->ovl[d->ovl_done].state;
+    if (s != P_RECV && s != P_SEND && s != P_BCAST)
       return ampc_fail(AMPC_ERR_INVALID_ARG, "ovl_wait: piece %d stuck in state %d", d->ovl_done,
-                       p->state);
-    MPI_TRY(MPI_Wait(&p->req, MPI_STATUS_IGNORE), "the overlapped gradient sum (wait)");
-    p->state = p->state == P_RECV ? P_ADD : p->state == P_SEND ? P_SENT : P_DONE;
-    AMPC_TRY(ovl_advance(d));
+                       s);
+    AMPC_TRY(ovl_advance(d, true));
   }
   d->ovl_x = NULL;
   return AMPC_OK;
@@ -624,6 +635,8 @@ void ampc_dist_finalize(ampc_dist *d) {
     MPI_Finalize();
   free(d->ovl_tmp);
   free(d->ovl);
+  free(d->ovl_req);
+  free(d->ovl_idx);
 #endif
   free(d->tmp);
   free(d);
