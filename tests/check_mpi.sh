@@ -29,6 +29,11 @@
 #    would have overwritten intact; --global-negatives with --micro-batches
 #    in one process is refused (it would contrast each micro-batch alone).
 # 10. ZeRO-1 (--zero 1): below.
+# 11. --overlap on (the ranks' sum overlapped with the backward pass): the
+#     checkpoint of one process with --micro-batches N, bit for bit, on 2
+#     and 3 ranks, with 2 micro-batches per rank and with --zero 1, and of
+#     --overlap off on 2 ranks; refused (exit 2, the flag named) with
+#     --allreduce working.
 set -u
 OMP_WAIT_POLICY=passive
 # no cross-memory attach between ranks: containers often forbid the ptrace
@@ -54,7 +59,7 @@ same_log() {
   python3 - "$1" "$2" <<'PY'
 import json, os, sys
 skip = {"ms", "wall_s", "ms_per_step_mean", "peak_rss_bytes", "checkpoint", "ranks", "cores", "cpu",
-        "bytes_sent_per_step"} | set(os.environ.get("SAME_LOG_SKIP", "").split())
+        "bytes_sent_per_step", "reduce_wait_ms_per_step"} | set(os.environ.get("SAME_LOG_SKIP", "").split())
 def clean(x):
     if isinstance(x, dict):
         return {k: clean(v) for k, v in x.items() if k not in skip}
@@ -372,6 +377,35 @@ for bad in "--allreduce working" "--device cpu-split" "--loss-scale per-branch" 
   [ $rc -eq 2 ] || { die "--zero 1 $bad: exit $rc, expected 2"; cat "$tmp/zb.out" >&2; }
   grep -q -- "--zero" "$tmp/zb.out" || { die "--zero 1 $bad: the message does not name --zero"; cat "$tmp/zb.out" >&2; }
 done
+
+# 11. --overlap on
+ovl="--steps 4 --no-eval --threads 1 --quiet --precision 16-mixed"
+for case in "2 16 1" "3 12 1" "2 16 2"; do
+  set -- $case
+  n=$1 b=$2 k=$3
+  tag="ovl.$n.$k"
+  offs="on"
+  [ "$n.$k" = 2.1 ] && offs="on off" # off: the bits of micro-batches (section 1)
+  for o in $offs; do
+    mpi "$n" "$ampc" train $ovl --batch "$b" --micro-batches "$k" --overlap $o --check-replicas \
+      --save "$tmp/$tag.$o.st" >"$tmp/$tag.out" 2>&1 ||
+      { die "--overlap $o on $n ranks x $k micro-batches: exit $?"; cat "$tmp/$tag.out" >&2; }
+  done
+  "$ampc" train $ovl --batch "$b" --micro-batches $((n * k)) --save "$tmp/$tag.mb.st" \
+    >/dev/null 2>&1 || die "--overlap: 1 rank, $((n * k)) micro-batches: exit $?"
+  [ -f "$tmp/$tag.off.st" ] && ! cmp -s "$tmp/$tag.on.st" "$tmp/$tag.off.st" &&
+    die "$n ranks x $k micro-batches: --overlap on and off leave different checkpoints"
+  cmp -s "$tmp/$tag.on.st" "$tmp/$tag.mb.st" ||
+    die "--overlap on, $n ranks x $k micro-batches: not the bits of $((n * k)) micro-batches"
+done
+mpi 2 "$ampc" train $ovl --batch 16 --overlap on --zero 1 --save "$tmp/ovl.z.st" \
+  >"$tmp/ovl.z.out" 2>&1 || { die "--overlap on --zero 1: exit $?"; cat "$tmp/ovl.z.out" >&2; }
+cmp -s "$tmp/ovl.z.st" "$tmp/ovl.2.1.mb.st" ||
+  die "--overlap on --zero 1 on 2 ranks: not the bits of 2 micro-batches"
+mpi 2 "$ampc" train $ovl --batch 16 --overlap on --allreduce working >"$tmp/ovl.b.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--overlap" "$tmp/ovl.b.out" ||
+  { die "--overlap on --allreduce working: exit $rc (expected 2, --overlap named)"; cat "$tmp/ovl.b.out" >&2; }
 
 [ $fail -eq 0 ] && echo "check_mpi: all cases passed"
 exit $fail

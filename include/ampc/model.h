@@ -439,6 +439,25 @@ static inline int64_t ampc_probe_shadow_rows(int64_t m) { return m < 16 ? (m < 1
 /* Attach a probe (copied; NULL detaches). */
 void ampc_mmodel_set_probe(ampc_mmodel *M, const ampc_model_probe *p);
 
+/* Where a backward pass says which gradients are final (fn NULL: nowhere,
+ * the default). After each transformer block's backward pass (fusion,
+ * vision, text: each in reverse depth order) fn(user, lo, hi) names the
+ * element range [lo, hi) of the parameter table (every role buffer) that
+ * holds the block's 12 parameters, norm1.weight .. mlp.fc2.bias, and their
+ * padding: nothing later in the pass writes those gradients. Between the
+ * larger ops it calls fn(user, lo, lo) (an empty range), so a caller can
+ * let its nonblocking messages move (the data-parallel sum's overlap,
+ * ampc_accum.overlap). It also names, once final, the fusion's final norm
+ * with every head (the table's end: after the heads' backward pass) and the
+ * vision encoder's patch embedding, CLS token, positions and final norm
+ * (after its pass); the ranges named never overlap. The rest (the text
+ * encoder's embeddings and final norm, padding between ranges) is not
+ * named: it is final when the pass returns. fn runs on
+ * the thread that called the backward pass, between the layers' parallel
+ * regions; it cannot fail the pass (keep its error and check it after). */
+void ampc_mmodel_set_grad_ready(ampc_mmodel *M, void (*fn)(void *user, int64_t lo, int64_t hi),
+                                void *user);
+
 /* The data-parallel group a multimodal model contrasts over, for CLIP's
  * global negatives: an interface the model calls and does not own (the
  * training run implements it on its communicator, ampc/train.h). Every call

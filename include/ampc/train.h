@@ -328,6 +328,20 @@ typedef struct ampc_comm {
    * order, then a broadcast); sum_device_working is ncclAllReduce in dt */
   ampc_status (*sum_device_f32_ordered)(void *user, float *dx, int64_t n);
   ampc_status (*sum_device_working)(void *user, void *dx, ampc_dtype dt, int64_t n);
+  /* sum_f32_ordered overlapped with the backward pass (may be NULL: not
+   * available; host buffers only). ovl_begin: the sum will be of x [n]
+   * (collective). ovl_range: x[lo, hi) is final on this rank: its chain
+   * starts (nonblocking); every rank must start the same ranges in the same
+   * order, each element of x in exactly one range. ovl_progress: lets the
+   * messages in flight move on (MPI moves data only inside its calls; call
+   * it often). ovl_wait: blocks until every range started holds the sum;
+   * then x [n] has sum_f32_ordered's bits on every rank. Only the calling
+   * thread may call them (MPI_THREAD_FUNNELED), and x must stay in place
+   * and unread until ovl_wait returns. */
+  ampc_status (*ovl_begin)(void *user, float *x, int64_t n);
+  ampc_status (*ovl_range)(void *user, int64_t lo, int64_t hi);
+  ampc_status (*ovl_progress)(void *user);
+  ampc_status (*ovl_wait)(void *user);
 } ampc_comm;
 
 /* ZeRO stage 1 (Rajbhandari et al. 2020, arXiv 1910.02054, section 5.1; as
@@ -394,6 +408,19 @@ typedef struct ampc_accum {
    * goes through (the communicator works on host buffers; size:
    * ampc_accum_host_bytes); else unused */
   void *host;
+  /* overlap the ranks' FP32 sum with the last micro-batch's backward pass
+   * (comm->ovl_*): each transformer block's gradient is staged and its
+   * chain started as soon as the block's backward pass is done
+   * (ampc_mmodel_set_grad_ready), the rest after the pass; the same bits
+   * as without. Needs AMPC_REDUCE_F32, a trainer on the CPU and one loss
+   * scale (not per loss or per branch); a model without the hook (the MLP)
+   * starts everything after its pass. Ignored for one process and when
+   * before_reduce is set (the test hooks see the whole sum first). */
+  bool overlap;
+  /* optional: += the seconds this rank spent in the ranks' gradient sum:
+   * the blocking call's wall time, or, overlapped, the time inside the
+   * ovl_* calls (ovl_wait's included) */
+  double *reduce_wait_s;
 } ampc_accum;
 
 /* Let model m contrast over a data-parallel group (ampc_mmodel_set_group; NULL:
@@ -484,6 +511,11 @@ typedef struct ampc_run_config {
    * f32, one loss scale; checkpoints stay whole, gathered on rank 0 when
    * saved, and resume on any number of ranks) */
   int zero;
+  /* overlap the ranks' gradient sum with the last micro-batch's backward
+   * pass (ampc_accum.overlap: the same bits; the CPU, --allreduce f32, one
+   * loss scale; under ZeRO-1 the whole sum is broadcast and each rank uses
+   * its shard) */
+  bool overlap;
   /* A stall: the weights hold a non-finite value (no loss scale brings them
    * back), or stall_steps consecutive steps overflowed with a dynamic loss
    * scale at its floor (each one skipped), or the loss was non-finite for

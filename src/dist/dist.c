@@ -31,6 +31,21 @@ struct ampc_dist {
   ampc_nccl *nccl;
   bool one_rank;
   char path[384]; /* ampc_dist_use_device's answer */
+#ifdef AMPC_HAVE_MPI
+  /* the overlapped chain (ovl_*): its own communicator (its messages and
+   * broadcasts never meet the blocking calls' on MPI_COMM_WORLD), the sum x
+   * [ovl_n], the running sums received [ovl_cap] (one FP32 buffer of the
+   * table's size), the pieces started in order and two cursors: the first
+   * piece not yet added and sent on, the first not yet broadcast */
+  MPI_Comm ovl_comm;
+  bool ovl_have_comm;
+  float *ovl_x, *ovl_tmp;
+  int64_t ovl_n, ovl_cap;
+  struct ovl_piece *ovl;
+  MPI_Request *ovl_req; /* [cap_ovl] each piece's request in flight (or MPI_REQUEST_NULL) */
+  int *ovl_idx;         /* [cap_ovl] MPI_Testsome's indices */
+  int n_ovl, cap_ovl, ovl_send, ovl_bcast, ovl_done;
+#endif
 };
 
 bool ampc_dist_have_mpi(void) {
@@ -358,6 +373,157 @@ static ampc_status gather_shards(void *user, const void *mine, void *all, size_t
   return st;
 }
 
+/* ---- the overlapped chain ---------------------------------------------------------- */
+
+/* The chain of sum_f32_ordered on ranges of x started while the backward
+ * pass still runs (PyTorch DDP's buckets, with llm.c's fixed order): each
+ * range is cut into pieces of at most CHAIN_CHUNK floats, and each piece
+ * goes through
+ *   RECV  (rank > 0: MPI_Irecv of the running sum from rank - 1 into
+ *         ovl_tmp at the piece's offset, posted when the range starts)
+ *   ADD   (received: x = running + own, as sum_f32_ordered adds)
+ *   SEND  (rank < last: MPI_Isend of x to rank + 1 in flight)
+ *   SENT  (x may be overwritten: ready for the broadcast)
+ *   BCAST (MPI_Ibcast of x from the last rank in flight)
+ *   DONE
+ * The adds and sends, and the broadcasts, are posted strictly in the order
+ * the pieces were started (the two cursors), so every rank posts the same
+ * collectives in the same order; the bits are sum_f32_ordered's. MPI moves
+ * the data only inside MPI calls: ovl_progress tests what is in flight. */
+enum { P_RECV, P_ADD, P_SEND, P_SENT, P_BCAST, P_DONE };
+struct ovl_piece {
+  int64_t lo;
+  int len, state;
+};
+
+static ampc_status ovl_begin(void *user, float *x, int64_t n) {
+  ampc_dist *d = user;
+  if (!x || n < 0)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ovl_begin: bad buffer (n %lld)", (long long)n);
+  if (d->ovl_done < d->n_ovl)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "ovl_begin: %d pieces of the last overlapped sum are still in flight",
+                     d->n_ovl - d->ovl_done);
+  if (!d->ovl_have_comm) { /* collective: every rank begins at the same point */
+    MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &d->ovl_comm), "the overlapped sum's communicator");
+    d->ovl_have_comm = true;
+  }
+  if (d->rank > 0 && n > d->ovl_cap) {
+    float *t = realloc(d->ovl_tmp, (size_t)n * sizeof *t);
+    if (!t)
+      return ampc_fail(AMPC_ERR_NOMEM, "ovl_begin: out of memory for %lld floats", (long long)n);
+    d->ovl_tmp = t, d->ovl_cap = n;
+  }
+  d->ovl_x = x, d->ovl_n = n;
+  d->n_ovl = d->ovl_send = d->ovl_bcast = d->ovl_done = 0;
+  return AMPC_OK;
+}
+
+/* the requests in flight tested (one MPI_Testsome: one turn of MPI's
+ * progress) or, block, waited for until at least one completes; then, in
+ * order, the adds and sends and the broadcasts that may start */
+static ampc_status ovl_advance(ampc_dist *d, bool block) {
+  const int r = d->rank, last = d->size - 1;
+  int out = 0;
+  MPI_Request *req = d->ovl_req + d->ovl_done;
+  const int m = d->n_ovl - d->ovl_done;
+  if (m > 0)
+    MPI_TRY(block ? MPI_Waitsome(m, req, &out, d->ovl_idx, MPI_STATUSES_IGNORE)
+                  : MPI_Testsome(m, req, &out, d->ovl_idx, MPI_STATUSES_IGNORE),
+            "the overlapped gradient sum (test)");
+  for (int j = 0; m > 0 && out != MPI_UNDEFINED && j < out; j++) {
+    struct ovl_piece *p = &d->ovl[d->ovl_done + d->ovl_idx[j]];
+    p->state = p->state == P_RECV ? P_ADD : p->state == P_SEND ? P_SENT : P_DONE;
+  }
+  for (; d->ovl_send < d->n_ovl && d->ovl[d->ovl_send].state == P_ADD; d->ovl_send++) {
+    struct ovl_piece *p = &d->ovl[d->ovl_send];
+    float *x = d->ovl_x + p->lo;
+    if (r > 0) {
+      const float *run = d->ovl_tmp + p->lo;
+      for (int i = 0; i < p->len; i++)
+        x[i] = run[i] + x[i];
+    }
+    if (r < last) {
+      MPI_TRY(
+          MPI_Isend(x, p->len, MPI_FLOAT, r + 1, TAG_CHAIN, d->ovl_comm, &d->ovl_req[d->ovl_send]),
+          "the overlapped gradient chain (send)");
+      d->sent += (uint64_t)p->len * sizeof(float);
+      p->state = P_SEND;
+    } else {
+      p->state = P_SENT;
+    }
+  }
+  for (; d->ovl_bcast < d->ovl_send && d->ovl[d->ovl_bcast].state == P_SENT; d->ovl_bcast++) {
+    struct ovl_piece *p = &d->ovl[d->ovl_bcast];
+    MPI_TRY(MPI_Ibcast(d->ovl_x + p->lo, p->len, MPI_FLOAT, last, d->ovl_comm,
+                       &d->ovl_req[d->ovl_bcast]),
+            "the overlapped gradient broadcast");
+    if (r == last)
+      d->sent += (uint64_t)p->len * sizeof(float);
+    p->state = P_BCAST;
+  }
+  while (d->ovl_done < d->n_ovl && d->ovl[d->ovl_done].state == P_DONE)
+    d->ovl_done++;
+  return AMPC_OK;
+}
+
+static ampc_status ovl_range(void *user, int64_t lo, int64_t hi) {
+  ampc_dist *d = user;
+  if (!d->ovl_x || lo < 0 || hi > d->ovl_n || lo > hi)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ovl_range: [%lld, %lld) outside the sum of %lld",
+                     (long long)lo, (long long)hi, (long long)d->ovl_n);
+  for (int64_t i0 = lo; i0 < hi; i0 += CHAIN_CHUNK) {
+    if (d->n_ovl == d->cap_ovl) {
+      const int cap = d->cap_ovl ? 2 * d->cap_ovl : 64;
+      struct ovl_piece *q = realloc(d->ovl, (size_t)cap * sizeof *q);
+      if (q)
+        d->ovl = q;
+      MPI_Request *rq = q ? realloc(d->ovl_req, (size_t)cap * sizeof *rq) : NULL;
+      if (rq)
+        d->ovl_req = rq;
+      int *ix = rq ? realloc(d->ovl_idx, (size_t)cap * sizeof *ix) : NULL;
+      if (!ix)
+        return ampc_fail(AMPC_ERR_NOMEM, "ovl_range: out of memory");
+      d->ovl_idx = ix, d->cap_ovl = cap;
+    }
+    struct ovl_piece *p = &d->ovl[d->n_ovl];
+    p->lo = i0;
+    p->len = (int)(hi - i0 < CHAIN_CHUNK ? hi - i0 : CHAIN_CHUNK);
+    p->state = P_ADD; /* rank 0 starts the chain with its own values */
+    d->ovl_req[d->n_ovl] = MPI_REQUEST_NULL;
+    if (d->rank > 0) {
+      MPI_TRY(MPI_Irecv(d->ovl_tmp + i0, p->len, MPI_FLOAT, d->rank - 1, TAG_CHAIN, d->ovl_comm,
+                        &d->ovl_req[d->n_ovl]),
+              "the overlapped gradient chain (receive)");
+      p->state = P_RECV;
+    }
+    d->n_ovl++;
+  }
+  return ovl_advance(d, false);
+}
+
+static ampc_status ovl_progress(void *user) {
+  ampc_dist *d = user;
+  return d->ovl_done < d->n_ovl ? ovl_advance(d, false) : AMPC_OK;
+}
+
+/* blocks until some request in flight completes and advances, until every
+ * piece is done (after an advance the oldest piece not done always has a
+ * request in flight: its predecessors are done, so the cursors reached it) */
+static ampc_status ovl_wait(void *user) {
+  ampc_dist *d = user;
+  AMPC_TRY(ovl_advance(d, false));
+  while (d->ovl_done < d->n_ovl) {
+    const int s = d->ovl[d->ovl_done].state;
+    if (s != P_RECV && s != P_SEND && s != P_BCAST)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "ovl_wait: piece %d stuck in state %d", d->ovl_done,
+                       s);
+    AMPC_TRY(ovl_advance(d, true));
+  }
+  d->ovl_x = NULL;
+  return AMPC_OK;
+}
+
 static uint64_t bytes_sent(void *user) { return ((ampc_dist *)user)->sent; }
 
 /* the NCCL group's unique id, from rank 0 to every rank */
@@ -454,7 +620,11 @@ ampc_status ampc_dist_init(int *argc, char ***argv, ampc_dist **out) {
                           .bytes_sent = bytes_sent,
                           .sum_f32_ordered_scatter = sum_f32_ordered_scatter,
                           .sum_f32_ordered_scatter_from = sum_f32_ordered_scatter_from,
-                          .gather_shards = gather_shards};
+                          .gather_shards = gather_shards,
+                          .ovl_begin = ovl_begin,
+                          .ovl_range = ovl_range,
+                          .ovl_progress = ovl_progress,
+                          .ovl_wait = ovl_wait};
   }
 #else
   (void)argc, (void)argv;
@@ -542,8 +712,14 @@ void ampc_dist_finalize(ampc_dist *d) {
     return;
   ampc_nccl_destroy(d->nccl); /* before MPI goes */
 #ifdef AMPC_HAVE_MPI
+  if (d->ovl_have_comm)
+    MPI_Comm_free(&d->ovl_comm);
   if (d->mpi_started)
     MPI_Finalize();
+  free(d->ovl_tmp);
+  free(d->ovl);
+  free(d->ovl_req);
+  free(d->ovl_idx);
 #endif
   free(d->tmp);
   free(d->own);

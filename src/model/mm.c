@@ -62,6 +62,39 @@ void ampc_mmodel_set_probe(ampc_mmodel *M, const ampc_model_probe *p) {
 
 /* the telemetry's probe: on a device too (its kernels feed the bound tally;
  * the shadow GEMM runs there and its inputs and product are copied back) */
+void ampc_mmodel_set_grad_ready(ampc_mmodel *M, void (*fn)(void *user, int64_t lo, int64_t hi),
+                                void *user) {
+  if (M)
+    M->grad_ready = fn, M->grad_ready_user = fn ? user : NULL;
+}
+
+/* the grad-ready hook: an empty range (progress only) */
+static void grads_progress(const ampc_mmodel *M) {
+  if (M->grad_ready)
+    M->grad_ready(M->grad_ready_user, 0, 0);
+}
+/* the grad-ready hook: block p's parameters, consecutive in the table
+ * (block_specs), from norm1.weight to the next tensor (or the end) */
+static void grads_ready(const ampc_mmodel *M, const blk_p *p) {
+  if (!M->grad_ready || p->f2b != p->n1w + PER_BLOCK - 1)
+    return; /* not consecutive: left to the caller's rest */
+  const ampc_params *P = M->P;
+  const int64_t lo = P->p[p->n1w].offset,
+                hi = p->f2b + 1 < P->count ? P->p[p->f2b + 1].offset : P->total;
+  M->grad_ready(M->grad_ready_user, lo, hi);
+}
+
+/* the grad-ready hook: the parameters first .. last (table indices), which
+ * are consecutive in the table */
+static void grads_ready_params(const ampc_mmodel *M, int first, int last) {
+  const ampc_params *P = M->P;
+  if (!M->grad_ready || first < 0 || last < first || last >= P->count)
+    return;
+  const int64_t lo = P->p[first].offset,
+                hi = last + 1 < P->count ? P->p[last + 1].offset : P->total;
+  M->grad_ready(M->grad_ready_user, lo, hi);
+}
+
 static bool probe_on(const ampc_mmodel *M) { return M->probe.on && M->probe.on(M->probe.user); }
 
 /* The shadow check of y = x w^T (x [m, k] xdt, w [n, k] wdt, tensors) on a
@@ -290,12 +323,14 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
                                       weight_dt, M->dH1, G(M, p->f2w), G(M, p->f2b), acc,
                                       site(M, p, 5), &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dH1, grad_dt, b, tq * MLP), "%s.mlp.fc2", name);
+  grads_progress(M);
   AMPC_TRY(M->be->gelu_backward(rq * MLP, M->dH1, grad_dt, a->h, act_dt, M->dH2));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dH2, grad_dt, b, tq * MLP), "%s.mlp.gelu", name);
   AMPC_TRY(M->be->linear_backward_fp8(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
                                       weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc,
                                       site(M, p, 4), &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dL, grad_dt, b, tq * D), "%s.mlp.fc1", name);
+  grads_progress(M);
   if (a->y1) { /* x1 again (the forward's add, the same bits), counted once: there */
     ampc_tally *const was = ampc_tally_bind(NULL);
     const ampc_status st =
@@ -321,6 +356,7 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       gbin + (size_t)(2 * D) * gsz, G(M, p->outw), G(M, p->outb), acc,
       M->fp8_on || M->s8_lin ? f8 : NULL, &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dL, grad_dt, b, tq * D), "%s.%s", name, attn);
+  grads_progress(M);
   AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
                                      a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b),
                                      &M->ws));
@@ -494,6 +530,7 @@ static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const float *dv32) {
                                      G(M, M->vn_b), &M->ws));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD,
               rows_of(AMPC_BRANCH_VISION, M->dS, grad_dt, b, NV * D), "vision.norm");
+  grads_progress(M);
   for (int i = (int)c->v_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->v0 : M->va[i - 1].out;
     char nm[32];
@@ -502,6 +539,7 @@ static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const float *dv32) {
                      nm));
     mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD,
                 rows_of(AMPC_BRANCH_VISION, M->dS, grad_dt, b, NV * D), "%s", nm);
+    grads_ready(M, &M->vb[i]);
   }
   /* dx0 -> cls token, positions (batch sums in FP32) and the patch embedding */
   AMPC_TRY(M->be->vit_tokens_backward(b, M->NP, D, M->dS, grad_dt, M->dS2, G(M, M->cls_tok),
@@ -511,6 +549,11 @@ static ampc_status vision_bwd(ampc_mmodel *M, int64_t b, const float *dv32) {
                                        G(M, M->patch_w), G(M, M->patch_b), acc, &M->ws));
   mark_tensor(M, AMPC_BRANCH_VISION, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt),
               "vision.patch_embed");
+  /* the vision encoder's other parameters are final too: the patch
+   * embedding, CLS token and positions (before its blocks in the table) and
+   * its final norm (after them) */
+  grads_ready_params(M, M->patch_w, M->vb[0].n1w - 1);
+  grads_ready_params(M, M->vn_w, M->vn_b);
   return AMPC_OK;
 }
 
@@ -860,6 +903,7 @@ static ampc_status text_bwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, co
                                      G(M, M->tn_b), &M->ws));
   mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD,
               rows_of(AMPC_BRANCH_TEXT, M->dS, grad_dt, b, TT * D), "text.norm");
+  grads_progress(M);
   for (int i = (int)c->t_depth - 1; i >= 0; i--) {
     const void *xin = i == 0 ? M->t0 : M->ta[i - 1].out;
     char nm[32];
@@ -868,6 +912,7 @@ static ampc_status text_bwd(ampc_mmodel *M, int64_t b, const int32_t *tokens, co
         blk_bwd(M, &M->tb[i], &M->ta[i], b, TT, TT, xin, NULL, M->dS, NULL, AMPC_BRANCH_TEXT, nm));
     mark_tensor(M, AMPC_BRANCH_TEXT, AMPC_TM_GRAD,
                 rows_of(AMPC_BRANCH_TEXT, M->dS, grad_dt, b, TT * D), "%s", nm);
+    grads_ready(M, &M->tb[i]);
   }
   AMPC_TRY(M->be->embedding_backward(b, TT, D, tokens, c->vocab, M->dS, grad_dt, G(M, M->tok),
                                      G(M, M->tpos), NULL, &M->ws));
@@ -920,6 +965,7 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
   }
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "%s",
               M->mlm ? "cls_head+itm_head+mlm_head" : "cls_head+itm_head");
+  grads_progress(M);
   float *dkv32 = M->dKVsum;
   float *dv32 = M->dv32, *dt32 = M->dt32;
   AMPC_TRY(M->be->zero(dv32, (size_t)(b * NV * D) * sizeof(float)));
@@ -953,6 +999,7 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
                        AMPC_BRANCH_FUSION, bn));
       mark_tensor(M, AMPC_BRANCH_FUSION, AMPC_TM_GRAD,
                   rows_of(AMPC_BRANCH_FUSION, M->dS, grad_dt, np, TT * D), "%s", bn);
+      grads_ready(M, &M->fb[i]);
       AMPC_TRY(M->be->scatter_add_rows(np * NV, D, NULL, np * NV, M->dKV, grad_dt, NULL, grad_dt,
                                        dkv32, D));
     }
@@ -994,6 +1041,12 @@ static ampc_status mm_bwd(ampc_mmodel *M) {
                                     weight_dt, NULL, G(M, M->tproj), NULL, acc, &M->ws));
   }
   mark_tensor(M, AMPC_BRANCH_HEADS, AMPC_TM_GRAD, NOT_PER_SAMPLE(M->grad_dt), "contrastive_heads");
+  /* the fusion's final norm and every head (the table's end, in that order)
+   * are final: what follows computes input gradients only */
+  if (M->fn_b + 1 == M->iproj)
+    grads_ready_params(M, M->fn_w, M->P->count - 1);
+  else
+    grads_progress(M);
   /* the heads' input gradients into the encoders: the CLS rows (group head
    * and image projection) and the text pool */
   const float r_vh = cross(M, AMPC_BRANCH_VISION, AMPC_BRANCH_HEADS);

@@ -108,6 +108,9 @@ struct ampc_mmodel {
   void *h_iall, *h_tall, *h_dA, *h_dC, *h_loc;
   float *h_sim_i2t, *h_sim_t2i, *h_part_i, *h_part_t;
   ampc_model_probe probe; /* the telemetry's (probe.on NULL: none) */
+  /* ampc_mmodel_set_grad_ready's callback (NULL: none) and its argument */
+  void (*grad_ready)(void *user, int64_t lo, int64_t hi);
+  void *grad_ready_user;
   /* what the backward pass needs of the last forward pass */
   ampc_mmodel_batch fwd; /* the batch (borrowed: valid until the backward pass) */
   float fwd_ls;          /* log-temperature used */

@@ -588,16 +588,98 @@ static ampc_status reduce_ranks(const ampc_comm *c, const ampc_backend *be, void
   return be->device ? be->to_device(x, h, bytes) : AMPC_OK;
 }
 
+/* ---- the ranks' sum overlapped with the last backward pass (ampc_accum.overlap) -------- */
+
+/* The model's grad-ready hook (ampc_mmodel_set_grad_ready) during the last
+ * micro-batch: each range named is staged (widened into the FP32 stage, a
+ * copy for the first micro-batch, an add after it) and its rank-order chain
+ * started (comm->ovl_range); an empty range lets the messages move
+ * (ovl_progress). The ranges named are kept (lo, hi: at most the table's
+ * tensor count) so that the rest can be started after the pass. */
+typedef struct ovl_ctx {
+  const ampc_comm *c;
+  const ampc_backend *be;
+  const ampc_params *P;
+  float *stage;
+  bool first;
+  int64_t *lo, *hi;
+  int n, cap;
+  ampc_status st; /* the first error (the hook cannot fail the pass) */
+  double call_s;  /* seconds inside the ovl_* calls */
+} ovl_ctx;
+
+static ampc_status ovl_start(ovl_ctx *o, int64_t lo, int64_t hi) {
+  const ampc_params *P = o->P;
+  AMPC_TRY(o->be->stage_f32(hi - lo, (const char *)P->grad + (size_t)lo * ampc_dtype_size(P->wdt),
+                            P->wdt, 1.0f, o->first, o->stage + lo));
+  const double t0 = ampc_now_s();
+  const ampc_status st = o->c->ovl_range(o->c->user, lo, hi);
+  o->call_s += ampc_now_s() - t0;
+  return st;
+}
+
+static void ovl_ready(void *user, int64_t lo, int64_t hi) {
+  ovl_ctx *o = user;
+  if (o->st != AMPC_OK)
+    return;
+  if (hi <= lo) {
+    const double t0 = ampc_now_s();
+    o->st = o->c->ovl_progress(o->c->user);
+    o->call_s += ampc_now_s() - t0;
+    return;
+  }
+  if (o->n == o->cap || lo < 0 || hi > o->P->total) {
+    o->st = ampc_fail(AMPC_ERR_INVALID_ARG,
+                      "the overlapped gradient sum: range [%lld, %lld) is range %d of at most %d "
+                      "in a table of %lld",
+                      (long long)lo, (long long)hi, o->n + 1, o->cap, (long long)o->P->total);
+    return;
+  }
+  o->lo[o->n] = lo, o->hi[o->n] = hi, o->n++;
+  o->st = ovl_start(o, lo, hi);
+}
+
+/* After the pass: the ranges not named (embeddings, final norms, heads,
+ * padding), in ascending order; the named ones must not overlap (each
+ * element is summed once). Every rank names the same ranges in the same
+ * order (the pass runs the same blocks on every rank), so every rank starts
+ * the same rest too. */
+static ampc_status ovl_rest(ovl_ctx *o) {
+  for (int i = 1; i < o->n; i++) /* insertion sort by lo: a few dozen ranges */
+    for (int j = i; j > 0 && o->lo[j - 1] > o->lo[j]; j--) {
+      const int64_t l = o->lo[j], h = o->hi[j];
+      o->lo[j] = o->lo[j - 1], o->hi[j] = o->hi[j - 1];
+      o->lo[j - 1] = l, o->hi[j - 1] = h;
+    }
+  int64_t pos = 0;
+  for (int i = 0; i <= o->n; i++) {
+    const int64_t lo = i < o->n ? o->lo[i] : o->P->total;
+    if (lo < pos)
+      return ampc_fail(AMPC_ERR_INVALID_ARG,
+                       "the overlapped gradient sum: the model named overlapping ranges (at %lld)",
+                       (long long)lo);
+    if (lo > pos)
+      AMPC_TRY(ovl_start(o, pos, lo));
+    if (i < o->n)
+      pos = o->hi[i];
+  }
+  return AMPC_OK;
+}
+
+static void model_grad_ready(ampc_model *m, void (*fn)(void *, int64_t, int64_t), void *user) {
+  if (m->desc.kind == AMPC_MODEL_MM)
+    ampc_mmodel_set_grad_ready(m->impl, fn, user);
+}
+
 /* The FP32 staging goes through the trainer's backend (stage_f32): stage =
  * widen(g) for the first micro-batch, stage += widen(g) after it (the first is
  * a copy, so a -0 stays -0 as it would in rank 0's own buffer); per-loss,
  * the scaler adds each term's widen(g) * (1/S_k) (ampc_scaler_take_term). */
 
-ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
-                                     ampc_batch_fn next, void *user, ampc_losses *mean) {
-  if (!T || !m || !m->ops || !a || a->micro_batches < 1 || !next || !mean ||
-      (a->reduce != AMPC_REDUCE_F32 && a->reduce != AMPC_REDUCE_WORKING))
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: bad arguments");
+/* ampc_train_accumulate_dp; oc: the overlapped sum's state (NULL: the
+ * blocking sum after the passes) */
+static ampc_status accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
+                                 ampc_batch_fn next, void *user, ampc_losses *mean, ovl_ctx *oc) {
   const ampc_comm *c = a->comm;
   const int size = c ? c->size : 1;
   const int64_t n_micro = a->micro_batches, K = n_micro * size;
@@ -632,7 +714,19 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     AMPC_TRY(next(user, k, &bt));
     ampc_losses L;
     AMPC_TRY(m->ops->forward(m, &bt, &L));
-    if (a->per_loss) {
+    const bool ovl_now = oc && k == n_micro - 1; /* the last pass: its sum overlapped */
+    if (ovl_now) {
+      oc->first = k == 0;
+      const double t0 = ampc_now_s();
+      AMPC_TRY(c->ovl_begin(c->user, a->stage, P->total));
+      oc->call_s += ampc_now_s() - t0;
+      model_grad_ready(m, ovl_ready, oc);
+      const ampc_status st = m->ops->backward(m, plan->loss_seed);
+      model_grad_ready(m, NULL, NULL);
+      AMPC_TRY(st);
+      AMPC_TRY(oc->st);
+      AMPC_TRY(ovl_rest(oc));
+    } else if (a->per_loss) {
       /* one backward pass per loss term, each at its own scale, handed to
        * the scaler, which checks it and unscales it into the FP32 stage
        * (apex's loss_id with FP32 master grads) */
@@ -656,7 +750,7 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
     } else {
       AMPC_TRY(m->ops->backward(m, plan->loss_seed));
     }
-    if (staged && !a->per_loss)
+    if (staged && !a->per_loss && !ovl_now)
       AMPC_TRY(be->stage_f32(P->total, P->grad, P->wdt, 1.0f, k == 0, a->stage));
     mean->total += w * L.total;
     mean->n_parts = L.n_parts;
@@ -675,12 +769,17 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   /* a group of one sums only where the device sums are forced on
    * (AMPC_NCCL_ONE_RANK, ampc_dist_use_device: the one-GPU check of NCCL) */
   if (size > 1 || (c && be->device && comm_on_device(c))) {
-    if (T->zero) /* each rank gets its shard of the rank-order sum */
+    const double t0 = ampc_now_s();
+    if (oc) /* the whole sum on every rank (under ZeRO-1 too: each uses its shard) */
+      AMPC_TRY(c->ovl_wait(c->user));
+    else if (T->zero) /* each rank gets its shard of the rank-order sum */
       AMPC_TRY(c->sum_f32_ordered_scatter(c->user, a->stage, T->zero_bounds));
     else if (staged)
       AMPC_TRY(reduce_ranks(c, be, a->host, a->stage, AMPC_F32, P->total, true));
     else
       AMPC_TRY(reduce_ranks(c, be, a->host, P->grad, P->wdt, P->total, false));
+    if (a->reduce_wait_s)
+      *a->reduce_wait_s += ampc_now_s() - t0 + (oc ? oc->call_s : 0.0);
     float l[1 + AMPC_LOSS_PARTS_MAX];
     l[0] = mean->total;
     for (int i = 0; i < mean->n_parts; i++)
@@ -709,6 +808,40 @@ ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_
   else if (staged) /* one rounding of the whole sum into the working dtype */
     AMPC_TRY(be->convert(P->grad, P->wdt, a->stage, AMPC_F32, (size_t)P->total));
   return AMPC_OK;
+}
+
+ampc_status ampc_train_accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accum *a,
+                                     ampc_batch_fn next, void *user, ampc_losses *mean) {
+  if (!T || !m || !m->ops || !a || a->micro_batches < 1 || !next || !mean ||
+      (a->reduce != AMPC_REDUCE_F32 && a->reduce != AMPC_REDUCE_WORKING))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: bad arguments");
+  const ampc_comm *c = a->comm;
+  /* the test hooks (before_reduce) see the whole sum first: no overlap */
+  if (!a->overlap || !c || c->size < 2 || a->before_reduce)
+    return accumulate_dp(T, m, a, next, user, mean, NULL);
+  if (a->reduce != AMPC_REDUCE_F32 || a->per_loss ||
+      T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH || ampc_device_backend(T->device)->device)
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--overlap on: the overlapped sum needs --allreduce f32, one loss scale (not "
+                     "--loss-scale per-loss or per-branch) and --device cpu");
+  if (!(c->ovl_begin && c->ovl_range && c->ovl_progress && c->ovl_wait))
+    return ampc_fail(AMPC_ERR_UNSUPPORTED,
+                     "--overlap on: the communicator has no overlapped sum (ovl_*)");
+  const ampc_params *P = ampc_trainer_params(T);
+  ovl_ctx oc = {.c = c,
+                .be = ampc_device_backend(T->device),
+                .P = P,
+                .stage = a->stage,
+                .st = AMPC_OK,
+                .cap = P->count};
+  int64_t *buf = malloc(2 * (size_t)P->count * sizeof *buf);
+  if (!buf)
+    return ampc_fail(AMPC_ERR_NOMEM, "the overlapped gradient sum: out of memory");
+  oc.lo = buf, oc.hi = buf + P->count;
+  const ampc_status st = accumulate_dp(T, m, a, next, user, mean, &oc);
+  model_grad_ready(m, NULL, NULL); /* an error may have left it set */
+  free(buf);
+  return st;
 }
 
 ampc_status ampc_train_step(ampc_trainer *T, ampc_model *m, int64_t n_micro, ampc_batch_fn next,

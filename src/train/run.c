@@ -181,6 +181,12 @@ static ampc_status check_config(const ampc_run_config *rc) {
     return ampc_fail(AMPC_ERR_INVALID_ARG,
                      "--zero 1 with --allreduce working: ZeRO-1 sums the gradients in FP32 in rank "
                      "order (--allreduce f32), the sum its shards are cut from");
+  if (rc->overlap && (rc->device != AMPC_DEVICE_CPU || rc->reduce != AMPC_REDUCE_F32))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--overlap on needs --device cpu and --allreduce f32 (the rank-order FP32 "
+                     "chain on host buffers; got --device %s, --allreduce %s)",
+                     ampc_device_name(rc->device),
+                     rc->reduce == AMPC_REDUCE_F32 ? "f32" : "working");
   if (rc->reduce != AMPC_REDUCE_F32 && rc->reduce != AMPC_REDUCE_WORKING)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: bad gradient reduction %d",
                      (int)rc->reduce);
@@ -245,7 +251,9 @@ static void set_layout(ampc_run *R, const ampc_amp_config *amp) {
                    .reduce = rc->reduce,
                    .hook_user = R,
                    .loss_multiplier = rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f,
-                   .per_loss = amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS};
+                   .per_loss = amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS,
+                   .overlap = rc->overlap,
+                   .reduce_wait_s = &R->reduce_wait_s};
   /* the fault injection writes the gradients from the host: not GPU memory */
   if ((rc->faults.fail.iteration > 0 || rc->faults.nan_grad.iteration > 0) &&
       !ampc_device_desc_get(rc->device)->foreign_memory)
@@ -372,6 +380,12 @@ ampc_status ampc_run_create(ampc_run **out, const ampc_run_config *rc, const amp
   if (!kind)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_run_create: unknown model kind %d", (int)md->kind);
   AMPC_TRY(check_device(rc, md, kind));
+  if (rc->overlap && (amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS ||
+                      amp->scaler.mode == AMPC_LOSS_SCALE_PER_BRANCH))
+    return ampc_fail(AMPC_ERR_INVALID_ARG,
+                     "--overlap on with --loss-scale %s: the overlapped sum needs one loss scale "
+                     "(one backward pass per micro-batch)",
+                     amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS ? "per-loss" : "per-branch");
   ampc_run *R = calloc(1, sizeof *R);
   if (!R)
     return ampc_fail(AMPC_ERR_NOMEM, "ampc_run_create: out of memory");
@@ -642,6 +656,7 @@ ampc_status ampc_run_train(ampc_run *R, const ampc_run_callbacks *cb) {
   const bool can_sample = m->ops->set_telemetry != NULL && rc->telemetry_every > 0;
   stall_state ss = {0};
   bool saved_end = false; /* the checkpoint of the last step is written */
+  R->reduce_wait_s = 0.0; /* the summary's: this run's iterations */
   const uint64_t bytes0 = R->accum.comm && R->accum.comm->bytes_sent
                               ? R->accum.comm->bytes_sent(R->accum.comm->user)
                               : 0;

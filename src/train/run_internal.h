@@ -39,6 +39,7 @@ struct ampc_run {
   ampc_batch_buffers buf; /* one micro-batch, gathered */
   uint8_t *stream_raw;    /* a streamed micro-batch's images before the shift, or NULL */
   double data_wait_ms;    /* this iteration's wait for streamed data */
+  double reduce_wait_s;   /* seconds in the ranks' gradient sums (ampc_accum.reduce_wait_s) */
   /* the image-text data's training recipe, recorded in the log and the
    * checkpoint and checked on resume: "held_out=S;shift=N;itm=sampled|hardest" */
   char recipe[128], held_out[64];

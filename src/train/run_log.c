@@ -49,6 +49,7 @@ cJSON *run_config_object(const ampc_run *R) {
   cJSON_AddNumberToObject(dp, "ranks", (double)R->size);
   cJSON_AddStringToObject(dp, "reduce", rc->reduce == AMPC_REDUCE_F32 ? "f32" : "working");
   cJSON_AddNumberToObject(dp, "zero", rc->zero);
+  cJSON_AddStringToObject(dp, "overlap", rc->overlap ? "on" : "off");
   if (R->T.zero) { /* this rank's part of the master weights and optimizer state */
     cJSON_AddNumberToObject(dp, "shard_first", (double)R->T.params.shard_lo);
     cJSON_AddNumberToObject(dp, "shard_elements", (double)R->T.params.shard_n);
@@ -310,6 +311,10 @@ cJSON *run_summary_object(const ampc_run *R, const run_totals *t) {
     cJSON_AddNumberToObject(o, "ranks", (double)R->size);
     cJSON_AddNumberToObject(o, "bytes_sent_per_step",
                             t->ms_n ? (double)t->bytes_sent / (double)t->ms_n : 0.0);
+    /* the time this rank was held in the gradient sum per iteration: the
+     * blocking sum's, or the overlapped calls' (ovl_wait's included) */
+    cJSON_AddNumberToObject(o, "reduce_wait_ms_per_step",
+                            t->ms_n ? R->reduce_wait_s * 1e3 / (double)t->ms_n : 0.0);
   }
   cJSON *dj = run_parse_owned(ampc_diag_json(R->diag));
   if (!dj) {

@@ -196,6 +196,7 @@ static const char *flag_of(const char *path, char *buf, size_t cap) {
       {"run.held_out_style", "--hold-out-style"},
       {"run.data_parallel.reduce", "--allreduce"},
       {"run.data_parallel.zero", "--zero"},
+      {"run.data_parallel.overlap", "--overlap"},
       {"run.data_parallel.negatives", "--global-negatives"},
       {"run.data_parallel.shard", "--batch"},
       {"run.train_samples", "--data"},

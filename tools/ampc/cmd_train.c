@@ -169,6 +169,9 @@ static const char k_usage_tail[] =
     "  --zero 0|1       1: ZeRO stage 1, each rank keeps its shard of the FP32\n"
     "                   master weights and optimizer state (12 bytes/param / N\n"
     "                   with AdamW); the same bits, checkpoints stay whole\n"
+    "  --overlap on|off  on: sum each block's gradient over the ranks while the\n"
+    "                   backward pass goes on (CPU, --allreduce f32, one loss\n"
+    "                   scale); the same bits. off (default): after the pass\n"
     "  --check-replicas  compare the ranks' weights every step\n"
     "  --global-negatives  InfoNCE over the global batch (CLIP)\n"
     "\n"
@@ -270,6 +273,7 @@ static const char *const k_value_flags[] = {"lr",
                                             "attention-cast",
                                             "allreduce",
                                             "zero",
+                                            "overlap",
                                             "model",
                                             "precision",
                                             "optimizer"};
@@ -732,6 +736,14 @@ int train_parse_args(int argc, char **argv, train_args *a) {
                              "--zero: expected 0 (every rank holds the whole optimizer state) or "
                              "1 (ZeRO stage 1: each rank its shard), got '%s'",
                              v);
+    } else if (!strcmp(n, "overlap")) {
+      if (!strcmp(v, "on") || !strcmp(v, "off"))
+        a->overlap = !strcmp(v, "on");
+      else
+        rc = cli_usage_error("train",
+                             "--overlap: expected on (sum the gradients over the ranks during the "
+                             "backward pass) or off, got '%s'",
+                             v);
     } else if (!strcmp(n, "model")) {
       if (!ampc_model_known(v)) /* the library's list of models */
         rc = cli_unknown_model("train", v, true);
@@ -1180,7 +1192,7 @@ void train_spec(const train_args *A, const train_inputs *in, ampc_compare_spec *
   c->interrupt = &g_interrupt;
   c->log_path = A->log, c->save_path = A->save, c->resume_path = A->resume;
   c->comm = ampc_dist_comm(g_dist), c->reduce = A->reduce, c->check_replicas = A->check_replicas;
-  c->zero = A->zero;
+  c->zero = A->zero, c->overlap = A->overlap;
 #ifdef AMPC_TEST_HOOKS
   const char *ds = getenv("AMPC_TEST_DEVICE_SUMS");
   if (ds && !strcmp(ds, "host") && c->comm && A->device == AMPC_DEVICE_CPU_SPLIT) {
@@ -1231,10 +1243,17 @@ static void on_run_end(void *user, int k, ampc_run *R, const ampc_compare_result
     if (gap && res->n_gap_verdicts) /* worse than its FP32 twin */
       train_print_verdicts(pr->out, &res->gap_verdict, 1, NULL, NULL);
   }
+  /* data parallel: the time rank 0 was held in the gradient sums */
+  char wait[64] = "";
+  cJSON *so = res->summary_json ? cJSON_Parse(res->summary_json) : NULL;
+  const cJSON *rw = cJSON_GetObjectItemCaseSensitive(so, "reduce_wait_ms_per_step");
+  if (cJSON_IsNumber(rw))
+    snprintf(wait, sizeof wait, ", reduce wait %.2f ms/step", rw->valuedouble);
+  cJSON_Delete(so);
   if (!pr->quiet || !tc->list) /* --quiet: no progress lines, but this one */
-    fprintf(pr->out, "%s: %lld steps (%lld skipped), %.1f s%s%s\n",
+    fprintf(pr->out, "%s: %lld steps (%lld skipped), %.1f s%s%s%s\n",
             res->interrupted ? "interrupted" : "done", (long long)res->steps,
-            (long long)res->skipped_steps, res->wall_s, save ? ", checkpoint " : "",
+            (long long)res->skipped_steps, res->wall_s, wait, save ? ", checkpoint " : "",
             save ? save : "");
   if (res->timing_disturbed && (!pr->quiet || !tc->list))
     fprintf(pr->out,

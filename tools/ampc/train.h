@@ -32,6 +32,7 @@ typedef struct train_args {
   ampc_grad_reduce reduce;    /* --allreduce */
   bool check_replicas;        /* --check-replicas */
   int zero;                   /* --zero */
+  bool overlap;               /* --overlap on */
   bool global_negatives;      /* --global-negatives */
   ampc_stall_policy on_stall; /* --on-stall */
   int64_t stall_steps;        /* --stall-steps (0: the default) */
