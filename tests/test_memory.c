@@ -125,9 +125,10 @@ static void test_per_parameter_table(void **state) {
  * = 4096 x 36622 = 150,003,712 elements (1.2e9 / 8 = 1.5e8 is not a multiple
  * of 4096): ranks 0..6 hold S, rank 7 the rest, 1.2e9 - 7 S = 149,974,016.
  * Rank 0: weights 2.4e9 and grads 2.4e9 whole, master 4 S = 600,014,848,
- * moments 8 S = 1,200,029,696, and the FP32 staging of the ranks' gradient
- * sum (--allreduce f32) 4 x 1.2e9 = 4.8e9, whole; total 11,400,044,544
- * (4 + 12 / 8 + 4 = 9.5 bytes per parameter, up to the alignment), not 24e9. */
+ * moments 8 S = 1,200,029,696, and the FP32 staging of the shard's gradient
+ * sum (--allreduce f32, one micro-batch) 4 S = 600,014,848; total
+ * 7,200,059,392 (4 + 16 / 8 = 6 bytes per parameter, up to the alignment),
+ * not 24e9. */
 static void test_zero1_literature(void **state) {
   (void)state;
   const int64_t n = 1200000000, S = 150003712;
@@ -149,9 +150,9 @@ static void test_zero1_literature(void **state) {
   assert_int_equal(a.bytes[AMPC_MEM_MASTER], 600014848u);
   assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], 1200029696u);
   assert_int_equal(a.bytes[AMPC_MEM_COMPENSATION], 0);
-  assert_int_equal(a.bytes[AMPC_MEM_GRAD_STAGE], 4800000000u);
-  assert_int_equal(a.total, 11400044544u);
-  assert_true(a.bytes_per_param == 11400044544.0 / 1.2e9);
+  assert_int_equal(a.bytes[AMPC_MEM_GRAD_STAGE], 600014848u);
+  assert_int_equal(a.total, 7200059392u);
+  assert_true(a.bytes_per_param == 7200059392.0 / 1.2e9);
   assert_int_equal(a.params, n);
   assert_int_equal(a.elements, n);
   /* every rank: S but the last; the shards tile the table; the sharded
@@ -179,7 +180,7 @@ static void test_zero1_literature(void **state) {
   assert_int_equal(ampc_mem_account_shard(&a, 8, 1, 0), AMPC_OK);
   assert_int_equal(a.bytes[AMPC_MEM_MASTER], 0);
   assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], 8 * (size_t)S);
-  assert_int_equal(a.total, 9600000000u + 8 * (size_t)S + 4800000000u); /* + the staging */
+  assert_int_equal(a.total, 9600000000u + 12 * (size_t)S); /* + the shard's staging */
   /* bf16-true with Kahan updates: BF16 moments (2 x 2 bytes) and the BF16
    * compensation shard */
   ampc_amp_config kahan = preset(AMPC_PRECISION_BF16_TRUE);
@@ -279,8 +280,8 @@ static void test_zero1_shards(void **state) {
     assert_int_equal(a.bytes[AMPC_MEM_GRADS], 19840);
     assert_int_equal(a.bytes[AMPC_MEM_MASTER], r < 2 ? 16384 : 6912);
     assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], r < 2 ? 32768 : 13824);
-    assert_int_equal(a.bytes[AMPC_MEM_GRAD_STAGE], 4 * 9920);
-    assert_int_equal(a.total, 39680 + 39680 + (r < 2 ? 49152 : 20736));
+    assert_int_equal(a.bytes[AMPC_MEM_GRAD_STAGE], r < 2 ? 16384 : 6912);
+    assert_int_equal(a.total, 39680 + (r < 2 ? 49152 + 16384 : 20736 + 6912));
     sum += a.bytes[AMPC_MEM_MASTER] + a.bytes[AMPC_MEM_MOMENTS];
   }
   assert_int_equal(sum, 12 * 9920);
@@ -290,7 +291,8 @@ static void test_zero1_shards(void **state) {
   assert_int_equal(a.shard_n, 0);
   assert_int_equal(a.bytes[AMPC_MEM_MASTER], 0);
   assert_int_equal(a.bytes[AMPC_MEM_MOMENTS], 0);
-  assert_int_equal(a.total, 39680 + 39680);
+  assert_int_equal(a.bytes[AMPC_MEM_GRAD_STAGE], 0);
+  assert_int_equal(a.total, 39680);
   /* predicted == a real sharded table */
   check_shard_exact(specs, 2, &mixed, 2, 3);
   check_shard_exact(specs, 2, &mixed, 2, 4);

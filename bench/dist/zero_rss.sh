@@ -13,7 +13,9 @@
 # found by a tag in their environment and OMPI_COMM_WORLD_RANK in
 # /proc/PID/environ.
 # Predicted saving per rank: master + moments (+ compensation) bytes of the
-# --zero 0 run's config line (parameter_bytes) minus those of the rank's shard
+# --zero 0 run's config line (parameter_bytes) minus those of the rank's shard,
+# plus the FP32 staging (the summary's grad_stage: whole without ZeRO, the
+# shard's with it)
 # (ampc_shard_range over the same elements; rank 0's is checked against the
 # --zero 1 run's config line). Measured saving: steady RSS at --zero 0 minus
 # steady RSS at --zero 1. Also prints each run's summary peak_rss_bytes (rank
@@ -134,8 +136,11 @@ for h, p in ((hwm0, pre0), (hwm1, pre1)):  # the kernel's high-water mark lags a
     for r in p:
         h[r] = max(h[r], p[r])
 s0, s1 = e0["summary"], e1["summary"]
-print("model %s, %d ranks, %d parameters, %d elements in the table; --zero 0: master + moments + compensation %d bytes per rank"
-      % (e0["config"]["run"]["model"], N, e0["config"]["parameters"], T, state0))
+stage0 = s0["memory"].get("grad_stage", 0)
+if s1["memory"].get("grad_stage", 0) != 4 * shard_range(T, N, 0)[1]:
+    sys.exit("zero_rss.sh: the --zero 1 staging is %s bytes, not its shard's" % s1["memory"].get("grad_stage"))
+print("model %s, %d ranks, %d parameters, %d elements in the table; --zero 0: master + moments + compensation %d bytes per rank, FP32 staging %d"
+      % (e0["config"]["run"]["model"], N, e0["config"]["parameters"], T, state0, stage0))
 print("steady RSS: each rank's largest VmRSS sample from the first applied optimizer step until the last step is logged (samples per rank: zero 0 %s, zero 1 %s)"
       % (min(len(v) for v in rss0.values()), min(len(v) for v in rss1.values())))
 print()
@@ -144,7 +149,9 @@ print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 worst = 0.0
 for r in range(N):
     n = shard_range(T, N, r)[1]
-    pred = state0 - state0 * n // T
+    # master + moments + compensation, and the FP32 staging of the ranks' sum
+    # (whole under --zero 0, the shard's under --zero 1 with one micro-batch)
+    pred = state0 - state0 * n // T + stage0 - 4 * n
     a, b = max(rss0[r]), max(rss1[r])
     meas = a - b
     worst = max(worst, abs(meas / pred - 1))

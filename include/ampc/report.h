@@ -60,8 +60,8 @@ typedef enum ampc_mem_role {
                                   allowance, ampc_mem_device_scratch_bytes); 0 on the CPU */
   AMPC_MEM_GRAD_STAGE = 9,     /* several ranks (ampc_mem_account_shard, ranks > 1): the FP32
                                   staging of the ranks' gradient sum under --allreduce f32
-                                  (ampc_accum_stage_bytes), 4 bytes per element, whole on
-                                  every rank also under ZeRO-1; 0 otherwise */
+                                  (ampc_accum_stage_bytes) with one micro-batch, 4 bytes per
+                                  element, under ZeRO-1 the rank's shard only; 0 otherwise */
   AMPC_MEM_ROLE_COUNT
 } ampc_mem_role;
 

@@ -417,6 +417,11 @@ typedef struct ampc_accum {
    * starts everything after its pass. Ignored for one process and when
    * before_reduce is set (the test hooks see the whole sum first). */
   bool overlap;
+  /* ZeRO-1 (the trainer's ampc_trainer_set_zero): with one micro-batch and no
+   * overlap the ranks' sum is reduce-scattered straight from the working
+   * dtype (sum_f32_ordered_scatter_from), and the stage holds only this
+   * rank's shard of the FP32 sum */
+  bool zero;
   /* optional: += the seconds this rank spent in the ranks' gradient sum:
    * the blocking call's wall time, or, overlapped, the time inside the
    * ovl_* calls (ovl_wait's included) */

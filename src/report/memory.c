@@ -110,6 +110,9 @@ ampc_status ampc_mem_account_shard(ampc_mem_account *a, int ranks, int zero, int
     const size_t per_element = a->bytes[sharded[k]] / (size_t)a->elements;
     a->bytes[sharded[k]] = (size_t)n * per_element;
   }
+  /* the staging holds only the shard's sum (one micro-batch: the ranks' sum
+   * is scattered straight from the working dtype, ampc_accum_stage_bytes) */
+  a->bytes[AMPC_MEM_GRAD_STAGE] = ranks > 1 ? (size_t)n * sizeof(float) : 0;
   a->shard_lo = lo, a->shard_n = n;
   finish(a);
   return AMPC_OK;

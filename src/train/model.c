@@ -552,6 +552,11 @@ size_t ampc_accum_stage_bytes(const ampc_accum *a, int64_t n) {
   if (!a || n < 1 || a->reduce != AMPC_REDUCE_F32)
     return 0;
   const int size = a->comm ? a->comm->size : 1;
+  if (a->zero && size > 1 && a->micro_batches == 1 && !a->overlap) { /* the shard's sum only */
+    int64_t lo = 0, sn = 0;
+    ampc_shard_range(n, size, a->comm->rank, &lo, &sn);
+    return (size_t)sn * sizeof(float);
+  }
   return a->micro_batches > 1 || size > 1 ? (size_t)n * sizeof(float) : 0;
 }
 
@@ -686,8 +691,12 @@ static ampc_status accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accu
   ampc_params *P = ampc_trainer_params(T); /* on a device, its table: every read of P->grad
                                               goes through the backend */
   const ampc_backend *be = ampc_device_backend(T->device);
-  const bool staged = ampc_accum_stage_bytes(a, P->total) > 0;
-  if (staged && !a->stage)
+  /* ZeRO-1, one micro-batch: the sum scattered from the working dtype into
+   * the stage, which holds this rank's shard (ampc_accum_stage_bytes) */
+  const bool zero_direct = T->zero && size > 1 && n_micro == 1 && !a->per_loss && !oc &&
+                           a->reduce == AMPC_REDUCE_F32 && a->zero;
+  const bool staged = !zero_direct && ampc_accum_stage_bytes(a, P->total) > 0;
+  if ((staged || (zero_direct && P->shard_n > 0)) && !a->stage)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "ampc_train_accumulate_dp: no FP32 staging buffer");
   if (a->per_loss != (T->amp.scaler.mode == AMPC_LOSS_SCALE_PER_LOSS))
     return ampc_fail(AMPC_ERR_INVALID_ARG,
@@ -762,7 +771,7 @@ static ampc_status accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accu
   if (a->before_reduce)
     AMPC_TRY(staged ? a->before_reduce(a->hook_user, a->stage, AMPC_F32, P->total)
                     : a->before_reduce(a->hook_user, P->grad, P->wdt, P->total));
-  if (size > 1 && T->zero && !staged)
+  if (size > 1 && T->zero && !staged && !zero_direct)
     return ampc_fail(
         AMPC_ERR_UNSUPPORTED,
         "ZeRO-1 sums the gradients in FP32 (--allreduce f32), not in the working dtype");
@@ -772,6 +781,8 @@ static ampc_status accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accu
     const double t0 = ampc_now_s();
     if (oc) /* the whole sum on every rank (under ZeRO-1 too: each uses its shard) */
       AMPC_TRY(c->ovl_wait(c->user));
+    else if (zero_direct)
+      AMPC_TRY(c->sum_f32_ordered_scatter_from(c->user, P->grad, P->wdt, a->stage, T->zero_bounds));
     else if (T->zero) /* each rank gets its shard of the rank-order sum */
       AMPC_TRY(c->sum_f32_ordered_scatter(c->user, a->stage, T->zero_bounds));
     else if (staged)
@@ -802,7 +813,10 @@ static ampc_status accumulate_dp(ampc_trainer *T, ampc_model *m, const ampc_accu
     }
     return AMPC_OK;
   }
-  if (staged && T->zero) /* the shard's: the rest of the gradient is not summed here */
+  if (zero_direct) /* the stage is the shard */
+    AMPC_TRY(be->convert((char *)P->grad + (size_t)P->shard_lo * ampc_dtype_size(P->wdt), P->wdt,
+                         a->stage, AMPC_F32, (size_t)P->shard_n));
+  else if (staged && T->zero) /* the shard's: the rest of the gradient is not summed here */
     AMPC_TRY(be->convert((char *)P->grad + (size_t)P->shard_lo * ampc_dtype_size(P->wdt), P->wdt,
                          a->stage + P->shard_lo, AMPC_F32, (size_t)P->shard_n));
   else if (staged) /* one rounding of the whole sum into the working dtype */

@@ -253,6 +253,7 @@ static void set_layout(ampc_run *R, const ampc_amp_config *amp) {
                    .loss_multiplier = rc->loss_multiplier > 0.0f ? rc->loss_multiplier : 1.0f,
                    .per_loss = amp->scaler.mode == AMPC_LOSS_SCALE_PER_LOSS,
                    .overlap = rc->overlap,
+                   .zero = rc->zero != 0,
                    .reduce_wait_s = &R->reduce_wait_s};
   /* the fault injection writes the gradients from the host: not GPU memory */
   if ((rc->faults.fail.iteration > 0 || rc->faults.nan_grad.iteration > 0) &&

@@ -194,7 +194,8 @@ ampc_status ampc_trainer_set_zero(ampc_trainer *T, const ampc_comm *c) {
                      ampc_loss_scale_mode_name(mode));
   if (!c || c->size < 2)
     return AMPC_OK;
-  if (!c->sum_f32_ordered_scatter || !c->gather_shards || !c->allgather || !c->sum_u64)
+  if (!c->sum_f32_ordered_scatter || !c->sum_f32_ordered_scatter_from || !c->gather_shards ||
+      !c->allgather || !c->sum_u64)
     return ampc_fail(AMPC_ERR_UNSUPPORTED,
                      "--zero 1: the communicator has no reduce-scatter or gather");
   const int size = c->size;
