@@ -345,6 +345,13 @@ assert n % 4096 == 0 and mem["master"] == 4 * n, (dp, mem)
 assert mem["exp_avg"] == 4 * n and mem["exp_avg_sq"] == 4 * n, (dp, mem)
 assert 3 * n >= mem["weights"] // 2 > 2 * n, (dp, mem)
 PY
+# with 2 micro-batches per rank (the whole FP32 staging, then the scatter):
+# the bits of the same run without --zero
+for z in 0 1; do
+  mpi 2 "$ampc" train $common --batch 16 --micro-batches 2 --zero $z --save "$tmp/zk$z.st" \
+    >/dev/null 2>&1 || die "--zero $z --micro-batches 2 on 2 ranks: exit $?"
+done
+cmp -s "$tmp/zk0.st" "$tmp/zk1.st" || die "--zero 1 --micro-batches 2: not the bits of --zero 0"
 # resume: saved sharded on 2 ranks at step 3, continued sharded on 3 ranks and
 # unsharded on 1 rank: the bits of one process with 3 and 2 micro-batches
 mpi 2 "$ampc" train $common --batch 12 --zero 1 --stop-at 3 --save "$tmp/zh.st" >/dev/null 2>&1 ||
