@@ -351,8 +351,11 @@ static void print_interrupted(const ampc_compare_result *r, const char *label, b
   }
   /* a list: its other runs did not start; that run alone resumes (a list
    * takes no --resume), with its own --precision and --save */
-  fprintf(stderr, "; checkpoint %s; resume %swith:\n  ampc train", save,
-          list ? "that run alone " : "");
+  fprintf(stderr, "; checkpoint %s; resume %swith:\n  ", save, list ? "that run alone " : "");
+  const int ranks = ampc_dist_size(g_dist);
+  if (ranks > 1) /* the same ranks (any count resumes it; this one gives the same bits) */
+    fprintf(stderr, "mpirun -np %d ", ranks);
+  fprintf(stderr, "ampc train");
   for (int i = 1; i < g_argc; i++) {
     const char *a = g_argv[i];
     const bool swap = list && (!strcmp(a, "--precision") || !strcmp(a, "--save") ||
@@ -906,6 +909,11 @@ static void print_config(FILE *out, FILE *err, ampc_run *R, const train_args *A)
             (long long)(rc->batch / rc->comm->size));
   if (rc->comm) /* where the gradient sums run (ampc_dist_use_device) */
     fprintf(out, "; allreduce: %s", g_allreduce_path);
+  if (T->zero) /* this rank's part of the FP32 state (rank 0's: the largest) */
+    fprintf(out,
+            "; ZeRO-1: each rank keeps <= %lld of %lld elements of the FP32 master weights and "
+            "optimizer state",
+            (long long)T->params.shard_n, (long long)T->params.total);
   fputc('\n', out);
   if (rc->resume_path) /* where it goes on from */
     fprintf(out, "ampc train: resumed from %s at step %lld of %lld\n", rc->resume_path,
