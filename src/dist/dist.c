@@ -85,9 +85,8 @@ static ampc_status mpi_fail(int rc, const char *what) {
 
 /* the chain: rank r receives the running sum of ranks 0..r-1, adds its own
  * values (running + own, in that order) and passes it on; the last rank
- * holds the total and broadcasts it */
-static ampc_status sum_f32_ordered(void *user, float *x, int64_t n) {
-  ampc_dist *d = user;
+ * ends with the total */
+static ampc_status chain(ampc_dist *d, float *x, int64_t n) {
   const int r = d->rank, last = d->size - 1;
   for (int64_t i0 = 0; i0 < n; i0 += CHAIN_CHUNK) {
     const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
@@ -103,6 +102,14 @@ static ampc_status sum_f32_ordered(void *user, float *x, int64_t n) {
       d->sent += (uint64_t)len * sizeof(float);
     }
   }
+  return AMPC_OK;
+}
+
+/* the chain, then a broadcast of the total from the last rank */
+static ampc_status sum_f32_ordered(void *user, float *x, int64_t n) {
+  ampc_dist *d = user;
+  const int r = d->rank, last = d->size - 1;
+  AMPC_TRY(chain(d, x, n));
   for (int64_t i0 = 0; i0 < n; i0 += CHAIN_CHUNK) {
     const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
     MPI_TRY(MPI_Bcast(x + i0, len, MPI_FLOAT, last, MPI_COMM_WORLD), "the gradient broadcast");
@@ -220,21 +227,7 @@ static ampc_status allgather(void *user, const void *x, size_t bytes, void *y) {
 static ampc_status sum_f32_ordered_scatter(void *user, float *x, const int64_t *bounds) {
   ampc_dist *d = user;
   const int r = d->rank, last = d->size - 1;
-  const int64_t n = bounds[d->size];
-  for (int64_t i0 = 0; i0 < n; i0 += CHAIN_CHUNK) {
-    const int len = (int)(n - i0 < CHAIN_CHUNK ? n - i0 : CHAIN_CHUNK);
-    if (r > 0) {
-      MPI_TRY(MPI_Recv(d->tmp, len, MPI_FLOAT, r - 1, TAG_CHAIN, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-              "the gradient chain (receive)");
-      for (int i = 0; i < len; i++)
-        x[i0 + i] = d->tmp[i] + x[i0 + i];
-    }
-    if (r < last) {
-      MPI_TRY(MPI_Send(x + i0, len, MPI_FLOAT, r + 1, TAG_CHAIN, MPI_COMM_WORLD),
-              "the gradient chain (send)");
-      d->sent += (uint64_t)len * sizeof(float);
-    }
-  }
+  AMPC_TRY(chain(d, x, bounds[d->size]));
   for (int q = 0; q < last; q++) /* the shards of ranks 0 .. last - 1 */
     for (int64_t i0 = bounds[q]; i0 < bounds[q + 1]; i0 += CHAIN_CHUNK) {
       const int len = (int)(bounds[q + 1] - i0 < CHAIN_CHUNK ? bounds[q + 1] - i0 : CHAIN_CHUNK);
