@@ -73,6 +73,7 @@ typedef struct ampc_trainer {
   const struct ampc_comm *zero;
   int64_t *zero_bounds;
   double *zero_parts;
+  uint64_t *zero_counts; /* each step's non-finite counts per chunk, swallowed-update counts */
 } ampc_trainer;
 
 /* What one call to ampc_trainer_step did. */

@@ -140,6 +140,7 @@ void ampc_trainer_free(ampc_trainer *T) {
     return;
   free(T->zero_bounds);
   free(T->zero_parts);
+  free(T->zero_counts);
   release_device(T);
   ampc_params_free(&T->params);
   free(T->swallow);
@@ -211,13 +212,16 @@ ampc_status ampc_trainer_set_zero(ampc_trainer *T, const ampc_comm *c) {
   const int64_t per = zero_chunks_per_rank(T);
   /* this rank's parts and bad counts, then every rank's */
   T->zero_parts = malloc((size_t)(per > 0 ? per : 1) * 2 * ((size_t)size + 1) * sizeof(double));
-  ampc_status st =
-      T->zero_parts ? AMPC_OK : ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_set_zero: out of memory");
+  const int64_t nc = per > 4 * (int64_t)T->params.count ? per : 4 * (int64_t)T->params.count;
+  T->zero_counts = malloc((size_t)(nc > 0 ? nc : 1) * sizeof *T->zero_counts);
+  ampc_status st = T->zero_parts && T->zero_counts
+                       ? AMPC_OK
+                       : ampc_fail(AMPC_ERR_NOMEM, "ampc_trainer_set_zero: out of memory");
   if (st == AMPC_OK)
     st = ampc_params_shard(&T->params, b[c->rank], b[c->rank + 1] - b[c->rank]);
   if (st != AMPC_OK) {
-    free(T->zero_bounds), free(T->zero_parts);
-    T->zero_bounds = NULL, T->zero_parts = NULL;
+    free(T->zero_bounds), free(T->zero_parts), free(T->zero_counts);
+    T->zero_bounds = NULL, T->zero_parts = NULL, T->zero_counts = NULL;
     return st;
   }
   T->zero = c;
@@ -236,9 +240,7 @@ static ampc_status zero_check(void *user, const void *g, ampc_dtype gdt, int64_t
     return ampc_fail(AMPC_ERR_INVALID_ARG, "zero_check: %lld gradients, the shards cover %lld",
                      (long long)n, (long long)b[c->size]);
   double *mine = T->zero_parts, *all = T->zero_parts + 2 * per;
-  int64_t *bad = malloc((size_t)(per > 0 ? per : 1) * sizeof *bad);
-  if (!bad)
-    return ampc_fail(AMPC_ERR_NOMEM, "zero_check: out of memory");
+  int64_t *bad = (int64_t *)T->zero_counts; /* allocated at set_zero: no allocation per step */
   const int64_t lo = b[c->rank], len = b[c->rank + 1] - lo;
   const int64_t nch = (len + AMPC_SHARD_ALIGN - 1) / AMPC_SHARD_ALIGN;
   ampc_status st = ampc_grad_unscale_parts((const char *)g + (size_t)lo * ampc_dtype_size(gdt), gdt,
@@ -248,7 +250,6 @@ static ampc_status zero_check(void *user, const void *g, ampc_dtype gdt, int64_t
       mine[k] = 0.0;
     else if (k >= per)
       mine[k] = k - per < nch ? (double)bad[k - per] : 0.0;
-  free(bad);
   if (st == AMPC_OK && per > 0)
     st = c->allgather(c->user, mine, (size_t)(2 * per) * sizeof(double), all);
   if (st != AMPC_OK)
@@ -275,9 +276,7 @@ static ampc_status zero_finish(ampc_trainer *T, bool counts) {
   if (!counts)
     return AMPC_OK;
   _Static_assert(sizeof(ampc_swallow_stats) == 4 * sizeof(int64_t), "four counts");
-  uint64_t *u = malloc((size_t)P->count * 4 * sizeof *u);
-  if (!u)
-    return ampc_fail(AMPC_ERR_NOMEM, "out of memory for the swallowed-update counts");
+  uint64_t *u = T->zero_counts;
   for (int i = 0; i < P->count; i++) {
     u[4 * i] = (uint64_t)T->swallow[i].updated, u[4 * i + 1] = (uint64_t)T->swallow[i].swallowed;
     u[4 * i + 2] = (uint64_t)T->swallow[i].would_swallow;
@@ -287,7 +286,6 @@ static ampc_status zero_finish(ampc_trainer *T, bool counts) {
   for (int i = 0; st == AMPC_OK && i < P->count; i++)
     T->swallow[i] = (ampc_swallow_stats){(int64_t)u[4 * i], (int64_t)u[4 * i + 1],
                                          (int64_t)u[4 * i + 2], (int64_t)u[4 * i + 3]};
-  free(u);
   return st;
 }
 
