@@ -13,20 +13,7 @@
 # 2. Without a GPU, --device cuda fails with a clear message and
 #    AMPC_NCCL_ONE_RANK=1 changes nothing of a CPU run under mpirun -np 1.
 set -u
-OMP_WAIT_POLICY=passive
-OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_WAIT_POLICY OMPI_MCA_btl_vader_single_copy_mechanism
-ampc=$1
-mpiexec=${2:-mpirun}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-die() { echo "FAIL: $*" >&2; fail=1; }
-mpi() {
-  n=$1
-  shift
-  "$mpiexec" --allow-run-as-root --oversubscribe -np "$n" "$@"
-}
+. "$(dirname "$0")/mpi_lib.sh"
 common="--steps 4 --no-eval --threads 1 --telemetry-every 2 --quiet --precision 16-mixed"
 
 # 1. device sums against host sums

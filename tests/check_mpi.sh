@@ -35,23 +35,7 @@
 #     --overlap off on 2 ranks; refused (exit 2, the flag named) with
 #     --allreduce working.
 set -u
-OMP_WAIT_POLICY=passive
-# no cross-memory attach between ranks: containers often forbid the ptrace
-# it needs, and the messages here are small
-OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_WAIT_POLICY OMPI_MCA_btl_vader_single_copy_mechanism
-ampc=$1
-mpiexec=${2:-mpirun}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-die() { echo "FAIL: $*" >&2; fail=1; }
-# root (CI) must say so to Open MPI; more ranks than cores is fine here
-mpi() {
-  n=$1
-  shift
-  "$mpiexec" --allow-run-as-root --oversubscribe -np "$n" "$@"
-}
+. "$(dirname "$0")/mpi_lib.sh"
 common="--steps 6 --no-eval --threads 1 --telemetry-every 3 --quiet"
 
 # the step and summary lines of two logs, timings, sizes and paths left out
