@@ -929,6 +929,124 @@ static void test_ukernels_bit_identical(void **state) {
                 (long long)compared, nuk);
 }
 
+/* ---- ampc_gemm_ex's epilogue (bias, post, colsum) ------------------------- */
+
+typedef struct {
+  const void *want; /* the unfused C, every element final when post sees it */
+  ampc_dtype dt;
+  int64_t n, ldc;
+  const void *c;
+  int *seen; /* [m * n]: how many times post covered each element */
+  int bad;
+} epi_probe;
+
+static void epi_post(void *user, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+  epi_probe *pr = user;
+  const size_t es = ampc_dtype_size(pr->dt);
+  for (int64_t i = i0; i < i0 + rows; i++)
+    for (int64_t j = j0; j < j0 + cols; j++) {
+      pr->seen[i * pr->n + j]++;
+      if (memcmp((const char *)pr->c + (size_t)(i * pr->ldc + j) * es,
+                 (const char *)pr->want + (size_t)(i * pr->ldc + j) * es, es) != 0)
+        pr->bad = 1; /* post ran before the element was final */
+    }
+}
+
+/* One case: the fused epilogue against the unfused sequence (the bias laid
+ * into C, rounded to its dtype, with beta = 1; the column sums of op(A) in p
+ * order; post over the whole matrix): the same bits, post once per element
+ * and only on final values. */
+static void check_epi(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k, ampc_dtype adt,
+                      ampc_dtype bdt, ampc_dtype cdt, float alpha, int tally) {
+  const int64_t lda = opa == AMPC_OP_N ? k : m, ldb = opb == AMPC_OP_N ? n : k, ldc = n + 3;
+  const int64_t arows = opa == AMPC_OP_N ? m : k, brows = opb == AMPC_OP_N ? k : n;
+  void *a = rand_matrix(adt, arows, lda, lda), *b = rand_matrix(bdt, brows, ldb, ldb);
+  const size_t es = ampc_dtype_size(cdt), cbytes = (size_t)(m * ldc) * es;
+  char *c_ref = malloc(cbytes), *c = malloc(cbytes);
+  float *bias = malloc((size_t)n * sizeof *bias), *cs_ref = malloc((size_t)m * sizeof *cs_ref);
+  float *cs = malloc((size_t)m * sizeof *cs);
+  int *seen = calloc((size_t)(m * n), sizeof *seen);
+  assert_true(a && b && c_ref && c && bias && cs_ref && cs && seen);
+  for (int64_t j = 0; j < n; j++) { /* a value of C's dtype */
+    put(c, cdt, 0, (float)(4.0 * urand() - 2.0));
+    bias[j] = (float)get(c, cdt, 0);
+  }
+  for (int64_t i = 0; i < m * ldc; i++) /* the gaps between rows stay as they were */
+    put(c_ref, cdt, i, (float)i);
+  memcpy(c, c_ref, cbytes);
+  for (int64_t i = 0; i < m; i++) {
+    cs_ref[i] = cs[i] = (float)(urand() - 0.5);
+    for (int64_t j = 0; j < n; j++)
+      put(c_ref, cdt, i * ldc + j, bias[j]);
+    for (int64_t p = 0; p < k; p++)
+      cs_ref[i] += (float)get(a, adt, opa == AMPC_OP_N ? i * lda + p : p * lda + i);
+  }
+  assert_int_equal(ampc_gemm(opa, opb, m, n, k, alpha, a, adt, lda, b, bdt, ldb, 1.0f, c_ref, cdt,
+                             ldc, AMPC_ACC_F32),
+                   AMPC_OK);
+  epi_probe pr = {c_ref, cdt, n, ldc, c, seen, 0};
+  const ampc_gemm_epi epi = {bias, epi_post, &pr, cs};
+  ampc_tally *tl = tally ? ampc_tally_create() : NULL, *was = ampc_tally_bind(tl);
+  assert_int_equal(ampc_gemm_ex(opa, opb, m, n, k, alpha, a, adt, lda, b, bdt, ldb, 0.0f, c, cdt,
+                                ldc, AMPC_ACC_F32, &epi),
+                   AMPC_OK);
+  (void)ampc_tally_bind(was);
+  ampc_tally_free(tl);
+  if (memcmp(c, c_ref, cbytes) != 0 || memcmp(cs, cs_ref, (size_t)m * sizeof *cs) != 0 || pr.bad) {
+    print_error("epilogue %dx%dx%d ops %d%d dts %d %d %d: C %s, colsum %s, post %s\n", (int)m,
+                (int)n, (int)k, (int)opa, (int)opb, (int)adt, (int)bdt, (int)cdt,
+                memcmp(c, c_ref, cbytes) ? "differs" : "same",
+                memcmp(cs, cs_ref, (size_t)m * sizeof *cs) ? "differs" : "same",
+                pr.bad ? "saw a value before it was final" : "ok");
+    fail();
+  }
+  for (int64_t i = 0; i < m * n; i++)
+    assert_int_equal(seen[i], 1);
+  free(a), free(b), free(c_ref), free(c), free(bias), free(cs_ref), free(cs), free(seen);
+}
+
+static void test_gemm_epilogue(void **state) {
+  (void)state;
+  static const int64_t shapes[][3] = {{1, 1, 1},      {13, 33, 7},    {37, 70, 300},
+                                      {150, 96, 513}, {600, 130, 64}, {25, 1100, 40}};
+  const int nuk = ampc_gemm_active_ukernel() ? (ampc_cpu_has_avx512f() ? 2 : 1) : 0;
+  const ampc_gemm_ukernel *uks[2] = {&ampc_gemm_uk_avx2, &ampc_gemm_uk_avx512};
+  for (int u = -1; u < nuk; u++) { /* -1: the automatic choice (VDPBF16PS for bf16) */
+    ampc_gemm_force_ukernel(u < 0 ? NULL : uks[u]);
+    for (int t = 1; t <= 2; t++) {
+      ampc_set_num_threads(t);
+      for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int d = 0; d < 3; d++)
+          for (int ops = 0; ops < 3; ops++) {
+            const ampc_op opa = ops == 1 ? AMPC_OP_T : AMPC_OP_N;
+            const ampc_op opb = ops == 2 ? AMPC_OP_T : AMPC_OP_N;
+            check_epi(opa, opb, shapes[sh][0], shapes[sh][1], shapes[sh][2], k_dts[d], k_dts[d],
+                      k_dts[(d + sh) % 3], sh == 2 ? 0.5f : 1.0f, (int)(sh % 2));
+          }
+      check_epi(AMPC_OP_T, AMPC_OP_N, 40, 50, 0, AMPC_F16, AMPC_F16, AMPC_F16, 1.0f, 0); /* K = 0 */
+      check_epi(AMPC_OP_N, AMPC_OP_N, 40, 50, 9, AMPC_F16, AMPC_BF16, AMPC_F32, 0.0f, 0);
+    }
+  }
+  ampc_gemm_force_ukernel(NULL);
+  ampc_set_num_threads(0);
+  /* the refusals */
+  float bias[2] = {0.1f, 1.0f}, x[4] = {1, 2, 3, 4}, y[4];
+  ampc_gemm_epi epi = {.bias = bias};
+  assert_int_equal(ampc_gemm_ex(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1.0f, x, AMPC_F32, 2, x, AMPC_F32, 2,
+                                0.0f, y, AMPC_F16, 2, AMPC_ACC_F32, &epi),
+                   AMPC_ERR_INVALID_ARG); /* 0.1 is not a binary16 value */
+  bias[0] = 0.5f;
+  assert_int_equal(ampc_gemm_ex(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1.0f, x, AMPC_F32, 2, x, AMPC_F32, 2,
+                                1.0f, y, AMPC_F16, 2, AMPC_ACC_F32, &epi),
+                   AMPC_ERR_INVALID_ARG); /* beta with a bias */
+  assert_int_equal(ampc_gemm_ex(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1.0f, x, AMPC_F32, 2, x, AMPC_F32, 2,
+                                0.0f, y, AMPC_F16, 2, AMPC_ACC_F16, &epi),
+                   AMPC_ERR_INVALID_ARG); /* the ablation has no epilogue */
+  assert_int_equal(ampc_gemm_ex(AMPC_OP_N, AMPC_OP_N, 2, 2, 2, 1.0f, x, AMPC_F32, 2, x, AMPC_F32, 2,
+                                0.0f, y, AMPC_F16, 2, AMPC_ACC_F32, &epi),
+                   AMPC_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_combinations_small),
@@ -947,6 +1065,7 @@ int main(void) {
       cmocka_unit_test(test_acc16_error_grows_with_k),
       cmocka_unit_test(test_ukernels_bit_identical),
       cmocka_unit_test(test_bf16dot_bit_identical),
+      cmocka_unit_test(test_gemm_epilogue),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,6 +114,41 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
                                       int64_t stride_b, float beta, void *c, ampc_dtype c_dt,
                                       int64_t ldc, int64_t stride_c, int64_t batch, ampc_acc acc);
 
+/* What a GEMM does around its products besides C = alpha op(A) op(B) + beta C
+ * (ampc_gemm_ex; the fused epilogues of a linear layer, as cuBLASLt's
+ * CUBLASLT_EPILOGUE_BIAS / _GELU_AUX / _BGRADA and llm.c's fused layers do
+ * them on a GPU). Each field is optional (NULL: not done).
+ *   bias [n] FP32: C = alpha * sum + bias[j], formed in FP32 (one product
+ *        and one sum, no FMA) and rounded once to C's dtype; beta must be 0,
+ *        and every bias[j] must be a value of C's dtype (the caller rounds it:
+ *        then the result is the one of laying the bias into C and beta = 1).
+ *   post(user, i0, rows, j0, cols): called once for each block of C (the
+ *        blocks partition the M x N matrix) as soon as those elements hold
+ *        their final values, from the GEMM's own threads (several blocks at
+ *        once; it must not start a parallel region of its own): an
+ *        elementwise step (GELU, a residual add) on C while it is in cache.
+ *   colsum [m] FP32: colsum[i] += op(A)[i][p] for p = 0 .. K-1 in order, one
+ *        FP32 addition each onto the value it holds (the widened operand;
+ *        with op(A) = dY^T of a weight-gradient product these are the bias
+ *        gradient's column sums of dY, in row order).
+ * The results (C, what post writes, colsum) are the same bits as the
+ * unfused sequence, on every path and thread count. */
+typedef struct ampc_gemm_epi {
+  const float *bias;
+  void (*post)(void *user, int64_t i0, int64_t rows, int64_t j0, int64_t cols);
+  void *user;
+  float *colsum;
+} ampc_gemm_epi;
+
+/* ampc_gemm with the epilogue epi (NULL: ampc_gemm itself). acc must be
+ * AMPC_ACC_F32 when epi is given. Errors: ampc_gemm's, and
+ * AMPC_ERR_INVALID_ARG for a bias with beta != 0, a bias value that C's dtype
+ * does not hold, or AMPC_ACC_F16 with epi. */
+ampc_status ampc_gemm_ex(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const void *a, ampc_dtype a_dt, int64_t lda, const void *b,
+                         ampc_dtype b_dt, int64_t ldb, float beta, void *c, ampc_dtype c_dt,
+                         int64_t ldc, ampc_acc acc, const ampc_gemm_epi *epi);
+
 /* Reference for tests and for sampled accumulation-error telemetry: every
  * product and sum in double (exact products of the stored values; the sum
  * rounded to 53 bits, error <= K * 2^-53 * sum |a b|). For one GEMM, writes

@@ -232,9 +232,39 @@ static _Atomic uint64_t g_flops;
 static ampc_acc16_path g_acc16_path;
 void ampc_gemm_force_acc16(ampc_acc16_path path) { g_acc16_path = path; }
 
+static ampc_status run(ampc_gemm_args *g, ampc_acc acc);
+
+/* ampc_gemm_epi on a path other than the blocked kernel's (a portable loop,
+ * OpenBLAS, alpha == 0 or K == 0): the bias laid into C (its values are C's
+ * dtype's, so exactly) with beta = 1, the GEMM, then colsum and post over the
+ * whole matrix: the same bits as the fused path. */
+static ampc_status epi_apart(ampc_gemm_args *g, ampc_acc acc) {
+  const ampc_gemm_epi *e = g->epi;
+  g->epi = NULL;
+  if (e->bias) {
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t j = 0; j < g->n; j++)
+        ampc_elem_store_uncounted(g->c, g->cdt, i * g->ldc + j, e->bias[j]);
+    g->beta = 1.0f;
+  }
+  AMPC_TRY(run(g, acc));
+  if (e->colsum) {
+    const int nt = g->m * g->k >= (1 << 16) ? ampc_get_num_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t p = 0; p < g->k; p++)
+        e->colsum[i] += ampc_gemm_load(g->a, g->adt, i * g->rs_a + p * g->cs_a);
+  }
+  if (e->post)
+    e->post(e->user, 0, g->m, 0, g->n);
+  return AMPC_OK;
+}
+
 static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
   if (g->m == 0 || g->n == 0 || g->batch == 0)
     return AMPC_OK;
+  if (g->epi && (g->alpha == 0.0f || g->k == 0))
+    return epi_apart(g, acc);
   if (g->alpha == 0.0f || g->k == 0) {
     ampc_gemm_scale_c(g);
     return AMPC_OK;
@@ -257,6 +287,10 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
            : path == AMPC_ACC16_AVX2     ? ampc_gemm_acc16_avx2(g, nthreads)
                                          : ampc_gemm_acc16_portable(g, nthreads);
   }
+  const ampc_gemm_ukernel *uk = ampc_gemm_active_ukernel();
+  if (g->epi && (!uk || (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32 &&
+                         f32_on_openblas())))
+    return epi_apart(g, acc);
   if (g->adt == AMPC_F32 && g->bdt == AMPC_F32 && g->cdt == AMPC_F32 && f32_on_openblas() &&
       g->m <= INT32_MAX && g->n <= INT32_MAX && g->k <= INT32_MAX && g->lda <= INT32_MAX &&
       g->ldb <= INT32_MAX && g->ldc <= INT32_MAX) {
@@ -274,7 +308,6 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
       }
     return AMPC_OK;
   }
-  const ampc_gemm_ukernel *uk = ampc_gemm_active_ukernel();
   /* bf16 x bf16 on VDPBF16PS where the CPU has it (the same bits; operands
    * outside its range fall back inside ampc_gemm_blocked) */
   if (uk == &ampc_gemm_uk_avx512 && !g_forced_uk && g->adt == AMPC_BF16 && g->bdt == AMPC_BF16 &&
@@ -286,12 +319,12 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
   return AMPC_OK;
 }
 
-ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
-                                      float alpha, const void *a, ampc_dtype a_dt, int64_t lda,
-                                      int64_t stride_a, const void *b, ampc_dtype b_dt, int64_t ldb,
-                                      int64_t stride_b, float beta, void *c, ampc_dtype c_dt,
-                                      int64_t ldc, int64_t stride_c, int64_t batch, ampc_acc acc) {
-  const char *fn = "ampc_gemm";
+static ampc_status gemm_sb(const char *fn, ampc_op opa, ampc_op opb, int64_t m, int64_t n,
+                           int64_t k, float alpha, const void *a, ampc_dtype a_dt, int64_t lda,
+                           int64_t stride_a, const void *b, ampc_dtype b_dt, int64_t ldb,
+                           int64_t stride_b, float beta, void *c, ampc_dtype c_dt, int64_t ldc,
+                           int64_t stride_c, int64_t batch, ampc_acc acc,
+                           const ampc_gemm_epi *epi) {
   if (acc != AMPC_ACC_F32 && acc != AMPC_ACC_F16)
     return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: acc must be AMPC_ACC_F32 or AMPC_ACC_F16", fn);
   if (batch < 0 || stride_a < 0 || stride_b < 0 || stride_c < 0)
@@ -338,7 +371,8 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
                       .c = c,
                       .cdt = c_dt,
                       .ldc = ldc,
-                      .stride_c = stride_c};
+                      .stride_c = stride_c,
+                      .epi = epi};
   to_general(&g, opa, opb, lda, ldb);
   st = run(&g, acc);
   if (st == AMPC_OK && alpha != 0.0f) /* (K = 0 adds 0) */
@@ -346,6 +380,41 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
                               2 * (uint64_t)m * (uint64_t)n * (uint64_t)k * (uint64_t)batch,
                               memory_order_relaxed);
   return st;
+}
+
+ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k,
+                                      float alpha, const void *a, ampc_dtype a_dt, int64_t lda,
+                                      int64_t stride_a, const void *b, ampc_dtype b_dt, int64_t ldb,
+                                      int64_t stride_b, float beta, void *c, ampc_dtype c_dt,
+                                      int64_t ldc, int64_t stride_c, int64_t batch, ampc_acc acc) {
+  return gemm_sb("ampc_gemm", opa, opb, m, n, k, alpha, a, a_dt, lda, stride_a, b, b_dt, ldb,
+                 stride_b, beta, c, c_dt, ldc, stride_c, batch, acc, NULL);
+}
+
+ampc_status ampc_gemm_ex(ampc_op opa, ampc_op opb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const void *a, ampc_dtype a_dt, int64_t lda, const void *b,
+                         ampc_dtype b_dt, int64_t ldb, float beta, void *c, ampc_dtype c_dt,
+                         int64_t ldc, ampc_acc acc, const ampc_gemm_epi *epi) {
+  const char *fn = "ampc_gemm_ex";
+  if (epi && acc != AMPC_ACC_F32)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: an epilogue needs AMPC_ACC_F32", fn);
+  if (epi && epi->bias) {
+    if (beta != 0.0f)
+      return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: a bias needs beta = 0 (got %g)", fn,
+                       (double)beta);
+    if ((unsigned)c_dt < AMPC_DTYPE_COUNT && operand_dtype_ok(c_dt))
+      for (int64_t j = 0; j < n; j++) { /* each value one of C's dtype */
+        uint32_t held = 0;
+        ampc_elem_store_uncounted(&held, c_dt, 0, epi->bias[j]);
+        const float back = ampc_elem_load(&held, c_dt, 0);
+        if (memcmp(&back, &epi->bias[j], sizeof back) != 0 && !isnan(back))
+          return ampc_fail(AMPC_ERR_INVALID_ARG,
+                           "%s: bias[%lld] = %g is not a value of C's dtype %s", fn, (long long)j,
+                           (double)epi->bias[j], ampc_dtype_name(c_dt));
+      }
+  }
+  return gemm_sb(fn, opa, opb, m, n, k, alpha, a, a_dt, lda, 0, b, b_dt, ldb, 0, beta, c, c_dt, ldc,
+                 0, 1, acc, epi);
 }
 
 uint64_t ampc_gemm_flop_count(void) { return atomic_load_explicit(&g_flops, memory_order_relaxed); }

@@ -95,6 +95,9 @@ enum { MR = 12, NR = 32 };
   const __mmask16 m1 = cols >= 32  ? (__mmask16)0xFFFF                                             \
                        : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1u)                         \
                                    : (__mmask16)0;                                                 \
+  const __m512 bias0 = o->bias ? _mm512_maskz_loadu_ps(m0, o->bias) : _mm512_setzero_ps();         \
+  const __m512 bias1 = o->bias ? _mm512_maskz_loadu_ps(m1, o->bias + 16) : _mm512_setzero_ps();    \
+  const float alpha = o->bias ? 1.0f : o->alpha;                                                   \
   ROW_OUT(0);                                                                                      \
   ROW_OUT(1);                                                                                      \
   ROW_OUT(2);                                                                                      \
@@ -123,8 +126,12 @@ static void kernel_12x32(int64_t kc, const float *restrict a, const float *restr
         c##r##1 = _mm512_add_ps(c##r##1, _mm512_loadu_ps(cs + (r)*ldcs + 16));                     \
       }                                                                                            \
       char *crow = (char *)o->c + (r)*o->ldc * es;                                                 \
-      ampc_avx512_out16(c##r##0, crow, o->dt, o->alpha, o->beta, m0);                              \
-      ampc_avx512_out16(c##r##1, crow + 16 * es, o->dt, o->alpha, o->beta, m1);                    \
+      if (o->bias) { /* alpha * sum + bias, then stored as 1 * v (exact) */                        \
+        c##r##0 = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(o->alpha), c##r##0), bias0);          \
+        c##r##1 = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(o->alpha), c##r##1), bias1);          \
+      }                                                                                            \
+      ampc_avx512_out16(c##r##0, crow, o->dt, alpha, o->beta, m0);                                 \
+      ampc_avx512_out16(c##r##1, crow + 16 * es, o->dt, alpha, o->beta, m1);                       \
     }                                                                                              \
   } while (0)
 

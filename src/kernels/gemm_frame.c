@@ -147,6 +147,34 @@ static plan make_plan(const ampc_gemm_args *g, const ampc_gemm_config *cfg, int 
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+/* ampc_gemm_epi's colsum for the packed A block of one K slice: s[i] +=
+ * op(A)[i][p] for the rows i < mcur of the block and its p < kc in order
+ * (one FP32 addition each, the widened operand); ap holds MR-row micro-panels
+ * of floats (dst[p*MR + r]) or, for the pairs kernel, of bfloat16 pairs
+ * (element 2q in the high half of word q, 2q + 1 in the low half). The slices
+ * come in order, so each s[i] is summed over the whole of K in order. */
+static void add_colsum(float *s, const float *ap, int MR, int64_t mcur, int64_t kc, int pairs) {
+  for (int64_t ir = 0; ir < mcur; ir += MR) {
+    const int rv = (int)min64(mcur - ir, MR);
+    float *si = s + ir;
+    if (!pairs) {
+      const float *pan = ap + ir * kc;
+      for (int64_t p = 0; p < kc; p++)
+        for (int r = 0; r < rv; r++)
+          si[r] += pan[p * MR + r];
+    } else {
+      const uint32_t *pan = (const uint32_t *)(ap + ir * kc);
+      for (int64_t q = 0; 2 * q < kc; q++)
+        for (int r = 0; r < rv; r++) {
+          const uint32_t w = pan[q * MR + r];
+          si[r] += ampc_bits_f32(w & 0xFFFF0000u);
+          if (2 * q + 1 < kc)
+            si[r] += ampc_bits_f32(w << 16);
+        }
+    }
+  }
+}
+
 /* One task: its rows it .. it+mtcur-1 and columns jc .. jc+ncur-1 of one
  * batch matrix, slice by slice of K; ap, bp, cs: the calling thread's packed
  * A block, packed B panel and FP32 block of sums. */
@@ -158,6 +186,9 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
   const int64_t es = (int64_t)ampc_gemm_esz(g->cdt);
   const int64_t per = P->tm * P->tn;
   const int64_t t = task / per, ti = (task % per) / P->tn, tj = task % P->tn;
+  const float *bias = g->epi ? g->epi->bias : NULL;
+  const int post = g->epi && g->epi->post;
+  float *colsum = g->epi ? g->epi->colsum : NULL;
   const void *a = ampc_gemm_at(g->a, g->adt, t * g->stride_a);
   const void *b = ampc_gemm_at(g->b, g->bdt, t * g->stride_b);
   void *c = (char *)g->c + t * g->stride_c * (int64_t)ampc_gemm_esz(g->cdt);
@@ -192,6 +223,8 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
           k->pack->a(ap + ir * kcur, MR,
                      ampc_gemm_at(a, g->adt, (ic + ir) * g->rs_a + pc * g->cs_a), g->adt,
                      (int)min64(mcur - ir, MR), g->m - ic - ir, kcur, g->rs_a, g->cs_a);
+      if (colsum && tj == 0)
+        add_colsum(colsum + ic, ap, MR, mcur, kcur, k->bf16_pairs);
       float *cblk = cs + (ic - it) * P->ldcs;
       if (fuse && pc + kcur >= g->k) { /* the last slice, straight into C */
         for (int64_t jr = 0; jr < ncur; jr += NR)
@@ -202,10 +235,13 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
                                      g->alpha,
                                      g->beta,
                                      (int)min64(MR, mcur - ir),
-                                     (int)min64(NR, ncur - jr)};
+                                     (int)min64(NR, ncur - jr),
+                                     bias ? bias + jc + jr : NULL};
             k->fn_out(kcur, ap + ir * kcur, bp + jr * kcur, cblk + ir * P->ldcs + jr, P->ldcs,
                       pc > 0, &o);
           }
+        if (post) /* this block of C is final */
+          g->epi->post(g->epi->user, ic, mcur, jc, ncur);
       } else {
         for (int64_t jr = 0; jr < ncur; jr += NR)
           for (int64_t ir = 0; ir < mcur; ir += MR)
@@ -213,8 +249,11 @@ static void run_task(const ampc_gemm_args *g, const plan *P, const ampc_gemm_uke
       }
     }
   }
-  if (!fuse)
+  if (!fuse) {
     uk->pack->out(g, c, it, jc, mtcur, ncur, cs, P->ldcs);
+    if (post)
+      g->epi->post(g->epi->user, it, mtcur, jc, ncur);
+  }
 }
 
 /* Workspaces up to this many floats live on the stack when one thread runs

@@ -49,6 +49,7 @@ typedef struct ampc_gemm_args {
   void *c;
   ampc_dtype cdt;
   int64_t ldc, stride_c;
+  const ampc_gemm_epi *epi; /* batch 1 only; NULL: none (ampc_gemm_ex) */
 } ampc_gemm_args;
 
 /* Element access: the shared scalar helpers of numeric.h. */
@@ -81,6 +82,7 @@ typedef struct ampc_gemm_out {
   ampc_dtype dt;
   float alpha, beta;
   int rows, cols;
+  const float *bias; /* the tile's first column of ampc_gemm_epi's bias, or NULL (beta is 0 then) */
 } ampc_gemm_out;
 
 /* The packing and output kernels a micro-kernel registers, which the
@@ -98,7 +100,8 @@ typedef struct ampc_gemm_out {
  * out:     C[ic + i][jc + j] = alpha*Cs + beta*C for an mcur x ncur block of
  *          FP32 sums Cs (row stride ldcs, rows padded to NR), formed as
  *          ampc_gemm_epilogue1 does (C not read when beta == 0), counted by
- *          the rounding tally when one is set.
+ *          the rounding tally when one is set; with g->epi's bias,
+ *          alpha*Cs + bias[jc + j] (beta is 0 then).
  * Each may write up to 16 floats past the end of a panel (the framework's
  * slack) and reads nothing outside the caller's matrices. */
 typedef struct ampc_gemm_packer {

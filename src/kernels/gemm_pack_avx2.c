@@ -353,12 +353,14 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
                      int64_t ncur, const float *cs, int64_t ldcs) {
   const __m256 va = _mm256_set1_ps(g->alpha), vb = _mm256_set1_ps(g->beta);
   const int use_beta = g->beta != 0.0f;
+  /* a bias (beta is 0 then) takes beta * C's place: alpha * sum + bias */
+  const float *bias = g->epi && g->epi->bias ? g->epi->bias + jc : NULL;
   const ampc_dtype dt = g->cdt;
   ampc_tally *const tm = ampc_tally_tls;
   /* with C = 1 * sum (no beta), the values rounded have the block's sums'
    * bits (1 * x is x, a NaN stays a NaN; ampc leaves MXCSR's FTZ off): the
    * tally counts each row of sums in one call, after its stores */
-  ampc_tally *const tm_buf = g->alpha == 1.0f && !use_beta ? NULL : tm;
+  ampc_tally *const tm_buf = g->alpha == 1.0f && !use_beta && !bias ? NULL : tm;
   float tbuf[256];
   void *tdst = NULL;
   int tn = 0;
@@ -384,6 +386,8 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
       void *cp = (char *)c + (base + j) * (int64_t)ampc_gemm_esz(dt);
       if (use_beta)
         v = _mm256_add_ps(v, _mm256_mul_ps(vb, load8(cp, dt)));
+      else if (bias)
+        v = _mm256_add_ps(v, _mm256_loadu_ps(bias + j));
       switch (dt) {
       case AMPC_F16: _mm_storeu_si128((__m128i *)cp, _mm256_cvtps_ph(v, 0)); break;
       case AMPC_BF16: _mm_storeu_si128((__m128i *)cp, bf16_round8(v)); break;
@@ -413,6 +417,10 @@ static void epilogue(const ampc_gemm_args *g, void *c, int64_t ic, int64_t jc, i
       if (use_beta) {
         memcpy(tmp, cp, rem * es);
         v = _mm256_add_ps(v, _mm256_mul_ps(vb, load8(tmp, dt)));
+      } else if (bias) {
+        _Alignas(32) float bt[8] = {0};
+        memcpy(bt, bias + j, rem * sizeof(float));
+        v = _mm256_add_ps(v, _mm256_load_ps(bt));
       }
       switch (dt) {
       case AMPC_F16: _mm_store_si128((__m128i *)tmp, _mm256_cvtps_ph(v, 0)); break;
