@@ -199,6 +199,47 @@ ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *d
                                   const void *w, ampc_dtype wdt, float beta, void *c,
                                   ampc_dtype cdt, ampc_acc acc, ampc_linear_fp8 *f, bool count_dy);
 
+/* ---- fused layers: a linear layer and the elementwise step after it -------
+ * One call for what the model runs as two, with the step formed in the
+ * GEMM's store on each finished block of the product (ampc_gemm_ex's post)
+ * while it is in cache, as cuBLASLt's epilogues (CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+ * _DGELU, _BGRADB) and llm.c's fused layers do on a GPU. The results are the
+ * bits of the two calls in sequence (the product rounded into its own
+ * buffer first, then the step on the rounded values); with f (an FP8 or INT8
+ * site), round stats or AMPC_ACC_F16 they are those two calls. */
+
+/* The MLP's first layer: h [m, n] (hdt) = x W^T + b as ampc_linear_forward_fp8
+ * (kept for the backward pass), y [m, n] (ydt) = gelu(h) as ampc_gelu_forward. */
+ampc_status ampc_linear_gelu_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                     const void *w, ampc_dtype wdt, const void *b, void *h,
+                                     ampc_dtype hdt, void *y, ampc_dtype ydt, ampc_acc acc,
+                                     ampc_linear_fp8 *f, ampc_round_stats *stats);
+/* An output projection and its residual add: t [m, n] (tdt) = x W^T + b,
+ * y [m, n] (ydt) = r + t as ampc_add_forward (r [m, n] in rdt; y may not
+ * be t). */
+ampc_status ampc_linear_residual_forward(int64_t m, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const void *b, void *t, ampc_dtype tdt, const void *r,
+                                         ampc_dtype rdt, void *y, ampc_dtype ydt, ampc_acc acc,
+                                         ampc_linear_fp8 *f, ampc_round_stats *stats);
+/* The MLP's second layer's backward pass with the GELU's: as
+ * ampc_linear_backward_fp8 (dx [m, k] = dy W, dW += dy^T x, db += the
+ * column sums of dy) followed by ampc_gelu_backward: dh [m, k] (gdt) =
+ * dx * gelu'(h), h [m, k] (hdt) the GELU's input (dx and dh distinct). */
+ampc_status ampc_linear_backward_gelu(int64_t m, int64_t k, int64_t n, const void *dy,
+                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
+                                      ampc_dtype wdt, const void *h, ampc_dtype hdt, void *dx,
+                                      void *dh, void *dw, void *db, ampc_acc acc,
+                                      ampc_linear_fp8 *f, ampc_scratch *ws);
+/* The residual add and the layer norm after it, in one pass over the rows:
+ * s [m, d] (sdt) = a + b as ampc_add_forward, y = ampc_layernorm_forward of
+ * s (mean, rstd saved as there). */
+ampc_status ampc_add_layernorm_forward(int64_t m, int64_t d, const void *a, ampc_dtype adt,
+                                       const void *b, ampc_dtype bdt, void *s, ampc_dtype sdt,
+                                       const void *gamma, const void *beta, ampc_dtype wdt,
+                                       float eps, void *y, ampc_dtype ydt, float *mean, float *rstd,
+                                       ampc_round_stats *stats);
+
 /* ---- layer norm (Ba, Kiros, Hinton 2016; torch.nn.LayerNorm) --------------- */
 
 /* x [m, d] (xdt), gamma/beta [d] (wdt), y [m, d] (ydt); saves mean [m] and

@@ -121,6 +121,27 @@ typedef struct ampc_backend {
                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
                                      ampc_dtype wdt, void *dx, void *dw, void *db, ampc_acc acc,
                                      ampc_linear_fp8 *f, ampc_scratch *ws);
+  /* the fused layers (ampc/nn.h): a linear layer and the elementwise step
+   * after it, the bits of the two ops in sequence on the CPU */
+  ampc_status (*linear_gelu_forward)(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                     const void *w, ampc_dtype wdt, const void *b, void *h,
+                                     ampc_dtype hdt, void *y, ampc_dtype ydt, ampc_acc acc,
+                                     ampc_linear_fp8 *f, ampc_round_stats *stats);
+  ampc_status (*linear_residual_forward)(int64_t m, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const void *b, void *t, ampc_dtype tdt, const void *r,
+                                         ampc_dtype rdt, void *y, ampc_dtype ydt, ampc_acc acc,
+                                         ampc_linear_fp8 *f, ampc_round_stats *stats);
+  ampc_status (*linear_backward_gelu)(int64_t m, int64_t k, int64_t n, const void *dy,
+                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
+                                      ampc_dtype wdt, const void *h, ampc_dtype hdt, void *dx,
+                                      void *dh, void *dw, void *db, ampc_acc acc,
+                                      ampc_linear_fp8 *f, ampc_scratch *ws);
+  ampc_status (*add_layernorm_forward)(int64_t m, int64_t d, const void *a, ampc_dtype adt,
+                                       const void *b, ampc_dtype bdt, void *s, ampc_dtype sdt,
+                                       const void *gamma, const void *beta, ampc_dtype wdt,
+                                       float eps, void *y, ampc_dtype ydt, float *mean, float *rstd,
+                                       ampc_round_stats *stats);
   ampc_status (*gelu_forward)(int64_t n, const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt,
                               ampc_round_stats *stats);
   ampc_status (*gelu_backward)(int64_t n, const void *dy, ampc_dtype gdt, const void *x,

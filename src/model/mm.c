@@ -271,22 +271,23 @@ static ampc_status blk_fwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
   a->c.key_mask = kmask; /* for the backward pass's recomputation */
   mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->y1 ? a->y1 : a->y, act_dt, b, tq * D), "%s.%s",
               name, attn);
-  AMPC_TRY(M->be->add_forward(rq * D, x, stream_dt, a->y1 ? a->y1 : a->y, act_dt, a->x1, stream_dt,
-                              NULL));
+  /* the fused layers (each the bits of its two ops; every intermediate the
+   * marks name is still written) */
+  AMPC_TRY(M->be->add_layernorm_forward(rq, D, x, stream_dt, a->y1 ? a->y1 : a->y, act_dt, a->x1,
+                                        stream_dt, W(M, p->n2w), W(M, p->n2b), weight_dt, k_ln_eps,
+                                        a->ln2, act_dt, a->mean2, a->rstd2, NULL));
   mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->x1, stream_dt, b, tq * D), "%s.%s_residual", name,
               attn);
-  AMPC_TRY(M->be->layernorm_forward(rq, D, a->x1, stream_dt, W(M, p->n2w), W(M, p->n2b), weight_dt,
-                                    k_ln_eps, a->ln2, act_dt, a->mean2, a->rstd2, NULL));
   mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->ln2, act_dt, b, tq * D), "%s.norm2", name);
-  AMPC_TRY(M->be->linear_forward_fp8(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt,
-                                     W(M, p->f1b), a->h, act_dt, M->acc, site(M, p, 4), NULL));
+  AMPC_TRY(M->be->linear_gelu_forward(rq, D, MLP, a->ln2, act_dt, W(M, p->f1w), weight_dt,
+                                      W(M, p->f1b), a->h, act_dt, a->g, act_dt, M->acc,
+                                      site(M, p, 4), NULL));
   mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->h, act_dt, b, tq * MLP), "%s.mlp.fc1", name);
-  AMPC_TRY(M->be->gelu_forward(rq * MLP, a->h, act_dt, a->g, act_dt, NULL));
   mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->g, act_dt, b, tq * MLP), "%s.mlp.gelu", name);
-  AMPC_TRY(M->be->linear_forward_fp8(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt,
-                                     W(M, p->f2b), a->y, act_dt, M->acc, site(M, p, 5), NULL));
+  AMPC_TRY(M->be->linear_residual_forward(rq, MLP, D, a->g, act_dt, W(M, p->f2w), weight_dt,
+                                          W(M, p->f2b), a->y, act_dt, a->x1, stream_dt, a->out,
+                                          stream_dt, M->acc, site(M, p, 5), NULL));
   mark_tensor(M, br, AMPC_TM_ACT, rows_of(br, a->y, act_dt, b, tq * D), "%s.mlp.fc2", name);
-  AMPC_TRY(M->be->add_forward(rq * D, a->x1, stream_dt, a->y, act_dt, a->out, stream_dt, NULL));
   if (probe_on(M)) {
     char nm[64];
     snprintf(nm, sizeof nm, "%s.mlp.fc2", name);
@@ -319,12 +320,11 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
                    grad_dt = M->grad_dt;
   const ampc_acc acc = M->acc;
   ampc_linear_fp8 *const f8[4] = {site(M, p, 0), site(M, p, 1), site(M, p, 2), site(M, p, 3)};
-  AMPC_TRY(M->be->linear_backward_fp8(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w),
-                                      weight_dt, M->dH1, G(M, p->f2w), G(M, p->f2b), acc,
-                                      site(M, p, 5), &M->ws));
+  AMPC_TRY(M->be->linear_backward_gelu(rq, MLP, D, dout, grad_dt, a->g, act_dt, W(M, p->f2w),
+                                       weight_dt, a->h, act_dt, M->dH1, M->dH2, G(M, p->f2w),
+                                       G(M, p->f2b), acc, site(M, p, 5), &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dH1, grad_dt, b, tq * MLP), "%s.mlp.fc2", name);
   grads_progress(M);
-  AMPC_TRY(M->be->gelu_backward(rq * MLP, M->dH1, grad_dt, a->h, act_dt, M->dH2));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dH2, grad_dt, b, tq * MLP), "%s.mlp.gelu", name);
   AMPC_TRY(M->be->linear_backward_fp8(rq, D, MLP, M->dH2, grad_dt, a->ln2, act_dt, W(M, p->f1w),
                                       weight_dt, M->dL, G(M, p->f1w), G(M, p->f1b), acc,

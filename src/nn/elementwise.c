@@ -16,6 +16,7 @@
  * so a lookup gives the same bits as computing it) and looked up.
  */
 #include "nn/nn_util.h"
+#include "nn/elementwise_impl.h"
 
 #include "nn/gelu_impl.h"
 
@@ -56,24 +57,11 @@ ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y,
   NN_CHECK_DT(fn, xdt);
   NN_CHECK_DT(fn, ydt);
   const int nt = stats ? 1 : nn_threads(n);
-  const float *tab = gelu_table(xdt, 0);
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
     ampc_tally_adopt(tally);
-    float bb[AMPC_NN_CHUNK];
-    float *b = nn_out(y, ydt, c0, bb, stats);
-    const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
-    if (tab) {
-      const uint16_t *xb = (const uint16_t *)x + c0;
-      for (int64_t i = 0; i < len; i++)
-        b[i] = tab[xb[i]];
-    } else {
-      float xb[AMPC_NN_CHUNK];
-      const float *xi = nn_in(x, xdt, c0, len, xb);
-      ampc_gelu32(xi, b, (size_t)len, 0);
-    }
-    nn_out_done(y, ydt, c0, b, len, stats);
+    ampc_nn_gelu_span(x, xdt, c0, n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK, y, ydt, stats);
   }
   return AMPC_OK;
 }
@@ -88,13 +76,21 @@ ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const 
   NN_CHECK_DT(fn, gdt);
   NN_CHECK_DT(fn, xdt);
   const int nt = nn_threads(n);
-  const float *tab = gelu_table(xdt, 1);
   ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
     ampc_tally_adopt(tally);
+    ampc_nn_gelu_bwd_span(dy, gdt, x, xdt, c0, n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK, dx);
+  }
+  return AMPC_OK;
+}
+
+void ampc_nn_gelu_bwd_span(const void *dy, ampc_dtype gdt, const void *x, ampc_dtype xdt,
+                           int64_t off, int64_t n, void *dx) {
+  const float *tab = gelu_table(xdt, 1);
+  for (int64_t c0 = off; c0 < off + n; c0 += AMPC_NN_CHUNK) {
     float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK], obb[AMPC_NN_CHUNK];
-    const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
+    const int64_t len = off + n - c0 < AMPC_NN_CHUNK ? off + n - c0 : AMPC_NN_CHUNK;
     const float *gi = nn_in(dy, gdt, c0, len, gb);
     float *ob = nn_out(dx, gdt, c0, obb, NULL);
     if (tab) {
@@ -110,7 +106,26 @@ ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const 
     }
     nn_out_done(dx, gdt, c0, ob, len, NULL);
   }
-  return AMPC_OK;
+}
+
+void ampc_nn_gelu_span(const void *x, ampc_dtype xdt, int64_t off, int64_t n, void *y,
+                       ampc_dtype ydt, ampc_round_stats *stats) {
+  const float *tab = gelu_table(xdt, 0);
+  for (int64_t c0 = off; c0 < off + n; c0 += AMPC_NN_CHUNK) {
+    float bb[AMPC_NN_CHUNK];
+    float *b = nn_out(y, ydt, c0, bb, stats);
+    const int64_t len = off + n - c0 < AMPC_NN_CHUNK ? off + n - c0 : AMPC_NN_CHUNK;
+    if (tab) {
+      const uint16_t *xb = (const uint16_t *)x + c0;
+      for (int64_t i = 0; i < len; i++)
+        b[i] = tab[xb[i]];
+    } else {
+      float xb[AMPC_NN_CHUNK];
+      const float *xi = nn_in(x, xdt, c0, len, xb);
+      ampc_gelu32(xi, b, (size_t)len, 0);
+    }
+    nn_out_done(y, ydt, c0, b, len, stats);
+  }
 }
 
 ampc_status ampc_add_forward(int64_t n, const void *a, ampc_dtype adt, const void *b,
@@ -128,13 +143,21 @@ ampc_status ampc_add_forward(int64_t n, const void *a, ampc_dtype adt, const voi
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (int64_t c0 = 0; c0 < n; c0 += AMPC_NN_CHUNK) {
     ampc_tally_adopt(tally);
+    ampc_nn_add_span(a, adt, b, bdt, c0, n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK, y, ydt,
+                     stats);
+  }
+  return AMPC_OK;
+}
+
+void ampc_nn_add_span(const void *a, ampc_dtype adt, const void *b, ampc_dtype bdt, int64_t off,
+                      int64_t n, void *y, ampc_dtype ydt, ampc_round_stats *stats) {
+  for (int64_t c0 = off; c0 < off + n; c0 += AMPC_NN_CHUNK) {
     float ab[AMPC_NN_CHUNK], bb[AMPC_NN_CHUNK], obb[AMPC_NN_CHUNK];
-    const int64_t len = n - c0 < AMPC_NN_CHUNK ? n - c0 : AMPC_NN_CHUNK;
+    const int64_t len = off + n - c0 < AMPC_NN_CHUNK ? off + n - c0 : AMPC_NN_CHUNK;
     const float *ai = nn_in(a, adt, c0, len, ab), *bi = nn_in(b, bdt, c0, len, bb);
     float *ob = nn_out(y, ydt, c0, obb, stats);
     for (int64_t i = 0; i < len; i++)
       ob[i] = ai[i] + bi[i];
     nn_out_done(y, ydt, c0, ob, len, stats);
   }
-  return AMPC_OK;
 }

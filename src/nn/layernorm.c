@@ -14,6 +14,7 @@
  * stats nor the thread count.
  */
 #include "nn/nn_util.h"
+#include "nn/elementwise_impl.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -72,6 +73,22 @@ static void bwd_sums4(const float *xr, const float *gr, const float *gam, int64_
   *sgx_out = (sgx[0] + sgx[1]) + (sgx[2] + sgx[3]);
 }
 
+/* One row of the forward pass: y = (x - mean) rstd gamma + beta in FP32,
+ * mean and rstd from the two-pass sums in double. */
+static void ln_row(const float *xr, int64_t d, float eps, const float *gb, const float *bb,
+                   float *yr, float *mean, float *rstd) {
+  const double mu = sum4(xr, d) / (double)d;
+  const double v = sqdev4(xr, d, mu);
+  const double r = 1.0 / sqrt(v / (double)d + (double)eps);
+  *mean = (float)mu;
+  *rstd = (float)r;
+  const float muf = (float)mu, rf = (float)r;
+  for (int64_t j = 0; j < d; j++) {
+    const float xhat = (xr[j] - muf) * rf;
+    yr[j] = xhat * gb[j] + bb[j];
+  }
+}
+
 ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dtype xdt,
                                    const void *gamma, const void *beta, ampc_dtype wdt, float eps,
                                    void *y, ampc_dtype ydt, float *mean, float *rstd,
@@ -109,19 +126,57 @@ ampc_status ampc_layernorm_forward(int64_t m, int64_t d, const void *x, ampc_dty
     float *xb = wide ? heap + 2 * d : xst;
     float *yr = nn_out(y, ydt, i * d, wide ? heap + 3 * d : yst, stats);
     const float *xr = nn_in(x, xdt, i * d, d, xb);
-    const double mu = sum4(xr, d) / (double)d;
-    const double v = sqdev4(xr, d, mu);
-    const double r = 1.0 / sqrt(v / (double)d + (double)eps);
-    mean[i] = (float)mu;
-    rstd[i] = (float)r;
-    const float muf = (float)mu, rf = (float)r;
-    for (int64_t j = 0; j < d; j++) {
-      const float xhat = (xr[j] - muf) * rf;
-      yr[j] = xhat * gb[j] + bb[j];
-    }
+    ln_row(xr, d, eps, gb, bb, yr, &mean[i], &rstd[i]);
     nn_out_done(y, ydt, i * d, yr, d, stats);
   }
   free(heap);
+  return AMPC_OK;
+}
+
+ampc_status ampc_add_layernorm_forward(int64_t m, int64_t d, const void *a, ampc_dtype adt,
+                                       const void *b, ampc_dtype bdt, void *s, ampc_dtype sdt,
+                                       const void *gamma, const void *beta, ampc_dtype wdt,
+                                       float eps, void *y, ampc_dtype ydt, float *mean, float *rstd,
+                                       ampc_round_stats *stats) {
+  const char *fn = "ampc_add_layernorm_forward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, d);
+  NN_CHECK_PTR(fn, a);
+  NN_CHECK_PTR(fn, b);
+  NN_CHECK_PTR(fn, s);
+  NN_CHECK_PTR(fn, gamma);
+  NN_CHECK_PTR(fn, beta);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_PTR(fn, mean);
+  NN_CHECK_PTR(fn, rstd);
+  NN_CHECK_DT(fn, adt);
+  NN_CHECK_DT(fn, bdt);
+  NN_CHECK_DT(fn, sdt);
+  NN_CHECK_DT(fn, wdt);
+  NN_CHECK_DT(fn, ydt);
+  if (!(eps >= 0.0f))
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: eps must be >= 0 (got %g)", fn, (double)eps);
+  if (stats || d > LN_ROW) { /* the two layers one after the other */
+    AMPC_TRY(ampc_add_forward(m * d, a, adt, b, bdt, s, sdt, stats));
+    return ampc_layernorm_forward(m, d, s, sdt, gamma, beta, wdt, eps, y, ydt, mean, rstd, stats);
+  }
+  float gb[LN_ROW], bb[LN_ROW];
+  nn_load(gamma, wdt, 0, d, gb);
+  nn_load(beta, wdt, 0, d, bb);
+  const int nt = nn_threads(m * d);
+  ampc_tally *const tally = ampc_tally_tls; /* handed to the workers */
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (int64_t i = 0; i < m; i++) {
+    ampc_tally_adopt(tally);
+    float xst[LN_ROW], yst[LN_ROW];
+    /* s's row as ampc_add_forward stores it, then read back as the layer
+     * norm reads its input (the rounded values) */
+    ampc_nn_add_span(a, adt, b, bdt, i * d, d, s, sdt, NULL);
+    const float *xr = nn_in(s, sdt, i * d, d, xst);
+    float *yr = nn_out(y, ydt, i * d, yst, NULL);
+    ln_row(xr, d, eps, gb, bb, yr, &mean[i], &rstd[i]);
+    nn_out_done(y, ydt, i * d, yr, d, NULL);
+  }
   return AMPC_OK;
 }
 

@@ -1,7 +1,10 @@
 /*
- * src/nn/linear.c: y = x W^T + b on ampc_gemm, and its backward pass.
+ * src/nn/linear.c: y = x W^T + b on ampc_gemm, and its backward pass; the
+ * FP8 and INT8 forms; and the fused layers (a linear layer with the GELU,
+ * the residual add or the GELU's backward step in the GEMM's store).
  */
 #include "nn/nn_util.h"
+#include "nn/elementwise_impl.h"
 
 #include <float.h>
 #include <math.h>
@@ -11,13 +14,14 @@
 #include <emmintrin.h>
 #endif
 
-enum { LIN_BIAS_ROW = 4096 }; /* widest bias laid by copying rows */
+enum { LIN_BIAS_ROW = 4096 }; /* widest bias row on the stack */
 
-/* y = alpha * x W^T + b, the bias in bdt */
-static ampc_status linear_fwd(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
-                              const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt,
-                              float alpha, void *y, ampc_dtype ydt, ampc_acc acc,
-                              ampc_round_stats *stats) {
+/* y = alpha * x W^T + b, the bias in bdt; post (or NULL): ampc_gemm_epi's
+ * post step on y's blocks (then there are no stats) */
+static ampc_status linear_fwd_post(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                   const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt,
+                                   float alpha, void *y, ampc_dtype ydt, ampc_acc acc,
+                                   ampc_round_stats *stats, const ampc_gemm_epi *post) {
   const char *fn = "ampc_linear_forward";
   NN_CHECK_POS(fn, k);
   NN_CHECK_POS(fn, n);
@@ -29,37 +33,63 @@ static ampc_status linear_fwd(int64_t m, int64_t k, int64_t n, const void *x, am
   NN_CHECK_DT(fn, ydt);
   /* With telemetry the product goes to an FP32 buffer first, so that the one
    * rounding into y can be counted; otherwise straight into y. The bias is
-   * laid into the destination and added by the GEMM epilogue (beta = 1), in
-   * FP32 before the rounding: exact as long as y's dtype holds the bias
-   * (true when both are the preset's dtype, or y is F32). The bias row is
-   * rounded once and copied into the other rows. */
+   * rounded once to the destination's dtype (exact when y's dtype holds it:
+   * both the preset's dtype, or y F32) and added by the GEMM's store in FP32
+   * before the rounding (ampc_gemm_epi); the FP16-accumulation ablation lays
+   * it into the destination instead and adds it with beta = 1 (the same
+   * values). */
   const ampc_dtype cdt = stats ? AMPC_F32 : ydt;
   void *c = stats ? malloc((size_t)(m * n) * sizeof(float)) : y;
-  if (!c)
+  float rowst[LIN_BIAS_ROW];
+  float *row = b && n > LIN_BIAS_ROW ? malloc((size_t)n * sizeof *row) : rowst;
+  if (!c || !row) {
+    if (stats)
+      free(c);
+    if (row != rowst)
+      free(row);
     return ampc_fail(AMPC_ERR_NOMEM, "%s: cannot allocate %lld floats", fn, (long long)(m * n));
-  if (b && n > LIN_BIAS_ROW) {
-    /* the bias is not a result: laid uncounted by telemetry (the GEMM's
-     * epilogue counts the sums it rounds) */
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++)
-        ampc_elem_store_uncounted(c, cdt, i * n + j, ampc_elem_load(b, bdt, j));
-  } else if (b) { /* the first row rounded once, then copied (the same bits) */
-    float row[LIN_BIAS_ROW];
-    const size_t rb = (size_t)n * ampc_dtype_size(cdt);
-    nn_load(b, bdt, 0, n, row);
-    ampc_convert(c, cdt, row, AMPC_F32, (size_t)n); /* same rounding, not counted */
-    const int nt = nn_threads(m * n);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t i = 1; i < m; i++)
-      memcpy((char *)c + (size_t)i * rb, c, rb);
   }
-  ampc_status st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, w, wdt, k,
-                             b ? 1.0f : 0.0f, c, cdt, n, acc);
+  ampc_gemm_epi epi = post ? *post : (ampc_gemm_epi){0};
+  if (b) { /* the bias row rounded once to C's dtype (not counted: not a result) */
+    nn_load(b, bdt, 0, n, row);
+    for (int64_t j = 0; j < n; j++) {
+      uint32_t held = 0;
+      ampc_elem_store_uncounted(&held, cdt, 0, row[j]);
+      row[j] = ampc_elem_load(&held, cdt, 0);
+    }
+  }
+  ampc_status st;
+  if (acc == AMPC_ACC_F32) {
+    epi.bias = b ? row : NULL;
+    st = ampc_gemm_ex(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, w, wdt, k, 0.0f, c, cdt, n,
+                      acc, epi.bias || epi.post ? &epi : NULL);
+  } else {
+    if (b) {
+      const int nt = nn_threads(m * n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+          ampc_elem_store_uncounted(c, cdt, i * n + j, row[j]);
+    }
+    st = ampc_gemm(AMPC_OP_N, AMPC_OP_T, m, n, k, alpha, x, xdt, k, w, wdt, k, b ? 1.0f : 0.0f, c,
+                   cdt, n, acc);
+    if (st == AMPC_OK && post)
+      post->post(post->user, 0, m, 0, n);
+  }
   if (st == AMPC_OK && stats)
     st = ampc_store_f32(y, ydt, c, (size_t)(m * n), stats);
   if (stats)
     free(c);
+  if (row != rowst)
+    free(row);
   return st;
+}
+
+static ampc_status linear_fwd(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                              const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt,
+                              float alpha, void *y, ampc_dtype ydt, ampc_acc acc,
+                              ampc_round_stats *stats) {
+  return linear_fwd_post(m, k, n, x, xdt, w, wdt, b, bdt, alpha, y, ydt, acc, stats, NULL);
 }
 
 ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
@@ -114,6 +144,37 @@ static ampc_status bias_grad(int64_t m, int64_t n, const void *dy, ampc_dtype gd
   return st;
 }
 
+/* dW [n, k] += dy^T [n, m] . x [m, k] and db [n] += the column sums of dy
+ * (rows in order from 0 in FP32, one rounding each into db): with FP32
+ * accumulation the sums are formed while the GEMM packs dy^T (ampc_gemm_epi's
+ * colsum, the same additions as bias_grad's), else by bias_grad */
+static ampc_status weight_grads(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
+                                const void *x, ampc_dtype xdt, void *dw, void *db, ampc_acc acc,
+                                ampc_scratch *ws) {
+  if (!db || acc != AMPC_ACC_F32) {
+    ampc_status st = ampc_gemm(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, x, xdt, k, 1.0f, dw,
+                               gdt, k, acc);
+    if (st == AMPC_OK && db)
+      st = bias_grad(m, n, dy, gdt, db, ws);
+    return st;
+  }
+  size_t off = 0;
+  nn_buf sb;
+  float *s = nn_take(ws, &off, (size_t)n * sizeof *s, &sb);
+  if (!s)
+    return ampc_fail(AMPC_ERR_NOMEM, "ampc_linear_backward: cannot allocate %lld floats",
+                     (long long)n);
+  memset(s, 0, (size_t)n * sizeof *s);
+  const ampc_gemm_epi epi = {.colsum = s};
+  const ampc_status st = ampc_gemm_ex(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, x, xdt, k,
+                                      1.0f, dw, gdt, k, acc, &epi);
+  if (st == AMPC_OK)
+    for (int64_t j = 0; j < n; j++)
+      nn_grad_add(db, gdt, j, s[j]);
+  nn_give(&sb);
+  return st;
+}
+
 ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy, ampc_dtype gdt,
                                  const void *x, ampc_dtype xdt, const void *w, ampc_dtype wdt,
                                  void *dx, void *dw, void *db, ampc_acc acc, ampc_scratch *ws) {
@@ -132,11 +193,8 @@ ampc_status ampc_linear_backward(int64_t m, int64_t k, int64_t n, const void *dy
   if (dx) /* dx [m, k] = dy [m, n] . W [n, k] */
     st = ampc_gemm(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, 0.0f, dx, gdt, k,
                    acc);
-  if (st == AMPC_OK) /* dW [n, k] += dy^T [n, m] . x [m, k] */
-    st = ampc_gemm(AMPC_OP_T, AMPC_OP_N, n, k, m, 1.0f, dy, gdt, n, x, xdt, k, 1.0f, dw, gdt, k,
-                   acc);
-  if (st == AMPC_OK && db)
-    st = bias_grad(m, n, dy, gdt, db, ws);
+  if (st == AMPC_OK)
+    st = weight_grads(m, k, n, dy, gdt, x, xdt, dw, db, acc, ws);
   return st;
 }
 
@@ -613,4 +671,102 @@ ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void
   if (st == AMPC_OK && db) /* from the unquantized dy, as TE's fused cast + dbias */
     st = bias_grad(m, n, dy, gdt, db, ws);
   return st;
+}
+
+/* ---- fused layers: the elementwise step that follows a linear layer run on
+ * the GEMM's finished blocks (ampc_gemm_epi's post), the same bits as the
+ * layers called one after the other ---- */
+
+/* what a post step works on: rows of width `ld` elements */
+typedef struct {
+  int kind; /* 0: y = gelu(c); 1: y = r + c; 2: dh = c * gelu'(h) */
+  const void *c, *r;
+  ampc_dtype cdt, rdt;
+  void *y;
+  ampc_dtype ydt;
+  int64_t ld;
+} fuse_job;
+
+static void fuse_post(void *user, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+  const fuse_job *jb = user;
+  for (int64_t i = i0; i < i0 + rows; i++) {
+    const int64_t off = i * jb->ld + j0;
+    switch (jb->kind) {
+    case 0: ampc_nn_gelu_span(jb->c, jb->cdt, off, cols, jb->y, jb->ydt, NULL); break;
+    case 1:
+      ampc_nn_add_span(jb->r, jb->rdt, jb->c, jb->cdt, off, cols, jb->y, jb->ydt, NULL);
+      break;
+    default: ampc_nn_gelu_bwd_span(jb->c, jb->cdt, jb->r, jb->rdt, off, cols, jb->y); break;
+    }
+  }
+}
+
+ampc_status ampc_linear_gelu_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
+                                     const void *w, ampc_dtype wdt, const void *b, void *h,
+                                     ampc_dtype hdt, void *y, ampc_dtype ydt, ampc_acc acc,
+                                     ampc_linear_fp8 *f, ampc_round_stats *stats) {
+  const char *fn = "ampc_linear_gelu_forward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, ydt);
+  if (f || stats || acc != AMPC_ACC_F32) { /* the two layers one after the other */
+    AMPC_TRY(ampc_linear_forward_fp8(m, k, n, x, xdt, w, wdt, b, h, hdt, acc, f, stats));
+    return ampc_gelu_forward(m * n, h, hdt, y, ydt, stats);
+  }
+  const fuse_job jb = {.kind = 0, .c = h, .cdt = hdt, .y = y, .ydt = ydt, .ld = n};
+  const ampc_gemm_epi post = {.post = fuse_post, .user = (void *)&jb};
+  return linear_fwd_post(m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, h, hdt, acc, NULL, &post);
+}
+
+ampc_status ampc_linear_residual_forward(int64_t m, int64_t k, int64_t n, const void *x,
+                                         ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                         const void *b, void *t, ampc_dtype tdt, const void *r,
+                                         ampc_dtype rdt, void *y, ampc_dtype ydt, ampc_acc acc,
+                                         ampc_linear_fp8 *f, ampc_round_stats *stats) {
+  const char *fn = "ampc_linear_residual_forward";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_PTR(fn, r);
+  NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, rdt);
+  NN_CHECK_DT(fn, ydt);
+  if (f || stats || acc != AMPC_ACC_F32) {
+    AMPC_TRY(ampc_linear_forward_fp8(m, k, n, x, xdt, w, wdt, b, t, tdt, acc, f, stats));
+    return ampc_add_forward(m * n, r, rdt, t, tdt, y, ydt, stats);
+  }
+  const fuse_job jb = {
+      .kind = 1, .c = t, .cdt = tdt, .r = r, .rdt = rdt, .y = y, .ydt = ydt, .ld = n};
+  const ampc_gemm_epi post = {.post = fuse_post, .user = (void *)&jb};
+  return linear_fwd_post(m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, t, tdt, acc, NULL, &post);
+}
+
+ampc_status ampc_linear_backward_gelu(int64_t m, int64_t k, int64_t n, const void *dy,
+                                      ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
+                                      ampc_dtype wdt, const void *h, ampc_dtype hdt, void *dx,
+                                      void *dh, void *dw, void *db, ampc_acc acc,
+                                      ampc_linear_fp8 *f, ampc_scratch *ws) {
+  const char *fn = "ampc_linear_backward_gelu";
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, k);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, dy);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, w);
+  NN_CHECK_PTR(fn, h);
+  NN_CHECK_PTR(fn, dx);
+  NN_CHECK_PTR(fn, dh);
+  NN_CHECK_PTR(fn, dw);
+  NN_CHECK_DT(fn, gdt);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, wdt);
+  NN_CHECK_DT(fn, hdt);
+  if (f || acc != AMPC_ACC_F32) {
+    AMPC_TRY(ampc_linear_backward_fp8(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, f, ws));
+    return ampc_gelu_backward(m * k, dx, gdt, h, hdt, dh);
+  }
+  const fuse_job jb = {.kind = 2, .c = dx, .cdt = gdt, .r = h, .rdt = hdt, .y = dh, .ld = k};
+  const ampc_gemm_epi post = {.post = fuse_post, .user = (void *)&jb};
+  /* dx [m, k] = dy [m, n] . W [n, k], dh from each finished block of it */
+  AMPC_TRY(ampc_gemm_ex(AMPC_OP_N, AMPC_OP_N, m, k, n, 1.0f, dy, gdt, n, w, wdt, k, 0.0f, dx, gdt,
+                        k, acc, &post));
+  return weight_grads(m, k, n, dy, gdt, x, xdt, dw, db, acc, ws);
 }

@@ -87,6 +87,10 @@ static ampc_status cpu_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float
   .linear_backward = ampc_linear_backward,                                                         \
   .linear_forward_fp8 = ampc_linear_forward_fp8,                                                   \
   .linear_backward_fp8 = ampc_linear_backward_fp8,                                                 \
+  .linear_gelu_forward = ampc_linear_gelu_forward,                                                 \
+  .linear_residual_forward = ampc_linear_residual_forward,                                         \
+  .linear_backward_gelu = ampc_linear_backward_gelu,                                               \
+  .add_layernorm_forward = ampc_add_layernorm_forward,                                             \
   .gelu_forward = ampc_gelu_forward,                                                               \
   .gelu_backward = ampc_gelu_backward,                                                             \
   .patch_embed_forward = ampc_patch_embed_forward,                                                 \

@@ -79,6 +79,44 @@ static ampc_status cuda_mem(void *p, size_t *free_bytes, size_t *total_bytes) {
 /* the switches beyond the preset that decide the device's bits: the typed
  * kernels; tuned GEMMs, which pick their algorithms by timing (not
  * bit-reproducible); exact FP16 sums (a test aid, not logged) */
+/* The fused layers (backend.h) on the device: the two ops in sequence, each
+ * on the device's own kernels (the values the model got from those two calls
+ * before; cuBLASLt's fused epilogues are not used yet). */
+static ampc_status cuda_linear_gelu_forward(int64_t m, int64_t k, int64_t n, const void *x,
+                                            ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                            const void *b, void *h, ampc_dtype hdt, void *y,
+                                            ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
+                                            ampc_round_stats *stats) {
+  AMPC_TRY(ampc_cuda_linear_forward_fp8(m, k, n, x, xdt, w, wdt, b, h, hdt, acc, f, stats));
+  return ampc_cuda_gelu_forward(m * n, h, hdt, y, ydt, stats);
+}
+static ampc_status cuda_linear_residual_forward(int64_t m, int64_t k, int64_t n, const void *x,
+                                                ampc_dtype xdt, const void *w, ampc_dtype wdt,
+                                                const void *b, void *t, ampc_dtype tdt,
+                                                const void *r, ampc_dtype rdt, void *y,
+                                                ampc_dtype ydt, ampc_acc acc, ampc_linear_fp8 *f,
+                                                ampc_round_stats *stats) {
+  AMPC_TRY(ampc_cuda_linear_forward_fp8(m, k, n, x, xdt, w, wdt, b, t, tdt, acc, f, stats));
+  return ampc_cuda_add_forward(m * n, r, rdt, t, tdt, y, ydt, stats);
+}
+static ampc_status cuda_linear_backward_gelu(int64_t m, int64_t k, int64_t n, const void *dy,
+                                             ampc_dtype gdt, const void *x, ampc_dtype xdt,
+                                             const void *w, ampc_dtype wdt, const void *h,
+                                             ampc_dtype hdt, void *dx, void *dh, void *dw, void *db,
+                                             ampc_acc acc, ampc_linear_fp8 *f, ampc_scratch *ws) {
+  AMPC_TRY(ampc_cuda_linear_backward_fp8(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, f, ws));
+  return ampc_cuda_gelu_backward(m * k, dx, gdt, h, hdt, dh);
+}
+static ampc_status cuda_add_layernorm_forward(int64_t m, int64_t d, const void *a, ampc_dtype adt,
+                                              const void *b, ampc_dtype bdt, void *s,
+                                              ampc_dtype sdt, const void *gamma, const void *beta,
+                                              ampc_dtype wdt, float eps, void *y, ampc_dtype ydt,
+                                              float *mean, float *rstd, ampc_round_stats *stats) {
+  AMPC_TRY(ampc_cuda_add_forward(m * d, a, adt, b, bdt, s, sdt, stats));
+  return ampc_cuda_layernorm_forward(m, d, s, sdt, gamma, beta, wdt, eps, y, ydt, mean, rstd,
+                                     stats);
+}
+
 static const ampc_backend_setting k_cuda_settings[] = {
     {"typed_kernels", ampc_cuda_typed_kernels, ampc_cuda_set_typed_kernels, true},
     {"gemm_tuning", ampc_cuda_gemm_tuning, ampc_cuda_set_gemm_tuning, true},
@@ -116,6 +154,10 @@ const ampc_backend ampc_backend_cuda_table = {
     .linear_backward = ampc_cuda_linear_backward,
     .linear_forward_fp8 = ampc_cuda_linear_forward_fp8,
     .linear_backward_fp8 = ampc_cuda_linear_backward_fp8,
+    .linear_gelu_forward = cuda_linear_gelu_forward,
+    .linear_residual_forward = cuda_linear_residual_forward,
+    .linear_backward_gelu = cuda_linear_backward_gelu,
+    .add_layernorm_forward = cuda_add_layernorm_forward,
     .gelu_forward = ampc_cuda_gelu_forward,
     .gelu_backward = ampc_cuda_gelu_backward,
     .patch_embed_forward = ampc_cuda_patch_embed_forward,

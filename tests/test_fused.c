@@ -1,0 +1,202 @@
+/*
+ * tests/test_fused.c: the fused layers (ampc/nn.h: linear + GELU, linear +
+ * residual add, the second MLP layer's backward pass with the GELU's, residual
+ * add + layer norm) against the two layers they fuse, called one after the
+ * other: every output the same bits, for the preset dtypes, shapes with edge
+ * tiles and more than one GEMM block (N > 512, M > 576), one and two threads,
+ * with the rounding tally bound (the GEMM's unfused store path) and without,
+ * and through the CPU backends' op tables.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ampc/ampc.h"
+#include "backend/backend.h"
+
+static uint64_t g_rng = 0x5851F42D4C957F2Du;
+static float frand(void) { /* [-1, 1) */
+  g_rng ^= g_rng >> 12;
+  g_rng ^= g_rng << 25;
+  g_rng ^= g_rng >> 27;
+  return (float)((double)((g_rng * 0x2545F4914F6CDD1Du) >> 11) * 0x1p-52 - 1.0);
+}
+
+/* n random values in [-s, s) stored in dt */
+static void *rnd(ampc_dtype dt, int64_t n, float s) {
+  float *f = malloc((size_t)n * sizeof *f);
+  void *p = malloc((size_t)n * 4);
+  assert_true(f && p);
+  for (int64_t i = 0; i < n; i++)
+    f[i] = s * frand();
+  assert_int_equal(ampc_convert(p, dt, f, AMPC_F32, (size_t)n), AMPC_OK);
+  free(f);
+  return p;
+}
+
+static void *zeros(int64_t n) { return calloc((size_t)n, 4); }
+
+static void same(const void *a, const void *b, ampc_dtype dt, int64_t n, const char *what) {
+  if (memcmp(a, b, (size_t)n * ampc_dtype_size(dt)) != 0) {
+    print_error("%s: fused and unfused differ\n", what);
+    fail();
+  }
+}
+
+typedef struct {
+  ampc_dtype act, weight, grad, stream;
+} preset;
+
+/* 16-mixed, bf16-mixed, 32-true, and a stream wider than the activations */
+static const preset k_presets[] = {{AMPC_F16, AMPC_F16, AMPC_F16, AMPC_F16},
+                                   {AMPC_BF16, AMPC_BF16, AMPC_BF16, AMPC_BF16},
+                                   {AMPC_F32, AMPC_F32, AMPC_F32, AMPC_F32},
+                                   {AMPC_F16, AMPC_F16, AMPC_F16, AMPC_F32}};
+static const int64_t k_shapes[][3] = {{1, 5, 3}, {37, 64, 96}, {300, 128, 1100}, {700, 96, 40}};
+
+static void check_forward(const ampc_backend *be, const preset *pr, int64_t m, int64_t k,
+                          int64_t n) {
+  const ampc_dtype A = pr->act, W = pr->weight, S = pr->stream;
+  void *x = rnd(A, m * k, 2.0f), *w = rnd(W, n * k, 0.3f), *b = rnd(W, n, 1.0f);
+  void *r = rnd(S, m * n, 3.0f);
+  void *h0 = zeros(m * n), *y0 = zeros(m * n), *h1 = zeros(m * n), *y1 = zeros(m * n);
+  /* linear + GELU */
+  assert_int_equal(ampc_linear_forward(m, k, n, x, A, w, W, b, h0, A, AMPC_ACC_F32, NULL), AMPC_OK);
+  assert_int_equal(ampc_gelu_forward(m * n, h0, A, y0, A, NULL), AMPC_OK);
+  assert_int_equal(
+      be->linear_gelu_forward(m, k, n, x, A, w, W, b, h1, A, y1, A, AMPC_ACC_F32, NULL, NULL),
+      AMPC_OK);
+  same(h0, h1, A, m * n, "linear_gelu h");
+  same(y0, y1, A, m * n, "linear_gelu y");
+  /* linear + residual add */
+  void *o0 = zeros(m * n), *o1 = zeros(m * n);
+  assert_int_equal(ampc_linear_forward(m, k, n, x, A, w, W, b, h0, A, AMPC_ACC_F32, NULL), AMPC_OK);
+  assert_int_equal(ampc_add_forward(m * n, r, S, h0, A, o0, S, NULL), AMPC_OK);
+  assert_int_equal(be->linear_residual_forward(m, k, n, x, A, w, W, b, h1, A, r, S, o1, S,
+                                               AMPC_ACC_F32, NULL, NULL),
+                   AMPC_OK);
+  same(h0, h1, A, m * n, "linear_residual t");
+  same(o0, o1, S, m * n, "linear_residual y");
+  /* residual add + layer norm, rows of n */
+  void *a2 = rnd(A, m * n, 2.0f);
+  float *mu0 = calloc((size_t)m, 4), *rs0 = calloc((size_t)m, 4), *mu1 = calloc((size_t)m, 4),
+        *rs1 = calloc((size_t)m, 4);
+  void *g = rnd(W, n, 1.5f);
+  assert_true(mu0 && rs0 && mu1 && rs1);
+  assert_int_equal(ampc_add_forward(m * n, r, S, a2, A, o0, S, NULL), AMPC_OK);
+  assert_int_equal(ampc_layernorm_forward(m, n, o0, S, g, b, W, 1e-5f, y0, A, mu0, rs0, NULL),
+                   AMPC_OK);
+  assert_int_equal(
+      be->add_layernorm_forward(m, n, r, S, a2, A, o1, S, g, b, W, 1e-5f, y1, A, mu1, rs1, NULL),
+      AMPC_OK);
+  same(o0, o1, S, m * n, "add_layernorm s");
+  same(y0, y1, A, m * n, "add_layernorm y");
+  same(mu0, mu1, AMPC_F32, m, "add_layernorm mean");
+  same(rs0, rs1, AMPC_F32, m, "add_layernorm rstd");
+  free(x), free(w), free(b), free(r), free(h0), free(y0), free(h1), free(y1), free(o0), free(o1);
+  free(a2), free(mu0), free(rs0), free(mu1), free(rs1), free(g);
+}
+
+/* the second MLP layer (k inputs = the GELU's width, n outputs) */
+static void check_backward(const ampc_backend *be, const preset *pr, int64_t m, int64_t k,
+                           int64_t n) {
+  const ampc_dtype A = pr->act, W = pr->weight, G = pr->grad;
+  void *dy = rnd(G, m * n, 1.0f), *x = rnd(A, m * k, 1.0f), *w = rnd(W, n * k, 0.3f);
+  void *h = rnd(A, m * k, 3.0f);
+  void *dw0 = rnd(G, n * k, 0.1f), *db0 = rnd(G, n, 0.1f);
+  void *dw1 = malloc((size_t)(n * k) * 4), *db1 = malloc((size_t)n * 4);
+  memcpy(dw1, dw0, (size_t)(n * k) * ampc_dtype_size(G));
+  memcpy(db1, db0, (size_t)n * ampc_dtype_size(G));
+  void *dx0 = zeros(m * k), *dh0 = zeros(m * k), *dx1 = zeros(m * k), *dh1 = zeros(m * k);
+  assert_int_equal(
+      ampc_linear_backward(m, k, n, dy, G, x, A, w, W, dx0, dw0, db0, AMPC_ACC_F32, NULL), AMPC_OK);
+  assert_int_equal(ampc_gelu_backward(m * k, dx0, G, h, A, dh0), AMPC_OK);
+  assert_int_equal(be->linear_backward_gelu(m, k, n, dy, G, x, A, w, W, h, A, dx1, dh1, dw1, db1,
+                                            AMPC_ACC_F32, NULL, NULL),
+                   AMPC_OK);
+  same(dx0, dx1, G, m * k, "backward_gelu dx");
+  same(dh0, dh1, G, m * k, "backward_gelu dh");
+  same(dw0, dw1, G, n * k, "backward_gelu dW");
+  same(db0, db1, G, n, "backward_gelu db");
+  free(dy), free(x), free(w), free(h), free(dw0), free(db0), free(dw1), free(db1);
+  free(dx0), free(dh0), free(dx1), free(dh1);
+}
+
+static void test_fused_same_bits(void **state) {
+  (void)state;
+  const ampc_backend *tables[2] = {&ampc_backend_cpu_table, &ampc_backend_cpu_split_table};
+  for (int t = 1; t <= 2; t++) {
+    ampc_set_num_threads(t);
+    for (int tally = 0; tally < 2; tally++) {
+      ampc_tally *tl = tally ? ampc_tally_create() : NULL, *was = ampc_tally_bind(tl);
+      for (size_t p = 0; p < sizeof k_presets / sizeof k_presets[0]; p++)
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++) {
+          const int64_t *sh = k_shapes[s];
+          check_forward(tables[(p + s) % 2], &k_presets[p], sh[0], sh[1], sh[2]);
+          check_backward(tables[(p + s + 1) % 2], &k_presets[p], sh[0], sh[1], sh[2]);
+        }
+      (void)ampc_tally_bind(was);
+      ampc_tally_free(tl);
+    }
+  }
+  ampc_set_num_threads(0);
+}
+
+/* Non-finite values go through the fused store as through the two layers
+ * (an overflowing product, a NaN input row), and bad arguments are refused. */
+static void test_fused_special(void **state) {
+  (void)state;
+  enum { M = 13, K = 8, N = 40 };
+  const preset pr = {AMPC_F16, AMPC_F16, AMPC_F16, AMPC_F16};
+  ampc_f16 x[M * K], w[N * K], b[N], h0[M * N], y0[M * N], h1[M * N], y1[M * N];
+  for (int i = 0; i < M * K; i++)
+    x[i] = ampc_f32_to_f16(i % 7 == 3 ? 60000.0f : frand());
+  x[5] = ampc_f32_to_f16(NAN);
+  for (int i = 0; i < N * K; i++)
+    w[i] = ampc_f32_to_f16(i % 5 == 1 ? 2.0f : frand());
+  for (int i = 0; i < N; i++)
+    b[i] = ampc_f32_to_f16(frand());
+  assert_int_equal(
+      ampc_linear_forward(M, K, N, x, pr.act, w, pr.weight, b, h0, pr.act, AMPC_ACC_F32, NULL),
+      AMPC_OK);
+  assert_int_equal(ampc_gelu_forward(M * N, h0, pr.act, y0, pr.act, NULL), AMPC_OK);
+  assert_int_equal(ampc_linear_gelu_forward(M, K, N, x, pr.act, w, pr.weight, b, h1, pr.act, y1,
+                                            pr.act, AMPC_ACC_F32, NULL, NULL),
+                   AMPC_OK);
+  same(h0, h1, pr.act, M * N, "non-finite h");
+  same(y0, y1, pr.act, M * N, "non-finite y");
+  int inf = 0, nan = 0;
+  for (int i = 0; i < M * N; i++)
+    inf += isinf(ampc_f16_to_f32(h1[i])), nan += isnan(ampc_f16_to_f32(h1[i]));
+  assert_true(inf > 0 && nan > 0);
+  /* refusals name the op */
+  assert_int_equal(ampc_linear_gelu_forward(0, K, N, x, pr.act, w, pr.weight, b, h1, pr.act, y1,
+                                            pr.act, AMPC_ACC_F32, NULL, NULL),
+                   AMPC_ERR_INVALID_ARG);
+  assert_non_null(strstr(ampc_last_error(), "ampc_linear_gelu_forward"));
+  assert_int_equal(ampc_linear_residual_forward(M, K, N, x, pr.act, w, pr.weight, b, h1, pr.act,
+                                                NULL, pr.act, y1, pr.act, AMPC_ACC_F32, NULL, NULL),
+                   AMPC_ERR_INVALID_ARG);
+  assert_int_equal(ampc_linear_backward_gelu(M, K, N, y0, pr.grad, x, pr.act, w, pr.weight, NULL,
+                                             pr.act, h1, y1, w, b, AMPC_ACC_F32, NULL, NULL),
+                   AMPC_ERR_INVALID_ARG);
+  float mu[M], rs[M];
+  assert_int_equal(ampc_add_layernorm_forward(M, N, h0, pr.act, y0, pr.act, h1, pr.act, b, b,
+                                              pr.weight, -1.0f, y1, pr.act, mu, rs, NULL),
+                   AMPC_ERR_INVALID_ARG);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fused_same_bits),
+      cmocka_unit_test(test_fused_special),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
