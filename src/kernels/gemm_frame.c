@@ -153,26 +153,43 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
  * of floats (dst[p*MR + r]) or, for the pairs kernel, of bfloat16 pairs
  * (element 2q in the high half of word q, 2q + 1 in the low half). The slices
  * come in order, so each s[i] is summed over the whole of K in order. */
-static void add_colsum(float *s, const float *ap, int MR, int64_t mcur, int64_t kc, int pairs) {
+enum { COLSUM_LANES = 32 }; /* the widest micro-tile's MR */
+static inline __attribute__((always_inline)) void
+add_colsum_mr(float *s, const float *ap, const int MR, int64_t mcur, int64_t kc, int pairs) {
   for (int64_t ir = 0; ir < mcur; ir += MR) {
     const int rv = (int)min64(mcur - ir, MR);
-    float *si = s + ir;
+    float acc[COLSUM_LANES] = {0}; /* every lane of the panel (those past rv are 0 and unused) */
+    for (int r = 0; r < rv; r++)
+      acc[r] = s[ir + r];
     if (!pairs) {
       const float *pan = ap + ir * kc;
       for (int64_t p = 0; p < kc; p++)
-        for (int r = 0; r < rv; r++)
-          si[r] += pan[p * MR + r];
+        for (int r = 0; r < MR; r++)
+          acc[r] += pan[p * MR + r];
     } else {
       const uint32_t *pan = (const uint32_t *)(ap + ir * kc);
-      for (int64_t q = 0; 2 * q < kc; q++)
-        for (int r = 0; r < rv; r++) {
+      for (int64_t q = 0; 2 * q + 1 < kc; q++)
+        for (int r = 0; r < MR; r++) {
           const uint32_t w = pan[q * MR + r];
-          si[r] += ampc_bits_f32(w & 0xFFFF0000u);
-          if (2 * q + 1 < kc)
-            si[r] += ampc_bits_f32(w << 16);
+          acc[r] += ampc_bits_f32(w & 0xFFFF0000u);
+          acc[r] += ampc_bits_f32(w << 16);
         }
+      if (kc % 2) /* the last pair's high half only */
+        for (int r = 0; r < MR; r++)
+          acc[r] += ampc_bits_f32(pan[(kc / 2) * MR + r] & 0xFFFF0000u);
     }
+    for (int r = 0; r < rv; r++)
+      s[ir + r] = acc[r];
   }
+}
+/* one copy per micro-tile height, so that the lane loops have a constant trip count */
+static void add_colsum(float *s, const float *ap, int MR, int64_t mcur, int64_t kc, int pairs) {
+  if (MR == 12)
+    add_colsum_mr(s, ap, 12, mcur, kc, pairs);
+  else if (MR == 6)
+    add_colsum_mr(s, ap, 6, mcur, kc, pairs);
+  else
+    add_colsum_mr(s, ap, MR, mcur, kc, pairs);
 }
 
 /* One task: its rows it .. it+mtcur-1 and columns jc .. jc+ncur-1 of one

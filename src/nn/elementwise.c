@@ -19,6 +19,7 @@
 #include "nn/elementwise_impl.h"
 
 #include "nn/gelu_impl.h"
+#include "numeric/convert_impl.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -88,6 +89,11 @@ ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const 
 void ampc_nn_gelu_bwd_span(const void *dy, ampc_dtype gdt, const void *x, ampc_dtype xdt,
                            int64_t off, int64_t n, void *dx) {
   const float *tab = gelu_table(xdt, 1);
+  if (tab && gdt == xdt && !ampc_tally_tls && ampc_use_avx512()) { /* the same values, vectors */
+    ampc_gelu_tab16_avx512((const uint16_t *)x + off, tab, (const uint16_t *)dy + off,
+                           xdt == AMPC_BF16, (uint16_t *)dx + off, (size_t)n);
+    return;
+  }
   for (int64_t c0 = off; c0 < off + n; c0 += AMPC_NN_CHUNK) {
     float xb[AMPC_NN_CHUNK], gb[AMPC_NN_CHUNK], obb[AMPC_NN_CHUNK];
     const int64_t len = off + n - c0 < AMPC_NN_CHUNK ? off + n - c0 : AMPC_NN_CHUNK;
@@ -111,6 +117,11 @@ void ampc_nn_gelu_bwd_span(const void *dy, ampc_dtype gdt, const void *x, ampc_d
 void ampc_nn_gelu_span(const void *x, ampc_dtype xdt, int64_t off, int64_t n, void *y,
                        ampc_dtype ydt, ampc_round_stats *stats) {
   const float *tab = gelu_table(xdt, 0);
+  if (tab && ydt == xdt && !stats && !ampc_tally_tls && ampc_use_avx512()) {
+    ampc_gelu_tab16_avx512((const uint16_t *)x + off, tab, NULL, xdt == AMPC_BF16,
+                           (uint16_t *)y + off, (size_t)n);
+    return;
+  }
   for (int64_t c0 = off; c0 < off + n; c0 += AMPC_NN_CHUNK) {
     float bb[AMPC_NN_CHUNK];
     float *b = nn_out(y, ydt, c0, bb, stats);

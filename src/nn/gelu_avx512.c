@@ -35,3 +35,28 @@
                                        _mm512_set1_epi64((long long)((uint64_t)1023 << 52))))
 
 #include "nn/gelu_vec.h"
+
+/* ---- 16-bit GELU spans on the lookup table (elementwise.c) ---------------- */
+
+#include "kernels/gemm_avx512_store.h"
+
+/* 16 elements of a 16-bit dtype (F16, or BF16 when bf16) widened to FP32 */
+static inline __m512 widen16(const uint16_t *p, int bf16, __mmask16 m) {
+  const __m256i v = _mm256_maskz_loadu_epi16(m, p);
+  return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16))
+              : _mm512_cvtph_ps(v);
+}
+
+void ampc_gelu_tab16_avx512(const uint16_t *x, const float *tab, const uint16_t *dy, int bf16,
+                            uint16_t *out, size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    const __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i));
+    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, tab, 4);
+    if (dy)
+      v = _mm512_mul_ps(widen16(dy + i, bf16, m), v);
+    const __m256i r =
+        bf16 ? ampc_avx512_bf16_round16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    _mm256_mask_storeu_epi16(out + i, m, r);
+  }
+}

@@ -30,6 +30,7 @@
 #define AMPC_GELU_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nn/gelu_math.h" /* the constants and the scalar method, shared with CUDA */
 
@@ -53,6 +54,14 @@ void ampc_exp32_avx512(const float *x, float *out, size_t n);
 void ampc_exp32(const float *x, float *out, size_t n);
 /* one element, the portable arithmetic */
 float ampc_exp1(float x);
+
+/* A 16-bit GELU span on a table of FP32 values over every bit pattern of the
+ * dtype (F16, or BF16 when bf16): forward (dy NULL) out[i] = tab[x[i]],
+ * backward out[i] = widen(dy[i]) * tab[x[i]] in FP32, rounded once (RNE) to
+ * the same dtype, n elements (out may be dy); the values of the scalar loops
+ * with ampc_store_f32. AVX-512F (call only when ampc_use_avx512). */
+void ampc_gelu_tab16_avx512(const uint16_t *x, const float *tab, const uint16_t *dy, int bf16,
+                            uint16_t *out, size_t n);
 
 /* the one the CPU runs: AVX-512 when ampc_use_avx512, AVX2+FMA when
  * ampc_use_avx2, else portable */
