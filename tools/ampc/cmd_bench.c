@@ -71,13 +71,11 @@ static const char k_usage[] =
     "inf check, AdamW with the default settings), on one fixed batch of the\n"
     "bundled emoji data (training split, cycled when B is larger), telemetry off.\n"
     "W warm-up steps (default 3), then N timed steps (default 20); prints the\n"
-    "median ms per step and the process's peak RSS. The image-only models get\n"
-    "10 classes (vit-ref: 821,642 parameters), the image-text ones the data's.\n"
+    "median ms per step, peak RSS, and the GEMM FLOP rate against the FMA peak.\n"
     "  --model M      vit-ref (default), mm-tiny, mm-small, mm-base, mm-large\n"
     "  --precision P  32-true | 16-mixed (default) | bf16-mixed | 16-true | bf16-true\n"
-    "                 | fp8-mixed\n"
-    "                 (16-true: AdamW's default eps 1e-8 is 0 in binary16, so its\n"
-    "                 loss turns NaN after a step or two; it times the arithmetic)\n"
+    "                 | fp8-mixed (16-true: AdamW's eps 1e-8 is 0 in binary16;\n"
+    "                 its loss turns NaN in a step or two: it times the arithmetic)\n"
     "  --batch B      batch size, 2..4096 (default 128)\n"
     "  --steps N      timed steps, 1..100000 (default 20)\n"
     "  --warmup W     untimed steps first, 0..100000 (default 3)\n"
@@ -87,7 +85,8 @@ static const char k_usage[] =
     "  --json         print {\"model\":..,\"precision\":..,\"batch\":..,\"threads\":..,\n"
     "                 \"ms_per_step_median\":..,\"peak_rss_bytes\":..} (and more keys;\n"
     "                 \"ms_steps\": every timed step in run order;\n"
-    "                 \"gemm_flop_per_step\": the GEMM FLOPs of one step)\n";
+    "                 \"gemm_flop_per_step\": GEMM FLOPs per step; \"peak_fraction\":\n"
+    "                 their rate over the FP32 FMA peak measured after the steps)\n";
 
 /* OpenBLAS's own declaration (in its cblas.h on Debian; repeated so that the
  * build does not depend on which cblas.h is found first) */
@@ -534,6 +533,14 @@ static int run_step(int argc, char **argv) {
     loss = L.total;
   }
   const double gemm_flop = (double)(ampc_gemm_flop_count() - flops0) / (double)steps;
+  /* the machine's FP32 FMA peak right after the steps, on the same threads:
+   * the step's GEMM FLOP rate as a fraction of it (clocks drift; a ratio
+   * taken in one run) */
+  ampc_fma_peak pk = {0};
+  if (ampc_gemm_fma_peak(ampc_get_num_threads(), 0.5, &pk) != AMPC_OK) {
+    ret = cli_runtime_error("bench", "%s", ampc_last_error());
+    goto out;
+  }
   cJSON *raw = json ? cJSON_CreateDoubleArray(ms, (int)steps) : NULL; /* in run order */
   qsort(ms, (size_t)steps, sizeof *ms, cmp_d);
   const double med = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
@@ -559,6 +566,10 @@ static int run_step(int argc, char **argv) {
     cJSON_AddStringToObject(o, "gemm_isa", ampc_gemm_isa());
     cJSON_AddStringToObject(o, "gemm_bf16_path", ampc_gemm_bf16_path());
     cJSON_AddNumberToObject(o, "gemm_flop_per_step", gemm_flop);
+    cJSON_AddNumberToObject(o, "gemm_gflops", gemm_flop / med / 1e6);
+    cJSON_AddNumberToObject(o, "fma_peak_gflops", pk.f32_gflops);
+    cJSON_AddNumberToObject(o, "peak_fraction",
+                            pk.f32_gflops > 0 ? gemm_flop / med / 1e6 / pk.f32_gflops : 0.0);
     cJSON_AddItemToObject(o, "ms_steps", raw);
     ret = cli_print_json("bench", o);
   } else {
@@ -567,6 +578,11 @@ static int run_step(int argc, char **argv) {
            mc.name, ampc_precision_name(p), (long long)B, (long long)mc.dim, ampc_get_num_threads(),
            (long long)nparams, med, ms[0], ms[steps - 1], steps, warmup, (long long)skipped,
            (double)ampc_peak_rss_bytes() / 1048576.0);
+    if (pk.f32_gflops > 0)
+      printf("GEMM work %.2f GFLOP/step at the median: %.1f GFLOP/s, %.3f of this machine's "
+             "FP32 FMA peak (%.1f GFLOP/s, %s, measured after the steps)\n",
+             gemm_flop / 1e9, gemm_flop / med / 1e6, gemm_flop / med / 1e6 / pk.f32_gflops,
+             pk.f32_gflops, pk.f32_isa);
   }
 out:
   ampc_model_free(&M);
