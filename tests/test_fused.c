@@ -1,11 +1,11 @@
 /*
  * tests/test_fused.c: the fused layers (ampc/nn.h: linear + GELU, linear +
  * residual add, the second MLP layer's backward pass with the GELU's, residual
- * add + layer norm) against the two layers they fuse, called one after the
- * other: every output the same bits, for the preset dtypes, shapes with edge
- * tiles and more than one GEMM block (N > 512, M > 576), one and two threads,
- * with the rounding tally bound (the GEMM's unfused store path) and without,
- * and through the CPU backends' op tables.
+ * add + layer norm, the layer norm's backward pass + the residual add) against the two layers they
+ * fuse, called one after the other: every output the same bits, for the preset dtypes, shapes with
+ * edge tiles and more than one GEMM block (N > 512, M > 576), one and two threads, with the
+ * rounding tally bound (the GEMM's unfused store path) and without, and through the CPU backends'
+ * op tables.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,6 +100,29 @@ static void check_forward(const ampc_backend *be, const preset *pr, int64_t m, i
   same(y0, y1, A, m * n, "add_layernorm y");
   same(mu0, mu1, AMPC_F32, m, "add_layernorm mean");
   same(rs0, rs1, AMPC_F32, m, "add_layernorm rstd");
+  /* the layer norm's backward pass with the residual add after it */
+  {
+    const ampc_dtype G = pr->grad;
+    void *dy = rnd(G, m * n, 1.0f), *res0 = rnd(G, m * n, 2.0f), *dg0 = rnd(G, n, 0.1f);
+    void *db0 = rnd(G, n, 0.1f), *res1 = malloc((size_t)(m * n) * 4), *dg1 = malloc((size_t)n * 4);
+    void *db1 = malloc((size_t)n * 4), *dx0 = zeros(m * n), *dx1 = zeros(m * n);
+    const size_t gs = ampc_dtype_size(G);
+    memcpy(res1, res0, (size_t)(m * n) * gs);
+    memcpy(dg1, dg0, (size_t)n * gs);
+    memcpy(db1, db0, (size_t)n * gs);
+    assert_int_equal(
+        ampc_layernorm_backward(m, n, dy, G, o0, S, g, W, mu0, rs0, dx0, dg0, db0, NULL), AMPC_OK);
+    assert_int_equal(ampc_add_forward(m * n, res0, G, dx0, G, res0, G, NULL), AMPC_OK);
+    assert_int_equal(
+        be->layernorm_backward_add(m, n, dy, G, o0, S, g, W, mu0, rs0, dx1, dg1, db1, res1, NULL),
+        AMPC_OK);
+    same(dx0, dx1, G, m * n, "layernorm_backward_add dx");
+    same(res0, res1, G, m * n, "layernorm_backward_add dres");
+    same(dg0, dg1, G, n, "layernorm_backward_add dgamma");
+    same(db0, db1, G, n, "layernorm_backward_add dbeta");
+    free(dy), free(res0), free(dg0), free(db0), free(res1), free(dg1), free(db1), free(dx0),
+        free(dx1);
+  }
   free(x), free(w), free(b), free(r), free(h0), free(y0), free(h1), free(y1), free(o0), free(o1);
   free(a2), free(mu0), free(rs0), free(mu1), free(rs1), free(g);
 }
@@ -188,6 +211,9 @@ static void test_fused_special(void **state) {
                                              pr.act, h1, y1, w, b, AMPC_ACC_F32, NULL, NULL),
                    AMPC_ERR_INVALID_ARG);
   float mu[M], rs[M];
+  assert_int_equal(ampc_layernorm_backward_add(M, N, y0, pr.grad, h0, pr.act, b, pr.weight, mu, rs,
+                                               h1, y1, b, h1, NULL),
+                   AMPC_ERR_INVALID_ARG); /* dres is dx */
   assert_int_equal(ampc_add_layernorm_forward(M, N, h0, pr.act, y0, pr.act, h1, pr.act, b, b,
                                               pr.weight, -1.0f, y1, pr.act, mu, rs, NULL),
                    AMPC_ERR_INVALID_ARG);

@@ -256,6 +256,15 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
                                     const void *x, ampc_dtype xdt, const void *gamma,
                                     ampc_dtype wdt, const float *mean, const float *rstd, void *dx,
                                     void *dgamma, void *dbeta, ampc_scratch *ws);
+/* The layer norm's backward pass and the residual add after it (fused, one
+ * pass over the rows): ampc_layernorm_backward, then dres [m, d] (gdt) =
+ * dres + dx as ampc_add_forward forms it (the residual stream's gradient
+ * gathering the branch's); dres apart from dx and dy. */
+ampc_status ampc_layernorm_backward_add(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                        const void *x, ampc_dtype xdt, const void *gamma,
+                                        ampc_dtype wdt, const float *mean, const float *rstd,
+                                        void *dx, void *dgamma, void *dbeta, void *dres,
+                                        ampc_scratch *ws);
 /* Scratch of ampc_layernorm_backward on m rows of d: the double partial sums
  * of dgamma and dbeta per block of 32 rows (and 4d floats for d > 2048). */
 size_t ampc_layernorm_backward_scratch_bytes(int64_t m, int64_t d);

@@ -142,6 +142,11 @@ typedef struct ampc_backend {
                                        const void *gamma, const void *beta, ampc_dtype wdt,
                                        float eps, void *y, ampc_dtype ydt, float *mean, float *rstd,
                                        ampc_round_stats *stats);
+  ampc_status (*layernorm_backward_add)(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                        const void *x, ampc_dtype xdt, const void *gamma,
+                                        ampc_dtype wdt, const float *mean, const float *rstd,
+                                        void *dx, void *dgamma, void *dbeta, void *dres,
+                                        ampc_scratch *ws);
   ampc_status (*gelu_forward)(int64_t n, const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt,
                               ampc_round_stats *stats);
   ampc_status (*gelu_backward)(int64_t n, const void *dy, ampc_dtype gdt, const void *x,

@@ -338,11 +338,10 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
     (void)ampc_tally_bind(was);
     AMPC_TRY(st);
   }
-  AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, a->x1, stream_dt, W(M, p->n2w),
-                                     weight_dt, a->mean2, a->rstd2, M->dS2, G(M, p->n2w),
-                                     G(M, p->n2b), &M->ws));
+  AMPC_TRY(M->be->layernorm_backward_add(rq, D, M->dL, grad_dt, a->x1, stream_dt, W(M, p->n2w),
+                                         weight_dt, a->mean2, a->rstd2, M->dS2, G(M, p->n2w),
+                                         G(M, p->n2b), dout, &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dS2, grad_dt, b, tq * D), "%s.norm2", name);
-  AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, dout, grad_dt, b, tq * D), "%s.%s_residual", name,
               attn);
   const size_t ws = ampc_dtype_size(weight_dt), gsz = ampc_dtype_size(grad_dt);
@@ -357,11 +356,10 @@ static ampc_status blk_bwd(ampc_mmodel *M, const blk_p *p, blk_a *a, int64_t b, 
       M->fp8_on || M->s8_lin ? f8 : NULL, &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dL, grad_dt, b, tq * D), "%s.%s", name, attn);
   grads_progress(M);
-  AMPC_TRY(M->be->layernorm_backward(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w), weight_dt,
-                                     a->mean1, a->rstd1, M->dS2, G(M, p->n1w), G(M, p->n1b),
-                                     &M->ws));
+  AMPC_TRY(M->be->layernorm_backward_add(rq, D, M->dL, grad_dt, x, stream_dt, W(M, p->n1w),
+                                         weight_dt, a->mean1, a->rstd1, M->dS2, G(M, p->n1w),
+                                         G(M, p->n1b), dout, &M->ws));
   mark_tensor(M, br, AMPC_TM_GRAD, rows_of(br, M->dS2, grad_dt, b, tq * D), "%s.norm1", name);
-  AMPC_TRY(M->be->add_forward(rq * D, dout, grad_dt, M->dS2, grad_dt, dout, grad_dt, NULL));
   return AMPC_OK;
 }
 

@@ -180,11 +180,12 @@ ampc_status ampc_add_layernorm_forward(int64_t m, int64_t d, const void *a, ampc
   return AMPC_OK;
 }
 
-ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
-                                    const void *x, ampc_dtype xdt, const void *gamma,
-                                    ampc_dtype wdt, const float *mean, const float *rstd, void *dx,
-                                    void *dgamma, void *dbeta, ampc_scratch *ws) {
-  const char *fn = "ampc_layernorm_backward";
+/* the backward pass; dres (or NULL): then dres += dx row by row as
+ * ampc_add_forward forms it (dres + dx, one rounding into gdt) */
+static ampc_status ln_bwd(const char *fn, int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                          const void *x, ampc_dtype xdt, const void *gamma, ampc_dtype wdt,
+                          const float *mean, const float *rstd, void *dx, void *dgamma, void *dbeta,
+                          void *dres, ampc_scratch *ws) {
   NN_CHECK_POS(fn, m);
   NN_CHECK_POS(fn, d);
   NN_CHECK_PTR(fn, dy);
@@ -246,6 +247,8 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
         out[j] = ri * (g * gam[j] - mg - xhat * mgx);
       }
       nn_out_done(dx, gdt, i * d, out, d, NULL);
+      if (dres)
+        ampc_nn_add_span(dres, gdt, dx, gdt, i * d, d, dres, gdt, NULL);
     }
   }
   nn_give(&hbuf);
@@ -260,6 +263,26 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
   }
   nn_give(&pbuf);
   return AMPC_OK;
+}
+
+ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                    const void *x, ampc_dtype xdt, const void *gamma,
+                                    ampc_dtype wdt, const float *mean, const float *rstd, void *dx,
+                                    void *dgamma, void *dbeta, ampc_scratch *ws) {
+  return ln_bwd("ampc_layernorm_backward", m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd, dx,
+                dgamma, dbeta, NULL, ws);
+}
+
+ampc_status ampc_layernorm_backward_add(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                        const void *x, ampc_dtype xdt, const void *gamma,
+                                        ampc_dtype wdt, const float *mean, const float *rstd,
+                                        void *dx, void *dgamma, void *dbeta, void *dres,
+                                        ampc_scratch *ws) {
+  const char *fn = "ampc_layernorm_backward_add";
+  NN_CHECK_PTR(fn, dres);
+  if (dres == dx || dres == dy)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: dres must be apart from dx and dy", fn);
+  return ln_bwd(fn, m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd, dx, dgamma, dbeta, dres, ws);
 }
 
 size_t ampc_layernorm_backward_scratch_bytes(int64_t m, int64_t d) {

@@ -91,6 +91,7 @@ static ampc_status cpu_stage_f32(int64_t n, const void *g, ampc_dtype gdt, float
   .linear_residual_forward = ampc_linear_residual_forward,                                         \
   .linear_backward_gelu = ampc_linear_backward_gelu,                                               \
   .add_layernorm_forward = ampc_add_layernorm_forward,                                             \
+  .layernorm_backward_add = ampc_layernorm_backward_add,                                           \
   .gelu_forward = ampc_gelu_forward,                                                               \
   .gelu_backward = ampc_gelu_backward,                                                             \
   .patch_embed_forward = ampc_patch_embed_forward,                                                 \

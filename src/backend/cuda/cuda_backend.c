@@ -117,6 +117,16 @@ static ampc_status cuda_add_layernorm_forward(int64_t m, int64_t d, const void *
                                      stats);
 }
 
+static ampc_status cuda_layernorm_backward_add(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
+                                               const void *x, ampc_dtype xdt, const void *gamma,
+                                               ampc_dtype wdt, const float *mean, const float *rstd,
+                                               void *dx, void *dgamma, void *dbeta, void *dres,
+                                               ampc_scratch *ws) {
+  AMPC_TRY(ampc_cuda_layernorm_backward(m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd, dx, dgamma,
+                                        dbeta, ws));
+  return ampc_cuda_add_forward(m * d, dres, gdt, dx, gdt, dres, gdt, NULL);
+}
+
 static const ampc_backend_setting k_cuda_settings[] = {
     {"typed_kernels", ampc_cuda_typed_kernels, ampc_cuda_set_typed_kernels, true},
     {"gemm_tuning", ampc_cuda_gemm_tuning, ampc_cuda_set_gemm_tuning, true},
@@ -158,6 +168,7 @@ const ampc_backend ampc_backend_cuda_table = {
     .linear_residual_forward = cuda_linear_residual_forward,
     .linear_backward_gelu = cuda_linear_backward_gelu,
     .add_layernorm_forward = cuda_add_layernorm_forward,
+    .layernorm_backward_add = cuda_layernorm_backward_add,
     .gelu_forward = ampc_cuda_gelu_forward,
     .gelu_backward = ampc_cuda_gelu_backward,
     .patch_embed_forward = ampc_cuda_patch_embed_forward,
