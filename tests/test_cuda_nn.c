@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "ampc/ampc.h"
+#include "backend/backend.h"
 #include "backend/cuda/cuda_nn.h"
 
 #ifdef AMPC_TEST_ON_CPU
@@ -752,6 +753,105 @@ static void test_linear(void) {
   compare("linear f16 -> f32, FP16 accumulation", &y32, tol);
   free(xf), free(wf), free(yf), free(tol);
   drop(&x), drop(&w), drop(&y), drop(&y32);
+}
+
+/* device buffers a and b hold the same bytes */
+static void same_device(const char *what, const buf *a, const buf *b) {
+  void *x = malloc(a->bytes ? a->bytes : 1), *y = malloc(b->bytes ? b->bytes : 1);
+  OK(ampc_cuda_to_host(g_ctx, x, a->d, a->bytes));
+  OK(ampc_cuda_to_host(g_ctx, y, b->d, b->bytes));
+  g_checked += a->n;
+  CHECK(a->bytes == b->bytes && memcmp(x, y, a->bytes) == 0, "%s: the bytes differ", what);
+  printf("  %-44s %8lld values, bit-equal\n", what, (long long)a->n);
+  free(x), free(y);
+}
+
+/* The op table's fused layers on the device against the device's two ops
+ * one after the other (the CUDA backend runs each fused layer as those two
+ * ops: bit-equal), for each preset dtype; the CPU side is tests/test_fused.c
+ * (the CPU's fused layers give its unfused bits). */
+static void test_fused_layers(void) {
+  printf("fused layers (op table) against their two ops:\n");
+#ifdef AMPC_TEST_ON_CPU
+  const ampc_backend *be = &ampc_backend_cpu_split_table;
+#else
+  const ampc_backend *be = ampc_device_backend(AMPC_DEVICE_CUDA);
+  CHECK(be != NULL, "the CUDA backend is not registered");
+  if (!be)
+    return;
+#endif
+  const int64_t m = 130, k = 96, n = 72;
+  for (int i = 0; i < 3; i++) {
+    const ampc_dtype dt = k_dts[i];
+    char nm[96];
+    buf x = rnd_buf(dt, m * k, -1, 1), w = rnd_buf(dt, n * k, -0.5, 0.5), b = rnd_buf(dt, n, -1, 1);
+    buf r = rnd_buf(dt, m * n, -2, 2), h = rnd_buf(dt, m * n, 0, 1), y = rnd_buf(dt, m * n, 0, 1);
+    buf h2 = rnd_buf(dt, m * n, 0, 1), y2 = rnd_buf(dt, m * n, 0, 1);
+    OK(be->linear_gelu_forward(m, k, n, x.d, dt, w.d, dt, b.d, h.d, dt, y.d, dt, AMPC_ACC_F32, NULL,
+                               NULL));
+    OK(ampc_cuda_linear_forward(m, k, n, x.d, dt, w.d, dt, b.d, h2.d, dt, AMPC_ACC_F32, NULL));
+    OK(ampc_cuda_gelu_forward(m * n, h2.d, dt, y2.d, dt, NULL));
+    snprintf(nm, sizeof nm, "linear + GELU %s: h", dn(dt));
+    same_device(nm, &h, &h2);
+    snprintf(nm, sizeof nm, "linear + GELU %s: y", dn(dt));
+    same_device(nm, &y, &y2);
+    OK(be->linear_residual_forward(m, k, n, x.d, dt, w.d, dt, b.d, h.d, dt, r.d, dt, y.d, dt,
+                                   AMPC_ACC_F32, NULL, NULL));
+    OK(ampc_cuda_linear_forward(m, k, n, x.d, dt, w.d, dt, b.d, h2.d, dt, AMPC_ACC_F32, NULL));
+    OK(ampc_cuda_add_forward(m * n, r.d, dt, h2.d, dt, y2.d, dt, NULL));
+    snprintf(nm, sizeof nm, "linear + residual %s: y", dn(dt));
+    same_device(nm, &y, &y2);
+    /* rows of n: residual add + layer norm, and the backward pass + add */
+    buf g = rnd_buf(dt, n, 0.5, 1.5), mu = rnd_buf(AMPC_F32, m, 0, 1),
+        rs = rnd_buf(AMPC_F32, m, 0, 1);
+    buf mu2 = rnd_buf(AMPC_F32, m, 0, 1), rs2 = rnd_buf(AMPC_F32, m, 0, 1);
+    OK(be->add_layernorm_forward(m, n, r.d, dt, x.d, dt, h.d, dt, g.d, b.d, dt, 1e-5f, y.d, dt,
+                                 mu.d, rs.d, NULL));
+    OK(ampc_cuda_add_forward(m * n, r.d, dt, x.d, dt, h2.d, dt, NULL));
+    OK(ampc_cuda_layernorm_forward(m, n, h2.d, dt, g.d, b.d, dt, 1e-5f, y2.d, dt, mu2.d, rs2.d,
+                                   NULL));
+    snprintf(nm, sizeof nm, "residual + layer norm %s: s", dn(dt));
+    same_device(nm, &h, &h2);
+    snprintf(nm, sizeof nm, "residual + layer norm %s: y", dn(dt));
+    same_device(nm, &y, &y2);
+    same_device("residual + layer norm: rstd", &rs, &rs2);
+    buf dg = rnd_buf(dt, n, 0, 0), db = rnd_buf(dt, n, 0, 0), dg2 = rnd_buf(dt, n, 0, 0);
+    buf db2 = rnd_buf(dt, n, 0, 0), res = rnd_buf(dt, m * n, -1, 1),
+        res2 = rnd_buf(dt, m * n, -1, 1);
+    OK(ampc_cuda_to_device(g_ctx, res2.d, res.h, res.bytes)); /* the same start */
+    OK(be->layernorm_backward_add(m, n, r.d, dt, h.d, dt, g.d, dt, mu.d, rs.d, y.d, dg.d, db.d,
+                                  res.d, NULL));
+    OK(ampc_cuda_layernorm_backward(m, n, r.d, dt, h.d, dt, g.d, dt, mu.d, rs.d, y2.d, dg2.d, db2.d,
+                                    NULL));
+    OK(ampc_cuda_add_forward(m * n, res2.d, dt, y2.d, dt, res2.d, dt, NULL));
+    snprintf(nm, sizeof nm, "layer norm backward + residual %s: dres", dn(dt));
+    same_device(nm, &res, &res2);
+    snprintf(nm, sizeof nm, "layer norm backward + residual %s: dgamma", dn(dt));
+    same_device(nm, &dg, &dg2);
+    /* the MLP's second layer's backward pass with the GELU's (k = n here) */
+    buf dy = rnd_buf(dt, m * n, -1, 1), w2 = rnd_buf(dt, n * n, -0.5, 0.5);
+    buf dx = rnd_buf(dt, m * n, 0, 0), dh = rnd_buf(dt, m * n, 0, 0),
+        dx2 = rnd_buf(dt, m * n, 0, 0);
+    buf dh2 = rnd_buf(dt, m * n, 0, 0), dw = rnd_buf(dt, n * n, 0, 0),
+        dw2 = rnd_buf(dt, n * n, 0, 0);
+    buf dbb = rnd_buf(dt, n, 0, 0), dbb2 = rnd_buf(dt, n, 0, 0);
+    OK(be->linear_backward_gelu(m, n, n, dy.d, dt, r.d, dt, w2.d, dt, h.d, dt, dx.d, dh.d, dw.d,
+                                dbb.d, AMPC_ACC_F32, NULL, NULL));
+    OK(ampc_cuda_linear_backward(m, n, n, dy.d, dt, r.d, dt, w2.d, dt, dx2.d, dw2.d, dbb2.d,
+                                 AMPC_ACC_F32, NULL));
+    OK(ampc_cuda_gelu_backward(m * n, dx2.d, dt, h.d, dt, dh2.d));
+    snprintf(nm, sizeof nm, "linear backward + GELU %s: dh", dn(dt));
+    same_device(nm, &dh, &dh2);
+    snprintf(nm, sizeof nm, "linear backward + GELU %s: dW", dn(dt));
+    same_device(nm, &dw, &dw2);
+    snprintf(nm, sizeof nm, "linear backward + GELU %s: db", dn(dt));
+    same_device(nm, &dbb, &dbb2);
+    buf *all[] = {&x,  &w,   &b,   &r,   &h,   &y,   &h2,  &y2,  &g,    &mu,
+                  &rs, &mu2, &rs2, &dg,  &db,  &dg2, &db2, &res, &res2, &dy,
+                  &w2, &dx,  &dh,  &dx2, &dh2, &dw,  &dw2, &dbb, &dbb2};
+    for (size_t q = 0; q < sizeof all / sizeof all[0]; q++)
+      drop(all[q]);
+  }
 }
 
 static void test_attention(void) {
@@ -2646,6 +2746,7 @@ static void run_all(void) {
   test_softmax();
   test_rows();
   test_linear();
+  test_fused_layers();
   test_attention();
   test_mha();
   test_mha_recompute();
