@@ -511,6 +511,129 @@ static void test_gelu16_backward_every_gradient(void **state) {
   free(x), free(v0), free(v1);
 }
 
+/* ---- known bugs (a review of the fused layers): skipped unless
+ * AMPC_TEST_KNOWN_BUGS=1 is in the environment; each check states the
+ * contract it holds the code to, and this test fails while any of them is
+ * broken. Remove the skip once they are fixed. ---- */
+
+static int g_known_bad;
+
+/* a refusal whose message names the public function called */
+static void want_refusal(ampc_status st, const char *fn, const char *what) {
+  if (st == AMPC_OK || !strstr(ampc_last_error(), fn)) {
+    print_error("KNOWN BUG %s: status %d, message \"%s\" (want a refusal naming %s)\n", what,
+                (int)st, st == AMPC_OK ? "" : ampc_last_error(), fn);
+    g_known_bad++;
+  }
+}
+
+/* either refused, or the bits of the two ops (buffers of n elements of dt) */
+static void want_refused_or_same(ampc_status st, const void *a, const void *b, ampc_dtype dt,
+                                 int64_t n, const char *what) {
+  if (st == AMPC_OK && memcmp(a, b, (size_t)n * ampc_dtype_size(dt)) != 0) {
+    print_error("KNOWN BUG %s: accepted, and the result differs from the two ops'\n", what);
+    g_known_bad++;
+  }
+}
+
+static void test_fused_known_bugs(void **state) {
+  (void)state;
+  const char *on = getenv("AMPC_TEST_KNOWN_BUGS");
+  if (!on || strcmp(on, "1") != 0)
+    skip();
+  g_known_bad = 0;
+  const ampc_dtype H = AMPC_F16, F = AMPC_F32;
+  { /* refusals name the fused function, not ampc_linear_forward or ampc_gemm */
+    enum { M = 4, K = 8, N = 24 };
+    void *x = rnd(H, M * K, 1.0f), *w = rnd(H, N * K, 0.3f), *b = rnd(H, N, 1.0f);
+    void *r = rnd(H, M * N, 1.0f), *h = zeros(M * N), *y = zeros(M * N);
+    want_refusal(
+        ampc_linear_gelu_forward(M, 0, N, x, H, w, H, b, h, H, y, H, AMPC_ACC_F32, NULL, NULL),
+        "ampc_linear_gelu_forward", "linear_gelu_forward k = 0");
+    want_refusal(
+        ampc_linear_gelu_forward(M, K, N, x, H, w, H, b, NULL, H, y, H, AMPC_ACC_F32, NULL, NULL),
+        "ampc_linear_gelu_forward", "linear_gelu_forward h NULL");
+    want_refusal(ampc_linear_gelu_forward(M, K, N, x, H, w, H, b, h, (ampc_dtype)99, y, H,
+                                          AMPC_ACC_F32, NULL, NULL),
+                 "ampc_linear_gelu_forward", "linear_gelu_forward hdt 99");
+    want_refusal(
+        ampc_linear_gelu_forward(M, K, N, x, H, w, H, b, h, H, y, H, (ampc_acc)9, NULL, NULL),
+        "ampc_linear_gelu_forward", "linear_gelu_forward acc 9");
+    want_refusal(ampc_linear_residual_forward(M, 0, N, x, H, w, H, b, h, H, r, H, y, H,
+                                              AMPC_ACC_F32, NULL, NULL),
+                 "ampc_linear_residual_forward", "linear_residual_forward k = 0");
+    want_refusal(ampc_linear_residual_forward(M, K, N, x, H, w, H, b, NULL, H, r, H, y, H,
+                                              AMPC_ACC_F32, NULL, NULL),
+                 "ampc_linear_residual_forward", "linear_residual_forward t NULL");
+    /* nn.h: "y may not be t" */
+    want_refusal(ampc_linear_residual_forward(M, K, N, x, H, w, H, b, h, H, r, H, h, H,
+                                              AMPC_ACC_F32, NULL, NULL),
+                 "ampc_linear_residual_forward", "linear_residual_forward y == t");
+    void *dy = rnd(H, M * N, 1.0f), *dx = zeros(M * K), *dw = zeros(N * K), *db = zeros(N);
+    void *hh = rnd(H, M * K, 2.0f);
+    want_refusal(ampc_linear_backward_gelu(M, K, N, dy, H, x, H, w, H, hh, H, dx, dx, dw, db,
+                                           (ampc_acc)3, NULL, NULL),
+                 "ampc_linear_backward_gelu", "linear_backward_gelu acc 3");
+    /* nn.h: "dx and dh distinct" */
+    want_refusal(ampc_linear_backward_gelu(M, K, N, dy, H, x, H, w, H, hh, H, dx, dx, dw, db,
+                                           AMPC_ACC_F32, NULL, NULL),
+                 "ampc_linear_backward_gelu", "linear_backward_gelu dh == dx");
+    free(x), free(w), free(b), free(r), free(h), free(y), free(dy), free(dx), free(dw), free(db),
+        free(hh);
+  }
+  { /* y over t with t F32 and y F16: the bytes of y land on t's elements
+     * that other GEMM blocks have not written yet */
+    enum { M = 300, K = 64, N = 1100 };
+    void *x = rnd(H, M * K, 1.0f), *w = rnd(H, N * K, 0.1f), *b = rnd(H, N, 1.0f);
+    void *r = rnd(H, M * N, 1.0f), *t0 = zeros(M * N), *y0 = zeros(M * N), *t1 = zeros(M * N);
+    assert_int_equal(ampc_linear_forward(M, K, N, x, H, w, H, b, t0, F, AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    assert_int_equal(ampc_add_forward(M * N, r, H, t0, F, y0, H, NULL), AMPC_OK);
+    const ampc_status st = ampc_linear_residual_forward(M, K, N, x, H, w, H, b, t1, F, r, H, t1, H,
+                                                        AMPC_ACC_F32, NULL, NULL);
+    want_refused_or_same(st, y0, t1, H, M * N, "linear_residual_forward y == t (t f32, y f16)");
+    free(x), free(w), free(b), free(r), free(t0), free(y0), free(t1);
+  }
+  { /* an output over a GEMM input (k == n): the two ops in sequence read
+     * all of x (or dy) before the second op writes; the fused layer writes
+     * each finished block while other blocks still read */
+    enum { M = 64, K = 1024, N = 1024 };
+    ampc_set_num_threads(1);
+    void *x = rnd(H, M * K, 1.0f), *w = rnd(H, N * K, 0.05f), *b = rnd(H, N, 1.0f);
+    void *r = rnd(H, M * N, 1.0f), *t0 = zeros(M * N), *t1 = zeros(M * N);
+    void *x0 = copy_of(x, H, M * K), *x1 = copy_of(x, H, M * K);
+    assert_int_equal(ampc_linear_forward(M, K, N, x0, H, w, H, b, t0, H, AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    assert_int_equal(ampc_add_forward(M * N, r, H, t0, H, x0, H, NULL), AMPC_OK);
+    ampc_status st = ampc_linear_residual_forward(M, K, N, x1, H, w, H, b, t1, H, r, H, x1, H,
+                                                  AMPC_ACC_F32, NULL, NULL);
+    want_refused_or_same(st, x0, x1, H, M * N, "linear_residual_forward y == x");
+    memcpy(x0, x, (size_t)(M * K) * 2), memcpy(x1, x, (size_t)(M * K) * 2);
+    assert_int_equal(ampc_linear_forward(M, K, N, x0, H, w, H, b, t0, H, AMPC_ACC_F32, NULL),
+                     AMPC_OK);
+    assert_int_equal(ampc_gelu_forward(M * N, t0, H, x0, H, NULL), AMPC_OK);
+    st = ampc_linear_gelu_forward(M, K, N, x1, H, w, H, b, t1, H, x1, H, AMPC_ACC_F32, NULL, NULL);
+    want_refused_or_same(st, x0, x1, H, M * N, "linear_gelu_forward y == x");
+    /* the backward pass with dh over dy: dW and db then read the overwritten dy */
+    void *dy0 = rnd(H, M * N, 1.0f), *dy1 = copy_of(dy0, H, M * N), *hh = rnd(H, M * K, 3.0f);
+    void *dw0 = zeros(N * K), *dw1 = zeros(N * K), *db0 = zeros(N), *db1 = zeros(N);
+    void *dx0 = zeros(M * K), *dx1 = zeros(M * K);
+    assert_int_equal(
+        ampc_linear_backward(M, K, N, dy0, H, x, H, w, H, dx0, dw0, db0, AMPC_ACC_F32, NULL),
+        AMPC_OK);
+    assert_int_equal(ampc_gelu_backward(M * K, dx0, H, hh, H, dy0), AMPC_OK);
+    st = ampc_linear_backward_gelu(M, K, N, dy1, H, x, H, w, H, hh, H, dx1, dy1, dw1, db1,
+                                   AMPC_ACC_F32, NULL, NULL);
+    want_refused_or_same(st, dw0, dw1, H, N * K, "linear_backward_gelu dh == dy: dW");
+    want_refused_or_same(st, db0, db1, H, N, "linear_backward_gelu dh == dy: db");
+    free(x), free(w), free(b), free(r), free(t0), free(t1), free(x0), free(x1), free(dy0),
+        free(dy1), free(hh), free(dw0), free(dw1), free(db0), free(db1), free(dx0), free(dx1);
+    ampc_set_num_threads(0);
+  }
+  if (g_known_bad)
+    fail_msg("%d known bugs of the fused layers still present", g_known_bad);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fused_same_bits),
@@ -518,6 +641,7 @@ int main(void) {
       cmocka_unit_test(test_gelu16_every_input),
       cmocka_unit_test(test_fused_edges),
       cmocka_unit_test(test_gelu16_backward_every_gradient),
+      cmocka_unit_test(test_fused_known_bugs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
