@@ -132,7 +132,8 @@ ampc_status ampc_gemm_strided_batched(ampc_op opa, ampc_op opb, int64_t m, int64
  *        with op(A) = dY^T of a weight-gradient product these are the bias
  *        gradient's column sums of dY, in row order).
  * The results (C, what post writes, colsum) are the same bits as the
- * unfused sequence, on every path and thread count. */
+ * unfused sequence, on every path and thread count. M == 0 or N == 0 does
+ * nothing at all (colsum untouched, post not called). */
 typedef struct ampc_gemm_epi {
   const float *bias;
   void (*post)(void *user, int64_t i0, int64_t rows, int64_t j0, int64_t cols);

@@ -206,17 +206,23 @@ ampc_status ampc_linear_dgrad_fp8(int64_t m, int64_t k, int64_t n, const void *d
  * _DGELU, _BGRADB) and llm.c's fused layers do on a GPU. The results are the
  * bits of the two calls in sequence (the product rounded into its own
  * buffer first, then the step on the rounded values); with f (an FP8 or INT8
- * site), round stats or AMPC_ACC_F16 they are those two calls. */
+ * site), round stats or AMPC_ACC_F16 they are those two calls. Errors: the
+ * two layers' (AMPC_ERR_INVALID_ARG naming the fused function), and
+ * AMPC_ERR_INVALID_ARG when an output shares memory with an input or with
+ * another output (except where stated): the fused layer writes each block
+ * of its product while other blocks still read, so such a call would not
+ * give the two layers' values. */
 
 /* The MLP's first layer: h [m, n] (hdt) = x W^T + b as ampc_linear_forward_fp8
- * (kept for the backward pass), y [m, n] (ydt) = gelu(h) as ampc_gelu_forward. */
+ * (kept for the backward pass), y [m, n] (ydt) = gelu(h) as ampc_gelu_forward
+ * (y may be h itself, with h's dtype). */
 ampc_status ampc_linear_gelu_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
                                      const void *w, ampc_dtype wdt, const void *b, void *h,
                                      ampc_dtype hdt, void *y, ampc_dtype ydt, ampc_acc acc,
                                      ampc_linear_fp8 *f, ampc_round_stats *stats);
 /* An output projection and its residual add: t [m, n] (tdt) = x W^T + b,
- * y [m, n] (ydt) = r + t as ampc_add_forward (r [m, n] in rdt; y may not
- * be t). */
+ * y [m, n] (ydt) = r + t as ampc_add_forward (r [m, n] in rdt; y may be r
+ * itself, with r's dtype). */
 ampc_status ampc_linear_residual_forward(int64_t m, int64_t k, int64_t n, const void *x,
                                          ampc_dtype xdt, const void *w, ampc_dtype wdt,
                                          const void *b, void *t, ampc_dtype tdt, const void *r,
@@ -225,7 +231,8 @@ ampc_status ampc_linear_residual_forward(int64_t m, int64_t k, int64_t n, const 
 /* The MLP's second layer's backward pass with the GELU's: as
  * ampc_linear_backward_fp8 (dx [m, k] = dy W, dW += dy^T x, db += the
  * column sums of dy) followed by ampc_gelu_backward: dh [m, k] (gdt) =
- * dx * gelu'(h), h [m, k] (hdt) the GELU's input (dx and dh distinct). */
+ * dx * gelu'(h), h [m, k] (hdt) the GELU's input; no two of dy, x, W, h,
+ * dx, dh, dW, db share memory. */
 ampc_status ampc_linear_backward_gelu(int64_t m, int64_t k, int64_t n, const void *dy,
                                       ampc_dtype gdt, const void *x, ampc_dtype xdt, const void *w,
                                       ampc_dtype wdt, const void *h, ampc_dtype hdt, void *dx,
@@ -259,7 +266,7 @@ ampc_status ampc_layernorm_backward(int64_t m, int64_t d, const void *dy, ampc_d
 /* The layer norm's backward pass and the residual add after it (fused, one
  * pass over the rows): ampc_layernorm_backward, then dres [m, d] (gdt) =
  * dres + dx as ampc_add_forward forms it (the residual stream's gradient
- * gathering the branch's); dres apart from dx and dy. */
+ * gathering the branch's); dres shares no memory with dx or dy. */
 ampc_status ampc_layernorm_backward_add(int64_t m, int64_t d, const void *dy, ampc_dtype gdt,
                                         const void *x, ampc_dtype xdt, const void *gamma,
                                         ampc_dtype wdt, const float *mean, const float *rstd,
@@ -280,7 +287,8 @@ size_t ampc_layernorm_backward_scratch_bytes(int64_t m, int64_t d);
  * FP32 value is then rounded once to ydt (backward: dy * factor in FP32). */
 ampc_status ampc_gelu_forward(int64_t n, const void *x, ampc_dtype xdt, void *y, ampc_dtype ydt,
                               ampc_round_stats *stats);
-/* dx = dy * (Phi(x) + x phi(x)), overwritten. */
+/* dx = dy * (Phi(x) + x phi(x)), overwritten; a NaN dy gives itself (a NaN
+ * x gives itself as gelu and as the factor, on every path). */
 ampc_status ampc_gelu_backward(int64_t n, const void *dy, ampc_dtype gdt, const void *x,
                                ampc_dtype xdt, void *dx);
 

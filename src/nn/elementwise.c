@@ -101,14 +101,14 @@ void ampc_nn_gelu_bwd_span(const void *dy, ampc_dtype gdt, const void *x, ampc_d
     float *ob = nn_out(dx, gdt, c0, obb, NULL);
     if (tab) {
       const uint16_t *xh = (const uint16_t *)x + c0;
-      for (int64_t i = 0; i < len; i++)
-        ob[i] = gi[i] * tab[xh[i]];
+      for (int64_t i = 0; i < len; i++) /* a NaN gradient passes as itself */
+        ob[i] = isnan(gi[i]) ? gi[i] : gi[i] * tab[xh[i]];
     } else {
       float f[AMPC_NN_CHUNK]; /* the factors apart: ob may be dy */
       const float *xi = nn_in(x, xdt, c0, len, xb);
       ampc_gelu32(xi, f, (size_t)len, 1);
       for (int64_t i = 0; i < len; i++)
-        ob[i] = gi[i] * f[i];
+        ob[i] = isnan(gi[i]) ? gi[i] : gi[i] * f[i];
     }
     nn_out_done(dx, gdt, c0, ob, len, NULL);
   }

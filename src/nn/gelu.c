@@ -28,13 +28,24 @@ void ampc_gelu64_portable(const float *x, double *out, size_t n, int bwd) {
     out[i] = gelu1((double)x[i], bwd);
 }
 
+/* A NaN input gives itself (both gelu and the backward factor): the paths'
+ * own arithmetic would pick NaNs of different signs */
 void ampc_gelu32(const float *x, float *out, size_t n, int bwd) {
-  if (ampc_use_avx512())
-    ampc_gelu32_avx512(x, out, n, bwd);
-  else if (ampc_use_avx2())
-    ampc_gelu32_avx2(x, out, n, bwd);
-  else
-    ampc_gelu32_portable(x, out, n, bwd);
+  enum { CH = 256 };
+  for (size_t i0 = 0; i0 < n; i0 += CH) {
+    const size_t len = n - i0 < CH ? n - i0 : CH;
+    float keep[CH]; /* the inputs (out may be x) */
+    memcpy(keep, x + i0, len * sizeof *keep);
+    if (ampc_use_avx512())
+      ampc_gelu32_avx512(x + i0, out + i0, len, bwd);
+    else if (ampc_use_avx2())
+      ampc_gelu32_avx2(x + i0, out + i0, len, bwd);
+    else
+      ampc_gelu32_portable(x + i0, out + i0, len, bwd);
+    for (size_t i = 0; i < len; i++)
+      if (isnan(keep[i]))
+        out[i0 + i] = keep[i];
+  }
 }
 
 float ampc_exp1(float x) { return (float)exp_nonpos((double)x); }

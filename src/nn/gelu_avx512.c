@@ -53,8 +53,10 @@ void ampc_gelu_tab16_avx512(const uint16_t *x, const float *tab, const uint16_t 
     const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
     const __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i));
     __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, tab, 4);
-    if (dy)
-      v = _mm512_mul_ps(widen16(dy + i, bf16, m), v);
+    if (dy) { /* a NaN gradient passes as itself, as in the scalar loop */
+      const __m512 g = widen16(dy + i, bf16, m);
+      v = _mm512_mask_mov_ps(_mm512_mul_ps(g, v), _mm512_cmp_ps_mask(g, g, _CMP_UNORD_Q), g);
+    }
     const __m256i r =
         bf16 ? ampc_avx512_bf16_round16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
     _mm256_mask_storeu_epi16(out + i, m, r);

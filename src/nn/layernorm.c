@@ -280,8 +280,14 @@ ampc_status ampc_layernorm_backward_add(int64_t m, int64_t d, const void *dy, am
                                         ampc_scratch *ws) {
   const char *fn = "ampc_layernorm_backward_add";
   NN_CHECK_PTR(fn, dres);
-  if (dres == dx || dres == dy)
-    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: dres must be apart from dx and dy", fn);
+  NN_CHECK_PTR(fn, dx);
+  NN_CHECK_PTR(fn, dy);
+  NN_CHECK_DT(fn, gdt);
+  if (m > 0 && d > 0) {
+    const nn_span out = {dres, m * d, gdt, "dres"};
+    const nn_span in[2] = {{dx, m * d, gdt, "dx"}, {dy, m * d, gdt, "dy"}};
+    AMPC_TRY(nn_apart(fn, &out, 1, in, 2));
+  }
   return ln_bwd(fn, m, d, dy, gdt, x, xdt, gamma, wdt, mean, rstd, dx, dgamma, dbeta, dres, ws);
 }
 

@@ -18,11 +18,11 @@ enum { LIN_BIAS_ROW = 4096 }; /* widest bias row on the stack */
 
 /* y = alpha * x W^T + b, the bias in bdt; post (or NULL): ampc_gemm_epi's
  * post step on y's blocks (then there are no stats) */
-static ampc_status linear_fwd_post(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
-                                   const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt,
-                                   float alpha, void *y, ampc_dtype ydt, ampc_acc acc,
-                                   ampc_round_stats *stats, const ampc_gemm_epi *post) {
-  const char *fn = "ampc_linear_forward";
+static ampc_status linear_fwd_post(const char *fn, int64_t m, int64_t k, int64_t n, const void *x,
+                                   ampc_dtype xdt, const void *w, ampc_dtype wdt, const void *b,
+                                   ampc_dtype bdt, float alpha, void *y, ampc_dtype ydt,
+                                   ampc_acc acc, ampc_round_stats *stats,
+                                   const ampc_gemm_epi *post) {
   NN_CHECK_POS(fn, k);
   NN_CHECK_POS(fn, n);
   NN_CHECK_PTR(fn, x);
@@ -89,7 +89,8 @@ static ampc_status linear_fwd(int64_t m, int64_t k, int64_t n, const void *x, am
                               const void *w, ampc_dtype wdt, const void *b, ampc_dtype bdt,
                               float alpha, void *y, ampc_dtype ydt, ampc_acc acc,
                               ampc_round_stats *stats) {
-  return linear_fwd_post(m, k, n, x, xdt, w, wdt, b, bdt, alpha, y, ydt, acc, stats, NULL);
+  return linear_fwd_post("ampc_linear_forward", m, k, n, x, xdt, w, wdt, b, bdt, alpha, y, ydt, acc,
+                         stats, NULL);
 }
 
 ampc_status ampc_linear_forward(int64_t m, int64_t k, int64_t n, const void *x, ampc_dtype xdt,
@@ -677,6 +678,21 @@ ampc_status ampc_linear_backward_fp8(int64_t m, int64_t k, int64_t n, const void
  * the GEMM's finished blocks (ampc_gemm_epi's post), the same bits as the
  * layers called one after the other ---- */
 
+/* the fused layers' common checks: sizes, x and W, acc */
+static ampc_status fused_checks(const char *fn, int64_t m, int64_t k, int64_t n, const void *x,
+                                ampc_dtype xdt, const void *w, ampc_dtype wdt, ampc_acc acc) {
+  NN_CHECK_POS(fn, m);
+  NN_CHECK_POS(fn, k);
+  NN_CHECK_POS(fn, n);
+  NN_CHECK_PTR(fn, x);
+  NN_CHECK_PTR(fn, w);
+  NN_CHECK_DT(fn, xdt);
+  NN_CHECK_DT(fn, wdt);
+  if (acc != AMPC_ACC_F32 && acc != AMPC_ACC_F16)
+    return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: acc must be AMPC_ACC_F32 or AMPC_ACC_F16", fn);
+  return AMPC_OK;
+}
+
 /* what a post step works on: rows of width `ld` elements */
 typedef struct {
   int kind; /* 0: y = gelu(c); 1: y = r + c; 2: dh = c * gelu'(h) */
@@ -706,16 +722,23 @@ ampc_status ampc_linear_gelu_forward(int64_t m, int64_t k, int64_t n, const void
                                      ampc_dtype hdt, void *y, ampc_dtype ydt, ampc_acc acc,
                                      ampc_linear_fp8 *f, ampc_round_stats *stats) {
   const char *fn = "ampc_linear_gelu_forward";
-  NN_CHECK_POS(fn, m);
+  AMPC_TRY(fused_checks(fn, m, k, n, x, xdt, w, wdt, acc));
+  NN_CHECK_PTR(fn, h);
   NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, hdt);
   NN_CHECK_DT(fn, ydt);
+  const nn_span out[2] = {{h, m * n, hdt, "h"}, {y, m * n, ydt, "y"}};
+  const nn_span in[2] = {{x, m * k, xdt, "x"}, {w, n * k, wdt, "w"}};
+  AMPC_TRY(nn_apart(fn, out, 2, in, 2));
+  if (!(h == y && hdt == ydt)) /* in place is the two layers' result too */
+    AMPC_TRY(nn_apart(fn, &out[1], 1, &out[0], 1));
   if (f || stats || acc != AMPC_ACC_F32) { /* the two layers one after the other */
     AMPC_TRY(ampc_linear_forward_fp8(m, k, n, x, xdt, w, wdt, b, h, hdt, acc, f, stats));
     return ampc_gelu_forward(m * n, h, hdt, y, ydt, stats);
   }
   const fuse_job jb = {.kind = 0, .c = h, .cdt = hdt, .y = y, .ydt = ydt, .ld = n};
   const ampc_gemm_epi post = {.post = fuse_post, .user = (void *)&jb};
-  return linear_fwd_post(m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, h, hdt, acc, NULL, &post);
+  return linear_fwd_post(fn, m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, h, hdt, acc, NULL, &post);
 }
 
 ampc_status ampc_linear_residual_forward(int64_t m, int64_t k, int64_t n, const void *x,
@@ -724,11 +747,21 @@ ampc_status ampc_linear_residual_forward(int64_t m, int64_t k, int64_t n, const 
                                          ampc_dtype rdt, void *y, ampc_dtype ydt, ampc_acc acc,
                                          ampc_linear_fp8 *f, ampc_round_stats *stats) {
   const char *fn = "ampc_linear_residual_forward";
-  NN_CHECK_POS(fn, m);
+  AMPC_TRY(fused_checks(fn, m, k, n, x, xdt, w, wdt, acc));
+  NN_CHECK_PTR(fn, t);
   NN_CHECK_PTR(fn, r);
   NN_CHECK_PTR(fn, y);
+  NN_CHECK_DT(fn, tdt);
   NN_CHECK_DT(fn, rdt);
   NN_CHECK_DT(fn, ydt);
+  const nn_span out[2] = {{t, m * n, tdt, "t"}, {y, m * n, ydt, "y"}};
+  const nn_span in[2] = {{x, m * k, xdt, "x"}, {w, n * k, wdt, "w"}};
+  const nn_span res = {r, m * n, rdt, "r"};
+  AMPC_TRY(nn_apart(fn, out, 2, in, 2));
+  AMPC_TRY(nn_apart(fn, &out[1], 1, &out[0], 1));
+  AMPC_TRY(nn_apart(fn, &out[0], 1, &res, 1));
+  if (!(y == r && ydt == rdt)) /* y = y + t in place is the add's result too */
+    AMPC_TRY(nn_apart(fn, &out[1], 1, &res, 1));
   if (f || stats || acc != AMPC_ACC_F32) {
     AMPC_TRY(ampc_linear_forward_fp8(m, k, n, x, xdt, w, wdt, b, t, tdt, acc, f, stats));
     return ampc_add_forward(m * n, r, rdt, t, tdt, y, ydt, stats);
@@ -736,7 +769,7 @@ ampc_status ampc_linear_residual_forward(int64_t m, int64_t k, int64_t n, const 
   const fuse_job jb = {
       .kind = 1, .c = t, .cdt = tdt, .r = r, .rdt = rdt, .y = y, .ydt = ydt, .ld = n};
   const ampc_gemm_epi post = {.post = fuse_post, .user = (void *)&jb};
-  return linear_fwd_post(m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, t, tdt, acc, NULL, &post);
+  return linear_fwd_post(fn, m, k, n, x, xdt, w, wdt, b, wdt, 1.0f, t, tdt, acc, NULL, &post);
 }
 
 ampc_status ampc_linear_backward_gelu(int64_t m, int64_t k, int64_t n, const void *dy,
@@ -745,20 +778,23 @@ ampc_status ampc_linear_backward_gelu(int64_t m, int64_t k, int64_t n, const voi
                                       void *dh, void *dw, void *db, ampc_acc acc,
                                       ampc_linear_fp8 *f, ampc_scratch *ws) {
   const char *fn = "ampc_linear_backward_gelu";
-  NN_CHECK_POS(fn, m);
-  NN_CHECK_POS(fn, k);
-  NN_CHECK_POS(fn, n);
+  AMPC_TRY(fused_checks(fn, m, k, n, x, xdt, w, wdt, acc));
   NN_CHECK_PTR(fn, dy);
-  NN_CHECK_PTR(fn, x);
-  NN_CHECK_PTR(fn, w);
   NN_CHECK_PTR(fn, h);
   NN_CHECK_PTR(fn, dx);
   NN_CHECK_PTR(fn, dh);
   NN_CHECK_PTR(fn, dw);
   NN_CHECK_DT(fn, gdt);
-  NN_CHECK_DT(fn, xdt);
-  NN_CHECK_DT(fn, wdt);
   NN_CHECK_DT(fn, hdt);
+  const nn_span out[4] = {{dx, m * k, gdt, "dx"},
+                          {dh, m * k, gdt, "dh"},
+                          {dw, n * k, gdt, "dw"},
+                          {db, db ? n : 0, gdt, "db"}};
+  const nn_span in[4] = {
+      {dy, m * n, gdt, "dy"}, {x, m * k, xdt, "x"}, {w, n * k, wdt, "w"}, {h, m * k, hdt, "h"}};
+  AMPC_TRY(nn_apart(fn, out, 4, in, 4));
+  for (int i = 0; i < 4; i++)
+    AMPC_TRY(nn_apart(fn, &out[i], 1, out + i + 1, 3 - i));
   if (f || acc != AMPC_ACC_F32) {
     AMPC_TRY(ampc_linear_backward_fp8(m, k, n, dy, gdt, x, xdt, w, wdt, dx, dw, db, acc, f, ws));
     return ampc_gelu_backward(m * k, dx, gdt, h, hdt, dh);

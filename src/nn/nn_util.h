@@ -111,6 +111,36 @@ static inline void nn_grad_add(void *g, ampc_dtype dt, int64_t i, float v) {
   ampc_elem_store(g, dt, i, ampc_elem_load(g, dt, i) + v);
 }
 
+/* ---- buffers that must not share memory ---- */
+
+/* n elements of dtype dt at p (p NULL or n 0: none), named for messages */
+typedef struct nn_span {
+  const void *p;
+  int64_t n;
+  ampc_dtype dt;
+  const char *name;
+} nn_span;
+
+/* AMPC_ERR_INVALID_ARG naming fn and both buffers when a span of a shares a
+ * byte with a span of b (a fused layer writes its outputs block by block
+ * while other blocks still read its inputs, so an overlap would give other
+ * values than the layers one after the other). */
+static inline ampc_status nn_apart(const char *fn, const nn_span *a, int na, const nn_span *b,
+                                   int nb) {
+  for (int i = 0; i < na; i++)
+    for (int j = 0; j < nb; j++) {
+      if (!a[i].p || !b[j].p || a[i].n <= 0 || b[j].n <= 0)
+        continue;
+      const uintptr_t a0 = (uintptr_t)a[i].p, b0 = (uintptr_t)b[j].p;
+      const uintptr_t a1 = a0 + (uintptr_t)a[i].n * ampc_dtype_size(a[i].dt);
+      const uintptr_t b1 = b0 + (uintptr_t)b[j].n * ampc_dtype_size(b[j].dt);
+      if (a0 < b1 && b0 < a1)
+        return ampc_fail(AMPC_ERR_INVALID_ARG, "%s: %s and %s share memory", fn, a[i].name,
+                         b[j].name);
+    }
+  return AMPC_OK;
+}
+
 /* ---- scratch (ampc_scratch, ampc/nn.h) ---- */
 
 /* bytes rounded up to the 64-byte alignment of every carve */
