@@ -1047,67 +1047,6 @@ static void test_gemm_epilogue(void **state) {
                    AMPC_OK);
 }
 
-/* Small products (K in one slice, N <= 64: attention's per-head ones) run
- * on their own AVX-512 loop; it must give the blocked 12 x 32 kernel's bits
- * (forced with ampc_gemm_force_ukernel) for every op, dtype combination,
- * alpha, beta (C not read at beta = 0), batch, and non-finite and subnormal
- * operands. */
-static void test_small_same_bits(void **state) {
-  (void)state;
-  if (ampc_gemm_active_ukernel() != &ampc_gemm_uk_avx512) {
-    print_message("(no AVX-512 kernel here: the small path is not used)\n");
-    return;
-  }
-  static const int64_t ms[] = {1, 5, 17, 64}, ns[] = {1, 16, 17, 33, 64}, ks[] = {1, 17, 32, 256};
-  int64_t cases = 0;
-  for (int d = 0; d < 27; d++) {
-    const ampc_dtype adt = k_dts[d % 3], bdt = k_dts[(d / 3) % 3], cdt = k_dts[d / 9];
-    for (int c = 0; c < 8; c++) {
-      const int64_t m = ms[(d + c) % 4], n = ns[(d + 2 * c) % 5], k = ks[(d / 2 + c) % 4];
-      const int64_t batch = c % 2 ? 4 : 1;
-      const ampc_op opa = (c / 2) % 2 ? AMPC_OP_T : AMPC_OP_N,
-                    opb = (c / 4) ? AMPC_OP_T : AMPC_OP_N;
-      const float alpha = c % 3 ? 1.0f : 0.17f, beta = (d + c) % 3 == 0 ? 0.5f : 0.0f;
-      const int64_t lda = (opa == AMPC_OP_N ? k : m) + 3, ldb = (opb == AMPC_OP_N ? n : k) + 1;
-      const int64_t ra = opa == AMPC_OP_N ? m : k, rb = opb == AMPC_OP_N ? k : n, ldc = n + 2;
-      const int64_t sa = ra * lda, sb = rb * ldb, sc = m * ldc;
-      void *a = rand_matrix(adt, ra * batch, lda, lda), *b = rand_matrix(bdt, rb * batch, ldb, ldb);
-      if (c == 5) { /* non-finite and tiny operands */
-        put(a, adt, 0, INFINITY);
-        put(a, adt, 1, NAN);
-        put(b, bdt, 2, 1e-41f);
-        put(b, bdt, 3, -INFINITY);
-      }
-      void *c0 = rand_matrix(cdt, m * batch, ldc, ldc), *c1 = rand_matrix(cdt, m * batch, ldc, ldc);
-      const size_t cb = (size_t)(m * batch * ldc) * ampc_dtype_size(cdt);
-      if (beta == 0.0f)
-        for (int64_t i = 0; i < m * batch * ldc; i++)
-          put(c0, cdt, i, NAN);
-      memcpy(c1, c0, cb);
-      assert_int_equal(ampc_gemm_strided_batched(opa, opb, m, n, k, alpha, a, adt, lda, sa, b, bdt,
-                                                 ldb, sb, beta, c0, cdt, ldc, sc, batch,
-                                                 AMPC_ACC_F32),
-                       AMPC_OK);
-      ampc_gemm_force_ukernel(&ampc_gemm_uk_avx512); /* the blocked kernel */
-      assert_int_equal(ampc_gemm_strided_batched(opa, opb, m, n, k, alpha, a, adt, lda, sa, b, bdt,
-                                                 ldb, sb, beta, c1, cdt, ldc, sc, batch,
-                                                 AMPC_ACC_F32),
-                       AMPC_OK);
-      ampc_gemm_force_ukernel(NULL);
-      if (memcmp(c0, c1, cb) != 0) {
-        print_error("small %lldx%lldx%lld batch %lld ops %d%d dts %d %d %d alpha %g beta %g: "
-                    "differs from the blocked kernel\n",
-                    (long long)m, (long long)n, (long long)k, (long long)batch, (int)opa, (int)opb,
-                    (int)adt, (int)bdt, (int)cdt, (double)alpha, (double)beta);
-        fail();
-      }
-      cases++;
-      free(a), free(b), free(c0), free(c1);
-    }
-  }
-  print_message("%lld small products bit-identical to the blocked kernel\n", (long long)cases);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_combinations_small),
@@ -1127,7 +1066,6 @@ int main(void) {
       cmocka_unit_test(test_ukernels_bit_identical),
       cmocka_unit_test(test_bf16dot_bit_identical),
       cmocka_unit_test(test_gemm_epilogue),
-      cmocka_unit_test(test_small_same_bits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -308,14 +308,6 @@ static ampc_status run(ampc_gemm_args *g, ampc_acc acc) {
       }
     return AMPC_OK;
   }
-  /* small products (attention's per-head ones) on the calling thread, the
-   * blocked kernel's bits without its panels; telemetry counts through the
-   * blocked path's output stage */
-  if (uk == &ampc_gemm_uk_avx512 && !g_forced_uk && !g->epi && !ampc_tally_tls &&
-      ampc_gemm_small_fits(g, g_cfg.kc)) {
-    ampc_gemm_small_avx512(g);
-    return AMPC_OK;
-  }
   /* bf16 x bf16 on VDPBF16PS where the CPU has it (the same bits; operands
    * outside its range fall back inside ampc_gemm_blocked) */
   if (uk == &ampc_gemm_uk_avx512 && !g_forced_uk && g->adt == AMPC_BF16 && g->bdt == AMPC_BF16 &&

@@ -13,9 +13,6 @@
  *                      AVX-512F (binary16 operands);
  *   gemm_acc16_avx2.c  the ablation on AVX2, and the NaN fallback of the
  *                      binary16 vector paths;
- *   gemm_small_avx512.c
- *                      small products (attention's per-head ones) on AVX-512F
- *                      without the framework, the same bits;
  *   gemm_avx2.c, gemm_avx512.c
  *                      the micro-kernels (6 x 16 AVX2; 12 x 32 AVX-512F and
  *                      AVX512-BF16), with their tiles, and the peak loops;
@@ -167,15 +164,6 @@ int ampc_gemm_bf16dot_accepts(const ampc_gemm_args *g);
  * AVX512-BF16). */
 int ampc_gemm_bf16dot_available(void);
 int ampc_gemm_bf16dot_probe(void);
-
-/* Small products on AVX-512F without the blocked framework
- * (gemm_small_avx512.c): ampc_gemm_small_fits says whether g qualifies
- * (K <= kc and <= 256, N <= 64, M K and K ceil16(N) <= 4096); then
- * ampc_gemm_small_avx512 computes every matrix of the batch on the calling
- * thread with the 12 x 32 FMA kernel's bits (K in one slice). FP32
- * accumulation only, no epilogue; call only when ampc_use_avx512(). */
-int ampc_gemm_small_fits(const ampc_gemm_args *g, int64_t kc);
-void ampc_gemm_small_avx512(const ampc_gemm_args *g);
 
 /* The blocked GEMM (FP32 accumulation, gemm_frame.c) around micro-kernel uk
  * and its packing kernels. The result does not depend on uk or the thread
