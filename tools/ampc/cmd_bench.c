@@ -441,6 +441,11 @@ static int run_step(int argc, char **argv) {
     return cli_usage_error("bench", "--precision: %s", ampc_last_error());
   if (threads > 0)
     ampc_set_num_threads((int)threads);
+  if (threads > ampc_cpu_count())
+    fprintf(stderr,
+            "ampc bench: note: --threads %ld on %d CPUs: the threads take turns at every "
+            "barrier, so each step can take many times longer than on %d threads\n",
+            threads, ampc_cpu_count(), ampc_cpu_count());
   ampc_dataset D;
   memset(&D, 0, sizeof D);
   if (ampc_dataset_load_default(&D) != AMPC_OK)
